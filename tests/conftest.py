@@ -1,0 +1,45 @@
+"""Shared pytest setup: offline, CPU, and one tiny random model built once per test run.
+
+Every test runs with HF_HUB_OFFLINE=1 and NANOMARL_CACHE pointing at a per-run temporary folder, so
+`--model tiny` (in-process or in a subprocess, which inherits the environment) resolves to a tiny random
+Qwen2 built locally by common.build_tiny_model: nothing is ever downloaded.
+"""
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+os.environ.setdefault("NANOMARL_CACHE", tempfile.mkdtemp(prefix="nanomarl-test-cache-"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    """Folder of the tiny random model + byte-level tokenizer (built once per run, ~2 s)."""
+    import common
+
+    return common.build_tiny_model(Path(os.environ["NANOMARL_CACHE"]) / "tiny-qwen2")
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return ROOT
+
+
+def run_script(args: list[str], timeout: int = 300):
+    """Run a top-level script in a subprocess from the repo root (CLI smoke tests); returns CompletedProcess."""
+    import subprocess
+
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert result.returncode == 0, f"{' '.join(args)} failed:\nSTDOUT:\n{result.stdout[-3000:]}\nSTDERR:\n{result.stderr[-3000:]}"
+    return result
