@@ -411,6 +411,9 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     The logits at position p predict token p+1, so the response's log-probs come from positions
     [Lq-1, Lq+Lr-1); the hidden states at those positions are the states V(s) is read from.
     Returns dict(logprobs [B, Lr] (0 where masked), entropy [B, Lr] or None, hidden [B, Lr, H] or None)."""
+    if adapter_names is not None and torch.is_grad_enabled() and is_quantized(model):
+        return _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, response_mask, adapter_names,
+                                          temperature, output_hidden, output_entropy)
     q_len, r_len = query_ids.shape[1], response_ids.shape[1]
     input_ids = torch.cat([query_ids, response_ids], dim=1)
     attention_mask = torch.cat([query_mask.long(), response_mask.long()], dim=1)
@@ -427,6 +430,43 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
             entropy = -(all_logprobs.exp() * all_logprobs).sum(-1) * response_mask
     hidden = out.hidden_states[-1][:, q_len - 1: q_len + r_len - 1] if output_hidden else None
     return dict(logprobs=logprobs, entropy=entropy, hidden=hidden)
+
+
+def is_quantized(model) -> bool:
+    return getattr(model.config, "quantization_config", None) is not None
+
+
+def _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, response_mask, adapter_names, temperature,
+                               output_hidden, output_entropy):
+    """peft's mixed-adapter forward adds LoRA outputs in place into a bitsandbytes 4-bit output, which autograd
+    forbids; so for quantized models under autograd we run one forward per adapter (set_adapter, or adapters
+    disabled for '__base__') and put the rows back. requires_grad is restored: set_adapter toggles it."""
+    import contextlib
+
+    outputs = {}
+    for name in dict.fromkeys(adapter_names):
+        rows = torch.tensor([i for i, a in enumerate(adapter_names) if a == name], device=query_ids.device)
+        if name == "__base__":
+            context = model.disable_adapter()
+        else:
+            model.set_adapter(name)
+            context = contextlib.nullcontext()
+        with context:
+            outputs[name] = (rows, forward_responses(model, query_ids[rows], query_mask[rows], response_ids[rows],
+                                                     response_mask[rows], None, temperature, output_hidden,
+                                                     output_entropy))
+    for n, p in model.named_parameters():
+        p.requires_grad_(".lora_" in n)
+    merged = {}
+    for key in ("logprobs", "entropy", "hidden"):
+        first = next(iter(outputs.values()))[1][key]
+        if first is None:
+            merged[key] = None
+            continue
+        merged[key] = first.new_zeros((len(adapter_names), *first.shape[1:]))
+        for rows, out in outputs.values():
+            merged[key] = merged[key].index_copy(0, rows, out[key])
+    return merged
 
 
 @torch.no_grad()
