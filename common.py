@@ -21,6 +21,7 @@ Conventions used everywhere:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import importlib.resources
@@ -244,10 +245,16 @@ def add_adapters(model, names: list[str], r: int = 8, alpha: int = 16, dropout: 
             model = get_peft_model(model, config, adapter_name=name)
         else:
             model.add_adapter(name, config)
-    for n, p in model.named_parameters():  # explicit: peft's set_adapter would otherwise toggle requires_grad
-        p.requires_grad_(".lora_" in n)
+    make_lora_trainable(model)
     model.eval()
     return model
+
+
+def make_lora_trainable(model):
+    """requires_grad = True on every LoRA weight, False elsewhere. Call it after any peft set_adapter():
+    set_adapter silently freezes the adapters it does not activate (peft issues #1303, #2436)."""
+    for n, p in model.named_parameters():
+        p.requires_grad_(".lora_" in n)
 
 
 def adapter_parameters(model, name: str) -> list[nn.Parameter]:
@@ -441,13 +448,11 @@ def _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, respo
     """peft's mixed-adapter forward adds LoRA outputs in place into a bitsandbytes 4-bit output, which autograd
     forbids; so for quantized models under autograd we run one forward per adapter (set_adapter, or adapters
     disabled for '__base__') and put the rows back. requires_grad is restored: set_adapter toggles it."""
-    import contextlib
-
     outputs = {}
     for name in dict.fromkeys(adapter_names):
         rows = torch.tensor([i for i, a in enumerate(adapter_names) if a == name], device=query_ids.device)
         if name == "__base__":
-            context = model.disable_adapter()
+            context = adapters_disabled(model)
         else:
             model.set_adapter(name)
             context = contextlib.nullcontext()
@@ -455,8 +460,7 @@ def _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, respo
             outputs[name] = (rows, forward_responses(model, query_ids[rows], query_mask[rows], response_ids[rows],
                                                      response_mask[rows], None, temperature, output_hidden,
                                                      output_entropy))
-    for n, p in model.named_parameters():
-        p.requires_grad_(".lora_" in n)
+    make_lora_trainable(model)
     merged = {}
     for key in ("logprobs", "entropy", "hidden"):
         first = next(iter(outputs.values()))[1][key]
@@ -469,15 +473,27 @@ def _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, respo
     return merged
 
 
+@contextlib.contextmanager
+def adapters_disabled(model):
+    """The base model alone (the reference policy). Unlike peft's bare disable_adapter(), this restores
+    requires_grad afterwards: leaving disable_adapter() re-freezes every adapter that is not 'active'."""
+    from peft import PeftModel
+
+    if not isinstance(model, PeftModel):
+        yield model
+        return
+    try:
+        with model.disable_adapter():
+            yield model
+    finally:
+        make_lora_trainable(model)
+
+
 @torch.no_grad()
 def reference_logprobs(model, query_ids, query_mask, response_ids, response_mask, temperature: float = 1.0):
     """Log-probs under the reference policy = the same base with every adapter disabled (no second copy)."""
-    from peft import PeftModel
-
-    if isinstance(model, PeftModel):
-        with model.disable_adapter():
-            return forward_responses(model, query_ids, query_mask, response_ids, response_mask, None, temperature)["logprobs"]
-    return forward_responses(model, query_ids, query_mask, response_ids, response_mask, None, temperature)["logprobs"]
+    with adapters_disabled(model):
+        return forward_responses(model, query_ids, query_mask, response_ids, response_mask, None, temperature)["logprobs"]
 
 
 def batched(fn, batch: dict[str, torch.Tensor], size: int, **kwargs) -> dict[str, torch.Tensor]:

@@ -180,6 +180,27 @@ def test_adapter_isolation(tiny):
     assert len(changed) == len(common.adapter_parameters(model, "agent0"))
 
 
+def test_adapters_stay_trainable_after_reference_and_set_adapter(tiny):
+    """peft's disable_adapter() and set_adapter() re-freeze inactive adapters; our helpers undo that."""
+    tok, _ = tiny
+    model = make_peft()
+    n_trainable = sum(p.requires_grad for p in model.parameters())
+    rollout = generate(model, tok, chat(tok, ["a", "b"]), ["agent0", "agent1"], max_new_tokens=4)
+    args = (rollout["query_ids"], rollout["query_mask"], rollout["response_ids"], rollout["response_mask"])
+    reference_logprobs(model, *args)
+    assert sum(p.requires_grad for p in model.parameters()) == n_trainable
+    with common.adapters_disabled(model):
+        pass
+    model.set_adapter("agent1")
+    common.make_lora_trainable(model)
+    assert sum(p.requires_grad for p in model.parameters()) == n_trainable
+    out = forward_responses(model, *args, ["agent0", "agent1"])
+    out["logprobs"].sum().backward()
+    for name in ("agent0", "agent1"):  # both adapters still receive gradients
+        grads = [p.grad for p in common.adapter_parameters(model, name)]
+        assert all(g is not None for g in grads) and sum(g.abs().sum() for g in grads) > 0
+
+
 def test_reference_equals_base_before_adapters(tiny):
     tok, base = tiny
     prompts = chat(tok, ["what is 2 + 2?", "hi"])
