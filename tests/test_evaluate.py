@@ -1,0 +1,484 @@
+"""Tests of evaluate.py: debate metrics, pass@k, the cooperation-scheme classifier, writers, CLI smoke runs."""
+import itertools
+import json
+import math
+import random
+
+import pytest
+
+import evaluate
+from evaluate import (classify_cooperation, majority_vote_accuracy, pass_at_k_first, pass_at_k_unbiased,
+                      transition_counts)
+
+# ---------------------------------------------------------------------------------------------- debate metrics
+
+
+@pytest.mark.parametrize("answers, gold, expected", [
+    (["5", "5", "7"], "5", 1.0),             # clear majority, right
+    (["5", "7", "7"], "5", 0.0),             # clear majority, wrong
+    (["5", "7"], "5", 0.5),                  # 2-way tie, gold in it
+    (["5", "7"], "9", 0.0),                  # 2-way tie, gold not in it
+    (["5", "7", "9"], "7", 1 / 3),           # 3-way tie
+    (["5", "5", "7", "7", "9"], "7", 0.5),   # 2-way tie at the top, a loser below
+    (["5", None], "5", 1.0),                 # unparsable leaves the tie set
+    (["5", None, "7"], "5", 0.5),            # ... also from a 3-way tie
+    ([None, None, "5"], "5", 0.0),           # unparsable wins outright: wrong
+    ([None, None], "5", 0.0),                # nothing parsable
+    (["5", "5", None, None], "5", 1.0),      # tie between an answer and None: the answer
+    (["5"], "5", 1.0),                       # one agent
+])
+def test_majority_vote_accuracy(answers, gold, expected):
+    assert majority_vote_accuracy(answers, gold) == pytest.approx(expected)
+
+
+def test_transition_counts_hand_made_table():
+    # 3 questions x 3 turns x 2 agents; True = right. Agent 0: q0 W R R, q1 R W W, q2 R R R
+    #                                                  Agent 1: q0 W W R, q1 W W W, q2 R W R
+    correct = [
+        [[False, False], [True, False], [True, True]],
+        [[True, False], [False, False], [False, False]],
+        [[True, True], [True, False], [True, True]],
+    ]
+    pairs = transition_counts(correct)
+    assert [p["turns"] for p in pairs] == [[0, 1], [1, 2]]
+    # turns 0->1: agent 0: q0 W→R, q1 R→W, q2 R→R; agent 1: q0 W→W, q1 W→W, q2 R→W
+    assert pairs[0]["agents"][0] == {"W→R": 1, "R→W": 1, "R→R": 1, "W→W": 0}
+    assert pairs[0]["agents"][1] == {"W→R": 0, "R→W": 1, "R→R": 0, "W→W": 2}
+    assert pairs[0]["pooled"] == {"W→R": 1, "R→W": 2, "R→R": 1, "W→W": 2}
+    # turns 1->2: agent 0: q0 R→R, q1 W→W, q2 R→R; agent 1: q0 W→R, q1 W→W, q2 W→R
+    assert pairs[1]["agents"][0] == {"W→R": 0, "R→W": 0, "R→R": 2, "W→W": 1}
+    assert pairs[1]["agents"][1] == {"W→R": 2, "R→W": 0, "R→R": 0, "W→W": 1}
+    assert pairs[1]["pooled"] == {"W→R": 2, "R→W": 0, "R→R": 2, "W→W": 2}
+    assert all(p["total"] == 6 for p in pairs)
+
+
+def test_debate_metrics_hand_made():
+    # 2 questions, 2 turns, 3 agents; gold 4 and 9
+    answers = [[["4", "5", None], ["4", "4", "5"]],
+               [["9", "8", "7"], ["8", "8", None]]]
+    m = evaluate.debate_metrics(answers, ["4", "9"])
+    # turn 0: q0 tie {4, 5} (None dropped) -> 1/2, q1 3-way tie -> 1/3; turn 1: q0 -> 1, q1 -> 0
+    assert m["accuracy"]["majority"] == pytest.approx([(1 / 2 + 1 / 3) / 2, 0.5])
+    assert m["accuracy"]["agents"] == [[1.0, 0.5], [0.0, 0.5], [0.0, 0.0]]
+    assert m["accuracy"]["mean_agent"] == pytest.approx([1 / 3, 1 / 3])
+    assert m["invalid_rate"] == pytest.approx([1 / 6, 1 / 6])
+    assert m["transitions"][0]["pooled"] == {"W→R": 1, "R→W": 1, "R→R": 1, "W→W": 3}
+    assert m["transitions"][0]["pooled_fractions"]["W→W"] == pytest.approx(0.5)
+    assert m["transitions"][0]["agent_fractions"][0] == {"W→R": 0.0, "R→W": 0.5, "R→R": 0.5, "W→W": 0.0}
+    assert m["majority_transitions"] == [dict(turns=[0, 1], improve=1, decline=1, same=0)]
+
+
+# ---------------------------------------------------------------------------------------------- pass@k
+
+
+def test_pass_at_k_first_hand_computed():
+    passed = [False, False, True, False]
+    assert [pass_at_k_first(passed, k) for k in (1, 2, 3, 4)] == [0.0, 0.0, 1.0, 1.0]
+    with pytest.raises(ValueError):
+        pass_at_k_first(passed, 5)
+
+
+def test_pass_at_k_unbiased_hand_computed():
+    assert pass_at_k_unbiased(5, 0, 1) == 0.0
+    assert pass_at_k_unbiased(5, 1, 1) == pytest.approx(0.2)       # c/n for k = 1
+    assert pass_at_k_unbiased(4, 1, 2) == pytest.approx(0.5)       # 1 − C(3,2)/C(4,2) = 1 − 3/6
+    assert pass_at_k_unbiased(5, 2, 2) == pytest.approx(0.7)       # 1 − C(3,2)/C(5,2) = 1 − 3/10
+    assert pass_at_k_unbiased(5, 4, 2) == 1.0                      # n − c < k: every pair has a pass
+    assert pass_at_k_unbiased(200, 3, 100) == pytest.approx(1 - (100 * 99 * 98) / (200 * 199 * 198))
+
+
+def test_pass_at_k_unbiased_equals_closed_form_and_enumeration():
+    for n in range(1, 8):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                closed = 1 - math.comb(n - c, k) / math.comb(n, k)
+                # enumeration: the fraction of k-subsets of the n samples that contain a passing one
+                samples = [True] * c + [False] * (n - c)
+                subsets = list(itertools.combinations(samples, k))
+                enumerated = sum(any(s) for s in subsets) / len(subsets)
+                assert pass_at_k_unbiased(n, c, k) == pytest.approx(closed, abs=1e-12)
+                assert pass_at_k_unbiased(n, c, k) == pytest.approx(enumerated, abs=1e-12)
+
+
+def test_pass_at_k_unbiased_is_the_mean_of_first_k_over_orders():
+    # the unbiased estimator is the expectation of the paper's first-k pass@k over random sample orders
+    rng = random.Random(0)
+    passed = [True, False, False, True, False, False]
+    k = 2
+    trials = [pass_at_k_first(rng.sample(passed, len(passed)), k) for _ in range(20000)]
+    assert sum(trials) / len(trials) == pytest.approx(pass_at_k_unbiased(6, 2, 2), abs=0.01)  # 1 − 6/15 = 0.6
+
+
+def test_accuracy_coop_at_k():
+    assert evaluate.accuracy_at_k([0.2, 0.5, 1.0], 2) == 0.5
+    assert evaluate.max_coop_at_k([0.0, 1.5, 0.5], 1) == 0.0
+    assert evaluate.max_coop_at_k([0.0, 1.5, 0.5], 3) == 1.5
+    assert evaluate.cooperation_rate([0.0, 1.5, 0.5, -0.5]) == 0.5
+
+
+# ---------------------------------------------------------------------------------------------- cooperation schemes
+
+AUX = "def aux(n):\n    return [p for p in range(2, n) if all(p % d for d in range(2, p))]\n"
+
+SCHEME_EXAMPLES = {
+    "aux-unused": [
+        "def f(n):\n    return n * 2\n",                                   # never mentioned
+        "def f(n):\n    aux(n)\n    return n * 2\n",                       # called, result ignored
+        "def f(n):\n    r = aux(n)\n    return n + 1\n",                   # assigned, never used
+        "def f(n):\n    aux = lambda m: m\n    return aux(n)\n",           # shadows the helper
+        "def f(n):\n    def aux(m):\n        return m\n    return aux(n)\n",  # redefines it
+    ],
+    "fallback": [
+        "def f(n):\n    try:\n        return own(n)\n    except ValueError:\n        return aux(n)\n",
+        "def f(n):\n    return own(n) or aux(n)\n",
+        "def f(n):\n    r = own(n)\n    if r is None:\n        r = aux(n)\n    return r\n",
+        "def f(n):\n    r = [x for x in range(n) if x % 3 == 0]\n    if len(r) > 2:\n        return r\n"
+        "    return aux(n)\n",
+        "def f(n):\n    r = own(n)\n    return r if r else aux(n)\n",
+    ],
+    "strategy-filter": [
+        "def f(xs):\n    return [x for x in xs if aux(x)]\n",
+        "def f(xs):\n    out = []\n    for x in xs:\n        if aux(x):\n            out.append(x * x)\n    return out\n",
+        "def f(xs):\n    return sorted(xs, key=aux)[0]\n",
+        "def f(xs):\n    return list(filter(aux, xs))\n",
+        "def f(n):\n    i = 0\n    while aux(i) < n:\n        i += 1\n    return i\n",
+    ],
+    "coordinator": [
+        "def f(a, b):\n    x = aux(a)\n    y = aux(b)\n    return x + y\n",
+        "def f(xs):\n    total = 0\n    for x in xs:\n        total += aux(x)\n    return total\n",
+        "def f(xs):\n    return [aux(x) for x in xs]\n",
+        "def f(xs):\n    return sum(map(aux, xs))\n",
+    ],
+    "thin-wrapper": [
+        "def f(n):\n    return aux(n)\n",
+        "def f(n):\n    result = aux(n)\n    return result\n",
+        'def f(n):\n    """Docstring."""\n    if n < 0:\n        return []\n    return aux(n * 2)\n',
+    ],
+    "decorator": [
+        "def f(n):\n    return aux(n) + 1\n",
+        "def f(n):\n    r = aux(n)\n    return [p ** 3 for p in r]\n",
+        "def f(n):\n    if n <= 0:\n        return []\n    primes = aux(n)\n    return primes[-1] ** 3\n",
+        "def f(n):\n    r = aux(n)\n    r.sort(reverse=True)\n    return r\n",
+        "def f(n):\n    total = 0\n    for p in aux(n):\n        total += p\n    return total\n",
+    ],
+}
+
+
+@pytest.mark.parametrize("label, main", [(label, main) for label, mains in SCHEME_EXAMPLES.items() for main in mains])
+def test_classify_cooperation_hand_written(label, main):
+    assert classify_cooperation(AUX, main, "f") == label
+
+
+def test_classify_cooperation_edge_cases():
+    wrapper = "def f(n):\n    return aux(n)\n"
+    assert classify_cooperation("", wrapper, "f") == "aux-unused"            # no aux defined
+    assert classify_cooperation("def aux(:", wrapper, "f") == "aux-unused"   # aux does not parse
+    assert classify_cooperation(AUX, "def f(n:\n    return 1", "f") is None  # main does not parse
+    assert classify_cooperation(AUX, wrapper, "g") is None                   # no entry point
+    # a guard on a parameter is not a fallback; math.* calls do not carry aux's result
+    main = "import math\ndef f(n):\n    if n < 2:\n        return math.pi\n    return math.sqrt(aux(n)[0])\n"
+    assert classify_cooperation(AUX, main, "f") == "decorator"
+    assert set(evaluate.COOPERATION_SCHEMES) == set(SCHEME_EXAMPLES)
+
+
+# ---------------------------------------------------------------------------------------------- SFT baseline
+
+
+def test_correct_debate_examples_keeps_final_majority_right():
+    # run_debate's layout [T][A][B]: 2 turns, 2 agents, 4 questions (all gold 4)
+    finals = [["4", "4"], ["4", "5"], ["5", "5"], [None, "4"]]  # per question: agent 0, agent 1 at the last turn
+    debate = dict(prompts=[[[f"p{t}{a}{b}" for b in range(4)] for a in range(2)] for t in range(2)],
+                  responses=[[[f"r{t}{a}{b}" for b in range(4)] for a in range(2)] for t in range(2)],
+                  answers=[[["1"] * 4, ["2"] * 4], [[f[0] for f in finals], [f[1] for f in finals]]])
+    examples = evaluate.correct_debate_examples(debate, [{"answer": "4"}] * 4)
+    # kept: question 0 (4, 4) and question 3 (None drops out of the tie); the 4/5 tie (0.5) and 5/5 are not
+    assert examples == [(f"p{t}{a}{b}", f"r{t}{a}{b}") for b in (0, 3) for t in range(2) for a in range(2)]
+
+
+def test_sft_lora_fits_trajectories_and_touches_only_its_adapter(tiny_model_dir):
+    import torch
+    from common import add_adapters, adapter_state_dict, load_model, load_tokenizer
+
+    torch.manual_seed(0)
+    tok = load_tokenizer("tiny")
+    model = add_adapters(load_model("tiny"), ["sft", "other"], r=8, alpha=16)
+    other_before = adapter_state_dict(model, "other")
+    base_before = {n: p.clone() for n, p in model.named_parameters() if ".lora_" not in n}
+    examples = [("Q: 2+2?", "Answer: \\boxed{4}"), ("Q: 3+4?", "Answer: \\boxed{7}")]
+    batch = evaluate.encode_sft_batch(tok, [p for p, _ in examples], [r for _, r in examples], 64, "cpu")
+    # responses are byte tokens + EOS, right-padded, masked on real tokens only
+    assert batch["response_mask"].sum(1).tolist() == [len("Answer: \\boxed{4}") + 1] * 2
+    assert batch["response_ids"][0, int(batch["response_mask"][0].sum()) - 1].item() == tok.eos_token_id
+    losses = evaluate.sft_lora(model, tok, examples, "sft", epochs=12, lr=1e-2, batch_size=2,
+                               max_response_tokens=64, seed=0)
+    assert len(losses) == 12
+    # the NLL falls on the two trajectories (the tiny random model's small logits cap it near 4.4 from ln 262)
+    assert sum(losses[-3:]) / 3 < 0.88 * sum(losses[:3]) / 3
+    after = adapter_state_dict(model, "other")
+    assert all(torch.equal(other_before[k], after[k]) for k in other_before)
+    assert all(torch.equal(p, base_before[n]) for n, p in model.named_parameters() if ".lora_" not in n)
+
+
+# ---------------------------------------------------------------------------------------------- MAGRPO scoring
+
+PROBLEM = dict(id="toy/0", kind="code", entry_point="sum_cubes",
+               prompt='def sum_cubes(n):\n    """Sum of the cubes of the primes below n."""\n',
+               test="def check(candidate):\n    assert candidate(2) == 0\n    assert candidate(4) == 35\n"
+                    "    assert candidate(6) == 160\n")
+AUX_PRIMES = "def aux(n):\n    return [p for p in range(2, n) if all(p % d for d in range(2, p))]\n"
+
+
+def test_score_sample_and_code_metrics_on_hand_written_answers():
+    one_line = "def sum_cubes(n):\n    return sum(p ** 3 for p in aux(n))\n"
+    two_lines = "def sum_cubes(n):\n    primes = aux(n)\n    return sum(p ** 3 for p in primes)\n"
+    partial = "def sum_cubes(n):\n    return 0 if n < 3 else 1\n"  # passes 1 of 3
+    own = "def sum_cubes(n):\n    return sum(p ** 3 for p in range(2, n) if all(p % d for d in range(2, p)))\n"
+    broken = "def sum_cubes(n):\n    return (\n"
+    score = lambda main: evaluate.score_sample(PROBLEM, [AUX_PRIMES, main], 3.0, 512)  # noqa: E731
+    samples = [[score(broken), score(two_lines)], [score(partial), score(own)], [score(one_line), score(one_line)]]
+    (broken_s, two), (part, own_s), (one, _) = samples
+    assert two["passed_all"] and two["scheme"] == "decorator" and two["bonus"] == 1.5 and two["reward"] == 4.0
+    # the reward's line-based wrapper check calls a one-line `return f(aux(x))` a wrapper (no +1.0); the
+    # classifier calls it a decorator (its thin wrapper returns aux's result unchanged)
+    assert one["passed_all"] and one["scheme"] == "decorator" and one["bonus"] == 0.5
+    assert not part["passed_all"] and part["accuracy"] == pytest.approx(1 / 3) and "scheme" not in part
+    assert own_s["passed_all"] and own_s["scheme"] == "aux-unused" and own_s["bonus"] == 0.0
+    assert not broken_s["syntax_ok"] and broken_s["main_defined"] and broken_s["accuracy"] == 0.0
+    m = evaluate.code_metrics(samples, [1, 2])
+    # problem 0: [fail, pass]; problem 1: [1/3, pass]; problem 2: [pass, pass]
+    assert m["pass@1"] == pytest.approx(1 / 3) and m["pass@2"] == 1.0
+    assert m["pass@1_unbiased"] == pytest.approx((0.5 + 0.5 + 1) / 3) and m["pass@2_unbiased"] == 1.0
+    assert m["accuracy@1"] == pytest.approx((0 + 1 / 3 + 1) / 3) and m["accuracy@2"] == 1.0
+    assert m["maxcoop@1"] == pytest.approx(0.5 / 3) and m["maxcoop@2"] == pytest.approx((1.5 + 0.0 + 0.5) / 3)
+    assert m["cooperation_rate"] == pytest.approx(3 / 6) and m["full_pass_rate"] == pytest.approx(4 / 6)
+    assert m["syntax_rate"] == pytest.approx(5 / 6) and m["structure_rate"] == 1.0
+    assert m["schemes"] == {**{s: 0 for s in evaluate.COOPERATION_SCHEMES}, "decorator": 3, "aux-unused": 1}
+    assert m["schemes_labelled"] == 4
+
+
+def test_split_paragraphs():
+    assert evaluate.split_paragraphs("Paragraph 1: short. [PARAGRAPH_SPLIT] Paragraph 2: long one.", "tldr") == \
+        ("short.", "long one.")
+    first, second = evaluate.split_paragraphs("a " * 35, "tldr")  # no marker: part 2 is ~2.5x part 1
+    assert len(first.split()) == 10 and len(second.split()) == 25
+
+
+# ---------------------------------------------------------------------------------------------- smoke runs
+
+
+def fake_run(folder, script_args: dict, adapter_names: list[str], seed: int):
+    """A run folder as cotrain.py / magrpo.py leave it (args.json + adapters/), with random LoRA weights
+    (non-zero B, so the adapters change what the model generates)."""
+    import torch
+    from common import add_adapters, load_model, save_adapters
+
+    torch.manual_seed(seed)
+    model = add_adapters(load_model("tiny"), adapter_names, r=4, alpha=8)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if ".lora_B." in n:
+                p.normal_(0, 0.5)
+    folder.mkdir(parents=True)
+    save_adapters(model, adapter_names, folder / "adapters")
+    (folder / "args.json").write_text(json.dumps(script_args))
+    return folder
+
+
+def test_magrpo_mode_smoke(tmp_path, tiny_model_dir):
+    import dataclasses
+
+    import magrpo
+    from conftest import run_script
+
+    st = fake_run(tmp_path / "st", dataclasses.asdict(magrpo.Args(model="tiny")), ["agent0", "agent1"], 0)
+    mt = fake_run(tmp_path / "mt", dataclasses.asdict(magrpo.Args(model="tiny", turns=2)), ["agent0", "agent1"], 1)
+    out = tmp_path / "eval"
+    result = run_script(["evaluate.py", "--mode", "magrpo", "--model", "tiny", "--task", "humaneval", "--limit", "1",
+                         "--num-samples", "2", "--k-values", "1,2", "--max-new-tokens", "8", "--run", str(st),
+                         "--mt-run", str(mt), "--out-dir", str(out), "--sandbox-workers", "2"], timeout=300)
+    results = json.loads((out / "results.json").read_text())
+    methods = results["methods"]
+    assert list(methods) == list(evaluate.MAGRPO_METHODS)
+    calls = {m: methods[m]["sequential_generations"] for m in methods}
+    assert calls == {"single": 1, "parallel": 1, "pipeline": 2, "discussion": 2, "magrpo": 1, "mt-magrpo": 2}
+    for name, m in methods.items():
+        assert m["num_problems"] == 1 and m["num_samples"] == 2
+        assert 0 < m["tokens_per_problem"] <= 8 * 2 * (1 if name == "single" else 2) * calls[name]
+        assert m["time_per_problem_s"] > 0 and 0 <= m["pass@1"] <= m["pass@2"] <= 1
+        assert ("reward_round1" in m) == (name in ("discussion", "mt-magrpo"))
+    assert methods["mt-magrpo"]["turns"] == 2
+    table = (out / "results.md").read_text().splitlines()
+    assert [row.split("|")[1].strip() for row in table[2:]] == list(evaluate.MAGRPO_METHODS)
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 * 2 and {r["method"] for r in rows} == set(evaluate.MAGRPO_METHODS)
+    pytest.importorskip("matplotlib", reason="plots are optional")
+    assert (out / "quality_vs_time.png").stat().st_size > 0
+    assert "results:" in result.stdout
+
+
+def fake_cotrain_run(folder, num_agents: int, seed: int, **overrides):
+    """A finished cotrain.py run folder written by cotrain's own save_state (args.json, adapters/, debate.json),
+    without training: the policy adapters get random non-zero B matrices, so they change the generations."""
+    import dataclasses
+
+    import torch
+
+    import cotrain
+
+    args = cotrain.Args(model="tiny", num_agents=num_agents, num_turns=2, run_dir=str(folder), **overrides)
+    torch.manual_seed(seed)
+    team = cotrain.build_team(args, "cpu")
+    with torch.no_grad():
+        for n, p in team.bases[0].named_parameters():
+            if ".lora_B." in n and ".critic." not in n:
+                p.normal_(0, 0.5)
+    folder.mkdir(parents=True)
+    (folder / "args.json").write_text(json.dumps(dataclasses.asdict(args)))
+    cotrain.save_state(folder, team, 0, args)
+    return folder
+
+
+def test_debate_seats_from_runs(tmp_path, tiny_model_dir):
+    from types import SimpleNamespace
+
+    per_turn = fake_cotrain_run(tmp_path / "per_turn", 2, 0, policy_sharing="agent-turn", train_turns="2")
+    alone = fake_cotrain_run(tmp_path / "alone", 1, 1)
+    args = SimpleNamespace(model="tiny", dtype="float32", quant="none", num_agents=3, num_turns=3, run=str(per_turn),
+                           single_run=str(alone), agents=f"{per_turn}:1,base,{per_turn}")
+    bases = evaluate.Bases(args, "cpu")
+    # trained with 2 agents x 2 turns (turn 1 untrained), evaluated with 3 x 3: seat 2 is agent 0 again, and
+    # turn 3 keeps the last trained turn's adapter
+    assert evaluate.method_agents("maporl", bases, args) == [
+        ("tiny", ["__base__", "r0_agent0_turn2", "r0_agent0_turn2"]),
+        ("tiny", ["__base__", "r0_agent1_turn2", "r0_agent1_turn2"]),
+        ("tiny", ["__base__", "r0_agent0_turn2", "r0_agent0_turn2"])]
+    assert evaluate.method_agents("single", bases, args) == [("tiny", ["r1_agent0"] * 3)] * 3
+    assert evaluate.method_agents("offtheshelf", bases, args) == [("tiny", ["__base__"] * 3)] * 3
+    assert evaluate.method_agents("mix", bases, args) == [
+        ("tiny", ["__base__", "r0_agent1_turn2", "r0_agent1_turn2"]), ("tiny", ["__base__"] * 3),
+        ("tiny", ["__base__", "r0_agent0_turn2", "r0_agent0_turn2"])]
+    assert {n for (_, n) in bases.loaded} == {"r0_agent0_turn2", "r0_agent1_turn2", "r1_agent0"}
+    with pytest.raises(SystemExit, match="--single-run"):
+        evaluate.method_agents("single", bases, SimpleNamespace(**{**vars(args), "single_run": str(per_turn)}))
+    with pytest.raises(SystemExit, match="--agents"):
+        evaluate.method_agents("mix", bases, SimpleNamespace(**{**vars(args), "agents": "base,base"}))
+    # the loaded adapters are used: a greedy debate with them differs from the off-the-shelf one
+    play = SimpleNamespace(num_turns=3, batch_size=1, max_new_tokens=6, temperature=1.0, feedback_in_prompt=False,
+                           prompt_style="default")
+    records = [dict(id=f"q{i}", question=f"What is 2 + {i}?", answer=str(2 + i), task="math") for i in range(2)]
+    debates = {m: evaluate.play_debates(bases, evaluate.method_agents(m, bases, args), records, play, None, True)
+               for m in ("offtheshelf", "single")}
+    assert debates["offtheshelf"][0]["responses"] != debates["single"][0]["responses"]
+    # chunks of --batch-size 1 are merged back into [T][A][B]; every response counted its tokens
+    debate, seconds, tokens = debates["single"]
+    assert [[len(debate[k][t][a]) for t in range(3) for a in range(3)] for k in ("responses", "answers", "prompts")] \
+        == [[2] * 9] * 3
+    assert 0 < tokens <= 6 * 3 * 3 * 2 and seconds > 0
+
+
+def test_sft_baseline_trains_on_kept_debates(monkeypatch, tiny_model_dir):
+    from types import SimpleNamespace
+
+    import torch
+
+    from common import adapter_state_dict
+
+    def canned_debate(records, models, tokenizers, adapter_names, *a, **kw):
+        assert all(n == "__base__" for turn in adapter_names for n in turn)  # collected off the shelf
+        T, A, B = len(adapter_names), len(models), len(records)
+        answers = [[[r["answer"] if b % 2 == 0 else "-1" for b, r in enumerate(records)] for _ in range(A)]
+                   for _ in range(T)]  # even questions: every agent right; odd: every agent wrong
+        return dict(answers=answers, prompts=[[[f"Q{b} t{t}" for b in range(B)] for _ in range(A)] for t in range(T)],
+                    responses=[[[f"Answer: \\boxed{{{b}}}" for b in range(B)] for _ in range(A)] for _ in range(T)],
+                    rollout=[[dict(response_mask=torch.ones(B, 3)) for _ in range(A)] for _ in range(T)])
+
+    monkeypatch.setattr(evaluate.cotrain, "run_debate", canned_debate)
+    args = SimpleNamespace(model="tiny", dtype="float32", quant="none", dataset="arith", sft_questions=4, seed=0,
+                           num_agents=2, num_turns=2, batch_size=4, max_new_tokens=16, temperature=1.0,
+                           feedback_in_prompt=False, prompt_style="default", lora_r=4, lora_alpha=8, sft_epochs=2,
+                           sft_lr=1e-2, sft_batch_size=4)
+    bases = evaluate.Bases(args, "cpu")
+    stats = evaluate.train_sft_baseline(bases, args, None)
+    # 2 of 4 debates kept, each 2 turns x 2 agents = 8 pairs; 2 epochs of 2 steps
+    assert stats["kept_debates"] == 2 and stats["examples"] == 8 and stats["steps"] == 4
+    assert stats["last_loss"] < stats["first_loss"]
+    model = bases.models["tiny"]
+    assert any(v.abs().sum() > 0 for k, v in adapter_state_dict(model, "sft").items() if ".lora_B." in k)
+    assert not any(p.requires_grad for p in model.parameters())  # frozen for evaluation
+
+
+def test_debate_mode_smoke(tmp_path, tiny_model_dir):
+    from conftest import run_script
+
+    pair, alone = fake_cotrain_run(tmp_path / "pair", 2, 0), fake_cotrain_run(tmp_path / "alone", 1, 1)
+    out = tmp_path / "eval"
+    result = run_script(["evaluate.py", "--model", "tiny", "--limit", "2", "--num-agents", "3", "--num-turns", "2",
+                         "--max-new-tokens", "6", "--run", str(pair), "--single-run", str(alone), "--agents",
+                         f"{pair},base,{alone}", "--sft-questions", "2", "--out-dir", str(out)], timeout=300)
+    results = json.loads((out / "results.json").read_text())
+    methods = results["methods"]
+    assert list(methods) == list(evaluate.DEBATE_METHODS)
+    for m in methods.values():
+        assert m["num_questions"] == 2 and m["num_turns"] == 2 and m["num_agents"] == 3
+        assert len(m["accuracy"]["majority"]) == 2 and len(m["accuracy"]["agents"]) == 3
+        assert len(m["transitions"]) == 1 and m["transitions"][0]["total"] == 6
+        assert sum(m["transitions"][0]["pooled"].values()) == 6
+        assert 0 < m["tokens_per_question"] <= 6 * 3 * 2 and m["time_per_question_s"] > 0
+    assert [a["adapters"] for a in methods["maporl"]["agents"]] == [["r0_agent0"] * 2, ["r0_agent1"] * 2,
+                                                                   ["r0_agent0"] * 2]
+    assert methods["sft"]["sft"]["questions"] == 2
+    table = (out / "results.md").read_text().splitlines()
+    assert table[0].startswith("| method | turn 1 | turn 2 |")
+    assert [row.split("|")[1].strip() for row in table[2:]] == list(evaluate.DEBATE_METHODS)
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 5 * 2 and all(len(r["answers"]) == 2 and len(r["answers"][0]) == 3 for r in rows)
+    pytest.importorskip("matplotlib", reason="plots are optional")
+    assert (out / "accuracy_per_turn.png").stat().st_size > 0 and (out / "transitions.png").stat().st_size > 0
+    assert "results:" in result.stdout
+
+
+def test_writing_methods_in_process(tiny_model_dir):
+    from types import SimpleNamespace
+
+    import magrpo
+    from common import load_model, load_tokenizer
+
+    model, tok = evaluate.with_peft(load_model("tiny")), load_tokenizer("tiny")
+    team = magrpo.Agents(models=[model, model], names=["__base__", "__base__"], optimizers=[], params=[])
+    problems = [dict(id="post/0", kind="tldr", text="I moved to a new city and my cat hates the new flat.")]
+    args = SimpleNamespace(num_samples=2, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=0, greedy=False,
+                           chat_template=True, sandbox_workers=1, test_timeout=3.0, sandbox_memory_mb=512, seed=0)
+    # (method, generate calls one after the other, most tokens: 4 per row x 2 samples x acting agents x calls)
+    for method, calls, most in (("single", 1, 8), ("pipeline", 2, 16), ("discussion", 2, 32)):
+        metrics, rows = evaluate.evaluate_magrpo_method(method, team, tok, problems, args, [1, 2])
+        assert metrics["sequential_generations"] == calls and len(rows) == 2
+        assert set(metrics) >= {"reward", "reward_max_of_k", "level/structure", "level/coordination",
+                                "level/vocabulary", "level/style", "time_per_problem_s", "tokens_per_problem"}
+        assert 0 < metrics["tokens_per_problem"] <= most
+        assert all(len(r["texts"]) == 2 for r in rows)  # the single agent's text is split into two parts
+        assert ("reward_round1" in metrics) == (method == "discussion")
+
+
+def test_choose_methods_follows_the_flags():
+    from common import parse_args
+
+    args = lambda *flags: parse_args(evaluate.Args, list(flags))  # noqa: E731
+    assert evaluate.choose_methods(args()) == ["offtheshelf", "sft"]
+    assert evaluate.choose_methods(args("--run", "R", "--single-run", "S")) == ["offtheshelf", "maporl", "single", "sft"]
+    assert evaluate.choose_methods(args("--mode", "magrpo")) == ["single", "parallel", "pipeline", "discussion"]
+    assert evaluate.choose_methods(args("--mode", "magrpo", "--mt-run", "M"))[-1] == "mt-magrpo"
+    with pytest.raises(SystemExit, match="--methods: method maporl needs --run"):
+        evaluate.choose_methods(args("--methods", "offtheshelf,maporl"))
+    with pytest.raises(SystemExit, match="--methods: unknown magrpo method 'sft'"):
+        evaluate.choose_methods(args("--mode", "magrpo", "--methods", "sft"))
+    with pytest.raises(SystemExit, match="--feedback-in-prompt"):
+        evaluate.check_args(args("--feedback-in-prompt"))
+
+
+def test_write_results_and_tables(tmp_path):
+    methods = {"a": dict(x=0.5, y=float("nan")), "b": dict(x=1 / 3)}
+    table = evaluate.samples_table(methods, ["x", "y", "z"])
+    assert table.splitlines()[2:] == ["| a | 0.5 | nan |  |", "| b | 0.333 |  |  |"]
+    json_path, md_path = evaluate.write_results(tmp_path, dict(methods=methods), table)
+    assert json.loads(json_path.read_text())["methods"]["a"]["y"] is None  # NaN -> null, valid JSON
+    assert md_path.read_text() == table
