@@ -26,6 +26,7 @@ import dataclasses
 import datetime
 import importlib.resources
 import inspect
+import io
 import json
 import math
 import os
@@ -34,7 +35,10 @@ import re
 import shutil
 import sys
 import tempfile
+import textwrap
+import tokenize
 import typing
+import zlib
 from fractions import Fraction
 from pathlib import Path
 
@@ -49,19 +53,22 @@ import torch.nn.functional as F
 
 
 def _field_comments(cls) -> dict[str, str]:
-    """Read `name: type = default  # comment` lines of a dataclass's source; the comment is the --help text."""
+    """Read `name: type = default  # comment` lines of a dataclass's source; the comment is the --help text.
+    Python's tokenizer finds the comments, so a '#' inside a string default is not mistaken for one."""
     comments = {}
     for klass in reversed(cls.__mro__):
         if not dataclasses.is_dataclass(klass):
             continue
         try:
-            source = inspect.getsource(klass)
+            source = textwrap.dedent(inspect.getsource(klass))
         except (OSError, TypeError):
             continue
-        for line in source.splitlines():
-            m = re.match(r"^\s+(\w+)\s*:[^#]*#\s?(.*)$", line)
-            if m:
-                comments[m.group(1)] = m.group(2).strip()
+        lines = source.splitlines()
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.COMMENT:
+                m = re.match(r"^\s+(\w+)\s*:", lines[token.start[0] - 1])
+                if m:
+                    comments[m.group(1)] = token.string[1:].strip()
     return comments
 
 
@@ -71,16 +78,21 @@ def parse_args(cls, argv: list[str] | None = None):
     comments = _field_comments(cls)
     hints = typing.get_type_hints(cls)
     doc = (sys.modules[cls.__module__].__doc__ or "").strip().split("\n")[0] if cls.__module__ in sys.modules else ""
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                     allow_abbrev=False)
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.replace("_", "-")
         typ = hints[f.name]
         if typing.get_origin(typ) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
             typ = next(t for t in typing.get_args(typ) if t is not type(None))  # Optional[X] -> X
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        help_text = comments.get(f.name, "")
+        help_text = comments.get(f.name, "").replace("%", "%%")
         if typ is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+        elif typing.get_origin(typ) is typing.Literal:
+            parser.add_argument(flag, choices=typing.get_args(typ), default=default, help=help_text)
+        elif typ not in (int, float, str):
+            raise TypeError(f"parse_args: {cls.__name__}.{f.name}: unsupported type {typ!r} (use str and parse it)")
         else:
             parser.add_argument(flag, type=typ, default=default, help=help_text, metavar=typ.__name__.upper())
     return cls(**vars(parser.parse_args(argv)))
@@ -280,16 +292,23 @@ def load_adapter_state_dict(model, name: str, state: dict[str, torch.Tensor]):
 
 
 def save_adapters(model, names: list[str], out_dir: str | Path):
-    """Write each adapter as a peft folder out_dir/<name>/ (adapter_config.json + safetensors), atomically."""
+    """Write each adapter as a peft folder out_dir/<name>/ (adapter_config.json + safetensors), atomically
+    (a temporary folder swapped into place). Only rank 0 writes."""
+    if not is_main_process():
+        return
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent))
-    for name in names:
-        model.save_pretrained(tmp / "_peft", selected_adapters=[name])
-        produced = tmp / "_peft" / name if (tmp / "_peft" / name).exists() else tmp / "_peft"
-        shutil.move(str(produced), str(tmp / name))
-        shutil.rmtree(tmp / "_peft", ignore_errors=True)
-    _replace_dir(tmp, out_dir)
+    try:
+        tmp.chmod(0o755)
+        for name in names:
+            model.save_pretrained(tmp / "_peft", selected_adapters=[name])
+            produced = tmp / "_peft" / name if (tmp / "_peft" / name).exists() else tmp / "_peft"
+            shutil.move(str(produced), str(tmp / name))
+            shutil.rmtree(tmp / "_peft", ignore_errors=True)
+        _replace_dir(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def load_adapters(model, adapter_dir: str | Path, names: list[str] | None = None):
@@ -297,6 +316,8 @@ def load_adapters(model, adapter_dir: str | Path, names: list[str] | None = None
     from peft import PeftModel
 
     adapter_dir = Path(adapter_dir)
+    if not adapter_dir.exists() and adapter_dir.with_name(adapter_dir.name + ".old").exists():
+        adapter_dir = adapter_dir.with_name(adapter_dir.name + ".old")  # a save was interrupted mid-swap
     names = names or sorted(p.name for p in adapter_dir.iterdir() if (p / "adapter_config.json").exists())
     if not names:
         raise SystemExit(f"error: no adapters (folders with adapter_config.json) in {adapter_dir}")
@@ -385,6 +406,10 @@ def generate(model, tokenizer, prompts: list[str], adapter_names: list[str] | No
         extra = {} if adapter_names is None else {"adapter_names": list(adapter_names[start:start + batch_size])}
         sampling = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_p=top_p,
                                                               top_k=top_k)
+        # a model's generation_config may carry processors (repetition_penalty, ...) that would make the rollout
+        # off-policy without the returned log-probs showing it: switch them off explicitly
+        sampling.update(repetition_penalty=1.0, no_repeat_ngram_size=0, suppress_tokens=None,
+                        begin_suppress_tokens=None, bad_words_ids=None)
         out = model.generate(input_ids=query_ids, attention_mask=query_mask, max_new_tokens=max_new_tokens,
                              min_new_tokens=min_new_tokens, eos_token_id=stops, pad_token_id=tokenizer.pad_token_id,
                              return_dict_in_generate=True, output_logits=True, **sampling, **extra)
@@ -448,7 +473,7 @@ def _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, respo
     """peft's mixed-adapter forward adds LoRA outputs in place into a bitsandbytes 4-bit output, which autograd
     forbids; so for quantized models under autograd we run one forward per adapter (set_adapter, or adapters
     disabled for '__base__') and put the rows back. requires_grad is restored: set_adapter toggles it."""
-    outputs = {}
+    outputs, active = {}, model.active_adapter
     for name in dict.fromkeys(adapter_names):
         rows = torch.tensor([i for i, a in enumerate(adapter_names) if a == name], device=query_ids.device)
         if name == "__base__":
@@ -460,6 +485,7 @@ def _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, respo
             outputs[name] = (rows, forward_responses(model, query_ids[rows], query_mask[rows], response_ids[rows],
                                                      response_mask[rows], None, temperature, output_hidden,
                                                      output_entropy))
+    model.set_adapter(active)
     make_lora_trainable(model)
     merged = {}
     for key in ("logprobs", "entropy", "hidden"):
@@ -595,13 +621,16 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-_NUMBER = r"-?\d+(?:\.\d+)?(?:/\d+)?"
+_NUMBER = r"-?(?:\d+(?:\.\d+)?|\.\d+)(?:/\d+)?"
 
 
 def normalize_number(text: str) -> str | None:
     """GSM8K-style number normalisation: '1,000'->'1000', '18.0'->'18', '$5'->'5', '−3'->'-3',
     '\\frac{10}{2}'->'5', '1/4'->'0.25', '18 dollars'->'18'; several numbers -> the last one; none -> None."""
-    text = text.replace("\u2212", "-").replace("$", "").replace("\\!", "").replace("\\,", "")
+    text = text.replace("\u2212", "-").replace("\u2013", "-").replace("\\$", "").replace("$", "")
+    text = text.replace("\\!", "").replace("\\,", "").replace("{,}", ",").replace("\\ ", "")
+    text = re.sub(r"(\d+)\s*\\[dt]?frac\{(\d+)\}\{(\d+)\}",  # mixed number 4\frac{1}{2} -> 9/2
+                  lambda m: str(Fraction(int(m[1])) + Fraction(int(m[2]), int(m[3]))), text)
     text = re.sub(r"\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}", r"\1/\2", text)
     text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)  # thousands separators only
     text = re.sub(r"-\s+(?=\d)", "-", text)
@@ -619,27 +648,28 @@ def normalize_number(text: str) -> str | None:
 
 
 def normalize_label(text: str) -> str | None:
-    """ANLI label word: the last of entail*/neutral/contradict* in the text, as a canonical label."""
-    found = [(m.start(), m.group(0)) for m in re.finditer(r"entail|neutral|contradict", text.lower())]
-    if not found:
-        return None
-    word = found[-1][1]
-    return {"entail": "entailment", "neutral": "neutral", "contradict": "contradiction"}[word]
+    """ANLI label word: the first of entail*/neutral/contradict* that is not negated ('not entailment',
+    'non-entailment' are skipped), as a canonical label; None if there is none."""
+    for m in re.finditer(r"(not\s+|non-?\s*)?(entail|neutral|contradict)", text.lower()):
+        if not m.group(1):
+            return {"entail": "entailment", "neutral": "neutral", "contradict": "contradiction"}[m.group(2)]
+    return None
 
 
 def extract_answer(text: str, task: str) -> str | None:
     """The final answer of a response, normalised for comparison with the gold; None when unparsable.
 
-    Primary: the content of the last \\boxed{...} (balanced braces). Fallback when there is no box:
-    math -> the number after the last 'answer is'/'Answer:' if present, else None (a bare number in the
-    reasoning is not an answer); nli -> the last label word after the last 'answer', else None.
+    Primary: the content of the last \\boxed{...} (balanced braces). Fallback when there is no box: the
+    clause after the last 'answer is' / 'Answer:' (markdown bold allowed), up to its sentence's end; None if
+    there is no such phrase (a bare number in the reasoning is not an answer). In the chosen text, math takes
+    the last number (normalize_number), nli the first label word that is not negated (normalize_label).
     task: 'math' (GSM8K-style numbers) or 'nli' (entailment/neutral/contradiction)."""
     boxed = last_boxed(text)
     if boxed is None:
-        m = list(re.finditer(r"answer\s*(?:is|:)\s*:?", text, flags=re.IGNORECASE))
+        m = list(re.finditer(r"answer\**\s*(?:is|:)\**\s*:?", text, flags=re.IGNORECASE))
         if not m:
             return None
-        boxed = text[m[-1].end():].strip().split("\n")[0]
+        boxed = re.split(r"[.,;!?](?!\d)|\n", text[m[-1].end():].strip())[0]  # up to the sentence's end
     if task == "math":
         return normalize_number(boxed)
     if task == "nli":
@@ -664,22 +694,25 @@ def read_jsonl(path: str | Path, required: tuple[str, ...], skip_bad_rows: bool 
     if not path.exists():
         raise SystemExit(f"error: data file {path} does not exist")
     rows, skipped = [], 0
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                if not isinstance(row, dict):
-                    raise ValueError("not a JSON object")
-                missing = [k for k in required if k not in row]
-                if missing:
-                    raise ValueError(f"missing field(s) {', '.join(missing)}")
-                rows.append(convert(row) if convert else row)
-            except ValueError as e:  # json.JSONDecodeError is a ValueError
-                if not skip_bad_rows:
-                    raise BadRow(f"{path}:{line_no}: {e} (use --skip-bad-rows to skip such rows)") from None
-                skipped += 1
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except (UnicodeDecodeError, IsADirectoryError) as e:
+        raise SystemExit(f"error: cannot read data file {path}: {e}") from None
+    for line_no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise ValueError("not a JSON object")
+            missing = [k for k in required if k not in row]
+            if missing:
+                raise ValueError(f"missing field(s) {', '.join(missing)}")
+            rows.append(convert(row) if convert else row)
+        except ValueError as e:  # json.JSONDecodeError is a ValueError
+            if not skip_bad_rows:
+                raise BadRow(f"{path}:{line_no}: {e} (use --skip-bad-rows to skip such rows)") from None
+            skipped += 1
     return rows, skipped
 
 
@@ -736,20 +769,20 @@ def arith_problem(rng: random.Random) -> tuple[str, int]:
 
 
 def arith_records(n: int, split: str, seed: int = 0) -> list[dict]:
-    """The built-in offline task: seeded arithmetic word problems. Splits draw from disjoint seeds, and
-    test questions are removed from train, so train and test never share a question."""
-    split_seed = {"train": 0, "test": 1, "validation": 2}.get(split)
-    if split_seed is None:
+    """The built-in offline task: n distinct seeded arithmetic word problems. A question belongs to a split by
+    a hash of its text (crc32 % 10: 0 test, 1 validation, 2-9 train), so splits never share a question,
+    whatever n or seed each script asks for."""
+    buckets = {"train": range(2, 10), "test": range(0, 1), "validation": range(1, 2)}.get(split)
+    if buckets is None:
         raise SystemExit(f"error: --dataset arith has splits train, test, validation; got {split!r}")
-
-    def draw(s, count):
-        rng = random.Random(f"arith-{seed}-{s}")
-        return [arith_problem(rng) for _ in range(count)]
-
-    problems = draw(split_seed, n)
-    if split == "train":
-        held_out = {q for s in (1, 2) for q, _ in draw(s, max(n, 1000))}
-        problems = [(q, a) for q, a in problems if q not in held_out]
+    rng, problems, seen = random.Random(f"arith-{seed}-{split}"), [], set()
+    for _ in range(200 * n + 1000):
+        if len(problems) == n:
+            break
+        question, answer = arith_problem(rng)
+        if zlib.crc32(question.encode()) % 10 in buckets and question not in seen:
+            seen.add(question)
+            problems.append((question, answer))
     return [dict(id=f"arith/{split}/{i}", question=q, answer=str(a), task="math",
                  solution=f"The answer is {a}.\nAnswer: \\boxed{{{a}}}") for i, (q, a) in enumerate(problems)]
 
@@ -797,6 +830,8 @@ def load_task(name: str, split: str = "train", limit: int | None = None, seed: i
 
 def split_records(records: list[dict], fractions: dict[str, float], seed: int) -> dict[str, list[dict]]:
     """A seeded, explicit, disjoint split of records, e.g. {'verifier': 0.3, 'rl': 0.7}."""
+    if abs(sum(fractions.values()) - 1) > 1e-6 or min(fractions.values()) < 0:
+        raise ValueError(f"split fractions must be >= 0 and sum to 1, got {fractions}")
     order = list(range(len(records)))
     random.Random(seed).shuffle(order)
     out, start = {}, 0
@@ -847,6 +882,12 @@ def start_run(args, script: str) -> Path:
     else:
         run_dir = Path(getattr(args, "run_dir", "") or
                        f"runs/{script}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}-s{args.seed}")
+    if world_info()[1] > 1:  # every rank uses rank 0's folder name (clocks differ)
+        box = [str(run_dir)]
+        torch.distributed.broadcast_object_list(box, src=0)
+        run_dir = Path(box[0])
+    elif not getattr(args, "resume", "") and (run_dir / "metrics.jsonl").exists():
+        arg_error("--run-dir", f"{run_dir} already holds a run; continue it with --resume {run_dir} or pick a new folder")
     if is_main_process():
         run_dir.mkdir(parents=True, exist_ok=True)
         name = "args_resume.json" if getattr(args, "resume", "") else "args.json"
@@ -858,7 +899,7 @@ def log_metrics(run_dir: Path, metrics: dict):
     """Append one JSON object (one step) to metrics.jsonl; only rank 0 writes."""
     if is_main_process():
         with open(Path(run_dir) / "metrics.jsonl", "a") as f:
-            f.write(json.dumps({k: (float(v) if isinstance(v, (torch.Tensor, np.floating)) else v)
+            f.write(json.dumps({k: (v.item() if isinstance(v, (torch.Tensor, np.generic)) else v)
                                 for k, v in metrics.items()}) + "\n")
 
 
@@ -947,3 +988,10 @@ def allreduce_sum(x: torch.Tensor) -> torch.Tensor:
         x = x.clone()
         torch.distributed.all_reduce(x, op=torch.distributed.ReduceOp.SUM)
     return x
+
+
+def finish_distributed():
+    """Leave the process group cleanly at the end of a torchrun script (gloo aborts at exit otherwise)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
