@@ -39,6 +39,7 @@ import textwrap
 import tokenize
 import typing
 import zlib
+from collections import Counter
 from fractions import Fraction
 from pathlib import Path
 
@@ -152,8 +153,9 @@ def build_tiny_model(folder: str | Path, seed: int = 0) -> Path:
                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
     config.save_pretrained(tmp)  # the config's model_type decides which tokenizer class AutoTokenizer picks
     config.vocab_size = len(AutoTokenizer.from_pretrained(tmp))
-    torch.manual_seed(seed)
-    AutoModelForCausalLM.from_config(config).save_pretrained(tmp)
+    with torch.random.fork_rng():  # building (once) must not reset the caller's random state
+        torch.manual_seed(seed)
+        AutoModelForCausalLM.from_config(config).save_pretrained(tmp)
     folder.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.replace(tmp, folder)  # atomic: a half-built folder is never visible under the final name
@@ -682,6 +684,45 @@ def extract_answer(text: str, task: str) -> str | None:
 
 def has_boxed(text: str) -> bool:
     return last_boxed(text) is not None
+
+
+# The debate's turn-1 instruction (the authors' wrappers, spec §1.3 item 1), shared by cotrain.py (the
+# agents' first turn), train_verifier.py (the verifier must see the prompt the agents answered) and evaluate.py.
+TURN1_MATH = {
+    "default": ("Question: {question}\n\nProvide a short but precise reasoning for your solution. At the end, you MUST "
+                "write the answer in the following format:\n\nAnswer: \\boxed{{XX}}\n\nPlease ensure that the final "
+                "answer is always formatted this way."),
+    "phi3": ("Question: {question}\n\nProvide a reasoning for your solution. At the end, you MUST write the answer in "
+             "the following format:```\n\nAnswer: \\boxed{{ XXX }}'''\n\nPlease ensure that the final answer is always "
+             "formatted this way."),
+}
+NLI_BOX = ("\n\nAt the end, write your final answer in the following format:\n\nAnswer: \\boxed{LABEL}\n\nwhere LABEL "
+           "is entailment, neutral or contradiction.")  # ours: the authors' ANLI prompt does not ask for a box
+
+
+def turn1_prompt(question: str, task: str, style: str = "default") -> str:
+    """The first user message: the question wrapped in the authors' instruction to answer in \\boxed{}.
+    task: 'math' or 'nli' (a load_task record's task; nli questions already hold the ANLI prompt)."""
+    if style not in TURN1_MATH:
+        arg_error("--prompt-style", f"expected one of {', '.join(TURN1_MATH)}, got {style!r}")
+    if task == "nli":
+        return question + NLI_BOX
+    return TURN1_MATH[style].format(question=question)
+
+
+def majority_vote_accuracy(answers: list[str | None], gold: str) -> float:
+    """Majority vote with tie expectation (MAPoRL Sec. 4.1; the authors' `stat_all`, spec §1.9).
+
+    The tie set is the answers with the top vote count. An unparsable answer (None) leaves the tie set when
+    other answers are in it. Score = 1/|tie set| if the gold is in the tie set, else 0: the expected accuracy
+    of breaking the tie uniformly at random. E.g. ['5', '5', '7'] -> 1 (gold 5); ['5', '7'] -> 0.5;
+    ['5', None] -> 1; [None, None, '5'] -> 0 (None won outright)."""
+    counts = Counter(answers)
+    top = max(counts.values())
+    tie_set = [a for a, c in counts.items() if c == top]
+    if None in tie_set and len(tie_set) > 1:
+        tie_set.remove(None)
+    return 1.0 / len(tie_set) if gold in tie_set else 0.0
 
 
 class BadRow(ValueError):

@@ -69,7 +69,6 @@ import math
 import random
 import re
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -80,8 +79,8 @@ from tqdm import tqdm
 import cotrain
 import magrpo
 from common import (adapter_parameters, add_adapters, arg_error, default_device, format_metrics, forward_responses,
-                    load_model, load_task, load_tokenizer, masked_mean, parse_args, parse_int_list,
-                    seed_everything, tokenize_prompts)
+                    load_model, load_task, load_tokenizer, majority_vote_accuracy, masked_mean, parse_args,
+                    parse_int_list, seed_everything, tokenize_prompts)
 
 
 @dataclass
@@ -136,21 +135,6 @@ class Args:
 # ----------------------------------------------------------------------------------------------
 # 1. Debate metrics (MAPoRL): majority vote with tie expectation, per-agent accuracy, transitions
 # ----------------------------------------------------------------------------------------------
-
-
-def majority_vote_accuracy(answers: list[str | None], gold: str) -> float:
-    """Majority vote with tie expectation (MAPoRL Sec. 4.1; the authors' `stat_all`, spec §1.9).
-
-    The tie set is the answers with the top vote count. An unparsable answer (None) leaves the tie set when
-    other answers are in it. Score = 1/|tie set| if the gold is in the tie set, else 0: the expected accuracy
-    of breaking the tie uniformly at random. E.g. ['5', '5', '7'] -> 1 (gold 5); ['5', '7'] -> 0.5;
-    ['5', None] -> 1; [None, None, '5'] -> 0 (None won outright)."""
-    counts = Counter(answers)
-    top = max(counts.values())
-    tie_set = [a for a, c in counts.items() if c == top]
-    if None in tie_set and len(tie_set) > 1:
-        tie_set.remove(None)
-    return 1.0 / len(tie_set) if gold in tie_set else 0.0
 
 
 def answer_correctness(answers: list[list[list[str | None]]], golds: list[str]) -> list[list[list[bool]]]:

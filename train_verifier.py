@@ -83,7 +83,7 @@ from common import (ValueHead, adapter_parameters, adapter_state_dict, add_adapt
                     default_device, extract_answer, format_metrics, generate, hidden_size, is_main_process,
                     load_adapter_state_dict, load_adapters, load_checkpoint, load_model, load_task, load_tokenizer,
                     log_metrics, masked_mean, parse_args, read_jsonl, rng_state, save_adapters, save_checkpoint,
-                    seed_everything, set_rng_state, start_run)
+                    seed_everything, set_rng_state, start_run, turn1_prompt)
 
 ADAPTER = "verifier"  # the verifier's LoRA adapter name (also when it shares the policy's base)
 
@@ -165,15 +165,6 @@ def split_questions(records: list[dict], verifier_fraction: float, heldout_fract
 def rl_questions(records: list[dict], verifier_fraction: float, split_seed: int = 0) -> list[dict]:
     """The questions cotrain.py may train on: every train question the verifier did not see (same flags)."""
     return [r for r in records if question_split(r["question"], verifier_fraction, 0.0, split_seed) == "rl"]
-
-
-def turn1_prompt(question: str, task: str) -> str:
-    """The debate's turn-1 user message (authors' Qwen/default wrapper, spec §1.3 item 1); ANLI: unchanged."""
-    if task == "nli":
-        return question
-    return (f"Question: {question}\n\nProvide a short but precise reasoning for your solution. At the end, you MUST "
-            "write the answer in the following format:\n\nAnswer: \\boxed{XX}\n\nPlease ensure that the final "
-            "answer is always formatted this way.")
 
 
 # ----------------------------------------------------------------------------------------------

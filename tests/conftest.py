@@ -13,13 +13,14 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_VERBOSITY"] = "error"
 os.environ.setdefault("NANOMARL_CACHE", tempfile.mkdtemp(prefix="nanomarl-test-cache-"))
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # tiny models: a second thread only adds contention (CLI subprocesses too)
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,944 @@
+"""cotrain.py: MAPoRL, multi-agent post-co-training of LLMs with PPO on a collaborative debate.
+
+Paper: Park et al., "MAPoRL: Multi-Agent Post-Co-Training for Collaborative Large Language Models with
+Reinforcement Learning", arXiv 2502.18439 (ACL 2025). Spec: shared/spec/maporl.md.
+
+A agents debate each question for T turns (Du et al. 2024). At turn 1 every agent answers alone; at turn t > 1
+every agent sees the question, its own earlier answers and the other agents' answers from turn t-1, and answers
+again. Every answer is scored (a learned verifier's probability, or 0/1 ground-truth correctness). The scores
+become influence-aware rewards (paper Definition 1) plus collaboration incentives (paper Tables 1 and 2), and
+every agent is trained with its own PPO, all at once, on one frozen base model:
+
+    agent a's policy  = its own LoRA adapter            (--policy-sharing agent | agent-turn | shared)
+    the critic        = one LoRA adapter 'critic' + one zero-initialised value head per turn (or turn and agent)
+    the reference     = the same base with every adapter disabled (no second copy in memory)
+
+One update (the numbered stages in main()):
+    1. play the debate on B questions; all agents of a turn are generated in ONE batched call, each row on its
+       own adapter (common.generate)
+    2. score every answer; a bad format (no \\boxed{}, too short, degenerate repetition) is replaced by
+       --format-penalty, a response cut at --max-new-tokens gets --missing-eos-penalty on top
+    3. influence-aware reward R[t, a] (Definition 1) + incentive bonus b[t, a] (Tables 1 and 2)
+    4. old log-probs, reference log-probs, values and entropies, without gradients
+    5. per-token rewards: -kl_coef * KL at every token, plus R + b at the last token; GAE (γ=1, λ=0.95) within
+       each response; advantages whitened per (turn, agent)
+    6. PPO: --ppo-epochs x shuffled minibatches x micro-batches (gradient accumulation); the losses of all
+       (turn, agent) pairs are summed and every optimiser (one per policy adapter, one for critic + heads)
+       steps once per minibatch
+
+What this script changes relative to the paper and the authors' code (chanwoo-park-official/MAPoRL), and why:
+  * Incentives follow the paper's Tables 1 and 2. The authors' code swaps two α indices and flips all four β
+    signs (spec decision a); see incentive_bonus().
+  * Generation stops at EOS (the code always generates 300 tokens), and one temperature is used for sampling
+    and for every log-prob recomputation (the code samples at a per-model temperature, recomputes at 0.7).
+  * The verifier is called in-process (the code POSTs to a Flask server); ground truth is the default scorer.
+  * Responses enter the discussion as generated; the code first rewrites them into "Answer: \\boxed{X}" form.
+  * One critic LoRA for all turns with a value head per turn (the code: a critic LoRA per turn). By default
+    the critic sees the whole discussion, like the policy; --no-critic-history is the code's shortcut
+    (turn-1 question + response only).
+  * Turns left out of --train-turns are played by the base model, like the code's zeroed, frozen turn-0
+    adapter (the paper's Experiment 1 trains turns >= 2 only: --train-turns 2,3).
+  * The summed (turn, agent) losses step each optimiser once per minibatch; the code steps inside its loop
+    over turns and agents.
+  * Format penalty: the code requires >= 50 tokens; our default is 10 because the default CPU run allows only
+    64 new tokens (set --min-response-tokens 50 at paper scale).
+  * ANLI's turn-1 prompt also asks for \\boxed{label}, so the same format check applies to both tasks.
+  * The paper's α/β values are not known; the defaults (0.5, 0.5, 0.3, 0.3) are those of one external run of the
+    authors' code (spec §5.5).
+
+Examples:
+  python cotrain.py --model tiny --updates 3 --max-new-tokens 16   # a smoke run, about a minute on CPU
+  python cotrain.py        # SmolLM2-135M, 2 agents x 2 turns, arithmetic, ~15 min on 2 CPU cores
+  python cotrain.py --model microsoft/Phi-3-mini-128k-instruct --quant 4bit --dtype bfloat16 --prompt-style phi3 \\
+      --dataset gsm8k --train-limit 0 --num-agents 2 --num-turns 3 --max-new-tokens 300 --min-response-tokens 50 \\
+      --questions-per-update 32 --minibatch-questions 4 --micro-batch-questions 1 --forward-batch-size 16 \\
+      --updates 200 --scorer verifier --verifier runs/verifier-RUN   # one GPU (or --scorer ground-truth)
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from tqdm import tqdm
+
+from common import (ValueHead, adapter_parameters, adapter_state_dict, add_adapters, arg_error, batched, chat_prompt,
+                    default_device, explained_variance, extract_answer, format_metrics, forward_responses, gae,
+                    generate, has_boxed, hidden_size, kl_k1, load_adapter_state_dict, load_checkpoint, load_model,
+                    load_task, load_tokenizer, log_metrics, majority_vote_accuracy, masked_whiten, parse_args,
+                    parse_int_list, reference_logprobs, rng_state, save_adapters, save_checkpoint, seed_everything,
+                    set_rng_state, start_run, turn1_prompt)
+
+
+@dataclass
+class Args:
+    # ---- run ----
+    seed: int = 0  # random seed (questions, sampling, initialisation)
+    run_dir: str = ""  # output folder (default: runs/cotrain-<time>-s<seed>)
+    resume: str = ""  # continue the run in this folder from its checkpoint.pt; its args.json is the base, flags that differ from the defaults override it (e.g. --updates)
+    device: str = ""  # cpu or cuda (default: cuda when available)
+    # ---- models and adapters ----
+    model: str = "smollm2-135m"  # base model of every agent: hub id, local path, smollm2-135m or tiny
+    models: str = ""  # heterogeneous agents: one base per agent, comma-separated (overrides --model; each distinct base is loaded once)
+    dtype: str = "float32"  # float32, bfloat16 or float16
+    quant: str = "none"  # none, 4bit (QLoRA, as the paper) or 8bit
+    lora_r: int = 8  # LoRA rank (authors: 8)
+    lora_alpha: int = 16  # LoRA alpha (authors: 16); LoRA on all linear layers, dropout 0
+    policy_sharing: str = "agent"  # agent: one LoRA per agent | agent-turn: one per (turn, agent), the paper's θ_ta | shared: one for all agents of a base
+    critic_per_agent: bool = False  # one value head per (turn, agent) instead of one per turn
+    critic_history: bool = True  # the critic sees the whole discussion; --no-critic-history: turn-1 question + response only (authors' shortcut)
+    # ---- debate ----
+    dataset: str = "arith"  # arith (built-in, offline), gsm8k, anli[:r1|r2|r3] or jsonl:PATH
+    train_limit: int = 1000  # use the first N training questions (0 = all)
+    skip_bad_rows: bool = False  # skip malformed dataset rows instead of stopping
+    num_agents: int = 2  # A, agents in the debate
+    num_turns: int = 2  # T, turns of the debate (the paper trains with 3)
+    train_turns: str = ""  # turns to train, 1-based and comma-separated (default: all); the others are played by the base model
+    prompt_style: str = "default"  # turn-1 instruction of the authors' code: default (their Qwen2.5/default one) or phi3
+    feedback_in_prompt: bool = False  # show each agent the scores of its own and the others' previous answers (authors' reward_feedback)
+    max_new_tokens: int = 64  # response length limit (authors: 300; 64 keeps the default CPU run at ~15 min)
+    temperature: float = 0.7  # sampling temperature, also used for every log-prob recomputation
+    generate_batch_size: int = 0  # rows per generate call (0: all agents x questions of a turn in one call)
+    forward_batch_size: int = 8  # rows per no-grad forward (old/reference log-probs, values)
+    # ---- scores, penalties, rewards ----
+    scorer: str = "ground-truth"  # ground-truth (0/1 correctness) or verifier (a train_verifier.py checkpoint, with --verifier)
+    verifier: str = ""  # path of a train_verifier.py checkpoint (needs --scorer verifier)
+    verifier_batch_size: int = 8  # answers per verifier forward
+    penalize_format: bool = True  # replace the score by --format-penalty for no \boxed{}, a too-short response or degenerate repetition
+    format_penalty: float = -10.0  # the bad-format score (authors: -10)
+    min_response_tokens: int = 10  # shorter responses count as bad format (authors: 50 with 300-token responses)
+    missing_eos_penalty: float = -1.0  # added to the score of a response cut at --max-new-tokens (0: off)
+    reward_rule: str = "influence"  # influence (Definition 1), current (own score only) or final-mean (mean score of the last turn)
+    influence_gamma: float = 0.3  # γ of the influence-aware reward (authors: 0.3)
+    alpha0: float = 0.5  # Table 1: W->R against a wrong majority (+), R->W with a wrong majority (-)
+    alpha1: float = 0.5  # Table 1: W->R with a right majority (+), R->W against a right majority (-)
+    beta0: float = 0.3  # Table 2: own answer wrong and the others' majority goes W->R (+) or R->W (-)
+    beta1: float = 0.3  # Table 2: own answer right and the others' majority goes W->R (+) or R->W (-)
+    # ---- PPO ----
+    updates: int = 5  # number of PPO updates (rollout + optimisation); the default run takes ~15 min on 2 CPU cores
+    questions_per_update: int = 2  # B, questions per rollout, each giving A x T responses (authors: 256 over 8 GPUs)
+    minibatch_questions: int = 0  # questions per optimiser step (0: all B, one step per epoch)
+    micro_batch_questions: int = 1  # questions per forward/backward inside a minibatch (gradient accumulation; authors: 1)
+    ppo_epochs: int = 4  # passes over each rollout (authors: 4)
+    lr: float = 1e-5  # AdamW learning rate of every adapter and head (authors: 1e-5)
+    lr_end_factor: float = 0.1  # linear decay from lr to lr * this over --updates (authors: 0.1)
+    weight_decay: float = 0.01  # AdamW weight decay (torch default, as the authors)
+    max_grad_norm: float = 1.0  # clip each optimiser's global gradient norm to this
+    kl_coef: float = 0.002  # per-token KL penalty to the reference (authors: 0.002)
+    cliprange: float = 0.2  # PPO ratio clip ε
+    cliprange_value: float = 0.2  # value clip around the old values
+    vf_coef: float = 0.1  # weight of the value loss
+    gae_gamma: float = 1.0  # GAE discount within a response
+    gae_lambda: float = 0.95  # GAE λ
+    max_kl: float = 50.0  # stop (checkpoint kept) when an agent's mean per-response KL to the reference exceeds this (nats)
+    # ---- logging ----
+    log_every: int = 1  # print a one-line summary every N updates (metrics.jsonl gets every update)
+    sample_every: int = 2  # print one sample debate every N updates (0: never)
+    save_every: int = 2  # write checkpoint.pt and the adapters every N updates (and at the end)
+
+
+# ----------------------------------------------------------------------------------------------
+# Prompts (spec §1.3): the authors' turn-1 instruction and discussion template
+# ----------------------------------------------------------------------------------------------
+
+DISCUSSION_INSTRUCTION = (
+    "Focus on providing a well-reasoned response that not only considers your own previous solution but also takes "
+    "into account answers from other agents. If you believe your previous answer was incorrect, feel free to revise "
+    "it. However, avoid repeating the same answer you or other agents have already provided. {reward_sentence}Ensure "
+    "that your explanation is well justifing your final answer. Please maintain your answer with very simple "
+    "reasoning.\n\nOnce again, the question is: {question}")  # verbatim from the authors' code, typos included
+REWARD_SENTENCE = "Also, internaly think about the reward of your and other agents' answer."
+REWARD_EXPLANATION = ("Here, each reward represents the probability that a suggested answer is correct, as evaluated "
+                      "by a verifier. The reward value is between 0 and 1; the verifier is not always perfect, though "
+                      "generally quite reliable.")  # the spec quotes its start and end; the middle is ours
+
+
+def verifier_feedback(score: float) -> str:
+    """The line an agent reads about its own previous answer when --feedback-in-prompt is on (spec §1.3 item 3)."""
+    if score < 0.3:
+        meaning = "Your answer is highly likely wrong."
+    elif score < 0.6:
+        meaning = "Your answer might be wrong, or your reasoning needs to have a stronger argument."
+    elif score < 0.8:
+        meaning = "Your answer seems right, but check your reasoning again, there might be some room for improvement."
+    else:
+        meaning = "Your answer is likely right with high probability."
+    return f"Reward from a verifier of your answer: {score:.3f} out of 1.0, which means {meaning}"
+
+
+def discussion_message(question: str, other_answers: list[tuple[int, str]], other_scores: list[float] | None = None,
+                       own_score: float | None = None) -> str:
+    """The user message of turn t > 1 for one agent (the authors' construct_message_multi_agent).
+
+    other_answers: (agent index, response at turn t-1) of every OTHER agent, shown as "Agent {index+1}".
+    other_scores / own_score: verifier scores shown with --feedback-in-prompt (None: no feedback lines).
+    Without feedback we drop the instruction's sentence about rewards, which would refer to nothing."""
+    message = "These are the solutions to the problem from other agents: "
+    for k, (agent, answer) in enumerate(other_answers):
+        message += f"\n\n Agent {agent + 1} solution: ```{answer}```"
+        if other_scores is not None:
+            message += (f"\n\n Reward associated with agent {agent + 1}'s solution calculated by verifier: "
+                        f"{other_scores[k]:.3f} out of 1.0")
+    if other_scores is not None:
+        message += "\n\n" + REWARD_EXPLANATION
+    sentence = REWARD_SENTENCE if other_scores is not None else ""
+    message += "\n\n" + DISCUSSION_INSTRUCTION.format(reward_sentence=sentence, question=question)
+    if own_score is not None:  # the authors merge "feedback on your last answer" and the discussion into one user turn
+        message = verifier_feedback(own_score) + "\n\n" + message
+    return message
+
+
+# ----------------------------------------------------------------------------------------------
+# The debate rollout (used by training here and by evaluate.py)
+# ----------------------------------------------------------------------------------------------
+
+
+def _is_peft(model) -> bool:
+    from peft import PeftModel
+
+    return isinstance(model, PeftModel)
+
+
+def run_debate(records: list[dict], models: list, tokenizers: list, adapter_names: list[list[str]],
+               max_new_tokens: int, temperature: float = 0.7, greedy: bool = False, scorer=None,
+               feedback_in_prompt: bool = False, prompt_style: str = "default", generate_batch_size: int = 0) -> dict:
+    """Play a T-turn debate between A agents on B questions (paper Sec. 3.1, Du et al. 2024).
+
+    records: B load_task records {question, answer, task}.
+    models, tokenizers: one per agent (A of them). Agents sharing a base pass the SAME model object; their rows
+      are generated together. Heterogeneous agents pass different models; every agent's chat is rendered and
+      tokenised with its own tokenizer, so the others' answers enter its prompt as text.
+    adapter_names: T lists of A names: the adapter of agent a at turn t; '__base__' = the base model (off-the-shelf).
+    greedy: argmax decoding (evaluation); otherwise sampling at `temperature`.
+    scorer: optional fn(records, responses) -> tensor of scores in [0, 1]; needed for feedback_in_prompt.
+    generate_batch_size: rows per generate call (0: every row of a turn on one base in a single call).
+
+    Turn 1: each agent gets turn1_prompt(question). Turn t > 1: each agent's chat gets a user message with the
+    other agents' turn t-1 responses (discussion_message); its own earlier answers are its assistant messages.
+
+    Returns a dict:
+      responses [T][A][B] str, answers [T][A][B] str | None (extract_answer), prompts [T][A][B] str (what the
+      model saw), correct FloatTensor [B, T, A] (0/1), scores FloatTensor [B, T, A] or None (scorer's output),
+      rollout [T][A]: dict of tensors with B rows from common.generate (query_ids, query_mask, response_ids,
+      response_mask, logprobs, truncated): exactly the tokens PPO trains on."""
+    num_turns, num_agents, batch = len(adapter_names), len(models), len(records)
+    if feedback_in_prompt and scorer is None:
+        raise ValueError("feedback_in_prompt needs a scorer")
+    chats = [[[{"role": "user", "content": turn1_prompt(r["question"], r["task"], prompt_style)}] for r in records]
+             for _ in range(num_agents)]  # chats[a][b]: the conversation agent a has seen on question b
+    groups: dict[int, list[int]] = {}  # agents that share one model object, generated together
+    for a, model in enumerate(models):
+        groups.setdefault(id(model), []).append(a)
+    responses = [[None] * num_agents for _ in range(num_turns)]
+    answers = [[None] * num_agents for _ in range(num_turns)]
+    prompts = [[None] * num_agents for _ in range(num_turns)]
+    rollout = [[None] * num_agents for _ in range(num_turns)]
+    correct = torch.zeros(batch, num_turns, num_agents)
+    scores = torch.zeros(batch, num_turns, num_agents) if scorer is not None else None
+    for t in range(num_turns):
+        if t > 0:  # the discussion message: the other agents' previous answers (and, optionally, scores)
+            for a in range(num_agents):
+                others = [j for j in range(num_agents) if j != a]
+                for b, r in enumerate(records):
+                    fb = feedback_in_prompt
+                    chats[a][b].append({"role": "user", "content": discussion_message(
+                        r["question"], [(j, responses[t - 1][j][b]) for j in others],
+                        other_scores=[float(scores[b, t - 1, j]) for j in others] if fb else None,
+                        own_score=float(scores[b, t - 1, a]) if fb else None)})
+        for agents in groups.values():  # one batched generate per distinct base, every row on its own adapter
+            model, tok = models[agents[0]], tokenizers[agents[0]]
+            texts = [chat_prompt(tok, chats[a][b]) for a in agents for b in range(batch)]
+            names = [adapter_names[t][a] for a in agents for _ in range(batch)]
+            if not _is_peft(model):
+                if any(n != "__base__" for n in names):
+                    raise ValueError(f"adapters {sorted(set(names))} requested but the model has no adapters")
+                names = None
+            out = generate(model, tok, texts, names, max_new_tokens, temperature=temperature, greedy=greedy,
+                           batch_size=generate_batch_size or None)
+            for k, a in enumerate(agents):
+                rows = slice(k * batch, (k + 1) * batch)
+                rollout[t][a] = {key: value[rows] for key, value in out.items()}
+                prompts[t][a] = texts[rows]
+                responses[t][a] = [tok.decode(ids[mask.bool()], skip_special_tokens=True) for ids, mask in
+                                   zip(rollout[t][a]["response_ids"], rollout[t][a]["response_mask"])]
+                answers[t][a] = [extract_answer(text, r["task"]) for text, r in zip(responses[t][a], records)]
+                correct[:, t, a] = torch.tensor([float(ans is not None and ans == r["answer"])
+                                                 for ans, r in zip(answers[t][a], records)])
+                for b in range(batch):
+                    chats[a][b].append({"role": "assistant", "content": responses[t][a][b]})
+        if scorer is not None:
+            flat = [responses[t][a][b] for a in range(num_agents) for b in range(batch)]
+            turn_scores = scorer(records * num_agents, flat).float().cpu()
+            scores[:, t, :] = turn_scores.view(num_agents, batch).T
+    return dict(responses=responses, answers=answers, prompts=prompts, correct=correct, scores=scores,
+                rollout=rollout)
+
+
+# ----------------------------------------------------------------------------------------------
+# Scores, penalties, rewards (pure functions on tensors [..., T, A])
+# ----------------------------------------------------------------------------------------------
+
+
+def has_degenerate_repetition(token_ids: list[int], max_period: int = 20, max_repeats: int = 3, decode=None) -> bool:
+    """True when a block of 1..max_period tokens repeats consecutively more than max_repeats times (the authors'
+    rule). Blocks that decode to digits only (e.g. "1000000") are allowed when `decode` is given."""
+    n = len(token_ids)
+    for period in range(1, max_period + 1):
+        run = 0  # consecutive positions i with ids[i] == ids[i - period]
+        for i in range(period, n):
+            run = run + 1 if token_ids[i] == token_ids[i - period] else 0
+            if run >= period * max_repeats:  # the block ids[i-period+1 .. i] occurred max_repeats + 1 times in a row
+                block = token_ids[i - period + 1: i + 1]
+                if decode is None or not decode(block).strip().isdigit():
+                    return True
+    return False
+
+
+def format_ok(text: str, token_ids: list[int], min_tokens: int, decode=None) -> bool:
+    """The authors' format gate: a \\boxed{} answer, at least min_tokens tokens, and no degenerate repetition."""
+    return has_boxed(text) and len(token_ids) >= min_tokens and not has_degenerate_repetition(token_ids, decode=decode)
+
+
+def apply_penalties(scores: torch.Tensor, good_format: torch.Tensor, truncated: torch.Tensor,
+                    format_penalty: float | None, missing_eos_penalty: float) -> torch.Tensor:
+    """Bad format -> the score becomes format_penalty (None: no format gate); truncated -> + missing_eos_penalty.
+    All tensors have the same shape ([B, T, A])."""
+    if format_penalty is not None:
+        scores = torch.where(good_format.bool(), scores, torch.full_like(scores, format_penalty))
+    return scores + missing_eos_penalty * truncated.float()
+
+
+def influence_aware_rewards(scores: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Influence-aware verification reward (paper Definition 1; the authors' 'discounted_sum'/'all' rule):
+
+        R[t, a] = (s[t, a] + Σ_{t' > t} γ^(t'-t) · mean_j s[t', j]) / Σ_{t' = t..T} γ^(t'-t)
+
+    The agent's own score counts at its turn; at every later turn the mean over ALL agents (itself included)
+    counts. scores: [T, A] or [B, T, A] (penalised scores). Returns the same shape. γ = 0: R = s."""
+    num_turns = scores.shape[-2]
+    turn_mean = scores.mean(dim=-1)  # [..., T]
+    rewards = torch.empty_like(scores)
+    for t in range(num_turns):
+        future = torch.zeros_like(turn_mean[..., t])
+        for k in range(1, num_turns - t):
+            future = future + gamma ** k * turn_mean[..., t + k]
+        normaliser = sum(gamma ** k for k in range(num_turns - t))  # γ^0 = 1 for the current turn, also when γ = 0
+        rewards[..., t, :] = (scores[..., t, :] + future.unsqueeze(-1)) / normaliser
+    return rewards
+
+
+def turn_rewards(scores: torch.Tensor, rule: str, gamma: float) -> torch.Tensor:
+    """R[t, a] under --reward-rule: influence (Definition 1), current (own score), final-mean (mean of the last turn)."""
+    if rule == "influence":
+        return influence_aware_rewards(scores, gamma)
+    if rule == "current":
+        return scores.clone()
+    if rule == "final-mean":
+        return scores[..., -1:, :].mean(dim=-1, keepdim=True).expand_as(scores).clone()
+    arg_error("--reward-rule", f"expected influence, current or final-mean, got {rule!r}")
+
+
+def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: float, beta1: float) -> torch.Tensor:
+    """Collaboration incentives of the paper's Tables 1 and 2. correct: 0/1 tensor [T, A] or [B, T, A].
+
+    "Majority" is the majority of the OTHER agents' correctness at that turn (mean > 0.5: R, < 0.5: W); a tie
+    (mean exactly 0.5, or no other agent) gives no incentive. R = correct, W = wrong.
+
+    Table 1, own revision, added to the agent's answer at t+1:
+        own R->W, majority(t) R: -α1      own R->W, majority(t) W: -α0
+        own W->R, majority(t) W: +α0      own W->R, majority(t) R: +α1
+    Table 2, influence on the others, added to the agent's answer at t:
+        majority R->W, own(t) R: -β1      majority R->W, own(t) W: -β0
+        majority W->R, own(t) W: +β0      majority W->R, own(t) R: +β1
+
+    The authors' code differs (spec decision a): it pays W->R with majority W as +α1 and W->R with majority R as
+    +α0 (swapped), and in Table 2 flips all four signs and swaps β0/β1 in the R->W rows. We follow the paper."""
+    c = correct.float()
+    num_agents = c.shape[-1]
+    if num_agents > 1:
+        others = (c.sum(dim=-1, keepdim=True) - c) / (num_agents - 1)  # [..., T, A]: mean correctness of the others
+    else:
+        others = torch.full_like(c, 0.5)  # no other agent: treat as a tie, no incentive
+    maj_right, maj_wrong = others > 0.5, others < 0.5
+    own_right, own_wrong = c > 0.5, c < 0.5
+    bonus = torch.zeros_like(c)
+    # Table 1: own change t -> t+1 against the others' majority at t; paid at t+1
+    went_wrong = own_right[..., :-1, :] & own_wrong[..., 1:, :]
+    went_right = own_wrong[..., :-1, :] & own_right[..., 1:, :]
+    table1 = (-alpha1 * (went_wrong & maj_right[..., :-1, :]) - alpha0 * (went_wrong & maj_wrong[..., :-1, :])
+              + alpha0 * (went_right & maj_wrong[..., :-1, :]) + alpha1 * (went_right & maj_right[..., :-1, :]))
+    bonus[..., 1:, :] += table1
+    # Table 2: the others' majority changes t -> t+1, given the agent's own answer at t; paid at t
+    maj_went_wrong = maj_right[..., :-1, :] & maj_wrong[..., 1:, :]
+    maj_went_right = maj_wrong[..., :-1, :] & maj_right[..., 1:, :]
+    own_r, own_w = own_right[..., :-1, :], own_wrong[..., :-1, :]
+    table2 = (-beta1 * (maj_went_wrong & own_r) - beta0 * (maj_went_wrong & own_w)
+              + beta0 * (maj_went_right & own_w) + beta1 * (maj_went_right & own_r))
+    bonus[..., :-1, :] += table2
+    return bonus
+
+
+def kl_shaped_rewards(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, response_mask: torch.Tensor,
+                      final_reward: torch.Tensor, kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token rewards of one (turn, agent) (paper Sec. 3.2, r_θ): r_k = -kl_coef · KL_k at every valid token
+    (k1 estimator log π - log π_ref), plus the final scalar R + b at the last valid token (the EOS, or the last
+    token of a truncated response). Shapes [B, L], [B, L], [B, L], [B]. Returns (rewards, kl), both 0 on padding;
+    rewards.sum(1) == final_reward - kl_coef * kl.sum(1)."""
+    kl = kl_k1(logprobs, ref_logprobs) * response_mask
+    rewards = -kl_coef * kl
+    last = (response_mask.sum(dim=1).long() - 1).clamp(min=0)  # the mask is a contiguous prefix
+    rewards[torch.arange(rewards.shape[0]), last] += final_reward.to(rewards.dtype)
+    return rewards, kl
+
+
+def token_mean(per_token: torch.Tensor, response_mask: torch.Tensor, num_tokens: torch.Tensor) -> torch.Tensor:
+    """---- LOSS NORMALISATION: the one place. ----
+    A micro-batch's token SUM divided by num_tokens, the valid tokens of this (turn, agent) in the whole
+    MINIBATCH: summing the micro-batch losses gives exactly the minibatch's token-mean (gradient accumulation).
+    For several processes, num_tokens becomes the global count (common.allreduce_sum)."""
+    return (per_token * response_mask).sum() / num_tokens
+
+
+def policy_loss(new_logprobs, old_logprobs, advantages, response_mask, num_tokens, cliprange: float):
+    """PPO's clipped surrogate for one (turn, agent) micro-batch (paper Sec. 3.2, L_Surrogate), as a loss:
+    max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε)) per token, ρ = π_new/π_old. Returns (loss, stats as token sums and a max)."""
+    logratio = (new_logprobs - old_logprobs) * response_mask
+    ratio = torch.exp(logratio)
+    pg_losses = -advantages * ratio
+    pg_losses_clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
+    pg_loss_per_token = torch.max(pg_losses, pg_losses_clipped)
+    with torch.no_grad():
+        m = response_mask
+        stats = dict(tokens=m.sum(), pg_loss=(pg_loss_per_token * m).sum(), approxkl=(0.5 * logratio ** 2 * m).sum(),
+                     clipfrac=((pg_losses_clipped > pg_losses).float() * m).sum(), ratio=(ratio * m).sum(),
+                     max_abs_logratio=logratio.abs().max())
+    return token_mean(pg_loss_per_token, response_mask, num_tokens), stats
+
+
+def value_loss(new_values, old_values, returns, response_mask, num_tokens, cliprange_value: float):
+    """Clipped value loss for one (turn, agent) micro-batch (paper Sec. 3.2, L_Value; TRL's form):
+    0.5 · max((V - G)², (clip(V, V_old ± c) - G)²) per token, G = the GAE returns. Returns (loss, stats)."""
+    values_clipped = old_values + torch.clamp(new_values - old_values, -cliprange_value, cliprange_value)
+    vf_losses, vf_losses_clipped = (new_values - returns) ** 2, (values_clipped - returns) ** 2
+    vf_loss_per_token = 0.5 * torch.max(vf_losses, vf_losses_clipped)
+    with torch.no_grad():
+        m = response_mask
+        stats = dict(vf_loss=(vf_loss_per_token * m).sum(), vf_clipfrac=((vf_losses_clipped > vf_losses).float() * m).sum())
+    return token_mean(vf_loss_per_token, response_mask, num_tokens), stats
+
+
+# ----------------------------------------------------------------------------------------------
+# Models, adapters, value heads, optimisers
+# ----------------------------------------------------------------------------------------------
+
+
+def policy_adapter_name(sharing: str, turn: int, agent: int) -> str:
+    """The LoRA adapter that plays agent `agent` (0-based) at turn `turn` (0-based)."""
+    if sharing == "agent":
+        return f"agent{agent}"
+    if sharing == "agent-turn":
+        return f"agent{agent}_turn{turn + 1}"
+    if sharing == "shared":
+        return "policy"
+    arg_error("--policy-sharing", f"expected agent, agent-turn or shared, got {sharing!r}")
+
+
+@dataclass
+class Team:
+    """Everything trainable, built once by build_team()."""
+    base_names: list[str]  # distinct base models
+    bases: list  # one PeftModel per distinct base (policy adapters + 'critic')
+    tokenizers: list  # one per distinct base
+    agent_base: list[int]  # base index of each agent
+    adapter_names: list[list[str]]  # [T][A] adapter of each (turn, agent); '__base__' for untrained turns
+    trained: list[tuple[int, int]]  # the (turn, agent) pairs PPO trains, 0-based
+    base_adapters: list[list[str]]  # adapters on each base (the critic last)
+    heads: nn.ModuleDict  # value heads, keyed by head_keys[(t, a)]
+    head_keys: dict  # (t, a) -> key in heads
+    optimizers: dict  # "adapter" (or "base{i}/adapter") -> AdamW; "critic" holds the critic LoRA + its heads
+
+    def models(self) -> list:  # per agent, for run_debate
+        return [self.bases[i] for i in self.agent_base]
+
+    def agent_tokenizers(self) -> list:
+        return [self.tokenizers[i] for i in self.agent_base]
+
+
+def agent_models(args: Args) -> list[str]:
+    """The base model of each agent: --models a,b,... or --model for everyone."""
+    names = [m.strip() for m in args.models.split(",")] if args.models else [args.model] * args.num_agents
+    if len(names) != args.num_agents:
+        arg_error("--models", f"gives {len(names)} models but --num-agents is {args.num_agents}")
+    return names
+
+
+def train_turn_indices(args: Args) -> list[int]:
+    """--train-turns (1-based) as 0-based turn indices; all turns by default."""
+    turns = [t - 1 for t in parse_int_list(args.train_turns, "--train-turns")] or list(range(args.num_turns))
+    if any(not 0 <= t < args.num_turns for t in turns):
+        arg_error("--train-turns", f"turns are 1..{args.num_turns}, got {args.train_turns!r}")
+    return sorted(set(turns))
+
+
+def build_team(args: Args, device: str) -> Team:
+    """Load each distinct base once; seed with --seed; add the policy adapters and the critic adapter, the value
+    heads, and one optimiser per adapter."""
+    names = agent_models(args)
+    base_names = list(dict.fromkeys(names))
+    agent_base = [base_names.index(n) for n in names]
+    train_turns = train_turn_indices(args)
+    adapter_names = [[policy_adapter_name(args.policy_sharing, t, a) if t in train_turns else "__base__"
+                      for a in range(args.num_agents)] for t in range(args.num_turns)]
+    trained = [(t, a) for t in train_turns for a in range(args.num_agents)]
+    models = [load_model(name, args.dtype, args.quant, device) for name in base_names]
+    tokenizers = [load_tokenizer(name) for name in base_names]
+    seed_everything(args.seed)  # after loading: building `tiny` the first time reseeds torch's RNG
+    bases, base_adapters = [], []
+    for i, model in enumerate(models):
+        own = sorted({adapter_names[t][a] for t, a in trained if agent_base[a] == i})
+        bases.append(add_adapters(model, own + ["critic"], r=args.lora_r, alpha=args.lora_alpha))
+        base_adapters.append(own + ["critic"])
+    head_keys, heads = {}, nn.ModuleDict()
+    for t, a in trained:
+        key = f"turn{t + 1}" + (f"_agent{a}" if args.critic_per_agent else ("" if len(bases) == 1 else f"_base{agent_base[a]}"))
+        head_keys[(t, a)] = key
+        if key not in heads:
+            heads[key] = ValueHead(hidden_size(bases[agent_base[a]])).to(device)
+    optimizers = {}
+    for i, model in enumerate(bases):  # one AdamW per adapter, built from that adapter's parameters only
+        prefix = "" if len(bases) == 1 else f"base{i}/"
+        for name in base_adapters[i]:
+            params = adapter_parameters(model, name)
+            if name == "critic":
+                params += [p for (t, a), key in head_keys.items() if agent_base[a] == i for p in heads[key].parameters()]
+                params = list({id(p): p for p in params}.values())  # a head shared by several agents: once
+            optimizers[prefix + name] = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
+    return Team(base_names, bases, tokenizers, agent_base, adapter_names, trained, base_adapters, heads, head_keys,
+                optimizers)
+
+
+def make_scorer(args: Args, device: str):
+    """fn(records, responses) -> FloatTensor of scores: 0/1 correctness, or the verifier's probability."""
+    if args.scorer == "ground-truth":
+        def ground_truth(records, responses):
+            return torch.tensor([float(extract_answer(text, r["task"]) == r["answer"]) for r, text in zip(records, responses)])
+        return ground_truth
+    from train_verifier import load_verifier, score  # imported only when a verifier is used
+
+    verifier = load_verifier(args.verifier, device)
+
+    def verifier_score(records, responses):  # the verifier sees the question and the answer, not the discussion
+        return score(verifier, [r["question"] for r in records], responses, batch_size=args.verifier_batch_size)
+    return verifier_score
+
+
+# ----------------------------------------------------------------------------------------------
+# Experience (no grad) and the PPO update
+# ----------------------------------------------------------------------------------------------
+
+
+def _rows(exp: dict, t: int, agents: list[int], rows: torch.Tensor | None, keys: list[str]) -> dict:
+    """Concatenate the chosen rows of several agents' experience at turn t (all agents of one base at one turn
+    come from the same generate call, so their tensors have equal widths), then drop all-padding columns."""
+    out = {k: torch.cat([exp[(t, a)][k] if rows is None else exp[(t, a)][k][rows] for a in agents]) for k in keys}
+    for q_ids, q_mask in (("query_ids", "query_mask"), ("critic_query_ids", "critic_query_mask")):
+        if q_mask in out:  # left padding: keep from the first column any row uses
+            first = int(out[q_mask].any(0).float().argmax())
+            out[q_ids], out[q_mask] = out[q_ids][:, first:], out[q_mask][:, first:]
+    width = int(out["response_mask"].any(0).nonzero().max()) + 1  # right padding: keep up to the last used column
+    for k in keys:
+        if not k.startswith(("query", "critic_query")) and out[k].dim() == 2:
+            out[k] = out[k][:, :width]
+    return out
+
+
+def _forward(model, batch: dict, names: list[str], temperature: float, critic: bool, **kwargs) -> dict:
+    q = "critic_query" if critic else "query"
+    return forward_responses(model, batch[f"{q}_ids"], batch[f"{q}_mask"], batch["response_ids"], batch["response_mask"],
+                             names, temperature, **kwargs)
+
+
+def _forward_chunks(model, batch: dict, names: list[str], size: int, temperature: float, critic: bool, **kwargs) -> dict:
+    """_forward over chunks of `size` rows (bounded memory), outputs concatenated."""
+    outs = [_forward(model, {k: v[s:s + size] for k, v in batch.items()}, names[s:s + size], temperature, critic, **kwargs)
+            for s in range(0, len(names), size)]
+    return {k: torch.cat([o[k] for o in outs]) for k in outs[0] if outs[0][k] is not None}
+
+
+def _turn_groups(team: Team, t: int) -> list[tuple[int, list[int]]]:
+    """(base index, trained agents on that base) at turn t."""
+    groups = []
+    for i in range(len(team.bases)):
+        agents = [a for tt, a in team.trained if tt == t and team.agent_base[a] == i]
+        if agents:
+            groups.append((i, agents))
+    return groups
+
+
+@torch.no_grad()
+def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args: Args) -> dict:
+    """For every trained (turn, agent): old and reference log-probs, values, entropy, KL-shaped rewards,
+    GAE advantages (whitened) and returns. final_rewards: [B, T, A] = R + b. Returns {(t, a): dict of tensors}."""
+    exp = {}
+    for t in sorted({t for t, _ in team.trained}):
+        for i, agents in _turn_groups(team, t):
+            for a in agents:
+                ro = debate["rollout"][t][a]
+                critic_src = ro if args.critic_history else debate["rollout"][0][a]  # authors: turn-1 prompt only
+                exp[(t, a)] = dict(query_ids=ro["query_ids"], query_mask=ro["query_mask"], response_ids=ro["response_ids"],
+                                   response_mask=ro["response_mask"], critic_query_ids=critic_src["query_ids"],
+                                   critic_query_mask=critic_src["query_mask"])
+            model, n, size = team.bases[i], len(debate["records"]), args.forward_batch_size
+            batch = _rows(exp, t, agents, None, list(exp[(t, agents[0])]))
+            names = [team.adapter_names[t][a] for a in agents for _ in range(n)]
+            # 4. log-probs of the rollout policy (+ entropy), of the reference (adapters off), and the values
+            policy = _forward_chunks(model, batch, names, size, args.temperature, False, output_entropy=True)
+            hidden = _forward_chunks(model, batch, ["critic"] * len(names), size, args.temperature, True,
+                                     output_hidden=True)["hidden"]
+            old_logprobs, entropy = policy["logprobs"], policy["entropy"]
+            ref_logprobs = batched(lambda **rows: reference_logprobs(model, **rows, temperature=args.temperature),
+                                   {k: batch[k] for k in ("query_ids", "query_mask", "response_ids", "response_mask")},
+                                   size)
+            for k, a in enumerate(agents):
+                rows = slice(k * n, (k + 1) * n)
+                mask = batch["response_mask"][rows]
+                values = team.heads[team.head_keys[(t, a)]](hidden[rows]) * mask
+                # 5. per-token rewards, GAE within each response, advantages whitened over this (turn, agent)
+                rewards, kl = kl_shaped_rewards(old_logprobs[rows], ref_logprobs[rows], mask,
+                                                final_rewards[:, t, a].to(mask.device), args.kl_coef)
+                advantages, returns = gae(rewards, values, mask, args.gae_gamma, args.gae_lambda)
+                e = exp[(t, a)]
+                e.update({key: batch[key][rows] for key in batch})  # the trimmed tensors
+                e.update(old_logprobs=old_logprobs[rows], ref_logprobs=ref_logprobs[rows], old_values=values, kl=kl,
+                         rewards=rewards, entropy=entropy[rows], returns=returns,
+                         advantages=masked_whiten(advantages, mask))
+    return exp
+
+
+def ppo_update(team: Team, exp: dict, args: Args) -> dict:
+    """--ppo-epochs passes of shuffled minibatches over the rollout. Per minibatch, for every micro-batch and
+    turn: one padded policy forward for all trained agents of a base (each row on its own adapter), their
+    clipped surrogates summed and back-propagated; then one critic forward, the value losses summed and
+    back-propagated (one graph alive at a time). Gradients accumulate over micro-batches, turns and agents; then
+    every optimiser clips its gradient norm and steps once. A non-finite loss skips the minibatch's step.
+    Returns {(t, a): list of per-minibatch stats (token sums)}, 'skipped' and 'grad_norm/<optimiser>' lists."""
+    n = next(iter(exp.values()))["response_mask"].shape[0]
+    mb_size = args.minibatch_questions or n
+    micro = min(args.micro_batch_questions or mb_size, mb_size)
+    keys = ["query_ids", "query_mask", "response_ids", "response_mask", "critic_query_ids", "critic_query_mask",
+            "old_logprobs", "old_values", "advantages", "returns"]
+    stats = {key: [] for key in exp}
+    stats.update(skipped=0, **{f"grad_norm/{name}": [] for name in team.optimizers})
+    turns = sorted({t for t, _ in team.trained})
+    for epoch in range(args.ppo_epochs):
+        perm = torch.randperm(n)
+        for start in range(0, n, mb_size):
+            minibatch = perm[start:start + mb_size]
+            num_tokens = {key: e["response_mask"][minibatch].sum() for key, e in exp.items()}
+            mb_stats, finite = {key: [] for key in exp}, True
+            for opt in team.optimizers.values():
+                opt.zero_grad(set_to_none=True)
+            for m_start in range(0, len(minibatch), micro):
+                rows = minibatch[m_start:m_start + micro]
+                for t in turns:
+                    for i, agents in _turn_groups(team, t):
+                        batch = _rows(exp, t, agents, rows, keys)
+                        size = len(rows)
+                        names = [team.adapter_names[t][a] for a in agents for _ in range(size)]
+                        parts = [slice(k * size, (k + 1) * size) for k in range(len(agents))]
+                        # policy: every row on its own agent's adapter; gradients reach each row's adapter only
+                        new_logprobs = _forward(team.bases[i], batch, names, args.temperature, False)["logprobs"]
+                        pg_total, pg_stats = 0.0, []
+                        for a, r in zip(agents, parts):
+                            loss, s = policy_loss(new_logprobs[r], batch["old_logprobs"][r], batch["advantages"][r],
+                                                  batch["response_mask"][r], num_tokens[(t, a)], args.cliprange)
+                            pg_total = pg_total + loss
+                            pg_stats.append(s)
+                        finite = finite and bool(torch.isfinite(pg_total))
+                        if finite:
+                            pg_total.backward()
+                        # critic: the 'critic' adapter on every row, then this turn's value head(s)
+                        hidden = _forward(team.bases[i], batch, ["critic"] * len(names), args.temperature, True,
+                                          output_hidden=True)["hidden"]
+                        vf_total = 0.0
+                        for a, r, s in zip(agents, parts, pg_stats):
+                            mask = batch["response_mask"][r]
+                            new_values = team.heads[team.head_keys[(t, a)]](hidden[r]) * mask
+                            loss, vs = value_loss(new_values, batch["old_values"][r], batch["returns"][r], mask,
+                                                  num_tokens[(t, a)], args.cliprange_value)
+                            vf_total = vf_total + args.vf_coef * loss
+                            mb_stats[(t, a)].append({**s, **vs})
+                        finite = finite and bool(torch.isfinite(vf_total))
+                        if finite:
+                            vf_total.backward()
+            # each optimiser clips the global norm of its own parameters' gradients, then steps once
+            norms = {name: float(torch.nn.utils.clip_grad_norm_([p for g in opt.param_groups for p in g["params"]],
+                                                                args.max_grad_norm))
+                     for name, opt in team.optimizers.items()}
+            if not finite or not all(math.isfinite(v) for v in norms.values()):
+                warnings.warn(f"non-finite PPO loss or gradient in epoch {epoch}; skipping this minibatch's step")
+                stats["skipped"] += 1
+                continue
+            for name, opt in team.optimizers.items():
+                stats[f"grad_norm/{name}"].append(norms[name])
+                opt.step()
+            for key, pieces in mb_stats.items():
+                total = {k: float(sum(p[k] for p in pieces)) for k in pieces[0] if k != "max_abs_logratio"}
+                total["max_abs_logratio"] = float(max(p["max_abs_logratio"] for p in pieces))
+                stats[key].append(total)
+    return stats
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints, data order, logging helpers
+# ----------------------------------------------------------------------------------------------
+
+
+def questions_for_step(records: list[dict], step: int, n: int, seed: int) -> list[dict]:
+    """The n questions of update `step`: consecutive slices of a seeded shuffle, reshuffled every pass (resumable)."""
+    per_pass = len(records) // n
+    epoch, k = divmod(step, per_pass)
+    order = list(range(len(records)))
+    random.Random(f"cotrain-{seed}-{epoch}").shuffle(order)
+    return [records[i] for i in order[k * n:(k + 1) * n]]
+
+
+def learning_rate(args: Args, step: int) -> float:
+    """Linear decay from lr to lr * lr_end_factor over --updates (the authors' LinearLR)."""
+    return args.lr * (1.0 - (1.0 - args.lr_end_factor) * min(step, args.updates) / max(1, args.updates))
+
+
+def save_state(run_dir: Path, team: Team, step: int, args: Args):
+    """checkpoint.pt (everything --resume needs, written atomically) plus peft adapter folders, the value
+    heads and debate.json (which adapter plays which turn and agent) for evaluate.py."""
+    save_checkpoint(run_dir / "checkpoint.pt", dict(
+        step=step, heads=team.heads.state_dict(), rng=rng_state(),
+        adapters=[{name: adapter_state_dict(m, name) for name in names} for m, names in zip(team.bases, team.base_adapters)],
+        optimizers={name: opt.state_dict() for name, opt in team.optimizers.items()}))
+    dirs = ["adapters" if len(team.bases) == 1 else f"adapters_base{i}" for i in range(len(team.bases))]
+    for model, names, folder in zip(team.bases, team.base_adapters, dirs):
+        save_adapters(model, names, run_dir / folder)
+    torch.save(team.heads.state_dict(), run_dir / "value_heads.pt")
+    info = dict(models=[team.base_names[i] for i in team.agent_base], adapters=team.adapter_names,
+                adapter_dirs=[dirs[i] for i in team.agent_base], prompt_style=args.prompt_style, step=step,
+                feedback_in_prompt=args.feedback_in_prompt, num_turns=args.num_turns, dataset=args.dataset)
+    (run_dir / "debate.json").write_text(json.dumps(info, indent=2))
+
+
+def load_state(run_dir: Path, team: Team) -> int:
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    for model, adapters in zip(team.bases, state["adapters"]):
+        for name, tensors in adapters.items():
+            load_adapter_state_dict(model, name, tensors)
+    team.heads.load_state_dict(state["heads"])
+    for name, opt in team.optimizers.items():
+        opt.load_state_dict(state["optimizers"][name])
+    set_rng_state(state["rng"])
+    return state["step"]
+
+
+def resume_args(args: Args) -> Args:
+    """On --resume the run's args.json is the base; flags that differ from the defaults override it."""
+    path = Path(args.resume) / "args.json"
+    if not path.exists():
+        arg_error("--resume", f"{path} does not exist")
+    saved, defaults = json.loads(path.read_text()), Args()
+    merged = {f.name: saved.get(f.name, getattr(defaults, f.name)) for f in dataclasses.fields(Args)}
+    for f in dataclasses.fields(Args):
+        if getattr(args, f.name) != getattr(defaults, f.name):
+            merged[f.name] = getattr(args, f.name)
+    return Args(**merged)
+
+
+def check_args(args: Args):
+    if args.num_agents < 1 or args.num_turns < 1:
+        arg_error("--num-agents/--num-turns", "need at least one agent and one turn")
+    if args.scorer not in ("ground-truth", "verifier"):
+        arg_error("--scorer", f"expected ground-truth or verifier, got {args.scorer!r}")
+    if args.scorer == "verifier" and not args.verifier:
+        arg_error("--verifier", "--scorer verifier needs --verifier PATH (a train_verifier.py checkpoint)")
+    if args.verifier and args.scorer != "verifier":
+        arg_error("--verifier", "is given but --scorer is ground-truth; add --scorer verifier")
+    if args.questions_per_update < 1 or args.micro_batch_questions < 0 or args.minibatch_questions < 0:
+        arg_error("--questions-per-update", "batch sizes must be positive")
+    if args.reward_rule not in ("influence", "current", "final-mean"):
+        arg_error("--reward-rule", f"expected influence, current or final-mean, got {args.reward_rule!r}")
+    policy_adapter_name(args.policy_sharing, 0, 0)
+    turn1_prompt("", "math", args.prompt_style)
+    agent_models(args)
+    train_turn_indices(args)
+
+
+def print_sample(step: int, debate: dict, scores: torch.Tensor, penalized: torch.Tensor, rewards: torch.Tensor,
+                 chars: int = 400):
+    record = debate["records"][0]
+    print(f"\n=== sample debate, update {step} | gold {record['answer']} ===\nQ: {record['question']}")
+    for t, turn in enumerate(debate["responses"]):
+        for a, texts in enumerate(turn):
+            text = texts[0] if len(texts[0]) <= chars else texts[0][:chars] + " [...]"
+            print(f"--- turn {t + 1}, agent {a}: answer={debate['answers'][t][a][0]} score={scores[0, t, a]:.3f} "
+                  f"penalised={penalized[0, t, a]:.3f} reward={rewards[0, t, a]:.3f}\n{text}")
+    print("=" * 40)
+
+
+def rollout_metrics(debate: dict, scores: torch.Tensor, penalized: torch.Tensor, rewards: torch.Tensor,
+                    bonus: torch.Tensor) -> dict:
+    """Per turn and per (agent, turn): majority-vote accuracy, correctness, scores, rewards, bonuses, lengths."""
+    metrics = {}
+    num_turns, num_agents = scores.shape[1], scores.shape[2]
+    for t in range(num_turns):
+        votes = [majority_vote_accuracy([debate["answers"][t][a][b] for a in range(num_agents)], r["answer"])
+                 for b, r in enumerate(debate["records"])]
+        metrics[f"turn{t + 1}/accuracy"] = sum(votes) / len(votes)
+        for a in range(num_agents):
+            ro = debate["rollout"][t][a]
+            p = f"agent{a}/turn{t + 1}/"
+            metrics.update({p + "correct": debate["correct"][:, t, a].mean().item(), p + "score": scores[:, t, a].mean().item(),
+                            p + "penalized_score": penalized[:, t, a].mean().item(), p + "reward": rewards[:, t, a].mean().item(),
+                            p + "bonus": bonus[:, t, a].mean().item(),
+                            p + "completions/mean_length": ro["response_mask"].sum(1).float().mean().item(),
+                            p + "completions/clipped_ratio": ro["truncated"].float().mean().item()})
+    metrics.update({"objective/scores": scores.mean().item(), "objective/penalized_scores": penalized.mean().item(),
+                    "objective/rewards": rewards.mean().item(), "objective/bonus": bonus.mean().item(),
+                    "objective/correct": debate["correct"].mean().item(),
+                    "objective/format_penalized_frac": (penalized < scores - 1e-6).float().mean().item()})
+    lengths = torch.cat([ro["response_mask"].sum(1).float().cpu() for turn in debate["rollout"] for ro in turn])
+    truncated = torch.cat([ro["truncated"].float().cpu() for turn in debate["rollout"] for ro in turn])
+    metrics.update({"completions/mean_length": lengths.mean().item(), "completions/clipped_ratio": truncated.mean().item()})
+    return metrics
+
+
+def ppo_metrics(exp: dict, stats: dict, num_agents: int) -> dict:
+    """PPO statistics per agent (token-weighted over its trained turns and all minibatches) and overall."""
+    metrics, per_agent = {}, {a: [] for a in range(num_agents)}
+    for (t, a) in exp:
+        per_agent[a].append((t, a))
+    for a, keys in list(per_agent.items()) + [(None, list(exp))]:
+        if not keys:
+            continue
+        prefix = "" if a is None else f"agent{a}/"
+        mb = [s for key in keys for s in stats[key]]
+        tokens = sum(s["tokens"] for s in mb) or float("nan")
+        masks = [exp[k]["response_mask"] for k in keys]
+        metrics.update({
+            prefix + "objective/kl": sum(exp[k]["kl"].sum() for k in keys).item() / sum(m.shape[0] for m in masks),
+            prefix + "objective/entropy": sum((exp[k]["entropy"] * m).sum() for k, m in zip(keys, masks)).item() / sum(m.sum() for m in masks).item(),
+            prefix + "policy/approxkl": sum(s["approxkl"] for s in mb) / tokens,
+            prefix + "policy/clipfrac": sum(s["clipfrac"] for s in mb) / tokens,
+            prefix + "val/clipfrac": sum(s["vf_clipfrac"] for s in mb) / tokens,
+            prefix + "val/ratio": sum(s["ratio"] for s in mb) / tokens,
+            prefix + "loss/policy": sum(s["pg_loss"] for s in mb) / tokens,
+            prefix + "loss/value": sum(s["vf_loss"] for s in mb) / tokens,
+            prefix + "val/explained_variance": sum(explained_variance(exp[k]["old_values"], exp[k]["returns"],
+                                                                      exp[k]["response_mask"]) for k in keys) / len(keys),
+        })
+    for key, value in stats.items():
+        if isinstance(key, str) and key.startswith("grad_norm/") and value:
+            metrics[key] = sum(value) / len(value)
+    metrics["train/skipped_minibatches"] = stats["skipped"]
+    return metrics
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------
+
+
+def rollout_step(team: Team, args: Args, records: list[dict], scorer) -> tuple[dict, dict, dict]:
+    """Stages 1-5 of one update: the debate, scores and penalties, rewards, experience. Returns
+    (debate, exp, tensors) with tensors = dict(scores, penalized, rewards, bonus), each [B, T, A]."""
+    # 1. play the debate: all agents of a turn in one generate call, each row on its own adapter
+    debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names, args.max_new_tokens,
+                        temperature=args.temperature, scorer=scorer, feedback_in_prompt=args.feedback_in_prompt,
+                        prompt_style=args.prompt_style, generate_batch_size=args.generate_batch_size)
+    debate["records"] = records
+    # 2. score answers; penalise bad format and truncation
+    scores = debate["scores"]
+    good, truncated = torch.zeros_like(scores, dtype=torch.bool), torch.zeros_like(scores, dtype=torch.bool)
+    for t in range(args.num_turns):
+        for a in range(args.num_agents):
+            ro, tok = debate["rollout"][t][a], team.agent_tokenizers()[a]
+            truncated[:, t, a] = ro["truncated"].cpu()
+            for b, text in enumerate(debate["responses"][t][a]):
+                ids = ro["response_ids"][b][ro["response_mask"][b].bool()].tolist()
+                good[b, t, a] = format_ok(text, ids, args.min_response_tokens, decode=tok.decode)
+    penalized = apply_penalties(scores, good, truncated, args.format_penalty if args.penalize_format else None,
+                                args.missing_eos_penalty)
+    # 3. influence-aware reward (Definition 1) + incentives (Tables 1-2, on 0/1 correctness)
+    bonus = incentive_bonus(debate["correct"], args.alpha0, args.alpha1, args.beta0, args.beta1)
+    rewards = turn_rewards(penalized, args.reward_rule, args.influence_gamma) + bonus
+    # 4-5. old/reference log-probs, values; KL-shaped per-token rewards, GAE, whitened advantages (make_experience)
+    exp = make_experience(team, debate, rewards, args)
+    return debate, exp, dict(scores=scores, penalized=penalized, rewards=rewards, bonus=bonus)
+
+
+def main(args: Args, score_fn=None) -> Path:
+    """Train; returns the run folder. score_fn(records, responses) -> scores overrides --scorer (tests use a
+    synthetic one)."""
+    if args.resume:
+        args = resume_args(args)
+    check_args(args)
+    device = args.device or default_device()
+    run_dir = start_run(args, "cotrain")
+    team = build_team(args, device)  # seeds everything with --seed
+    scorer = score_fn or make_scorer(args, device)
+    records = load_task(args.dataset, "train", limit=args.train_limit or None, seed=args.seed,
+                        skip_bad_rows=args.skip_bad_rows)
+    if len(records) < args.questions_per_update:
+        arg_error("--questions-per-update", f"is {args.questions_per_update} but {args.dataset} has {len(records)} questions")
+    start = load_state(run_dir, team) if args.resume else 0
+    if args.resume:
+        print(f"resumed {run_dir} from update {start}")
+    print(f"{args.num_agents} agents x {args.num_turns} turns on {args.dataset} | bases {team.base_names} | "
+          f"trained (turn, agent): {[(t + 1, a) for t, a in team.trained]} | adapters {team.base_adapters}")
+    bar = tqdm(range(start, args.updates), initial=start, total=args.updates, desc="cotrain")
+    for step in bar:
+        lr = learning_rate(args, step)
+        for opt in team.optimizers.values():
+            for group in opt.param_groups:
+                group["lr"] = lr
+        records_now = questions_for_step(records, step, args.questions_per_update, args.seed)
+        t0 = time.time()
+        debate, exp, r = rollout_step(team, args, records_now, scorer)
+        t1 = time.time()
+        kl_per_agent = {key: e["kl"].sum(1).mean().item() for key, e in exp.items()}
+        worst = max(kl_per_agent, key=kl_per_agent.get)
+        if kl_per_agent[worst] > args.max_kl:
+            save_state(run_dir, team, step, args)
+            raise SystemExit(f"stopped at update {step}: turn {worst[0] + 1} agent {worst[1]} has KL "
+                             f"{kl_per_agent[worst]:.2f} > --max-kl {args.max_kl} to the reference. The checkpoint of "
+                             f"update {step} is kept in {run_dir}; lower --lr or raise --kl-coef.")
+        # 6. PPO on every trained (turn, agent); one step per optimiser per minibatch
+        stats = ppo_update(team, exp, args)
+        metrics = dict(step=step + 1, lr=lr, **rollout_metrics(debate, r["scores"], r["penalized"], r["rewards"], r["bonus"]),
+                       **ppo_metrics(exp, stats, args.num_agents), **{"timing/rollout": t1 - t0, "timing/update": time.time() - t1})
+        log_metrics(run_dir, metrics)
+        last = f"turn{args.num_turns}/accuracy"
+        bar.set_postfix(acc=f"{metrics[last]:.2f}", score=f"{metrics['objective/scores']:.2f}",
+                        kl=f"{metrics['objective/kl']:.3f}", clip=f"{metrics['policy/clipfrac']:.3f}")
+        if stats["skipped"]:
+            tqdm.write(f"warning: update {step + 1}: skipped {stats['skipped']} minibatch step(s) with a non-finite loss")
+        if args.log_every and (step + 1) % args.log_every == 0:
+            tqdm.write(f"update {step + 1}: " + format_metrics(metrics, [f"turn{t + 1}/accuracy" for t in range(args.num_turns)] + [
+                "objective/scores", "objective/penalized_scores", "objective/rewards", "objective/kl", "policy/clipfrac",
+                "val/clipfrac", "loss/value", "objective/entropy", "timing/rollout", "timing/update"]))
+        if args.sample_every and (step + 1) % args.sample_every == 0:
+            print_sample(step + 1, debate, r["scores"], r["penalized"], r["rewards"])
+        if (args.save_every and (step + 1) % args.save_every == 0) or step + 1 == args.updates:
+            save_state(run_dir, team, step + 1, args)
+    if start >= args.updates:
+        print(f"nothing to do: the checkpoint is at update {start} and --updates is {args.updates}")
+    print(f"done. metrics: {run_dir / 'metrics.jsonl'} | adapters: {run_dir / 'adapters'} (agents and turns: "
+          f"{run_dir / 'debate.json'}) | checkpoint: {run_dir / 'checkpoint.pt'}")
+    return run_dir
+
+
+if __name__ == "__main__":
+    main(parse_args(Args))
