@@ -939,6 +939,21 @@ def start_run(args, script: str) -> Path:
     return run_dir
 
 
+def resumed_args(args):
+    """--resume: the run's saved args.json is the base; every flag of this command line that differs from its
+    default overrides it (e.g. a larger --updates). A flag cannot be set back to its default on resume."""
+    path = Path(args.resume) / "args.json"
+    if not path.exists():
+        arg_error("--resume", f"{path} does not exist")
+    cls = type(args)
+    saved, defaults = json.loads(path.read_text()), cls()
+    merged = {f.name: saved.get(f.name, getattr(defaults, f.name)) for f in dataclasses.fields(cls)}
+    for f in dataclasses.fields(cls):
+        if getattr(args, f.name) != getattr(defaults, f.name):
+            merged[f.name] = getattr(args, f.name)
+    return cls(**merged)
+
+
 def log_metrics(run_dir: Path, metrics: dict):
     """Append one JSON object (one step) to metrics.jsonl; only rank 0 writes."""
     if is_main_process():

@@ -75,6 +75,7 @@ from common import (ValueHead, adapter_parameters, adapter_state_dict, add_adapt
                     load_task, load_tokenizer, log_metrics, majority_vote_accuracy, masked_whiten, parse_args,
                     parse_int_list, reference_logprobs, rng_state, save_adapters, save_checkpoint, seed_everything,
                     set_rng_state, start_run, turn1_prompt)
+from common import resumed_args
 
 
 @dataclass
@@ -744,19 +745,6 @@ def load_state(run_dir: Path, team: Team) -> int:
     return state["step"]
 
 
-def resume_args(args: Args) -> Args:
-    """On --resume the run's args.json is the base; flags that differ from the defaults override it."""
-    path = Path(args.resume) / "args.json"
-    if not path.exists():
-        arg_error("--resume", f"{path} does not exist")
-    saved, defaults = json.loads(path.read_text()), Args()
-    merged = {f.name: saved.get(f.name, getattr(defaults, f.name)) for f in dataclasses.fields(Args)}
-    for f in dataclasses.fields(Args):
-        if getattr(args, f.name) != getattr(defaults, f.name):
-            merged[f.name] = getattr(args, f.name)
-    return Args(**merged)
-
-
 def check_args(args: Args):
     if args.num_agents < 1 or args.num_turns < 1:
         arg_error("--num-agents/--num-turns", "need at least one agent and one turn")
@@ -883,7 +871,7 @@ def main(args: Args, score_fn=None) -> Path:
     """Train; returns the run folder. score_fn(records, responses) -> scores overrides --scorer (tests use a
     synthetic one)."""
     if args.resume:
-        args = resume_args(args)
+        args = resumed_args(args)
     check_args(args)
     device = args.device or default_device()
     run_dir = start_run(args, "cotrain")

@@ -85,6 +85,7 @@ from common import (adapter_parameters, adapter_state_dict, add_adapters, arg_er
                     format_metrics, forward_responses, generate, kl_k3, load_adapter_state_dict, load_checkpoint,
                     load_model, load_tokenizer, log_metrics, parse_args, read_jsonl, reference_logprobs, rng_state,
                     save_adapters, save_checkpoint, seed_everything, set_rng_state, start_run)
+from common import resumed_args
 
 
 @dataclass
@@ -1321,16 +1322,6 @@ def problem_indices(num_problems: int, per_step: int, step: int, seed: int) -> l
     order = list(range(num_problems))
     random.Random(f"magrpo-{seed}-{epoch}").shuffle(order)
     return order[i * per_step:(i + 1) * per_step]
-
-
-def resumed_args(args: Args) -> Args:
-    """--resume: the run's args.json, overridden by every flag that differs from its default on this command line."""
-    path = Path(args.resume) / "args.json"
-    if not path.exists():
-        arg_error("--resume", f"{path} does not exist")
-    saved = json.loads(path.read_text())
-    changed = {k: v for k, v in dataclasses.asdict(args).items() if v != getattr(Args(), k)}
-    return Args(**{**saved, **changed})
 
 
 def check_args(args: Args):

@@ -84,6 +84,7 @@ from common import (ValueHead, adapter_parameters, adapter_state_dict, add_adapt
                     load_adapter_state_dict, load_adapters, load_checkpoint, load_model, load_task, load_tokenizer,
                     log_metrics, masked_mean, parse_args, read_jsonl, rng_state, save_adapters, save_checkpoint,
                     seed_everything, set_rng_state, start_run, turn1_prompt)
+from common import resumed_args
 
 ADAPTER = "verifier"  # the verifier's LoRA adapter name (also when it shares the policy's base)
 
@@ -521,16 +522,6 @@ def measure(verifier: Verifier, heldout: list[dict], batch_size: int) -> dict:
 # ----------------------------------------------------------------------------------------------
 # 5. Main: questions -> sampled answers -> balanced data -> training -> measurements
 # ----------------------------------------------------------------------------------------------
-
-
-def resumed_args(args: Args) -> Args:
-    """--resume: the run's args.json, overridden by every flag that differs from its default on this command line."""
-    path = Path(args.resume) / "args.json"
-    if not path.exists():
-        arg_error("--resume", f"{path} does not exist")
-    saved = json.loads(path.read_text())
-    changed = {k: v for k, v in dataclasses.asdict(args).items() if v != getattr(Args(), k)}
-    return Args(**{**saved, **changed})
 
 
 def check_args(args: Args):
