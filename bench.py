@@ -258,15 +258,12 @@ def bench_end_to_end(args):
     """Seconds per update of the default cotrain.py / magrpo.py settings: two subprocess runs of
     `--num-updates 1` and `--num-updates 1 + end_to_end_updates`; the difference excludes start-up."""
     results = {}
-    for script in ("cotrain.py", "magrpo.py"):
-        if not Path(script).exists():
-            results[script] = "missing"
-            continue
+    for script, steps_flag in (("cotrain.py", "--updates"), ("magrpo.py", "--steps")):
         times = []
         for updates in (1, 1 + args.end_to_end_updates):
-            run_dir = Path(args.out_dir) / f"e2e-{script[:-3]}-{updates}"
+            run_dir = Path(args.out_dir) / f"e2e-{script[:-3]}-{updates}-{time.strftime('%H%M%S')}"
             start = time.perf_counter()
-            done = subprocess.run([sys.executable, script, "--num-updates", str(updates), "--run-dir", str(run_dir)],
+            done = subprocess.run([sys.executable, script, steps_flag, str(updates), "--run-dir", str(run_dir)],
                                   capture_output=True, text=True)
             if done.returncode != 0:
                 raise RuntimeError(f"{script} failed:\n{done.stderr[-2000:]}")
