@@ -872,6 +872,16 @@ def load_task(name: str, split: str = "train", limit: int | None = None, seed: i
     raise SystemExit(f"error: --dataset: unknown dataset {name!r} (gsm8k, anli[:r1|r2|r3], jsonl:PATH, arith)")
 
 
+def step_indices(num_items: int, per_step: int, step: int, seed: str, drop_last: bool = False) -> list[int]:
+    """Indices of the items of step `step`: consecutive slices of a seeded shuffle, reshuffled every epoch, so
+    a resumed run continues exactly where it stopped. drop_last: an epoch ends before a short final slice."""
+    steps_per_epoch = num_items // per_step if drop_last else math.ceil(num_items / per_step)
+    epoch, i = divmod(step, steps_per_epoch)
+    order = list(range(num_items))
+    random.Random(f"{seed}-{epoch}").shuffle(order)
+    return order[i * per_step:(i + 1) * per_step]
+
+
 def split_records(records: list[dict], fractions: dict[str, float], seed: int) -> dict[str, list[dict]]:
     """A seeded, explicit, disjoint split of records, e.g. {'verifier': 0.3, 'rl': 0.7}."""
     if abs(sum(fractions.values()) - 1) > 1e-6 or min(fractions.values()) < 0:

@@ -56,10 +56,8 @@ Examples:
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-import random
 import time
 import warnings
 from dataclasses import dataclass
@@ -75,7 +73,7 @@ from common import (ValueHead, adapter_parameters, adapter_state_dict, add_adapt
                     load_task, load_tokenizer, log_metrics, majority_vote_accuracy, masked_whiten, parse_args,
                     parse_int_list, reference_logprobs, rng_state, save_adapters, save_checkpoint, seed_everything,
                     set_rng_state, start_run, turn1_prompt)
-from common import resumed_args
+from common import resumed_args, step_indices
 
 
 @dataclass
@@ -599,7 +597,9 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
             model, n, size = team.bases[i], len(debate["records"]), args.forward_batch_size
             batch = _rows(exp, t, agents, None, list(exp[(t, agents[0])]))
             names = [team.adapter_names[t][a] for a in agents for _ in range(n)]
-            # 4. log-probs of the rollout policy (+ entropy), of the reference (adapters off), and the values
+            # 4. log-probs of the rollout policy (+ entropy), of the reference (adapters off), and the values.
+            # Old log-probs are recomputed here rather than taken from generate(): this is the same kernel the
+            # update uses, so the first ratio is exactly 1 also under bf16 / 4-bit (generate's differ by ~1e-3).
             policy = _forward_chunks(model, batch, names, size, args.temperature, False, output_entropy=True)
             hidden = _forward_chunks(model, batch, ["critic"] * len(names), size, args.temperature, True,
                                      output_hidden=True)["hidden"]
@@ -700,15 +700,6 @@ def ppo_update(team: Team, exp: dict, args: Args) -> dict:
 # ----------------------------------------------------------------------------------------------
 # Checkpoints, data order, logging helpers
 # ----------------------------------------------------------------------------------------------
-
-
-def questions_for_step(records: list[dict], step: int, n: int, seed: int) -> list[dict]:
-    """The n questions of update `step`: consecutive slices of a seeded shuffle, reshuffled every pass (resumable)."""
-    per_pass = len(records) // n
-    epoch, k = divmod(step, per_pass)
-    order = list(range(len(records)))
-    random.Random(f"cotrain-{seed}-{epoch}").shuffle(order)
-    return [records[i] for i in order[k * n:(k + 1) * n]]
 
 
 def learning_rate(args: Args, step: int) -> float:
@@ -892,7 +883,8 @@ def main(args: Args, score_fn=None) -> Path:
         for opt in team.optimizers.values():
             for group in opt.param_groups:
                 group["lr"] = lr
-        records_now = questions_for_step(records, step, args.questions_per_update, args.seed)
+        records_now = [records[i] for i in step_indices(len(records), args.questions_per_update, step,
+                                                        f"cotrain-{args.seed}", drop_last=True)]
         t0 = time.time()
         debate, exp, r = rollout_step(team, args, records_now, scorer)
         t1 = time.time()

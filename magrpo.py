@@ -58,13 +58,11 @@ from __future__ import annotations
 
 import ast
 import copy
-import dataclasses
 import gzip
 import itertools
 import json
 import math
 import os
-import random
 import re
 import secrets
 import select
@@ -85,7 +83,7 @@ from common import (adapter_parameters, adapter_state_dict, add_adapters, arg_er
                     format_metrics, forward_responses, generate, kl_k3, load_adapter_state_dict, load_checkpoint,
                     load_model, load_tokenizer, log_metrics, parse_args, read_jsonl, reference_logprobs, rng_state,
                     save_adapters, save_checkpoint, seed_everything, set_rng_state, start_run)
-from common import resumed_args
+from common import resumed_args, step_indices
 
 
 @dataclass
@@ -1315,15 +1313,6 @@ def load_agent_states(agents: Agents, states: list[dict]):
             load_adapter_state_dict(agents.models[0], agents.names[i], state)
 
 
-def problem_indices(num_problems: int, per_step: int, step: int, seed: int) -> list[int]:
-    """The problems of step `step`: epoch e is a seeded shuffle of all problems, so --resume continues exactly."""
-    steps_per_epoch = math.ceil(num_problems / per_step)
-    epoch, i = divmod(step, steps_per_epoch)
-    order = list(range(num_problems))
-    random.Random(f"magrpo-{seed}-{epoch}").shuffle(order)
-    return order[i * per_step:(i + 1) * per_step]
-
-
 def check_args(args: Args):
     choices = dict(joint_mode=("aligned", "cross"), adv_mode=("mean", "std", "rloo", "max", "raw"),
                    loss_agg=("seq-sum", "token-mean"), feedback=("level_feedback", "plain"))
@@ -1394,7 +1383,7 @@ def main(args: Args):
               "runs with rlimits only (it can open sockets, write files, and fork unless RLIMIT_NPROC binds)")
     bar = tqdm(range(start_step, args.steps), desc="magrpo", initial=start_step, total=args.steps)
     for step in bar:
-        batch = [problems[i] for i in problem_indices(len(problems), args.problems_per_step, step, args.seed)]
+        batch = [problems[i] for i in step_indices(len(problems), args.problems_per_step, step, f"magrpo-{args.seed}")]
         metrics, roots = magrpo_step(agents, tokenizer, batch, task, args)
         log_metrics(run_dir, {"step": step + 1, **metrics})
         bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}")

@@ -84,7 +84,7 @@ from common import (ValueHead, adapter_parameters, adapter_state_dict, add_adapt
                     load_adapter_state_dict, load_adapters, load_checkpoint, load_model, load_task, load_tokenizer,
                     log_metrics, masked_mean, parse_args, read_jsonl, rng_state, save_adapters, save_checkpoint,
                     seed_everything, set_rng_state, start_run, turn1_prompt)
-from common import resumed_args
+from common import resumed_args, step_indices
 
 ADAPTER = "verifier"  # the verifier's LoRA adapter name (also when it shares the policy's base)
 
@@ -342,15 +342,6 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-
-
-def batch_indices(n_rows: int, batch_size: int, step: int, seed: int) -> list[int]:
-    """Rows of optimiser step `step`: epoch e is a seeded shuffle of all rows, so a resumed run continues exactly."""
-    steps_per_epoch = math.ceil(n_rows / batch_size)
-    epoch, i = divmod(step, steps_per_epoch)
-    order = list(range(n_rows))
-    random.Random(f"batches-{seed}-{epoch}").shuffle(order)
-    return order[i * batch_size:(i + 1) * batch_size]
 
 
 @torch.no_grad()
@@ -620,7 +611,7 @@ def main(args: Args):
           f"({steps_per_epoch} per epoch)")
     bar = tqdm(range(start_step, total_steps), desc="verifier", initial=start_step, total=total_steps)
     for step in bar:
-        rows = [train_rows[i] for i in batch_indices(len(train_rows), args.batch_size, step, args.seed)]
+        rows = [train_rows[i] for i in step_indices(len(train_rows), args.batch_size, step, f"batches-{args.seed}")]
         loss_sum, last_probs = 0.0, []
         for start in range(0, len(rows), args.micro_batch_size):
             micro = rows[start:start + args.micro_batch_size]

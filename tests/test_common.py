@@ -1,7 +1,6 @@
 """Tests of common.py: maths, log-probs, generation, adapters, data, checkpoints (tiny model, CPU, offline)."""
 import dataclasses
 import json
-import math
 import typing
 
 import pytest
@@ -33,7 +32,7 @@ def test_gae_loop_equals_closed_form():
         delta = rewards[b, :n] + gamma * v[1:] - v[:-1]
         expected = torch.tensor([sum((gamma * lam) ** l * delta[t + l] for l in range(n - t)) for t in range(n)])
         torch.testing.assert_close(advantages[b, :n], expected, atol=1e-10, rtol=0)
-        assert advantages[b, n:].abs().max() == 0 if n < 40 else True
+        assert advantages[b, n:].abs().sum() == 0  # nothing after the last valid token
         torch.testing.assert_close(returns[b, :n], expected + values[b, :n], atol=1e-10, rtol=0)
 
 
@@ -173,16 +172,11 @@ def test_ratio_is_one_for_every_adapter_of_a_mixed_batch(tiny, settings):
                                    rollout["response_mask"], adapters, temperature)["logprobs"]
     assert (recomputed - rollout["logprobs"]).abs().max().item() < 1e-5
     assert rollout["response_mask"].sum() > 6
-    if settings.get("greedy"):  # greedy picks the argmax of each row's own adapter: no hidden processor
+    if settings.get("greedy"):  # the first greedy token is each row's own adapter's argmax: no hidden processor
         with torch.no_grad():
-            out = forward_responses(model, rollout["query_ids"], rollout["query_mask"], rollout["response_ids"],
-                                    rollout["response_mask"], adapters, 1.0, output_entropy=True)
-        assert torch.allclose(out["logprobs"], rollout["logprobs"], atol=1e-5)
-        # every greedy token is the most likely one: its log-prob is >= log-prob of any token, i.e. >= -entropy-ish;
-        # check directly with a plain forward of the first response token
-        first_logits = model(input_ids=rollout["query_ids"], attention_mask=rollout["query_mask"],
-                             position_ids=(rollout["query_mask"].cumsum(1) - 1).clamp(min=0),
-                             adapter_names=adapters).logits[:, -1]
+            first_logits = model(input_ids=rollout["query_ids"], attention_mask=rollout["query_mask"],
+                                 position_ids=(rollout["query_mask"].cumsum(1) - 1).clamp(min=0),
+                                 adapter_names=adapters).logits[:, -1]
         assert torch.equal(first_logits.argmax(-1), rollout["response_ids"][:, 0])
 
 
@@ -560,7 +554,7 @@ def test_hub_loaders_on_local_files(tmp_path, monkeypatch):
 
 
 def test_arith_is_seeded_correct_and_disjoint():
-    train, test = common.load_task("arith", "train", limit=300), common.load_task("arith", "test", limit=200)
+    train = common.load_task("arith", "train", limit=300)
     assert train == common.load_task("arith", "train", limit=300) and len(train) == 300
     assert len({r["question"] for r in train}) == 300  # no duplicates
     questions = {(split, seed): {r["question"] for r in common.load_task("arith", split, limit=n, seed=seed)}

@@ -164,10 +164,10 @@ def test_split_is_disjoint_seeded_and_independent_of_order_and_size():
 
 
 def test_batch_indices_cover_each_epoch_once():
-    seen = [i for step in range(4) for i in tv.batch_indices(10, 3, step, seed=0)]  # 4 steps = 1 epoch of 10
+    seen = [i for step in range(4) for i in common.step_indices(10, 3, step, "batches-0")]  # 4 steps = 1 epoch of 10
     assert sorted(seen) == list(range(10))
-    assert tv.batch_indices(10, 3, 5, seed=0) == tv.batch_indices(10, 3, 5, seed=0)
-    assert tv.batch_indices(10, 3, 4, seed=0) != tv.batch_indices(10, 3, 0, seed=0)  # a new shuffle per epoch
+    assert common.step_indices(10, 3, 5, "batches-0") == common.step_indices(10, 3, 5, "batches-0")
+    assert common.step_indices(10, 3, 4, "batches-0") != common.step_indices(10, 3, 0, "batches-0")  # a new shuffle per epoch
 
 
 def test_lr_schedule():
