@@ -10,9 +10,10 @@ compared runs in the same process on the same model, prompts and number of gener
      model (no sampling, no adapter routing, no stopping checks); generation tok/s as a fraction of it.
   3. training pass: padded batched log-prob forward + backward over all A x B responses versus one completion
      at a time (the CoMLRL way: batch size 1, unpadded).
-  4. memory: peak memory, each configuration in its own subprocess (peak RSS on CPU, max allocated on CUDA):
-     one base + 1 adapter; one base + A x T adapters + value heads (cotrain's agent-turn layout); A full
-     copies of the model with AdamW state (full fine-tuning per agent, as the MAGRPO authors do).
+  4. memory: peak memory during one training step, each configuration in its own subprocess, the peak reset
+     after loading (peak RSS via /proc on CPU, max allocated on CUDA): one base + 1 adapter; one base + A x T
+     adapters + critic + value heads (cotrain's agent-turn layout); A full copies of the model with AdamW state
+     (full fine-tuning per agent, as the MAGRPO authors do).
   5. end to end: seconds per update of cotrain.py and magrpo.py at their default settings (subprocess runs).
 
 Examples:
@@ -24,8 +25,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -54,7 +55,7 @@ class Args:
     repeats: int = 3  # timed repeats per figure (median, min, max); one untimed warm-up first
     # ---- end to end
     skip_end_to_end: bool = False  # skip item 5 (the cotrain.py / magrpo.py runs)
-    end_to_end_updates: int = 2  # updates per end-to-end run (the first one includes model loading)
+    end_to_end_updates: int = 2  # timed updates per end-to-end run (after one untimed warm-up update)
     # ---- output
     out_dir: str = "runs/bench"  # where bench.json is written
     seed: int = 0  # random seed
@@ -191,48 +192,85 @@ def bench_training_pass(args, model, tokenizer, num_agents, device):
 # ---------------------------------------------------------------------------------------------- 4. memory
 
 
+def rss_mb(field: str) -> float:
+    """VmRSS (now) or VmHWM (peak since start or the last reset) of this process from /proc (Linux), in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024  # kB
+    raise RuntimeError(f"{field} not in /proc/self/status (bench.py's CPU memory figures need Linux)")
+
+
+def reset_peak_memory(device):
+    """Forget the loading peak: from here on, peak memory is what training on the loaded model needs.
+    (ru_maxrss cannot be reset, and loading SmolLM2 from GGUF peaks at about twice the model's size.)"""
+    if str(device).startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        Path("/proc/self/clear_refs").write_text("5")  # Linux >= 4.0: reset VmHWM to the current RSS
+
+
+def peak_memory_mb(device) -> float:
+    if str(device).startswith("cuda"):
+        return torch.cuda.max_memory_allocated() / 2**20
+    return rss_mb("VmHWM")
+
+
 def memory_config_run(args):
-    """Run one memory configuration (in its own subprocess) and print {"peak_mb": ...}. The configuration
-    includes one training step (forward, backward, AdamW step) so optimiser state is allocated."""
+    """Run one memory configuration (in its own subprocess) and print JSON with the model's resident size right
+    after loading and the peak during one training step (forward, backward, AdamW step of every trainable
+    parameter, so every optimiser's state is allocated). The peak is taken after a reset, so the loading peak
+    does not hide what the layout costs. All layouts push the same A x T rows through the model. On CPU every
+    figure is counted from the RSS before loading (Python, torch and transformers: ~0.3 GB)."""
     name, layout = args.memory_config.split("|")
     num_agents = int(args.agents.split(",")[-1])
     device = args.device or common.default_device()
+    runtime_mb = 0.0 if device.startswith("cuda") else rss_mb("VmRSS")  # Python + torch + transformers, no model
     model, tokenizer = load(args, name)
-    prompts = prompts_for(tokenizer, 2)
-    query_ids, query_mask = common.tokenize_prompts(tokenizer, prompts, device)
-    response_ids = torch.randint(0, 200, (2, args.max_new_tokens), device=device)
-    response_mask = torch.ones(2, args.max_new_tokens, device=device)
-    if layout == "full-copies":  # A full models, each trainable with its own AdamW
+    gc.collect()
+    loaded_mb = torch.cuda.memory_allocated() / 2**20 if device.startswith("cuda") else rss_mb("VmRSS")
+    reset_peak_memory(device)
+    rows = num_agents * args.turns
+    query_ids, query_mask = common.tokenize_prompts(tokenizer, prompts_for(tokenizer, rows), device)
+    response_ids = torch.randint(0, 200, (rows, args.max_new_tokens), device=device)
+    response_mask = torch.ones(rows, args.max_new_tokens, device=device)
+    trainable = 0
+    if layout == "full-copies":  # A full models, each trainable with its own AdamW, each trained on its T rows
         copies = [model] + [copy.deepcopy(model) for _ in range(num_agents - 1)]
-        for m in copies:
+        for a, m in enumerate(copies):
             for p in m.parameters():
                 p.requires_grad_(True)
+            trainable += sum(p.numel() for p in m.parameters())
             optimizer = torch.optim.AdamW(m.parameters(), lr=1e-5)
-            out = common.forward_responses(m, query_ids, query_mask, response_ids, response_mask, None)
+            mine = slice(a * args.turns, (a + 1) * args.turns)
+            out = common.forward_responses(m, query_ids[mine], query_mask[mine], response_ids[mine],
+                                           response_mask[mine], None)
             (-out["logprobs"].sum()).backward()
             optimizer.step()
-    else:
+    else:  # LoRA adapters on one frozen base: one adapter, or cotrain's A x T agent-turn adapters + critic + heads
         names = ["agent0"] if layout == "one-adapter" else [f"agent{a}_turn{t}" for a in range(num_agents)
                                                              for t in range(args.turns)]
-        model = common.add_adapters(model, names + ([] if layout == "one-adapter" else ["critic"]), r=args.lora_r,
-                                    alpha=2 * args.lora_r)
-        heads = [] if layout == "one-adapter" else [common.ValueHead(common.hidden_size(model)).to(device)
-                                                    for _ in range(args.turns)]
-        optimizers = [torch.optim.AdamW(common.adapter_parameters(model, n), lr=1e-5) for n in names]
-        if heads:
-            optimizers.append(torch.optim.AdamW(common.adapter_parameters(model, "critic") +
-                                                [p for h in heads for p in h.parameters()], lr=1e-5))
-        out = common.forward_responses(model, query_ids, query_mask, response_ids, response_mask, names[:1] * 2,
-                                       output_hidden=bool(heads))
-        loss = -out["logprobs"].sum() + (sum(h(out["hidden"]).sum() for h in heads) if heads else 0)
+        critic = [] if layout == "one-adapter" else ["critic"]
+        model = common.add_adapters(model, names + critic, r=args.lora_r, alpha=2 * args.lora_r)
+        heads = [common.ValueHead(common.hidden_size(model)).to(device) for _ in range(args.turns)] if critic else []
+        groups = [common.adapter_parameters(model, n) for n in names]
+        if critic:
+            groups.append(common.adapter_parameters(model, "critic") + [p for h in heads for p in h.parameters()])
+        optimizers = [torch.optim.AdamW(g, lr=1e-5) for g in groups]
+        trainable = sum(p.numel() for g in groups for p in g)
+        row_adapters = [names[i % len(names)] for i in range(rows)]  # every adapter gets rows, hence gradients
+        out = common.forward_responses(model, query_ids, query_mask, response_ids, response_mask, row_adapters)
+        loss = -out["logprobs"].sum()
+        if critic:
+            hidden = common.forward_responses(model, query_ids, query_mask, response_ids, response_mask,
+                                              ["critic"] * rows, output_hidden=True)["hidden"]
+            loss = loss + sum(h(hidden).sum() for h in heads)
         loss.backward()
         for optimizer in optimizers:
             optimizer.step()
-    if str(device).startswith("cuda"):
-        peak_mb = torch.cuda.max_memory_allocated() / 2**20
-    else:
-        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    print(json.dumps(dict(peak_mb=peak_mb)))
+    peak_mb = peak_memory_mb(device)
+    # on CPU the figures count from the RSS before loading, the analogue of CUDA's allocated memory
+    print(json.dumps(dict(runtime_mb=runtime_mb, loaded_mb=loaded_mb - runtime_mb, peak_mb=peak_mb - runtime_mb,
+                          trainable_params=trainable)))
 
 
 def bench_memory(args, name):
@@ -245,9 +283,10 @@ def bench_memory(args, name):
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"memory run {layout} failed:\n{done.stderr[-2000:]}")
-        results[layout] = json.loads(done.stdout.strip().splitlines()[-1])["peak_mb"]
-    results["adapters_vs_one_adapter"] = results["agent-turn-adapters"] / results["one-adapter"]
-    results["full_copies_vs_adapters"] = results["full-copies"] / results["agent-turn-adapters"]
+        results[layout] = json.loads(done.stdout.strip().splitlines()[-1])
+    one, adapters, full = (results[k]["peak_mb"] for k in ("one-adapter", "agent-turn-adapters", "full-copies"))
+    results["adapters_vs_one_adapter"] = adapters / one  # target: <= 1.2
+    results["full_copies_vs_adapters"] = full / adapters
     return results
 
 
@@ -255,22 +294,26 @@ def bench_memory(args, name):
 
 
 def bench_end_to_end(args):
-    """Seconds per update of the default cotrain.py / magrpo.py settings: two subprocess runs of
-    `--num-updates 1` and `--num-updates 1 + end_to_end_updates`; the difference excludes start-up."""
+    """Seconds per update of cotrain.py and magrpo.py at their default settings: one subprocess run each of
+    1 + --end-to-end-updates updates; the per-update figures are the scripts' own timing/step_s of every
+    update but the first (which warms up), and the rest (loading, checkpoints) = wall time - the sum of all updates."""
     results = {}
     for script, steps_flag in (("cotrain.py", "--updates"), ("magrpo.py", "--steps")):
-        times = []
-        for updates in (1, 1 + args.end_to_end_updates):
-            run_dir = Path(args.out_dir) / f"e2e-{script[:-3]}-{updates}-{time.strftime('%H%M%S')}"
-            start = time.perf_counter()
-            done = subprocess.run([sys.executable, script, steps_flag, str(updates), "--run-dir", str(run_dir)],
-                                  capture_output=True, text=True)
-            if done.returncode != 0:
-                raise RuntimeError(f"{script} failed:\n{done.stderr[-2000:]}")
-            times.append(time.perf_counter() - start)
-        per_update = (times[1] - times[0]) / args.end_to_end_updates
-        results[script] = dict(seconds_per_update=per_update, updates_per_hour=3600 / per_update,
-                               first_run_seconds=times[0])
+        run_dir = Path(args.out_dir) / f"e2e-{script[:-3]}-{time.strftime('%Y%m%d-%H%M%S')}"
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, script, steps_flag, str(1 + args.end_to_end_updates),
+                               "--run-dir", str(run_dir)], capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        if done.returncode != 0:
+            raise RuntimeError(f"{script} failed:\n{done.stderr[-2000:]}")
+        steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        seconds = [m["timing/step_s"] for m in steps]
+        per_update = statistics.median(seconds[1:])
+        results[script] = dict(seconds_per_update=per_update, min=min(seconds[1:]), max=max(seconds[1:]),
+                               updates_per_hour=3600 / per_update, first_update_seconds=seconds[0],
+                               rollout_fraction=statistics.median(m["timing/rollout_s"] / m["timing/step_s"]
+                                                                  for m in steps[1:]),
+                               outside_updates_seconds=wall - sum(seconds), command=" ".join(done.args[1:]))
     return results
 
 
@@ -306,9 +349,10 @@ def main(args):
         del model
         entry["memory_mb"] = bench_memory(args, name)
         m = entry["memory_mb"]
-        print(f"memory (peak MB): 1 adapter {m['one-adapter']:.0f}, A x T adapters + heads "
-              f"{m['agent-turn-adapters']:.0f} (x{m['adapters_vs_one_adapter']:.2f}), A full copies + AdamW "
-              f"{m['full-copies']:.0f} (x{m['full_copies_vs_adapters']:.2f} of the adapters)")
+        print(f"memory (peak MB during a training step; model alone {m['one-adapter']['loaded_mb']:.0f}): "
+              f"1 adapter {m['one-adapter']['peak_mb']:.0f}, A x T adapters + critic + heads "
+              f"{m['agent-turn-adapters']['peak_mb']:.0f} (x{m['adapters_vs_one_adapter']:.2f}), A full copies + AdamW "
+              f"{m['full-copies']['peak_mb']:.0f} (x{m['full_copies_vs_adapters']:.2f} of the adapters)")
         report["models"][name] = entry
     if not args.skip_end_to_end:
         report["end_to_end"] = bench_end_to_end(args)

@@ -408,16 +408,19 @@ def generate(model, tokenizer, prompts: list[str], adapter_names: list[str] | No
     chunks = []
     for start in range(0, len(prompts), batch_size):
         query_ids, query_mask = tokenize_prompts(tokenizer, prompts[start:start + batch_size], device)
-        extra = {} if adapter_names is None else {"adapter_names": list(adapter_names[start:start + batch_size])}
+        names = None if adapter_names is None else list(adapter_names[start:start + batch_size])
+        one_adapter = names is not None and len(set(names)) == 1  # peft's ordinary path, as in forward_responses
+        extra = {"adapter_names": names} if names is not None and not one_adapter else {}
         sampling = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_p=top_p,
                                                               top_k=top_k)
         # a model's generation_config may carry processors (repetition_penalty, ...) that would make the rollout
         # off-policy without the returned log-probs showing it: switch them off explicitly
         sampling.update(repetition_penalty=1.0, no_repeat_ngram_size=0, suppress_tokens=None,
                         begin_suppress_tokens=None, bad_words_ids=None)
-        out = model.generate(input_ids=query_ids, attention_mask=query_mask, max_new_tokens=max_new_tokens,
-                             min_new_tokens=min_new_tokens, eos_token_id=stops, pad_token_id=tokenizer.pad_token_id,
-                             return_dict_in_generate=True, output_logits=True, **sampling, **extra)
+        with single_adapter(model, names[0]) if one_adapter else contextlib.nullcontext():
+            out = model.generate(input_ids=query_ids, attention_mask=query_mask, max_new_tokens=max_new_tokens,
+                                 min_new_tokens=min_new_tokens, eos_token_id=stops, pad_token_id=tokenizer.pad_token_id,
+                                 return_dict_in_generate=True, output_logits=True, **sampling, **extra)
         response_ids = out.sequences[:, query_ids.shape[1]:]  # the response starts at the prompt's length
         logits = torch.stack(out.logits, dim=1).float() / (1.0 if greedy else temperature)
         logprobs = torch.gather(F.log_softmax(logits, dim=-1), 2, response_ids.unsqueeze(-1)).squeeze(-1)
@@ -448,6 +451,12 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     The logits at position p predict token p+1, so the response's log-probs come from positions
     [Lq-1, Lq+Lr-1); the hidden states at those positions are the states V(s) is read from.
     Returns dict(logprobs [B, Lr] (0 where masked), entropy [B, Lr] or None, hidden [B, Lr, H] or None)."""
+    if adapter_names is not None and len(set(adapter_names)) == 1:
+        # one adapter for every row: peft's ordinary forward. Its mixed-batch path (adapter_names=) gathers and
+        # scatters every layer's activations per adapter, ~10% of a default cotrain.py run for nothing here
+        with single_adapter(model, adapter_names[0]):
+            return forward_responses(model, query_ids, query_mask, response_ids, response_mask, None, temperature,
+                                     output_hidden, output_entropy)
     if adapter_names is not None and torch.is_grad_enabled() and is_quantized(model):
         return _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, response_mask, adapter_names,
                                           temperature, output_hidden, output_entropy)
@@ -476,22 +485,13 @@ def is_quantized(model) -> bool:
 def _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, response_mask, adapter_names, temperature,
                                output_hidden, output_entropy):
     """peft's mixed-adapter forward adds LoRA outputs in place into a bitsandbytes 4-bit output, which autograd
-    forbids; so for quantized models under autograd we run one forward per adapter (set_adapter, or adapters
-    disabled for '__base__') and put the rows back. requires_grad is restored: set_adapter toggles it."""
-    outputs, active = {}, model.active_adapter
+    forbids; so for quantized models under autograd we run one forward per adapter and put the rows back."""
+    outputs = {}
     for name in dict.fromkeys(adapter_names):
         rows = torch.tensor([i for i, a in enumerate(adapter_names) if a == name], device=query_ids.device)
-        if name == "__base__":
-            context = adapters_disabled(model)
-        else:
-            model.set_adapter(name)
-            context = contextlib.nullcontext()
-        with context:
-            outputs[name] = (rows, forward_responses(model, query_ids[rows], query_mask[rows], response_ids[rows],
-                                                     response_mask[rows], None, temperature, output_hidden,
-                                                     output_entropy))
-    model.set_adapter(active)
-    make_lora_trainable(model)
+        outputs[name] = (rows, forward_responses(model, query_ids[rows], query_mask[rows], response_ids[rows],
+                                                 response_mask[rows], [name] * len(rows), temperature, output_hidden,
+                                                 output_entropy))
     merged = {}
     for key in ("logprobs", "entropy", "hidden"):
         first = next(iter(outputs.values()))[1][key]
@@ -517,6 +517,27 @@ def adapters_disabled(model):
         with model.disable_adapter():
             yield model
     finally:
+        make_lora_trainable(model)
+
+
+@contextlib.contextmanager
+def single_adapter(model, name: str):
+    """Run with only adapter `name` active ('__base__': none), through peft's ordinary (not mixed-batch) forward.
+    Restores the active adapter and requires_grad afterwards: peft's set_adapter freezes the other adapters."""
+    from peft import PeftModel
+
+    if name == "__base__":
+        with adapters_disabled(model):
+            yield model
+        return
+    if not isinstance(model, PeftModel):
+        raise ValueError(f"adapter {name!r} asked for, but the model has no LoRA adapters")
+    active = model.active_adapter
+    model.set_adapter(name)
+    try:
+        yield model
+    finally:
+        model.set_adapter(active)
         make_lora_trainable(model)
 
 
@@ -558,9 +579,17 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
     return var
 
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
-    """(x - mean) / sqrt(var + 1e-8) over the masked entries (TRL's masked_whiten); masked entries stay 0."""
-    mean, var = masked_mean(x, mask), masked_var(x, mask)
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, all_ranks: bool = False) -> torch.Tensor:
+    """(x - mean) / sqrt(var + 1e-8) over the masked entries (TRL's masked_whiten); masked entries stay 0.
+    all_ranks: the mean and unbiased variance of the masked entries of EVERY process (torchrun), from sums and
+    counts all-reduced across ranks, so N processes x B rows whiten exactly like one process with N·B rows."""
+    if not all_ranks:
+        mean, var = masked_mean(x, mask), masked_var(x, mask)
+    else:
+        count = allreduce_sum(mask.sum())
+        mean = allreduce_sum((x * mask).sum()) / count.clamp(min=1e-8)
+        var = allreduce_sum(((x - mean) ** 2 * mask).sum()) / count.clamp(min=1e-8)
+        var = var * count / (count - 1).clamp(min=1)  # Bessel's correction, as masked_var
     whitened = (x - mean) * torch.rsqrt(var + 1e-8)
     if not shift_mean:
         whitened = whitened + mean
@@ -927,6 +956,26 @@ def set_rng_state(state: dict):
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def all_rng_states() -> list[dict]:
+    """Every rank's rng_state(), indexed by rank ([rng_state()] for one process), for the checkpoint: a resumed
+    multi-process run then samples exactly like an uninterrupted one. Every rank must call it."""
+    states = [None] * world_info()[1]
+    if len(states) == 1:
+        return [rng_state()]
+    torch.distributed.all_gather_object(states, rng_state())
+    return states
+
+
+def restore_rng_state(states: list[dict] | dict):
+    """Set this rank's RNG state from a checkpoint's all_rng_states() (a single dict: an older one-process one)."""
+    states = [states] if isinstance(states, dict) else states
+    rank, world = world_info()
+    if len(states) != world:
+        arg_error("--resume", f"the checkpoint was written by {len(states)} process(es): resume it with as many "
+                              f"(torchrun --nproc_per_node {len(states)}), not {world}")
+    set_rng_state(states[rank])
+
+
 def start_run(args, script: str) -> Path:
     """The run folder: a new runs/<script>-<time> (or --run-dir), or --resume's folder. Writes args.json."""
     if getattr(args, "resume", ""):
@@ -1023,27 +1072,35 @@ def world_info() -> tuple[int, int]:
     return 0, 1
 
 
-def init_distributed() -> tuple[int, int, str]:
-    """Under torchrun (RANK/WORLD_SIZE set): join the process group (NCCL on GPU, gloo on CPU).
-    Returns (rank, world_size, device); (0, 1, default_device()) for a plain `python script.py`."""
+def init_distributed(device: str = "") -> tuple[int, int, str]:
+    """Under torchrun (RANK/WORLD_SIZE set): join the process group (NCCL with one GPU per process, gloo on CPU or
+    with --device cpu) and silence the stdout of every rank but 0 (errors still reach stderr).
+    Returns (rank, world_size, device); (0, 1, device or default_device()) for a plain `python script.py`."""
     if "RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        return 0, 1, default_device()
-    use_cuda = torch.cuda.is_available()
+        return 0, 1, device or default_device()
+    use_cuda = torch.cuda.is_available() and not device.startswith("cpu")
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group(backend="nccl" if use_cuda else "gloo")
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    device = f"cuda:{local_rank}" if use_cuda else "cpu"
     if use_cuda:
         torch.cuda.set_device(local_rank)
-    return torch.distributed.get_rank(), torch.distributed.get_world_size(), device
+    if torch.distributed.get_rank() > 0:
+        sys.stdout = open(os.devnull, "w")
+    return torch.distributed.get_rank(), torch.distributed.get_world_size(), f"cuda:{local_rank}" if use_cuda else "cpu"
 
 
 def allreduce_gradients(params: list[nn.Parameter], op: str = "sum"):
-    """Sum (or average) the gradients of the trainable parameters across ranks: the LoRA/head version of DDP."""
+    """Sum (or average) the gradients of the trainable parameters across ranks: the LoRA/head version of DDP.
+    A rank without a gradient for p (it held no rows for it) contributes zeros; p.grad stays None only where no
+    rank had one, so the optimiser skips p exactly as one process would."""
     rank, world = world_info()
     if world == 1:
         return
-    for p in params:
+    had_grad = allreduce_sum(torch.tensor([p.grad is not None for p in params], dtype=torch.float,
+                                          device=params[0].device))
+    for p, anywhere in zip(params, had_grad.tolist()):
+        if not anywhere:
+            continue
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)

@@ -46,6 +46,14 @@ What this script changes relative to the paper and the authors' code (chanwoo-pa
   * The paper's α/β values are not known; the defaults (0.5, 0.5, 0.3, 0.3) are those of one external run of the
     authors' code (spec §5.5).
 
+Multi-process training (torchrun; gloo on CPU, NCCL with one GPU per process): --questions-per-update is the GLOBAL
+batch, each of the N processes plays every N-th question of it, samples with its own seed (the adapters and heads
+start identical), normalises advantages and losses by counts summed over all processes, and sums the LoRA/head
+gradients before clipping and stepping. The sum is an explicit all-reduce after gradient accumulation: DDP's
+per-backward hooks fit badly with several forwards, adapters and optimisers per step and with a process that holds
+no question of a minibatch. N processes x B/N questions make the same update as one process with B questions. Only
+rank 0 prints, logs (metrics of its own questions) and writes checkpoints. "multi-process:" comments mark the lines.
+
 Examples:
   python cotrain.py --model tiny --updates 3 --max-new-tokens 16   # a smoke run, about a minute on CPU
   python cotrain.py        # SmolLM2-135M, 2 agents x 2 turns, arithmetic, ~15 min on 2 CPU cores
@@ -53,6 +61,7 @@ Examples:
       --dataset gsm8k --train-limit 0 --num-agents 2 --num-turns 3 --max-new-tokens 300 --min-response-tokens 50 \\
       --questions-per-update 32 --minibatch-questions 4 --micro-batch-questions 1 --forward-batch-size 16 \\
       --updates 200 --scorer verifier --verifier runs/verifier-RUN   # one GPU (or --scorer ground-truth)
+  torchrun --standalone --nproc_per_node 2 cotrain.py --model tiny --updates 3 --questions-per-update 4  # 2 CPU processes
 """
 from __future__ import annotations
 
@@ -67,13 +76,13 @@ import torch
 import torch.nn as nn
 from tqdm import tqdm
 
-from common import (ValueHead, adapter_parameters, adapter_state_dict, add_adapters, arg_error, batched, chat_prompt,
-                    default_device, explained_variance, extract_answer, format_metrics, forward_responses, gae,
-                    generate, has_boxed, hidden_size, kl_k1, load_adapter_state_dict, load_checkpoint, load_model,
-                    load_task, load_tokenizer, log_metrics, majority_vote_accuracy, masked_whiten, parse_args,
-                    parse_int_list, reference_logprobs, rng_state, save_adapters, save_checkpoint, seed_everything,
-                    set_rng_state, start_run, turn1_prompt)
-from common import resumed_args, step_indices
+from common import (ValueHead, adapter_parameters, adapter_state_dict, add_adapters, allreduce_gradients, allreduce_sum,
+                    arg_error, batched, chat_prompt, explained_variance, extract_answer, finish_distributed,
+                    format_metrics, forward_responses, gae, generate, has_boxed, hidden_size, init_distributed,
+                    is_main_process, kl_k1, load_adapter_state_dict, load_checkpoint, load_model, load_task,
+                    load_tokenizer, log_metrics, majority_vote_accuracy, parse_args, parse_int_list, reference_logprobs,
+                    save_adapters, save_checkpoint, seed_everything, start_run, turn1_prompt)
+from common import all_rng_states, masked_whiten, restore_rng_state, resumed_args, step_indices, world_info
 
 
 @dataclass
@@ -82,7 +91,7 @@ class Args:
     seed: int = 0  # random seed (questions, sampling, initialisation)
     run_dir: str = ""  # output folder (default: runs/cotrain-<time>-s<seed>)
     resume: str = ""  # continue the run in this folder from its checkpoint.pt; its args.json is the base, flags that differ from the defaults override it (e.g. --updates)
-    device: str = ""  # cpu or cuda (default: cuda when available)
+    device: str = ""  # cpu or cuda (default: cuda when available; under torchrun each process takes its own GPU)
     # ---- models and adapters ----
     model: str = "smollm2-135m"  # base model of every agent: hub id, local path, smollm2-135m or tiny
     models: str = ""  # heterogeneous agents: one base per agent, comma-separated (overrides --model; each distinct base is loaded once)
@@ -122,9 +131,9 @@ class Args:
     beta1: float = 0.3  # Table 2: own answer right and the others' majority goes W->R (+) or R->W (-)
     # ---- PPO ----
     updates: int = 5  # number of PPO updates (rollout + optimisation); the default run takes ~15 min on 2 CPU cores
-    questions_per_update: int = 2  # B, questions per rollout, each giving A x T responses (authors: 256 over 8 GPUs)
-    minibatch_questions: int = 0  # questions per optimiser step (0: all B, one step per epoch)
-    micro_batch_questions: int = 1  # questions per forward/backward inside a minibatch (gradient accumulation; authors: 1)
+    questions_per_update: int = 2  # B, questions per rollout, each giving A x T responses (authors: 256 over 8 GPUs); under torchrun the global batch, split across the processes
+    minibatch_questions: int = 0  # questions per optimiser step, over all processes (0: all B, one step per epoch)
+    micro_batch_questions: int = 1  # questions per forward/backward inside a minibatch, per process (gradient accumulation; authors: 1)
     ppo_epochs: int = 4  # passes over each rollout (authors: 4)
     lr: float = 1e-5  # AdamW learning rate of every adapter and head (authors: 1e-5)
     lr_end_factor: float = 0.1  # linear decay from lr to lr * this over --updates (authors: 0.1)
@@ -401,7 +410,7 @@ def token_mean(per_token: torch.Tensor, response_mask: torch.Tensor, num_tokens:
     """---- LOSS NORMALISATION: the one place. ----
     A micro-batch's token SUM divided by num_tokens, the valid tokens of this (turn, agent) in the whole
     MINIBATCH: summing the micro-batch losses gives exactly the minibatch's token-mean (gradient accumulation).
-    For several processes, num_tokens becomes the global count (common.allreduce_sum)."""
+    Multi-process: num_tokens is the count over all ranks (ppo_update), and the gradients are summed."""
     return (per_token * response_mask).sum() / num_tokens
 
 
@@ -584,7 +593,8 @@ def _turn_groups(team: Team, t: int) -> list[tuple[int, list[int]]]:
 @torch.no_grad()
 def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args: Args) -> dict:
     """For every trained (turn, agent): old and reference log-probs, values, entropy, KL-shaped rewards,
-    GAE advantages (whitened) and returns. final_rewards: [B, T, A] = R + b. Returns {(t, a): dict of tensors}."""
+    GAE advantages (whitened) and returns. final_rewards: [B, T, A] = R + b. Returns {(t, a): dict of tensors}.
+    Multi-process: each rank passes its own questions; the whitening statistics are those of all ranks."""
     exp = {}
     for t in sorted({t for t, _ in team.trained}):
         for i, agents in _turn_groups(team, t):
@@ -612,6 +622,7 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
                 mask = batch["response_mask"][rows]
                 values = team.heads[team.head_keys[(t, a)]](hidden[rows]) * mask
                 # 5. per-token rewards, GAE within each response, advantages whitened over this (turn, agent)
+                #    (multi-process: over this (turn, agent)'s responses on all ranks)
                 rewards, kl = kl_shaped_rewards(old_logprobs[rows], ref_logprobs[rows], mask,
                                                 final_rewards[:, t, a].to(mask.device), args.kl_coef)
                 advantages, returns = gae(rewards, values, mask, args.gae_gamma, args.gae_lambda)
@@ -619,30 +630,41 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
                 e.update({key: batch[key][rows] for key in batch})  # the trimmed tensors
                 e.update(old_logprobs=old_logprobs[rows], ref_logprobs=ref_logprobs[rows], old_values=values, kl=kl,
                          rewards=rewards, entropy=entropy[rows], returns=returns,
-                         advantages=masked_whiten(advantages, mask))
+                         advantages=masked_whiten(advantages, mask, all_ranks=True))
     return exp
 
 
-def ppo_update(team: Team, exp: dict, args: Args) -> dict:
+def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict:
     """--ppo-epochs passes of shuffled minibatches over the rollout. Per minibatch, for every micro-batch and
     turn: one padded policy forward for all trained agents of a base (each row on its own adapter), their
     clipped surrogates summed and back-propagated; then one critic forward, the value losses summed and
     back-propagated (one graph alive at a time). Gradients accumulate over micro-batches, turns and agents; then
     every optimiser clips its gradient norm and steps once. A non-finite loss skips the minibatch's step.
+    shuffle_seed seeds the minibatch shuffle (its own generator: the same order on every rank).
+    Multi-process: exp holds this rank's questions, question g of the global batch being local row g // world
+    on rank g % world (main() deals them out so); a minibatch is a set of global questions, each rank forwards
+    its own, losses are divided by the minibatch's GLOBAL token count and the gradients summed across ranks,
+    so the step equals one process's step on the whole minibatch.
     Returns {(t, a): list of per-minibatch stats (token sums)}, 'skipped' and 'grad_norm/<optimiser>' lists."""
-    n = next(iter(exp.values()))["response_mask"].shape[0]
-    mb_size = args.minibatch_questions or n
+    rank, world = world_info()
+    device = next(iter(exp.values()))["response_mask"].device
+    n_global = next(iter(exp.values()))["response_mask"].shape[0] * world  # every rank holds B / world questions
+    mb_size = args.minibatch_questions or n_global
     micro = min(args.micro_batch_questions or mb_size, mb_size)
+    trainable = [p for opt in team.optimizers.values() for g in opt.param_groups for p in g["params"]]
+    shuffle = torch.Generator().manual_seed(shuffle_seed)  # not the sampling RNG, which differs between ranks
     keys = ["query_ids", "query_mask", "response_ids", "response_mask", "critic_query_ids", "critic_query_mask",
             "old_logprobs", "old_values", "advantages", "returns"]
     stats = {key: [] for key in exp}
     stats.update(skipped=0, **{f"grad_norm/{name}": [] for name in team.optimizers})
     turns = sorted({t for t, _ in team.trained})
     for epoch in range(args.ppo_epochs):
-        perm = torch.randperm(n)
-        for start in range(0, n, mb_size):
+        perm = torch.randperm(n_global, generator=shuffle)
+        for start in range(0, n_global, mb_size):
             minibatch = perm[start:start + mb_size]
-            num_tokens = {key: e["response_mask"][minibatch].sum() for key, e in exp.items()}
+            minibatch = minibatch[minibatch % world == rank] // world  # multi-process: this rank's rows of it
+            # the loss normalisation's denominator: the minibatch's valid tokens of each (turn, agent), all ranks
+            num_tokens = {key: allreduce_sum(e["response_mask"][minibatch].sum()) for key, e in exp.items()}
             mb_stats, finite = {key: [] for key in exp}, True
             for opt in team.optimizers.values():
                 opt.zero_grad(set_to_none=True)
@@ -679,6 +701,10 @@ def ppo_update(team: Team, exp: dict, args: Args) -> dict:
                         finite = finite and bool(torch.isfinite(vf_total))
                         if finite:
                             vf_total.backward()
+            # multi-process: sum the gradients of all ranks (each loss was divided by the global token count, so the
+            # sum is the gradient of the whole minibatch); skip the step everywhere if a loss was non-finite anywhere
+            allreduce_gradients(trainable, "sum")
+            finite = bool(allreduce_sum(torch.tensor(float(not finite), device=device)) == 0)
             # each optimiser clips the global norm of its own parameters' gradients, then steps once
             norms = {name: float(torch.nn.utils.clip_grad_norm_([p for g in opt.param_groups for p in g["params"]],
                                                                 args.max_grad_norm))
@@ -691,6 +717,8 @@ def ppo_update(team: Team, exp: dict, args: Args) -> dict:
                 stats[f"grad_norm/{name}"].append(norms[name])
                 opt.step()
             for key, pieces in mb_stats.items():
+                if not pieces:  # multi-process: no question of this minibatch is on this rank
+                    continue
                 total = {k: float(sum(p[k] for p in pieces)) for k in pieces[0] if k != "max_abs_logratio"}
                 total["max_abs_logratio"] = float(max(p["max_abs_logratio"] for p in pieces))
                 stats[key].append(total)
@@ -709,9 +737,13 @@ def learning_rate(args: Args, step: int) -> float:
 
 def save_state(run_dir: Path, team: Team, step: int, args: Args):
     """checkpoint.pt (everything --resume needs, written atomically) plus peft adapter folders, the value
-    heads and debate.json (which adapter plays which turn and agent) for evaluate.py."""
+    heads and debate.json (which adapter plays which turn and agent) for evaluate.py. Every rank calls it (the
+    RNG states are gathered); only rank 0 writes."""
+    rngs = all_rng_states()
+    if not is_main_process():
+        return
     save_checkpoint(run_dir / "checkpoint.pt", dict(
-        step=step, heads=team.heads.state_dict(), rng=rng_state(),
+        step=step, heads=team.heads.state_dict(), rng=rngs,
         adapters=[{name: adapter_state_dict(m, name) for name in names} for m, names in zip(team.bases, team.base_adapters)],
         optimizers={name: opt.state_dict() for name, opt in team.optimizers.items()}))
     dirs = ["adapters" if len(team.bases) == 1 else f"adapters_base{i}" for i in range(len(team.bases))]
@@ -732,7 +764,7 @@ def load_state(run_dir: Path, team: Team) -> int:
     team.heads.load_state_dict(state["heads"])
     for name, opt in team.optimizers.items():
         opt.load_state_dict(state["optimizers"][name])
-    set_rng_state(state["rng"])
+    restore_rng_state(state["rng"])  # this rank's
     return state["step"]
 
 
@@ -864,9 +896,15 @@ def main(args: Args, score_fn=None) -> Path:
     if args.resume:
         args = resumed_args(args)
     check_args(args)
-    device = args.device or default_device()
+    # multi-process: under torchrun join the process group (gloo on CPU, NCCL on GPU; only rank 0 prints)
+    rank, world, device = init_distributed(args.device)
+    if args.questions_per_update % world:
+        arg_error("--questions-per-update", f"is the global batch, split across the {world} processes: it must be "
+                                            f"divisible by {world}, got {args.questions_per_update}")
     run_dir = start_run(args, "cotrain")
-    team = build_team(args, device)  # seeds everything with --seed
+    team = build_team(args, device)  # seeds everything with --seed: the same adapters and heads on every rank
+    if world > 1:
+        seed_everything(args.seed + 100003 * rank)  # multi-process: every rank samples different responses
     scorer = score_fn or make_scorer(args, device)
     records = load_task(args.dataset, "train", limit=args.train_limit or None, seed=args.seed,
                         skip_bad_rows=args.skip_bad_rows)
@@ -877,7 +915,7 @@ def main(args: Args, score_fn=None) -> Path:
         print(f"resumed {run_dir} from update {start}")
     print(f"{args.num_agents} agents x {args.num_turns} turns on {args.dataset} | bases {team.base_names} | "
           f"trained (turn, agent): {[(t + 1, a) for t, a in team.trained]} | adapters {team.base_adapters}")
-    bar = tqdm(range(start, args.updates), initial=start, total=args.updates, desc="cotrain")
+    bar = tqdm(range(start, args.updates), initial=start, total=args.updates, desc="cotrain", disable=rank > 0)
     for step in bar:
         lr = learning_rate(args, step)
         for opt in team.optimizers.values():
@@ -885,21 +923,26 @@ def main(args: Args, score_fn=None) -> Path:
                 group["lr"] = lr
         records_now = [records[i] for i in step_indices(len(records), args.questions_per_update, step,
                                                         f"cotrain-{args.seed}", drop_last=True)]
+        records_now = records_now[rank::world]  # multi-process: this rank's questions (global question g on rank g % world)
         t0 = time.time()
         debate, exp, r = rollout_step(team, args, records_now, scorer)
         t1 = time.time()
-        kl_per_agent = {key: e["kl"].sum(1).mean().item() for key, e in exp.items()}
+        # mean per-response KL of each (turn, agent) over all ranks' responses: every rank takes the same decision
+        kl_per_agent = {key: (allreduce_sum(e["kl"].sum()) / (e["kl"].shape[0] * world)).item() for key, e in exp.items()}
         worst = max(kl_per_agent, key=kl_per_agent.get)
         if kl_per_agent[worst] > args.max_kl:
             save_state(run_dir, team, step, args)
+            finish_distributed()
             raise SystemExit(f"stopped at update {step}: turn {worst[0] + 1} agent {worst[1]} has KL "
                              f"{kl_per_agent[worst]:.2f} > --max-kl {args.max_kl} to the reference. The checkpoint of "
                              f"update {step} is kept in {run_dir}; lower --lr or raise --kl-coef.")
         # 6. PPO on every trained (turn, agent); one step per optimiser per minibatch
-        stats = ppo_update(team, exp, args)
+        stats = ppo_update(team, exp, args, shuffle_seed=1_000_003 * args.seed + step)
+        t2 = time.time()
         metrics = dict(step=step + 1, lr=lr, **rollout_metrics(debate, r["scores"], r["penalized"], r["rewards"], r["bonus"]),
-                       **ppo_metrics(exp, stats, args.num_agents), **{"timing/rollout": t1 - t0, "timing/update": time.time() - t1})
-        log_metrics(run_dir, metrics)
+                       **ppo_metrics(exp, stats, args.num_agents),
+                       **{"timing/rollout_s": t1 - t0, "timing/update_s": t2 - t1, "timing/step_s": t2 - t0})
+        log_metrics(run_dir, metrics)  # multi-process: rank 0 writes, its own questions' metrics (grad norms: global)
         last = f"turn{args.num_turns}/accuracy"
         bar.set_postfix(acc=f"{metrics[last]:.2f}", score=f"{metrics['objective/scores']:.2f}",
                         kl=f"{metrics['objective/kl']:.3f}", clip=f"{metrics['policy/clipfrac']:.3f}")
@@ -908,7 +951,7 @@ def main(args: Args, score_fn=None) -> Path:
         if args.log_every and (step + 1) % args.log_every == 0:
             tqdm.write(f"update {step + 1}: " + format_metrics(metrics, [f"turn{t + 1}/accuracy" for t in range(args.num_turns)] + [
                 "objective/scores", "objective/penalized_scores", "objective/rewards", "objective/kl", "policy/clipfrac",
-                "val/clipfrac", "loss/value", "objective/entropy", "timing/rollout", "timing/update"]))
+                "val/clipfrac", "loss/value", "objective/entropy", "timing/rollout_s", "timing/update_s"]))
         if args.sample_every and (step + 1) % args.sample_every == 0:
             print_sample(step + 1, debate, r["scores"], r["penalized"], r["rewards"])
         if (args.save_every and (step + 1) % args.save_every == 0) or step + 1 == args.updates:
@@ -917,6 +960,7 @@ def main(args: Args, score_fn=None) -> Path:
         print(f"nothing to do: the checkpoint is at update {start} and --updates is {args.updates}")
     print(f"done. metrics: {run_dir / 'metrics.jsonl'} | adapters: {run_dir / 'adapters'} (agents and turns: "
           f"{run_dir / 'debate.json'}) | checkpoint: {run_dir / 'checkpoint.pt'}")
+    finish_distributed()  # multi-process: leave the process group (without it gloo aborts at exit)
     return run_dir
 
 

@@ -40,6 +40,15 @@ Changes relative to the paper and the authors' CoMLRL / LLM_Collab_* code (spec:
     the credit is the authors' sum over partners (a mean would only rescale the advantages by 1/G^(n-1));
   * optional extras, off by default: --adv-mode std|rloo|max|raw, --loss-agg token-mean, a k3 KL to the base.
 
+Multi-process training (torchrun; gloo on CPU, NCCL with one GPU per process): --problems-per-step is the GLOBAL
+number of trees per step, each of the N processes grows every N-th of them with its own sampling seed (the agents
+start identical), the loss of each turn is divided by the node (or token) count of ALL processes, and each agent's
+gradients are summed across processes before clipping and stepping (an explicit all-reduce of the LoRA gradients,
+or of the whole copy's with --full-finetune). Advantages need no communication: a group is one node, which lives on
+one process. N processes x P/N problems make the same update as one process with P problems (an epoch's short last
+slice of problems is dropped, so that every process has a tree). Only rank 0 prints, logs (metrics of its own
+trees) and writes checkpoints. "multi-process:" comments mark the lines.
+
 Examples:
   # CPU smoke run with the tiny random model (seconds)
   python magrpo.py --model tiny --steps 4 --max-new-tokens 32
@@ -53,6 +62,8 @@ Examples:
   # GPU, paper scale (code): Qwen2.5-Coder-3B, CoopHumanEval (or --task humaneval), 2 turns
   python magrpo.py --model Qwen/Qwen2.5-Coder-3B --task coophumaneval --dtype bfloat16 --no-chat-template \\
       --max-new-tokens 256 --temperature 0.6 --top-p 0.6 --lr 2e-5 --full-finetune --turns 2 --steps 528
+  # two CPU processes (torchrun), 2 problems per step: one per process
+  torchrun --standalone --nproc_per_node 2 magrpo.py --model tiny --steps 2 --max-new-tokens 32 --problems-per-step 2
 """
 from __future__ import annotations
 
@@ -79,11 +90,12 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from common import (adapter_parameters, adapter_state_dict, add_adapters, arg_error, chat_prompt, default_device,
-                    format_metrics, forward_responses, generate, kl_k3, load_adapter_state_dict, load_checkpoint,
-                    load_model, load_tokenizer, log_metrics, parse_args, read_jsonl, reference_logprobs, rng_state,
-                    save_adapters, save_checkpoint, seed_everything, set_rng_state, start_run)
-from common import resumed_args, step_indices
+from common import (adapter_parameters, adapter_state_dict, add_adapters, allreduce_gradients, allreduce_sum, arg_error,
+                    chat_prompt, finish_distributed, format_metrics, forward_responses, generate, init_distributed,
+                    is_main_process, kl_k3, load_adapter_state_dict, load_checkpoint, load_model, load_tokenizer,
+                    log_metrics, parse_args, read_jsonl, reference_logprobs, save_adapters, save_checkpoint,
+                    seed_everything, start_run)
+from common import all_rng_states, restore_rng_state, resumed_args, step_indices
 
 
 @dataclass
@@ -93,9 +105,9 @@ class Args:
     task: str = "humaneval"  # humaneval | coophumaneval | tldr | arxiv | jsonl:PATH (code, TLDR or arXiv rows)
     train_limit: int = 0  # keep the first N training problems (0 = all)
     steps: int = 12  # optimiser steps (each: --problems-per-step rollout trees, one update per agent per turn)
-    problems_per_step: int = 1  # rollout trees per step (the authors: 1)
+    problems_per_step: int = 1  # rollout trees per step (the authors: 1); under torchrun the global number, split across the processes
     seed: int = 0  # seeds sampling and the problem order
-    device: str = ""  # '' = cuda if available, else cpu
+    device: str = ""  # '' = cuda if available, else cpu (under torchrun each process takes its own GPU)
     dtype: str = "float32"  # float32 | bfloat16 | float16
     quant: str = "none"  # none | 4bit | 8bit (QLoRA base; LoRA agents only)
     run_dir: str = ""  # '' = runs/magrpo-<time>-s<seed>
@@ -1158,26 +1170,30 @@ def trim_padding(batch: dict) -> dict:
     return out
 
 
-def loss_weights(response_mask: torch.Tensor, num_nodes: int, num_generations: int, loss_agg: str) -> torch.Tensor:
+def loss_weights(response_mask: torch.Tensor, num_nodes: float, num_generations: int, loss_agg: str,
+                 num_tokens: float | None = None) -> torch.Tensor:
     """THE loss normalisation (one place): the per-completion weight w such that an agent's loss at a turn is
     Σ_rows w · Σ_t ℓ_t. seq-sum (paper): the mean over the turn's nodes of the mean over each node's G
     completions of the summed token losses, w = 1/(nodes·G); token-mean: every valid token of the turn
-    counts once, w = 1/(valid tokens). (Multi-process training must make these denominators global.)"""
+    counts once, w = 1/(valid tokens), counted in response_mask unless num_tokens is given.
+    Multi-process: num_nodes and num_tokens are the counts over all ranks (magrpo_update)."""
     rows = response_mask.shape[0]
     if loss_agg == "seq-sum":
         return torch.full((rows,), 1.0 / (num_nodes * num_generations), device=response_mask.device)
     if loss_agg == "token-mean":
-        return torch.full((rows,), 1.0 / response_mask.sum().clamp(min=1).item(), device=response_mask.device)
+        num_tokens = response_mask.sum().item() if num_tokens is None else num_tokens
+        return torch.full((rows,), 1.0 / max(num_tokens, 1.0), device=response_mask.device)
     raise ValueError(f"unknown loss aggregation {loss_agg!r} (seq-sum, token-mean)")
 
 
-def accumulate_agent_loss(agents: Agents, agent: int, batch: dict, advantages: torch.Tensor, num_nodes: int,
-                          args) -> dict:
+def accumulate_agent_loss(agents: Agents, agent: int, batch: dict, advantages: torch.Tensor, num_nodes: float,
+                          args, num_tokens: float | None = None) -> dict:
     """Forward agent `agent`'s rows of one turn in micro-batches and back-propagate −A·log π (+ β·k3) into its
     parameters (gradients accumulate; the caller steps). log π is at the sampling temperature, summed over the
-    completion's tokens with everything after EOS masked. Returns the agent's metrics for the turn."""
+    completion's tokens with everything after EOS masked. num_nodes, num_tokens: loss_weights' denominators.
+    Returns the agent's metrics for the turn."""
     model = agents.models[agent]
-    weights = loss_weights(batch["response_mask"], num_nodes, args.num_generations, args.loss_agg)
+    weights = loss_weights(batch["response_mask"], num_nodes, args.num_generations, args.loss_agg, num_tokens)
     totals = dict(loss=0.0, entropy=0.0, kl=0.0, tokens=0.0, logprob_gap=0.0)
     for start in range(0, batch["response_mask"].shape[0], args.micro_batch):
         chunk = trim_padding({k: v[start:start + args.micro_batch] for k, v in batch.items() if k != "truncated"})
@@ -1211,12 +1227,20 @@ def accumulate_agent_loss(agents: Agents, agent: int, batch: dict, advantages: t
 
 
 def magrpo_step(agents: Agents, tokenizer, problems: list[dict], task: Task, args) -> tuple[dict, list[Node]]:
-    """One MAGRPO iteration: grow the trees, compute returns and advantages, update every agent
-    (deepest turn first). Returns (metrics, roots)."""
-    n, G = args.num_agents, args.num_generations
+    """One MAGRPO iteration: grow the trees (stages 1-4), then magrpo_update (5-7). Returns (metrics, roots)."""
     t0 = time.time()
     roots, batches = rollout(agents, tokenizer, problems, task, args)
     t_rollout = time.time() - t0
+    metrics = magrpo_update(agents, roots, batches, args)
+    metrics["timing/rollout_s"] = t_rollout
+    metrics["timing/step_s"] = time.time() - t0
+    return metrics, roots
+
+
+def magrpo_update(agents: Agents, roots: list[Node], batches: list[list[dict]], args) -> dict:
+    """Stages 5-7 on grown trees (rollout's output): returns, advantages, then every agent's update, deepest
+    turn first. Multi-process: each rank passes its own trees; every rank must call it. Returns the metrics."""
+    n, G = args.num_agents, args.num_generations
     # 5. returns bottom-up, 6. credits and group-relative advantages (one group per node and agent)
     turns = nodes_by_turn(roots)
     for root in roots:
@@ -1227,17 +1251,27 @@ def magrpo_step(agents: Agents, tokenizer, problems: list[dict], task: Task, arg
     for node, adv in zip(all_nodes, advantages):
         node.advantages = adv
     # 7. the policy-gradient update, deepest turn first; each agent steps its own optimiser once per turn
-    metrics = {}
-    for turn in reversed(range(len(turns))):
+    metrics, device = {}, agents.params[0][0].device
+    for turn in reversed(range(args.turns)):
+        nodes = turns[turn] if turn < len(turns) else []  # multi-process: another rank's trees may go deeper
+        # the loss normalisation's denominators: this turn's nodes and each agent's valid tokens (multi-process: on
+        # all ranks, so that the gradients summed across ranks are those of one process holding every tree)
+        counts = [len(nodes)] + [batches[turn][i]["response_mask"].sum().item() if nodes else 0.0 for i in range(n)]
+        num_nodes, *num_tokens = allreduce_sum(torch.tensor(counts, dtype=torch.float, device=device)).tolist()
+        if num_nodes == 0:
+            continue  # no tree reached this turn, on any rank
         for agent in range(n):
-            adv = torch.cat([node.advantages[agent] for node in turns[turn]])
-            stats = accumulate_agent_loss(agents, agent, batches[turn][agent], adv, len(turns[turn]), args)
+            prefix = f"agent{agent}/" if turn == 0 else f"agent{agent}/turn{turn}_"
+            if nodes:  # multi-process: a rank without nodes at this turn adds nothing but joins the all-reduce
+                adv = torch.cat([node.advantages[agent] for node in nodes])
+                stats = accumulate_agent_loss(agents, agent, batches[turn][agent], adv, num_nodes, args,
+                                              num_tokens[agent])
+                metrics.update({prefix + k: v for k, v in stats.items()})
+            allreduce_gradients(agents.params[agent], "sum")  # multi-process: sum over ranks, then clip and step
             max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")  # inf: measure, no clipping
             grad_norm = torch.nn.utils.clip_grad_norm_(agents.params[agent], max_norm)
             agents.optimizers[agent].step()
             agents.optimizers[agent].zero_grad(set_to_none=True)
-            prefix = f"agent{agent}/" if turn == 0 else f"agent{agent}/turn{turn}_"
-            metrics.update({prefix + k: v for k, v in stats.items()})
             metrics[prefix + "grad_norm"] = float(grad_norm)
     # metrics (TRL/CleanRL-style names; per agent prefixed agentI/)
     for turn, nodes in enumerate(turns):
@@ -1259,9 +1293,7 @@ def magrpo_step(agents: Agents, tokenizer, problems: list[dict], task: Task, arg
     metrics["objective/entropy"] = sum(metrics[f"agent{i}/entropy"] for i in range(n)) / n
     metrics["objective/kl"] = sum(metrics[f"agent{i}/kl"] for i in range(n)) / n
     metrics["tree/nodes"] = len(all_nodes)
-    metrics["timing/rollout_s"] = t_rollout
-    metrics["timing/step_s"] = time.time() - t0
-    return metrics, roots
+    return metrics
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1355,11 +1387,18 @@ def main(args: Args):
         arg_error("--task", f"{args.task} has no training problems")
     if args.turns > 1 and problems[0]["kind"] != "code":
         arg_error("--turns", "the writing tasks are single-turn (feedback is defined for the coding tasks)")
+    # multi-process: under torchrun join the process group (gloo on CPU, NCCL on GPU; only rank 0 prints)
+    rank, world, device = init_distributed(args.device)
+    if args.problems_per_step % world or args.problems_per_step > len(problems):
+        arg_error("--problems-per-step", f"is the global number of trees per step, split across the {world} process(es): "
+                                         f"it must be divisible by {world} and at most the {len(problems)} problems, "
+                                         f"got {args.problems_per_step}")
     run_dir = start_run(args, "magrpo")
-    device = args.device or default_device()
     seed_everything(args.seed)
     tokenizer = load_tokenizer(args.model)
-    agents = build_agents(args, device)
+    agents = build_agents(args, device)  # the same initial agents on every rank (same seed)
+    if world > 1:
+        seed_everything(args.seed + 100003 * rank)  # multi-process: every rank samples different completions
     task = make_task(args)
     start_step = 0
     if args.resume:
@@ -1367,25 +1406,27 @@ def main(args: Args):
         load_agent_states(agents, state["agents"])
         for optimizer, saved in zip(agents.optimizers, state["optimizers"]):
             optimizer.load_state_dict(saved)
-        set_rng_state(state["rng"])
+        restore_rng_state(state["rng"])  # this rank's
         start_step = state["step"]
         print(f"resumed {run_dir} at step {start_step}")
     print(f"MAGRPO on {args.task}: {len(problems)} problems, {args.num_agents} agents "
           f"({'full copies' if args.full_finetune else 'LoRA adapters'} of {args.model}), G={args.num_generations}, "
           f"{args.joint_mode} joint actions, {args.turns} turn(s), {args.steps} steps")
 
-    def checkpoint(step: int):
-        save_checkpoint(run_dir / "checkpoint.pt", dict(step=step, agents=agent_states(agents), rng=rng_state(),
+    def checkpoint(step: int):  # every rank calls it (the RNG states are gathered); only rank 0 writes
+        rngs = all_rng_states()
+        save_checkpoint(run_dir / "checkpoint.pt", dict(step=step, agents=agent_states(agents), rng=rngs,
                                                         optimizers=[o.state_dict() for o in agents.optimizers]))
 
     if problems[0]["kind"] == "code" and not run_tests_in_sandbox("x = 1", [])["seccomp"]:
         print("warning: the sandbox's seccomp filter is not available here (it needs Linux x86_64): generated code "
               "runs with rlimits only (it can open sockets, write files, and fork unless RLIMIT_NPROC binds)")
-    bar = tqdm(range(start_step, args.steps), desc="magrpo", initial=start_step, total=args.steps)
+    bar = tqdm(range(start_step, args.steps), desc="magrpo", initial=start_step, total=args.steps, disable=rank > 0)
     for step in bar:
-        batch = [problems[i] for i in step_indices(len(problems), args.problems_per_step, step, f"magrpo-{args.seed}")]
+        order = step_indices(len(problems), args.problems_per_step, step, f"magrpo-{args.seed}", drop_last=world > 1)
+        batch = [problems[i] for i in order][rank::world]  # multi-process: this rank's problems (a full slice each)
         metrics, roots = magrpo_step(agents, tokenizer, batch, task, args)
-        log_metrics(run_dir, {"step": step + 1, **metrics})
+        log_metrics(run_dir, {"step": step + 1, **metrics})  # multi-process: rank 0 writes, its own trees' metrics
         bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}")
         if (step + 1) % args.log_every == 0:
             tqdm.write(f"step {step + 1}: " + format_metrics(metrics, [
@@ -1397,7 +1438,7 @@ def main(args: Args):
             checkpoint(step + 1)
     if agents.names is not None:
         save_adapters(agents.models[0], agents.names, run_dir / "adapters")
-    else:
+    elif is_main_process():
         for i, model in enumerate(agents.models):
             model.save_pretrained(run_dir / "agents" / f"agent{i}")
             tokenizer.save_pretrained(run_dir / "agents" / f"agent{i}")
@@ -1405,6 +1446,7 @@ def main(args: Args):
     print(f"{'adapters' if agents.names is not None else 'agent models'}: "
           f"{run_dir / ('adapters' if agents.names is not None else 'agents')}")
     print(f"checkpoint: {run_dir / 'checkpoint.pt'} (continue with --resume {run_dir} --steps N)")
+    finish_distributed()  # multi-process: leave the process group (without it gloo aborts at exit)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ def test_masked_stats_equal_unmasked_on_valid_slice():
     whitened = masked_whiten(x, mask)
     torch.testing.assert_close(whitened[mask.bool()], (valid - valid.mean()) / torch.sqrt(valid.var() + 1e-8))
     assert whitened[~mask.bool()].abs().max() == 0
+    torch.testing.assert_close(masked_whiten(x, mask, all_ranks=True), whitened)  # one process: the same numbers
     # per-row mean over dim=1
     torch.testing.assert_close(masked_mean(x, mask, dim=1),
                                torch.stack([x[b][mask[b].bool()].mean() for b in range(5)]))
@@ -216,6 +217,38 @@ def test_adapters_stay_trainable_after_reference_and_set_adapter(tiny):
     for name in ("agent0", "agent1"):  # both adapters still receive gradients
         grads = [p.grad for p in common.adapter_parameters(model, name)]
         assert all(g is not None for g in grads) and sum(g.abs().sum() for g in grads) > 0
+
+
+def test_one_adapter_for_every_row_takes_the_plain_path_and_matches_mixed_batch(tiny):
+    """forward_responses/generate with one adapter name on every row use peft's ordinary forward (set_adapter),
+    not the mixed-batch routing; same log-probs and gradients, and the active adapter and trainability are
+    restored afterwards."""
+    tok, _ = tiny
+    model = make_peft(("agent0", "agent1"))
+    n_trainable = sum(p.requires_grad for p in model.parameters())
+    torch.manual_seed(0)
+    rollout = generate(model, tok, chat(tok, ["a b c", "hello there", "x"]), ["agent1"] * 3, max_new_tokens=8,
+                       temperature=1.0)
+    assert model.active_adapter == "agent0"
+    assert sum(p.requires_grad for p in model.parameters()) == n_trainable
+    args = (rollout["query_ids"], rollout["query_mask"], rollout["response_ids"], rollout["response_mask"])
+    plain = forward_responses(model, *args, ["agent1"] * 3, 1.0)["logprobs"]
+    plain.sum().backward()
+    plain_grads = [p.grad.clone() for p in common.adapter_parameters(model, "agent1")]
+    assert all(p.grad is None for p in common.adapter_parameters(model, "agent0"))  # agent0 was not even run
+    model.zero_grad(set_to_none=True)
+    # the mixed-batch path, forced by a second (unused) adapter name in an extra row that we then drop
+    mixed_args = [torch.cat([x, x[:1]]) for x in args]
+    mixed = forward_responses(model, *mixed_args, ["agent1"] * 3 + ["agent0"], 1.0)["logprobs"][:3]
+    mixed.sum().backward()
+    torch.testing.assert_close(plain, mixed, atol=1e-6, rtol=0)
+    torch.testing.assert_close(plain, rollout["logprobs"], atol=1e-5, rtol=0)  # generate used agent1 too
+    for g_plain, p in zip(plain_grads, common.adapter_parameters(model, "agent1")):
+        torch.testing.assert_close(g_plain, p.grad, atol=1e-6, rtol=1e-5)
+    assert all(p.grad is not None for p in common.adapter_parameters(model, "agent0"))  # the mixed path ran it
+    assert model.active_adapter == "agent0" and sum(p.requires_grad for p in model.parameters()) == n_trainable
+    with pytest.raises(ValueError, match="no LoRA adapters"):
+        forward_responses(tiny[1], *args, ["agent1"] * 3)
 
 
 def test_reference_equals_base_before_adapters(tiny):
@@ -610,13 +643,24 @@ def test_checkpoint_round_trip_restores_identical_state(tmp_path):
     model2.load_state_dict(loaded["model"])
     optimizer2.load_state_dict(loaded["optimizer"])
     scheduler2.load_state_dict(loaded["scheduler"])
-    common.set_rng_state(loaded["rng"])
+    common.restore_rng_state(loaded["rng"])  # an old single-dict state is accepted, as all_rng_states()'s list
     assert loaded["step"] == 7
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), model2.state_dict().values()))
     assert torch.equal(optimizer.state_dict()["state"][0]["exp_avg"], optimizer2.state_dict()["state"][0]["exp_avg"])
     assert scheduler2.get_last_lr() == scheduler.get_last_lr()
     draw = (torch.rand(3), __import__("random").random(), __import__("numpy").random.rand())
     assert torch.equal(draw[0], expected_draw[0]) and draw[1:] == expected_draw[1:]
+
+
+def test_rng_states_of_all_ranks_round_trip_and_process_count_check():
+    common.seed_everything(5)
+    states = common.all_rng_states()
+    assert len(states) == 1
+    expected = torch.rand(2)
+    common.restore_rng_state(states)
+    assert torch.equal(torch.rand(2), expected)
+    with pytest.raises(SystemExit, match=r"--resume: the checkpoint was written by 2 process\(es\).*nproc_per_node 2"):
+        common.restore_rng_state(states * 2)  # written by 2 processes, resumed by 1
 
 
 def test_interrupted_checkpoint_write_keeps_previous(tmp_path, monkeypatch):
@@ -659,13 +703,16 @@ sys.path.insert(0, os.environ["REPO"])
 import common
 rank, world, device = common.init_distributed()
 assert world == 2 and device == "cpu"
+print(f"STDOUT {rank};", flush=True)                  # only rank 0's stdout survives init_distributed
 p = torch.nn.Parameter(torch.zeros(3))
 p.grad = torch.full((3,), float(rank + 1))            # rank 0: 1, rank 1: 2
 q = torch.nn.Parameter(torch.zeros(2))                # no gradient on rank 0
 q.grad = None if rank == 0 else torch.ones(2)
-common.allreduce_gradients([p, q], op="mean")
+r = torch.nn.Parameter(torch.zeros(2))                # no gradient anywhere: stays None, so AdamW skips it
+common.allreduce_gradients([p, q, r], op="mean")
 count = common.allreduce_sum(torch.tensor([rank + 10]))
-print(f"RESULT {rank} {p.grad.tolist()} {q.grad.tolist()} {count.item()} {common.is_main_process()};", flush=True)
+print(f"RESULT {rank} {p.grad.tolist()} {q.grad.tolist()} {r.grad} {count.item()} {common.is_main_process()};",
+      file=sys.stderr, flush=True)
 common.finish_distributed()
 """
 
@@ -681,8 +728,9 @@ def test_distributed_helpers_with_two_gloo_ranks(tmp_path, repo_root):
                            str(script)], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "REPO": str(repo_root)})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    results = sorted(__import__("re").findall(r"RESULT ([^;]*);", done.stdout))
-    assert results == ["0 [1.5, 1.5, 1.5] [0.5, 0.5] 21 True", "1 [1.5, 1.5, 1.5] [0.5, 0.5] 21 False"]
+    results = sorted(__import__("re").findall(r"RESULT ([^;]*);", done.stderr))
+    assert results == ["0 [1.5, 1.5, 1.5] [0.5, 0.5] None 21 True", "1 [1.5, 1.5, 1.5] [0.5, 0.5] None 21 False"]
+    assert __import__("re").findall(r"STDOUT (\d);", done.stdout) == ["0"]
 
 
 def test_smollm2_gguf_is_found_without_importing_the_package():
