@@ -18,7 +18,7 @@ compared runs in the same process on the same model, prompts and number of gener
 
 Examples:
   python bench.py                                   # tiny model and smollm2-135m on CPU
-  python bench.py --models tiny --skip-end-to-end   # seconds
+  python bench.py --models tiny --parts speed,memory   # seconds
   python bench.py --models qwen2.5-1.5b --random-init --device cuda --dtype bfloat16   # GPU, random weights
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Args:
     lora_r: int = 8  # LoRA rank of every adapter
     repeats: int = 3  # timed repeats per figure (median, min, max); one untimed warm-up first
     # ---- end to end
-    skip_end_to_end: bool = False  # skip item 5 (the cotrain.py / magrpo.py runs)
+    parts: str = "speed,memory,end-to-end"  # what to measure: speed (items 1-3), memory (4), end-to-end (5)
     end_to_end_updates: int = 2  # timed updates per end-to-end run (after one untimed warm-up update)
     # ---- output
     out_dir: str = "runs/bench"  # where bench.json is written
@@ -126,11 +126,17 @@ def bench_rollout(args, model, tokenizer, num_agents, device):
     def mixed():
         common.generate(model, tokenizer, [p for _, p in rows], [a for a, _ in rows], **gen)
 
-    def per_agent():
+    def per_agent():  # one adapter for all rows of a call: generate() uses peft's ordinary path (set_adapter)
         for a in names:
-            model.set_adapter(a)
-            common.generate(model, tokenizer, prompts, None, **gen)
-        common.make_lora_trainable(model)  # set_adapter froze the other adapters
+            common.generate(model, tokenizer, prompts, [a] * len(prompts), **gen)
+
+    # where the mixed call's time goes, on the same A x B rows: generate() without any adapter, and with one
+    # adapter on every row (LoRA compute but no per-row routing)
+    def base_model():
+        common.generate(model, tokenizer, [p for _, p in rows], ["__base__"] * len(rows), **gen)
+
+    def one_adapter():
+        common.generate(model, tokenizer, [p for _, p in rows], [names[0]] * len(rows), **gen)
 
     query_ids, query_mask = common.tokenize_prompts(tokenizer, [p for _, p in rows], device)
 
@@ -152,11 +158,14 @@ def bench_rollout(args, model, tokenizer, num_agents, device):
     tokens = len(rows) * args.max_new_tokens
     t_mixed, t_per_agent = timed(mixed, args.repeats, device), timed(per_agent, args.repeats, device)
     t_ceiling = timed(decode_ceiling, args.repeats, device)
+    t_base, t_one = timed(base_model, args.repeats, device), timed(one_adapter, args.repeats, device)
     return dict(agents=num_agents, rows=len(rows), tokens=tokens,
                 mixed_tok_s=tokens / t_mixed["median"], per_agent_tok_s=tokens / t_per_agent["median"],
                 ceiling_tok_s=tokens / t_ceiling["median"], speedup=t_per_agent["median"] / t_mixed["median"],
                 fraction_of_ceiling=t_ceiling["median"] / t_mixed["median"],
-                seconds=dict(mixed=t_mixed, per_agent=t_per_agent, ceiling=t_ceiling))
+                base_generate_tok_s=tokens / t_base["median"], one_adapter_generate_tok_s=tokens / t_one["median"],
+                seconds=dict(mixed=t_mixed, per_agent=t_per_agent, ceiling=t_ceiling, base_generate=t_base,
+                             one_adapter_generate=t_one))
 
 
 def bench_training_pass(args, model, tokenizer, num_agents, device):
@@ -182,10 +191,13 @@ def bench_training_pass(args, model, tokenizer, num_agents, device):
             (-out["logprobs"].sum()).backward()
 
     tokens = int(rollout["response_mask"].sum())
+    real_positions = int(rollout["query_mask"].sum()) + tokens  # what one-at-a-time forwards; padding is extra
+    padded_positions = rollout["query_ids"].numel() + rollout["response_ids"].numel()
     t_batched, t_single = timed(batched_pass, args.repeats, device), timed(one_at_a_time, args.repeats, device)
     model.zero_grad(set_to_none=True)
     return dict(agents=num_agents, rows=len(adapters), tokens=tokens, batched_tok_s=tokens / t_batched["median"],
                 one_at_a_time_tok_s=tokens / t_single["median"], speedup=t_single["median"] / t_batched["median"],
+                padding_overhead=padded_positions / real_positions,
                 seconds=dict(batched=t_batched, one_at_a_time=t_single))
 
 
@@ -226,6 +238,8 @@ def memory_config_run(args):
     device = args.device or common.default_device()
     runtime_mb = 0.0 if device.startswith("cuda") else rss_mb("VmRSS")  # Python + torch + transformers, no model
     model, tokenizer = load(args, name)
+    with torch.no_grad():  # read every weight once: safetensors may be memory-mapped and paged in lazily
+        [p.sum() for p in model.parameters()]
     gc.collect()
     loaded_mb = torch.cuda.memory_allocated() / 2**20 if device.startswith("cuda") else rss_mb("VmRSS")
     reset_peak_memory(device)
@@ -236,16 +250,17 @@ def memory_config_run(args):
     trainable = 0
     if layout == "full-copies":  # A full models, each trainable with its own AdamW, each trained on its T rows
         copies = [model] + [copy.deepcopy(model) for _ in range(num_agents - 1)]
+        optimizers = []  # all alive at once, as in a run
         for a, m in enumerate(copies):
             for p in m.parameters():
                 p.requires_grad_(True)
             trainable += sum(p.numel() for p in m.parameters())
-            optimizer = torch.optim.AdamW(m.parameters(), lr=1e-5)
+            optimizers.append(torch.optim.AdamW(m.parameters(), lr=1e-5))
             mine = slice(a * args.turns, (a + 1) * args.turns)
             out = common.forward_responses(m, query_ids[mine], query_mask[mine], response_ids[mine],
                                            response_mask[mine], None)
             (-out["logprobs"].sum()).backward()
-            optimizer.step()
+            optimizers[-1].step()
     else:  # LoRA adapters on one frozen base: one adapter, or cotrain's A x T agent-turn adapters + critic + heads
         names = ["agent0"] if layout == "one-adapter" else [f"agent{a}_turn{t}" for a in range(num_agents)
                                                              for t in range(args.turns)]
@@ -259,12 +274,11 @@ def memory_config_run(args):
         trainable = sum(p.numel() for g in groups for p in g)
         row_adapters = [names[i % len(names)] for i in range(rows)]  # every adapter gets rows, hence gradients
         out = common.forward_responses(model, query_ids, query_mask, response_ids, response_mask, row_adapters)
-        loss = -out["logprobs"].sum()
-        if critic:
+        (-out["logprobs"].sum()).backward()
+        if critic:  # then the critic, one graph alive at a time (as cotrain.py's ppo_update)
             hidden = common.forward_responses(model, query_ids, query_mask, response_ids, response_mask,
                                               ["critic"] * rows, output_hidden=True)["hidden"]
-            loss = loss + sum(h(hidden).sum() for h in heads)
-        loss.backward()
+            sum(h(hidden).sum() for h in heads).backward()
         for optimizer in optimizers:
             optimizer.step()
     peak_mb = peak_memory_mb(device)
@@ -320,6 +334,30 @@ def bench_end_to_end(args):
 # ---------------------------------------------------------------------------------------------- main
 
 
+def bench_speed(args, name, device) -> dict:
+    """Items 1-3 for every A in --agents, on one model with max(A) non-zero adapters."""
+    model, tokenizer = load(args, name)
+    agent_counts = common.parse_int_list(args.agents, "--agents")
+    model = common.add_adapters(model, [f"agent{a}" for a in range(max(agent_counts))], r=args.lora_r,
+                                alpha=2 * args.lora_r)
+    with torch.no_grad():  # non-zero adapters, so every row really runs its own LoRA
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(std=0.01)
+    entry = dict(rollout=[], training=[])
+    for num_agents in agent_counts:
+        entry["rollout"].append(bench_rollout(args, model, tokenizer, num_agents, device))
+        entry["training"].append(bench_training_pass(args, model, tokenizer, num_agents, device))
+        r, t = entry["rollout"][-1], entry["training"][-1]
+        print(f"A={num_agents} rollout: mixed {r['mixed_tok_s']:.0f} tok/s, per-agent {r['per_agent_tok_s']:.0f} "
+              f"tok/s (x{r['speedup']:.2f}); ceiling {r['ceiling_tok_s']:.0f} tok/s "
+              f"({100 * r['fraction_of_ceiling']:.0f}%); base-model generate {r['base_generate_tok_s']:.0f}, "
+              f"one adapter {r['one_adapter_generate_tok_s']:.0f} tok/s | training: batched "
+              f"{t['batched_tok_s']:.0f} tok/s, one-at-a-time {t['one_at_a_time_tok_s']:.0f} tok/s "
+              f"(x{t['speedup']:.2f}, padding x{t['padding_overhead']:.2f})")
+    return entry
+
+
 def main(args):
     if args.memory_config:
         return memory_config_run(args)
@@ -328,33 +366,21 @@ def main(args):
     report = dict(device=device, machine=torch.cuda.get_device_name() if device.startswith("cuda") else
                   f"{torch.get_num_threads()} CPU threads", torch=torch.__version__,
                   date=time.strftime("%Y-%m-%d"), args=dataclasses.asdict(args), models={})
-    for name in args.models.split(","):
+    parts = set(args.parts.split(","))
+    if not parts or parts - {"speed", "memory", "end-to-end"}:
+        common.arg_error("--parts", f"{args.parts!r}: give a comma-separated subset of speed, memory, end-to-end")
+    for name in args.models.split(",") if parts & {"speed", "memory"} else []:
         print(f"== {name}")
-        model, tokenizer = load(args, name)
-        model = common.add_adapters(model, [f"agent{a}" for a in range(max(common.parse_int_list(args.agents, "--agents")))],
-                                    r=args.lora_r, alpha=2 * args.lora_r)
-        with torch.no_grad():  # non-zero adapters, so every row really runs its own LoRA
-            for n, p in model.named_parameters():
-                if "lora_B" in n:
-                    p.normal_(std=0.01)
-        entry = dict(rollout=[], training=[])
-        for num_agents in common.parse_int_list(args.agents, "--agents"):
-            entry["rollout"].append(bench_rollout(args, model, tokenizer, num_agents, device))
-            entry["training"].append(bench_training_pass(args, model, tokenizer, num_agents, device))
-            r, t = entry["rollout"][-1], entry["training"][-1]
-            print(f"A={num_agents} rollout: mixed {r['mixed_tok_s']:.0f} tok/s, per-agent {r['per_agent_tok_s']:.0f} "
-                  f"tok/s (x{r['speedup']:.2f}); ceiling {r['ceiling_tok_s']:.0f} tok/s "
-                  f"({100 * r['fraction_of_ceiling']:.0f}%) | training: batched {t['batched_tok_s']:.0f} tok/s, "
-                  f"one-at-a-time {t['one_at_a_time_tok_s']:.0f} tok/s (x{t['speedup']:.2f})")
-        del model
-        entry["memory_mb"] = bench_memory(args, name)
-        m = entry["memory_mb"]
-        print(f"memory (peak MB during a training step; model alone {m['one-adapter']['loaded_mb']:.0f}): "
-              f"1 adapter {m['one-adapter']['peak_mb']:.0f}, A x T adapters + critic + heads "
-              f"{m['agent-turn-adapters']['peak_mb']:.0f} (x{m['adapters_vs_one_adapter']:.2f}), A full copies + AdamW "
-              f"{m['full-copies']['peak_mb']:.0f} (x{m['full_copies_vs_adapters']:.2f} of the adapters)")
-        report["models"][name] = entry
-    if not args.skip_end_to_end:
+        entry = report["models"][name] = {}
+        if "speed" in parts:
+            entry.update(bench_speed(args, name, device))
+        if "memory" in parts:
+            entry["memory_mb"] = m = bench_memory(args, name)
+            print(f"memory (peak MB during a training step; model alone {m['one-adapter']['loaded_mb']:.0f}): "
+                  f"1 adapter {m['one-adapter']['peak_mb']:.0f}, A x T adapters + critic + heads "
+                  f"{m['agent-turn-adapters']['peak_mb']:.0f} (x{m['adapters_vs_one_adapter']:.2f}), A full copies + "
+                  f"AdamW {m['full-copies']['peak_mb']:.0f} (x{m['full_copies_vs_adapters']:.2f} of the adapters)")
+    if "end-to-end" in parts:
         report["end_to_end"] = bench_end_to_end(args)
         print("end to end:", json.dumps(report["end_to_end"]))
     out = Path(args.out_dir)

@@ -444,9 +444,15 @@ def generate(model, tokenizer, prompts: list[str], adapter_names: list[str] | No
 
 
 def forward_responses(model, query_ids, query_mask, response_ids, response_mask, adapter_names: list[str] | None,
-                      temperature: float = 1.0, output_hidden: bool = False, output_entropy: bool = False):
+                      temperature: float = 1.0, output_hidden: bool = False, output_entropy: bool = False,
+                      group_by_adapter: bool | None = None):
     """One padded forward over [query ; response]. Row i uses adapter adapter_names[i] (None: the active setup).
 
+    Rows on several adapters: without gradients, one mixed-adapter forward (peft's adapter_names=); under
+    autograd (group_by_adapter=None: when gradients are enabled), one padded forward per adapter, rows put
+    back in order. peft's mixed-batch routing gathers and scatters every layer's activations per adapter: under
+    autograd that cost 1.5x the time and several times the activation memory of per-adapter forwards in
+    bench.py on CPU, and bitsandbytes 4-bit layers forbid it altogether.
     Position ids count only real tokens (cumsum of the attention mask), so left padding changes nothing.
     The logits at position p predict token p+1, so the response's log-probs come from positions
     [Lq-1, Lq+Lr-1); the hidden states at those positions are the states V(s) is read from.
@@ -457,9 +463,11 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
         with single_adapter(model, adapter_names[0]):
             return forward_responses(model, query_ids, query_mask, response_ids, response_mask, None, temperature,
                                      output_hidden, output_entropy)
-    if adapter_names is not None and torch.is_grad_enabled() and is_quantized(model):
-        return _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, response_mask, adapter_names,
-                                          temperature, output_hidden, output_entropy)
+    if adapter_names is not None:
+        group_by_adapter = torch.is_grad_enabled() if group_by_adapter is None else group_by_adapter
+        if group_by_adapter or (torch.is_grad_enabled() and is_quantized(model)):
+            return _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, response_mask,
+                                              adapter_names, temperature, output_hidden, output_entropy)
     q_len, r_len = query_ids.shape[1], response_ids.shape[1]
     input_ids = torch.cat([query_ids, response_ids], dim=1)
     attention_mask = torch.cat([query_mask.long(), response_mask.long()], dim=1)
@@ -484,14 +492,15 @@ def is_quantized(model) -> bool:
 
 def _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, response_mask, adapter_names, temperature,
                                output_hidden, output_entropy):
-    """peft's mixed-adapter forward adds LoRA outputs in place into a bitsandbytes 4-bit output, which autograd
-    forbids; so for quantized models under autograd we run one forward per adapter and put the rows back."""
+    """One forward per adapter (each a padded batch of that adapter's rows, its left padding trimmed to the
+    group's longest query), results put back in the rows' order."""
     outputs = {}
     for name in dict.fromkeys(adapter_names):
         rows = torch.tensor([i for i, a in enumerate(adapter_names) if a == name], device=query_ids.device)
-        outputs[name] = (rows, forward_responses(model, query_ids[rows], query_mask[rows], response_ids[rows],
-                                                 response_mask[rows], [name] * len(rows), temperature, output_hidden,
-                                                 output_entropy))
+        keep = query_mask[rows].bool().any(0)  # left padding: a suffix of the columns
+        outputs[name] = (rows, forward_responses(model, query_ids[rows][:, keep], query_mask[rows][:, keep],
+                                                 response_ids[rows], response_mask[rows], [name] * len(rows),
+                                                 temperature, output_hidden, output_entropy))
     merged = {}
     for key in ("logprobs", "entropy", "hidden"):
         first = next(iter(outputs.values()))[1][key]

@@ -251,6 +251,36 @@ def test_one_adapter_for_every_row_takes_the_plain_path_and_matches_mixed_batch(
         forward_responses(tiny[1], *args, ["agent1"] * 3)
 
 
+def test_per_adapter_forwards_under_autograd_equal_the_mixed_batch(tiny):
+    """Under autograd forward_responses runs one forward per adapter (group_by_adapter); it must give the
+    mixed-adapter forward's log-probs, entropies, hidden states and gradients, rows in their original order."""
+    tok, _ = tiny
+    model = make_peft(("agent0", "agent1", "agent2"))
+    adapters = ["agent2", "agent0", "__base__", "agent2", "agent1", "agent0"]
+    torch.manual_seed(1)
+    rollout = generate(model, tok, chat(tok, ["one", "a much longer second question", "3", "four", "5 5", "six"]),
+                       adapters, max_new_tokens=8, temperature=1.0)
+    args = (rollout["query_ids"], rollout["query_mask"], rollout["response_ids"], rollout["response_mask"], adapters)
+    results = {}
+    for grouped in (False, True):
+        model.zero_grad(set_to_none=True)
+        out = forward_responses(model, *args, 1.0, output_hidden=True, output_entropy=True, group_by_adapter=grouped)
+        (out["logprobs"].sum() + out["hidden"].pow(2).mean()).backward()
+        grads = {name: [p.grad.clone() for p in common.adapter_parameters(model, name)]
+                 for name in ("agent0", "agent1", "agent2")}
+        results[grouped] = (out, grads)
+    (mixed, mixed_grads), (grouped, grouped_grads) = results[False], results[True]
+    for key in ("logprobs", "entropy", "hidden"):
+        torch.testing.assert_close(grouped[key], mixed[key], atol=1e-5, rtol=1e-5)
+    for name in mixed_grads:
+        for a, b in zip(grouped_grads[name], mixed_grads[name]):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+    assert (mixed["logprobs"][0] - mixed["logprobs"][1]).abs().max() > 1e-3  # rows really differ by adapter
+    with torch.no_grad():  # the default: mixed without gradients, grouped with them; the same numbers
+        torch.testing.assert_close(forward_responses(model, *args, 1.0)["logprobs"], grouped["logprobs"].detach(),
+                                   atol=1e-5, rtol=1e-5)
+
+
 def test_reference_equals_base_before_adapters(tiny):
     tok, base = tiny
     prompts = chat(tok, ["what is 2 + 2?", "hi"])

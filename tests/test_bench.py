@@ -1,0 +1,48 @@
+"""bench.py runs on the tiny model and its figures are consistent (no timing is asserted: speed is measured in
+bench.py itself, never asserted in tests)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+import common
+from conftest import run_script
+
+
+def test_bench_speed_and_memory_on_the_tiny_model(tmp_path):
+    out = tmp_path / "bench"
+    run_script(["bench.py", "--models", "tiny", "--parts", "speed,memory", "--agents", "2", "--questions", "2",
+                "--max-new-tokens", "4", "--turns", "2", "--repeats", "1", "--out-dir", str(out)], timeout=300)
+    report = json.loads((out / "bench.json").read_text())
+    entry = report["models"]["tiny"]
+    rollout, training = entry["rollout"][0], entry["training"][0]
+    # A x B rows, and min_new_tokens = max_new_tokens: every row generates exactly 4 tokens in every variant
+    assert rollout["rows"] == 4 and rollout["tokens"] == 16
+    for key in ("mixed", "per_agent", "ceiling", "base_generate", "one_adapter_generate"):
+        s = rollout["seconds"][key]
+        assert 0 < s["min"] <= s["median"] <= s["max"]
+    assert rollout["speedup"] == pytest.approx(rollout["seconds"]["per_agent"]["median"]
+                                               / rollout["seconds"]["mixed"]["median"])
+    assert rollout["fraction_of_ceiling"] == pytest.approx(rollout["mixed_tok_s"] / rollout["ceiling_tok_s"])
+    assert training["rows"] == 4 and training["padding_overhead"] >= 1.0
+    # memory: the trainable parameter counts of the three layouts, against the model itself
+    memory = entry["memory_mb"]
+    model = common.add_adapters(common.load_model("tiny"), ["agent0"], r=8, alpha=16)
+    per_adapter = sum(p.numel() for p in common.adapter_parameters(model, "agent0"))
+    base = sum(p.numel() for n, p in model.named_parameters() if ".lora_" not in n)
+    hidden = common.hidden_size(model)
+    assert memory["one-adapter"]["trainable_params"] == per_adapter
+    # A x T agent-turn adapters + the critic adapter + T value heads (Linear(hidden, 1))
+    assert memory["agent-turn-adapters"]["trainable_params"] == (2 * 2 + 1) * per_adapter + 2 * (hidden + 1)
+    assert memory["full-copies"]["trainable_params"] == 2 * base
+    for layout in ("one-adapter", "agent-turn-adapters", "full-copies"):
+        assert memory[layout]["peak_mb"] >= memory[layout]["loaded_mb"] > 0
+    assert memory["adapters_vs_one_adapter"] == pytest.approx(memory["agent-turn-adapters"]["peak_mb"]
+                                                              / memory["one-adapter"]["peak_mb"])
+
+
+def test_bench_rejects_unknown_parts(repo_root):
+    done = subprocess.run([sys.executable, "bench.py", "--parts", "speed,sped"], cwd=repo_root, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0 and "--parts" in done.stderr and "'speed,sped'" in done.stderr
