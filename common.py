@@ -451,15 +451,15 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     Rows on several adapters: without gradients, one mixed-adapter forward (peft's adapter_names=); under
     autograd (group_by_adapter=None: when gradients are enabled), one padded forward per adapter, rows put
     back in order. peft's mixed-batch routing gathers and scatters every layer's activations per adapter: under
-    autograd that cost 1.5x the time and several times the activation memory of per-adapter forwards in
-    bench.py on CPU, and bitsandbytes 4-bit layers forbid it altogether.
+    autograd it took ~1.4x the time of per-adapter forwards (bench.py, CPU) and keeps more activations, and
+    bitsandbytes 4-bit layers forbid it altogether.
     Position ids count only real tokens (cumsum of the attention mask), so left padding changes nothing.
     The logits at position p predict token p+1, so the response's log-probs come from positions
     [Lq-1, Lq+Lr-1); the hidden states at those positions are the states V(s) is read from.
     Returns dict(logprobs [B, Lr] (0 where masked), entropy [B, Lr] or None, hidden [B, Lr, H] or None)."""
     if adapter_names is not None and len(set(adapter_names)) == 1:
-        # one adapter for every row: peft's ordinary forward. Its mixed-batch path (adapter_names=) gathers and
-        # scatters every layer's activations per adapter, ~10% of a default cotrain.py run for nothing here
+        # one adapter for every row: peft's ordinary forward; its mixed-batch path (adapter_names=) would gather
+        # and scatter every layer's activations for nothing (README, "Speed and memory")
         with single_adapter(model, adapter_names[0]):
             return forward_responses(model, query_ids, query_mask, response_ids, response_mask, None, temperature,
                                      output_hidden, output_entropy)

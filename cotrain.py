@@ -636,9 +636,9 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
 
 def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict:
     """--ppo-epochs passes of shuffled minibatches over the rollout. Per minibatch, for every micro-batch and
-    turn: one padded policy forward for all trained agents of a base (each row on its own adapter), their
-    clipped surrogates summed and back-propagated; then one critic forward, the value losses summed and
-    back-propagated (one graph alive at a time). Gradients accumulate over micro-batches, turns and agents; then
+    turn: the policy log-probs of all trained agents of a base (each row on its own adapter; forward_responses
+    runs one padded forward per adapter under autograd), their clipped surrogates summed and back-propagated;
+    then one critic forward, the value losses summed and back-propagated (one graph alive at a time). Gradients accumulate over micro-batches, turns and agents; then
     every optimiser clips its gradient norm and steps once. A non-finite loss skips the minibatch's step.
     shuffle_seed seeds the minibatch shuffle (its own generator: the same order on every rank).
     Multi-process: exp holds this rank's questions, question g of the global batch being local row g // world

@@ -26,6 +26,7 @@ def test_bench_speed_and_memory_on_the_tiny_model(tmp_path):
                                                / rollout["seconds"]["mixed"]["median"])
     assert rollout["fraction_of_ceiling"] == pytest.approx(rollout["mixed_tok_s"] / rollout["ceiling_tok_s"])
     assert training["rows"] == 4 and training["padding_overhead"] >= 1.0
+    assert set(training["seconds"]) == {"batched", "one_at_a_time", "mixed_batch"}
     # memory: the trainable parameter counts of the three layouts, against the model itself
     memory = entry["memory_mb"]
     model = common.add_adapters(common.load_model("tiny"), ["agent0"], r=8, alpha=16)
