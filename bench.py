@@ -56,9 +56,9 @@ class Args:
     turns: int = 3  # turns T for the memory layout A x T adapters
     lora_r: int = 8  # LoRA rank of every adapter
     repeats: int = 3  # timed repeats per figure (median, min, max); one untimed warm-up first
-    # ---- end to end
+    # ---- what to run
     parts: str = "speed,memory,end-to-end"  # what to measure: speed (items 1-3), memory (4), end-to-end (5)
-    end_to_end_updates: int = 2  # timed updates per end-to-end run (after one untimed warm-up update)
+    end_to_end_updates: int = 2  # timed updates per end-to-end run of cotrain.py / magrpo.py (after one untimed warm-up update)
     # ---- output
     out_dir: str = "runs/bench"  # where bench.json is written
     seed: int = 0  # random seed
