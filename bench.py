@@ -12,10 +12,10 @@ compared runs in the same process on the same model, prompts and number of gener
   3. training pass: padded batched log-prob forward + backward over all A x B responses (one forward per
      adapter, as the scripts do) versus one completion at a time (the CoMLRL way: batch size 1, unpadded), and
      versus all rows in one mixed-adapter forward (peft's per-row routing).
-  4. memory: peak memory during one training step, each configuration in its own subprocess, the peak reset
-     after loading (peak RSS via /proc on CPU, max allocated on CUDA): one base + 1 adapter; one base + A x T
-     adapters + critic + value heads (cotrain's agent-turn layout); A full copies of the model with AdamW state
-     (full fine-tuning per agent, as the MAGRPO authors do).
+  4. memory: peak memory during a steady-state training step (optimiser state allocated, the peak reset
+     before the step), each configuration in its own subprocess (peak RSS via /proc on CPU, max allocated on
+     CUDA): one base + 1 adapter; one base + A x T adapters + critic + value heads (cotrain's agent-turn
+     layout); A full copies of the model with AdamW state (full fine-tuning per agent, as the MAGRPO authors do).
   5. end to end: seconds per update of cotrain.py and magrpo.py at their default settings (subprocess runs).
 
 Examples:
@@ -236,11 +236,12 @@ def peak_memory_mb(device) -> float:
 
 
 def memory_config_run(args):
-    """Run one memory configuration (in its own subprocess) and print JSON with the model's resident size right
-    after loading and the peak during one training step (forward, backward, AdamW step of every trainable
-    parameter, so every optimiser's state is allocated). The peak is taken after a reset, so the loading peak
-    does not hide what the layout costs. All layouts push the same A x T rows through the model. On CPU every
-    figure is counted from the RSS before loading (Python, torch and transformers: ~0.3 GB)."""
+    """Run one memory configuration (in its own subprocess) and print JSON with the model's resident size after
+    loading and the peak during a training step (forward, backward, AdamW step of every trainable parameter) in
+    steady state: a first step allocates every optimiser's state (AdamW does it lazily, in step()), the
+    gradients are dropped, the peak is reset, and the second step is measured. So neither the loading peak nor
+    a missing optimiser state skews what the layout costs. All layouts push the same A x T rows through the
+    model. On CPU every figure is counted from the RSS before loading (Python, torch and transformers)."""
     name, layout = args.memory_config.split("|")
     num_agents = int(args.agents.split(",")[-1])
     device = args.device or common.default_device()
@@ -250,25 +251,25 @@ def memory_config_run(args):
         [p.sum() for p in model.parameters()]
     gc.collect()
     loaded_mb = torch.cuda.memory_allocated() / 2**20 if device.startswith("cuda") else rss_mb("VmRSS")
-    reset_peak_memory(device)
     rows = num_agents * args.turns
     query_ids, query_mask = common.tokenize_prompts(tokenizer, prompts_for(tokenizer, rows), device)
     response_ids = torch.randint(0, 200, (rows, args.max_new_tokens), device=device)
     response_mask = torch.ones(rows, args.max_new_tokens, device=device)
-    trainable = 0
     if layout == "full-copies":  # A full models, each trainable with its own AdamW, each trained on its T rows
         copies = [model] + [copy.deepcopy(model) for _ in range(num_agents - 1)]
-        optimizers = []  # all alive at once, as in a run
-        for a, m in enumerate(copies):
+        for m in copies:
             for p in m.parameters():
                 p.requires_grad_(True)
-            trainable += sum(p.numel() for p in m.parameters())
-            optimizers.append(torch.optim.AdamW(m.parameters(), lr=1e-5))
-            mine = slice(a * args.turns, (a + 1) * args.turns)
-            out = common.forward_responses(m, query_ids[mine], query_mask[mine], response_ids[mine],
-                                           response_mask[mine], None)
-            (-out["logprobs"].sum()).backward()
-            optimizers[-1].step()
+        optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-5) for m in copies]
+        trainable = sum(p.numel() for m in copies for p in m.parameters())
+
+        def train_step():
+            for a, (m, optimizer) in enumerate(zip(copies, optimizers)):
+                mine = slice(a * args.turns, (a + 1) * args.turns)
+                out = common.forward_responses(m, query_ids[mine], query_mask[mine], response_ids[mine],
+                                               response_mask[mine], None)
+                (-out["logprobs"].sum()).backward()
+                optimizer.step()
     else:  # LoRA adapters on one frozen base: one adapter, or cotrain's A x T agent-turn adapters + critic + heads
         names = ["agent0"] if layout == "one-adapter" else [f"agent{a}_turn{t}" for a in range(num_agents)
                                                              for t in range(args.turns)]
@@ -281,14 +282,22 @@ def memory_config_run(args):
         optimizers = [torch.optim.AdamW(g, lr=1e-5) for g in groups]
         trainable = sum(p.numel() for g in groups for p in g)
         row_adapters = [names[i % len(names)] for i in range(rows)]  # every adapter gets rows, hence gradients
-        out = common.forward_responses(model, query_ids, query_mask, response_ids, response_mask, row_adapters)
-        (-out["logprobs"].sum()).backward()
-        if critic:  # then the critic, one graph alive at a time (as cotrain.py's ppo_update)
-            hidden = common.forward_responses(model, query_ids, query_mask, response_ids, response_mask,
-                                              ["critic"] * rows, output_hidden=True)["hidden"]
-            sum(h(hidden).sum() for h in heads).backward()
-        for optimizer in optimizers:
-            optimizer.step()
+
+        def train_step():
+            out = common.forward_responses(model, query_ids, query_mask, response_ids, response_mask, row_adapters)
+            (-out["logprobs"].sum()).backward()
+            if critic:  # then the critic, one graph alive at a time (as cotrain.py's ppo_update)
+                hidden = common.forward_responses(model, query_ids, query_mask, response_ids, response_mask,
+                                                  ["critic"] * rows, output_hidden=True)["hidden"]
+                sum(h(hidden).sum() for h in heads).backward()
+            for optimizer in optimizers:
+                optimizer.step()
+    train_step()  # allocates every optimiser's state
+    for optimizer in optimizers:
+        optimizer.zero_grad(set_to_none=True)
+    gc.collect()
+    reset_peak_memory(device)
+    train_step()
     peak_mb = peak_memory_mb(device)
     # on CPU the figures count from the RSS before loading, the analogue of CUDA's allocated memory
     print(json.dumps(dict(runtime_mb=runtime_mb, loaded_mb=loaded_mb - runtime_mb, peak_mb=peak_mb - runtime_mb,
