@@ -126,20 +126,12 @@ def bench_rollout(args, model, tokenizer, num_agents, device):
     rows = [(a, p) for a in names for p in prompts]  # A x B rows, agent-major
     gen = dict(max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens, temperature=1.0)
 
-    def mixed():
-        common.generate(model, tokenizer, [p for _, p in rows], [a for a, _ in rows], **gen)
+    def all_rows(row_adapters: list[str]):  # one generate call over the A x B rows
+        common.generate(model, tokenizer, [p for _, p in rows], row_adapters, **gen)
 
     def per_agent():  # one adapter for all rows of a call: generate() uses peft's ordinary path (set_adapter)
         for a in names:
             common.generate(model, tokenizer, prompts, [a] * len(prompts), **gen)
-
-    # where the mixed call's time goes, on the same A x B rows: generate() without any adapter, and with one
-    # adapter on every row (LoRA compute but no per-row routing)
-    def base_model():
-        common.generate(model, tokenizer, [p for _, p in rows], ["__base__"] * len(rows), **gen)
-
-    def one_adapter():
-        common.generate(model, tokenizer, [p for _, p in rows], [names[0]] * len(rows), **gen)
 
     query_ids, query_mask = common.tokenize_prompts(tokenizer, [p for _, p in rows], device)
 
@@ -159,9 +151,13 @@ def bench_rollout(args, model, tokenizer, num_agents, device):
                 cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
 
     tokens = len(rows) * args.max_new_tokens
-    t_mixed, t_per_agent = timed(mixed, args.repeats, device), timed(per_agent, args.repeats, device)
+    t_mixed = timed(lambda: all_rows([a for a, _ in rows]), args.repeats, device)
+    t_per_agent = timed(per_agent, args.repeats, device)
     t_ceiling = timed(decode_ceiling, args.repeats, device)
-    t_base, t_one = timed(base_model, args.repeats, device), timed(one_adapter, args.repeats, device)
+    # where the mixed call's time goes, on the same rows: no adapter at all, and one adapter on every row (LoRA
+    # compute but no per-row routing)
+    t_base = timed(lambda: all_rows(["__base__"] * len(rows)), args.repeats, device)
+    t_one = timed(lambda: all_rows([names[0]] * len(rows)), args.repeats, device)
     return dict(agents=num_agents, rows=len(rows), tokens=tokens,
                 mixed_tok_s=tokens / t_mixed["median"], per_agent_tok_s=tokens / t_per_agent["median"],
                 ceiling_tok_s=tokens / t_ceiling["median"], speedup=t_per_agent["median"] / t_mixed["median"],
@@ -172,7 +168,7 @@ def bench_rollout(args, model, tokenizer, num_agents, device):
 
 
 def bench_training_pass(args, model, tokenizer, num_agents, device):
-    """3. padded batched log-prob forward + backward vs one completion at a time."""
+    """3. padded batched log-prob forward + backward vs one completion at a time (and vs one mixed-adapter batch)."""
     names = [f"agent{a}" for a in range(num_agents)]
     prompts = prompts_for(tokenizer, args.questions)
     adapters = [a for a in names for _ in prompts]
@@ -181,12 +177,11 @@ def bench_training_pass(args, model, tokenizer, num_agents, device):
                               min_new_tokens=args.max_new_tokens, temperature=1.0)
     keys = ("query_ids", "query_mask", "response_ids", "response_mask")
 
-    def batched_pass():  # what the scripts do: under autograd one padded forward per adapter (common.forward_responses)
-        out = common.forward_responses(model, *(rollout[k] for k in keys), adapters, 1.0)
-        (-out["logprobs"].sum()).backward()
-
-    def mixed_pass():  # the alternative: all A x B rows in one forward, peft routing each row to its adapter
-        out = common.forward_responses(model, *(rollout[k] for k in keys), adapters, 1.0, group_by_adapter=False)
+    def padded_pass(group_by_adapter: bool):
+        # True: what the scripts do under autograd, one padded forward per adapter; False: all A x B rows in one
+        # forward, peft routing each row to its adapter
+        out = common.forward_responses(model, *(rollout[k] for k in keys), adapters, 1.0,
+                                       group_by_adapter=group_by_adapter)
         (-out["logprobs"].sum()).backward()
 
     def one_at_a_time():
@@ -200,8 +195,9 @@ def bench_training_pass(args, model, tokenizer, num_agents, device):
     tokens = int(rollout["response_mask"].sum())
     real_positions = int(rollout["query_mask"].sum()) + tokens  # what one-at-a-time forwards; padding is extra
     padded_positions = rollout["query_ids"].numel() + rollout["response_ids"].numel()
-    t_batched, t_single = timed(batched_pass, args.repeats, device), timed(one_at_a_time, args.repeats, device)
-    t_mixed = timed(mixed_pass, args.repeats, device)
+    t_batched = timed(lambda: padded_pass(True), args.repeats, device)
+    t_single = timed(one_at_a_time, args.repeats, device)
+    t_mixed = timed(lambda: padded_pass(False), args.repeats, device)
     model.zero_grad(set_to_none=True)
     return dict(agents=num_agents, rows=len(adapters), tokens=tokens, batched_tok_s=tokens / t_batched["median"],
                 one_at_a_time_tok_s=tokens / t_single["median"], speedup=t_single["median"] / t_batched["median"],
@@ -243,7 +239,7 @@ def memory_config_run(args):
     a missing optimiser state skews what the layout costs. All layouts push the same A x T rows through the
     model. On CPU every figure is counted from the RSS before loading (Python, torch and transformers)."""
     name, layout = args.memory_config.split("|")
-    num_agents = int(args.agents.split(",")[-1])
+    num_agents = max(common.parse_int_list(args.agents, "--agents"))
     device = args.device or common.default_device()
     runtime_mb = 0.0 if device.startswith("cuda") else rss_mb("VmRSS")  # Python + torch + transformers, no model
     model, tokenizer = load(args, name)
@@ -313,7 +309,6 @@ def bench_memory(args, name):
                "--random-init" if args.random_init else "--no-random-init"]
         # glibc keeps freed large blocks in its heap once its adaptive mmap threshold has grown, and peak RSS then
         # counts activations that were already freed; a fixed threshold returns them, so RSS tracks live memory
-        # (on this machine: A x T adapters x1.45 of one adapter without it, x1.12 with it)
         env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
         done = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if done.returncode != 0:

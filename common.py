@@ -1081,6 +1081,14 @@ def world_info() -> tuple[int, int]:
     return 0, 1
 
 
+def seed_sampling_per_rank(seed: int):
+    """Under torchrun, once every rank has built the same parameters from `seed`: reseed each rank with
+    seed + 100003·rank, so the processes sample different responses. One process: nothing changes."""
+    rank, world = world_info()
+    if world > 1:
+        seed_everything(seed + 100003 * rank)
+
+
 def init_distributed(device: str = "") -> tuple[int, int, str]:
     """Under torchrun (RANK/WORLD_SIZE set): join the process group (NCCL with one GPU per process, gloo on CPU or
     with --device cpu) and silence the stdout of every rank but 0 (errors still reach stderr).

@@ -82,7 +82,8 @@ from common import (ValueHead, adapter_parameters, adapter_state_dict, add_adapt
                     is_main_process, kl_k1, load_adapter_state_dict, load_checkpoint, load_model, load_task,
                     load_tokenizer, log_metrics, majority_vote_accuracy, parse_args, parse_int_list, reference_logprobs,
                     save_adapters, save_checkpoint, seed_everything, start_run, turn1_prompt)
-from common import all_rng_states, masked_whiten, restore_rng_state, resumed_args, step_indices, world_info
+from common import (all_rng_states, masked_whiten, restore_rng_state, resumed_args, seed_sampling_per_rank, step_indices,
+                    world_info)
 
 
 @dataclass
@@ -903,8 +904,7 @@ def main(args: Args, score_fn=None) -> Path:
                                             f"divisible by {world}, got {args.questions_per_update}")
     run_dir = start_run(args, "cotrain")
     team = build_team(args, device)  # seeds everything with --seed: the same adapters and heads on every rank
-    if world > 1:
-        seed_everything(args.seed + 100003 * rank)  # multi-process: every rank samples different responses
+    seed_sampling_per_rank(args.seed)  # multi-process: every rank samples different responses
     scorer = score_fn or make_scorer(args, device)
     records = load_task(args.dataset, "train", limit=args.train_limit or None, seed=args.seed,
                         skip_bad_rows=args.skip_bad_rows)

@@ -95,7 +95,7 @@ from common import (adapter_parameters, adapter_state_dict, add_adapters, allred
                     is_main_process, kl_k3, load_adapter_state_dict, load_checkpoint, load_model, load_tokenizer,
                     log_metrics, parse_args, read_jsonl, reference_logprobs, save_adapters, save_checkpoint,
                     seed_everything, start_run)
-from common import all_rng_states, restore_rng_state, resumed_args, step_indices
+from common import all_rng_states, restore_rng_state, resumed_args, seed_sampling_per_rank, step_indices
 
 
 @dataclass
@@ -1397,8 +1397,7 @@ def main(args: Args):
     seed_everything(args.seed)
     tokenizer = load_tokenizer(args.model)
     agents = build_agents(args, device)  # the same initial agents on every rank (same seed)
-    if world > 1:
-        seed_everything(args.seed + 100003 * rank)  # multi-process: every rank samples different completions
+    seed_sampling_per_rank(args.seed)  # multi-process: every rank samples different completions
     task = make_task(args)
     start_step = 0
     if args.resume:
