@@ -16,11 +16,14 @@ compared runs in the same process on the same model, prompts and number of gener
      before the step), each configuration in its own subprocess (peak RSS via /proc on CPU, max allocated on
      CUDA): one base + 1 adapter; one base + A x T adapters + critic + value heads (cotrain's agent-turn
      layout); A full copies of the model with AdamW state (full fine-tuning per agent, as the MAGRPO authors do).
-  5. end to end: seconds per update of cotrain.py and magrpo.py at their default settings (subprocess runs).
+  5. end to end: seconds per update of cotrain.py and magrpo.py at their default settings (subprocess runs), of
+     this working tree or, side by side in one run, of git revisions and flag sets (--end-to-end-variants).
 
 Examples:
   python bench.py                                   # tiny model and smollm2-135m on CPU
   python bench.py --models tiny --parts speed,memory   # seconds
+  python bench.py --parts end-to-end --end-to-end-scripts cotrain.py \\
+      --end-to-end-variants "e51a436;. --value-model separate;."   # cotrain before issue 17 / separate / shared
   python bench.py --models qwen2.5-1.5b --random-init --device cuda --dtype bfloat16   # GPU, random weights
 """
 from __future__ import annotations
@@ -59,6 +62,8 @@ class Args:
     # ---- what to run
     parts: str = "speed,memory,end-to-end"  # what to measure: speed (items 1-3), memory (4), end-to-end (5)
     end_to_end_updates: int = 2  # timed updates per end-to-end run of cotrain.py / magrpo.py (after one untimed warm-up update)
+    end_to_end_scripts: str = "cotrain.py,magrpo.py"  # the scripts the end-to-end part runs
+    end_to_end_variants: str = "."  # ';'-separated versions to run one after another, each 'REV [FLAGS]': REV '.' = this working tree or a git revision (exported by git archive), FLAGS passed to every script; e.g. 'e51a436;.' (before/after) or '. --value-model separate;.'
     # ---- output
     out_dir: str = "runs/bench"  # where bench.json is written
     seed: int = 0  # random seed
@@ -323,27 +328,53 @@ def bench_memory(args, name):
 # ---------------------------------------------------------------------------------------------- 5. end to end
 
 
+def export_revision(revision: str, folder: Path) -> Path:
+    """The repository's files at a git revision, written to folder/<revision> (git archive): its scripts run there."""
+    target = folder / revision.replace("/", "_")
+    target.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "archive", "--format=tar", revision], cwd=Path(__file__).resolve().parent,
+                             capture_output=True)
+    if archive.returncode != 0:
+        common.arg_error("--end-to-end-variants", f"git archive {revision} failed: {archive.stderr.decode()[-300:]}")
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    return target
+
+
 def bench_end_to_end(args):
     """Seconds per update of cotrain.py and magrpo.py at their default settings: one subprocess run each of
     1 + --end-to-end-updates updates; the per-update figures are the scripts' own timing/step_s of every
-    update but the first (which warms up), and the rest (loading, checkpoints) = wall time - the sum of all updates."""
-    results = {}
-    for script, steps_flag in (("cotrain.py", "--updates"), ("magrpo.py", "--steps")):
-        run_dir = Path(args.out_dir) / f"e2e-{script[:-3]}-{time.strftime('%Y%m%d-%H%M%S')}"
-        start = time.perf_counter()
-        done = subprocess.run([sys.executable, script, steps_flag, str(1 + args.end_to_end_updates),
-                               "--run-dir", str(run_dir)], capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        if done.returncode != 0:
-            raise RuntimeError(f"{script} failed:\n{done.stderr[-2000:]}")
-        steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        seconds = [m["timing/step_s"] for m in steps]
-        per_update = statistics.median(seconds[1:])
-        results[script] = dict(seconds_per_update=per_update, min=min(seconds[1:]), max=max(seconds[1:]),
-                               updates_per_hour=3600 / per_update, first_update_seconds=seconds[0],
-                               rollout_fraction=statistics.median(m["timing/rollout_s"] / m["timing/step_s"]
-                                                                  for m in steps[1:]),
-                               outside_updates_seconds=wall - sum(seconds), command=" ".join(done.args[1:]))
+    update but the first (which warms up), and the rest (loading, checkpoints) = wall time - the sum of all updates.
+    Each --end-to-end-variants entry ('REV [FLAGS]') runs the scripts of the working tree ('.') or of a git
+    revision, with FLAGS, one run at a time; speedup = the first variant's seconds per update / this one's."""
+    results, first = {}, {}
+    out_dir = Path(args.out_dir).resolve()
+    variants = [v.split() for v in args.end_to_end_variants.split(";") if v.strip()]
+    for revision, *flags in variants:
+        folder = Path(__file__).resolve().parent if revision == "." else export_revision(revision, out_dir / "revisions")
+        for script in args.end_to_end_scripts.split(","):
+            steps_flag = {"cotrain.py": "--updates", "magrpo.py": "--steps"}[script]
+            run_dir = out_dir / f"e2e-{script[:-3]}-{time.strftime('%Y%m%d-%H%M%S')}"
+            start = time.perf_counter()
+            done = subprocess.run([sys.executable, str(folder / script), steps_flag, str(1 + args.end_to_end_updates),
+                                   "--run-dir", str(run_dir), *flags], capture_output=True, text=True, cwd=folder)
+            wall = time.perf_counter() - start
+            if done.returncode != 0:
+                raise RuntimeError(f"{script} ({revision} {' '.join(flags)}) failed:\n{done.stderr[-2000:]}")
+            steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+            seconds = [m["timing/step_s"] for m in steps]
+            per_update = statistics.median(seconds[1:])
+            first.setdefault(script, per_update)
+            key = script if len(variants) == 1 else f"{script} @ {' '.join([revision, *flags])}"
+            results[key] = dict(seconds_per_update=per_update, min=min(seconds[1:]), max=max(seconds[1:]),
+                                updates_per_hour=3600 / per_update, first_update_seconds=seconds[0],
+                                rollout_fraction=statistics.median(m["timing/rollout_s"] / m["timing/step_s"]
+                                                                   for m in steps[1:]),
+                                after_rollout_seconds=statistics.median(m["timing/step_s"] - m["timing/rollout_s"]
+                                                                        for m in steps[1:]),
+                                speedup=first[script] / per_update, outside_updates_seconds=wall - sum(seconds),
+                                revision=revision, command=" ".join(done.args[1:]))
+            print(f"end to end: {key}: {per_update:.1f} s per update (x{first[script] / per_update:.2f} against the "
+                  f"first variant), {results[key]['after_rollout_seconds']:.1f} s of it after the rollout", flush=True)
     return results
 
 

@@ -8,7 +8,7 @@ Only what two or more scripts use lives here, in the order a training script nee
   3. generation    generate(): one batched sampling call, each row on its own adapter
   4. log-probs     forward_responses() / reference_logprobs(): per-token log-probs at the sampling temperature
   5. maths         masked_mean/var/whiten, gae, kl_k1, kl_k3
-  6. data          load_task (gsm8k, anli, jsonl:PATH, arith), read_jsonl, extract_answer
+  6. data          load_task (gsm8k, anli, jsonl:PATH, arith, any hub id or local file), read_jsonl, extract_answer
   7. runs          start_run, log_metrics, atomic checkpoints and --resume, seeding, device, distributed helpers
 
 Conventions used everywhere:
@@ -33,6 +33,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import textwrap
@@ -73,35 +74,180 @@ def _field_comments(cls) -> dict[str, str]:
     return comments
 
 
+def _field_type(cls, name: str):
+    typ = typing.get_type_hints(cls)[name]
+    if typing.get_origin(typ) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        typ = next(t for t in typing.get_args(typ) if t is not type(None))  # Optional[X] -> X
+    return typ
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        """argparse's refusals as one line `error: --flag: what is wrong`, exit code 2 (no usage block)."""
+        unknown = re.match(r"unrecognized arguments: (\S+)", message)
+        if unknown:
+            flag = unknown.group(1).split("=")[0]
+            known = [s for action in self._actions for s in action.option_strings if s.startswith("--")]
+            close = __import__("difflib").get_close_matches(flag, known, n=1)
+            arg_error(flag, "not a flag of this script" + (f" (did you mean {close[0]}?)" if close else " (see --help)"))
+        named = re.match(r"argument ([^:/ ]+)(?:/\S+)?: (.*)", message)
+        arg_error(*(named.groups() if named else ("arguments", message)))
+
+
 def parse_args(cls, argv: list[str] | None = None):
-    """Build an argparse parser from a dataclass: field `num_agents` becomes `--num-agents`,
-    bools become `--flag/--no-flag`, the same-line comment becomes the help text."""
-    comments = _field_comments(cls)
-    hints = typing.get_type_hints(cls)
+    """Build an argparse parser from a dataclass: field `num_agents` becomes `--num-agents`, bools become
+    `--flag/--no-flag`, a Literal["a", "b"] field accepts only those values (listed in --help, and in the error
+    of a typo), the same-line comment becomes the help text.
+    --config FILE (YAML or JSON: a recipe in recipes/, or a run's own args.json) sets fields first; the flags
+    typed on the command line override it. Old names in the class's `renamed` table {old: new} still work, with a
+    one-line note. The result remembers which fields were given (typed or in the config file): given_fields()."""
+    comments, renamed = _field_comments(cls), getattr(cls, "renamed", {})
     doc = (sys.modules[cls.__module__].__doc__ or "").strip().split("\n")[0] if cls.__module__ in sys.modules else ""
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                     allow_abbrev=False)
+    # no defaults in the namespace: what comes back was typed; the dataclass fills in the rest
+    parser = _Parser(description=doc, allow_abbrev=False, argument_default=argparse.SUPPRESS)
+    parser.add_argument("--config", metavar="FILE", help="a YAML or JSON file of settings {flag name: value} (a recipe "
+                        "in recipes/, or a run's args.json); flags on the command line override it")
     for f in dataclasses.fields(cls):
-        flag = "--" + f.name.replace("_", "-")
-        typ = hints[f.name]
-        if typing.get_origin(typ) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-            typ = next(t for t in typing.get_args(typ) if t is not type(None))  # Optional[X] -> X
+        typ = _field_type(cls, f.name)
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        help_text = comments.get(f.name, "").replace("%", "%%")
-        if typ is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
-        elif typing.get_origin(typ) is typing.Literal:
-            parser.add_argument(flag, choices=typing.get_args(typ), default=default, help=help_text)
-        elif typ not in (int, float, str):
-            raise TypeError(f"parse_args: {cls.__name__}.{f.name}: unsupported type {typ!r} (use str and parse it)")
+        help_text = f"{comments.get(f.name, '')} (default: {default if default != '' else repr('')})".replace("%", "%%")
+        olds = [old for old, new in renamed.items() if new == f.name]
+        for flag, help_ in [(flag_name(f.name), help_text)] + [(flag_name(old), argparse.SUPPRESS) for old in olds]:
+            if typ is bool:
+                parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, help=help_)
+            elif typing.get_origin(typ) is typing.Literal:
+                parser.add_argument(flag, dest=f.name, choices=typing.get_args(typ), help=help_)
+            elif typ not in (int, float, str):
+                raise TypeError(f"parse_args: {cls.__name__}.{f.name}: unsupported type {typ!r} (use str and parse it)")
+            else:
+                parser.add_argument(flag, dest=f.name, type=typ, help=help_, metavar=typ.__name__.upper())
+    argv = sys.argv[1:] if argv is None else list(argv)
+    typed = vars(parser.parse_args(argv))
+    for token in argv:
+        old = token.split("=")[0][2:].replace("-", "_") if token.startswith("--") else ""
+        old = old[3:] if old.startswith("no_") and old[3:] in renamed else old
+        if old in renamed:
+            print(f"note: {flag_name(old)} is now {flag_name(renamed[old])} (the old name works until the next "
+                  f"release)", file=sys.stderr)
+    values = load_config(cls, typed.pop("config")) if "config" in typed else {}
+    values.update(typed)
+    args = cls(**values)
+    object.__setattr__(args, "_given", frozenset(values))
+    return args
+
+
+def load_config(cls, path: str) -> dict:
+    """The settings of a --config file, checked against cls's fields and types: a YAML (.yaml/.yml) or JSON mapping
+    {flag name (dashes or underscores): value}. A run's args.json works too: its `script` must be this script, and
+    its run_dir and resume are left out (a new run goes to a new folder)."""
+    file = Path(path)
+    if not file.is_file():
+        arg_error("--config", f"{path} is not a file")
+    try:
+        if file.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(file.read_text())
         else:
-            parser.add_argument(flag, type=typ, default=default, help=help_text, metavar=typ.__name__.upper())
-    return cls(**vars(parser.parse_args(argv)))
+            data = json.loads(file.read_text())
+    except Exception as e:  # a syntax error in the file: its own message, first line
+        arg_error("--config", f"{path} does not parse: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    if not isinstance(data, dict):
+        arg_error("--config", f"{path} must hold a mapping of flag names to values, got {type(data).__name__}")
+    this = Path(getattr(sys.modules.get(cls.__module__), "__file__", "") or "script").stem
+    script = data.pop("script", None)
+    if script is not None:  # a run's args.json
+        if script != this:
+            arg_error("--config", f"{path} holds the settings of a {script}.py run, not of {this}.py")
+        data.pop("run_dir", None)
+    data.pop("resume", None)
+    fields, renamed, values = {f.name for f in dataclasses.fields(cls)}, getattr(cls, "renamed", {}), {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        name = renamed.get(name, name)
+        if name not in fields:
+            arg_error("--config", f"{path}: {key!r} is not a flag of {this}.py (see --help)")
+        values[name] = _config_value(cls, name, value, f"{path}: {key}")
+    return values
+
+
+def _config_value(cls, name: str, value, where: str):
+    """A config file's value for field `name`, in the field's type (YAML gives ints, floats, bools, strings)."""
+    typ = _field_type(cls, name)
+    if value is None and typing.get_type_hints(cls)[name] is not typ:
+        return None
+    if typing.get_origin(typ) is typing.Literal:
+        if value not in typing.get_args(typ):
+            arg_error("--config", f"{where}: expected one of {', '.join(map(str, typing.get_args(typ)))}, got {value!r}")
+        return value
+    if typ is str and isinstance(value, list):  # `models: [a, b]` -> "a,b"
+        return ",".join(map(str, value))
+    ok = {bool: isinstance(value, bool), int: isinstance(value, int) and not isinstance(value, bool),
+          float: isinstance(value, (int, float)) and not isinstance(value, bool),
+          str: isinstance(value, (str, int, float)) and not isinstance(value, bool)}[typ]
+    if not ok:
+        arg_error("--config", f"{where}: expected {typ.__name__}, got {value!r}")
+    return typ(value)
+
+
+def given_fields(args) -> set[str]:
+    """The fields given on the command line or by --config (parse_args remembers them); for Args built in Python,
+    the fields that differ from the defaults."""
+    given = getattr(args, "_given", None)
+    if given is None:
+        defaults = type(args)()
+        given = {f.name for f in dataclasses.fields(args) if getattr(args, f.name) != getattr(defaults, f.name)}
+    return set(given)
+
+
+def check_numbers(args, positive=(), non_negative=(), unit_interval=()):
+    """The numeric part of a script's check_args: each named field > 0, >= 0 or in [0, 1] (NaN fails), and every
+    Literal field one of its values (Args built in Python skip argparse's check). One line naming the flag."""
+    for f in dataclasses.fields(args):
+        choices = typing.get_args(_field_type(type(args), f.name))
+        if typing.get_origin(_field_type(type(args), f.name)) is typing.Literal and getattr(args, f.name) not in choices:
+            arg_error(flag_name(f.name), f"expected one of {', '.join(map(str, choices))}, got {getattr(args, f.name)!r}")
+    for names, ok, rule in ((positive, lambda v: v > 0, "> 0"), (non_negative, lambda v: v >= 0, ">= 0"),
+                            (unit_interval, lambda v: 0 <= v <= 1, "in [0, 1]")):
+        for name in names:
+            if not ok(getattr(args, name)):
+                arg_error(flag_name(name), f"must be {rule}, got {getattr(args, name)}")
+
+
+def check_model_name(name: str, flag: str):
+    """A model flag before anything loads: tiny, smollm2-135m, a model folder (with config.json) or a hub id."""
+    if name in (TINY_ALIAS, SMOLLM2_ALIAS):
+        return
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            arg_error(flag, f"{name} has no config.json: not a model folder")
+        return
+    if name.startswith(("/", ".", "~")) or name.count("/") > 1 or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name):
+        arg_error(flag, f"{name} does not exist (give a model folder, a hub id owner/name, tiny or smollm2-135m)")
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", ""):
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(name, "config.json"), str):
+            arg_error(flag, f"{name} is not in the local hub cache and HF_HUB_OFFLINE is set (download it once online)")
+
+
+class ArgError(SystemExit):
+    """A refused setting: exit code 2 (as argparse's), the one-line message in str(error)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.code = 2
 
 
 def arg_error(flag: str, message: str):
-    """Stop with a clear message that names the offending flag."""
-    raise SystemExit(f"error: {flag}: {message}")
+    """Stop with one line `error: --flag: what is wrong (what to do)` on stderr, exit code 2, no traceback."""
+    print(f"error: {flag}: {message}", file=sys.stderr)
+    raise ArgError(f"error: {flag}: {message}")
 
 
 def parse_int_list(text: str, flag: str) -> list[int]:
@@ -110,6 +256,33 @@ def parse_int_list(text: str, flag: str) -> list[int]:
         return [int(x) for x in text.split(",") if x.strip() != ""]
     except ValueError:
         arg_error(flag, f"expected a comma-separated list of integers, got {text!r}")
+
+
+def load_function(spec: str, flag: str):
+    """'MODULE:FUNCTION' -> the function (--reward-fn). MODULE is a .py file path (examples/my_reward.py) or a
+    dotted module importable from the working directory (examples.my_reward). Called before any model loads,
+    so a bad spec stops the run at once with `error: FLAG: ...`."""
+    module_name, _, function_name = spec.rpartition(":")
+    if not module_name or not function_name:
+        arg_error(flag, f"expected MODULE:FUNCTION (e.g. examples/my_reward.py:correct_and_brief), got {spec!r}")
+    try:
+        if module_name.endswith(".py") or os.sep in module_name or "/" in module_name:
+            path = Path(module_name)
+            if not path.is_file():
+                arg_error(flag, f"{path} is not a file")
+            module_spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(module_name)
+    except Exception as e:  # the module itself failed: a syntax error, a missing import, ...
+        arg_error(flag, f"importing {module_name} failed: {type(e).__name__}: {e}")
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        arg_error(flag, f"{module_name} has no function {function_name!r}")
+    return function
 
 
 # ----------------------------------------------------------------------------------------------
@@ -218,8 +391,35 @@ def load_tokenizer(name: str):
     return tok
 
 
+def import_peft(quant: str = "none"):
+    """Import peft so that bitsandbytes is imported only for a quantised base. peft imports bitsandbytes as soon
+    as it is installed, and bitsandbytes' CPU backend logs "Failed to load CPU gemm_4bit_forward" on import (on
+    CPUs with AVX512-BF16): without --quant, peft is first imported, and caches "is bitsandbytes installed?"
+    (asked again whenever LoRA layers are made), while bitsandbytes is hidden. A quantised load later in the
+    same process clears peft's and transformers' cached "is bitsandbytes installed?" answers.
+    Also: peft (<= 0.21) reads transformers' deprecated `model.is_gradient_checkpointing` (the new name is
+    is_activation_checkpointing) whenever it wraps a model, a FutureWarning on every run that is not ours to rename."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+    if quant == "none" and "peft" not in sys.modules and "bitsandbytes" not in sys.modules:
+        sys.modules["bitsandbytes"] = None  # `import bitsandbytes` fails and find_spec says None: not installed
+        try:
+            from peft import import_utils
+            import_utils.is_bnb_available(), import_utils.is_bnb_4bit_available()  # cached: LoRA layers skip bnb
+        finally:
+            del sys.modules["bitsandbytes"]
+    elif quant != "none":
+        from peft import import_utils
+        from transformers.utils import import_utils as transformers_imports
+        for cached in (import_utils.is_bnb_available, import_utils.is_bnb_4bit_available,
+                       transformers_imports.is_bitsandbytes_available):
+            cached.cache_clear()
+
+
 def load_model(name: str, dtype: str = "float32", quant: str = "none", device: str = "cpu"):
     """A frozen causal LM in eval mode. quant: none | 4bit (QLoRA nf4) | 8bit, through bitsandbytes."""
+    import_peft(quant)  # bitsandbytes only with --quant
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
@@ -242,6 +442,11 @@ def load_model(name: str, dtype: str = "float32", quant: str = "none", device: s
     else:  # QLoRA: cast norms to fp32, let gradients reach the LoRA weights through the frozen 4-bit base
         from peft import prepare_model_for_kbit_training
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    for module in model.modules():  # 4-bit on a CPU with AVX512-BF16: bnb repacks a Linear4bit's weight into an
+        # inference-only layout on its first no-grad eval forward (our generate); every later training forward
+        # then fails or silently loses the gradient through that layer. Never repack: one layout, one kernel.
+        if hasattr(module, "support_avx512bf16_for_cpu"):
+            module.support_avx512bf16_for_cpu = False
     for p in model.parameters():
         p.requires_grad_(False)
     model.eval()
@@ -296,21 +501,43 @@ def load_adapter_state_dict(model, name: str, state: dict[str, torch.Tensor]):
             params[n].copy_(value)
 
 
+def base_model_id(path: str) -> str:
+    """The name a saved adapter gives its base (adapter_config.json's base_model_name_or_path): the hub id
+    behind an alias's local copy (smollm2-135m -> HuggingFaceTB/SmolLM2-135M-Instruct), else the name it was
+    loaded by (a hub id, or a local path such as `tiny`'s folder, which has no hub id)."""
+    local_copies = {CACHE_DIR / "smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct"}  # _smollm2_folder()
+    return local_copies.get(Path(path), path) if path else path
+
+
 def save_adapters(model, names: list[str], out_dir: str | Path):
-    """Write each adapter as a peft folder out_dir/<name>/ (adapter_config.json + safetensors), atomically
-    (a temporary folder swapped into place). Only rank 0 writes."""
+    """Write each adapter as a peft folder out_dir/<name>/ (adapter_config.json + safetensors + the tokenizer),
+    atomically (a temporary folder swapped into place), so that on any machine
+    AutoPeftModelForCausalLM.from_pretrained(out_dir/<name>) and AutoTokenizer.from_pretrained(out_dir/<name>)
+    load it: the config names the base by base_model_id (smollm2-135m's copy is the dequantised Q4_1 GGUF of
+    that hub model, so the hub's weights differ from the trained-on ones by the Q4_1 rounding). Only rank 0 writes."""
     if not is_main_process():
         return
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent))
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=".tmp-"))  # a killed write's leftover: removed on --resume
+    tokenizers = {}
     try:
         tmp.chmod(0o755)
         for name in names:
-            model.save_pretrained(tmp / "_peft", selected_adapters=[name])
+            config = model.peft_config[name]
+            loaded_from = config.base_model_name_or_path
+            config.base_model_name_or_path = base_model_id(loaded_from)
+            try:
+                model.save_pretrained(tmp / "_peft", selected_adapters=[name])
+            finally:
+                config.base_model_name_or_path = loaded_from
             produced = tmp / "_peft" / name if (tmp / "_peft" / name).exists() else tmp / "_peft"
             shutil.move(str(produced), str(tmp / name))
             shutil.rmtree(tmp / "_peft", ignore_errors=True)
+            if loaded_from and loaded_from not in tokenizers:
+                tokenizers[loaded_from] = load_tokenizer(loaded_from)
+            if loaded_from:
+                tokenizers[loaded_from].save_pretrained(tmp / name)
         _replace_dir(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -392,16 +619,94 @@ def _pad_cat(tensors: list[torch.Tensor], value, left: bool) -> torch.Tensor:
     return torch.cat(padded, dim=0)
 
 
+def stackable_lora(model, adapter_names: list[str]) -> bool:
+    """Can stacked_lora_routing serve these rows? Only plain LoRA on unquantised nn.Linear layers (peft's
+    lora.Linear: no DoRA or other variant, no LoRA bias, nothing merged, no hooks on the layer), in eval mode,
+    with every name an adapter of the model or '__base__'. Anything else keeps peft's own routing."""
+    from peft import PeftModel
+    from peft.tuners.lora import LoraLayer
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
+    if not isinstance(model, PeftModel) or model.training:
+        return False
+    used = set(adapter_names) - {"__base__"}
+    if not used <= set(model.peft_config):
+        return False  # peft's routing reports the unknown name
+    for layer in model.modules():
+        if not isinstance(layer, LoraLayer):
+            continue
+        if (type(layer) is not LoraLinear or layer.merged or layer.disable_adapters or "forward" in vars(layer)
+                or layer._forward_pre_hooks  # e.g. peft's adapter_names hooks, left behind when a forward raised
+                or any(n in layer.lora_variant or layer.lora_B[n].bias is not None for n in used & set(layer.lora_A))):
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def stacked_lora_routing(model, adapter_names: list[str]):
+    """Inference with row i on adapter adapter_names[i] ('__base__': none), without peft's per-row routing.
+
+    peft's mixed-adapter forward gathers each adapter's rows, runs its LoRA and scatters the result back, in
+    every layer, at every decoding step (about a quarter of a mixed generate call on CPU, README "Speed and
+    memory"). Here each LoRA layer's forward is replaced, for the duration of the block, by
+        y = W x + B_cat ((A_cat x) ⊙ s_row)
+    with A_cat [Σr, d_in] and B_cat [d_out, Σr] the used adapters' LoRA weights stacked along the rank, and
+    s_row [rows, 1, Σr] holding each row's own scaling (lora_alpha / r) on its adapter's block, 0 elsewhere
+    (so a '__base__' row gets no LoRA delta). That is the LoRA update of Hu et al. 2021 (eq. 3), h = W₀x + BAx,
+    for every row in two matmuls; the other adapters' blocks cost |adapters| x r extra columns, and nothing
+    grows with the number of rows. The weights are peft's own (read at entry): storage does not change.
+    No gradients (the weights are read once); check stackable_lora() first."""
+    if torch.is_grad_enabled():
+        raise RuntimeError("stacked_lora_routing is for inference only (wrap the call in torch.no_grad())")
+    if not stackable_lora(model, adapter_names):
+        raise ValueError("stacked_lora_routing: this model or these adapters need peft's routing (stackable_lora)")
+    from peft.tuners.lora import LoraLayer
+
+    used = list(dict.fromkeys(n for n in adapter_names if n != "__base__"))
+    layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
+    for layer in layers:
+        names = [n for n in used if n in layer.lora_A]
+        if not names:
+            continue  # no used adapter targets this layer: its forward already is the base layer's
+        a_cat = torch.cat([layer.lora_A[n].weight for n in names])  # [Σr, d_in]
+        b_cat = torch.cat([layer.lora_B[n].weight for n in names], dim=1)  # [d_out, Σr]
+        block = torch.cat([torch.full((layer.r[n],), i) for i, n in enumerate(names)]).to(a_cat.device)
+        row = torch.tensor([names.index(n) if n in names else -1 for n in adapter_names], device=a_cat.device)
+        scale = torch.tensor([layer.scaling[n] for n in names], dtype=a_cat.dtype, device=a_cat.device)[block]
+        row_scale = ((row[:, None] == block[None]) * scale)[:, None, :]  # [rows, 1, Σr]
+        layer.forward = _stacked_lora_forward(layer, a_cat, b_cat, row_scale)
+    try:
+        yield model
+    finally:
+        for layer in layers:
+            vars(layer).pop("forward", None)  # the class's forward (peft's) again
+
+
+def _stacked_lora_forward(layer, a_cat, b_cat, row_scale):
+    def forward(x, *args, **kwargs):
+        if x.shape[0] != row_scale.shape[0]:
+            raise ValueError(f"stacked_lora_routing: {x.shape[0]} rows in the batch, {row_scale.shape[0]} adapter names")
+        result = layer.base_layer(x, *args, **kwargs)
+        delta = F.linear(F.linear(x.to(a_cat.dtype), a_cat) * row_scale, b_cat)
+        return result + delta.to(result.dtype)
+    return forward
+
+
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list[str], adapter_names: list[str] | None, max_new_tokens: int,
              temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0, min_new_tokens: int = 0,
-             greedy: bool = False, batch_size: int | None = None) -> dict[str, torch.Tensor]:
+             greedy: bool = False, batch_size: int | None = None,
+             lora_routing: str = "stacked") -> dict[str, torch.Tensor]:
     """Sample one response per prompt; row i uses adapter adapter_names[i] ('__base__' = no adapter).
+    Rows on several adapters share one call: lora_routing 'stacked' (stacked_lora_routing, where
+    stackable_lora allows it) or 'peft' (peft's per-row adapter_names=; the same outputs, slower).
 
     Returns query_ids/query_mask [B, Lq] (left-padded), response_ids/response_mask [B, Lr], logprobs [B, Lr]
     (log π(token) at the sampling temperature from the raw logits, 0 where masked; with top-p/top-k < full
     these are still the temperature-only log-probs, the same quantity forward_responses recomputes), and
     truncated [B] (no EOS within max_new_tokens)."""
+    if lora_routing not in ("stacked", "peft"):
+        raise ValueError(f"lora_routing must be 'stacked' or 'peft', got {lora_routing!r}")
     device = next(model.parameters()).device
     stops = stop_token_ids(tokenizer, model)
     batch_size = batch_size or len(prompts)
@@ -410,14 +715,18 @@ def generate(model, tokenizer, prompts: list[str], adapter_names: list[str] | No
         query_ids, query_mask = tokenize_prompts(tokenizer, prompts[start:start + batch_size], device)
         names = None if adapter_names is None else list(adapter_names[start:start + batch_size])
         one_adapter = names is not None and len(set(names)) == 1  # peft's ordinary path, as in forward_responses
-        extra = {"adapter_names": names} if names is not None and not one_adapter else {}
+        mixed = names is not None and not one_adapter
+        stacked = mixed and lora_routing == "stacked" and stackable_lora(model, names)
+        extra = {"adapter_names": names} if mixed and not stacked else {}
+        routing = (single_adapter(model, names[0]) if one_adapter else
+                   stacked_lora_routing(model, names) if stacked else contextlib.nullcontext())
         sampling = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_p=top_p,
                                                               top_k=top_k)
         # a model's generation_config may carry processors (repetition_penalty, ...) that would make the rollout
         # off-policy without the returned log-probs showing it: switch them off explicitly
         sampling.update(repetition_penalty=1.0, no_repeat_ngram_size=0, suppress_tokens=None,
                         begin_suppress_tokens=None, bad_words_ids=None)
-        with single_adapter(model, names[0]) if one_adapter else contextlib.nullcontext():
+        with routing:
             out = model.generate(input_ids=query_ids, attention_mask=query_mask, max_new_tokens=max_new_tokens,
                                  min_new_tokens=min_new_tokens, eos_token_id=stops, pad_token_id=tokenizer.pad_token_id,
                                  return_dict_in_generate=True, output_logits=True, **sampling, **extra)
@@ -720,8 +1029,12 @@ def extract_answer(text: str, task: str) -> str | None:
     raise ValueError(f"unknown task {task!r} (expected 'math' or 'nli')")
 
 
-def has_boxed(text: str) -> bool:
-    return last_boxed(text) is not None
+def is_well_formed(text: str, task: str) -> bool:
+    """THE definition of a well-formed final answer, the one every script uses: training's format gate
+    (cotrain.format_ok), the ground-truth scorer, the incentives, evaluation and the verifier's labels all go
+    through extract_answer, so an answer is well formed exactly when extract_answer finds one. "The answer is
+    12." is well formed; an empty or non-numeric \\boxed{} (e.g. a copied \\boxed{XX}) is not."""
+    return extract_answer(text, task) is not None
 
 
 # The debate's turn-1 instruction (the authors' wrappers, spec §1.3 item 1), shared by cotrain.py (the
@@ -761,6 +1074,72 @@ def majority_vote_accuracy(answers: list[str | None], gold: str) -> float:
     if None in tie_set and len(tie_set) > 1:
         tie_set.remove(None)
     return 1.0 / len(tie_set) if gold in tie_set else 0.0
+
+
+def answer_correctness(answers: list[list[list[str | None]]], golds: list[str]) -> list[list[list[bool]]]:
+    """answers[q][t][a] (question, turn, agent) -> correct[q][t][a]; an unparsable answer is wrong."""
+    return [[[a is not None and a == gold for a in turn] for turn in per_q] for per_q, gold in zip(answers, golds)]
+
+
+def per_turn_accuracy(answers: list[list[list[str | None]]], golds: list[str]) -> dict:
+    """Per turn: majority-vote accuracy (tie expectation), each agent's accuracy, and the mean over agents.
+    Returns {"majority": [T], "agents": [A][T], "mean_agent": [T]} averaged over questions."""
+    correct = answer_correctness(answers, golds)
+    n_q, n_t, n_a = len(answers), len(answers[0]), len(answers[0][0])
+    majority = [sum(majority_vote_accuracy(answers[q][t], golds[q]) for q in range(n_q)) / n_q for t in range(n_t)]
+    agents = [[sum(correct[q][t][a] for q in range(n_q)) / n_q for t in range(n_t)] for a in range(n_a)]
+    mean_agent = [sum(agents[a][t] for a in range(n_a)) / n_a for t in range(n_t)]
+    return dict(majority=majority, agents=agents, mean_agent=mean_agent)
+
+
+TRANSITIONS = ("W→R", "R→W", "R→R", "W→W")
+
+
+def transition_counts(correct: list[list[list[bool]]]) -> list[dict]:
+    """Answer changes between consecutive turns (MAPoRL Figs. 3-4): for each pair (t, t+1), how many
+    (question, agent) pairs went wrong->right, right->wrong, stayed right, stayed wrong.
+    correct[q][t][a] -> a list of T-1 dicts {"turns": [t, t+1], "agents": [A] {W→R: n, ...},
+    "pooled": {W→R: n, ...}, "total": questions*agents}; fractions are counts / questions (per agent)
+    or counts / total (pooled)."""
+    n_t, n_a = len(correct[0]), len(correct[0][0])
+    out = []
+    for t in range(n_t - 1):
+        agents = [{k: 0 for k in TRANSITIONS} for _ in range(n_a)]
+        for per_q in correct:
+            for a in range(n_a):
+                before, after = per_q[t][a], per_q[t + 1][a]
+                agents[a][("R" if before else "W") + "→" + ("R" if after else "W")] += 1
+        pooled = {k: sum(agent[k] for agent in agents) for k in TRANSITIONS}
+        out.append(dict(turns=[t, t + 1], agents=agents, pooled=pooled, total=len(correct) * n_a))
+    return out
+
+
+def majority_transitions(answers: list[list[list[str | None]]], golds: list[str]) -> list[dict]:
+    """The authors' per-question transitions (`stat_all`): between turns t and t+1, how many questions
+    had a higher, lower or equal majority-vote accuracy (tie expectation)."""
+    out = []
+    for t in range(len(answers[0]) - 1):
+        counts = dict(improve=0, decline=0, same=0)
+        for per_q, gold in zip(answers, golds):
+            before, after = majority_vote_accuracy(per_q[t], gold), majority_vote_accuracy(per_q[t + 1], gold)
+            counts["improve" if after > before else "decline" if after < before else "same"] += 1
+        out.append(dict(turns=[t, t + 1], **counts))
+    return out
+
+
+def debate_metrics(answers: list[list[list[str | None]]], golds: list[str]) -> dict:
+    """Every debate number for one method: accuracies per turn, per-agent and pooled transitions (counts and
+    fractions), the authors' majority transitions, and the unparsable-answer rate per turn."""
+    acc = per_turn_accuracy(answers, golds)
+    counts = transition_counts(answer_correctness(answers, golds))
+    n_q = len(answers)
+    for pair in counts:
+        pair["agent_fractions"] = [{k: agent[k] / n_q for k in TRANSITIONS} for agent in pair["agents"]]
+        pair["pooled_fractions"] = {k: pair["pooled"][k] / pair["total"] for k in TRANSITIONS}
+    invalid = [sum(a is None for per_q in answers for a in per_q[t]) / (n_q * len(answers[0][t]))
+               for t in range(len(answers[0]))]
+    return dict(accuracy=acc, transitions=counts, majority_transitions=majority_transitions(answers, golds),
+                invalid_rate=invalid, num_questions=n_q, num_turns=len(answers[0]), num_agents=len(answers[0][0]))
 
 
 class BadRow(ValueError):
@@ -830,15 +1209,35 @@ def jsonl_record(row: dict) -> dict:
     return {**row, "question": str(row["question"]), "answer": gold, "task": task}
 
 
+def hash_split(question: str) -> str:
+    """The split of a question without a split of its own, from a hash of its text (as arith_records):
+    crc32 % 10 = 0 test, 1 validation, 2-9 train. The same text always lands in the same split."""
+    bucket = zlib.crc32(question.encode()) % 10
+    return "test" if bucket == 0 else "validation" if bucket == 1 else "train"
+
+
+def jsonl_split(rows: list[dict], split: str, path: str) -> list[dict]:
+    """The rows of one split of a local JSONL file: a row's own "split" field where it has one, else
+    hash_split(question). So training and evaluation never share a question unless the file says so."""
+    found = {str(row.get("split") or hash_split(row["question"])) for row in rows}
+    if split not in found | {"train", "validation", "test"}:
+        arg_error("--dataset", f"{path} has the splits {', '.join(sorted(found))}, not {split!r}")
+    return [row for row in rows if str(row.get("split") or hash_split(row["question"])) == split]
+
+
 _ARITH_NAMES = ["Ava", "Ben", "Cara", "Dan", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jin", "Kai", "Lea", "Mo", "Nia"]
 _ARITH_ITEMS = ["apples", "pencils", "marbles", "stickers", "books", "coins", "cookies", "shells"]
 
 
-def arith_problem(rng: random.Random) -> tuple[str, int]:
+ARITH_KINDS = {"arith": ["add", "sub", "mul", "two"],  # SmolLM2-135M, greedy: 14 % right (add 42 %, the rest ~0)
+               "arith:easy": ["add", "sub"]}  # one step, for the 135M default runs (README "Results")
+
+
+def arith_problem(rng: random.Random, kinds: list[str] = ARITH_KINDS["arith"]) -> tuple[str, int]:
     """One easy arithmetic word problem with its integer answer (add, subtract, multiply, or two steps)."""
     name, item = rng.choice(_ARITH_NAMES), rng.choice(_ARITH_ITEMS)
     a, b, c = rng.randint(2, 20), rng.randint(2, 20), rng.randint(2, 9)
-    kind = rng.choice(["add", "sub", "mul", "two"])
+    kind = rng.choice(kinds)
     if kind == "add":
         return f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?", a + b
     if kind == "sub":
@@ -850,10 +1249,10 @@ def arith_problem(rng: random.Random) -> tuple[str, int]:
             f"How many {item} does {name} have now?", a + c * b - 3)
 
 
-def arith_records(n: int, split: str, seed: int = 0) -> list[dict]:
-    """The built-in offline task: n distinct seeded arithmetic word problems. A question belongs to a split by
-    a hash of its text (crc32 % 10: 0 test, 1 validation, 2-9 train), so splits never share a question,
-    whatever n or seed each script asks for."""
+def arith_records(n: int, split: str, seed: int = 0, name: str = "arith") -> list[dict]:
+    """The built-in offline task: n distinct seeded arithmetic word problems (name: arith, or arith:easy with
+    one-step additions and subtractions only). A question belongs to a split by a hash of its text (crc32 % 10:
+    0 test, 1 validation, 2-9 train), so splits never share a question, whatever n or seed each script asks for."""
     buckets = {"train": range(2, 10), "test": range(0, 1), "validation": range(1, 2)}.get(split)
     if buckets is None:
         raise SystemExit(f"error: --dataset arith has splits train, test, validation; got {split!r}")
@@ -861,7 +1260,7 @@ def arith_records(n: int, split: str, seed: int = 0) -> list[dict]:
     for _ in range(200 * n + 1000):
         if len(problems) == n:
             break
-        question, answer = arith_problem(rng)
+        question, answer = arith_problem(rng, ARITH_KINDS[name])
         if zlib.crc32(question.encode()) % 10 in buckets and question not in seen:
             seen.add(question)
             problems.append((question, answer))
@@ -869,19 +1268,89 @@ def arith_records(n: int, split: str, seed: int = 0) -> list[dict]:
                  solution=f"The answer is {a}.\nAnswer: \\boxed{{{a}}}") for i, (q, a) in enumerate(problems)]
 
 
+DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}  # datasets' builders
+
+
+def dataset_records(name: str, split: str, limit: int | None, skip_bad_rows: bool, question_field: str,
+                    answer_field: str, config: str, task: str) -> list[dict]:
+    """Records of any hub dataset (owner/name: datasets.load_dataset(name, config, split=split)) or local data: a
+    .json/.jsonl/.csv/.parquet file (datasets names its one split 'train') or a folder (split names from the file
+    names, e.g. train.jsonl, test.jsonl). The question and the gold answer are read from question_field and
+    answer_field; the answer is normalised as the built-in tasks do: math -> normalize_number (the last number,
+    so GSM8K's '... #### 72' gives '72'), nli -> normalize_label (0/1/2 also map to ANLI_LABELS). Checked here,
+    before any model loads: the fields exist and the split has at least one usable row."""
+    if task not in ("math", "nli"):
+        arg_error("--dataset-task", f"expected math or nli, got {task!r}")
+    from datasets import load_dataset
+
+    path = Path(name)
+    try:
+        if path.suffix in DATA_FILE_BUILDERS or path.exists():
+            if not path.exists():
+                arg_error("--dataset", f"{path} does not exist")
+            if path.is_file() and path.suffix not in DATA_FILE_BUILDERS:
+                arg_error("--dataset", f"{path}: expected a .json, .jsonl, .csv or .parquet file or a folder of them")
+            tables = (load_dataset(DATA_FILE_BUILDERS[path.suffix], data_files=str(path)) if path.is_file()
+                      else load_dataset(str(path)))
+            if split not in tables:
+                arg_error("--dataset", f"{name} has no split {split!r}, only {', '.join(tables)} (a single file is "
+                                       f"the split 'train'; a folder takes its split names from its file names)")
+            table, source = tables[split], path.stem
+        else:  # a hub id
+            table, source = load_dataset(name, config or None, split=split), name
+    except Exception as e:  # offline, no such dataset or split, an unreadable file (arg_error's SystemExit passes)
+        arg_error("--dataset", f"cannot load {name!r} split {split!r}: {type(e).__name__}: {e}")
+    for flag, column in (("--question-field", question_field), ("--answer-field", answer_field)):
+        if column not in table.column_names:
+            arg_error(flag, f"{name} has no column {column!r} (its columns: {', '.join(table.column_names)})")
+    records, skipped = [], 0
+    for i, row in enumerate(table):
+        if limit and len(records) >= limit:
+            break
+        answer = row[answer_field]
+        if task == "nli" and type(answer) is int and answer in (0, 1, 2):
+            gold = ANLI_LABELS[answer]
+        else:
+            gold = normalize_number(str(answer)) if task == "math" else normalize_label(str(answer))
+        if gold is None or not str(row[question_field] or "").strip():
+            if not skip_bad_rows:
+                raise BadRow(f"{name} {split} row {i}: " + (f"unparsable gold answer {answer!r}" if gold is None else
+                             "empty question") + " (use --skip-bad-rows to skip such rows)")
+            skipped += 1
+            continue
+        records.append({**row, "id": str(row.get("id", f"{source}/{split}/{i}")), "question": str(row[question_field]),
+                        "answer": gold, "task": task})
+    if skipped:
+        print(f"skipped {skipped} bad rows in {name} {split}")
+    if not records:
+        arg_error("--dataset", f"{name} split {split!r} has no usable rows")
+    return records
+
+
 def load_task(name: str, split: str = "train", limit: int | None = None, seed: int = 0,
-              skip_bad_rows: bool = False) -> list[dict]:
+              skip_bad_rows: bool = False, question_field: str = "question", answer_field: str = "answer",
+              config: str = "", task: str = "math") -> list[dict]:
     """Records {id, question, answer (normalised gold), task ('math'|'nli'), ...} for a dataset name:
     gsm8k (hub openai/gsm8k), anli / anli:r1|r2|r3 (hub facebook/anli, default r3 as the authors),
-    jsonl:PATH (local), arith (built-in offline generator). `limit` keeps the first N."""
-    if name == "arith":
-        return arith_records(limit or 1000, split, seed)
+    jsonl:PATH (local, fixed fields), arith (built-in offline generator), or any hub id / local data file, read
+    with question_field, answer_field, config and task (math|nli) by dataset_records. `limit` keeps the first N."""
+    builtin = name in ("arith", "arith:easy", "gsm8k", "anli") or name.startswith(("anli:", "jsonl:"))
+    given = [flag for flag, value, default in (("--question-field", question_field, "question"), ("--answer-field",
+             answer_field, "answer"), ("--dataset-config", config, ""), ("--dataset-task", task, "math")) if value != default]
+    if builtin and given:
+        arg_error(given[0], f"applies to a hub id or a local file, not to the built-in {name!r} (for a local JSONL "
+                            f"with other fields pass its path without 'jsonl:')")
+    if not builtin and ("/" in name or Path(name).suffix in DATA_FILE_BUILDERS or Path(name).exists()):
+        return dataset_records(name, split, limit, skip_bad_rows, question_field, answer_field, config, task)
+    if name in ARITH_KINDS:
+        return arith_records(limit or 1000, split, seed, name)
     if name.startswith("jsonl:"):
         rows, skipped = read_jsonl(name[len("jsonl:"):], ("question", "answer"), skip_bad_rows, jsonl_record)
         if skipped:
             print(f"skipped {skipped} bad rows in {name[6:]}")
         for i, row in enumerate(rows):
             row.setdefault("id", f"{Path(name[6:]).stem}/{i}")
+        rows = jsonl_split(rows, split, name[6:])  # a split column, else a hash of the question text
         return rows[:limit] if limit else rows
     if name == "gsm8k" or name.startswith("anli"):
         from datasets import load_dataset
@@ -907,7 +1376,8 @@ def load_task(name: str, split: str = "train", limit: int | None = None, seed: i
         if skipped:
             print(f"skipped {skipped} bad rows in {name} {split}")
         return records
-    raise SystemExit(f"error: --dataset: unknown dataset {name!r} (gsm8k, anli[:r1|r2|r3], jsonl:PATH, arith)")
+    raise SystemExit(f"error: --dataset: unknown dataset {name!r} (gsm8k, anli[:r1|r2|r3], jsonl:PATH, arith, a hub id "
+                     f"owner/name, or a local .json/.jsonl/.csv/.parquet file or folder)")
 
 
 def step_indices(num_items: int, per_step: int, step: int, seed: str, drop_last: bool = False) -> list[int]:
@@ -986,72 +1456,361 @@ def restore_rng_state(states: list[dict] | dict):
 
 
 def start_run(args, script: str) -> Path:
-    """The run folder: a new runs/<script>-<time> (or --run-dir), or --resume's folder. Writes args.json."""
-    if getattr(args, "resume", ""):
-        run_dir = Path(args.resume)
-        if not (run_dir / "checkpoint.pt").exists():
-            arg_error("--resume", f"{run_dir} has no checkpoint.pt to resume from")
-    else:
-        run_dir = Path(getattr(args, "run_dir", "") or
-                       f"runs/{script}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}-s{args.seed}")
+    """The run folder: a new runs/<script>-<time> (or --run-dir), or --resume's folder (checked by resumed_args).
+    A new run writes args.json (its settings and the script's name). A resume appends the flags it was given to
+    resumes.jsonl (the next resume layers them again), writes the merged settings to args_resume.json, removes
+    what a killed write left behind, and trims metrics.jsonl to the checkpoint's step (the later steps are logged
+    again). A folder that cannot be written is refused first, with one line."""
+    resume = getattr(args, "resume", "")
+    flag = "--resume" if resume else "--run-dir"
+    run_dir = Path(resume or getattr(args, "run_dir", "") or
+                   f"runs/{script}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}-s{args.seed}")
     if world_info()[1] > 1:  # every rank uses rank 0's folder name (clocks differ)
         box = [str(run_dir)]
         torch.distributed.broadcast_object_list(box, src=0)
         run_dir = Path(box[0])
-    elif not getattr(args, "resume", "") and (run_dir / "metrics.jsonl").exists():
+    elif not resume and (run_dir / "metrics.jsonl").exists():
         arg_error("--run-dir", f"{run_dir} already holds a run; continue it with --resume {run_dir} or pick a new folder")
-    if is_main_process():
+    if resume and not (run_dir / "checkpoint.pt").is_file():
+        arg_error("--resume", f"{run_dir} has no checkpoint.pt to resume from")
+    _RUN.update(script=script, run_dir=run_dir, step=None)
+    if not is_main_process():
+        return run_dir
+    try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        name = "args_resume.json" if getattr(args, "resume", "") else "args.json"
-        atomic_write_text(run_dir / name, json.dumps(dataclasses.asdict(args), indent=2))
+        tempfile.TemporaryFile(dir=run_dir).close()
+    except OSError as e:
+        arg_error(flag, f"cannot write to {run_dir}: {e.strerror or e} (pick a writable folder)")
+    start_tracker(getattr(args, "report_to", "none"), run_dir, dataclasses.asdict(args))  # --report-to
+    settings = json.dumps({"script": script, **dataclasses.asdict(args)}, indent=2)
+    if not resume:
+        atomic_write_text(run_dir / "args.json", settings)
+        return run_dir
+    _RUN["step"] = checkpoint_step(run_dir / "checkpoint.pt")
+    for leftover in [*run_dir.glob("*.tmp"), *run_dir.glob(".tmp-*"), *run_dir.glob("*.old")]:
+        if not (leftover.suffix == ".old" and not leftover.with_suffix("").exists()):  # X.old without X: load_adapters' fallback
+            shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+    for log in ("metrics.jsonl", "samples.jsonl"):
+        trim_jsonl(run_dir / log, _RUN["step"])
+    given = {name: getattr(args, name) for name in sorted(given_fields(args) - {"resume"})}
+    with open(run_dir / "resumes.jsonl", "a") as f:
+        f.write(json.dumps(dict(time=datetime.datetime.now().isoformat(timespec="seconds"), step=_RUN["step"],
+                                given=given)) + "\n")
+    atomic_write_text(run_dir / "args_resume.json", settings)
     return run_dir
 
 
-def resumed_args(args):
-    """--resume: the run's saved args.json is the base; every flag of this command line that differs from its
-    default overrides it (e.g. a larger --updates). A flag cannot be set back to its default on resume."""
-    path = Path(args.resume) / "args.json"
+_RUN = dict(script="", run_dir=None, step=None)  # this process's run and its last checkpoint, for clean_exits()' note
+
+
+def resumed_args(args, script: str, must_match: tuple[str, ...] = ()):
+    """--resume RUN: the settings of the run, layered in the order they were given: the first run's args.json,
+    then the flags given at each earlier resume (RUN/resumes.jsonl), then the flags typed on this command line
+    (typed, not "differs from the default", so --lr 1e-5 counts even when 1e-5 is the default).
+    Refused before any model loads, with one line: a folder of another script, a folder without checkpoint.pt,
+    and a changed flag of must_match (what the checkpoint's tensors depend on: models, agents, turns, adapters,
+    task)."""
+    run_dir, cls = Path(args.resume), type(args)
+    if not (run_dir / "args.json").is_file():
+        arg_error("--resume", f"{run_dir} has no args.json: not a run folder (give the folder of the run to continue)")
+    saved = json.loads((run_dir / "args.json").read_text())
+    if not (run_dir / "checkpoint.pt").is_file():
+        arg_error("--resume", f"{run_dir} has no checkpoint.pt: the run stopped before its first checkpoint "
+                              f"(start it again in a new folder)")
+    owner = saved.pop("script", None)
+    if owner is None:  # a run of an older version: tell the scripts apart by their checkpoint's keys (memory-mapped)
+        keys = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=False, mmap=True).keys()
+        owner = "cotrain" if "heads" in keys else "magrpo" if "agents" in keys else "train_verifier"
+    if owner != script:
+        arg_error("--resume", f"{run_dir} is a {owner}.py run, not a {script}.py one; continue it with "
+                              f"python {owner}.py --resume {run_dir}")
+    layers = [saved] + [json.loads(line)["given"] for line in (run_dir / "resumes.jsonl").read_text().splitlines()
+                        if line.strip()] if (run_dir / "resumes.jsonl").exists() else [saved]
+    names, renamed = {f.name for f in dataclasses.fields(cls)}, getattr(cls, "renamed", {})
+    merged = dataclasses.asdict(cls())
+    for layer in layers:
+        merged.update({renamed.get(k, k): v for k, v in layer.items() if renamed.get(k, k) in names})
+    before, given = dict(merged), given_fields(args) - {"resume"}
+    merged.update({name: getattr(args, name) for name in given})
+    changed = [name for name in must_match if merged[name] != before[name]]
+    if changed:
+        arg_error(", ".join(flag_name(n) for n in changed),
+                  f"{run_dir} was trained with {' '.join(_flag_text(n, before[n]) for n in changed)}; a resumed "
+                  f"run keeps them (drop the flag, or start a new run)")
+    merged["resume"] = args.resume
+    resumed = cls(**merged)
+    object.__setattr__(resumed, "_given", frozenset(given))
+    return resumed
+
+
+def _flag_text(name: str, value) -> str:
+    if isinstance(value, bool):
+        return flag_name(name) if value else flag_name("no_" + name)
+    return f"{flag_name(name)} {value!r}" if value == "" else f"{flag_name(name)} {value}"
+
+
+def checkpoint_step(path: str | Path) -> int:
+    """The step of a checkpoint.pt, read without loading its tensors (memory-mapped)."""
+    return torch.load(path, map_location="cpu", weights_only=False, mmap=True)["step"]
+
+
+def trim_jsonl(path: Path, step: int):
+    """Keep the rows of a per-step log up to `step` (a resumed run logs the later steps again, each step exactly
+    once) and drop a torn last line (a process killed mid-append). Rows without a step are kept."""
     if not path.exists():
-        arg_error("--resume", f"{path} does not exist")
-    cls = type(args)
-    saved, defaults = json.loads(path.read_text()), cls()
-    merged = {f.name: saved.get(f.name, getattr(defaults, f.name)) for f in dataclasses.fields(cls)}
-    for f in dataclasses.fields(cls):
-        if getattr(args, f.name) != getattr(defaults, f.name):
-            merged[f.name] = getattr(args, f.name)
-    return cls(**merged)
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(row, dict) or not isinstance(row.get("step"), (int, float)) or row["step"] <= step:
+            keep.append(line + "\n")
+    atomic_write_text(path, "".join(keep))
 
 
 def log_metrics(run_dir: Path, metrics: dict):
-    """Append one JSON object (one step) to metrics.jsonl; only rank 0 writes."""
+    """Append one JSON object (one step) to metrics.jsonl and send the same row to the --report-to tracker;
+    only rank 0 writes."""
     if is_main_process():
+        row = {k: (v.item() if isinstance(v, (torch.Tensor, np.generic)) else v) for k, v in metrics.items()}
         with open(Path(run_dir) / "metrics.jsonl", "a") as f:
-            f.write(json.dumps({k: (v.item() if isinstance(v, (torch.Tensor, np.generic)) else v)
-                                for k, v in metrics.items()}) + "\n")
+            f.write(json.dumps(row) + "\n")
+        report_metrics(row)
+
+
+def print_eval_table(run_dir: Path, columns: list[str]):
+    """The held-out evaluations logged in metrics.jsonl (rows holding columns[0]) as a table, from the one before
+    the first update (step 0) to the last, then 'before -> after' for the last column (the headline number)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not is_main_process() or not path.exists():
+        return
+    rows = [row for row in map(json.loads, path.read_text().splitlines()) if columns[0] in row]
+    if not rows:
+        return
+    print(f"held-out evaluation ({rows[0].get('eval/num_questions', '?')} held-out items, greedy):")
+    print(f"{'step':>5} | " + " | ".join(columns))
+    for row in rows:
+        print(f"{row['step']:>5} | " + " | ".join(f"{row.get(c, float('nan')):>{len(c)}.3f}" for c in columns))
+    before, after = rows[0], rows[-1]
+    print(f"{columns[-1]}: {before[columns[-1]]:.3f} (step {before['step']}) -> {after[columns[-1]]:.3f} "
+          f"(step {after['step']})")
 
 
 def format_metrics(metrics: dict, keys: list[str]) -> str:
     return "  ".join(f"{k}={metrics[k]:.4g}" for k in keys if k in metrics and isinstance(metrics[k], (int, float)))
 
 
+REPORT_TO = ("none", "wandb", "trackio", "tensorboard")  # --report-to: the trackers (each an optional install)
+_TRACKER = dict(name="none", handle=None)  # the open tracker: its name and its wandb run / trackio module / writer
+
+
+def start_tracker(report_to: str, run_dir: Path, config: dict):
+    """--report-to: besides metrics.jsonl, send every log_metrics row to wandb (offline mode, files in
+    RUN/wandb; `wandb sync` uploads them later; WANDB_MODE=online logs live), trackio (a local project
+    `nanomarl`; `trackio show` opens it; TRACKIO_DIR sets its folder) or tensorboard (event files in
+    RUN/tensorboard; `tensorboard --logdir RUN`). Each is an optional dependency, imported here only when
+    asked for; a missing one stops the run with one line. Only rank 0 reports."""
+    finish_tracker()
+    if report_to not in REPORT_TO:
+        arg_error("--report-to", f"expected one of {', '.join(REPORT_TO)}, got {report_to!r}")
+    if report_to == "none" or not is_main_process():
+        return
+    if importlib.util.find_spec(report_to) is None:
+        arg_error("--report-to", f"{report_to} is not installed (pip install {report_to}, or --report-to none)")
+    name = Path(run_dir).name
+    if report_to == "wandb":
+        import wandb
+        handle = wandb.init(project="nanomarl", name=name, dir=str(run_dir), config=config,
+                            mode=os.environ.get("WANDB_MODE", "offline"))
+    elif report_to == "trackio":
+        import trackio
+        trackio.init(project="nanomarl", name=name, config=config)
+        handle = trackio
+    else:
+        from torch.utils.tensorboard import SummaryWriter
+        handle = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+    _TRACKER.update(name=report_to, handle=handle)
+
+
+def report_metrics(row: dict):
+    """One metrics.jsonl row to the open tracker: its `step` as the tracker's step (trackio reserves the key),
+    the rest as metrics (tensorboard keeps the numbers only)."""
+    name, handle = _TRACKER["name"], _TRACKER["handle"]
+    step = int(row["step"]) if isinstance(row.get("step"), (int, float)) else None
+    metrics = {k: v for k, v in row.items() if k != "step"}
+    if name in ("wandb", "trackio"):
+        handle.log(metrics, step=step)
+    elif name == "tensorboard":
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                handle.add_scalar(key, value, global_step=step)
+        handle.flush()
+
+
+def finish_tracker():
+    """Close the --report-to tracker (flushes what it still holds); a no-op when none is open."""
+    name, handle = _TRACKER["name"], _TRACKER["handle"]
+    if name == "tensorboard":
+        handle.close()
+    elif name in ("wandb", "trackio"):
+        handle.finish()
+    _TRACKER.update(name="none", handle=None)
+
+
+def log_samples(run_dir: Path, rows: list[dict]):
+    """Append rollouts (one JSON object each, with its `step`) to samples.jsonl; only rank 0 writes."""
+    if is_main_process():
+        with open(Path(run_dir) / "samples.jsonl", "a") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+CURVE_PANELS = [  # the panels of training_curves.png: (title, the metrics it draws as a regex); empty ones are left out
+    ("reward", r"objective/scores|objective/rewards|reward/mean"),
+    ("training accuracy", r"turn\d+/accuracy|train/accuracy"),
+    ("KL to the reference (nats)", r"objective/kl"),
+    ("loss", r"loss/policy|loss/value|agent\d+/loss|train/loss"),
+    ("held-out evaluation (step 0: untrained)",
+     r"eval/turn\d+/accuracy|eval/reward/mean|eval/pass_rate|eval/(accuracy|auroc|brier|ece)"),
+    ("held-out reward levels", r"eval/reward/(?!mean$).+"),
+]
+
+
+def run_curves(rows: list[dict]) -> dict[str, dict[str, tuple[list, list]]]:
+    """metrics.jsonl rows -> {panel title: {metric: (steps, values)}}, in the order of the rows. Rows without a
+    `step` and values that are not finite numbers are left out; so are panels with no data."""
+    curves = {title: {} for title, _ in CURVE_PANELS}
+    for row in rows:
+        if not isinstance(row.get("step"), (int, float)):
+            continue
+        for key, value in row.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                continue
+            panel = next((title for title, pattern in CURVE_PANELS if re.fullmatch(pattern, key)), None)
+            if panel is not None:
+                steps, values = curves[panel].setdefault(key, ([], []))
+                steps.append(row["step"])
+                values.append(value)
+    return {title: series for title, series in curves.items() if series}
+
+
+def plot_run(run_dir: str | Path) -> Path | None:
+    """RUN/training_curves.png from RUN/metrics.jsonl: one panel per group of run_curves (the training curves
+    and the held-out eval curves against the step). Without matplotlib: a note and None. Only rank 0 draws."""
+    run_dir = Path(run_dir)
+    if not is_main_process():
+        return None
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"matplotlib is not installed: no training curves (pip install matplotlib; then python plot.py --run {run_dir})")
+        return None
+    rows = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines() if (run_dir / "metrics.jsonl").exists() else []:
+        with contextlib.suppress(json.JSONDecodeError):
+            rows.append(json.loads(line))
+    curves = run_curves([row for row in rows if isinstance(row, dict)])
+    if not curves:
+        print(f"{run_dir / 'metrics.jsonl'} has no curves to draw")
+        return None
+    cols = min(3, len(curves))
+    rows = math.ceil(len(curves) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
+    for ax in axes.flat[len(curves):]:
+        ax.set_axis_off()
+    for ax, (title, series) in zip(axes.flat, curves.items()):
+        for key, (steps, values) in series.items():
+            ax.plot(steps, values, marker="o" if len(steps) <= 30 else None, markersize=3, label=key)
+        ax.set(title=title, xlabel="step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(str(run_dir))
+    fig.tight_layout()
+    path = run_dir / "training_curves.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def atomic_write_text(path: Path, text: str):
-    tmp = Path(str(path) + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Write a temporary file, then rename it over `path`: a reader (or a killed writer) sees the old or the new text."""
+    with finish_writes_first():
+        tmp = Path(str(path) + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
 
 
 def save_checkpoint(path: str | Path, state: dict):
-    """torch.save to a temporary file, fsync, then rename over the old checkpoint: an interrupted write
-    leaves the previous checkpoint intact. Only rank 0 writes."""
+    """torch.save to a temporary file, fsync, then rename over the old checkpoint: a SIGKILL at any moment leaves
+    the previous checkpoint intact, and a SIGINT/SIGTERM waits until the write is done. Only rank 0 writes."""
     if not is_main_process():
         return
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with finish_writes_first():
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        if os.environ.get("NANOMARL_TEST_KILL_IN_CHECKPOINT") == str(state.get("step")):  # tests/test_fault.py only
+            os.kill(os.getpid(), signal.SIGKILL)  # the new checkpoint is written but not yet swapped in
+        os.replace(tmp, path)
+        if path.name == "checkpoint.pt":
+            _RUN["step"] = state.get("step")  # for the note of a stop
+
+
+_WRITES = dict(depth=0, pending=None)  # open finish_writes_first() blocks; a signal that arrived during one
+
+
+@contextlib.contextmanager
+def finish_writes_first():
+    """Around a write that must not be cut (a checkpoint, the adapters, both): a SIGINT/SIGTERM that arrives inside
+    waits until the outermost block ends, then stops the run (clean_exits()). Blocks nest."""
+    _WRITES["depth"] += 1
+    try:
+        yield
+    finally:
+        _WRITES["depth"] -= 1
+    if _WRITES["depth"] == 0 and _WRITES["pending"] is not None:
+        signum, _WRITES["pending"] = _WRITES["pending"], None
+        _stop(signum)
+
+
+def _stop(signum: int):
+    run_dir, step, script = _RUN["run_dir"], _RUN["step"], _RUN["script"]
+    if run_dir is None:
+        note = ""
+    elif step is None:
+        note = f": no checkpoint was written yet in {run_dir} (start the run again in a new folder)"
+    else:
+        note = f": the checkpoint in {run_dir} is at step {step}; continue with python {script}.py --resume {run_dir}"
+    print(f"\nstopped by {signal.Signals(signum).name}{note}", file=sys.stderr)
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def clean_exits(data_flag: str = "--dataset"):
+    """What a script's `__main__` runs main() in. SIGINT (Ctrl-C) and SIGTERM stop the run with exit code 128 +
+    the signal's number and a note on how to continue; a checkpoint or adapter write in progress is finished first.
+    (SIGKILL cannot be caught: the atomic writes keep the previous checkpoint loadable.) A malformed data row
+    (BadRow) stops with one line naming data_flag, exit code 2. Other errors keep their traceback."""
+    def handler(signum, frame):
+        if _WRITES["depth"]:
+            _WRITES["pending"] = signum
+        else:
+            _stop(signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    except BadRow as e:
+        arg_error(data_flag, str(e))
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def load_checkpoint(path: str | Path) -> dict:
@@ -1059,14 +1818,14 @@ def load_checkpoint(path: str | Path) -> dict:
 
 
 def _replace_dir(tmp: Path, target: Path):
-    """Swap a finished temporary folder into place (the old one is removed only after the swap)."""
-    old = None
-    if target.exists():
-        old = target.with_name(target.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(target, old)
-    os.replace(tmp, target)
-    if old is not None:
+    """Swap a finished temporary folder into place (the old one is removed only after the swap; a kill between the
+    two renames leaves target.old, which load_adapters falls back to)."""
+    old = target.with_name(target.name + ".old")
+    with finish_writes_first():
+        if target.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+        os.replace(tmp, target)
         shutil.rmtree(old, ignore_errors=True)
 
 

@@ -17,7 +17,8 @@ One update (the numbered stages in main()):
     1. play the debate on B questions; all agents of a turn are generated in ONE batched call, each row on its
        own adapter (common.generate)
     2. score every answer; a bad format (no \\boxed{}, too short, degenerate repetition) is replaced by
-       --format-penalty, a response cut at --max-new-tokens gets --missing-eos-penalty on top
+       --format-penalty, a response cut at --max-new-tokens gets --missing-eos-penalty on top (your own scorer,
+       --reward-fn: no penalties and no incentives unless --reward-fn-rules)
     3. influence-aware reward R[t, a] (Definition 1) + incentive bonus b[t, a] (Tables 1 and 2)
     4. old log-probs, reference log-probs, values and entropies, without gradients
     5. per-token rewards: -kl_coef * KL at every token, plus R + b at the last token; GAE (γ=1, λ=0.95) within
@@ -62,6 +63,8 @@ Examples:
       --questions-per-update 32 --minibatch-questions 4 --micro-batch-questions 1 --forward-batch-size 16 \\
       --updates 200 --scorer verifier --verifier runs/verifier-RUN   # one GPU (or --scorer ground-truth)
   torchrun --standalone --nproc_per_node 2 cotrain.py --model tiny --updates 3 --questions-per-update 4  # 2 CPU processes
+  python cotrain.py --reward-fn examples/my_reward.py:correct_and_brief \\
+      --dataset data.csv --question-field problem --answer-field solution   # your scorer, your data
 """
 from __future__ import annotations
 
@@ -71,19 +74,24 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn as nn
 from tqdm import tqdm
 
 from common import (ValueHead, adapter_parameters, adapter_state_dict, add_adapters, allreduce_gradients, allreduce_sum,
-                    arg_error, batched, chat_prompt, explained_variance, extract_answer, finish_distributed,
-                    format_metrics, forward_responses, gae, generate, has_boxed, hidden_size, init_distributed,
+                    arg_error, chat_prompt, explained_variance, extract_answer, finish_distributed,
+                    format_metrics, forward_responses, gae, generate, hidden_size, init_distributed,
                     is_main_process, kl_k1, load_adapter_state_dict, load_checkpoint, load_model, load_task,
-                    load_tokenizer, log_metrics, majority_vote_accuracy, parse_args, parse_int_list, reference_logprobs,
+                    load_tokenizer, log_metrics, majority_vote_accuracy, parse_args, parse_int_list,
                     save_adapters, save_checkpoint, seed_everything, start_run, turn1_prompt)
 from common import (all_rng_states, masked_whiten, restore_rng_state, resumed_args, seed_sampling_per_rank, step_indices,
                     world_info)
+from common import load_function
+from common import debate_metrics, is_well_formed, print_eval_table
+from common import finish_tracker, log_samples, plot_run
+from common import atomic_write_text, check_model_name, check_numbers, clean_exits, finish_writes_first
 
 
 @dataclass
@@ -91,40 +99,48 @@ class Args:
     # ---- run ----
     seed: int = 0  # random seed (questions, sampling, initialisation)
     run_dir: str = ""  # output folder (default: runs/cotrain-<time>-s<seed>)
-    resume: str = ""  # continue the run in this folder from its checkpoint.pt; its args.json is the base, flags that differ from the defaults override it (e.g. --updates)
+    resume: str = ""  # continue the run in this folder from its checkpoint.pt with its saved settings; the flags you type override them (e.g. --updates 10); the model(s), agents, turns, adapters and dataset cannot change
     device: str = ""  # cpu or cuda (default: cuda when available; under torchrun each process takes its own GPU)
     # ---- models and adapters ----
     model: str = "smollm2-135m"  # base model of every agent: hub id, local path, smollm2-135m or tiny
     models: str = ""  # heterogeneous agents: one base per agent, comma-separated (overrides --model; each distinct base is loaded once)
-    dtype: str = "float32"  # float32, bfloat16 or float16
-    quant: str = "none"  # none, 4bit (QLoRA, as the paper) or 8bit
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # weights and compute dtype of the base
+    quant: Literal["none", "4bit", "8bit"] = "none"  # 4bit: QLoRA, as the paper
     lora_r: int = 8  # LoRA rank (authors: 8)
     lora_alpha: int = 16  # LoRA alpha (authors: 16); LoRA on all linear layers, dropout 0
-    policy_sharing: str = "agent"  # agent: one LoRA per agent | agent-turn: one per (turn, agent), the paper's θ_ta | shared: one for all agents of a base
+    policy_sharing: Literal["agent", "agent-turn", "shared"] = "agent"  # agent: one LoRA per agent | agent-turn: one per (turn, agent), the paper's θ_ta | shared: one for all agents of a base
+    value_model: Literal["shared", "separate"] = "shared"  # shared: the value heads read the policy adapter's own hidden states (one forward+backward per PPO micro-batch, TRL's classic value-head model) | separate: a critic LoRA adapter of its own, as the paper (a second forward+backward)
     critic_per_agent: bool = False  # one value head per (turn, agent) instead of one per turn
-    critic_history: bool = True  # the critic sees the whole discussion; --no-critic-history: turn-1 question + response only (authors' shortcut)
+    critic_history: bool = True  # --value-model separate: the critic sees the whole discussion; --no-critic-history: turn-1 question + response only (authors' shortcut)
     # ---- debate ----
-    dataset: str = "arith"  # arith (built-in, offline), gsm8k, anli[:r1|r2|r3] or jsonl:PATH
+    dataset: str = "arith"  # arith (built-in, offline), gsm8k, anli[:r1|r2|r3], jsonl:PATH, a hub id (owner/name) or a local .json/.jsonl/.csv/.parquet file or folder
+    dataset_split: str = "train"  # the split to train on (a single local file is the split 'train')
+    dataset_config: str = ""  # hub id only: the dataset's configuration (e.g. main for openai/gsm8k)
+    question_field: str = "question"  # hub id or local file: the column holding the question
+    answer_field: str = "answer"  # hub id or local file: the column holding the gold answer
+    dataset_task: Literal["math", "nli"] = "math"  # hub id or local file: math (the answer's last number, e.g. GSM8K's '#### 72') or nli (entailment/neutral/contradiction or 0/1/2)
     train_limit: int = 1000  # use the first N training questions (0 = all)
     skip_bad_rows: bool = False  # skip malformed dataset rows instead of stopping
     num_agents: int = 2  # A, agents in the debate
     num_turns: int = 2  # T, turns of the debate (the paper trains with 3)
     train_turns: str = ""  # turns to train, 1-based and comma-separated (default: all); the others are played by the base model
-    prompt_style: str = "default"  # turn-1 instruction of the authors' code: default (their Qwen2.5/default one) or phi3
+    prompt_style: Literal["default", "phi3"] = "default"  # turn-1 instruction of the authors' code: default (their Qwen2.5/default one) or phi3
     feedback_in_prompt: bool = False  # show each agent the scores of its own and the others' previous answers (authors' reward_feedback)
     max_new_tokens: int = 64  # response length limit (authors: 300; 64 keeps the default CPU run at ~15 min)
     temperature: float = 0.7  # sampling temperature, also used for every log-prob recomputation
     generate_batch_size: int = 0  # rows per generate call (0: all agents x questions of a turn in one call)
     forward_batch_size: int = 8  # rows per no-grad forward (old/reference log-probs, values)
     # ---- scores, penalties, rewards ----
-    scorer: str = "ground-truth"  # ground-truth (0/1 correctness) or verifier (a train_verifier.py checkpoint, with --verifier)
+    scorer: Literal["ground-truth", "verifier"] = "ground-truth"  # ground-truth (0/1 correctness) or verifier (a train_verifier.py checkpoint, with --verifier)
     verifier: str = ""  # path of a train_verifier.py checkpoint (needs --scorer verifier)
     verifier_batch_size: int = 8  # answers per verifier forward
+    reward_fn: str = ""  # your own scorer MODULE:FUNCTION (a .py path or a dotted module), fn(records, responses) -> scores in [0, 1]; replaces --scorer (see examples/my_reward.py)
+    reward_fn_rules: bool = False  # with --reward-fn: also apply the format and missing-EOS penalties and the incentives (Tables 1-2); off: your scores alone make the reward
     penalize_format: bool = True  # replace the score by --format-penalty for no \boxed{}, a too-short response or degenerate repetition
     format_penalty: float = -10.0  # the bad-format score (authors: -10)
     min_response_tokens: int = 10  # shorter responses count as bad format (authors: 50 with 300-token responses)
     missing_eos_penalty: float = -1.0  # added to the score of a response cut at --max-new-tokens (0: off)
-    reward_rule: str = "influence"  # influence (Definition 1), current (own score only) or final-mean (mean score of the last turn)
+    reward_rule: Literal["influence", "current", "final-mean"] = "influence"  # influence (Definition 1), current (own score only) or final-mean (mean score of the last turn)
     influence_gamma: float = 0.3  # γ of the influence-aware reward (authors: 0.3)
     alpha0: float = 0.5  # Table 1: W->R against a wrong majority (+), R->W with a wrong majority (-)
     alpha1: float = 0.5  # Table 1: W->R with a right majority (+), R->W against a right majority (-)
@@ -137,7 +153,8 @@ class Args:
     micro_batch_questions: int = 1  # questions per forward/backward inside a minibatch, per process (gradient accumulation; authors: 1)
     ppo_epochs: int = 4  # passes over each rollout (authors: 4)
     lr: float = 1e-5  # AdamW learning rate of every adapter and head (authors: 1e-5)
-    lr_end_factor: float = 0.1  # linear decay from lr to lr * this over --updates (authors: 0.1)
+    lr_end_factor: float = 0.1  # linear decay from lr to lr * this over --lr-decay-updates (authors: 0.1)
+    lr_decay_updates: int = 0  # updates the decay lasts (0: --updates). Saved with the run, so a --resume with a larger --updates keeps the schedule: the lr continues where it was and stays at lr * lr_end_factor for the added updates (give --lr-decay-updates again to re-plan)
     weight_decay: float = 0.01  # AdamW weight decay (torch default, as the authors)
     max_grad_norm: float = 1.0  # clip each optimiser's global gradient norm to this
     kl_coef: float = 0.002  # per-token KL penalty to the reference (authors: 0.002)
@@ -149,8 +166,13 @@ class Args:
     max_kl: float = 50.0  # stop (checkpoint kept) when an agent's mean per-response KL to the reference exceeds this (nats)
     # ---- logging ----
     log_every: int = 1  # print a one-line summary every N updates (metrics.jsonl gets every update)
-    sample_every: int = 2  # print one sample debate every N updates (0: never)
+    sample_every: int = 2  # print one sample debate every N updates and append every debate of that update to samples.jsonl (0: never)
+    report_to: Literal["none", "wandb", "trackio", "tensorboard"] = "none"  # also send metrics.jsonl's rows to this tracker (an optional install; wandb runs offline, tensorboard writes RUN/tensorboard)
     save_every: int = 2  # write checkpoint.pt and the adapters every N updates (and at the end)
+    # ---- held-out evaluation inside training ----
+    eval_questions: int = 50  # held-out questions the team debates greedily before the first update, every --eval-every updates and at the end (0: off)
+    eval_every: int = 0  # also evaluate every N updates (0: only before the first update and at the end)
+    eval_split: str = "test"  # the dataset split of the held-out questions (must share no question with the training split)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -310,9 +332,11 @@ def has_degenerate_repetition(token_ids: list[int], max_period: int = 20, max_re
     return False
 
 
-def format_ok(text: str, token_ids: list[int], min_tokens: int, decode=None) -> bool:
-    """The authors' format gate: a \\boxed{} answer, at least min_tokens tokens, and no degenerate repetition."""
-    return has_boxed(text) and len(token_ids) >= min_tokens and not has_degenerate_repetition(token_ids, decode=decode)
+def format_ok(text: str, task: str, token_ids: list[int], min_tokens: int, decode=None) -> bool:
+    """The format gate: a well-formed final answer (common.is_well_formed, the one definition evaluation also
+    uses; the authors require a \\boxed{}), at least min_tokens tokens, and no degenerate repetition."""
+    return (is_well_formed(text, task) and len(token_ids) >= min_tokens
+            and not has_degenerate_repetition(token_ids, decode=decode))
 
 
 def apply_penalties(scores: torch.Tensor, good_format: torch.Tensor, truncated: torch.Tensor,
@@ -463,15 +487,15 @@ def policy_adapter_name(sharing: str, turn: int, agent: int) -> str:
 class Team:
     """Everything trainable, built once by build_team()."""
     base_names: list[str]  # distinct base models
-    bases: list  # one PeftModel per distinct base (policy adapters + 'critic')
+    bases: list  # one PeftModel per distinct base (policy adapters, + 'critic' with --value-model separate)
     tokenizers: list  # one per distinct base
     agent_base: list[int]  # base index of each agent
     adapter_names: list[list[str]]  # [T][A] adapter of each (turn, agent); '__base__' for untrained turns
     trained: list[tuple[int, int]]  # the (turn, agent) pairs PPO trains, 0-based
-    base_adapters: list[list[str]]  # adapters on each base (the critic last)
+    base_adapters: list[list[str]]  # adapters on each base (the critic, if any, last)
     heads: nn.ModuleDict  # value heads, keyed by head_keys[(t, a)]
     head_keys: dict  # (t, a) -> key in heads
-    optimizers: dict  # "adapter" (or "base{i}/adapter") -> AdamW; "critic" holds the critic LoRA + its heads
+    optimizers: dict  # "adapter" (or "base{i}/adapter") -> AdamW; "critic" holds the critic LoRA + its heads (separate), "value_heads" the heads (shared)
 
     def models(self) -> list:  # per agent, for run_debate
         return [self.bases[i] for i in self.agent_base]
@@ -497,8 +521,8 @@ def train_turn_indices(args: Args) -> list[int]:
 
 
 def build_team(args: Args, device: str) -> Team:
-    """Load each distinct base once; seed with --seed; add the policy adapters and the critic adapter, the value
-    heads, and one optimiser per adapter."""
+    """Load each distinct base once; seed with --seed; add the policy adapters (and with --value-model separate
+    the critic adapter), the value heads, and one optimiser per adapter (shared: one more for the value heads)."""
     names = agent_models(args)
     base_names = list(dict.fromkeys(names))
     agent_base = [base_names.index(n) for n in names]
@@ -512,8 +536,9 @@ def build_team(args: Args, device: str) -> Team:
     bases, base_adapters = [], []
     for i, model in enumerate(models):
         own = sorted({adapter_names[t][a] for t, a in trained if agent_base[a] == i})
-        bases.append(add_adapters(model, own + ["critic"], r=args.lora_r, alpha=args.lora_alpha))
-        base_adapters.append(own + ["critic"])
+        own += ["critic"] if args.value_model == "separate" else []
+        bases.append(add_adapters(model, own, r=args.lora_r, alpha=args.lora_alpha))
+        base_adapters.append(own)
     head_keys, heads = {}, nn.ModuleDict()
     for t, a in trained:
         key = f"turn{t + 1}" + (f"_agent{a}" if args.critic_per_agent else ("" if len(bases) == 1 else f"_base{agent_base[a]}"))
@@ -529,23 +554,66 @@ def build_team(args: Args, device: str) -> Team:
                 params += [p for (t, a), key in head_keys.items() if agent_base[a] == i for p in heads[key].parameters()]
                 params = list({id(p): p for p in params}.values())  # a head shared by several agents: once
             optimizers[prefix + name] = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
+        if args.value_model == "shared":  # no critic adapter: the heads (on the policies' hidden states) alone
+            params = list({id(p): p for (t, a), key in head_keys.items() if agent_base[a] == i
+                           for p in heads[key].parameters()}.values())
+            optimizers[prefix + "value_heads"] = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
     return Team(base_names, bases, tokenizers, agent_base, adapter_names, trained, base_adapters, heads, head_keys,
                 optimizers)
 
 
-def make_scorer(args: Args, device: str):
-    """fn(records, responses) -> FloatTensor of scores: 0/1 correctness, or the verifier's probability."""
+def rl_records(args: Args, records: list[dict]) -> list[dict]:
+    """The questions PPO may train on. With --scorer verifier: only those the verifier neither trained nor was
+    measured on (train_verifier.rl_questions; MAPoRL footnote 2), split with the settings of the verifier's own
+    run, read from its checkpoint. Other scorers: every record."""
+    if args.scorer != "verifier":
+        return records
+    from train_verifier import rl_questions, verifier_args
+
+    trained = verifier_args(args.verifier)
+    kept = rl_questions(records, trained["verifier_fraction"], trained["split_seed"])
+    print(f"RL questions: {len(kept)} of {len(records)}; the other {len(records) - len(kept)} are the verifier's "
+          f"(--verifier-fraction {trained['verifier_fraction']} --split-seed {trained['split_seed']} of {args.verifier})")
+    if trained.get("dataset") != args.dataset:
+        print(f"note: the verifier was trained on {trained.get('dataset')}, RL runs on {args.dataset}")
+    return kept
+
+
+def make_scorer(args: Args, device: str, team: Team | None = None):
+    """fn(records, responses) -> FloatTensor of scores: 0/1 correctness, or the verifier's probability. A verifier
+    trained on a base of the team (same model, dtype and quant) is loaded onto it as one more adapter (no copy)."""
     if args.scorer == "ground-truth":
         def ground_truth(records, responses):
             return torch.tensor([float(extract_answer(text, r["task"]) == r["answer"]) for r, text in zip(records, responses)])
         return ground_truth
-    from train_verifier import load_verifier, score  # imported only when a verifier is used
+    from train_verifier import load_verifier, score, verifier_args  # imported only when a verifier is used
 
-    verifier = load_verifier(args.verifier, device)
+    trained = verifier_args(args.verifier)  # one more adapter on the policy's base when the bases match
+    same = [] if team is None else [model for name, model in zip(team.base_names, team.bases)
+                                    if (name, args.dtype, args.quant) == (trained["model"], trained["dtype"],
+                                                                          trained["quant"])]
+    verifier = load_verifier(args.verifier, device, base_model=same[0] if same else None)
 
     def verifier_score(records, responses):  # the verifier sees the question and the answer, not the discussion
         return score(verifier, [r["question"] for r in records], responses, batch_size=args.verifier_batch_size)
     return verifier_score
+
+
+def custom_scorer(fn, name: str):
+    """Your scorer (--reward-fn, or main(score_fn=...)) as the trainer calls it: fn(records, responses) gets the
+    load_task records (dicts with question, answer (the normalised gold), task, id and the dataset's other fields)
+    and one response string per record, and returns one score in [0, 1] per response (a list or a tensor).
+    A wrong length or a score outside [0, 1] stops the run with an error naming `name` (NaN passes: PPO skips a
+    non-finite loss with a warning)."""
+    def scorer(records, responses):
+        scores = torch.as_tensor(fn(records, responses), dtype=torch.float).detach().cpu().flatten()
+        if scores.shape[0] != len(responses):
+            arg_error(name, f"returned {scores.shape[0]} scores for {len(responses)} responses")
+        bad = ((scores < 0) | (scores > 1)).nonzero().flatten().tolist()
+        if bad:
+            arg_error(name, f"returned {scores[bad[0]].item()} for response {bad[0]}: scores must be in [0, 1]")
+        return scores
+    return scorer
 
 
 # ----------------------------------------------------------------------------------------------
@@ -608,16 +676,31 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
             model, n, size = team.bases[i], len(debate["records"]), args.forward_batch_size
             batch = _rows(exp, t, agents, None, list(exp[(t, agents[0])]))
             names = [team.adapter_names[t][a] for a in agents for _ in range(n)]
-            # 4. log-probs of the rollout policy (+ entropy), of the reference (adapters off), and the values.
+            # 4. ONE no-grad mixed-adapter pass (per --forward-batch-size rows) does all of it: the responses on
+            # their agents' adapters (old log-probs, entropies; --value-model shared: the hidden states the values
+            # read), the same rows on '__base__' (the reference: no adapter), and with --value-model separate on
+            # 'critic' (the values). Rows of one batch do not affect each other: each part equals its own forward
+            # bit for bit on CPU (tests/test_perf_update.py). Only --no-critic-history's critic rows, whose prompt
+            # differs, get a forward of their own: padded to the policy's prompt they would round differently.
             # Old log-probs are recomputed here rather than taken from generate(): this is the same kernel the
-            # update uses, so the first ratio is exactly 1 also under bf16 / 4-bit (generate's differ by ~1e-3).
-            policy = _forward_chunks(model, batch, names, size, args.temperature, False, output_entropy=True)
-            hidden = _forward_chunks(model, batch, ["critic"] * len(names), size, args.temperature, True,
-                                     output_hidden=True)["hidden"]
-            old_logprobs, entropy = policy["logprobs"], policy["entropy"]
-            ref_logprobs = batched(lambda **rows: reference_logprobs(model, **rows, temperature=args.temperature),
-                                   {k: batch[k] for k in ("query_ids", "query_mask", "response_ids", "response_mask")},
-                                   size)
+            # update uses: in fp32 the first ratio is 1 to < 1e-5; under bf16 this mixed no-grad pass and the
+            # update's per-adapter forwards still round differently (up to 5e-3 measured), so it is 1 only roughly.
+            shared, rows_n = args.value_model == "shared", len(names)
+            critic_here = not shared and args.critic_history  # the critic's rows join the pass
+            all_names = names + ["__base__"] * rows_n + (["critic"] * rows_n if critic_here else [])
+            copies = len(all_names) // rows_n
+            out = _forward_chunks(model, {k: batch[k].repeat(copies, 1) for k in ("query_ids", "query_mask",
+                                                                                   "response_ids", "response_mask")},
+                                  all_names, size, args.temperature, False, output_entropy=True, output_hidden=True)
+            old_logprobs, entropy = out["logprobs"][:rows_n], out["entropy"][:rows_n]
+            ref_logprobs = out["logprobs"][rows_n:2 * rows_n]
+            if shared:
+                hidden = out["hidden"][:rows_n]
+            elif critic_here:
+                hidden = out["hidden"][2 * rows_n:]
+            else:
+                hidden = _forward_chunks(model, batch, ["critic"] * rows_n, size, args.temperature, True,
+                                         output_hidden=True)["hidden"]
             for k, a in enumerate(agents):
                 rows = slice(k * n, (k + 1) * n)
                 mask = batch["response_mask"][rows]
@@ -638,9 +721,11 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
 def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict:
     """--ppo-epochs passes of shuffled minibatches over the rollout. Per minibatch, for every micro-batch and
     turn: the policy log-probs of all trained agents of a base (each row on its own adapter; forward_responses
-    runs one padded forward per adapter under autograd), their clipped surrogates summed and back-propagated;
-    then one critic forward, the value losses summed and back-propagated (one graph alive at a time). Gradients accumulate over micro-batches, turns and agents; then
-    every optimiser clips its gradient norm and steps once. A non-finite loss skips the minibatch's step.
+    runs one padded forward per adapter under autograd) and their clipped surrogates; the values from the SAME
+    forward's hidden states (--value-model shared; policy + value losses back-propagated once), or from a second
+    forward on the critic adapter (separate: the surrogates back-propagated first, one graph alive at a time).
+    Gradients accumulate over micro-batches, turns and agents; then every optimiser clips its gradient norm and
+    steps once. A non-finite loss skips the minibatch's step.
     shuffle_seed seeds the minibatch shuffle (its own generator: the same order on every rank).
     Multi-process: exp holds this rank's questions, question g of the global batch being local row g // world
     on rank g % world (main() deals them out so); a minibatch is a set of global questions, each rank forwards
@@ -659,6 +744,7 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
     stats = {key: [] for key in exp}
     stats.update(skipped=0, **{f"grad_norm/{name}": [] for name in team.optimizers})
     turns = sorted({t for t, _ in team.trained})
+    shared = args.value_model == "shared"
     for epoch in range(args.ppo_epochs):
         perm = torch.randperm(n_global, generator=shuffle)
         for start in range(0, n_global, mb_size):
@@ -678,7 +764,9 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
                         names = [team.adapter_names[t][a] for a in agents for _ in range(size)]
                         parts = [slice(k * size, (k + 1) * size) for k in range(len(agents))]
                         # policy: every row on its own agent's adapter; gradients reach each row's adapter only
-                        new_logprobs = _forward(team.bases[i], batch, names, args.temperature, False)["logprobs"]
+                        # (--value-model shared: the same forward returns the hidden states the value heads read)
+                        out = _forward(team.bases[i], batch, names, args.temperature, False, output_hidden=shared)
+                        new_logprobs = out["logprobs"]
                         pg_total, pg_stats = 0.0, []
                         for a, r in zip(agents, parts):
                             loss, s = policy_loss(new_logprobs[r], batch["old_logprobs"][r], batch["advantages"][r],
@@ -686,11 +774,14 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
                             pg_total = pg_total + loss
                             pg_stats.append(s)
                         finite = finite and bool(torch.isfinite(pg_total))
-                        if finite:
-                            pg_total.backward()
-                        # critic: the 'critic' adapter on every row, then this turn's value head(s)
-                        hidden = _forward(team.bases[i], batch, ["critic"] * len(names), args.temperature, True,
-                                          output_hidden=True)["hidden"]
+                        if shared:
+                            hidden = out["hidden"]
+                        else:
+                            if finite:
+                                pg_total.backward()
+                            # critic: the 'critic' adapter on every row (one graph alive at a time), then the heads
+                            hidden = _forward(team.bases[i], batch, ["critic"] * len(names), args.temperature, True,
+                                              output_hidden=True)["hidden"]
                         vf_total = 0.0
                         for a, r, s in zip(agents, parts, pg_stats):
                             mask = batch["response_mask"][r]
@@ -700,8 +791,18 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
                             vf_total = vf_total + args.vf_coef * loss
                             mb_stats[(t, a)].append({**s, **vs})
                         finite = finite and bool(torch.isfinite(vf_total))
-                        if finite:
+                        if finite and not shared:
                             vf_total.backward()
+                        elif finite:
+                            # --value-model shared: ONE backward of policy loss + vf_coef x value loss. The value
+                            # loss's gradient also reaches the policy adapter, through the hidden states the head
+                            # reads: each agent's LoRA learns to act AND to make its last hidden state predict
+                            # the return (a shared trunk, as TRL's classic PPO with AutoModelForCausalLMWithValueHead).
+                            # The critic costs no forward of its own, but fitting values now pulls on the policy's
+                            # features: vf_coef sets how hard (the adapter's clip norm covers both), and the first
+                            # step sends none (zero-initialised heads: dV/dh = w = 0). --value-model separate
+                            # keeps the paper's critic adapter, which never touches the policy.
+                            (pg_total + vf_total).backward()
             # multi-process: sum the gradients of all ranks (each loss was divided by the global token count, so the
             # sum is the gradient of the whole minibatch); skip the step everywhere if a loss was non-finite anywhere
             allreduce_gradients(trainable, "sum")
@@ -732,8 +833,10 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
 
 
 def learning_rate(args: Args, step: int) -> float:
-    """Linear decay from lr to lr * lr_end_factor over --updates (the authors' LinearLR)."""
-    return args.lr * (1.0 - (1.0 - args.lr_end_factor) * min(step, args.updates) / max(1, args.updates))
+    """Linear decay from lr to lr * lr_end_factor over --lr-decay-updates (default --updates; the authors' LinearLR),
+    then constant: updates added on --resume continue at the final lr instead of jumping."""
+    decay = args.lr_decay_updates or args.updates
+    return args.lr * (1.0 - (1.0 - args.lr_end_factor) * min(step, decay) / max(1, decay))
 
 
 def save_state(run_dir: Path, team: Team, step: int, args: Args):
@@ -743,18 +846,19 @@ def save_state(run_dir: Path, team: Team, step: int, args: Args):
     rngs = all_rng_states()
     if not is_main_process():
         return
-    save_checkpoint(run_dir / "checkpoint.pt", dict(
-        step=step, heads=team.heads.state_dict(), rng=rngs,
-        adapters=[{name: adapter_state_dict(m, name) for name in names} for m, names in zip(team.bases, team.base_adapters)],
-        optimizers={name: opt.state_dict() for name, opt in team.optimizers.items()}))
-    dirs = ["adapters" if len(team.bases) == 1 else f"adapters_base{i}" for i in range(len(team.bases))]
-    for model, names, folder in zip(team.bases, team.base_adapters, dirs):
-        save_adapters(model, names, run_dir / folder)
-    torch.save(team.heads.state_dict(), run_dir / "value_heads.pt")
-    info = dict(models=[team.base_names[i] for i in team.agent_base], adapters=team.adapter_names,
-                adapter_dirs=[dirs[i] for i in team.agent_base], prompt_style=args.prompt_style, step=step,
-                feedback_in_prompt=args.feedback_in_prompt, num_turns=args.num_turns, dataset=args.dataset)
-    (run_dir / "debate.json").write_text(json.dumps(info, indent=2))
+    with finish_writes_first():  # Ctrl-C waits for the whole set; each file is written atomically (SIGKILL-safe)
+        save_checkpoint(run_dir / "checkpoint.pt", dict(
+            step=step, heads=team.heads.state_dict(), rng=rngs,
+            adapters=[{name: adapter_state_dict(m, name) for name in names} for m, names in zip(team.bases, team.base_adapters)],
+            optimizers={name: opt.state_dict() for name, opt in team.optimizers.items()}))
+        dirs = ["adapters" if len(team.bases) == 1 else f"adapters_base{i}" for i in range(len(team.bases))]
+        for model, names, folder in zip(team.bases, team.base_adapters, dirs):
+            save_adapters(model, names, run_dir / folder)
+        save_checkpoint(run_dir / "value_heads.pt", team.heads.state_dict())
+        info = dict(models=[team.base_names[i] for i in team.agent_base], adapters=team.adapter_names,
+                    adapter_dirs=[dirs[i] for i in team.agent_base], prompt_style=args.prompt_style, step=step,
+                    feedback_in_prompt=args.feedback_in_prompt, num_turns=args.num_turns, dataset=args.dataset)
+        atomic_write_text(run_dir / "debate.json", json.dumps(info, indent=2))
 
 
 def load_state(run_dir: Path, team: Team) -> int:
@@ -769,19 +873,34 @@ def load_state(run_dir: Path, team: Team) -> int:
     return state["step"]
 
 
+RESUME_MUST_MATCH = ("model", "models", "num_agents", "num_turns", "train_turns", "policy_sharing", "value_model",
+                     "critic_per_agent", "lora_r", "lora_alpha", "dataset")  # what the checkpoint's tensors are built for
+
+
 def check_args(args: Args):
-    if args.num_agents < 1 or args.num_turns < 1:
-        arg_error("--num-agents/--num-turns", "need at least one agent and one turn")
-    if args.scorer not in ("ground-truth", "verifier"):
-        arg_error("--scorer", f"expected ground-truth or verifier, got {args.scorer!r}")
+    """Every refusal of a setting, before anything heavy loads: one line `error: --flag: ...`, exit code 2."""
+    check_numbers(args, positive=("num_agents", "num_turns", "lora_r", "lora_alpha", "max_new_tokens", "temperature",
+                                  "forward_batch_size", "verifier_batch_size", "updates", "questions_per_update",
+                                  "ppo_epochs", "lr", "cliprange", "cliprange_value", "max_kl"),
+                  non_negative=("train_limit", "generate_batch_size", "min_response_tokens", "minibatch_questions",
+                                "micro_batch_questions", "lr_decay_updates", "weight_decay", "max_grad_norm",
+                                "kl_coef", "vf_coef", "log_every", "sample_every", "save_every"),
+                  unit_interval=("lr_end_factor", "influence_gamma", "gae_gamma", "gae_lambda"))
+    for model in agent_models(args):
+        check_model_name(model, "--models" if args.models else "--model")
+    if args.reward_fn and (args.scorer != "ground-truth" or args.verifier):
+        arg_error("--reward-fn", "replaces --scorer; drop --scorer verifier and --verifier")
+    if args.verifier and not Path(args.verifier).exists():
+        arg_error("--verifier", f"{args.verifier} does not exist (give a train_verifier.py run folder)")
     if args.scorer == "verifier" and not args.verifier:
         arg_error("--verifier", "--scorer verifier needs --verifier PATH (a train_verifier.py checkpoint)")
     if args.verifier and args.scorer != "verifier":
         arg_error("--verifier", "is given but --scorer is ground-truth; add --scorer verifier")
-    if args.questions_per_update < 1 or args.micro_batch_questions < 0 or args.minibatch_questions < 0:
-        arg_error("--questions-per-update", "batch sizes must be positive")
-    if args.reward_rule not in ("influence", "current", "final-mean"):
-        arg_error("--reward-rule", f"expected influence, current or final-mean, got {args.reward_rule!r}")
+    if args.feedback_in_prompt and args.scorer != "verifier":
+        arg_error("--feedback-in-prompt", "shows a verifier's scores: with --scorer ground-truth it would write the "
+                                          "gold 0/1 labels into the prompts (add --scorer verifier --verifier PATH)")
+    if not args.critic_history and args.value_model == "shared":
+        arg_error("--no-critic-history", "needs --value-model separate (shared value heads read the policy's own forward)")
     policy_adapter_name(args.policy_sharing, 0, 0)
     turn1_prompt("", "math", args.prompt_style)
     agent_models(args)
@@ -790,14 +909,27 @@ def check_args(args: Args):
 
 def print_sample(step: int, debate: dict, scores: torch.Tensor, penalized: torch.Tensor, rewards: torch.Tensor,
                  chars: int = 400):
+    """The first question's debate, printed above the progress bar (tqdm.write)."""
     record = debate["records"][0]
-    print(f"\n=== sample debate, update {step} | gold {record['answer']} ===\nQ: {record['question']}")
+    lines = [f"\n=== sample debate, update {step} | gold {record['answer']} ===\nQ: {record['question']}"]
     for t, turn in enumerate(debate["responses"]):
         for a, texts in enumerate(turn):
             text = texts[0] if len(texts[0]) <= chars else texts[0][:chars] + " [...]"
-            print(f"--- turn {t + 1}, agent {a}: answer={debate['answers'][t][a][0]} score={scores[0, t, a]:.3f} "
-                  f"penalised={penalized[0, t, a]:.3f} reward={rewards[0, t, a]:.3f}\n{text}")
-    print("=" * 40)
+            lines.append(f"--- turn {t + 1}, agent {a}: answer={debate['answers'][t][a][0]} score={scores[0, t, a]:.3f} "
+                         f"penalised={penalized[0, t, a]:.3f} reward={rewards[0, t, a]:.3f}\n{text}")
+    tqdm.write("\n".join(lines + ["=" * 40]))
+
+
+def debate_samples(step: int, debate: dict, scores: torch.Tensor, penalized: torch.Tensor,
+                   rewards: torch.Tensor) -> list[dict]:
+    """samples.jsonl rows of one update: every (question, turn, agent) response with its prompt, parsed answer,
+    score, penalised score and reward (this process's questions)."""
+    return [dict(step=step, question=record["question"], gold=record["answer"], turn=t + 1, agent=a,
+                 prompt=debate["prompts"][t][a][b], response=debate["responses"][t][a][b],
+                 answer=debate["answers"][t][a][b], correct=debate["correct"][b, t, a].item(),
+                 score=scores[b, t, a].item(), penalized_score=penalized[b, t, a].item(), reward=rewards[b, t, a].item())
+            for b, record in enumerate(debate["records"]) for t in range(len(debate["responses"]))
+            for a in range(len(debate["responses"][t]))]
 
 
 def rollout_metrics(debate: dict, scores: torch.Tensor, penalized: torch.Tensor, rewards: torch.Tensor,
@@ -863,9 +995,60 @@ def ppo_metrics(exp: dict, stats: dict, num_agents: int) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
-def rollout_step(team: Team, args: Args, records: list[dict], scorer) -> tuple[dict, dict, dict]:
+def heldout_records(args: Args, train_records: list[dict]) -> list[dict]:
+    """The fixed held-out questions of the in-training evaluation: the first --eval-questions of --eval-split.
+    Refused (before any model loads) when one of them is also a training question."""
+    if not args.eval_questions or not is_main_process():
+        return []
+    records = load_task(args.dataset, args.eval_split, limit=args.eval_questions, seed=0,  # the same set for every --seed
+                        skip_bad_rows=args.skip_bad_rows, question_field=args.question_field,
+                        answer_field=args.answer_field, config=args.dataset_config, task=args.dataset_task)
+    shared = {r["question"] for r in records} & {r["question"] for r in train_records}
+    if shared:
+        arg_error("--eval-split", f"{len(shared)} of the {len(records)} held-out questions of split {args.eval_split!r} "
+                                  f"are also training questions (e.g. {sorted(shared)[0][:60]!r}); choose a disjoint split")
+    if not records:
+        arg_error("--eval-split", f"{args.dataset} has no questions in split {args.eval_split!r} (or --eval-questions 0 to skip)")
+    return records
+
+
+def eval_due(args: Args, step: int) -> bool:
+    """Evaluate before the first update (step 0), every --eval-every updates and after the last one."""
+    return bool(args.eval_questions) and is_main_process() and (
+        step == 0 or step == args.updates or bool(args.eval_every and step % args.eval_every == 0))
+
+
+@torch.no_grad()
+def evaluate_team(team: Team, args: Args, records: list[dict], scorer) -> dict:
+    """The team debates the held-out questions greedily; the numbers evaluate.py --mode debate reports
+    (common.debate_metrics): majority-vote accuracy per turn with tie expectation (MAPoRL Sec. 4.1), the mean
+    agent's accuracy, the unparsable rate, and the pooled wrong->right / right->wrong changes into each turn."""
+    t0 = time.time()
+    debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names, args.max_new_tokens,
+                        greedy=True, scorer=scorer if args.feedback_in_prompt else None,
+                        feedback_in_prompt=args.feedback_in_prompt, prompt_style=args.prompt_style,
+                        generate_batch_size=args.generate_batch_size)
+    answers = [[[debate["answers"][t][a][b] for a in range(args.num_agents)] for t in range(args.num_turns)]
+               for b in range(len(records))]
+    numbers = debate_metrics(answers, [r["answer"] for r in records])
+    metrics = {}
+    for t in range(args.num_turns):
+        metrics[f"eval/turn{t + 1}/accuracy"] = numbers["accuracy"]["majority"][t]
+        metrics[f"eval/turn{t + 1}/agent_accuracy"] = numbers["accuracy"]["mean_agent"][t]
+        metrics[f"eval/turn{t + 1}/invalid_rate"] = numbers["invalid_rate"][t]
+    for pair in numbers["transitions"]:  # changes from turn t to t+1, as fractions of (question, agent) pairs
+        into = pair["turns"][1] + 1
+        metrics[f"eval/turn{into}/wrong_to_right"] = pair["pooled_fractions"]["W→R"]
+        metrics[f"eval/turn{into}/right_to_wrong"] = pair["pooled_fractions"]["R→W"]
+    metrics.update({"eval/num_questions": len(records), "timing/eval_s": time.time() - t0})
+    return metrics
+
+
+def rollout_step(team: Team, args: Args, records: list[dict], scorer,
+                 builtin_rules: bool = True) -> tuple[dict, dict, dict]:
     """Stages 1-5 of one update: the debate, scores and penalties, rewards, experience. Returns
-    (debate, exp, tensors) with tensors = dict(scores, penalized, rewards, bonus), each [B, T, A]."""
+    (debate, exp, tensors) with tensors = dict(scores, penalized, rewards, bonus), each [B, T, A].
+    builtin_rules=False (a custom scorer without --reward-fn-rules): no format/EOS penalties and no incentives."""
     # 1. play the debate: all agents of a turn in one generate call, each row on its own adapter
     debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names, args.max_new_tokens,
                         temperature=args.temperature, scorer=scorer, feedback_in_prompt=args.feedback_in_prompt,
@@ -880,11 +1063,13 @@ def rollout_step(team: Team, args: Args, records: list[dict], scorer) -> tuple[d
             truncated[:, t, a] = ro["truncated"].cpu()
             for b, text in enumerate(debate["responses"][t][a]):
                 ids = ro["response_ids"][b][ro["response_mask"][b].bool()].tolist()
-                good[b, t, a] = format_ok(text, ids, args.min_response_tokens, decode=tok.decode)
+                good[b, t, a] = format_ok(text, records[b]["task"], ids, args.min_response_tokens, decode=tok.decode)
     penalized = apply_penalties(scores, good, truncated, args.format_penalty if args.penalize_format else None,
                                 args.missing_eos_penalty)
     # 3. influence-aware reward (Definition 1) + incentives (Tables 1-2, on 0/1 correctness)
     bonus = incentive_bonus(debate["correct"], args.alpha0, args.alpha1, args.beta0, args.beta1)
+    if not builtin_rules:  # a custom scorer without --reward-fn-rules: its scores alone make the reward
+        penalized, bonus = scores.clone(), torch.zeros_like(scores)
     rewards = turn_rewards(penalized, args.reward_rule, args.influence_gamma) + bonus
     # 4-5. old/reference log-probs, values; KL-shaped per-token rewards, GAE, whitened advantages (make_experience)
     exp = make_experience(team, debate, rewards, args)
@@ -892,29 +1077,49 @@ def rollout_step(team: Team, args: Args, records: list[dict], scorer) -> tuple[d
 
 
 def main(args: Args, score_fn=None) -> Path:
-    """Train; returns the run folder. score_fn(records, responses) -> scores overrides --scorer (tests use a
-    synthetic one)."""
-    if args.resume:
-        args = resumed_args(args)
+    """Train; returns the run folder. score_fn(records, responses) -> scores in [0, 1] is --reward-fn from Python
+    (see custom_scorer): it replaces --scorer, and the built-in penalties and incentives then apply only with
+    --reward-fn-rules."""
+    if args.resume:  # the run's settings + the flags typed now; a structural change is refused before loading
+        args = resumed_args(args, "cotrain", RESUME_MUST_MATCH)
     check_args(args)
+    args.lr_decay_updates = args.lr_decay_updates or args.updates  # saved in args.json: a longer resume keeps it
+    if args.reward_fn:  # your scorer is imported before anything heavy: a bad spec stops here
+        if score_fn is not None:
+            arg_error("--reward-fn", "main() was also given score_fn; pass one of them")
+        score_fn = load_function(args.reward_fn, "--reward-fn")
+    if args.reward_fn_rules and score_fn is None:
+        arg_error("--reward-fn-rules", "only applies with --reward-fn (the built-in scorers always use the rules)")
+    builtin_rules = score_fn is None or args.reward_fn_rules
     # multi-process: under torchrun join the process group (gloo on CPU, NCCL on GPU; only rank 0 prints)
     rank, world, device = init_distributed(args.device)
     if args.questions_per_update % world:
         arg_error("--questions-per-update", f"is the global batch, split across the {world} processes: it must be "
                                             f"divisible by {world}, got {args.questions_per_update}")
+    # the data is read and checked (fields, rows, split) before the run folder is made and any model loads
+    records = load_task(args.dataset, args.dataset_split, limit=args.train_limit or None, seed=args.seed,
+                        skip_bad_rows=args.skip_bad_rows, question_field=args.question_field,
+                        answer_field=args.answer_field, config=args.dataset_config, task=args.dataset_task)
+    records = rl_records(args, records)  # --scorer verifier: never the verifier's own questions
+    eval_records = heldout_records(args, records)  # checked now: no held-out question is a training question
+    if len(records) < args.questions_per_update:
+        arg_error("--questions-per-update", f"is {args.questions_per_update} but {args.dataset} has {len(records)} questions")
     run_dir = start_run(args, "cotrain")
     team = build_team(args, device)  # seeds everything with --seed: the same adapters and heads on every rank
     seed_sampling_per_rank(args.seed)  # multi-process: every rank samples different responses
-    scorer = score_fn or make_scorer(args, device)
-    records = load_task(args.dataset, "train", limit=args.train_limit or None, seed=args.seed,
-                        skip_bad_rows=args.skip_bad_rows)
-    if len(records) < args.questions_per_update:
-        arg_error("--questions-per-update", f"is {args.questions_per_update} but {args.dataset} has {len(records)} questions")
+    if score_fn is not None:
+        scorer = custom_scorer(score_fn, "--reward-fn" if args.reward_fn else "score_fn")
+        print(f"scorer: {args.reward_fn or 'score_fn'}; the format/EOS penalties and the incentives are "
+              + ("ON (--reward-fn-rules)" if builtin_rules else "off (--reward-fn-rules turns them on)"))
+    else:
+        scorer = make_scorer(args, device, team)
     start = load_state(run_dir, team) if args.resume else 0
     if args.resume:
         print(f"resumed {run_dir} from update {start}")
     print(f"{args.num_agents} agents x {args.num_turns} turns on {args.dataset} | bases {team.base_names} | "
           f"trained (turn, agent): {[(t + 1, a) for t, a in team.trained]} | adapters {team.base_adapters}")
+    if start == 0 and eval_due(args, 0):  # 0. the untrained team on the held-out questions: the "before" row
+        log_metrics(run_dir, dict(step=0, **evaluate_team(team, args, eval_records, scorer)))
     bar = tqdm(range(start, args.updates), initial=start, total=args.updates, desc="cotrain", disable=rank > 0)
     for step in bar:
         lr = learning_rate(args, step)
@@ -925,7 +1130,7 @@ def main(args: Args, score_fn=None) -> Path:
                                                         f"cotrain-{args.seed}", drop_last=True)]
         records_now = records_now[rank::world]  # multi-process: this rank's questions (global question g on rank g % world)
         t0 = time.time()
-        debate, exp, r = rollout_step(team, args, records_now, scorer)
+        debate, exp, r = rollout_step(team, args, records_now, scorer, builtin_rules)
         t1 = time.time()
         # mean per-response KL of each (turn, agent) over all ranks' responses: every rank takes the same decision
         kl_per_agent = {key: (allreduce_sum(e["kl"].sum()) / (e["kl"].shape[0] * world)).item() for key, e in exp.items()}
@@ -942,6 +1147,8 @@ def main(args: Args, score_fn=None) -> Path:
         metrics = dict(step=step + 1, lr=lr, **rollout_metrics(debate, r["scores"], r["penalized"], r["rewards"], r["bonus"]),
                        **ppo_metrics(exp, stats, args.num_agents),
                        **{"timing/rollout_s": t1 - t0, "timing/update_s": t2 - t1, "timing/step_s": t2 - t0})
+        if eval_due(args, step + 1):  # 7. the team after this update on the held-out questions (greedy)
+            metrics.update(evaluate_team(team, args, eval_records, scorer))
         log_metrics(run_dir, metrics)  # multi-process: rank 0 writes, its own questions' metrics (grad norms: global)
         last = f"turn{args.num_turns}/accuracy"
         bar.set_postfix(acc=f"{metrics[last]:.2f}", score=f"{metrics['objective/scores']:.2f}",
@@ -954,15 +1161,21 @@ def main(args: Args, score_fn=None) -> Path:
                 "val/clipfrac", "loss/value", "objective/entropy", "timing/rollout_s", "timing/update_s"]))
         if args.sample_every and (step + 1) % args.sample_every == 0:
             print_sample(step + 1, debate, r["scores"], r["penalized"], r["rewards"])
+            log_samples(run_dir, debate_samples(step + 1, debate, r["scores"], r["penalized"], r["rewards"]))
         if (args.save_every and (step + 1) % args.save_every == 0) or step + 1 == args.updates:
             save_state(run_dir, team, step + 1, args)
     if start >= args.updates:
         print(f"nothing to do: the checkpoint is at update {start} and --updates is {args.updates}")
     print(f"done. metrics: {run_dir / 'metrics.jsonl'} | adapters: {run_dir / 'adapters'} (agents and turns: "
           f"{run_dir / 'debate.json'}) | checkpoint: {run_dir / 'checkpoint.pt'}")
+    print_eval_table(run_dir, [f"eval/turn{t}/{k}" for t in range(2, args.num_turns + 1) for k in ("wrong_to_right", "right_to_wrong")]
+                     + [f"eval/turn{t}/accuracy" for t in range(1, args.num_turns + 1)])  # before, during and after
+    plot_run(run_dir)  # training_curves.png (needs matplotlib)
+    finish_tracker()  # --report-to: flush and close
     finish_distributed()  # multi-process: leave the process group (without it gloo aborts at exit)
     return run_dir
 
 
 if __name__ == "__main__":
-    main(parse_args(Args))
+    with clean_exits("--dataset"):  # Ctrl-C / SIGTERM: finish the write in progress, exit with a note on --resume
+        main(parse_args(Args))

@@ -81,20 +81,25 @@ import magrpo
 from common import (adapter_parameters, add_adapters, arg_error, default_device, format_metrics, forward_responses,
                     load_model, load_task, load_tokenizer, majority_vote_accuracy, masked_mean, parse_args,
                     parse_int_list, seed_everything, tokenize_prompts)
+from common import check_model_name, check_numbers
+from common import (TRANSITIONS, answer_correctness, debate_metrics, majority_transitions, per_turn_accuracy,
+                    transition_counts)
+from sandbox import parallel_map
+from typing import Literal
 
 
 @dataclass
 class Args:
     # ---- what to evaluate ----
-    mode: str = "debate"  # debate: MAPoRL debates, accuracy per turn | magrpo: MAGRPO teams, k joint answers per problem
+    mode: Literal["debate", "magrpo"] = "debate"  # debate: MAPoRL debates, accuracy per turn | magrpo: MAGRPO teams, k joint answers per problem
     methods: str = ""  # comma-separated (default: every method the given flags allow); debate: offtheshelf, maporl, single, sft, mix; magrpo: single, parallel, pipeline, discussion, magrpo, mt-magrpo
     out_dir: str = ""  # results folder: results.json, results.md, samples.jsonl, PNG plots (default runs/evaluate-<mode>-<time>)
     seed: int = 0  # seeds sampling (re-seeded before every method) and the SFT baseline
     device: str = ""  # cpu | cuda | cuda:N (default: cuda if available, else cpu)
     # ---- model and trained agents ----
     model: str = "smollm2-135m"  # base model: tiny | smollm2-135m | hub id | path (debate runs bring their own bases, listed in debate.json)
-    dtype: str = "float32"  # float32 | bfloat16 | float16
-    quant: str = "none"  # none | 4bit | 8bit
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # weights and compute dtype of the base
+    quant: Literal["none", "4bit", "8bit"] = "none"  # quantised base (bitsandbytes)
     run: str = ""  # run folder of the trained agents whose adapters/ are loaded (debate: cotrain.py; magrpo: a single-turn magrpo.py run)
     mt_run: str = ""  # magrpo: run folder of a multi-turn magrpo.py run (--turns 2), method mt-magrpo
     single_run: str = ""  # debate: a cotrain.py run with --num-agents 1 (trained alone); its adapter plays every agent
@@ -137,70 +142,8 @@ class Args:
 # ----------------------------------------------------------------------------------------------
 
 
-def answer_correctness(answers: list[list[list[str | None]]], golds: list[str]) -> list[list[list[bool]]]:
-    """answers[q][t][a] (question, turn, agent) -> correct[q][t][a]; an unparsable answer is wrong."""
-    return [[[a is not None and a == gold for a in turn] for turn in per_q] for per_q, gold in zip(answers, golds)]
-
-
-def per_turn_accuracy(answers: list[list[list[str | None]]], golds: list[str]) -> dict:
-    """Per turn: majority-vote accuracy (tie expectation), each agent's accuracy, and the mean over agents.
-    Returns {"majority": [T], "agents": [A][T], "mean_agent": [T]} averaged over questions."""
-    correct = answer_correctness(answers, golds)
-    n_q, n_t, n_a = len(answers), len(answers[0]), len(answers[0][0])
-    majority = [sum(majority_vote_accuracy(answers[q][t], golds[q]) for q in range(n_q)) / n_q for t in range(n_t)]
-    agents = [[sum(correct[q][t][a] for q in range(n_q)) / n_q for t in range(n_t)] for a in range(n_a)]
-    mean_agent = [sum(agents[a][t] for a in range(n_a)) / n_a for t in range(n_t)]
-    return dict(majority=majority, agents=agents, mean_agent=mean_agent)
-
-
-TRANSITIONS = ("W→R", "R→W", "R→R", "W→W")
-
-
-def transition_counts(correct: list[list[list[bool]]]) -> list[dict]:
-    """Answer changes between consecutive turns (MAPoRL Figs. 3-4): for each pair (t, t+1), how many
-    (question, agent) pairs went wrong->right, right->wrong, stayed right, stayed wrong.
-    correct[q][t][a] -> a list of T-1 dicts {"turns": [t, t+1], "agents": [A] {W→R: n, ...},
-    "pooled": {W→R: n, ...}, "total": questions*agents}; fractions are counts / questions (per agent)
-    or counts / total (pooled)."""
-    n_t, n_a = len(correct[0]), len(correct[0][0])
-    out = []
-    for t in range(n_t - 1):
-        agents = [{k: 0 for k in TRANSITIONS} for _ in range(n_a)]
-        for per_q in correct:
-            for a in range(n_a):
-                before, after = per_q[t][a], per_q[t + 1][a]
-                agents[a][("R" if before else "W") + "→" + ("R" if after else "W")] += 1
-        pooled = {k: sum(agent[k] for agent in agents) for k in TRANSITIONS}
-        out.append(dict(turns=[t, t + 1], agents=agents, pooled=pooled, total=len(correct) * n_a))
-    return out
-
-
-def majority_transitions(answers: list[list[list[str | None]]], golds: list[str]) -> list[dict]:
-    """The authors' per-question transitions (`stat_all`): between turns t and t+1, how many questions
-    had a higher, lower or equal majority-vote accuracy (tie expectation)."""
-    out = []
-    for t in range(len(answers[0]) - 1):
-        counts = dict(improve=0, decline=0, same=0)
-        for per_q, gold in zip(answers, golds):
-            before, after = majority_vote_accuracy(per_q[t], gold), majority_vote_accuracy(per_q[t + 1], gold)
-            counts["improve" if after > before else "decline" if after < before else "same"] += 1
-        out.append(dict(turns=[t, t + 1], **counts))
-    return out
-
-
-def debate_metrics(answers: list[list[list[str | None]]], golds: list[str]) -> dict:
-    """Every debate number for one method: accuracies per turn, per-agent and pooled transitions (counts and
-    fractions), the authors' majority transitions, and the unparsable-answer rate per turn."""
-    acc = per_turn_accuracy(answers, golds)
-    counts = transition_counts(answer_correctness(answers, golds))
-    n_q = len(answers)
-    for pair in counts:
-        pair["agent_fractions"] = [{k: agent[k] / n_q for k in TRANSITIONS} for agent in pair["agents"]]
-        pair["pooled_fractions"] = {k: pair["pooled"][k] / pair["total"] for k in TRANSITIONS}
-    invalid = [sum(a is None for per_q in answers for a in per_q[t]) / (n_q * len(answers[0][t]))
-               for t in range(len(answers[0]))]
-    return dict(accuracy=acc, transitions=counts, majority_transitions=majority_transitions(answers, golds),
-                invalid_rate=invalid, num_questions=n_q, num_turns=len(answers[0]), num_agents=len(answers[0][0]))
+# answer_correctness, per_turn_accuracy, transition_counts, majority_transitions and debate_metrics live in
+# common.py: cotrain.py's in-training evaluation reports the same numbers.
 
 
 # ----------------------------------------------------------------------------------------------
@@ -528,7 +471,7 @@ def method_agents(method: str, bases: Bases, args) -> list[tuple[str, list[str]]
             arg_error("--single-run", f"{args.single_run} is not a --num-agents 1 run")
         return run_agent(bases, args.single_run, "--single-run", 0, A, T)
     if method == "sft":
-        return [(args.model, ["sft"] * T)] * A
+        return [(sft_base(args), ["sft"] * T)] * A
     sources = [s.strip() for s in args.agents.split(",")]  # mix
     if len(sources) != A:
         arg_error("--agents", f"gives {len(sources)} sources but --num-agents is {A}")
@@ -627,26 +570,62 @@ def sft_lora(model, tokenizer, examples: list[tuple[str, str]], adapter: str, ep
     return losses
 
 
-def train_sft_baseline(bases: Bases, args, scorer) -> dict:
+def sft_base(args) -> str:
+    """The base the SFT baseline fine-tunes and plays: the --run's base, so that it is compared with the trained
+    agents on the same model (a heterogeneous run has no single base: refused), else --model."""
+    if not getattr(args, "run", ""):
+        return args.model
+    models = sorted(set(read_debate_run(args.run, "--run")["models"]))
+    if len(models) > 1:
+        arg_error("--methods", f"sft fine-tunes one base, but {args.run} has several ({', '.join(models)}): leave "
+                               "sft out of --methods")
+    return models[0]
+
+
+def train_sft_baseline(bases: Bases, args, scorer, exclude: set[str] = frozenset()) -> dict:
     """The "SFT on collaboration trajectories" baseline: off-the-shelf debates on train questions (sampled), keep
     those whose final majority is right, fine-tune a LoRA 'sft' on all their (prompt, response) pairs with a
-    masked NLL. Every agent then plays with it. Returns its statistics."""
-    records = load_task(args.dataset, "train", args.sft_questions, args.seed)
-    agents = [(args.model, ["__base__"] * args.num_turns)] * args.num_agents
+    masked NLL. Every agent then plays with it. Questions in `exclude` (the evaluation's) are never trained on.
+    Returns its statistics."""
+    base = sft_base(args)
+    loaded = load_task(args.dataset, "train", args.sft_questions, args.seed)
+    records = [r for r in loaded if r["question"] not in exclude]
+    if len(records) < len(loaded):
+        print(f"sft: left out {len(loaded) - len(records)} train questions that are also evaluation questions")
+    agents = [(base, ["__base__"] * args.num_turns)] * args.num_agents
     debate, _, _ = play_debates(bases, agents, records, args, scorer, greedy=False)
     examples = correct_debate_examples(debate, records)
-    model = add_adapters(bases.model(args.model), ["sft"], r=args.lora_r, alpha=args.lora_alpha)
-    bases.models[args.model] = model
-    losses = sft_lora(model, bases.tokenizers[args.model], examples, "sft", args.sft_epochs, args.sft_lr,
+    model = add_adapters(bases.model(base), ["sft"], r=args.lora_r, alpha=args.lora_alpha)
+    bases.models[base] = model
+    losses = sft_lora(model, bases.tokenizers[base], examples, "sft", args.sft_epochs, args.sft_lr,
                       args.sft_batch_size, args.max_new_tokens, args.seed) if examples else []
     for p in model.parameters():
         p.requires_grad_(False)
     kept = len(examples) // (args.num_agents * args.num_turns)
-    print(f"sft: kept {kept} of {len(records)} off-the-shelf debates, {len(examples)} (prompt, response) pairs, "
+    print(f"sft (base {base}): kept {kept} of {len(records)} off-the-shelf debates, {len(examples)} (prompt, response) pairs, "
           f"{len(losses)} steps" + (f", loss {losses[0]:.3f} -> {losses[-1]:.3f}" if losses else
                                     " (nothing to learn from: the sft agents equal the base)"))
-    return dict(questions=len(records), kept_debates=kept, examples=len(examples), steps=len(losses),
+    return dict(base=base, questions=len(records), kept_debates=kept, examples=len(examples), steps=len(losses),
                 first_loss=losses[0] if losses else None, last_loss=losses[-1] if losses else None)
+
+
+def train_overlap(records: list[dict], run_dir: str) -> int | None:
+    """How many of the evaluation records are questions the cotrain.py run in run_dir loaded for training (read
+    again from its args.json: dataset, split, limit, seed); None when they cannot be read."""
+    path = Path(run_dir) / "args.json"
+    if not path.exists():
+        return None
+    run = json.loads(path.read_text())
+    fields = {k: run[v] for k, v in (("question_field", "question_field"), ("answer_field", "answer_field"),
+                                     ("config", "dataset_config"), ("task", "dataset_task")) if v in run}
+    try:
+        trained = load_task(run.get("dataset", "arith"), run.get("dataset_split", "train"),
+                            run.get("train_limit") or None, run.get("seed", 0), skip_bad_rows=True, **fields)
+    except (SystemExit, Exception) as e:  # e.g. a hub dataset that is not cached
+        print(f"note: could not read the training questions of {run_dir} to check the overlap ({e})")
+        return None
+    questions = {r["question"] for r in trained}
+    return sum(r["question"] in questions for r in records)
 
 
 def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[dict]]:
@@ -654,6 +633,15 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
     records = load_task(args.dataset, args.split, args.limit or None, args.seed)
     if not records:
         arg_error("--dataset", f"{args.dataset} {args.split} has no questions")
+    if "sft" in methods:
+        sft_base(args)  # a heterogeneous --run has no one base to fine-tune: refused before any model loads
+    for flag, run_dir in (("--run", args.run), ("--single-run", args.single_run)):
+        overlap = train_overlap(records, run_dir) if run_dir else None
+        if overlap:
+            print(f"\n{'!' * 100}\nWARNING: {overlap} of the {len(records)} evaluation questions ({args.dataset} "
+                  f"{args.split}) are training questions of {flag} {run_dir}: its accuracy on them measures recall, "
+                  f"not generalisation. Evaluate on questions it never trained on (another --split or file).\n"
+                  f"{'!' * 100}\n")
     bases = Bases(args, device)
     scorer = None
     if args.feedback_in_prompt:  # agents read a verifier's scores of earlier answers (the authors' reward_feedback)
@@ -673,7 +661,7 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
         extra = {}
         if method == "sft":
             seed_everything(args.seed)
-            extra["sft"] = train_sft_baseline(bases, args, scorer)
+            extra["sft"] = train_sft_baseline(bases, args, scorer, exclude={r["question"] for r in records})
             plans[method] = method_agents(method, bases, args)
         seed_everything(args.seed)  # every method starts from the same random state
         debate, seconds, tokens = play_debates(bases, plans[method], records, args, scorer, args.greedy)
@@ -909,8 +897,8 @@ def team_answers(method: str, team, tokenizer, problem: dict, args, turns: int =
         prompt_history = [[[p] for p in prompts] for _ in range(k)]  # [sample][agent][turn]
         response_history = [[[joint[i][g]] for i in range(2)] for g in range(k)]
         for _ in range(1, turns):
-            next_prompts = magrpo.parallel_map(lambda g: feedback(problem, prompt_history[g], response_history[g]),
-                                               list(range(k)), args.sandbox_workers)
+            next_prompts = parallel_map(lambda g: feedback(problem, prompt_history[g], response_history[g]),
+                                        list(range(k)), args.sandbox_workers)
             outs = run(next_prompts, [0, 1], 1)
             for g in range(k):
                 for i in range(2):
@@ -932,10 +920,10 @@ def evaluate_magrpo_method(method: str, team, tokenizer, problems: list[dict], a
         # 1. generate k joint answers (timed), 2. score them (code in sandboxed subprocesses, in parallel)
         out = team_answers(method, team, tokenizer, problem, args, turns, feedback)
         score = lambda texts: score_sample(problem, texts, args.test_timeout, args.sandbox_memory_mb)  # noqa: E731
-        scored = magrpo.parallel_map(score, out["final"], args.sandbox_workers)
+        scored = parallel_map(score, out["final"], args.sandbox_workers)
         samples.append(scored)
         if out["first"] is not None:
-            firsts += [s["reward"] for s in magrpo.parallel_map(score, out["first"], args.sandbox_workers)]
+            firsts += [s["reward"] for s in parallel_map(score, out["first"], args.sandbox_workers)]
         seconds.append(out["seconds"])
         tokens.append(out["tokens"])
         calls.append(out["calls"])
@@ -1061,6 +1049,16 @@ def samples_table(methods: dict[str, dict], columns: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def magrpo_columns(k_values: list[int], code: bool) -> list[str]:
+    """results.md's columns in magrpo mode: for code, pass@k, unbiased pass@k, accuracy@k and MaxCoop@k for every
+    k of --k-values; for writing, the reward levels; then reward, latency and tokens."""
+    columns = ([f"{metric}@{k}{suffix}" for metric, suffix in (("pass", ""), ("pass", "_unbiased"), ("accuracy", ""),
+                                                               ("maxcoop", "")) for k in k_values]
+               + ["cooperation_rate"] if code else
+               ["reward_max_of_k", "level/structure", "level/coordination", "level/vocabulary", "level/style"])
+    return columns + ["reward", "reward_round1", "time_per_problem_s", "tokens_per_problem", "sequential_generations"]
+
+
 def write_results(out_dir: Path, results: dict, table: str) -> tuple[Path, Path]:
     """results.json (every number; non-finite floats become null) and results.md (the table)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -1121,19 +1119,25 @@ def plot_debate(methods: dict[str, dict], out_dir: Path) -> list[Path]:
 
 
 def plot_magrpo(methods: dict[str, dict], out_dir: Path, code: bool) -> list[Path]:
-    """quality_vs_time.png (pass@1 or reward against generation seconds per problem: the efficiency claim)
-    and, for code, schemes.png (the cooperation schemes of each method's passing pairs)."""
+    """quality_vs_time.png (pass@k for every k of --k-values, or the reward, against generation seconds per
+    problem: the efficiency claim) and, for code, schemes.png (the cooperation schemes of each method's passing
+    pairs)."""
     plt = _pyplot()
     if plt is None:
         return []
-    key = "pass@1" if code else "reward"
+    keys = sorted({key for m in methods.values() for key in m if re.fullmatch(r"pass@\d+", key)},
+                  key=lambda key: int(key[5:])) if code else ["reward"]
     paths = [out_dir / "quality_vs_time.png"]
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    for name, m in methods.items():
-        if m.get(key) is not None:
-            ax.scatter(m["time_per_problem_s"], m[key])
-            ax.annotate(name, (m["time_per_problem_s"], m[key]), fontsize=8, xytext=(3, 3), textcoords="offset points")
-    ax.set(xlabel="generation wall-clock per problem (s)", ylabel=key, title="Quality against latency")
+    for i, key in enumerate(keys):  # one marker per k, one point per method
+        points = [(name, m["time_per_problem_s"], m[key]) for name, m in methods.items() if m.get(key) is not None]
+        ax.scatter([x for _, x, _ in points], [y for _, _, y in points], marker="os^Dv<>p*"[i % 9], label=key)
+        for name, x, y in points if i == 0 else []:  # a method's points share x: its name once
+            ax.annotate(name, (x, y), fontsize=8, xytext=(3, 3), textcoords="offset points")
+    if code:
+        ax.legend(fontsize=8)
+    ax.set(xlabel="generation wall-clock per problem (s)", ylabel="pass@k" if code else "reward",
+           title="Quality against latency")
     fig.tight_layout()
     fig.savefig(paths[0], dpi=120)
     plt.close(fig)
@@ -1175,8 +1179,15 @@ def choose_methods(args) -> list[str]:
 
 
 def check_args(args):
-    if args.mode not in ("debate", "magrpo"):
-        arg_error("--mode", f"expected debate or magrpo, got {args.mode!r}")
+    """Every refusal of a setting, before anything heavy loads: one line `error: --flag: ...`, exit code 2."""
+    check_numbers(args, positive=("top_p", "num_samples", "batch_size", "sft_lr", "sft_batch_size", "lora_r",
+                                  "lora_alpha", "test_timeout"),
+                  non_negative=("limit", "max_new_tokens", "top_k", "sft_questions", "sft_epochs", "sandbox_workers"),
+                  unit_interval=("top_p",))
+    check_model_name(args.model, "--model")
+    for flag in ("run", "mt_run", "single_run", "verifier"):
+        if getattr(args, flag) and not Path(getattr(args, flag)).is_dir():
+            arg_error("--" + flag.replace("_", "-"), f"{getattr(args, flag)} is not a folder (give a run folder)")
     if args.mode == "debate" and (args.num_agents < 1 or args.num_turns < 1):
         arg_error("--num-agents", "need --num-agents >= 1 and --num-turns >= 1")
     if args.mode == "magrpo" and args.num_samples < 1:
@@ -1201,12 +1212,7 @@ def main(args: Args):
         results, rows = evaluate_magrpo(args, device, methods)
         code = "structure_rate" in next(iter(results.values()))
         k_values = parse_int_list(args.k_values, "--k-values")
-        k = k_values[-1]
-        columns = ([f"pass@{k}" for k in k_values] + [f"pass@{k}_unbiased", f"accuracy@{k}", f"maxcoop@{k}",
-                                                      "cooperation_rate"] if code else ["reward_max_of_k", "level/structure", "level/coordination", "level/vocabulary",
-                                 "level/style"])
-        table = samples_table(results, columns + ["reward", "reward_round1", "time_per_problem_s", "tokens_per_problem",
-                                                  "sequential_generations"])
+        table = samples_table(results, magrpo_columns(k_values, code))
         pngs = plot_magrpo(results, out_dir, code)
     else:
         results, rows = evaluate_debates(args, device, methods)

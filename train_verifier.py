@@ -11,10 +11,12 @@ is *calibrated*. This script:
      by construction. A slice of the verifier's questions is held out to measure it;
   2. samples K answers per verifier question from the policy's base model with the debate's turn-1 prompt at a
      high temperature (authors: T ~ U(1.3, 1.5), top-p 0.9), labels each by `extract_answer` against the gold
-     (unparsable = wrong, counted separately) and caches them as JSONL (reused and topped up, never regenerated);
+     (unparsable: label 0 and parsed=False, counted separately) and caches them as JSONL (reused and topped up);
   3. balances each training question to m correct + m wrong answers, m = min(n, #correct, #wrong) (authors: n =
      10; the gold solution is added as a correct answer where sampling found fewer than n), and drops the
-     questions that cannot be balanced, so the verifier cannot learn question difficulty instead of correctness;
+     questions that cannot be balanced, so the verifier cannot learn question difficulty instead of correctness.
+     Unparsable answers are left out of the balancing and of the held-out measurement, as the authors' label -1
+     (training's format penalty replaces the verifier's score for them); --unparsable-wrong counts them as wrong;
   4. trains a LoRA adapter (authors: r=16, alpha=32) and a linear head on the base's last hidden state with
      token-level BCE: the head's logit at every token of the answer span against the answer's 0/1 label,
      averaged per answer, then over the batch (the authors' train_reward.py);
@@ -49,9 +51,10 @@ Two things to know when reading the measurements:
     can learn "gold style vs sampled style" instead of correctness; data/gold_used says how many there are.
 
 Examples:
-  # CPU smoke run with the tiny random model (seconds; it cannot answer, so every sampled answer is wrong)
+  # CPU smoke run with the tiny random model (seconds; it cannot answer, so every sampled answer is unparsable:
+  # --unparsable-wrong keeps them as the wrong answers, else nothing could be balanced)
   python train_verifier.py --model tiny --num-questions 40 --samples-per-question 4 --max-new-tokens 32 \\
-      --heldout-fraction 0.3 --max-steps 10
+      --heldout-fraction 0.3 --max-steps 10 --unparsable-wrong
   # CPU, the real SmolLM2-135M-Instruct on the built-in offline arithmetic task. At the authors' T ~ 1.4 this
   # 135M model writes gibberish (no answer is right), so sample at 0.7 (13 min on a busy 2-core CPU, 10 sampling)
   python train_verifier.py --model smollm2-135m --num-questions 60 --samples-per-question 6 \\
@@ -73,6 +76,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -85,6 +89,8 @@ from common import (ValueHead, adapter_parameters, adapter_state_dict, add_adapt
                     log_metrics, masked_mean, parse_args, read_jsonl, rng_state, save_adapters, save_checkpoint,
                     seed_everything, set_rng_state, start_run, turn1_prompt)
 from common import resumed_args, step_indices
+from common import check_model_name, check_numbers, clean_exits
+from common import finish_tracker, plot_run
 
 ADAPTER = "verifier"  # the verifier's LoRA adapter name (also when it shares the policy's base)
 
@@ -94,12 +100,12 @@ class Args:
     # ---- run ----
     seed: int = 0  # seeds sampling, balancing, the LoRA/head init and the batch order
     run_dir: str = ""  # run folder (default runs/train_verifier-<time>-s<seed>)
-    resume: str = ""  # continue this run folder from its checkpoint.pt (its args.json, overridden by flags given)
+    resume: str = ""  # continue this run folder from its checkpoint.pt with its saved settings; the flags you type override them (e.g. --max-steps); the model, adapter and data split cannot change
     device: str = ""  # cpu | cuda | cuda:N (default: cuda if available, else cpu)
     # ---- model ----
     model: str = "smollm2-135m"  # the policy's base (samples, carries the verifier): tiny|smollm2-135m|hub id|path
-    dtype: str = "float32"  # float32 | bfloat16 | float16
-    quant: str = "none"  # none | 4bit (QLoRA, nf4) | 8bit
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # weights and compute dtype of the base
+    quant: Literal["none", "4bit", "8bit"] = "none"  # 4bit: QLoRA, nf4
     lora_r: int = 16  # LoRA rank of the verifier adapter (authors: 16)
     lora_alpha: int = 32  # LoRA alpha (authors: 32)
     max_length: int = 550  # tokens of [prompt ; answer]; longer pairs lose the prompt's start first (authors: 550)
@@ -122,6 +128,7 @@ class Args:
     max_per_label: int = 10  # n: keep at most n correct and n wrong answers per question (authors: 10 and 10)
     min_per_label: int = 1  # drop a question with fewer than this many correct or wrong answers (authors: 10)
     add_gold_solution: bool = True  # add the dataset's gold solution as a correct answer when fewer than n were sampled
+    unparsable_wrong: bool = False  # count unparsable answers as wrong (balancing, held-out); default: left out (authors: label -1)
     # ---- training ----
     lr: float = 1e-4  # AdamW learning rate (the authors' files say 2e-4, 1e-4 and 5e-5)
     batch_size: int = 8  # answers per optimiser step (authors: 4 x 2 accumulation)
@@ -133,6 +140,7 @@ class Args:
     # ---- logging and measuring ----
     log_every: int = 10  # print a one-line summary every N steps
     sample_every: int = 50  # print one scored training answer every N steps (0 = never)
+    report_to: Literal["none", "wandb", "trackio", "tensorboard"] = "none"  # also send metrics.jsonl's rows to this tracker (an optional install; wandb runs offline, tensorboard writes RUN/tensorboard)
     eval_every: int = 0  # measure on the held-out answers every N steps (0 = at the end only)
     save_every: int = 100  # write checkpoint.pt every N steps
     eval_batch_size: int = 16  # answers per scoring forward
@@ -228,18 +236,22 @@ def sample_answers(model, tokenizer, records: list[dict], args: Args, cache_path
 
 
 def balance(records: list[dict], samples: dict[str, list[dict]], max_per_label: int, min_per_label: int,
-            add_gold: bool, seed: int) -> tuple[list[dict], dict]:
+            add_gold: bool, seed: int, unparsable_wrong: bool = False) -> tuple[list[dict], dict]:
     """Per question keep m correct and m wrong answers, m = min(n, #correct, #wrong) (authors: exactly n = 10 each).
     The gold solution (record['solution'], where the dataset has one) joins the correct answers when fewer than
-    n were sampled. Questions with m < min_per_label are dropped. Returns (rows, counts); counts['gold_used']
-    is how many kept rows are gold solutions."""
+    n were sampled. Questions with m < min_per_label are dropped. An unparsable answer is left out (the authors'
+    label -1), or counted as wrong with unparsable_wrong. Returns (rows, counts); counts['gold_used'] is how many
+    kept rows are gold solutions; 'wrong_parsed' and 'wrong_unparsable' count the sampled wrong answers both ways."""
     rng = random.Random(f"balance-{seed}")
     rows = []
-    counts = dict(questions_kept=0, questions_dropped=0, dropped_few_correct=0, dropped_few_wrong=0, gold_used=0)
+    counts = dict(questions_kept=0, questions_dropped=0, dropped_few_correct=0, dropped_few_wrong=0, gold_used=0,
+                  wrong_parsed=0, wrong_unparsable=0)
     for record in records:
         answers = samples.get(record["question"], [])
         correct = [a for a in answers if a["label"] == 1]
-        wrong = [a for a in answers if a["label"] == 0]
+        wrong = [a for a in answers if a["label"] == 0 and (a["parsed"] or unparsable_wrong)]
+        counts["wrong_parsed"] += sum(1 for a in answers if a["label"] == 0 and a["parsed"])
+        counts["wrong_unparsable"] += sum(1 for a in answers if a["label"] == 0 and not a["parsed"])
         if add_gold and len(correct) < max_per_label and record.get("solution"):
             correct.append(dict(question=record["question"], task=record["task"], answer=record["solution"],
                                 label=1, parsed=True, gold_solution=True))
@@ -372,6 +384,20 @@ def save_verifier(model, head, args: Args, task: str, run_dir: Path) -> Path:
     return folder
 
 
+def verifier_folder(path: str | Path) -> Path:
+    """The folder holding head.pt and the adapter: path itself, or the run folder's verifier/."""
+    folder = Path(path) / "verifier" if (Path(path) / "verifier" / "head.pt").exists() else Path(path)
+    if not (folder / "head.pt").exists() or not (folder / ADAPTER / "adapter_config.json").exists():
+        raise SystemExit(f"error: {path} holds no saved verifier (expected verifier/head.pt and verifier/{ADAPTER}/)")
+    return folder
+
+
+def verifier_args(path: str | Path) -> dict:
+    """The Args a saved verifier was trained with (its base model, dtype, quant, question split), read from its
+    head.pt without loading any model: cotrain.py takes the RL split and the base sharing from here."""
+    return load_checkpoint(verifier_folder(path) / "head.pt")["args"]
+
+
 def load_verifier(path: str | Path, device: str = "cpu", base_model=None) -> Verifier:
     """Load a verifier saved by this script (path: its run folder, or the run folder's verifier/).
 
@@ -379,9 +405,7 @@ def load_verifier(path: str | Path, device: str = "cpu", base_model=None) -> Ver
     (e.g. the policy, with its agents' adapters) gets the verifier as one more adapter: one copy of the weights.
     The caller's adapters keep their requires_grad and stay active; the verifier's adapter is frozen, and score()
     picks it per row by name. `device` only matters when the base is loaded here."""
-    folder = Path(path) / "verifier" if (Path(path) / "verifier" / "head.pt").exists() else Path(path)
-    if not (folder / "head.pt").exists() or not (folder / ADAPTER / "adapter_config.json").exists():
-        raise SystemExit(f"error: {path} holds no saved verifier (expected verifier/head.pt and verifier/{ADAPTER}/)")
+    folder = verifier_folder(path)
     saved = load_checkpoint(folder / "head.pt")
     train_args = saved["args"]
     if base_model is None:
@@ -516,6 +540,11 @@ def measure(verifier: Verifier, heldout: list[dict], batch_size: int) -> dict:
 
 
 def check_args(args: Args):
+    """Every refusal of a setting, before anything heavy loads: one line `error: --flag: ...`, exit code 2."""
+    check_numbers(args, positive=("lora_r", "lora_alpha", "lr", "epochs", "top_p"),
+                  non_negative=("num_questions", "max_steps", "warmup_steps", "max_grad_norm", "sample_every",
+                                "eval_every"), unit_interval=("top_p",))
+    check_model_name(args.model, "--model")
     if not 0 < args.verifier_fraction < 1:
         arg_error("--verifier-fraction", f"must be in (0, 1), got {args.verifier_fraction}")
     if not 0 < args.heldout_fraction < 1:
@@ -529,10 +558,10 @@ def check_args(args: Args):
 
 
 def main(args: Args):
-    if args.resume:
-        args = resumed_args(args)
+    if args.resume:  # the run's settings + the flags typed now; a change of model, adapter or data split is refused
+        args = resumed_args(args, "train_verifier", ("model", "lora_r", "lora_alpha", "dataset", "num_questions",
+                                                     "verifier_fraction", "heldout_fraction", "split_seed"))
     check_args(args)
-    run_dir = start_run(args, "train_verifier")
     device = args.device or default_device()
     seed_everything(args.seed)
 
@@ -548,6 +577,7 @@ def main(args: Args):
     if not parts["verifier_heldout"]:
         arg_error("--heldout-fraction", f"no held-out questions among the {len(parts['verifier_train'])} verifier "
                                         "questions: raise it or --num-questions")
+    run_dir = start_run(args, "train_verifier")  # after the data checks: a refused run leaves no folder behind
     task = Counter(r["task"] for r in records).most_common(1)[0][0]
 
     # 2. base model (the policy's), which samples the answers and then carries the verifier's adapter
@@ -560,18 +590,23 @@ def main(args: Args):
     train_samples = sample_answers(model, tokenizer, parts["verifier_train"], args, cache_path)
     heldout_samples = sample_answers(model, tokenizer, parts["verifier_heldout"], args, cache_path)
     train_rows, balance_counts = balance(parts["verifier_train"], train_samples, args.max_per_label,
-                                         args.min_per_label, args.add_gold_solution, args.seed)
-    heldout_rows = [a for answers in heldout_samples.values() for a in answers]  # not balanced: the real mix
+                                         args.min_per_label, args.add_gold_solution, args.seed, args.unparsable_wrong)
+    heldout_rows = [a for answers in heldout_samples.values() for a in answers  # not balanced: the real mix of
+                    if a["parsed"] or args.unparsable_wrong]  # the answers whose score training uses
     data_stats = {**{f"data/sampled_{k}": v for k, v in sample_counts({**train_samples, **heldout_samples}).items()},
                   **{f"data/{k}": v for k, v in balance_counts.items()},
                   "data/train_answers": len(train_rows), "data/heldout_answers": len(heldout_rows),
-                  "data/heldout_base_rate": float(np.mean([r["label"] for r in heldout_rows])),
+                  "data/heldout_base_rate": float(np.mean([r["label"] for r in heldout_rows] or [float("nan")])),
                   "timing/sampling_s": time.time() - t0}
     print("data: " + "  ".join(f"{k[5:]}={v:.4g}" if isinstance(v, float) else f"{k[5:]}={v}"
                                for k, v in data_stats.items() if k.startswith("data/")))
     if not train_rows:
         raise SystemExit("error: no training question could be balanced (every question lacks correct or wrong "
-                         "answers): sample more (--samples-per-question) or lower --min-per-label")
+                         "answers): sample more (--samples-per-question), lower --min-per-label, or count "
+                         "unparsable answers as wrong (--unparsable-wrong)")
+    if not heldout_rows:
+        raise SystemExit("error: every held-out answer is unparsable, nothing to measure: sample more "
+                         "(--samples-per-question), raise --heldout-fraction, or pass --unparsable-wrong")
 
     # 4. the verifier: a LoRA adapter on the frozen base + a linear head; AdamW over those two only
     model = add_adapters(model, [ADAPTER], r=args.lora_r, alpha=args.lora_alpha)
@@ -669,8 +704,11 @@ def main(args: Args):
           f"{run_dir / 'eval_metrics.json'}" + (f", {run_dir / 'reliability.png'}" if plotted else "")
           + f"\ndata cache: {cache_path}  (the RL questions for cotrain.py: rl_questions(records, "
           f"{args.verifier_fraction}, split_seed={args.split_seed}))")
+    plot_run(run_dir)  # training_curves.png (needs matplotlib)
+    finish_tracker()  # --report-to: flush and close
     return report
 
 
 if __name__ == "__main__":
-    main(parse_args(Args))
+    with clean_exits("--dataset"):  # Ctrl-C / SIGTERM: finish the write in progress, exit with a note on --resume
+        main(parse_args(Args))

