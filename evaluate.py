@@ -82,6 +82,7 @@ from common import (adapter_parameters, add_adapters, arg_error, default_device,
                     load_model, load_task, load_tokenizer, majority_vote_accuracy, masked_mean, parse_args,
                     parse_int_list, seed_everything, tokenize_prompts)
 from common import check_model_name, check_numbers
+from common import set_torch_threads
 from common import (TRANSITIONS, answer_correctness, debate_metrics, majority_transitions, per_turn_accuracy,
                     transition_counts)
 from sandbox import parallel_map
@@ -96,6 +97,7 @@ class Args:
     out_dir: str = ""  # results folder: results.json, results.md, samples.jsonl, PNG plots (default runs/evaluate-<mode>-<time>)
     seed: int = 0  # seeds sampling (re-seeded before every method) and the SFT baseline
     device: str = ""  # cpu | cuda | cuda:N (default: cuda if available, else cpu)
+    threads: int = 0  # torch CPU threads; 0 = OMP_NUM_THREADS if set, else the cores the load average leaves free
     # ---- model and trained agents ----
     model: str = "smollm2-135m"  # base model: tiny | smollm2-135m | hub id | path (debate runs bring their own bases, listed in debate.json)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # weights and compute dtype of the base
@@ -118,7 +120,7 @@ class Args:
     num_agents: int = 3  # A (may differ from training: the paper trains with 2 and evaluates with 3)
     num_turns: int = 3  # T
     batch_size: int = 16  # debates per generate call (each call holds batch_size x A rows)
-    prompt_style: str = "default"  # turn-1 instruction (cotrain.py's --prompt-style): default or phi3
+    prompt_style: str = "short"  # the debate prompts (cotrain.py's --prompt-style): short, default or phi3 (a run's own is read from it)
     feedback_in_prompt: bool = False  # agents read a verifier's scores of the previous answers (needs --verifier)
     verifier: str = ""  # train_verifier.py run folder, for --feedback-in-prompt
     # ---- debate baseline: SFT on collaboration trajectories ----
@@ -1204,6 +1206,7 @@ def main(args: Args):
     if not args.max_new_tokens:
         args.max_new_tokens = 300 if args.mode == "debate" else 256
     device = args.device or default_device()
+    print(set_torch_threads(args.threads))
     out_dir = Path(args.out_dir or f"runs/evaluate-{args.mode}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"evaluate.py --mode {args.mode}: methods {', '.join(methods)} -> {out_dir}")

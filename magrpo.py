@@ -52,21 +52,21 @@ trees) and writes checkpoints. "multi-process:" comments mark the lines.
 
 Examples:
   # CPU smoke run with the tiny random model (seconds)
-  python magrpo.py --model tiny --steps 4 --max-new-tokens 32
+  python magrpo.py --model tiny --max-steps 4 --max-new-tokens 32
   # default: SmolLM2-135M-Instruct, HumanEval (train = problems 33..162), 2 agents, G = 4 (~15 min on 2 CPU cores)
   python magrpo.py
   # two turns with level feedback, cross joint actions
-  python magrpo.py --turns 2 --joint-mode cross --steps 5
+  python magrpo.py --turns 2 --joint-mode cross --max-steps 5
   # GPU, paper scale (writing): Qwen3-1.7B, TLDR (or --task arxiv), raw prompts, 2 epochs of 1100 problems
   python magrpo.py --model Qwen/Qwen3-1.7B --task tldr --dtype bfloat16 --no-chat-template --max-new-tokens 256 \\
-      --temperature 0.7 --top-p 0.9 --lr 5e-6 --full-finetune --steps 2200
+      --temperature 0.7 --top-p 0.9 --lr 5e-6 --full-finetune --max-steps 2200
   # GPU, paper scale (code): Qwen2.5-Coder-3B, CoopHumanEval (or --task humaneval), 2 turns
   python magrpo.py --model Qwen/Qwen2.5-Coder-3B --task coophumaneval --dtype bfloat16 --no-chat-template \\
-      --max-new-tokens 256 --temperature 0.6 --top-p 0.6 --lr 2e-5 --full-finetune --turns 2 --steps 528
+      --max-new-tokens 256 --temperature 0.6 --top-p 0.6 --lr 2e-5 --full-finetune --turns 2 --max-steps 528
   # two CPU processes (torchrun), 2 problems per step: one per process
-  torchrun --standalone --nproc_per_node 2 magrpo.py --model tiny --steps 2 --max-new-tokens 32 --problems-per-step 2
+  torchrun --standalone --nproc_per_node 2 magrpo.py --model tiny --max-steps 2 --max-new-tokens 32 --problems-per-step 2
   # three agents: our offline pipeline task, parse/transform/aggregate, one function each (section 4b)
-  python magrpo.py --task pipeline --num-agents 3 --steps 5
+  python magrpo.py --task pipeline --num-agents 3 --max-steps 5
   # your own joint reward (any n): fn(problem, completions) -> reward or (reward, levels)
   python magrpo.py --task pipeline --num-agents 3 --reward-fn examples/my_reward.py:distinct_and_short
 """
@@ -98,25 +98,31 @@ from common import (adapter_parameters, adapter_state_dict, add_adapters, allred
 from common import all_rng_states, restore_rng_state, resumed_args, seed_sampling_per_rank, step_indices
 from sandbox import parallel_map, run_tests_in_sandbox
 from common import load_function
+from common import set_torch_threads
 from common import finish_tracker, log_samples, plot_run, print_eval_table
 from common import check_model_name, check_numbers, clean_exits, finish_writes_first
 
 
 @dataclass
 class Args:
+    # old flag -> its new name: the old one still works, with a note, until the next release (README "Flags")
+    renamed = {"steps": "max_steps", "kl_coef": "beta", "micro_batch": "micro_batch_size",
+               "gen_batch_size": "generate_batch_size"}
+    steps = property(lambda self: self.max_steps)  # the old name, read-only, for code written against it
     # --- run ---
     model: str = "smollm2-135m"  # hub id, local path, `tiny` (random, for tests) or `smollm2-135m` (offline)
     task: str = "humaneval"  # humaneval | coophumaneval | tldr | arxiv | pipeline (3 agents, offline) | jsonl:PATH (code, TLDR or arXiv rows)
     reward_fn: str = ""  # your own joint reward MODULE:FUNCTION (a .py path or a dotted module), fn(problem, completions) -> reward or (reward, levels dict); replaces the task's (see examples/my_reward.py)
     train_limit: int = 0  # keep the first N training problems (0 = all)
-    steps: int = 12  # optimiser steps (each: --problems-per-step rollout trees, one update per agent per turn)
+    max_steps: int = 12  # optimiser steps (each: --problems-per-step rollout trees, one update per agent per turn)
     problems_per_step: int = 1  # rollout trees per step (the authors: 1); under torchrun the global number, split across the processes
     seed: int = 0  # seeds sampling and the problem order
     device: str = ""  # '' = cuda if available, else cpu (under torchrun each process takes its own GPU)
+    threads: int = 0  # torch CPU threads; 0 = OMP_NUM_THREADS if set, else the cores the load average leaves free
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # weights and compute dtype of the base
     quant: Literal["none", "4bit", "8bit"] = "none"  # QLoRA base (LoRA agents only)
     run_dir: str = ""  # '' = runs/magrpo-<time>-s<seed>
-    resume: str = ""  # continue this run folder from its checkpoint.pt with its saved settings; the flags you type override them (e.g. --steps 20); the model, agents, turns, adapters and task cannot change
+    resume: str = ""  # continue this run folder from its checkpoint.pt with its saved settings; the flags you type override them (e.g. --max-steps 20); the model, agents, turns, adapters and task cannot change
     # --- agents ---
     num_agents: int = 2  # agents n, one per role of the task: 2 (aux/main, summary/elaboration, background/method) or 3 (--task pipeline: parse/transform/aggregate)
     full_finetune: bool = False  # one full model copy per agent (the authors) instead of LoRA adapters on one base
@@ -134,9 +140,9 @@ class Args:
     reward_scale: float = 1.0  # reward processor: r -> scale·r + shift
     reward_shift: float = 0.0  # reward processor shift (the authors' newest code configs: −4)
     loss_agg: Literal["seq-sum", "token-mean"] = "seq-sum"  # seq-sum: mean over completions of −A·Σ_t log π (paper) | token-mean: per token
-    kl_coef: float = 0.0  # β of a k3 KL to the base model, per token, in the loss (paper: none)
-    micro_batch: int = 8  # completions per forward/backward chunk (gradients accumulate over a turn)
-    gen_batch_size: int = 0  # rows per generate call (0 = every row of a turn in one call)
+    beta: float = 0.0  # β of a k3 KL to the base model, per token, in the loss (TRL GRPO's beta; paper: none)
+    micro_batch_size: int = 8  # completions per forward/backward chunk (gradients accumulate over a turn)
+    generate_batch_size: int = 0  # rows per generate call (0 = every row of a turn in one call)
     # --- generation ---
     max_new_tokens: int = 128  # tokens per completion (paper: 256)
     temperature: float = 0.7  # sampling temperature (paper: 0.7 writing, 0.6 code)
@@ -779,14 +785,14 @@ CODE_RULES = ("- Output ONLY the function code, no explanations or examples\n"
 
 
 def aux_prompt(problem: dict) -> str:
-    """The authors' helper-agent prompt. Its format line holds literal backslash-n's, as theirs does."""
+    """The authors' helper-agent prompt (its format lines break where their f-string's newlines are)."""
     if not function_params(problem["prompt"]):  # the authors' formatter returns this string as the prompt
         return "Error: Could not extract function information from prompt."
     return (f"Create a helper function for this coding problem.\n\nProblem:\n{problem['prompt']}\n\n"
             f"IMPORTANT INSTRUCTIONS:\n{CODE_RULES}"
             "- Create a helper function named 'aux' that can assist the main function\n"
             "- The function should return useful data for solving the problem\n\n"
-            "Your output should follow this format:\n\ndef aux(...):\\n # your function code here\\nreturn result\\n")
+            "Your output should follow this format:\n\ndef aux(...):\n # your function code here\nreturn result\n")
 
 
 def main_prompt(problem: dict) -> str:
@@ -800,8 +806,8 @@ def main_prompt(problem: dict) -> str:
             "- Do NOT redefine the aux() function\n"
             f"- Implement ONLY the '{entry}' function as specified\n"
             "- You can call aux() to assign value to a variable within your function if helpful\n\n"
-            f"Your output should follow this format:\n\ndef {entry}({params}):\\n # your function code here\\n"
-            "return result\\n")
+            f"Your output should follow this format:\n\ndef {entry}({params}):\n # your function code here\n"
+            "return result\n")
 
 
 def format_prompts(problem: dict) -> list[str]:
@@ -1216,7 +1222,7 @@ def rollout(agents: Agents, tokenizer, problems: list[dict], task: Task, args) -
         # 1. generate: every agent's G completions at every node of this turn, in one batched call
         out = generate_joint_action(agents, tokenizer, [node.prompts for node in frontier], G, args.max_new_tokens,
                                     args.temperature, args.top_p, args.top_k, chat_template=args.chat_template,
-                                    batch_size=args.gen_batch_size or None)
+                                    batch_size=args.generate_batch_size or None)
         batches.append(out["batches"])
         # 2. joint actions: aligned (G per node) or cross (G^n per node)
         for node, texts in zip(frontier, out["texts"]):
@@ -1297,15 +1303,15 @@ def accumulate_agent_loss(agents: Agents, agent: int, batch: dict, advantages: t
     model = agents.models[agent]
     weights = loss_weights(batch["response_mask"], num_nodes, args.num_generations, args.loss_agg, num_tokens)
     totals = dict(loss=0.0, entropy=0.0, kl=0.0, tokens=0.0, logprob_gap=0.0)
-    for start in range(0, batch["response_mask"].shape[0], args.micro_batch):
-        chunk = trim_padding({k: v[start:start + args.micro_batch] for k, v in batch.items() if k != "truncated"})
-        rows = slice(start, start + args.micro_batch)
+    for start in range(0, batch["response_mask"].shape[0], args.micro_batch_size):
+        chunk = trim_padding({k: v[start:start + args.micro_batch_size] for k, v in batch.items() if k != "truncated"})
+        rows = slice(start, start + args.micro_batch_size)
         mask, adv, w = chunk["response_mask"], advantages[rows], weights[rows]
         names = None if agents.names is None else [agents.names[agent]] * mask.shape[0]
         out = forward_responses(model, chunk["query_ids"], chunk["query_mask"], chunk["response_ids"], mask, names,
                                 args.temperature, output_entropy=True)
         token_loss = -adv.to(mask.device)[:, None] * out["logprobs"]  # eq. 2: −A · log π, token by token
-        if args.kl_coef > 0:
+        if args.beta > 0:
             if agents.ref_model is None:
                 ref = reference_logprobs(model, chunk["query_ids"], chunk["query_mask"], chunk["response_ids"], mask,
                                          args.temperature)
@@ -1314,7 +1320,7 @@ def accumulate_agent_loss(agents: Agents, agent: int, batch: dict, advantages: t
                     ref = forward_responses(agents.ref_model, chunk["query_ids"], chunk["query_mask"],
                                             chunk["response_ids"], mask, None, args.temperature)["logprobs"]
             kl = kl_k3(out["logprobs"], ref) * mask
-            token_loss = token_loss + args.kl_coef * kl
+            token_loss = token_loss + args.beta * kl
             totals["kl"] += kl.sum().item()
         loss = ((token_loss * mask).sum(dim=1) * w).sum()
         loss.backward()
@@ -1433,7 +1439,7 @@ def evaluate_team(agents: Agents, tokenizer, problems: list[dict], task: Task, a
     eval/pass_rate, the fraction of problems whose every test passed (evaluate.py's pass@1 with one greedy sample)."""
     t0 = time.time()
     out = generate_joint_action(agents, tokenizer, [task.prompts(p) for p in problems], 1, args.max_new_tokens,
-                                greedy=True, chat_template=args.chat_template, batch_size=args.gen_batch_size or None)
+                                greedy=True, chat_template=args.chat_template, batch_size=args.generate_batch_size or None)
     jobs = [(problem, [texts[i][0] for i in range(len(texts))]) for problem, texts in zip(problems, out["texts"])]
     results = parallel_map(lambda job: task.reward(*job), jobs, args.sandbox_workers)
     metrics = {"eval/reward/mean": sum(total for total, _ in results) / len(results)}
@@ -1474,7 +1480,7 @@ def build_agents(args, device: str, base=None) -> Agents:
             model.requires_grad_(True)
             model.eval()  # dropout off: the log-probs of the update are those of the sampling policy
         params = [list(model.parameters()) for model in models]
-        ref_model, names = (base if args.kl_coef > 0 else None), None
+        ref_model, names = (base if args.beta > 0 else None), None
     else:
         model = add_adapters(base, names, r=args.lora_r, alpha=args.lora_alpha)
         models, params, ref_model = [model] * args.num_agents, [adapter_parameters(model, nm) for nm in names], None
@@ -1501,10 +1507,10 @@ RESUME_MUST_MATCH = ("model", "task", "num_agents", "turns", "full_finetune", "l
 
 def check_args(args: Args):
     """Every refusal of a setting, before anything heavy loads: one line `error: --flag: ...`, exit code 2."""
-    check_numbers(args, positive=("steps", "problems_per_step", "num_generations", "turns", "max_new_tokens",
-                                  "micro_batch", "log_every", "sample_every", "save_every", "lora_r", "lora_alpha",
+    check_numbers(args, positive=("max_steps", "problems_per_step", "num_generations", "turns", "max_new_tokens",
+                                  "micro_batch_size", "log_every", "sample_every", "save_every", "lora_r", "lora_alpha",
                                   "lr", "temperature", "top_p"),
-                  non_negative=("train_limit", "max_grad_norm", "kl_coef", "gen_batch_size", "top_k",
+                  non_negative=("train_limit", "max_grad_norm", "beta", "generate_batch_size", "top_k",
                                 "sandbox_workers"),
                   unit_interval=("discount", "top_p"))
     check_model_name(args.model, "--model")
@@ -1567,6 +1573,7 @@ def main(args: Args):
                              f"coding tasks)")
     # multi-process: under torchrun join the process group (gloo on CPU, NCCL on GPU; only rank 0 prints)
     rank, world, device = init_distributed(args.device)
+    print(set_torch_threads(args.threads))
     if args.problems_per_step % world or args.problems_per_step > len(problems):
         arg_error("--problems-per-step", f"is the global number of trees per step, split across the {world} process(es): "
                                          f"it must be divisible by {world} and at most the {len(problems)} problems, "
@@ -1587,7 +1594,7 @@ def main(args: Args):
         print(f"resumed {run_dir} at step {start_step}")
     print(f"MAGRPO on {args.task}: {len(problems)} problems, {args.num_agents} agents {'/'.join(task.roles)} "
           f"({'full copies' if args.full_finetune else 'LoRA adapters'} of {args.model}), G={args.num_generations}, "
-          f"{args.joint_mode} joint actions, {args.turns} turn(s), {args.steps} steps"
+          f"{args.joint_mode} joint actions, {args.turns} turn(s), {args.max_steps} steps"
           + (f", reward {args.reward_fn}" if args.reward_fn else ""))
 
     def checkpoint(step: int):  # every rank calls it (the RNG states are gathered); only rank 0 writes
@@ -1603,7 +1610,8 @@ def main(args: Args):
               "runs with rlimits only (it can open sockets, write files, and fork unless RLIMIT_NPROC binds)")
     if start_step == 0 and eval_problems and eval_due(args, 0):  # 0. the untrained team on the held-out problems
         log_metrics(run_dir, {"step": 0, **evaluate_team(agents, tokenizer, eval_problems, task, args)})
-    bar = tqdm(range(start_step, args.steps), desc="magrpo", initial=start_step, total=args.steps, disable=rank > 0)
+    bar = tqdm(range(start_step, args.max_steps), desc="magrpo", initial=start_step, total=args.max_steps,
+               disable=rank > 0)
     for step in bar:
         order = step_indices(len(problems), args.problems_per_step, step, f"magrpo-{args.seed}", drop_last=world > 1)
         batch = [problems[i] for i in order][rank::world]  # multi-process: this rank's problems (a full slice each)
@@ -1620,7 +1628,7 @@ def main(args: Args):
         if (step + 1) % args.sample_every == 0:
             print_sample(step + 1, roots)
             log_samples(run_dir, tree_samples(step + 1, roots))
-        if (step + 1) % args.save_every == 0 or step + 1 == args.steps:
+        if (step + 1) % args.save_every == 0 or step + 1 == args.max_steps:
             checkpoint(step + 1)
     if agents.names is not None:
         save_adapters(agents.models[0], agents.names, run_dir / "adapters")
@@ -1631,7 +1639,7 @@ def main(args: Args):
     print(f"metrics: {run_dir / 'metrics.jsonl'}")
     print(f"{'adapters' if agents.names is not None else 'agent models'}: "
           f"{run_dir / ('adapters' if agents.names is not None else 'agents')}")
-    print(f"checkpoint: {run_dir / 'checkpoint.pt'} (continue with --resume {run_dir} --steps N)")
+    print(f"checkpoint: {run_dir / 'checkpoint.pt'} (continue with --resume {run_dir} --max-steps N)")
     print_eval_table(run_dir, [k for k in ("eval/pass_rate",) if eval_problems and eval_problems[0]["kind"] in
                                ("code", "pipeline")] + ["eval/reward/mean"])  # held-out, before -> after
     plot_run(run_dir)  # training_curves.png (needs matplotlib)

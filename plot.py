@@ -21,9 +21,7 @@ def main(args: Args):
     if not (Path(args.run) / "metrics.jsonl").is_file():
         arg_error("--run", f"{args.run or repr('')} has no metrics.jsonl (give the folder of a cotrain.py, magrpo.py "
                            f"or train_verifier.py run)")
-    path = plot_run(args.run)
-    if path is not None:
-        print(path)
+    plot_run(args.run)  # prints where the PNG went, or why there is none
 
 
 if __name__ == "__main__":

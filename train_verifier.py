@@ -35,8 +35,8 @@ train_reward.py, reward_server.py; spec §2 and §2.1):
     prompt and balance what we get (plus the gold solution), so m can be below n. --min-per-label 10 gives the
     authors' strict rule (drop every question without 10 + 10);
   * the split is by a hash of the question text, not "first N rows", so it does not depend on --num-questions
-    or on the order the dataset is loaded in; cotrain.py calls `rl_questions` with the same --verifier-fraction
-    and --split-seed;
+    or on the order the dataset is loaded in; cotrain.py --scorer verifier calls `rl_questions` with this run's
+    --verifier-fraction and --split-seed, read from the saved verifier (`verifier_args`);
   * the head is common.ValueHead (with a bias, zero-initialised, so every score starts at 0.5) instead of the
     authors' bias-free, randomly initialised Linear;
   * the answer span is the assistant turn as the chat template renders it (the answer and its end-of-turn
@@ -89,6 +89,7 @@ from common import (ValueHead, adapter_parameters, adapter_state_dict, add_adapt
                     log_metrics, masked_mean, parse_args, read_jsonl, rng_state, save_adapters, save_checkpoint,
                     seed_everything, set_rng_state, start_run, turn1_prompt)
 from common import resumed_args, step_indices
+from common import set_torch_threads
 from common import check_model_name, check_numbers, clean_exits
 from common import finish_tracker, plot_run
 
@@ -97,11 +98,13 @@ ADAPTER = "verifier"  # the verifier's LoRA adapter name (also when it shares th
 
 @dataclass
 class Args:
+    renamed = {"gen_batch_size": "generate_batch_size"}  # old flag -> new name (the old one works until the next release)
     # ---- run ----
     seed: int = 0  # seeds sampling, balancing, the LoRA/head init and the batch order
     run_dir: str = ""  # run folder (default runs/train_verifier-<time>-s<seed>)
     resume: str = ""  # continue this run folder from its checkpoint.pt with its saved settings; the flags you type override them (e.g. --max-steps); the model, adapter and data split cannot change
     device: str = ""  # cpu | cuda | cuda:N (default: cuda if available, else cpu)
+    threads: int = 0  # torch CPU threads; 0 = OMP_NUM_THREADS if set, else the cores the load average leaves free
     # ---- model ----
     model: str = "smollm2-135m"  # the policy's base (samples, carries the verifier): tiny|smollm2-135m|hub id|path
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # weights and compute dtype of the base
@@ -122,7 +125,7 @@ class Args:
     temperature_max: float = 1.5  # (authors: 1.5)
     top_p: float = 0.9  # nucleus sampling (authors: 0.9)
     max_new_tokens: int = 300  # answer length limit (authors: 300 GSM8K, 100 ANLI)
-    gen_batch_size: int = 32  # answers generated per call
+    generate_batch_size: int = 32  # answers generated per call
     data_cache: str = ""  # JSONL of sampled, labelled answers (default RUN_DIR/verifier_data.jsonl); reused, topped up
     # ---- balancing ----
     max_per_label: int = 10  # n: keep at most n correct and n wrong answers per question (authors: 10 and 10)
@@ -214,8 +217,8 @@ def sample_answers(model, tokenizer, records: list[dict], args: Args, cache_path
     if todo:
         print(f"sampling {len(todo)} answers for {len(missing)} questions into {cache_path}")
     cache_path.parent.mkdir(parents=True, exist_ok=True)
-    for start in tqdm(range(0, len(todo), args.gen_batch_size), desc="sampling", disable=not todo):
-        batch = todo[start:start + args.gen_batch_size]
+    for start in tqdm(range(0, len(todo), args.generate_batch_size), desc="sampling", disable=not todo):
+        batch = todo[start:start + args.generate_batch_size]
         temperature = rng.uniform(args.temperature_min, args.temperature_max)
         prompts = [chat_prompt(tokenizer, [{"role": "user", "content": turn1_prompt(r["question"], r["task"])}])
                    for r in batch]
@@ -552,7 +555,7 @@ def check_args(args: Args):
     if not 0 < args.temperature_min <= args.temperature_max:
         arg_error("--temperature-min", "need 0 < --temperature-min <= --temperature-max")
     for flag in ("samples_per_question", "max_per_label", "min_per_label", "batch_size", "micro_batch_size",
-                 "gen_batch_size", "eval_batch_size", "max_new_tokens", "max_length", "log_every", "save_every"):
+                 "generate_batch_size", "eval_batch_size", "max_new_tokens", "max_length", "log_every", "save_every"):
         if getattr(args, flag) < 1:
             arg_error("--" + flag.replace("_", "-"), f"must be >= 1, got {getattr(args, flag)}")
 
@@ -563,6 +566,7 @@ def main(args: Args):
                                                      "verifier_fraction", "heldout_fraction", "split_seed"))
     check_args(args)
     device = args.device or default_device()
+    print(set_torch_threads(args.threads))
     seed_everything(args.seed)
 
     # 1. questions: the verifier's share of the train split (cotrain.py trains on the rest), some held out

@@ -49,7 +49,7 @@ def runs(tmp_path, no_models):
     data = tmp_path / "posts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"post {i}"}) + "\n" for i in range(3)))
     c = start("cotrain", [*TINY, "--lr", "1e-4", "--updates", "3", "--run-dir", str(tmp_path / "cotrain-run")])
-    m = start("magrpo", [*TINY, "--task", f"jsonl:{data}", "--steps", "2", "--run-dir", str(tmp_path / "magrpo-run")])
+    m = start("magrpo", [*TINY, "--task", f"jsonl:{data}", "--max-steps", "2", "--run-dir", str(tmp_path / "magrpo-run")])
     common.save_checkpoint(c / "checkpoint.pt", dict(step=2, heads={}))
     common.save_checkpoint(m / "checkpoint.pt", dict(step=1, agents=[]))
     for step in (1, 2, 3):
@@ -86,7 +86,7 @@ def refusal_rows(tmp_path, c, m):
         ("cotrain", [*TINY, "--run-dir", str(c)], "--run-dir", f"--resume {c}"),
         ("magrpo", ["--resume", str(c)], "--resume", "python cotrain.py --resume"),
         ("magrpo", ["--resume", str(m), "--num-agents", "3"], "--num-agents", "trained with --num-agents 2"),
-        ("magrpo", ["--resume", str(m), "--steps", "0"], "--steps", "> 0"),
+        ("magrpo", ["--resume", str(m), "--max-steps", "0"], "--max-steps", "> 0"),
         ("magrpo", [*TINY, "--run-dir", new, "--temperature", "0"], "--temperature", "> 0"),
         ("magrpo", ["--model", "/no/such/dir", "--run-dir", new], "--model", "does not exist"),
         ("magrpo", [*TINY, "--run-dir", new, "--adv-mode", "loo"], "--adv-mode", "rloo"),
@@ -214,3 +214,38 @@ def test_clean_exits_stop_with_a_note_after_the_write(tmp_path, monkeypatch, cap
     assert common.load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 3
     assert f"at step 3; continue with python cotrain.py --resume {tmp_path}" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is handler_before  # the handler is gone again
+
+
+RECIPES = {  # recipe -> (script, settings it must give: the README's paper-scale commands)
+    "maporl-gsm8k-phi3": (cotrain, dict(model="microsoft/Phi-3-mini-128k-instruct", dataset="gsm8k", quant="4bit",
+                                        prompt_style="phi3", num_turns=3, max_new_tokens=300, updates=200)),
+    "maporl-gsm8k-qwen2.5-3b": (cotrain, dict(model="Qwen/Qwen2.5-3B-Instruct", dataset="gsm8k", prompt_style="default")),
+    "maporl-anli-phi3": (cotrain, dict(model="microsoft/Phi-3-mini-128k-instruct", dataset="anli", num_agents=2)),
+    "maporl-anli-qwen2.5-3b": (cotrain, dict(model="Qwen/Qwen2.5-3B-Instruct", dataset="anli", scorer="verifier")),
+    "magrpo-tldr": (magrpo, dict(model="Qwen/Qwen3-1.7B", task="tldr", full_finetune=True, chat_template=False,
+                                 lr=5e-6, max_steps=2200)),
+    "magrpo-arxiv": (magrpo, dict(model="Qwen/Qwen3-1.7B", task="arxiv", top_p=0.9)),
+    "magrpo-humaneval": (magrpo, dict(model="Qwen/Qwen2.5-Coder-3B", task="humaneval", turns=2, lr=2e-5, max_steps=780)),
+    "magrpo-coophumaneval": (magrpo, dict(task="coophumaneval", turns=2, temperature=0.6, max_steps=528)),
+}
+
+
+def test_every_recipe_parses_and_typed_flags_override_it():
+    assert sorted(p.stem for p in (ROOT / "recipes").glob("*.yaml")) == sorted(RECIPES)
+    for name, (module, expected) in RECIPES.items():
+        args = common.parse_args(module.Args, ["--config", str(ROOT / "recipes" / f"{name}.yaml"), "--seed", "3"])
+        assert {k: getattr(args, k) for k in expected} == expected and args.seed == 3, name
+        assert args.run_dir == f"runs/{name}", name
+
+
+def test_old_flag_names_still_work_with_a_note(tmp_path, capsys):
+    args = common.parse_args(magrpo.Args, ["--steps", "3", "--kl-coef", "0.1", "--gen-batch-size", "4",
+                                           "--micro-batch", "2"])
+    assert (args.max_steps, args.beta, args.generate_batch_size, args.micro_batch_size, args.steps) == (3, 0.1, 4, 2, 3)
+    notes = capsys.readouterr().err.splitlines()
+    assert "note: --steps is now --max-steps (the old name works until the next release)" in notes and len(notes) == 4
+    old = tmp_path / "old.json"  # a config (or a run's args.json) of the previous release, old names inside
+    old.write_text(json.dumps({"steps": 7, "kl_coef": 0.2}))
+    assert common.parse_args(magrpo.Args, ["--config", str(old)]).max_steps == 7
+    with pytest.raises(SystemExit, match="--max-steps"):
+        common.parse_args(magrpo.Args, ["--max-steps", "x"])

@@ -717,7 +717,8 @@ def test_start_run_writes_args_and_resume_requires_checkpoint(tmp_path):
         resume: str = ""
 
     run_dir = common.start_run(A(run_dir=str(tmp_path / "r")), "demo")
-    assert json.loads((run_dir / "args.json").read_text()) == {"seed": 1, "run_dir": str(tmp_path / "r"), "resume": ""}
+    assert json.loads((run_dir / "args.json").read_text()) == {"script": "demo", "seed": 1, "run_dir": str(tmp_path / "r"),
+                                                               "resume": ""}  # the script: --resume refuses another's run
     common.log_metrics(run_dir, {"step": 1, "objective/kl": torch.tensor(0.5)})
     common.log_metrics(run_dir, {"step": 2})
     assert [json.loads(l)["step"] for l in (run_dir / "metrics.jsonl").read_text().splitlines()] == [1, 2]

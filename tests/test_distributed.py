@@ -97,7 +97,7 @@ def magrpo_args(loss_agg: str = "seq-sum", max_grad_norm: float = 0.0) -> M.Args
     """4 problems (2 per rank), G = 2, two turns, a k3 KL to the base."""
     return M.Args(model="tiny", num_generations=2, max_new_tokens=4, chat_template=False, temperature=1.0, top_p=1.0,
                   top_k=0, sandbox_workers=1, lr=0.03, turns=2, problems_per_step=4, termination_threshold=4.0,
-                  loss_agg=loss_agg, kl_coef=0.1, max_grad_norm=max_grad_norm)
+                  loss_agg=loss_agg, beta=0.1, max_grad_norm=max_grad_norm)
 
 
 def toy_reward(problem, texts):

@@ -175,9 +175,10 @@ def test_report_to_refuses_a_typo_and_a_missing_package(monkeypatch, tmp_path, c
         parse_args(cotrain.Args, ["--report-to", "wandbb"])
     assert error.value.code == 2 and "tensorboard" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "trackio", None)  # find_spec -> None: as if not installed
+    args = parse_args(cotrain.Args, ["--model", "tiny", "--report-to", "trackio", "--run-dir", str(tmp_path / "new")])
     with pytest.raises(SystemExit) as error:
-        common.start_tracker("trackio", tmp_path, {})
-    assert error.value.code == 2
+        cotrain.main(args)
+    assert error.value.code == 2 and not (tmp_path / "new").exists()  # refused before the run folder is made
     assert capsys.readouterr().err.strip() == ("error: --report-to: trackio is not installed (pip install trackio, "
                                                "or --report-to none)")
 
@@ -299,7 +300,9 @@ def test_plot_run_and_plot_cli_draw_the_png(tmp_path):
     path.unlink()
     out = subprocess.run([sys.executable, "plot.py", "--run", str(run)], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == str(path) and path.stat().st_size > 10_000, out.stderr
-    out = subprocess.run([sys.executable, "plot.py", "--run", str(tmp_path / "nothing")], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and out.stderr.strip().startswith("error: --run: ")
+    assert out.returncode == 0 and out.stdout.strip() == f"training curves: {path}" and path.stat().st_size > 10_000, out.stderr
+    import plot
+
+    with pytest.raises(SystemExit) as error:
+        plot.main(plot.Args(run=str(tmp_path / "nothing")))
+    assert error.value.code == 2 and str(error.value).startswith("error: --run: ")

@@ -23,7 +23,7 @@ TINY = ["--model", "tiny", "--device", "cpu", "--save-every", "1"]
 COTRAIN = [*TINY, "--num-turns", "1", "--questions-per-update", "1", "--max-new-tokens", "4", "--ppo-epochs", "1",
            "--lr", "1e-2", "--sample-every", "0", "--train-limit", "20", "--updates", "6", "--eval-questions", "0"]
 MAGRPO = [*TINY, "--num-generations", "2", "--max-new-tokens", "6", "--sandbox-workers", "1", "--adv-mode", "raw",
-          "--reward-shift", "1.0", "--lr", "0.01", "--sample-every", "100", "--steps", "6", "--eval-problems", "0"]
+          "--reward-shift", "1.0", "--lr", "0.01", "--sample-every", "100", "--max-steps", "6", "--eval-problems", "0"]
 
 
 def launch(script, argv, **env):

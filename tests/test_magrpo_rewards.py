@@ -218,9 +218,10 @@ def test_level_feedback_reports_syntax_tests_and_aux_usage():
 def test_prompts_follow_the_authors_formatters():
     aux, main = format_prompts(ADD)
     assert aux.startswith("Create a helper function for this coding problem.\n\nProblem:\n" + ADD["prompt"])
-    assert aux.endswith("def aux(...):\\n # your function code here\\nreturn result\\n")
+    assert aux.endswith("format:\n\ndef aux(...):\n # your function code here\nreturn result\n")  # newlines, no "\\n"
     assert "- Implement ONLY the 'add' function as specified\n" in main
-    assert main.endswith("def add(a: int, b: int):\\n # your function code here\\nreturn result\\n")
+    assert main.endswith("format:\n\ndef add(a: int, b: int):\n # your function code here\nreturn result\n")
+    assert "\\" not in aux + main
     error = "Error: Could not extract function information from prompt."
     assert aux_prompt(dict(ADD, prompt="no function here")) == error
     assert main_prompt(dict(ADD, prompt="def f():\n")) == error

