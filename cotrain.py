@@ -119,7 +119,7 @@ class Args:
     critic_per_agent: bool = False  # one value head per (turn, agent) instead of one per turn
     critic_history: bool = True  # --value-model separate: the critic sees the whole discussion; --no-critic-history: turn-1 question + response only (authors' shortcut)
     # ---- debate ----
-    dataset: str = "arith"  # arith (built-in, offline), gsm8k, anli[:r1|r2|r3], jsonl:PATH, a hub id (owner/name) or a local .json/.jsonl/.csv/.parquet file or folder
+    dataset: str = "arith:easy"  # arith:easy (built-in, offline, one-step sums: the CPU default), arith (+ products, two steps), gsm8k, anli[:r1|r2|r3], jsonl:PATH, a hub id (owner/name) or a local .json/.jsonl/.csv/.parquet file or folder
     dataset_split: str = "train"  # the split to train on (a single local file is the split 'train')
     dataset_config: str = ""  # hub id only: the dataset's configuration (e.g. main for openai/gsm8k)
     question_field: str = "question"  # hub id or local file: the column holding the question
@@ -132,8 +132,8 @@ class Args:
     train_turns: str = ""  # turns to train, 1-based and comma-separated (default: all); the others are played by the base model
     prompt_style: Literal["short", "default", "phi3"] = "short"  # the prompts: short (ours, one line, for small models) or the authors' verbatim: default (their Qwen2.5 one) or phi3
     feedback_in_prompt: bool = False  # show each agent the scores of its own and the others' previous answers (authors' reward_feedback)
-    max_new_tokens: int = 64  # response length limit (authors: 300; 64 keeps the default CPU run at ~15 min)
-    temperature: float = 0.7  # sampling temperature, also used for every log-prob recomputation
+    max_new_tokens: int = 48  # response length limit (authors: 300; the short prompt's answers take ~35 tokens)
+    temperature: float = 0.3  # sampling temperature, also used for every log-prob recomputation (authors: 0.7; at 0.7 SmolLM2-135M samples almost nothing right)
     generate_batch_size: int = 0  # rows per generate call (0: all agents x questions of a turn in one call)
     forward_batch_size: int = 8  # rows per no-grad forward (old/reference log-probs, values)
     # ---- scores, penalties, rewards ----
@@ -153,12 +153,12 @@ class Args:
     beta0: float = 0.3  # Table 2: own answer wrong and the others' majority goes W->R (+) or R->W (-)
     beta1: float = 0.3  # Table 2: own answer right and the others' majority goes W->R (+) or R->W (-)
     # ---- PPO ----
-    updates: int = 5  # number of PPO updates (rollout + optimisation); the default run takes ~15 min on 2 CPU cores
-    questions_per_update: int = 2  # B, questions per rollout, each giving A x T responses (authors: 256 over 8 GPUs); under torchrun the global batch, split across the processes
+    updates: int = 10  # number of PPO updates (rollout + optimisation)
+    questions_per_update: int = 4  # B, questions per rollout, each giving A x T responses (authors: 256 over 8 GPUs); under torchrun the global batch, split across the processes
     minibatch_questions: int = 0  # questions per optimiser step, over all processes (0: all B, one step per epoch)
     micro_batch_questions: int = 1  # questions per forward/backward inside a minibatch, per process (gradient accumulation; authors: 1)
-    ppo_epochs: int = 4  # passes over each rollout (authors: 4)
-    lr: float = 1e-5  # AdamW learning rate of every adapter and head (authors: 1e-5)
+    ppo_epochs: int = 2  # passes over each rollout (authors: 4)
+    lr: float = 2e-4  # AdamW learning rate of every adapter and head (authors: 1e-5, with 256 questions per update; LoRA on a 135M model with 10 small updates needs ~20x more)
     lr_end_factor: float = 0.1  # linear decay from lr to lr * this over --lr-decay-updates (authors: 0.1)
     lr_decay_updates: int = 0  # updates the decay lasts (0: --updates). Saved with the run, so a --resume with a larger --updates keeps the schedule: the lr continues where it was and stays at lr * lr_end_factor for the added updates (give --lr-decay-updates again to re-plan)
     weight_decay: float = 0.01  # AdamW weight decay (torch default, as the authors)
@@ -176,7 +176,7 @@ class Args:
     report_to: Literal["none", "wandb", "trackio", "tensorboard"] = "none"  # also send metrics.jsonl's rows to this tracker (an optional install; wandb runs offline, tensorboard writes RUN/tensorboard)
     save_every: int = 2  # write checkpoint.pt and the adapters every N updates (and at the end)
     # ---- held-out evaluation inside training ----
-    eval_questions: int = 50  # held-out questions the team debates greedily before the first update, every --eval-every updates and at the end (0: off)
+    eval_questions: int = 40  # held-out questions the team debates greedily before the first update, every --eval-every updates and at the end (0: off)
     eval_every: int = 0  # also evaluate every N updates (0: only before the first update and at the end)
     eval_split: str = "test"  # the dataset split of the held-out questions (must share no question with the training split)
 

@@ -111,10 +111,10 @@ class Args:
     steps = property(lambda self: self.max_steps)  # the old name, read-only, for code written against it
     # --- run ---
     model: str = "smollm2-135m"  # hub id, local path, `tiny` (random, for tests) or `smollm2-135m` (offline)
-    task: str = "humaneval"  # humaneval | coophumaneval | tldr | arxiv | pipeline (3 agents, offline) | jsonl:PATH (code, TLDR or arXiv rows)
+    task: str = "minicode"  # minicode (80 easy offline problems in HumanEval's format, the CPU default) | humaneval | coophumaneval | tldr | arxiv | pipeline (3 agents, offline) | jsonl:PATH (code, TLDR or arXiv rows)
     reward_fn: str = ""  # your own joint reward MODULE:FUNCTION (a .py path or a dotted module), fn(problem, completions) -> reward or (reward, levels dict); replaces the task's (see examples/my_reward.py)
     train_limit: int = 0  # keep the first N training problems (0 = all)
-    max_steps: int = 12  # optimiser steps (each: --problems-per-step rollout trees, one update per agent per turn)
+    max_steps: int = 15  # optimiser steps (each: --problems-per-step rollout trees, one update per agent per turn)
     problems_per_step: int = 1  # rollout trees per step (the authors: 1); under torchrun the global number, split across the processes
     seed: int = 0  # seeds sampling and the problem order
     device: str = ""  # '' = cuda if available, else cpu (under torchrun each process takes its own GPU)
@@ -128,7 +128,7 @@ class Args:
     full_finetune: bool = False  # one full model copy per agent (the authors) instead of LoRA adapters on one base
     lora_r: int = 8  # LoRA rank of each agent's adapter
     lora_alpha: int = 16  # LoRA alpha
-    lr: float = 1e-4  # AdamW learning rate, constant (the authors, full fine-tuning: 5e-6 writing, 2e-5 code)
+    lr: float = 2e-4  # AdamW learning rate, constant (the authors, full fine-tuning: 5e-6 writing, 2e-5 code)
     max_grad_norm: float = 0.0  # clip each agent's gradient norm (0 = no clipping, as the authors)
     # --- MAGRPO ---
     num_generations: int = 4  # G: completions per agent per node (paper: 4)
@@ -144,8 +144,8 @@ class Args:
     micro_batch_size: int = 8  # completions per forward/backward chunk (gradients accumulate over a turn)
     generate_batch_size: int = 0  # rows per generate call (0 = every row of a turn in one call)
     # --- generation ---
-    max_new_tokens: int = 128  # tokens per completion (paper: 256)
-    temperature: float = 0.7  # sampling temperature (paper: 0.7 writing, 0.6 code)
+    max_new_tokens: int = 96  # tokens per completion (paper: 256)
+    temperature: float = 0.5  # sampling temperature (paper: 0.7 writing, 0.6 code)
     top_p: float = 0.9  # nucleus sampling (paper: 0.9 writing, 0.6 code)
     top_k: int = 50  # top-k sampling (0 = off; the authors' trainer: 50)
     chat_template: bool = True  # wrap each prompt in the model's chat template (the authors feed raw text)
@@ -162,7 +162,7 @@ class Args:
     report_to: Literal["none", "wandb", "trackio", "tensorboard"] = "none"  # also send metrics.jsonl's rows to this tracker (an optional install; wandb runs offline, tensorboard writes RUN/tensorboard)
     save_every: int = 4  # write checkpoint.pt every N steps (and at the end)
     # --- held-out evaluation inside training ---
-    eval_problems: int = 32  # held-out problems (the task's eval split, never trained on) the team answers greedily before the first step, every --eval-every steps and at the end (0: off)
+    eval_problems: int = 16  # held-out problems (the task's eval split, never trained on) the team answers greedily before the first step, every --eval-every steps and at the end (0: off)
     eval_every: int = 0  # also evaluate every N steps (0: only before the first step and at the end)
 
 

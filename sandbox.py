@@ -22,7 +22,7 @@ its own (so one missing layer leaves the others standing):
      pinning of other processes, reading their memory or environment, and terminal injection (TIOCSTI);
   4. PR_SET_PDEATHSIG (dies with the trainer) and rlimits: CPU time, address space, file size (caps the
      output), no processes, no core dumps, 32 file descriptors (no memory parked in pipe buffers);
-  5. on Linux x86_64 a seccomp ALLOW-list of the ~80 system calls a pure-Python program needs, with argument
+  5. on Linux x86_64 a seccomp ALLOW-list of the 85 system calls a pure-Python program needs, 5 with argument
      rules: open/openat read-only, fcntl only F_DUPFD/F_GETFD/F_SETFD/F_GETFL/F_SETFL without O_ASYNC (no
      F_SETOWN/F_SETSIG/F_SETPIPE_SZ), ioctl only TCGETS/TIOCGWINSZ/FIONBIO/FIOCLEX/FIONCLEX, prlimit64 only to
      read. Everything else (fork/clone/exec, kill, ptrace, sockets, pipes, memfd, prctl, setpriority,
@@ -30,6 +30,13 @@ its own (so one missing layer leaves the others standing):
 Each test gets a wall-clock alarm; the trainer SIGKILLs the whole group at an overall deadline. The verdict
 comes only from a report the harness writes to a pipe AFTER all tests have run, every line prefixed with the
 nonce: exit(0), os._exit, a killed process, printed or written fake markers, patched builtins all end as failures.
+
+Why this way. Kernel mechanisms (namespaces, credentials, rlimits) rather than checks in Python, because the
+program can undo anything Python-level. An allow-list rather than a deny-list, because the attacks of issue 14
+(F_SETOWN, TIOCSTI, prctl, setpriority) were all calls a deny-list had not thought of. The namespaces are set up
+here with a few libc calls (unshare, mount, pivot_root) instead of bubblewrap or nsjail: the same kernel
+mechanism, no system package to install on every machine, and the seccomp filter must be installed by the
+Python process itself after it has started (a filter set before exec would have to allow exec).
 
 NOT protected (documented holes): (a) a program that digs the nonce out of its own interpreter (gc, frames,
 ctypes) can forge its own verdict: the harness shares its process, so the verdict is a claim, not a proof;
@@ -60,7 +67,8 @@ import ctypes, glob, json, os, resource, signal, site, struct, sys
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC, PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC, PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18  # mount flags
+NEWNS, NEWUTS, NEWIPC, NEWUSER, NEWNET = 0x20000, 0x4000000, 0x8000000, 0x10000000, 0x40000000  # CLONE_NEW*
 
 
 def check(ret, what):
@@ -84,7 +92,7 @@ def isolate():
     """New mount, network, IPC, UTS (and, if not root, user) namespaces; the root becomes an empty read-only
     tmpfs with read-only binds of /usr, the system libraries and the standard library, site-packages hidden."""
     uid, gid = os.getuid(), os.getgid()
-    check(libc.unshare(0x20000 | 0x40000000 | 0x8000000 | 0x4000000 | (0x10000000 if uid else 0)), "unshare")
+    check(libc.unshare(NEWNS | NEWNET | NEWIPC | NEWUTS | (NEWUSER if uid else 0)), "unshare")
     if uid:  # a user namespace in which our own ids are mapped: it lets us mount (in our namespaces only)
         for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
             with open("/proc/self/" + name, "w") as f:
@@ -98,7 +106,7 @@ def isolate():
         if any(path.startswith(s + "/") for s in shown) or not os.path.lexists(path):
             continue
         shown.append(path)
-        if os.path.islink(path):  # merged /usr: /lib -> usr/lib
+        if os.path.islink(path) and path.count("/") == 1:  # merged /usr: /lib -> usr/lib
             os.symlink(os.readlink(path), root + path)
         elif os.path.isdir(path):
             os.makedirs(root + path, exist_ok=True)

@@ -16,7 +16,8 @@ def tiny_args(*flags):
     """Small, fast settings for the tiny random model; penalties off (the tiny model never writes \\boxed{})."""
     return parse_args(cotrain.Args, ["--model", "tiny", "--device", "cpu", "--questions-per-update", "2",
                                      "--micro-batch-questions", "0", "--max-new-tokens", "6", "--no-penalize-format",
-                                     "--missing-eos-penalty", "0", "--sample-every", "0", "--log-every", "0", *flags])
+                                     "--missing-eos-penalty", "0", "--sample-every", "0", "--log-every", "0",
+                                     "--eval-questions", "0", *flags])  # the held-out evaluation: tests/test_eval_in_training.py
 
 
 def ascii_fraction(records, responses):
@@ -313,10 +314,12 @@ def test_non_finite_loss_skips_the_update(tmp_path):
 
 
 def test_max_kl_stops_with_a_checkpoint(tmp_path):
-    args = tiny_args("--updates", "3", "--max-kl", "-1", "--run-dir", str(tmp_path / "run"))
-    with pytest.raises(SystemExit, match="--max-kl"):
+    args = tiny_args("--updates", "4", "--max-kl", "1e-9", "--lr", "1e-2", "--run-dir", str(tmp_path / "run"))
+    with pytest.raises(SystemExit, match="--max-kl") as stop:
         cotrain.main(args, score_fn=ascii_fraction)
-    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["step"] == 0
+    stopped_at = int(str(stop.value).split("stopped at update ")[1].split(":")[0])
+    assert 1 <= stopped_at < 4  # update 1 starts at the reference (KL 0); after the first step the KL exceeds 1e-9
+    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["step"] == stopped_at
 
 
 # ---------------------------------------------------------------- learning and the CLI
@@ -346,7 +349,7 @@ def test_cli_smoke_and_resume(tmp_path):
     out = run_script(["cotrain.py", "--resume", str(run), "--updates", "3"], timeout=300)
     assert "from update 2" in out.stdout
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]  # 0: the held-out evaluation before any update
     assert torch.load(run / "checkpoint.pt", weights_only=False)["step"] == 3
     assert json.loads((run / "args_resume.json").read_text())["max_new_tokens"] == 6  # the saved flags were kept
     info = json.loads((run / "debate.json").read_text())
@@ -355,6 +358,6 @@ def test_cli_smoke_and_resume(tmp_path):
 
     straight = tmp_path / "straight"
     run_script(["cotrain.py", *flags, "--run-dir", str(straight), "--updates", "3"], timeout=300)
-    expected = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()][2]
+    expected = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()][3]
     for key in ("objective/scores", "objective/kl", "loss/value", "loss/policy", "completions/mean_length"):
-        assert rows[2][key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
+        assert rows[3][key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
