@@ -35,6 +35,8 @@ Examples:
   python bench.py --parts end-to-end --end-to-end-scripts cotrain.py \\
       --end-to-end-variants "e51a436;. --value-model separate;."   # cotrain before issue 17 / separate / shared
   python bench.py --models qwen2.5-1.5b --random-init --device cuda --dtype bfloat16   # GPU, random weights
+  python bench.py --models smollm2-135m --parts peers   # magrpo.py vs CoMLRL vs TRL (pip install comlrl trl)
+  python bench.py --parts threads                       # a default cotrain.py update, idle and beside a busy loop
 """
 from __future__ import annotations
 
@@ -703,6 +705,8 @@ def main(args):
                                     f"sandbox, peers, threads")
     if "peers" in parts and args.random_init:
         common.arg_error("--random-init", "the peers part loads each model by its name (drop --random-init)")
+    if "peers" in parts and args.peer_steps < 2:
+        common.arg_error("--peer-steps", f"at least 2 (the first is a warm-up), got {args.peer_steps}")
     if "threads" in parts and args.threads_script not in ("cotrain.py", "magrpo.py"):
         common.arg_error("--threads-script", f"cotrain.py or magrpo.py, got {args.threads_script!r}")
     for name in args.models.split(",") if parts & {"speed", "memory"} else []:

@@ -1053,6 +1053,8 @@ TURN1_MATH = {
              "the following format:```\n\nAnswer: \\boxed{{ XXX }}'''\n\nPlease ensure that the final answer is always "
              "formatted this way."),
 }
+SHORT_DISCUSSION = ("{question}\nCheck these solutions and yours, show the calculation, then end with \"The answer is\" "
+                    "and the number.")  # the turn t > 1 instruction of the 'short' style (cotrain.discussion_message)
 NLI_BOX = ("\n\nAt the end, write your final answer in the following format:\n\nAnswer: \\boxed{LABEL}\n\nwhere LABEL "
            "is entailment, neutral or contradiction.")  # ours: the authors' ANLI prompt does not ask for a box
 
@@ -1557,13 +1559,14 @@ def start_run(args, script: str) -> Path:
 _RUN = dict(script="", run_dir=None, step=None)  # this process's run and its last checkpoint, for clean_exits()' note
 
 
-def resumed_args(args, script: str, must_match: tuple[str, ...] = ()):
+def resumed_args(args, script: str, must_match: tuple[str, ...] = (), legacy=None):
     """--resume RUN: the settings of the run, layered in the order they were given: the first run's args.json,
     then the flags given at each earlier resume (RUN/resumes.jsonl), then the flags typed on this command line
     (typed, not "differs from the default", so --lr 1e-5 counts even when 1e-5 is the default).
     Refused before any model loads, with one line: a folder of another script, a folder without checkpoint.pt,
     and a changed flag of must_match (what the checkpoint's tensors depend on: models, agents, turns, adapters,
-    task)."""
+    task). legacy(saved) -> {field: value} gives the settings of a run from before a field existed (what the code
+    then did), for the fields its args.json lacks; without it they would take today's defaults."""
     run_dir, cls = Path(args.resume), type(args)
     if not (run_dir / "args.json").is_file():
         arg_error("--resume", f"{run_dir} has no args.json: not a run folder (give the folder of the run to continue)")
@@ -1582,6 +1585,7 @@ def resumed_args(args, script: str, must_match: tuple[str, ...] = ()):
                         if line.strip()] if (run_dir / "resumes.jsonl").exists() else [saved]
     names, renamed = {f.name for f in dataclasses.fields(cls)}, getattr(cls, "renamed", {})
     merged = dataclasses.asdict(cls())
+    merged.update({k: v for k, v in (legacy(saved) if legacy else {}).items() if k not in saved})
     for layer in layers:
         merged.update({renamed.get(k, k): v for k, v in layer.items() if renamed.get(k, k) in names})
     before, given = dict(merged), given_fields(args) - {"resume"}

@@ -84,19 +84,15 @@ import torch
 import torch.nn as nn
 from tqdm import tqdm
 
-from common import (ValueHead, adapter_parameters, adapter_state_dict, add_adapters, allreduce_gradients, allreduce_sum,
-                    arg_error, chat_prompt, explained_variance, extract_answer, finish_distributed,
-                    format_metrics, forward_responses, gae, generate, hidden_size, init_distributed,
-                    is_main_process, kl_k1, load_adapter_state_dict, load_checkpoint, load_model, load_task,
-                    load_tokenizer, log_metrics, majority_vote_accuracy, parse_args, parse_int_list,
-                    save_adapters, save_checkpoint, seed_everything, start_run, turn1_prompt)
-from common import (all_rng_states, masked_whiten, restore_rng_state, resumed_args, seed_sampling_per_rank, step_indices,
-                    world_info)
-from common import load_function
-from common import set_torch_threads
-from common import debate_metrics, is_well_formed, print_eval_table
-from common import finish_tracker, log_samples, plot_run
-from common import atomic_write_text, check_model_name, check_numbers, clean_exits, finish_writes_first
+from common import (SHORT_DISCUSSION, ValueHead, adapter_parameters, adapter_state_dict, add_adapters, all_rng_states,
+                    allreduce_gradients, allreduce_sum, arg_error, atomic_write_text, chat_prompt, check_model_name,
+                    check_numbers, clean_exits, debate_metrics, explained_variance, extract_answer, finish_distributed,
+                    finish_tracker, finish_writes_first, format_metrics, forward_responses, gae, generate, hidden_size,
+                    init_distributed, is_main_process, is_well_formed, kl_k1, load_adapter_state_dict, load_checkpoint,
+                    load_function, load_model, load_task, load_tokenizer, log_metrics, log_samples,
+                    majority_vote_accuracy, masked_whiten, parse_args, parse_int_list, plot_run, print_eval_table,
+                    restore_rng_state, resumed_args, save_adapters, save_checkpoint, seed_everything,
+                    seed_sampling_per_rank, set_torch_threads, start_run, step_indices, turn1_prompt, world_info)
 
 
 @dataclass
@@ -210,9 +206,6 @@ def verifier_feedback(score: float) -> str:
     return f"Reward from a verifier of your answer: {score:.3f} out of 1.0, which means {meaning}"
 
 
-SHORT_DISCUSSION = "{question}\nCheck these solutions and yours, show the calculation, then end with \"The answer is\" and the number."
-
-
 def discussion_message(question: str, other_answers: list[tuple[int, str]], other_scores: list[float] | None = None,
                        own_score: float | None = None, prompt_style: str = "default") -> str:
     """The user message of turn t > 1 for one agent (the authors' construct_message_multi_agent).
@@ -222,7 +215,7 @@ def discussion_message(question: str, other_answers: list[tuple[int, str]], othe
     Without feedback we drop the instruction's sentence about rewards, which would refer to nothing.
     prompt_style 'short' (ours, for small models) keeps the same structure with a one-line instruction instead of
     the authors' paragraph: the turn-2 prompt is ~3x shorter, and so is the cost of generating and training on it."""
-    if prompt_style == "short" and other_scores is None and own_score is None:
+    if prompt_style == "short" and other_scores is None and own_score is None:  # math only (run_debate)
         message = "Solutions from other agents:" + "".join(f"\n\nAgent {agent + 1}: ```{answer}```"
                                                            for agent, answer in other_answers)
         return message + "\n\n" + SHORT_DISCUSSION.format(question=question)
@@ -297,7 +290,8 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
                     chats[a][b].append({"role": "user", "content": discussion_message(
                         r["question"], [(j, responses[t - 1][j][b]) for j in others],
                         other_scores=[float(scores[b, t - 1, j]) for j in others] if fb else None,
-                        own_score=float(scores[b, t - 1, a]) if fb else None, prompt_style=prompt_style)})
+                        own_score=float(scores[b, t - 1, a]) if fb else None,
+                        prompt_style=prompt_style if r["task"] == "math" else "default")})
         for agents in groups.values():  # one batched generate per distinct base, every row on its own adapter
             model, tok = models[agents[0]], tokenizers[agents[0]]
             texts = [chat_prompt(tok, chats[a][b]) for a in agents for b in range(batch)]
@@ -888,6 +882,12 @@ def load_state(run_dir: Path, team: Team) -> int:
     return state["step"]
 
 
+def legacy_settings(saved: dict) -> dict:
+    """What a run saved before these flags existed did: a separate critic adapter, and a learning rate decaying
+    over its own --updates (common.resumed_args fills them in when its args.json lacks them)."""
+    return dict(value_model="separate", lr_decay_updates=saved.get("updates", 0))
+
+
 RESUME_MUST_MATCH = ("model", "models", "num_agents", "num_turns", "train_turns", "policy_sharing", "value_model",
                      "critic_per_agent", "lora_r", "lora_alpha", "dataset")  # what the checkpoint's tensors are built for
 
@@ -899,7 +899,8 @@ def check_args(args: Args):
                                   "ppo_epochs", "lr", "cliprange", "cliprange_value", "max_kl"),
                   non_negative=("train_limit", "generate_batch_size", "min_response_tokens", "minibatch_questions",
                                 "micro_batch_questions", "lr_decay_updates", "weight_decay", "max_grad_norm",
-                                "kl_coef", "vf_coef", "log_every", "sample_every", "save_every"),
+                                "kl_coef", "vf_coef", "log_every", "sample_every", "save_every", "eval_questions",
+                                "eval_every"),
                   unit_interval=("lr_end_factor", "influence_gamma", "gae_gamma", "gae_lambda"))
     for model in agent_models(args):
         check_model_name(model, "--models" if args.models else "--model")
@@ -1100,7 +1101,7 @@ def main(args: Args, score_fn=None) -> Path:
     (see custom_scorer): it replaces --scorer, and the built-in penalties and incentives then apply only with
     --reward-fn-rules."""
     if args.resume:  # the run's settings + the flags typed now; a structural change is refused before loading
-        args = resumed_args(args, "cotrain", RESUME_MUST_MATCH)
+        args = resumed_args(args, "cotrain", RESUME_MUST_MATCH, legacy=legacy_settings)
     check_args(args)
     args.lr_decay_updates = args.lr_decay_updates or args.updates  # saved in args.json: a longer resume keeps it
     if args.reward_fn:  # your scorer is imported before anything heavy: a bad spec stops here

@@ -72,21 +72,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Literal
 
 import torch
 from tqdm import tqdm
 
 import cotrain
 import magrpo
-from common import (adapter_parameters, add_adapters, arg_error, default_device, format_metrics, forward_responses,
-                    load_model, load_task, load_tokenizer, majority_vote_accuracy, masked_mean, parse_args,
-                    parse_int_list, seed_everything, tokenize_prompts)
-from common import check_model_name, check_numbers
-from common import set_torch_threads
-from common import (TRANSITIONS, answer_correctness, debate_metrics, majority_transitions, per_turn_accuracy,
-                    transition_counts)
+from common import (adapter_parameters, add_adapters, arg_error, check_model_name, check_numbers, debate_metrics,
+                    default_device, format_metrics, forward_responses, load_model, load_task, load_tokenizer,
+                    majority_vote_accuracy, masked_mean, parse_args, parse_int_list, seed_everything, set_torch_threads,
+                    tokenize_prompts)
 from sandbox import parallel_map
-from typing import Literal
 
 
 @dataclass
@@ -144,8 +141,8 @@ class Args:
 # ----------------------------------------------------------------------------------------------
 
 
-# answer_correctness, per_turn_accuracy, transition_counts, majority_transitions and debate_metrics live in
-# common.py: cotrain.py's in-training evaluation reports the same numbers.
+# The debate metrics (majority vote per turn, transitions: common.debate_metrics) live in common.py: cotrain.py's
+# in-training evaluation reports the same numbers.
 
 
 # ----------------------------------------------------------------------------------------------

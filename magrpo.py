@@ -78,10 +78,8 @@ import gzip
 import itertools
 import json
 import math
-import os
 import random
 import re
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Literal
@@ -90,17 +88,14 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from common import (adapter_parameters, adapter_state_dict, add_adapters, allreduce_gradients, allreduce_sum, arg_error,
-                    chat_prompt, finish_distributed, format_metrics, forward_responses, generate, init_distributed,
-                    is_main_process, kl_k3, load_adapter_state_dict, load_checkpoint, load_model, load_tokenizer,
-                    log_metrics, parse_args, read_jsonl, reference_logprobs, save_adapters, save_checkpoint,
-                    seed_everything, start_run)
-from common import all_rng_states, restore_rng_state, resumed_args, seed_sampling_per_rank, step_indices
+from common import (adapter_parameters, adapter_state_dict, add_adapters, all_rng_states, allreduce_gradients,
+                    allreduce_sum, arg_error, chat_prompt, check_model_name, check_numbers, clean_exits,
+                    finish_distributed, finish_tracker, finish_writes_first, format_metrics, forward_responses,
+                    generate, init_distributed, is_main_process, kl_k3, load_adapter_state_dict, load_checkpoint,
+                    load_function, load_model, load_tokenizer, log_metrics, log_samples, parse_args, plot_run,
+                    print_eval_table, read_jsonl, reference_logprobs, restore_rng_state, resumed_args, save_adapters,
+                    save_checkpoint, seed_everything, seed_sampling_per_rank, set_torch_threads, start_run, step_indices)
 from sandbox import parallel_map, run_tests_in_sandbox
-from common import load_function
-from common import set_torch_threads
-from common import finish_tracker, log_samples, plot_run, print_eval_table
-from common import check_model_name, check_numbers, clean_exits, finish_writes_first
 
 
 @dataclass
@@ -108,7 +103,6 @@ class Args:
     # old flag -> its new name: the old one still works, with a note, until the next release (README "Flags")
     renamed = {"steps": "max_steps", "kl_coef": "beta", "micro_batch": "micro_batch_size",
                "gen_batch_size": "generate_batch_size"}
-    steps = property(lambda self: self.max_steps)  # the old name, read-only, for code written against it
     # --- run ---
     model: str = "smollm2-135m"  # hub id, local path, `tiny` (random, for tests) or `smollm2-135m` (offline)
     task: str = "minicode"  # minicode (80 easy offline problems in HumanEval's format, the CPU default) | humaneval | coophumaneval | tldr | arxiv | pipeline (3 agents, offline) | jsonl:PATH (code, TLDR or arXiv rows)
@@ -158,7 +152,7 @@ class Args:
     code_extraction: Literal["ast", "authors"] = "ast"  # ast: whole defs, the prompt's helpers, check() as written | authors: their line-based cleanup (exact reproduction)
     # --- logging ---
     log_every: int = 1  # print a one-line summary every N steps
-    sample_every: int = 4  # print a joint action (prompts, completions, reward) every N steps and append every joint action of that step to samples.jsonl
+    sample_every: int = 4  # print a joint action (prompts, completions, reward) every N steps and append every joint action of that step to samples.jsonl (0: never)
     report_to: Literal["none", "wandb", "trackio", "tensorboard"] = "none"  # also send metrics.jsonl's rows to this tracker (an optional install; wandb runs offline, tensorboard writes RUN/tensorboard)
     save_every: int = 4  # write checkpoint.pt every N steps (and at the end)
     # --- held-out evaluation inside training ---
@@ -1429,7 +1423,7 @@ def custom_reward(fn, name: str):
 def eval_due(args, step: int) -> bool:
     """Evaluate before the first step (step 0), every --eval-every steps and after the last one."""
     return bool(args.eval_problems) and is_main_process() and (
-        step == 0 or step == args.steps or bool(args.eval_every and step % args.eval_every == 0))
+        step == 0 or step == args.max_steps or bool(args.eval_every and step % args.eval_every == 0))
 
 
 @torch.no_grad()
@@ -1508,10 +1502,10 @@ RESUME_MUST_MATCH = ("model", "task", "num_agents", "turns", "full_finetune", "l
 def check_args(args: Args):
     """Every refusal of a setting, before anything heavy loads: one line `error: --flag: ...`, exit code 2."""
     check_numbers(args, positive=("max_steps", "problems_per_step", "num_generations", "turns", "max_new_tokens",
-                                  "micro_batch_size", "log_every", "sample_every", "save_every", "lora_r", "lora_alpha",
+                                  "micro_batch_size", "log_every", "save_every", "lora_r", "lora_alpha",
                                   "lr", "temperature", "top_p"),
                   non_negative=("train_limit", "max_grad_norm", "beta", "generate_batch_size", "top_k",
-                                "sandbox_workers"),
+                                "sandbox_workers", "eval_problems", "eval_every", "sample_every"),
                   unit_interval=("discount", "top_p"))
     check_model_name(args.model, "--model")
     if args.num_agents < 1:
@@ -1605,9 +1599,8 @@ def main(args: Args):
             if agents.names is not None:  # the LoRA agents in peft format at every checkpoint, not only at the end
                 save_adapters(agents.models[0], agents.names, run_dir / "adapters")
 
-    if problems[0]["kind"] in ("code", "pipeline") and not run_tests_in_sandbox("x = 1", [])["seccomp"]:
-        print("warning: the sandbox's seccomp filter is not available here (it needs Linux x86_64): generated code "
-              "runs with rlimits only (it can open sockets, write files, and fork unless RLIMIT_NPROC binds)")
+    if problems[0]["kind"] in ("code", "pipeline"):
+        run_tests_in_sandbox("x = 1", [])  # a missing sandbox layer is reported now (once), not in the middle of a step
     if start_step == 0 and eval_problems and eval_due(args, 0):  # 0. the untrained team on the held-out problems
         log_metrics(run_dir, {"step": 0, **evaluate_team(agents, tokenizer, eval_problems, task, args)})
     bar = tqdm(range(start_step, args.max_steps), desc="magrpo", initial=start_step, total=args.max_steps,
@@ -1625,7 +1618,7 @@ def main(args: Args):
                 "reward/mean", "return/mean", "frac_reward_zero_std", "completions/mean_length",
                 "completions/clipped_ratio", "objective/entropy", *[f"agent{i}/loss" for i in range(args.num_agents)],
                 "timing/step_s"]))
-        if (step + 1) % args.sample_every == 0:
+        if args.sample_every and (step + 1) % args.sample_every == 0:
             print_sample(step + 1, roots)
             log_samples(run_dir, tree_samples(step + 1, roots))
         if (step + 1) % args.save_every == 0 or step + 1 == args.max_steps:

@@ -282,8 +282,8 @@ main()
 
 WARNINGS = {"namespaces": "no Linux namespaces ({why}): generated code can read every file its user can read "
                           "(site-packages and the reference solutions included) and, without seccomp, use the network",
-            "unprivileged": "generated code runs as root (the standard library is not readable by other users and "
-                            "there are no namespaces to expose it): only seccomp stands between it and the machine",
+            "unprivileged": "generated code runs as root, without capabilities (the standard library is not readable "
+                            "by other users and no namespaces expose it): it can read every file root owns",
             "seccomp": "no seccomp filter (it needs Linux x86_64): generated code can fork, open sockets, write "
                        "files and signal processes of its user"}
 warned: set[str] = set()

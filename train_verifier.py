@@ -84,14 +84,11 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from common import (ValueHead, adapter_parameters, adapter_state_dict, add_adapters, arg_error, chat_prompt,
-                    default_device, extract_answer, format_metrics, generate, hidden_size, is_main_process,
-                    load_adapter_state_dict, load_adapters, load_checkpoint, load_model, load_task, load_tokenizer,
-                    log_metrics, masked_mean, parse_args, read_jsonl, rng_state, save_adapters, save_checkpoint,
-                    seed_everything, set_rng_state, start_run, turn1_prompt)
-from common import resumed_args, step_indices
-from common import set_torch_threads
-from common import check_model_name, check_numbers, clean_exits
-from common import finish_tracker, plot_run
+                    check_model_name, check_numbers, clean_exits, default_device, extract_answer, finish_tracker,
+                    format_metrics, generate, hidden_size, is_main_process, load_adapter_state_dict, load_adapters,
+                    load_checkpoint, load_model, load_task, load_tokenizer, log_metrics, masked_mean, parse_args,
+                    plot_run, read_jsonl, resumed_args, rng_state, save_adapters, save_checkpoint, seed_everything,
+                    set_rng_state, set_torch_threads, start_run, step_indices, turn1_prompt)
 
 ADAPTER = "verifier"  # the verifier's LoRA adapter name (also when it shares the policy's base)
 

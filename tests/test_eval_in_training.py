@@ -118,3 +118,18 @@ def test_magrpo_cli_logs_eval_rows_before_and_after(tmp_path):
     assert all("eval/reward/mean" in r and "eval/pass_rate" in r for r in (rows[0], rows[2]))
     assert "eval/reward/mean" not in rows[1]  # --eval-every 0: before and after only
     assert "eval/reward/mean:" in out.stdout
+
+
+def test_resume_of_a_run_from_before_a_flag_keeps_what_the_code_then_did(tmp_path):
+    """A cotrain run saved before --value-model and --lr-decay-updates existed had a separate critic and decayed
+    the learning rate over its own --updates: resuming it must not switch to today's defaults."""
+    run = tmp_path / "old"
+    run.mkdir()
+    old = {k: v for k, v in vars(cotrain.Args()).items() if k not in ("value_model", "lr_decay_updates")}
+    (run / "args.json").write_text(json.dumps({**old, "updates": 7}))
+    torch.save({"heads": {}, "step": 3}, run / "checkpoint.pt")
+    args = common.parse_args(cotrain.Args, ["--resume", str(run), "--updates", "9"])
+    resumed = common.resumed_args(args, "cotrain", cotrain.RESUME_MUST_MATCH, legacy=cotrain.legacy_settings)
+    assert (resumed.value_model, resumed.lr_decay_updates, resumed.updates) == ("separate", 7, 9)
+    plain = common.resumed_args(args, "cotrain", cotrain.RESUME_MUST_MATCH)
+    assert plain.value_model == "shared"  # what would have happened: a checkpoint with a critic adapter, no critic

@@ -7,8 +7,8 @@ import random
 import pytest
 
 import evaluate
-from evaluate import (classify_cooperation, majority_vote_accuracy, pass_at_k_first, pass_at_k_unbiased,
-                      transition_counts)
+from common import majority_vote_accuracy, transition_counts
+from evaluate import classify_cooperation, pass_at_k_first, pass_at_k_unbiased
 
 # ---------------------------------------------------------------------------------------------- debate metrics
 

@@ -23,10 +23,10 @@ def make_model(seed=0):
     for name, (r, alpha) in ADAPTERS.items():
         model = common.add_adapters(model, [name], r=r, alpha=alpha)
     g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():  # peft starts B at zero (every adapter = the base): random B, so adapters differ
-        for n, p in model.named_parameters():
-            if "lora_B" in n:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    with torch.no_grad():  # peft starts B at zero (every adapter = the base): random B, so adapters differ; A from
+        for n, p in model.named_parameters():  # the same generator, so every run tests the same model
+            if ".lora_" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
     return model
 
 

@@ -153,7 +153,8 @@ def sandbox_temp_dirs() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).glob("nanomarl-sandbox-*")}
 
 
-@pytest.mark.parametrize("program", ["import time\ntime.sleep(60)", RESET_PDEATHSIG], ids=["sleeps", "resets pdeathsig"])
+@pytest.mark.parametrize("program", ["import time\ntime.sleep(60)", RESET_PDEATHSIG],
+                         ids=["sleeps", "resets pdeathsig"])
 def test_sandbox_dies_with_its_trainer(program):
     """PR_SET_PDEATHSIG, which the program cannot undo (prctl is not on the allow-list): if the training process
     is killed, its sandboxed programs do not linger, and nothing is left in the temporary folder."""
@@ -573,8 +574,9 @@ def test_reward_path_keeps_whole_definitions_and_runs_checks_as_written():
 
 def test_bench_sandbox_part_runs_the_canonical_solutions(tmp_path):
     """bench.py --parts sandbox: programs per second sandboxed and bare, both on programs that all pass."""
-    done = subprocess.run([sys.executable, "bench.py", "--parts", "sandbox", "--sandbox-programs", "4", "--repeats", "1",
-                           "--out-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "bench.py", "--parts", "sandbox", "--sandbox-programs", "4",
+                           "--repeats", "1", "--out-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((tmp_path / "bench.json").read_text())["sandbox"]
     assert report["programs"] == 4 and report["sandbox"]["passed"] == 4 and report["bare"]["passed"] == 4
