@@ -80,9 +80,9 @@ from tqdm import tqdm
 import cotrain
 import magrpo
 from common import (adapter_parameters, add_adapters, arg_error, check_model_name, check_numbers, debate_metrics,
-                    default_device, format_metrics, forward_responses, load_model, load_task, load_tokenizer,
-                    majority_vote_accuracy, masked_mean, parse_args, parse_int_list, seed_everything, set_torch_threads,
-                    tokenize_prompts)
+                    default_device, format_metrics, forward_responses, given_fields, load_model, load_task,
+                    load_tokenizer, majority_vote_accuracy, masked_mean, parse_args, parse_int_list, seed_everything,
+                    set_torch_threads, tokenize_prompts)
 from sandbox import parallel_map
 
 
@@ -105,19 +105,19 @@ class Args:
     agents: str = ""  # debate method mix, one source per seat: base | base:MODEL | RUN_DIR (seat i plays the run's agent i mod A_run) | RUN_DIR:K (its agent K)
     # ---- generation ----
     greedy: bool = False  # greedy decoding instead of sampling
-    temperature: float = 0.7  # sampling temperature (MAPoRL: 0.7 for Phi-3 and Qwen2.5)
+    temperature: float = 0.3  # sampling temperature (cotrain.py's CPU default; magrpo.py trains at 0.5; MAPoRL: 0.7 for Phi-3 and Qwen2.5)
     top_p: float = 1.0  # nucleus sampling (MAPoRL: 1.0; magrpo.py trains at 0.9)
     top_k: int = 0  # top-k sampling, 0 = off (MAPoRL: 0; magrpo.py trains at 50)
     max_new_tokens: int = 0  # tokens per answer (0 = the mode's default: debate 300 (paper, GSM8K), magrpo 256 (paper))
     chat_template: bool = True  # magrpo: wrap prompts in the chat template, as magrpo.py does by default
     # ---- debate (MAPoRL) ----
-    dataset: str = "arith"  # gsm8k | anli[:r1|r2|r3] | jsonl:PATH | arith; another task than the run's = cross-domain transfer
+    dataset: str = "arith:easy"  # arith:easy (cotrain.py's CPU default) | arith | gsm8k | anli[:r1|r2|r3] | jsonl:PATH; not typed with --run: the run's own; another than the run's = cross-domain transfer
     split: str = "test"  # dataset split
     limit: int = 50  # debate questions / magrpo problems: the first N of the eval split (0 = all)
     num_agents: int = 3  # A (may differ from training: the paper trains with 2 and evaluates with 3)
     num_turns: int = 3  # T
     batch_size: int = 16  # debates per generate call (each call holds batch_size x A rows)
-    prompt_style: str = "short"  # the debate prompts (cotrain.py's --prompt-style): short, default or phi3 (a run's own is read from it)
+    prompt_style: Literal["short", "default", "phi3"] = "short"  # the debate prompts (cotrain.py's --prompt-style); a --run trained with another one gets a note
     feedback_in_prompt: bool = False  # agents read a verifier's scores of the previous answers (needs --verifier)
     verifier: str = ""  # train_verifier.py run folder, for --feedback-in-prompt
     # ---- debate baseline: SFT on collaboration trajectories ----
@@ -128,7 +128,7 @@ class Args:
     lora_r: int = 8  # rank of the SFT LoRA
     lora_alpha: int = 16  # alpha of the SFT LoRA
     # ---- magrpo (MAGRPO) ----
-    task: str = "humaneval"  # humaneval | coophumaneval | tldr | arxiv | jsonl:PATH (the eval slice, as magrpo.py)
+    task: str = "minicode"  # minicode (magrpo.py's CPU default) | humaneval | coophumaneval | tldr | arxiv | jsonl:PATH (the eval slice, as magrpo.py; 2-agent tasks only, not pipeline); not typed with --run: the run's own
     num_samples: int = 5  # k joint answers per problem (authors: 15)
     k_values: str = "1,3,5"  # the k of pass@k, accuracy@k, MaxCoop@k (each <= --num-samples)
     test_timeout: float = 3.0  # seconds per test in the sandbox
@@ -1191,13 +1191,29 @@ def check_args(args):
         arg_error("--num-agents", "need --num-agents >= 1 and --num-turns >= 1")
     if args.mode == "magrpo" and args.num_samples < 1:
         arg_error("--num-samples", f"must be >= 1, got {args.num_samples}")
+    if args.mode == "magrpo" and args.task == "pipeline":  # team_answers and score_sample play 2 agents
+        arg_error("--task", "pipeline has 3 agents; evaluate.py scores 2-agent teams only (minicode, humaneval, "
+                            "coophumaneval, tldr, arxiv, jsonl:PATH)")
     if args.feedback_in_prompt and not args.verifier:
         arg_error("--feedback-in-prompt", "needs --verifier (a train_verifier.py run folder)")
     if not args.greedy and args.temperature <= 0:
         arg_error("--temperature", f"must be > 0 when sampling (or pass --greedy), got {args.temperature}")
 
 
+def use_run_data(args):
+    """--run given, --dataset (debate) or --task (magrpo) not: evaluate on the run's own, read from its args.json."""
+    key = "dataset" if args.mode == "debate" else "task"
+    path = Path(args.run) / "args.json"
+    if not args.run or key in given_fields(args) or not path.is_file():
+        return
+    value = json.loads(path.read_text()).get(key)
+    if value and value != getattr(args, key):
+        print(f"--{key} {value}: the one {args.run} was trained on (--{key} chooses another)")
+        setattr(args, key, value)
+
+
 def main(args: Args):
+    use_run_data(args)
     check_args(args)
     methods = choose_methods(args)
     if not args.max_new_tokens:

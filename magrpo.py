@@ -53,7 +53,8 @@ trees) and writes checkpoints. "multi-process:" comments mark the lines.
 Examples:
   # CPU smoke run with the tiny random model (seconds)
   python magrpo.py --model tiny --max-steps 4 --max-new-tokens 32
-  # default: SmolLM2-135M-Instruct, HumanEval (train = problems 33..162), 2 agents, G = 4 (~15 min on 2 CPU cores)
+  # default: SmolLM2-135M-Instruct, minicode (64 easy offline training problems), 2 agents, G = 4, 15 steps
+  # (its time on a CPU: README "Results")
   python magrpo.py
   # two turns with level feedback, cross joint actions
   python magrpo.py --turns 2 --joint-mode cross --max-steps 5
@@ -729,7 +730,7 @@ def load_problems(task: str, split: str = "train", limit: int = 0) -> list[dict]
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
     if task.startswith("jsonl:"):
         path = task[len("jsonl:"):]
-        rows, _ = read_jsonl(path, (), convert=lambda row: row)
+        rows, _ = read_jsonl(path, (), convert=lambda row: row, flag="--task")
         records = []
         for i, row in enumerate(rows):
             try:
@@ -1623,8 +1624,9 @@ def main(args: Args):
             log_samples(run_dir, tree_samples(step + 1, roots))
         if (step + 1) % args.save_every == 0 or step + 1 == args.max_steps:
             checkpoint(step + 1)
-    if agents.names is not None:
-        save_adapters(agents.models[0], agents.names, run_dir / "adapters")
+    if agents.names is not None:  # the last step's checkpoint() already wrote them; only a run with no step left
+        if start_step >= args.max_steps:  # (a --resume at or past --max-steps) writes them here
+            save_adapters(agents.models[0], agents.names, run_dir / "adapters")
     elif is_main_process():
         for i, model in enumerate(agents.models):
             model.save_pretrained(run_dir / "agents" / f"agent{i}")

@@ -79,6 +79,9 @@ def refusal_rows(tmp_path, c, m):
         ("cotrain", [*TINY, "--run-dir", new, "--lr", "-1"], "--lr", "> 0"),
         ("cotrain", [*TINY, "--run-dir", new, "--train-limit", "-5"], "--train-limit", ">= 0"),
         ("cotrain", ["--model", "/no/such/dir", "--run-dir", new], "--model", "does not exist"),
+        ("cotrain", [*TINY, "--run-dir", new, "--dataset", "gsm8K"], "--dataset", "unknown dataset"),
+        ("cotrain", [*TINY, "--run-dir", new, "--dataset", "jsonl:/no/such.jsonl"], "--dataset", "does not exist"),
+        ("cotrain", [*TINY, "--run-dir", new, "--eval-every", "-1"], "--eval-every", ">= 0"),
         ("cotrain", [*TINY, "--run-dir", str(tmp_path / "a_file" / "run")], "--run-dir", "Not a directory"),
         ("cotrain", [*TINY, "--run-dir", "/proc/nanomarl-no/run"], "--run-dir", "cannot write"),
         ("cotrain", [*TINY, "--run-dir", new, "--policy-sharing", "agnet"], "--policy-sharing", "agent-turn"),
@@ -137,11 +140,13 @@ def resume(run, *flags):
 def test_resume_means_what_was_typed_and_layers_every_resume(runs):
     c, _ = runs
     assert resume(c).lr == 1e-4  # the run's own lr
-    assert resume(c, "--lr", "1e-5").lr == 1e-5  # typed, although 1e-5 is the default
-    assert resume(c, "--updates", "5").updates == 5  # typed, although 5 is the default
+    default = cotrain.Args()
+    assert default.lr != 1e-4 and default.updates != 3
+    assert resume(c, "--lr", str(default.lr)).lr == default.lr  # typed, although it is the default
+    assert resume(c, "--updates", str(default.updates)).updates == default.updates  # typed, although the default
     first = resume(c, "--lr", "1e-3", "--max-new-tokens", "8")
     second = resume(c, "--updates", "7")  # remembers what the first resume changed
-    assert (second.lr, second.max_new_tokens, second.updates) == (1e-3, 8, 7) and first.updates == 5
+    assert (second.lr, second.max_new_tokens, second.updates) == (1e-3, 8, 7) and first.updates == default.updates
     assert resume(c).updates == 7
     assert json.loads((c / "args_resume.json").read_text())["updates"] == 7
     assert json.loads((c / "args.json").read_text())["lr"] == 1e-4  # the first run's settings stay as they were
@@ -241,7 +246,7 @@ def test_every_recipe_parses_and_typed_flags_override_it():
 def test_old_flag_names_still_work_with_a_note(tmp_path, capsys):
     args = common.parse_args(magrpo.Args, ["--steps", "3", "--kl-coef", "0.1", "--gen-batch-size", "4",
                                            "--micro-batch", "2"])
-    assert (args.max_steps, args.beta, args.generate_batch_size, args.micro_batch_size, args.steps) == (3, 0.1, 4, 2, 3)
+    assert (args.max_steps, args.beta, args.generate_batch_size, args.micro_batch_size) == (3, 0.1, 4, 2)
     notes = capsys.readouterr().err.splitlines()
     assert "note: --steps is now --max-steps (the old name works until the next release)" in notes and len(notes) == 4
     old = tmp_path / "old.json"  # a config (or a run's args.json) of the previous release, old names inside

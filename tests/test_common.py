@@ -219,6 +219,22 @@ def test_adapters_stay_trainable_after_reference_and_set_adapter(tiny):
         assert all(g is not None for g in grads) and sum(g.abs().sum() for g in grads) > 0
 
 
+def test_a_frozen_adapter_stays_frozen_through_the_single_adapter_and_reference_paths(tiny):
+    """A frozen adapter on the policy's base (the shared verifier) must not become trainable when a pass runs on
+    one adapter (peft's set_adapter) or on the base (disable_adapter): requires_grad is restored, not reset."""
+    tok, _ = tiny
+    model = make_peft(("agent0", "verifier"))
+    for p in common.adapter_parameters(model, "verifier"):
+        p.requires_grad_(False)
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    rollout = generate(model, tok, chat(tok, ["a", "b"]), ["agent0", "agent0"], max_new_tokens=4)
+    args = (rollout["query_ids"], rollout["query_mask"], rollout["response_ids"], rollout["response_mask"])
+    forward_responses(model, *args, ["verifier", "verifier"])
+    reference_logprobs(model, *args)
+    assert {n for n, p in model.named_parameters() if not p.requires_grad} == frozen
+    assert all(p.requires_grad for p in common.adapter_parameters(model, "agent0"))
+
+
 def test_one_adapter_for_every_row_takes_the_plain_path_and_matches_mixed_batch(tiny):
     """forward_responses/generate with one adapter name on every row use peft's ordinary forward (set_adapter),
     not the mixed-batch routing; same log-probs and gradients, and the active adapter and trainability are

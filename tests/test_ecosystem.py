@@ -154,8 +154,8 @@ def test_base_model_id_names_the_hub_model_behind_an_alias():
 
 
 def test_quantised_load_after_a_plain_one_still_gets_4bit_lora():
-    """import_peft hides bitsandbytes from peft's first import without --quant; a 4-bit load later in the same
-    process must still get bitsandbytes' LoRA layers (peft's cached answer is cleared)."""
+    """hide_bitsandbytes_unless_quantised hides bitsandbytes from peft's first import without --quant; a 4-bit
+    load later in the same process must still get bitsandbytes' LoRA layers (peft's cached answer is cleared)."""
     pytest.importorskip("bitsandbytes", reason="--quant 4bit needs bitsandbytes")
     code = textwrap.dedent("""
         import sys, common
