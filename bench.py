@@ -375,7 +375,10 @@ def bench_end_to_end(args):
     for revision, *flags in variants:
         folder = Path(__file__).resolve().parent if revision == "." else export_revision(revision, out_dir / "revisions")
         for script in args.end_to_end_scripts.split(","):
-            steps_flag = {"cotrain.py": "--updates", "magrpo.py": "--max-steps"}[script]
+            # a git revision may predate magrpo.py's --max-steps; its old name --steps works in every version (now
+            # an alias with a one-line note), so revisions get --steps and the working tree the current name
+            magrpo_steps = "--max-steps" if revision == "." else "--steps"
+            steps_flag = {"cotrain.py": "--updates", "magrpo.py": magrpo_steps}[script]
             run_dir = out_dir / f"e2e-{script[:-3]}-{time.strftime('%Y%m%d-%H%M%S')}"
             start = time.perf_counter()
             done = subprocess.run([sys.executable, str(folder / script), steps_flag, str(1 + args.end_to_end_updates),

@@ -1056,8 +1056,8 @@ TURN1_MATH = {
                 "write the answer in the following format:\n\nAnswer: \\boxed{{XX}}\n\nPlease ensure that the final "
                 "answer is always formatted this way."),
     # ours, for small models (the CPU default): SmolLM2-135M copies the authors' "\\boxed{XX}" placeholder; with this
-    # prompt its greedy answers are right on 40 % of 40 held-out arith:easy questions (85 % well formed), against
-    # 25 % (52 %) with "default" (README "Results")
+    # prompt its greedy turn-1 answers are right on 40 % of 40 held-out arith:easy questions (85 % well formed),
+    # against 20 % (52.5 %) with "default" (README "Results", the step-0 rows of runs B and A)
     "short": "{question}\nShow the calculation, then end with \"The answer is\" and the number.",
     "phi3": ("Question: {question}\n\nProvide a reasoning for your solution. At the end, you MUST write the answer in "
              "the following format:```\n\nAnswer: \\boxed{{ XXX }}'''\n\nPlease ensure that the final answer is always "

@@ -44,3 +44,24 @@ def run_script(args: list[str], timeout: int = 300):
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert result.returncode == 0, f"{' '.join(args)} failed:\nSTDOUT:\n{result.stdout[-3000:]}\nSTDERR:\n{result.stderr[-3000:]}"
     return result
+
+
+class ModelLoaded(AssertionError):
+    """Raised by the no_models fixture: a model load was reached where every refusal must come first."""
+
+
+@pytest.fixture
+def no_models(monkeypatch):
+    """Loading a model or a tokenizer, or building the agents, raises ModelLoaded (cotrain.py and magrpo.py): the
+    checks under test must stop the run before one. (Both scripts call start_run before they build the agents.)"""
+    import cotrain
+    import magrpo
+
+    def refuse(*args, **kwargs):
+        raise ModelLoaded("a model was loaded before the bad input was reported")
+
+    for module in (cotrain, magrpo):
+        monkeypatch.setattr(module, "load_model", refuse)
+        monkeypatch.setattr(module, "load_tokenizer", refuse)
+    monkeypatch.setattr(cotrain, "build_team", refuse)
+    monkeypatch.setattr(magrpo, "build_agents", refuse)

@@ -14,24 +14,9 @@ import torch
 import common
 import cotrain
 import magrpo
-from conftest import ROOT
+from conftest import ROOT, ModelLoaded
 
 TINY = ["--model", "tiny", "--device", "cpu"]
-
-
-class ModelLoaded(Exception):
-    pass
-
-
-@pytest.fixture
-def no_models(monkeypatch):
-    """Loading a model (or its tokenizer) fails the test: every refusal must come before it."""
-    def refuse(*a, **k):
-        raise ModelLoaded("a model was loaded")
-
-    for module in (cotrain, magrpo):
-        monkeypatch.setattr(module, "load_model", refuse)
-        monkeypatch.setattr(module, "load_tokenizer", refuse)
 
 
 def start(script, argv):

