@@ -169,7 +169,8 @@ def test_cotrain_cli_under_torchrun(tmp_path):
                      timeout=300)
     assert out.stdout.count("update 1: ") == 1 and out.stdout.count("sample debate") == 1  # rank 0 prints alone
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in rows] == [1]  # one line per step: only rank 0 writes
+    assert [row["step"] for row in rows] == [0, 1]  # one line per step (0: the held-out eval): only rank 0 writes
+    assert "eval/turn2/accuracy" in rows[0] and "eval/turn2/accuracy" in rows[1]  # rank 0 evaluates alone
     state = torch.load(run / "checkpoint.pt", weights_only=False)
     assert state["step"] == 1 and len(state["rng"]) == 2
     assert not torch.equal(state["rng"][0]["torch"], state["rng"][1]["torch"])  # each rank its own sampling seed

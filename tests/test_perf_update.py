@@ -19,9 +19,11 @@ from common import adapter_parameters, batched, forward_responses, masked_whiten
 
 
 def tiny_args(*flags):
-    """cotrain.py's default update shape (2 agents x 2 turns, 2 questions, 4 PPO epochs, micro-batches of one
-    question, forward batches of 8 rows) on the tiny model; penalties off (the tiny model never writes \\boxed{})."""
+    """The update shape of cotrain.py's default before this session (2 agents x 2 turns, 2 questions, 4 PPO epochs,
+    micro-batches of one question, forward batches of 8 rows; the counts in the README are for it) on the tiny model;
+    penalties off (the tiny model never writes an answer)."""
     return parse_args(cotrain.Args, ["--model", "tiny", "--device", "cpu", "--max-new-tokens", "6",
+                                     "--questions-per-update", "2", "--ppo-epochs", "4", "--eval-questions", "0",
                                      "--no-penalize-format", "--missing-eos-penalty", "0", "--sample-every", "0",
                                      "--log-every", "0", *flags])
 
@@ -332,7 +334,7 @@ def test_forward_and_backward_counts_per_update(monkeypatch):
     for label, value_model in (("before", "separate"), ("separate", "separate"), ("shared", "shared")):
         args = tiny_args("--value-model", value_model)
         assert (args.num_agents, args.num_turns, args.questions_per_update, args.ppo_epochs, args.micro_batch_questions,
-                args.forward_batch_size) == (2, 2, 2, 4, 1, 8)  # cotrain.py's defaults
+                args.forward_batch_size) == (2, 2, 2, 4, 1, 8)  # the former default shape (tiny_args)
         team = cotrain.build_team(args, "cpu")
         debate, rewards = debate_and_rewards(team, args, records)
         with monkeypatch.context() as patch:
