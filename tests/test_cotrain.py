@@ -342,7 +342,7 @@ def test_cli_smoke_and_resume(tmp_path):
     """2 updates, then --resume for a 3rd: the step counter and metrics.jsonl continue, and the 3rd update is
     exactly the one an uninterrupted 3-update run makes (adapters, heads, optimisers and RNG restored)."""
     flags = ["--model", "tiny", "--device", "cpu", "--questions-per-update", "2", "--max-new-tokens", "6",
-             "--ppo-epochs", "1", "--lr", "1e-3", "--lr-end-factor", "1.0", "--sample-every", "1"]
+             "--ppo-epochs", "1", "--lr", "1e-3", "--lr-end-factor", "1.0", "--sample-every", "1", "--eval-questions", "4"]
     run = tmp_path / "run"
     out = run_script(["cotrain.py", *flags, "--run-dir", str(run), "--updates", "2"], timeout=300)
     assert "sample debate" in out.stdout and "metrics:" in out.stdout
