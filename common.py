@@ -1345,6 +1345,12 @@ def dataset_records(name: str, split: str, limit: int | None, skip_bad_rows: boo
     return records
 
 
+def dataset_options(args) -> dict:
+    """A script's --dataset-config/--question-field/--answer-field/--dataset-task as load_task's keywords."""
+    return dict(question_field=args.question_field, answer_field=args.answer_field, config=args.dataset_config,
+                task=args.dataset_task)
+
+
 def load_task(name: str, split: str = "train", limit: int | None = None, seed: int = 0,
               skip_bad_rows: bool = False, question_field: str = "question", answer_field: str = "answer",
               config: str = "", task: str = "math") -> list[dict]:

@@ -92,13 +92,14 @@ from tqdm import tqdm
 
 from common import (SHORT_DISCUSSION, ValueHead, adapter_parameters, adapter_state_dict, add_adapters, all_rng_states,
                     allreduce_gradients, allreduce_sum, arg_error, atomic_write_text, chat_prompt, check_model_name,
-                    check_numbers, clean_exits, debate_metrics, explained_variance, extract_answer, finish_distributed,
-                    finish_tracker, finish_writes_first, format_metrics, forward_responses, gae, generate, hidden_size,
-                    init_distributed, is_main_process, is_well_formed, kl_k1, load_adapter_state_dict, load_checkpoint,
-                    load_function, load_model, load_task, load_tokenizer, log_metrics, log_samples,
-                    majority_vote_accuracy, masked_whiten, parse_args, parse_int_list, plot_run, print_eval_table,
-                    restore_rng_state, resumed_args, save_adapters, save_checkpoint, seed_everything,
-                    seed_sampling_per_rank, set_torch_threads, start_run, step_indices, turn1_prompt, world_info)
+                    check_numbers, clean_exits, dataset_options, debate_metrics, explained_variance, extract_answer,
+                    finish_distributed, finish_tracker, finish_writes_first, format_metrics, forward_responses, gae,
+                    generate, hidden_size, init_distributed, is_main_process, is_well_formed, kl_k1,
+                    load_adapter_state_dict, load_checkpoint, load_function, load_model, load_task, load_tokenizer,
+                    log_metrics, log_samples, majority_vote_accuracy, masked_whiten, parse_args, parse_int_list,
+                    plot_run, print_eval_table, restore_rng_state, resumed_args, save_adapters, save_checkpoint,
+                    seed_everything, seed_sampling_per_rank, set_torch_threads, start_run, step_indices, turn1_prompt,
+                    world_info)
 
 
 @dataclass
@@ -1027,8 +1028,7 @@ def heldout_records(args: Args, train_records: list[dict]) -> list[dict]:
               f"out in a folder with a test file, or measure with evaluate.py")
         return []
     records = load_task(args.dataset, args.eval_split, limit=args.eval_questions, seed=0,  # the same set for every --seed
-                        skip_bad_rows=args.skip_bad_rows, question_field=args.question_field,
-                        answer_field=args.answer_field, config=args.dataset_config, task=args.dataset_task)
+                        skip_bad_rows=args.skip_bad_rows, **dataset_options(args))
     shared = {r["question"] for r in records} & {r["question"] for r in train_records}
     if shared:
         arg_error("--eval-split", f"{len(shared)} of the {len(records)} held-out questions of split {args.eval_split!r} "
@@ -1125,8 +1125,7 @@ def main(args: Args, score_fn=None) -> Path:
                                             f"divisible by {world}, got {args.questions_per_update}")
     # the data is read and checked (fields, rows, split) before the run folder is made and any model loads
     records = load_task(args.dataset, args.dataset_split, limit=args.train_limit or None, seed=args.seed,
-                        skip_bad_rows=args.skip_bad_rows, question_field=args.question_field,
-                        answer_field=args.answer_field, config=args.dataset_config, task=args.dataset_task)
+                        skip_bad_rows=args.skip_bad_rows, **dataset_options(args))
     records = rl_records(args, records)  # --scorer verifier: never the verifier's own questions
     eval_records = heldout_records(args, records)  # checked now: no held-out question is a training question
     if len(records) < args.questions_per_update:

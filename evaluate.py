@@ -79,10 +79,10 @@ from tqdm import tqdm
 
 import cotrain
 import magrpo
-from common import (adapter_parameters, add_adapters, arg_error, check_model_name, check_numbers, debate_metrics,
-                    default_device, format_metrics, forward_responses, given_fields, load_model, load_task,
-                    load_tokenizer, majority_vote_accuracy, masked_mean, parse_args, parse_int_list, seed_everything,
-                    set_torch_threads, tokenize_prompts)
+from common import (adapter_parameters, add_adapters, arg_error, check_model_name, check_numbers, dataset_options,
+                    debate_metrics, default_device, format_metrics, forward_responses, given_fields, load_model,
+                    load_task, load_tokenizer, majority_vote_accuracy, masked_mean, parse_args, parse_int_list,
+                    seed_everything, set_torch_threads, tokenize_prompts)
 from sandbox import parallel_map
 
 
@@ -113,6 +113,10 @@ class Args:
     # ---- debate (MAPoRL) ----
     dataset: str = "arith:easy"  # arith:easy (cotrain.py's CPU default) | arith | gsm8k | anli[:r1|r2|r3] | jsonl:PATH; not typed with --run: the run's own; another than the run's = cross-domain transfer
     split: str = "test"  # dataset split
+    dataset_config: str = ""  # hub id only: the dataset's configuration (e.g. main for openai/gsm8k)
+    question_field: str = "question"  # hub id or local file: the column holding the question
+    answer_field: str = "answer"  # hub id or local file: the column holding the gold answer
+    dataset_task: Literal["math", "nli"] = "math"  # hub id or local file: math (the answer's last number, e.g. GSM8K's '#### 72') or nli (entailment/neutral/contradiction or 0/1/2)
     limit: int = 50  # debate questions / magrpo problems: the first N of the eval split (0 = all)
     num_agents: int = 3  # A (may differ from training: the paper trains with 2 and evaluates with 3)
     num_turns: int = 3  # T
@@ -587,7 +591,7 @@ def train_sft_baseline(bases: Bases, args, scorer, exclude: set[str] = frozenset
     masked NLL. Every agent then plays with it. Questions in `exclude` (the evaluation's) are never trained on.
     Returns its statistics."""
     base = sft_base(args)
-    loaded = load_task(args.dataset, "train", args.sft_questions, args.seed)
+    loaded = load_task(args.dataset, "train", args.sft_questions, args.seed, **dataset_options(args))
     records = [r for r in loaded if r["question"] not in exclude]
     if len(records) < len(loaded):
         print(f"sft: left out {len(loaded) - len(records)} train questions that are also evaluation questions")
@@ -629,7 +633,7 @@ def train_overlap(records: list[dict], run_dir: str) -> int | None:
 
 def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[dict]]:
     """Debate mode: every method's A-agent, T-turn debates on the eval questions, and their metrics."""
-    records = load_task(args.dataset, args.split, args.limit or None, args.seed)
+    records = load_task(args.dataset, args.split, args.limit or None, args.seed, **dataset_options(args))
     if not records:
         arg_error("--dataset", f"{args.dataset} {args.split} has no questions")
     if "sft" in methods:

@@ -84,11 +84,11 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from common import (ValueHead, adapter_parameters, adapter_state_dict, add_adapters, arg_error, chat_prompt,
-                    check_model_name, check_numbers, clean_exits, default_device, extract_answer, finish_tracker,
-                    format_metrics, generate, hidden_size, is_main_process, load_adapter_state_dict, load_adapters,
-                    load_checkpoint, load_model, load_task, load_tokenizer, log_metrics, masked_mean, parse_args,
-                    plot_run, read_jsonl, resumed_args, rng_state, save_adapters, save_checkpoint, seed_everything,
-                    set_rng_state, set_torch_threads, start_run, step_indices, turn1_prompt)
+                    check_model_name, check_numbers, clean_exits, dataset_options, default_device, extract_answer,
+                    finish_tracker, format_metrics, generate, hidden_size, is_main_process, load_adapter_state_dict,
+                    load_adapters, load_checkpoint, load_model, load_task, load_tokenizer, log_metrics, masked_mean,
+                    parse_args, plot_run, read_jsonl, resumed_args, rng_state, save_adapters, save_checkpoint,
+                    seed_everything, set_rng_state, set_torch_threads, start_run, step_indices, turn1_prompt)
 
 ADAPTER = "verifier"  # the verifier's LoRA adapter name (also when it shares the policy's base)
 
@@ -111,6 +111,10 @@ class Args:
     max_length: int = 550  # tokens of [prompt ; answer]; longer pairs lose the prompt's start first (authors: 550)
     # ---- questions ----
     dataset: str = "arith"  # gsm8k | anli[:r1|r2|r3] | jsonl:PATH | arith (built-in, offline); its train split
+    dataset_config: str = ""  # hub id only: the dataset's configuration (e.g. main for openai/gsm8k)
+    question_field: str = "question"  # hub id or local file: the column holding the question
+    answer_field: str = "answer"  # hub id or local file: the column holding the gold answer
+    dataset_task: Literal["math", "nli"] = "math"  # hub id or local file: math (the answer's last number, e.g. GSM8K's '#### 72') or nli (entailment/neutral/contradiction or 0/1/2)
     num_questions: int = 0  # load the first N train questions before splitting (0 = all; arith makes 1000)
     verifier_fraction: float = 0.3  # share of train questions kept for the verifier; cotrain.py uses the rest
     heldout_fraction: float = 0.1  # share of the verifier's questions held out to measure it
@@ -567,7 +571,8 @@ def main(args: Args):
     seed_everything(args.seed)
 
     # 1. questions: the verifier's share of the train split (cotrain.py trains on the rest), some held out
-    records = load_task(args.dataset, "train", args.num_questions or None, args.seed, args.skip_bad_rows)
+    records = load_task(args.dataset, "train", args.num_questions or None, args.seed, args.skip_bad_rows,
+                        **dataset_options(args))
     parts = split_questions(records, args.verifier_fraction, args.heldout_fraction, args.split_seed)
     for name in ("verifier_train", "verifier_heldout"):  # a repeated question is one question
         parts[name] = list({r["question"]: r for r in parts[name]}.values())

@@ -316,3 +316,17 @@ def test_three_agents_from_the_command_line_with_the_builtin_and_a_custom_reward
     m = last_metrics(tmp_path / "custom")
     assert m["reward/mean"] == 0.5 and m["reward/half"] == 0.5 and "reward/pipeline" not in m
     assert m["eval/reward/mean"] == 0.5 and m["eval/reward/half"] == 0.5 and "eval/pass_rate" not in m
+
+
+def test_every_script_reads_a_local_file_with_its_own_column_names(tmp_path, monkeypatch):
+    """Issue 16 item 5 in train_verifier.py and evaluate.py too: the same four flags reach load_task."""
+    import evaluate
+    import train_verifier
+
+    data = tmp_path / "mine.csv"
+    data.write_text("problem,solution\nWhat is 2 + 3?,5\nWhat is 4 + 4?,8\n")
+    flags = ["--dataset", str(data), "--question-field", "problem", "--answer-field", "solution"]
+    for module in (train_verifier, evaluate):
+        args = common.parse_args(module.Args, flags)
+        records = common.load_task(args.dataset, "train", None, 0, **common.dataset_options(args))
+        assert [(r["question"], r["answer"]) for r in records] == [("What is 2 + 3?", "5"), ("What is 4 + 4?", "8")]
