@@ -28,6 +28,8 @@ One update (the numbered stages in main()):
        (turn, agent) pairs are summed and every optimiser (one per policy adapter, one for the heads (shared) or
        the critic + heads (separate)) steps once per minibatch. Shared: one forward + backward per micro-batch
        gives the policy and the value loss; separate: a second one on the critic adapter
+    7. (and 0., before the first update) the team debates the held-out questions greedily: eval/turn{t}/accuracy
+       and the transitions in metrics.jsonl, every --eval-every updates and after the last (evaluate_team)
 
 What this script changes relative to the paper and the authors' code (chanwoo-park-official/MAPoRL), and why:
   * Incentives follow the paper's Tables 1 and 2. The authors' code swaps two α indices and flips all four β
