@@ -1346,9 +1346,10 @@ def dataset_records(name: str, split: str, limit: int | None, skip_bad_rows: boo
 
 
 def dataset_options(args) -> dict:
-    """A script's --dataset-config/--question-field/--answer-field/--dataset-task as load_task's keywords."""
-    return dict(question_field=args.question_field, answer_field=args.answer_field, config=args.dataset_config,
-                task=args.dataset_task)
+    """A script's --dataset-config/--question-field/--answer-field/--dataset-task as load_task's keywords (their
+    defaults for settings without them, e.g. a run saved before these flags existed)."""
+    return dict(question_field=getattr(args, "question_field", "question"), answer_field=getattr(args, "answer_field",
+                "answer"), config=getattr(args, "dataset_config", ""), task=getattr(args, "dataset_task", "math"))
 
 
 def load_task(name: str, split: str = "train", limit: int | None = None, seed: int = 0,
