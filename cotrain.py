@@ -709,7 +709,8 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
             copies = len(all_names) // rows_n
             out = _forward_chunks(model, {k: batch[k].repeat(copies, 1) for k in ("query_ids", "query_mask",
                                                                                    "response_ids", "response_mask")},
-                                  all_names, size, args.temperature, False, output_entropy=True, output_hidden=True)
+                                  all_names, size, args.temperature, False, output_entropy=True,
+                                  output_hidden=shared or critic_here)  # no hidden states nobody reads
             old_logprobs, entropy = out["logprobs"][:rows_n], out["entropy"][:rows_n]
             ref_logprobs = out["logprobs"][rows_n:2 * rows_n]
             if shared:
