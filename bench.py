@@ -59,6 +59,7 @@ from common import parse_args
 
 @dataclasses.dataclass
 class Args:
+    renamed = {"out_dir": "output_dir"}  # old flag -> new name (the old one works until the next release)
     # ---- what to measure on
     models: str = "tiny,smollm2-135m"  # comma-separated model names (tiny, smollm2-135m, a hub id/path, or a --random-init config)
     random_init: bool = False  # build each model from its config with random weights (qwen2.5-1.5b, qwen2.5-3b, or a config.json path)
@@ -84,7 +85,7 @@ class Args:
     threads_wait: int = 180  # threads part: seconds to wait at most for the load average to settle (idle) or to show the competitor
     threads: int = 0  # torch CPU threads of this process; 0 = OMP_NUM_THREADS if set, else the cores the load average leaves free
     # ---- output
-    out_dir: str = "runs/bench"  # where bench.json is written
+    output_dir: str = "runs/bench"  # where bench.json is written
     seed: int = 0  # random seed
     memory_config: str = ""  # internal: run one memory configuration in this process and print JSON
     peer_run: str = ""  # internal: run one peer system 'SYSTEM|MODEL' in this process and print JSON
@@ -370,19 +371,21 @@ def bench_end_to_end(args):
     Each --end-to-end-variants entry ('REV [FLAGS]') runs the scripts of the working tree ('.') or of a git
     revision, with FLAGS, one run at a time; speedup = the first variant's seconds per update / this one's."""
     results, first = {}, {}
-    out_dir = Path(args.out_dir).resolve()
+    out_dir = Path(args.output_dir).resolve()
     variants = [v.split() for v in args.end_to_end_variants.split(";") if v.strip()]
     for revision, *flags in variants:
         folder = Path(__file__).resolve().parent if revision == "." else export_revision(revision, out_dir / "revisions")
         for script in args.end_to_end_scripts.split(","):
-            # a git revision may predate magrpo.py's --max-steps; its old name --steps works in every version (now
-            # an alias with a one-line note), so revisions get --steps and the working tree the current name
-            magrpo_steps = "--max-steps" if revision == "." else "--steps"
-            steps_flag = {"cotrain.py": "--updates", "magrpo.py": magrpo_steps}[script]
+            # a git revision may predate today's names (--max-steps, --output-dir); the old ones (cotrain.py
+            # --updates, magrpo.py --steps, --run-dir) work in every version (now aliases with a one-line note), so
+            # revisions get the old names and the working tree the current ones
+            new = revision == "."
+            steps_flag = "--max-steps" if new else {"cotrain.py": "--updates", "magrpo.py": "--steps"}[script]
             run_dir = out_dir / f"e2e-{script[:-3]}-{time.strftime('%Y%m%d-%H%M%S')}"
             start = time.perf_counter()
             done = subprocess.run([sys.executable, str(folder / script), steps_flag, str(1 + args.end_to_end_updates),
-                                   "--run-dir", str(run_dir), *flags], capture_output=True, text=True, cwd=folder)
+                                   "--output-dir" if new else "--run-dir", str(run_dir), *flags], capture_output=True,
+                                  text=True, cwd=folder)
             wall = time.perf_counter() - start
             if done.returncode != 0:
                 raise RuntimeError(f"{script} ({revision} {' '.join(flags)}) failed:\n{done.stderr[-2000:]}")
@@ -621,17 +624,16 @@ def bench_threads(args) -> dict:
     before the idle run and to show the competitor before the others. Each run: 1 + --end-to-end-updates updates,
     the first dropped."""
     script = args.threads_script
-    steps_flag, no_eval = {"cotrain.py": ("--updates", "--eval-questions"),
-                           "magrpo.py": ("--max-steps", "--eval-problems")}[script]
+    no_eval = {"cotrain.py": "--eval-questions", "magrpo.py": "--eval-problems"}[script]
     cores = len(os.sched_getaffinity(0))
-    out_dir = Path(args.out_dir).resolve()
+    out_dir = Path(args.output_dir).resolve()
 
     def run(label: str, flags: list[str]) -> dict:
         run_dir = out_dir / f"threads-{script[:-3]}-{label}-{time.strftime('%Y%m%d-%H%M%S')}"
         load = os.getloadavg()[0]
         env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # the script chooses for itself
-        done = subprocess.run([sys.executable, script, steps_flag, str(1 + args.end_to_end_updates), no_eval, "0",
-                               "--run-dir", str(run_dir), *args.threads_flags.split(), *flags], capture_output=True,
+        done = subprocess.run([sys.executable, script, "--max-steps", str(1 + args.end_to_end_updates), no_eval, "0",
+                               "--output-dir", str(run_dir), *args.threads_flags.split(), *flags], capture_output=True,
                               text=True, env=env,
                               cwd=Path(__file__).resolve().parent)
         if done.returncode != 0:
@@ -733,7 +735,7 @@ def main(args):
     if "end-to-end" in parts:
         report["end_to_end"] = bench_end_to_end(args)
         print("end to end:", json.dumps(report["end_to_end"]))
-    out = Path(args.out_dir)
+    out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     common.atomic_write_text(out / "bench.json", json.dumps(report, indent=2))
     print(f"wrote {out / 'bench.json'}")

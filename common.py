@@ -145,7 +145,7 @@ def parse_args(cls, argv: list[str] | None = None):
 def load_config(cls, path: str) -> dict:
     """The settings of a --config file, checked against cls's fields and types: a YAML (.yaml/.yml) or JSON mapping
     {flag name (dashes or underscores): value}. A run's args.json works too: its `script` must be this script, and
-    its run_dir and resume are left out (a new run goes to a new folder)."""
+    its output_dir (run_dir before the rename) and resume are left out (a new run goes to a new folder)."""
     file = Path(path)
     if not file.is_file():
         arg_error("--config", f"{path} is not a file")
@@ -165,7 +165,8 @@ def load_config(cls, path: str) -> dict:
     if script is not None:  # a run's args.json
         if script != this:
             arg_error("--config", f"{path} holds the settings of a {script}.py run, not of {this}.py")
-        data.pop("run_dir", None)
+        data.pop("output_dir", None)
+        data.pop("run_dir", None)  # the old name, in the args.json of a run of the previous release
     data.pop("resume", None)
     fields, renamed, values = {f.name for f in dataclasses.fields(cls)}, getattr(cls, "renamed", {}), {}
     for key, value in data.items():
@@ -1528,22 +1529,22 @@ def restore_rng_state(states: list[dict] | dict):
 
 
 def start_run(args, script: str) -> Path:
-    """The run folder: a new runs/<script>-<time> (or --run-dir), or --resume's folder (checked by resumed_args).
+    """The run folder: a new runs/<script>-<time> (or --output-dir), or --resume's folder (checked by resumed_args).
     A new run writes args.json (its settings and the script's name). A resume appends the flags it was given to
     resumes.jsonl (the next resume layers them again), writes the merged settings to args_resume.json, removes
     what a killed write left behind, and trims metrics.jsonl to the checkpoint's step (the later steps are logged
     again). A folder that cannot be written is refused first, with one line."""
     check_report_to(getattr(args, "report_to", "none"))  # a missing tracker package: refused before any folder
     resume = getattr(args, "resume", "")
-    flag = "--resume" if resume else "--run-dir"
-    run_dir = Path(resume or getattr(args, "run_dir", "") or
+    flag = "--resume" if resume else "--output-dir"
+    run_dir = Path(resume or getattr(args, "output_dir", "") or
                    f"runs/{script}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}-s{args.seed}")
     if world_info()[1] > 1:  # every rank uses rank 0's folder name (clocks differ)
         box = [str(run_dir)]
         torch.distributed.broadcast_object_list(box, src=0)
         run_dir = Path(box[0])
     elif not resume and (run_dir / "metrics.jsonl").exists():
-        arg_error("--run-dir", f"{run_dir} already holds a run; continue it with --resume {run_dir} or pick a new folder")
+        arg_error("--output-dir", f"{run_dir} already holds a run; continue it with --resume {run_dir} or pick a new folder")
     if resume and not (run_dir / "checkpoint.pt").is_file():
         arg_error("--resume", f"{run_dir} has no checkpoint.pt to resume from")
     _RUN.update(script=script, run_dir=run_dir, step=None)
@@ -1582,8 +1583,9 @@ def resumed_args(args, script: str, must_match: tuple[str, ...] = (), legacy=Non
     (typed, not "differs from the default", so --lr 1e-5 counts even when 1e-5 is the default).
     Refused before any model loads, with one line: a folder of another script, a folder without checkpoint.pt,
     and a changed flag of must_match (what the checkpoint's tensors depend on: models, agents, turns, adapters,
-    task). legacy(saved) -> {field: value} gives the settings of a run from before a field existed (what the code
-    then did), for the fields its args.json lacks; without it they would take today's defaults."""
+    dataset). Keys saved under an old name (the class's `renamed`, e.g. a run of the previous release) are read as
+    the new one. legacy(saved) -> {field: value} gives the settings of a run from before a field existed (what the
+    code then did), for the fields its args.json lacks; without it they would take today's defaults."""
     run_dir, cls = Path(args.resume), type(args)
     if not (run_dir / "args.json").is_file():
         arg_error("--resume", f"{run_dir} has no args.json: not a run folder (give the folder of the run to continue)")
@@ -1602,7 +1604,8 @@ def resumed_args(args, script: str, must_match: tuple[str, ...] = (), legacy=Non
                         if line.strip()] if (run_dir / "resumes.jsonl").exists() else [saved]
     names, renamed = {f.name for f in dataclasses.fields(cls)}, getattr(cls, "renamed", {})
     merged = dataclasses.asdict(cls())
-    merged.update({k: v for k, v in (legacy(saved) if legacy else {}).items() if k not in saved})
+    known = {renamed.get(k, k) for k in saved}  # a field saved under its old name is not missing
+    merged.update({k: v for k, v in (legacy(saved) if legacy else {}).items() if k not in known})
     for layer in layers:
         merged.update({renamed.get(k, k): v for k, v in layer.items() if renamed.get(k, k) in names})
     before, given = dict(merged), given_fields(args) - {"resume"}

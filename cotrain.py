@@ -62,7 +62,7 @@ no question of a minibatch. N processes x B/N questions make the same update as 
 rank 0 prints, logs (metrics of its own questions) and writes checkpoints. "multi-process:" comments mark the lines.
 
 Examples:
-  python cotrain.py --model tiny --updates 3 --max-new-tokens 16   # a smoke run, about a minute on CPU
+  python cotrain.py --model tiny --max-steps 3 --max-new-tokens 16   # a smoke run, about a minute on CPU
   # the default (tuned for SmolLM2-135M on a CPU; its time: README "Results"): 2 agents x 2 turns, arith:easy,
   # the short prompt, T 0.3, lr 2e-4, 4 questions x 10 updates, 2 PPO epochs, 48 new tokens, shared value heads,
   # 40 held-out questions
@@ -72,9 +72,9 @@ Examples:
   python cotrain.py --model microsoft/Phi-3-mini-128k-instruct --quant 4bit --dtype bfloat16 --prompt-style phi3 \\
       --dataset gsm8k --train-limit 0 --num-agents 2 --num-turns 3 --max-new-tokens 300 --min-response-tokens 50 \\
       --questions-per-update 32 --minibatch-questions 4 --micro-batch-questions 1 --forward-batch-size 16 \\
-      --updates 200 --temperature 0.7 --lr 1e-5 --ppo-epochs 4 --value-model separate \\
+      --max-steps 200 --temperature 0.7 --lr 1e-5 --ppo-epochs 4 --value-model separate \\
       --scorer verifier --verifier runs/verifier-RUN
-  torchrun --standalone --nproc_per_node 2 cotrain.py --model tiny --updates 3 --questions-per-update 4  # 2 CPU processes
+  torchrun --standalone --nproc_per_node 2 cotrain.py --model tiny --max-steps 3 --questions-per-update 4  # 2 CPU processes
   python cotrain.py --reward-fn examples/my_reward.py:correct_and_brief \\
       --dataset data.csv --question-field problem --answer-field solution   # your scorer, your data
 """
@@ -106,10 +106,12 @@ from common import (SHORT_DISCUSSION, ValueHead, adapter_parameters, adapter_sta
 
 @dataclass
 class Args:
+    # old flag -> its new name: the old one still works, with a note, until the next release (README "Flags")
+    renamed = {"updates": "max_steps", "lr_decay_updates": "lr_decay_steps", "run_dir": "output_dir"}
     # ---- run ----
     seed: int = 0  # random seed (questions, sampling, initialisation)
-    run_dir: str = ""  # output folder (default: runs/cotrain-<time>-s<seed>)
-    resume: str = ""  # continue the run in this folder from its checkpoint.pt with its saved settings; the flags you type override them (e.g. --updates 10); the model(s), agents, turns, adapters and dataset cannot change
+    output_dir: str = ""  # the run folder (default: runs/cotrain-<time>-s<seed>)
+    resume: str = ""  # continue the run in this folder from its checkpoint.pt with its saved settings; the flags you type override them (e.g. --max-steps 10); the model(s), agents, turns, adapters and dataset cannot change
     device: str = ""  # cpu or cuda (default: cuda when available; under torchrun each process takes its own GPU)
     threads: int = 0  # torch CPU threads; 0 = OMP_NUM_THREADS if set, else the cores the load average leaves free
     # ---- models and adapters ----
@@ -158,14 +160,16 @@ class Args:
     beta0: float = 0.3  # Table 2: own answer wrong and the others' majority goes W->R (+) or R->W (-)
     beta1: float = 0.3  # Table 2: own answer right and the others' majority goes W->R (+) or R->W (-)
     # ---- PPO ----
-    updates: int = 10  # number of PPO updates (rollout + optimisation)
+    max_steps: int = 10  # training steps (TRL PPO's): each one PPO update, a rollout of --questions-per-update questions and --ppo-epochs passes over it
     questions_per_update: int = 4  # B, questions per rollout, each giving A x T responses (authors: 256 over 8 GPUs); under torchrun the global batch, split across the processes
-    minibatch_questions: int = 0  # questions per optimiser step, over all processes (0: all B, one step per epoch)
-    micro_batch_questions: int = 1  # questions per forward/backward inside a minibatch, per process (gradient accumulation; authors: 1)
+    samples_per_question: int = 1  # K, debates sampled per question in a rollout: B x K debates (--advantage group compares the K; authors: 1)
+    advantage: Literal["gae", "group"] = "gae"  # gae: GAE on the value heads' estimates, whitened per (turn, agent) (the paper's PPO) | group: a response's reward less the mean over the K debates of its question, on every token (a per-question baseline as RLOO/GRPO; no value heads; needs K >= 2)
+    minibatch_questions: int = 0  # debates (questions x K) per optimiser step, over all processes (0: all B x K, one step per epoch)
+    micro_batch_questions: int = 1  # debates per forward/backward inside a minibatch, per process (gradient accumulation; authors: 1)
     ppo_epochs: int = 2  # passes over each rollout (authors: 4)
     lr: float = 2e-4  # AdamW learning rate of every adapter and head (authors: 1e-5, with 256 questions per update; LoRA on a 135M model with 10 small updates needs ~20x more)
-    lr_end_factor: float = 0.1  # linear decay from lr to lr * this over --lr-decay-updates (authors: 0.1)
-    lr_decay_updates: int = 0  # updates the decay lasts (0: --updates). Saved with the run, so a --resume with a larger --updates keeps the schedule: the lr continues where it was and stays at lr * lr_end_factor for the added updates (give --lr-decay-updates again to re-plan)
+    lr_end_factor: float = 0.1  # linear decay from lr to lr * this over --lr-decay-steps (authors: 0.1)
+    lr_decay_steps: int = 0  # steps the decay lasts (0: --max-steps). Saved with the run, so a --resume with a larger --max-steps keeps the schedule: the lr continues where it was and stays at lr * lr_end_factor for the added steps (give --lr-decay-steps again to re-plan)
     weight_decay: float = 0.01  # AdamW weight decay (torch default, as the authors)
     max_grad_norm: float = 1.0  # clip each optimiser's global gradient norm to this
     kl_coef: float = 0.002  # per-token KL penalty to the reference (authors: 0.002)
@@ -677,6 +681,14 @@ def _turn_groups(team: Team, t: int) -> list[tuple[int, list[int]]]:
     return groups
 
 
+def group_advantages(sequence_rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """--advantage group: A_i = R_i - mean_j R_j over the K = group_size debates of the same question, rows
+    q*K .. q*K+K-1 holding question q's debates (the rollout repeats each question K times in a row; MAGRPO's
+    Eq. 1 baseline, RLOO's with the sample itself included). No std division (Dr. GRPO). [B*K] -> [B*K]."""
+    grouped = sequence_rewards.reshape(-1, group_size)
+    return (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
+
+
 @torch.no_grad()
 def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args: Args) -> dict:
     """For every trained (turn, agent): old and reference log-probs, values, entropy, KL-shaped rewards,
@@ -704,16 +716,19 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
             # update uses: in fp32 the first ratio is 1 to < 1e-5; under bf16 this mixed no-grad pass and the
             # update's per-adapter forwards still round differently (up to 5e-3 measured), so it is 1 only roughly.
             shared, rows_n = args.value_model == "shared", len(names)
-            critic_here = not shared and args.critic_history  # the critic's rows join the pass
+            fit_values = args.advantage == "gae"  # --advantage group reads no values
+            critic_here = fit_values and not shared and args.critic_history  # the critic's rows join the pass
             all_names = names + ["__base__"] * rows_n + (["critic"] * rows_n if critic_here else [])
             copies = len(all_names) // rows_n
             out = _forward_chunks(model, {k: batch[k].repeat(copies, 1) for k in ("query_ids", "query_mask",
                                                                                    "response_ids", "response_mask")},
                                   all_names, size, args.temperature, False, output_entropy=True,
-                                  output_hidden=shared or critic_here)  # no hidden states nobody reads
+                                  output_hidden=(shared and fit_values) or critic_here)  # none nobody reads
             old_logprobs, entropy = out["logprobs"][:rows_n], out["entropy"][:rows_n]
             ref_logprobs = out["logprobs"][rows_n:2 * rows_n]
-            if shared:
+            if not fit_values:
+                hidden = None
+            elif shared:
                 hidden = out["hidden"][:rows_n]
             elif critic_here:
                 hidden = out["hidden"][2 * rows_n:]
@@ -723,17 +738,20 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
             for k, a in enumerate(agents):
                 rows = slice(k * n, (k + 1) * n)
                 mask = batch["response_mask"][rows]
-                values = team.heads[team.head_keys[(t, a)]](hidden[rows]) * mask
-                # 5. per-token rewards, GAE within each response, advantages whitened over this (turn, agent)
-                #    (multi-process: over this (turn, agent)'s responses on all ranks)
+                # 5. per-token rewards (final reward + b at the last token, -kl_coef x KL at every token), then
                 rewards, kl = kl_shaped_rewards(old_logprobs[rows], ref_logprobs[rows], mask,
                                                 final_rewards[:, t, a].to(mask.device), args.kl_coef)
-                advantages, returns = gae(rewards, values, mask, args.gae_gamma, args.gae_lambda)
+                if fit_values:  # GAE within each response, advantages whitened over this (turn, agent)
+                    values = team.heads[team.head_keys[(t, a)]](hidden[rows]) * mask  # (multi-process: all ranks)
+                    advantages, returns = gae(rewards, values, mask, args.gae_gamma, args.gae_lambda)
+                    advantages = masked_whiten(advantages, mask, all_ranks=True)
+                else:  # --advantage group: the response's summed reward against its question's K debates
+                    values = returns = torch.zeros_like(rewards)
+                    advantages = group_advantages(rewards.sum(dim=1), args.samples_per_question)[:, None] * mask
                 e = exp[(t, a)]
                 e.update({key: batch[key][rows] for key in batch})  # the trimmed tensors
                 e.update(old_logprobs=old_logprobs[rows], ref_logprobs=ref_logprobs[rows], old_values=values, kl=kl,
-                         rewards=rewards, entropy=entropy[rows], returns=returns,
-                         advantages=masked_whiten(advantages, mask, all_ranks=True))
+                         rewards=rewards, entropy=entropy[rows], returns=returns, advantages=advantages)
     return exp
 
 
@@ -763,7 +781,7 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
     stats = {key: [] for key in exp}
     stats.update(skipped=0, **{f"grad_norm/{name}": [] for name in team.optimizers})
     turns = sorted({t for t, _ in team.trained})
-    shared = args.value_model == "shared"
+    shared, fit_values = args.value_model == "shared", args.advantage == "gae"
     for epoch in range(args.ppo_epochs):
         perm = torch.randperm(n_global, generator=shuffle)
         for start in range(0, n_global, mb_size):
@@ -784,7 +802,8 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
                         parts = [slice(k * size, (k + 1) * size) for k in range(len(agents))]
                         # policy: every row on its own agent's adapter; gradients reach each row's adapter only
                         # (--value-model shared: the same forward returns the hidden states the value heads read)
-                        out = _forward(team.bases[i], batch, names, args.temperature, False, output_hidden=shared)
+                        out = _forward(team.bases[i], batch, names, args.temperature, False,
+                                       output_hidden=shared and fit_values)
                         new_logprobs = out["logprobs"]
                         pg_total, pg_stats = 0.0, []
                         for a, r in zip(agents, parts):
@@ -793,6 +812,12 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
                             pg_total = pg_total + loss
                             pg_stats.append(s)
                         finite = finite and bool(torch.isfinite(pg_total))
+                        if not fit_values:  # --advantage group: no values to fit, the surrogates alone
+                            if finite:
+                                pg_total.backward()
+                            for a, s in zip(agents, pg_stats):
+                                mb_stats[(t, a)].append(s)
+                            continue
                         if shared:
                             hidden = out["hidden"]
                         else:
@@ -852,9 +877,9 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
 
 
 def learning_rate(args: Args, step: int) -> float:
-    """Linear decay from lr to lr * lr_end_factor over --lr-decay-updates (default --updates; the authors' LinearLR),
+    """Linear decay from lr to lr * lr_end_factor over --lr-decay-steps (default --max-steps; the authors' LinearLR),
     then constant: updates added on --resume continue at the final lr instead of jumping."""
-    decay = args.lr_decay_updates or args.updates
+    decay = args.lr_decay_steps or args.max_steps
     return args.lr * (1.0 - (1.0 - args.lr_end_factor) * min(step, decay) / max(1, decay))
 
 
@@ -894,8 +919,10 @@ def load_state(run_dir: Path, team: Team) -> int:
 
 def legacy_settings(saved: dict) -> dict:
     """What a run saved before these flags existed did: a separate critic adapter, and a learning rate decaying
-    over its own --updates (common.resumed_args fills them in when its args.json lacks them)."""
-    return dict(value_model="separate", lr_decay_updates=saved.get("updates", 0))
+    over its own --max-steps (common.resumed_args fills them in when its args.json lacks them; such a run saved
+    --max-steps as "updates", its old name)."""
+    return dict(value_model="separate", lr_decay_steps=saved.get("max_steps", saved.get("updates", 0)),
+                advantage="gae", samples_per_question=1)
 
 
 RESUME_MUST_MATCH = ("model", "models", "num_agents", "num_turns", "train_turns", "policy_sharing", "value_model",
@@ -905,10 +932,11 @@ RESUME_MUST_MATCH = ("model", "models", "num_agents", "num_turns", "train_turns"
 def check_args(args: Args):
     """Every refusal of a setting, before anything heavy loads: one line `error: --flag: ...`, exit code 2."""
     check_numbers(args, positive=("num_agents", "num_turns", "lora_r", "lora_alpha", "max_new_tokens", "temperature",
-                                  "forward_batch_size", "verifier_batch_size", "updates", "questions_per_update",
+                                  "forward_batch_size", "verifier_batch_size", "max_steps", "questions_per_update",
+                                  "samples_per_question",
                                   "ppo_epochs", "lr", "cliprange", "cliprange_value", "max_kl"),
                   non_negative=("train_limit", "generate_batch_size", "min_response_tokens", "minibatch_questions",
-                                "micro_batch_questions", "lr_decay_updates", "weight_decay", "max_grad_norm",
+                                "micro_batch_questions", "lr_decay_steps", "weight_decay", "max_grad_norm",
                                 "kl_coef", "vf_coef", "log_every", "sample_every", "save_every", "eval_questions",
                                 "eval_every"),
                   unit_interval=("lr_end_factor", "influence_gamma", "gae_gamma", "gae_lambda"))
@@ -925,6 +953,12 @@ def check_args(args: Args):
     if args.feedback_in_prompt and args.scorer != "verifier":
         arg_error("--feedback-in-prompt", "shows a verifier's scores: with --scorer ground-truth it would write the "
                                           "gold 0/1 labels into the prompts (add --scorer verifier --verifier PATH)")
+    if args.advantage == "group" and args.samples_per_question < 2:
+        arg_error("--samples-per-question", f"--advantage group compares the debates of each question: needs >= 2, "
+                                            f"got {args.samples_per_question}")
+    if args.advantage == "group" and args.value_model == "separate":
+        arg_error("--value-model", "separate trains a critic adapter, which --advantage group never reads (use "
+                                   "--advantage gae, or drop --value-model)")
     if not args.critic_history and args.value_model == "shared":
         arg_error("--no-critic-history", "needs --value-model separate (shared value heads read the policy's own forward)")
     policy_adapter_name(args.policy_sharing, 0, 0)
@@ -1002,13 +1036,16 @@ def ppo_metrics(exp: dict, stats: dict, num_agents: int) -> dict:
             prefix + "objective/entropy": sum((exp[k]["entropy"] * m).sum() for k, m in zip(keys, masks)).item() / sum(m.sum() for m in masks).item(),
             prefix + "policy/approxkl": sum(s["approxkl"] for s in mb) / tokens,
             prefix + "policy/clipfrac": sum(s["clipfrac"] for s in mb) / tokens,
-            prefix + "val/clipfrac": sum(s["vf_clipfrac"] for s in mb) / tokens,
             prefix + "val/ratio": sum(s["ratio"] for s in mb) / tokens,
             prefix + "loss/policy": sum(s["pg_loss"] for s in mb) / tokens,
-            prefix + "loss/value": sum(s["vf_loss"] for s in mb) / tokens,
-            prefix + "val/explained_variance": sum(explained_variance(exp[k]["old_values"], exp[k]["returns"],
-                                                                      exp[k]["response_mask"]) for k in keys) / len(keys),
         })
+        if mb and "vf_loss" in mb[0]:  # --advantage gae: the value heads' fit
+            metrics.update({
+                prefix + "val/clipfrac": sum(s["vf_clipfrac"] for s in mb) / tokens,
+                prefix + "loss/value": sum(s["vf_loss"] for s in mb) / tokens,
+                prefix + "val/explained_variance": sum(explained_variance(exp[k]["old_values"], exp[k]["returns"],
+                                                                          exp[k]["response_mask"]) for k in keys) / len(keys),
+            })
     for key, value in stats.items():
         if isinstance(key, str) and key.startswith("grad_norm/") and value:
             metrics[key] = sum(value) / len(value)
@@ -1044,7 +1081,7 @@ def heldout_records(args: Args, train_records: list[dict]) -> list[dict]:
 def eval_due(args: Args, step: int) -> bool:
     """Evaluate before the first update (step 0), every --eval-every updates and after the last one."""
     return bool(args.eval_questions) and is_main_process() and (
-        step == 0 or step == args.updates or bool(args.eval_every and step % args.eval_every == 0))
+        step == 0 or step == args.max_steps or bool(args.eval_every and step % args.eval_every == 0))
 
 
 @torch.no_grad()
@@ -1112,7 +1149,7 @@ def main(args: Args, score_fn=None) -> Path:
     if args.resume:  # the run's settings + the flags typed now; a structural change is refused before loading
         args = resumed_args(args, "cotrain", RESUME_MUST_MATCH, legacy=legacy_settings)
     check_args(args)
-    args.lr_decay_updates = args.lr_decay_updates or args.updates  # saved in args.json: a longer resume keeps it
+    args.lr_decay_steps = args.lr_decay_steps or args.max_steps  # saved in args.json: a longer resume keeps it
     if args.reward_fn:  # your scorer is imported before anything heavy: a bad spec stops here
         if score_fn is not None:
             arg_error("--reward-fn", "main() was also given score_fn; pass one of them")
@@ -1149,7 +1186,7 @@ def main(args: Args, score_fn=None) -> Path:
           f"trained (turn, agent): {[(t + 1, a) for t, a in team.trained]} | adapters {team.base_adapters}")
     if start == 0 and eval_due(args, 0):  # 0. the untrained team on the held-out questions: the "before" row
         log_metrics(run_dir, dict(step=0, **evaluate_team(team, args, eval_records, scorer)))
-    bar = tqdm(range(start, args.updates), initial=start, total=args.updates, desc="cotrain", disable=rank > 0)
+    bar = tqdm(range(start, args.max_steps), initial=start, total=args.max_steps, desc="cotrain", disable=rank > 0)
     for step in bar:
         lr = learning_rate(args, step)
         for opt in team.optimizers.values():
@@ -1158,6 +1195,7 @@ def main(args: Args, score_fn=None) -> Path:
         records_now = [records[i] for i in step_indices(len(records), args.questions_per_update, step,
                                                         f"cotrain-{args.seed}", drop_last=True)]
         records_now = records_now[rank::world]  # multi-process: this rank's questions (global question g on rank g % world)
+        records_now = [r for r in records_now for _ in range(args.samples_per_question)]  # K debates each, in a row
         t0 = time.time()
         debate, exp, r = rollout_step(team, args, records_now, scorer, builtin_rules)
         t1 = time.time()
@@ -1191,10 +1229,10 @@ def main(args: Args, score_fn=None) -> Path:
         if args.sample_every and (step + 1) % args.sample_every == 0:
             print_sample(step + 1, debate, r["scores"], r["penalized"], r["rewards"])
             log_samples(run_dir, debate_samples(step + 1, debate, r["scores"], r["penalized"], r["rewards"]))
-        if (args.save_every and (step + 1) % args.save_every == 0) or step + 1 == args.updates:
+        if (args.save_every and (step + 1) % args.save_every == 0) or step + 1 == args.max_steps:
             save_state(run_dir, team, step + 1, args)
-    if start >= args.updates:
-        print(f"nothing to do: the checkpoint is at update {start} and --updates is {args.updates}")
+    if start >= args.max_steps:
+        print(f"nothing to do: the checkpoint is at update {start} and --max-steps is {args.max_steps}")
     print(f"done. metrics: {run_dir / 'metrics.jsonl'} | adapters: {run_dir / 'adapters'} (agents and turns: "
           f"{run_dir / 'debate.json'}) | checkpoint: {run_dir / 'checkpoint.pt'}")
     print_eval_table(run_dir, [f"eval/turn{t}/{k}" for t in range(2, args.num_turns + 1) for k in ("wrong_to_right", "right_to_wrong")]

@@ -31,7 +31,7 @@ reward (max 3) and its levels. Every method: generation wall-clock and generated
 number of generations one after the other, so the efficiency claim (parallel agents ≈ one generation of
 latency) is measured, not asserted.
 
-Outputs in --out-dir: results.json (every number), results.md (rows = methods; debate columns = turns),
+Outputs in --output-dir: results.json (every number), results.md (rows = methods; debate columns = turns),
 samples.jsonl (every answer), accuracy_per_turn.png and transitions.png (debate) or quality_vs_time.png and
 schemes.png (magrpo) when matplotlib is installed.
 
@@ -56,7 +56,7 @@ Examples:
   # GPU, paper scale: Phi-3 on GSM8K, 3 agents x 3 turns, greedy; and CoopHumanEval with 15 samples
   python evaluate.py --model microsoft/Phi-3-mini-128k-instruct --quant 4bit --dtype bfloat16 --prompt-style phi3 \\
       --dataset gsm8k --limit 0 --run runs/cotrain-RUN --greedy --batch-size 64
-  python evaluate.py --mode magrpo --model Qwen/Qwen2.5-Coder-3B --dtype bfloat16 --task coophumaneval \\
+  python evaluate.py --mode magrpo --model Qwen/Qwen2.5-Coder-3B --dtype bfloat16 --dataset coophumaneval \\
       --no-chat-template --num-samples 15 --k-values 1,3,5,10 --temperature 0.6 --top-p 0.6 --run runs/magrpo-RUN
 """
 from __future__ import annotations
@@ -88,10 +88,13 @@ from sandbox import parallel_map
 
 @dataclass
 class Args:
+    # old flag -> its new name: the old one still works, with a note, until the next release (README "Flags")
+    renamed = {"out_dir": "output_dir", "task": "dataset"}
     # ---- what to evaluate ----
     mode: Literal["debate", "magrpo"] = "debate"  # debate: MAPoRL debates, accuracy per turn | magrpo: MAGRPO teams, k joint answers per problem
     methods: str = ""  # comma-separated (default: every method the given flags allow); debate: offtheshelf, maporl, single, sft, mix; magrpo: single, parallel, pipeline, discussion, magrpo, mt-magrpo
-    out_dir: str = ""  # results folder: results.json, results.md, samples.jsonl, PNG plots (default runs/evaluate-<mode>-<time>)
+    dataset: str = ""  # debate: arith:easy | arith | gsm8k | anli[:r1|r2|r3] | jsonl:PATH (as cotrain.py); magrpo: minicode | humaneval | coophumaneval | tldr | arxiv | jsonl:PATH (as magrpo.py, its eval slice; 2-agent tasks only, not pipeline); '' = the mode's default, the scripts' CPU defaults (debate arith:easy, magrpo minicode); not typed with --run: the run's own; another than the run's = cross-domain transfer
+    output_dir: str = ""  # results folder: results.json, results.md, samples.jsonl, PNG plots (default runs/evaluate-<mode>-<time>)
     seed: int = 0  # seeds sampling (re-seeded before every method) and the SFT baseline
     device: str = ""  # cpu | cuda | cuda:N (default: cuda if available, else cpu)
     threads: int = 0  # torch CPU threads; 0 = OMP_NUM_THREADS if set, else the cores the load average leaves free
@@ -111,7 +114,6 @@ class Args:
     max_new_tokens: int = 0  # tokens per answer (0 = the mode's default: debate 300 (paper, GSM8K), magrpo 256 (paper))
     chat_template: bool = True  # magrpo: wrap prompts in the chat template, as magrpo.py does by default
     # ---- debate (MAPoRL) ----
-    dataset: str = "arith:easy"  # arith:easy (cotrain.py's CPU default) | arith | gsm8k | anli[:r1|r2|r3] | jsonl:PATH; not typed with --run: the run's own; another than the run's = cross-domain transfer
     split: str = "test"  # dataset split
     dataset_config: str = ""  # hub id only: the dataset's configuration (e.g. main for openai/gsm8k)
     question_field: str = "question"  # hub id or local file: the column holding the question
@@ -132,7 +134,6 @@ class Args:
     lora_r: int = 8  # rank of the SFT LoRA
     lora_alpha: int = 16  # alpha of the SFT LoRA
     # ---- magrpo (MAGRPO) ----
-    task: str = "minicode"  # minicode (magrpo.py's CPU default) | humaneval | coophumaneval | tldr | arxiv | jsonl:PATH (the eval slice, as magrpo.py; 2-agent tasks only, not pipeline); not typed with --run: the run's own
     num_samples: int = 5  # k joint answers per problem (authors: 15)
     k_values: str = "1,3,5"  # the k of pass@k, accuracy@k, MaxCoop@k (each <= --num-samples)
     test_timeout: float = 3.0  # seconds per test in the sandbox
@@ -384,6 +385,7 @@ def classify_cooperation(aux_code: str, main_code: str, entry_point: str, aux_na
 # ----------------------------------------------------------------------------------------------
 
 DEBATE_METHODS = ("offtheshelf", "maporl", "single", "sft", "mix")
+DEFAULT_DATASET = dict(debate="arith:easy", magrpo="minicode")  # --dataset '': cotrain.py's and magrpo.py's CPU defaults
 
 
 def load_adapter_as(model, folder: Path, name: str):
@@ -950,11 +952,15 @@ def evaluate_magrpo_method(method: str, team, tokenizer, problems: list[dict], a
 
 
 def read_run(run_dir: str, flag: str) -> dict:
-    """A training run's args.json (errors name the flag)."""
+    """A training run's args.json (errors name the flag), old keys under today's names (magrpo.py's task ->
+    dataset)."""
     path = Path(run_dir) / "args.json"
     if not path.exists():
         arg_error(flag, f"{run_dir} has no args.json: not a run folder of cotrain.py or magrpo.py")
-    return json.loads(path.read_text())
+    run = json.loads(path.read_text())
+    if "task" in run and "dataset" not in run:
+        run["dataset"] = run.pop("task")
+    return run
 
 
 def load_run_adapters(model, run_dir: str, flag: str, args, prefix: str):
@@ -983,9 +989,9 @@ def with_peft(model):
 def evaluate_magrpo(args, device: str, methods: list[str]) -> tuple[dict, list[dict]]:
     """MAGRPO mode: each method's k joint answers per eval problem, scored with magrpo.py's reward. Every agent
     is an adapter on one base ('__base__' for the untrained baselines), so a team answers in one batched call."""
-    problems = magrpo.load_problems(args.task, "eval", args.limit)
+    problems = magrpo.load_problems(args.dataset, "eval", args.limit)
     if not problems:
-        arg_error("--task", f"{args.task} has no eval problems")
+        arg_error("--dataset", f"{args.dataset} has no eval problems")
     k_values = parse_int_list(args.k_values, "--k-values")
     if not k_values or not all(1 <= k <= args.num_samples for k in k_values):
         arg_error("--k-values", f"each k must be in [1, --num-samples={args.num_samples}], got {args.k_values!r}")
@@ -997,7 +1003,7 @@ def evaluate_magrpo(args, device: str, methods: list[str]) -> tuple[dict, list[d
             model, names, run_args = load_run_adapters(model, run_dir, flag, args, prefix)
             if len(names) != 2:
                 arg_error(flag, f"expected the 2 agents' adapters, found {names}")
-            for key in ("task", "temperature", "top_p", "top_k", "max_new_tokens", "chat_template"):
+            for key in ("dataset", "temperature", "top_p", "top_k", "max_new_tokens", "chat_template"):
                 if key in run_args and run_args[key] != getattr(args, key):
                     print(f"note: {run_dir} was trained with --{key.replace('_', '-')} {run_args[key]}; "
                           f"evaluating with {getattr(args, key)}")
@@ -1195,8 +1201,8 @@ def check_args(args):
         arg_error("--num-agents", "need --num-agents >= 1 and --num-turns >= 1")
     if args.mode == "magrpo" and args.num_samples < 1:
         arg_error("--num-samples", f"must be >= 1, got {args.num_samples}")
-    if args.mode == "magrpo" and args.task == "pipeline":  # team_answers and score_sample play 2 agents
-        arg_error("--task", "pipeline has 3 agents; evaluate.py scores 2-agent teams only (minicode, humaneval, "
+    if args.mode == "magrpo" and args.dataset == "pipeline":  # team_answers and score_sample play 2 agents
+        arg_error("--dataset", "pipeline has 3 agents; evaluate.py scores 2-agent teams only (minicode, humaneval, "
                             "coophumaneval, tldr, arxiv, jsonl:PATH)")
     if args.feedback_in_prompt and not args.verifier:
         arg_error("--feedback-in-prompt", "needs --verifier (a train_verifier.py run folder)")
@@ -1205,15 +1211,17 @@ def check_args(args):
 
 
 def use_run_data(args):
-    """--run given, --dataset (debate) or --task (magrpo) not: evaluate on the run's own, read from its args.json."""
-    key = "dataset" if args.mode == "debate" else "task"
+    """--dataset '' is the mode's default; with --run and no --dataset typed: the run's own, read from its args.json
+    (a magrpo.py run of the previous release saved it as "task")."""
+    args.dataset = args.dataset or DEFAULT_DATASET[args.mode]
     path = Path(args.run) / "args.json"
-    if not args.run or key in given_fields(args) or not path.is_file():
+    if not args.run or "dataset" in given_fields(args) or not path.is_file():
         return
-    value = json.loads(path.read_text()).get(key)
-    if value and value != getattr(args, key):
-        print(f"--{key} {value}: the one {args.run} was trained on (--{key} chooses another)")
-        setattr(args, key, value)
+    saved = json.loads(path.read_text())
+    value = saved.get("dataset", saved.get("task"))
+    if value and value != args.dataset:
+        print(f"--dataset {value}: the one {args.run} was trained on (--dataset chooses another)")
+        args.dataset = value
 
 
 def main(args: Args):
@@ -1224,7 +1232,7 @@ def main(args: Args):
         args.max_new_tokens = 300 if args.mode == "debate" else 256
     device = args.device or default_device()
     print(set_torch_threads(args.threads))
-    out_dir = Path(args.out_dir or f"runs/evaluate-{args.mode}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    out_dir = Path(args.output_dir or f"runs/evaluate-{args.mode}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"evaluate.py --mode {args.mode}: methods {', '.join(methods)} -> {out_dir}")
     start = time.time()

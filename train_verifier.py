@@ -62,7 +62,7 @@ Examples:
       --batch-size 4
   # GPU, paper scale: QLoRA, GSM8K, 100 samples per question as the authors
   python train_verifier.py --model microsoft/Phi-3-mini-128k-instruct --quant 4bit --dtype bfloat16 \\
-      --dataset gsm8k --samples-per-question 100 --gen-batch-size 100 --epochs 1
+      --dataset gsm8k --samples-per-question 100 --generate-batch-size 100 --epochs 1
 """
 from __future__ import annotations
 
@@ -95,10 +95,10 @@ ADAPTER = "verifier"  # the verifier's LoRA adapter name (also when it shares th
 
 @dataclass
 class Args:
-    renamed = {"gen_batch_size": "generate_batch_size"}  # old flag -> new name (the old one works until the next release)
+    renamed = {"gen_batch_size": "generate_batch_size", "run_dir": "output_dir"}  # old flag -> new name (the old one works until the next release)
     # ---- run ----
     seed: int = 0  # seeds sampling, balancing, the LoRA/head init and the batch order
-    run_dir: str = ""  # run folder (default runs/train_verifier-<time>-s<seed>)
+    output_dir: str = ""  # run folder (default runs/train_verifier-<time>-s<seed>)
     resume: str = ""  # continue this run folder from its checkpoint.pt with its saved settings; the flags you type override them (e.g. --max-steps); the model, adapter and data split cannot change
     device: str = ""  # cpu | cuda | cuda:N (default: cuda if available, else cpu)
     threads: int = 0  # torch CPU threads; 0 = OMP_NUM_THREADS if set, else the cores the load average leaves free

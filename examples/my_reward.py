@@ -12,16 +12,16 @@ cotrain.py (MAPoRL) wants a SCORER: fn(records, responses) -> one score in [0, 1
   format and missing-EOS penalties and the collaboration incentives (Tables 1-2) are OFF with your scorer, unless
   you add --reward-fn-rules. The run prints which.
 
-    python cotrain.py --model tiny --updates 2 --reward-fn examples/my_reward.py:correct_and_brief
+    python cotrain.py --model tiny --max-steps 2 --reward-fn examples/my_reward.py:correct_and_brief
 
 magrpo.py (MAGRPO) wants a JOINT REWARD: fn(problem, completions) -> reward, or (reward, levels).
-  problem      the problem dict of --task (e.g. {"id", "kind": "tldr", "text"} or a coding problem)
+  problem      the problem dict of --dataset (e.g. {"id", "kind": "tldr", "text"} or a coding problem)
   completions  one completion per agent, in role order (len == --num-agents)
   levels       optional dict of named parts of the reward, logged as reward/<name> (the same keys every call)
   It replaces the task's reward; the prompts (and multi-turn feedback) stay the task's. --reward-scale and
   --reward-shift still apply.
 
-    python magrpo.py --model tiny --task pipeline --num-agents 3 --steps 2 --reward-fn examples/my_reward.py:distinct_and_short
+    python magrpo.py --model tiny --dataset pipeline --num-agents 3 --max-steps 2 --reward-fn examples/my_reward.py:distinct_and_short
 """
 from common import extract_answer
 

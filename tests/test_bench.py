@@ -13,7 +13,7 @@ from conftest import run_script
 def test_bench_speed_and_memory_on_the_tiny_model(tmp_path):
     out = tmp_path / "bench"
     run_script(["bench.py", "--models", "tiny", "--parts", "speed,memory", "--agents", "2", "--questions", "2",
-                "--max-new-tokens", "4", "--turns", "2", "--repeats", "1", "--out-dir", str(out)], timeout=300)
+                "--max-new-tokens", "4", "--turns", "2", "--repeats", "1", "--output-dir", str(out)], timeout=300)
     report = json.loads((out / "bench.json").read_text())
     entry = report["models"]["tiny"]
     rollout, training = entry["rollout"][0], entry["training"][0]

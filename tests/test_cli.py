@@ -29,12 +29,12 @@ def start(script, argv):
 
 @pytest.fixture
 def runs(tmp_path, no_models):
-    """A cotrain run (started with --lr 1e-4 --updates 3, checkpoint at update 2, metrics for 3 updates and a torn
+    """A cotrain run (started with --lr 1e-4 --max-steps 3, checkpoint at update 2, metrics for 3 updates and a torn
     4th line) and a magrpo run, as the scripts' own start_run wrote them."""
     data = tmp_path / "posts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"post {i}"}) + "\n" for i in range(3)))
-    c = start("cotrain", [*TINY, "--lr", "1e-4", "--updates", "3", "--run-dir", str(tmp_path / "cotrain-run")])
-    m = start("magrpo", [*TINY, "--task", f"jsonl:{data}", "--max-steps", "2", "--run-dir", str(tmp_path / "magrpo-run")])
+    c = start("cotrain", [*TINY, "--lr", "1e-4", "--max-steps", "3", "--output-dir", str(tmp_path / "cotrain-run")])
+    m = start("magrpo", [*TINY, "--dataset", f"jsonl:{data}", "--max-steps", "2", "--output-dir", str(tmp_path / "magrpo-run")])
     common.save_checkpoint(c / "checkpoint.pt", dict(step=2, heads={}))
     common.save_checkpoint(m / "checkpoint.pt", dict(step=1, agents=[]))
     for step in (1, 2, 3):
@@ -57,27 +57,27 @@ def refusal_rows(tmp_path, c, m):
         ("cotrain", ["--resume", str(c), "--num-turns", "3"], "--num-turns", "--num-turns 2"),
         ("cotrain", ["--resume", str(m)], "--resume", "python magrpo.py --resume"),
         ("cotrain", ["--resume", str(c), "--ppo-epochs", "-1"], "--ppo-epochs", "-1"),
-        ("cotrain", [*TINY, "--run-dir", new, "--ppo-epochs", "-1"], "--ppo-epochs", "> 0"),
-        ("cotrain", [*TINY, "--run-dir", new, "--updates", "0"], "--updates", "> 0"),
-        ("cotrain", [*TINY, "--run-dir", new, "--max-new-tokens", "0"], "--max-new-tokens", "> 0"),
-        ("cotrain", [*TINY, "--run-dir", new, "--temperature", "0"], "--temperature", "> 0"),
-        ("cotrain", [*TINY, "--run-dir", new, "--lr", "-1"], "--lr", "> 0"),
-        ("cotrain", [*TINY, "--run-dir", new, "--train-limit", "-5"], "--train-limit", ">= 0"),
-        ("cotrain", ["--model", "/no/such/dir", "--run-dir", new], "--model", "does not exist"),
-        ("cotrain", [*TINY, "--run-dir", new, "--dataset", "gsm8K"], "--dataset", "unknown dataset"),
-        ("cotrain", [*TINY, "--run-dir", new, "--dataset", "jsonl:/no/such.jsonl"], "--dataset", "does not exist"),
-        ("cotrain", [*TINY, "--run-dir", new, "--eval-every", "-1"], "--eval-every", ">= 0"),
-        ("cotrain", [*TINY, "--run-dir", str(tmp_path / "a_file" / "run")], "--run-dir", "Not a directory"),
-        ("cotrain", [*TINY, "--run-dir", "/proc/nanomarl-no/run"], "--run-dir", "cannot write"),
-        ("cotrain", [*TINY, "--run-dir", new, "--policy-sharing", "agnet"], "--policy-sharing", "agent-turn"),
-        ("cotrain", [*TINY, "--run-dir", new, "--num-agent", "3"], "--num-agent", "did you mean --num-agents?"),
-        ("cotrain", [*TINY, "--run-dir", str(c)], "--run-dir", f"--resume {c}"),
+        ("cotrain", [*TINY, "--output-dir", new, "--ppo-epochs", "-1"], "--ppo-epochs", "> 0"),
+        ("cotrain", [*TINY, "--output-dir", new, "--max-steps", "0"], "--max-steps", "> 0"),
+        ("cotrain", [*TINY, "--output-dir", new, "--max-new-tokens", "0"], "--max-new-tokens", "> 0"),
+        ("cotrain", [*TINY, "--output-dir", new, "--temperature", "0"], "--temperature", "> 0"),
+        ("cotrain", [*TINY, "--output-dir", new, "--lr", "-1"], "--lr", "> 0"),
+        ("cotrain", [*TINY, "--output-dir", new, "--train-limit", "-5"], "--train-limit", ">= 0"),
+        ("cotrain", ["--model", "/no/such/dir", "--output-dir", new], "--model", "does not exist"),
+        ("cotrain", [*TINY, "--output-dir", new, "--dataset", "gsm8K"], "--dataset", "unknown dataset"),
+        ("cotrain", [*TINY, "--output-dir", new, "--dataset", "jsonl:/no/such.jsonl"], "--dataset", "does not exist"),
+        ("cotrain", [*TINY, "--output-dir", new, "--eval-every", "-1"], "--eval-every", ">= 0"),
+        ("cotrain", [*TINY, "--output-dir", str(tmp_path / "a_file" / "run")], "--output-dir", "Not a directory"),
+        ("cotrain", [*TINY, "--output-dir", "/proc/nanomarl-no/run"], "--output-dir", "cannot write"),
+        ("cotrain", [*TINY, "--output-dir", new, "--policy-sharing", "agnet"], "--policy-sharing", "agent-turn"),
+        ("cotrain", [*TINY, "--output-dir", new, "--num-agent", "3"], "--num-agent", "did you mean --num-agents?"),
+        ("cotrain", [*TINY, "--output-dir", str(c)], "--output-dir", f"--resume {c}"),
         ("magrpo", ["--resume", str(c)], "--resume", "python cotrain.py --resume"),
         ("magrpo", ["--resume", str(m), "--num-agents", "3"], "--num-agents", "trained with --num-agents 2"),
         ("magrpo", ["--resume", str(m), "--max-steps", "0"], "--max-steps", "> 0"),
-        ("magrpo", [*TINY, "--run-dir", new, "--temperature", "0"], "--temperature", "> 0"),
-        ("magrpo", ["--model", "/no/such/dir", "--run-dir", new], "--model", "does not exist"),
-        ("magrpo", [*TINY, "--run-dir", new, "--adv-mode", "loo"], "--adv-mode", "rloo"),
+        ("magrpo", [*TINY, "--output-dir", new, "--temperature", "0"], "--temperature", "> 0"),
+        ("magrpo", ["--model", "/no/such/dir", "--output-dir", new], "--model", "does not exist"),
+        ("magrpo", [*TINY, "--output-dir", new, "--adv-mode", "loo"], "--adv-mode", "rloo"),
     ]
 
 
@@ -103,7 +103,7 @@ def test_subprocess_refusals_exit_2_with_one_line(tmp_path, runs):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "1+1?", "answer": "2"}\n{"question": "oops"\n')
     before = snapshot(c)
-    for argv, flag in ([*TINY, "--dataset", f"jsonl:{bad}", "--run-dir", str(tmp_path / "r")], "--dataset"), \
+    for argv, flag in ([*TINY, "--dataset", f"jsonl:{bad}", "--output-dir", str(tmp_path / "r")], "--dataset"), \
                       (["--resume", str(c), "--lora-r", "4"], "--lora-r"):
         out = subprocess.run([sys.executable, "cotrain.py", *argv], cwd=ROOT, capture_output=True, text=True,
                              timeout=120)
@@ -126,14 +126,14 @@ def test_resume_means_what_was_typed_and_layers_every_resume(runs):
     c, _ = runs
     assert resume(c).lr == 1e-4  # the run's own lr
     default = cotrain.Args()
-    assert default.lr != 1e-4 and default.updates != 3
+    assert default.lr != 1e-4 and default.max_steps != 3
     assert resume(c, "--lr", str(default.lr)).lr == default.lr  # typed, although it is the default
-    assert resume(c, "--updates", str(default.updates)).updates == default.updates  # typed, although the default
+    assert resume(c, "--max-steps", str(default.max_steps)).max_steps == default.max_steps  # typed, although the default
     first = resume(c, "--lr", "1e-3", "--max-new-tokens", "8")
-    second = resume(c, "--updates", "7")  # remembers what the first resume changed
-    assert (second.lr, second.max_new_tokens, second.updates) == (1e-3, 8, 7) and first.updates == default.updates
-    assert resume(c).updates == 7
-    assert json.loads((c / "args_resume.json").read_text())["updates"] == 7
+    second = resume(c, "--max-steps", "7")  # remembers what the first resume changed
+    assert (second.lr, second.max_new_tokens, second.max_steps) == (1e-3, 8, 7) and first.max_steps == default.max_steps
+    assert resume(c).max_steps == 7
+    assert json.loads((c / "args_resume.json").read_text())["max_steps"] == 7
     assert json.loads((c / "args.json").read_text())["lr"] == 1e-4  # the first run's settings stay as they were
 
 
@@ -144,12 +144,12 @@ def test_resume_trims_metrics_to_the_checkpoint(runs):
 
 
 def test_extending_updates_keeps_the_learning_rate_schedule(runs):
-    """The run decays over its 3 updates (lr_decay_updates was saved as 3); a resume to 5 updates keeps every lr of
+    """The run decays over its 3 updates (lr_decay_steps was saved as 3); a resume to 5 updates keeps every lr of
     the first 3 and continues at lr * lr_end_factor, where recomputing over 5 would jump at the checkpoint."""
     c, _ = runs
     original = cotrain.Args(**{k: v for k, v in json.loads((c / "args.json").read_text()).items() if k != "script"})
-    assert original.lr_decay_updates == 3
-    extended = resume(c, "--updates", "5")
+    assert original.lr_decay_steps == 3
+    extended = resume(c, "--max-steps", "5")
     lrs = [cotrain.learning_rate(extended, s) for s in range(5)]
     assert lrs[:3] == [cotrain.learning_rate(original, s) for s in range(3)]
     assert lrs == pytest.approx([1e-4, 7e-5, 4e-5, 1e-5, 1e-5])
@@ -163,7 +163,7 @@ def test_config_file_recipes_and_old_names(tmp_path, runs, capsys):
     assert (args.model, args.num_turns, args.lr, args.critic_history, args.policy_sharing) == (
         "tiny", 3, 1e-3, False, "agent-turn")  # the command line overrides the file
     again = common.parse_args(cotrain.Args, ["--config", str(c / "args.json")])  # a run's own args.json
-    assert (again.lr, again.updates, again.run_dir) == (1e-4, 3, "")
+    assert (again.lr, again.max_steps, again.output_dir) == (1e-4, 3, "")
     for text, words in (("num_agent: 3\n", "'num_agent' is not a flag"), ("num_turns: two\n", "expected int"),
                         ("policy_sharing: agnet\n", "expected one of agent, agent-turn, shared")):
         recipe.write_text(text)
@@ -208,15 +208,15 @@ def test_clean_exits_stop_with_a_note_after_the_write(tmp_path, monkeypatch, cap
 
 RECIPES = {  # recipe -> (script, settings it must give: the README's paper-scale commands)
     "maporl-gsm8k-phi3": (cotrain, dict(model="microsoft/Phi-3-mini-128k-instruct", dataset="gsm8k", quant="4bit",
-                                        prompt_style="phi3", num_turns=3, max_new_tokens=300, updates=200)),
+                                        prompt_style="phi3", num_turns=3, max_new_tokens=300, max_steps=200)),
     "maporl-gsm8k-qwen2.5-3b": (cotrain, dict(model="Qwen/Qwen2.5-3B-Instruct", dataset="gsm8k", prompt_style="default")),
     "maporl-anli-phi3": (cotrain, dict(model="microsoft/Phi-3-mini-128k-instruct", dataset="anli", num_agents=2)),
     "maporl-anli-qwen2.5-3b": (cotrain, dict(model="Qwen/Qwen2.5-3B-Instruct", dataset="anli", scorer="verifier")),
-    "magrpo-tldr": (magrpo, dict(model="Qwen/Qwen3-1.7B", task="tldr", full_finetune=True, chat_template=False,
+    "magrpo-tldr": (magrpo, dict(model="Qwen/Qwen3-1.7B", dataset="tldr", full_finetune=True, chat_template=False,
                                  lr=5e-6, max_steps=2200)),
-    "magrpo-arxiv": (magrpo, dict(model="Qwen/Qwen3-1.7B", task="arxiv", top_p=0.9)),
-    "magrpo-humaneval": (magrpo, dict(model="Qwen/Qwen2.5-Coder-3B", task="humaneval", turns=2, lr=2e-5, max_steps=780)),
-    "magrpo-coophumaneval": (magrpo, dict(task="coophumaneval", turns=2, temperature=0.6, max_steps=528)),
+    "magrpo-arxiv": (magrpo, dict(model="Qwen/Qwen3-1.7B", dataset="arxiv", top_p=0.9)),
+    "magrpo-humaneval": (magrpo, dict(model="Qwen/Qwen2.5-Coder-3B", dataset="humaneval", turns=2, lr=2e-5, max_steps=780)),
+    "magrpo-coophumaneval": (magrpo, dict(dataset="coophumaneval", turns=2, temperature=0.6, max_steps=528)),
 }
 
 
@@ -225,7 +225,7 @@ def test_every_recipe_parses_and_typed_flags_override_it():
     for name, (module, expected) in RECIPES.items():
         args = common.parse_args(module.Args, ["--config", str(ROOT / "recipes" / f"{name}.yaml"), "--seed", "3"])
         assert {k: getattr(args, k) for k in expected} == expected and args.seed == 3, name
-        assert args.run_dir == f"runs/{name}", name
+        assert args.output_dir == f"runs/{name}", name
 
 
 def test_old_flag_names_still_work_with_a_note(tmp_path, capsys):
@@ -239,3 +239,105 @@ def test_old_flag_names_still_work_with_a_note(tmp_path, capsys):
     assert common.parse_args(magrpo.Args, ["--config", str(old)]).max_steps == 7
     with pytest.raises(SystemExit, match="--max-steps"):
         common.parse_args(magrpo.Args, ["--max-steps", "x"])
+
+
+RENAMED = [  # (script, old flag, a value, the new field, what it holds): issue 16's one vocabulary, TRL's names
+    ("cotrain", "--updates", "7", "max_steps", 7),
+    ("cotrain", "--lr-decay-updates", "5", "lr_decay_steps", 5),
+    ("cotrain", "--run-dir", "runs/x", "output_dir", "runs/x"),
+    ("magrpo", "--task", "pipeline", "dataset", "pipeline"),
+    ("magrpo", "--run-dir", "runs/x", "output_dir", "runs/x"),
+    ("train_verifier", "--run-dir", "runs/x", "output_dir", "runs/x"),
+    ("evaluate", "--task", "humaneval", "dataset", "humaneval"),
+    ("evaluate", "--out-dir", "runs/x", "output_dir", "runs/x"),
+    ("toy_game", "--out-dir", "runs/x", "output_dir", "runs/x"),
+    ("bench", "--out-dir", "runs/x", "output_dir", "runs/x"),
+]
+
+
+@pytest.mark.parametrize("script, old, value, field, expected", RENAMED, ids=[f"{r[0]}{r[1]}" for r in RENAMED])
+def test_each_renamed_flag_still_works_with_a_note_and_help_shows_the_new_name(script, old, value, field, expected,
+                                                                              capsys):
+    import importlib
+
+    cls = importlib.import_module(script).Args
+    assert cls.renamed[old[2:].replace("-", "_")] == field
+    args = common.parse_args(cls, [old, value])
+    assert getattr(args, field) == expected and field in common.given_fields(args)
+    new = common.flag_name(field)
+    assert capsys.readouterr().err.splitlines() == [
+        f"note: {old} is now {new} (the old name works until the next release)"]
+    with pytest.raises(SystemExit):
+        common.parse_args(cls, ["--help"])
+    text = capsys.readouterr().out
+    assert new in text and f"{old} " not in text and f"{old})" not in text  # the help texts say the new name
+
+
+def test_old_names_in_config_files_and_run_args(tmp_path, runs):
+    """A recipe of the previous release, and a run's args.json written by it (its output folder left out)."""
+    import evaluate
+
+    c, _ = runs
+    recipe = tmp_path / "old.yaml"
+    recipe.write_text("updates: 4\nlr_decay_updates: 2\nrun_dir: runs/old\n")
+    args = common.parse_args(cotrain.Args, ["--config", str(recipe)])
+    assert (args.max_steps, args.lr_decay_steps, args.output_dir) == (4, 2, "runs/old")
+    recipe.write_text("mode: magrpo\ntask: tldr\nout-dir: runs/old\n")
+    args = common.parse_args(evaluate.Args, ["--config", str(recipe)])
+    assert (args.dataset, args.output_dir) == ("tldr", "runs/old")
+    then = {new: old for old, new in cotrain.Args.renamed.items()}
+    saved = {then.get(k, k): v for k, v in json.loads((c / "args.json").read_text()).items()}
+    assert saved["run_dir"] == str(c) and saved["updates"] == 3
+    (tmp_path / "args.json").write_text(json.dumps(saved))
+    again = common.parse_args(cotrain.Args, ["--config", str(tmp_path / "args.json")])
+    assert (again.max_steps, again.lr_decay_steps, again.output_dir) == (3, 3, "")  # a new run, a new folder
+
+
+def test_resume_of_runs_saved_with_the_old_names(runs, capsys):
+    """Runs of the previous release: cotrain's args.json says updates / lr_decay_updates / run_dir, an earlier
+    resume's line in resumes.jsonl says updates, magrpo's args.json says task / steps / run_dir. They resume with
+    their settings (and the learning-rate schedule), and a changed --dataset (or the old --task) is refused."""
+    c, m = runs
+    for run, module in ((c, cotrain), (m, magrpo)):
+        then = {new: old for old, new in module.Args.renamed.items()}
+        saved = json.loads((run / "args.json").read_text())
+        (run / "args.json").write_text(json.dumps({then.get(k, k): v for k, v in saved.items()}))
+    assert {"updates", "lr_decay_updates", "run_dir"} <= set(json.loads((c / "args.json").read_text()))
+    assert {"task", "steps", "run_dir"} <= set(json.loads((m / "args.json").read_text()))
+    resumed = resume(c)
+    assert (resumed.lr, resumed.max_steps, resumed.lr_decay_steps, resumed.output_dir) == (1e-4, 3, 3, str(c))
+    extended = resume(c, "--updates", "5")  # the old flag, on a resume
+    assert "note: --updates is now --max-steps" in capsys.readouterr().err
+    assert extended.max_steps == 5 and [cotrain.learning_rate(extended, s) for s in range(5)] == pytest.approx(
+        [1e-4, 7e-5, 4e-5, 1e-5, 1e-5])  # the 3-update decay is kept
+    with open(c / "resumes.jsonl", "a") as f:  # a resume of the previous release, its flag under the old name
+        f.write(json.dumps(dict(time="", step=2, given={"updates": 6})) + "\n")
+    assert resume(c).max_steps == 6
+
+    data = json.loads((m / "args.json").read_text())["task"]
+    args = magrpo.resumed_args(common.parse_args(magrpo.Args, ["--resume", str(m)]), "magrpo", magrpo.RESUME_MUST_MATCH)
+    assert (args.dataset, args.max_steps, args.output_dir) == (data, 2, str(m))
+    for flag in ("--dataset", "--task"):
+        with pytest.raises(SystemExit, match=f"--dataset: .* was trained with --dataset jsonl:"):
+            magrpo.resumed_args(common.parse_args(magrpo.Args, ["--resume", str(m), flag, "minicode"]), "magrpo",
+                                magrpo.RESUME_MUST_MATCH)
+
+
+def test_evaluate_dataset_defaults_by_mode_and_reads_an_old_magrpo_run(tmp_path, capsys):
+    """evaluate.py's one --dataset: '' = the mode's default; with --run, the run's own, also from a magrpo run of
+    the previous release (args.json key "task"); typed, it wins."""
+    import evaluate
+
+    def dataset(*flags):
+        args = common.parse_args(evaluate.Args, list(flags))
+        evaluate.use_run_data(args)
+        return args.dataset
+
+    assert (dataset(), dataset("--mode", "magrpo")) == ("arith:easy", "minicode")
+    old = tmp_path / "old-magrpo"
+    old.mkdir()
+    (old / "args.json").write_text(json.dumps({"script": "magrpo", "model": "tiny", "task": "tldr", "steps": 2}))
+    assert dataset("--mode", "magrpo", "--run", str(old)) == "tldr"
+    assert "--dataset tldr: the one" in capsys.readouterr().out
+    assert dataset("--mode", "magrpo", "--run", str(old), "--task", "arxiv") == "arxiv"
+    assert evaluate.read_run(str(old), "--run")["dataset"] == "tldr"

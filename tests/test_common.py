@@ -729,11 +729,12 @@ def test_start_run_writes_args_and_resume_requires_checkpoint(tmp_path):
     @dataclasses.dataclass
     class A:
         seed: int = 1
-        run_dir: str = ""
+        output_dir: str = ""
         resume: str = ""
 
-    run_dir = common.start_run(A(run_dir=str(tmp_path / "r")), "demo")
-    assert json.loads((run_dir / "args.json").read_text()) == {"script": "demo", "seed": 1, "run_dir": str(tmp_path / "r"),
+    run_dir = common.start_run(A(output_dir=str(tmp_path / "r")), "demo")
+    assert json.loads((run_dir / "args.json").read_text()) == {"script": "demo", "seed": 1,
+                                                               "output_dir": str(tmp_path / "r"),
                                                                "resume": ""}  # the script: --resume refuses another's run
     common.log_metrics(run_dir, {"step": 1, "objective/kl": torch.tensor(0.5)})
     common.log_metrics(run_dir, {"step": 2})

@@ -57,7 +57,7 @@ def test_verifier_questions_never_reach_rl_and_the_verifier_shares_the_base(tmp_
     data, cache = _questions_and_cache(tmp_path)
     vdir = tmp_path / "verifier"
     report = tv.main(tv.Args(model="tiny", dataset=f"jsonl:{data}", data_cache=str(tmp_path / "cache.jsonl"),
-                             run_dir=str(vdir), samples_per_question=4, verifier_fraction=0.5, heldout_fraction=0.3,
+                             output_dir=str(vdir), samples_per_question=4, verifier_fraction=0.5, heldout_fraction=0.3,
                              split_seed=7, max_steps=1, batch_size=4, max_per_label=2, log_every=1, sample_every=0,
                              save_every=1000))
     records = common.load_task(f"jsonl:{data}")
@@ -88,8 +88,8 @@ def test_verifier_questions_never_reach_rl_and_the_verifier_shares_the_base(tmp_
     monkeypatch.setattr(tv, "score", recording_score)
     args = parse_args(cotrain.Args, [*COTRAIN_TINY, "--dataset", f"jsonl:{data}", "--scorer", "verifier",
                                      "--verifier", str(vdir), "--questions-per-update", "4", "--num-turns", "1",
-                                     "--updates", "3", "--ppo-epochs", "1", "--eval-questions", "0",
-                                     "--run-dir", str(tmp_path / "rl")])
+                                     "--max-steps", "3", "--ppo-epochs", "1", "--eval-questions", "0",
+                                     "--output-dir", str(tmp_path / "rl")])
     assert cotrain.rl_records(args, records) == [r for r in records if r["question"] not in verifier_qs]
     cotrain.main(args)
     monkeypatch.undo()

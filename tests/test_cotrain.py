@@ -298,7 +298,7 @@ def test_one_update_changes_only_own_adapters():
 
 
 def test_non_finite_loss_skips_the_update(tmp_path):
-    args = tiny_args("--updates", "1", "--lr", "1e-2", "--ppo-epochs", "1", "--run-dir", str(tmp_path / "run"))
+    args = tiny_args("--max-steps", "1", "--lr", "1e-2", "--ppo-epochs", "1", "--output-dir", str(tmp_path / "run"))
 
     def nan_scorer(records, responses):
         return torch.full((len(responses),), float("nan"))
@@ -314,7 +314,7 @@ def test_non_finite_loss_skips_the_update(tmp_path):
 
 
 def test_max_kl_stops_with_a_checkpoint(tmp_path):
-    args = tiny_args("--updates", "4", "--max-kl", "1e-9", "--lr", "1e-2", "--run-dir", str(tmp_path / "run"))
+    args = tiny_args("--max-steps", "4", "--max-kl", "1e-9", "--lr", "1e-2", "--output-dir", str(tmp_path / "run"))
     with pytest.raises(SystemExit, match="--max-kl") as stop:
         cotrain.main(args, score_fn=ascii_fraction)
     stopped_at = int(str(stop.value).split("stopped at update ")[1].split(":")[0])
@@ -329,8 +329,8 @@ def test_learning_raises_a_synthetic_score(tmp_path):
     """2 agents x 2 turns on the tiny model learn to write ASCII: the mean score of the last updates is clearly
     above the first ones (fixed seed). Temperature 0.1: the tiny model's logits span only about ±1 (its
     embeddings have std 0.02), so at 0.7 no adapter can change the sampled bytes much."""
-    args = tiny_args("--updates", "16", "--lr", "3e-3", "--ppo-epochs", "2", "--max-new-tokens", "8",
-                     "--temperature", "0.1", "--run-dir", str(tmp_path / "run"), "--save-every", "100",
+    args = tiny_args("--max-steps", "16", "--lr", "3e-3", "--ppo-epochs", "2", "--max-new-tokens", "8",
+                     "--temperature", "0.1", "--output-dir", str(tmp_path / "run"), "--save-every", "100",
                      "--dataset", "arith", "--prompt-style", "default")  # the prompts this test was calibrated on
     run = cotrain.main(args, score_fn=ascii_fraction)
     scores = [json.loads(line)["objective/scores"] for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -344,10 +344,10 @@ def test_cli_smoke_and_resume(tmp_path):
     flags = ["--model", "tiny", "--device", "cpu", "--questions-per-update", "2", "--max-new-tokens", "6",
              "--ppo-epochs", "1", "--lr", "1e-3", "--lr-end-factor", "1.0", "--sample-every", "1", "--eval-questions", "4"]
     run = tmp_path / "run"
-    out = run_script(["cotrain.py", *flags, "--run-dir", str(run), "--updates", "2"], timeout=300)
+    out = run_script(["cotrain.py", *flags, "--output-dir", str(run), "--max-steps", "2"], timeout=300)
     assert "sample debate" in out.stdout and "metrics:" in out.stdout
     assert torch.load(run / "checkpoint.pt", weights_only=False)["step"] == 2
-    out = run_script(["cotrain.py", "--resume", str(run), "--updates", "3"], timeout=300)
+    out = run_script(["cotrain.py", "--resume", str(run), "--max-steps", "3"], timeout=300)
     assert "from update 2" in out.stdout
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]  # 0: the held-out evaluation before any update
@@ -358,7 +358,7 @@ def test_cli_smoke_and_resume(tmp_path):
     assert (run / "adapters" / "agent0" / "adapter_config.json").exists()
 
     straight = tmp_path / "straight"
-    run_script(["cotrain.py", *flags, "--run-dir", str(straight), "--updates", "3"], timeout=300)
+    run_script(["cotrain.py", *flags, "--output-dir", str(straight), "--max-steps", "3"], timeout=300)
     expected = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()][3]
     for key in ("objective/scores", "objective/kl", "loss/value", "loss/policy", "completions/mean_length"):
         assert rows[3][key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key

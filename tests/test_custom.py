@@ -56,7 +56,7 @@ def test_load_function_by_path_and_by_dotted_name_and_bad_specs(tmp_path, monkey
 # ----------------------------------------------------------------------------------------------
 
 TINY = ["--model", "tiny", "--device", "cpu", "--questions-per-update", "2", "--micro-batch-questions", "0",
-        "--max-new-tokens", "6", "--updates", "1", "--ppo-epochs", "1", "--sample-every", "0", "--log-every", "0",
+        "--max-new-tokens", "6", "--max-steps", "1", "--ppo-epochs", "1", "--sample-every", "0", "--log-every", "0",
         "--eval-questions", "0"]
 SCORER = '''SEEN = []
 
@@ -77,7 +77,7 @@ def test_cotrain_bad_reward_fn_stops_before_any_model(tmp_path, no_models):
                            (["--reward-fn", "examples/my_reward.py:correct_and_brief", "--scorer", "verifier",
                              "--verifier", "x"], "--reward-fn: replaces --scorer")]:
         with pytest.raises(SystemExit, match=message):
-            cotrain.main(parse_args(cotrain.Args, [*TINY, "--run-dir", str(tmp_path / "run"), *flags]))
+            cotrain.main(parse_args(cotrain.Args, [*TINY, "--output-dir", str(tmp_path / "run"), *flags]))
     assert not (tmp_path / "run").exists()
     with pytest.raises(SystemExit, match=r"--reward-fn: returned 1.5 for response 1: scores must be in \[0, 1\]"):
         cotrain.custom_scorer(lambda records, responses: [0.5, 1.5], "--reward-fn")([{}, {}], ["a", "b"])
@@ -90,7 +90,7 @@ def test_cotrain_reward_fn_replaces_the_scorer_and_the_rules_apply_only_when_ask
     --reward-fn-rules every score, penalised score and reward is exactly 0.25 (γ-weighted means of 0.25), no
     bonus; with it the tiny model's answers (never a \\boxed{}) get the format penalty, as the built-in scorers."""
     (tmp_path / "h5_quarter_scorer.py").write_text(SCORER)
-    run = cotrain.main(parse_args(cotrain.Args, [*TINY, "--run-dir", str(tmp_path / "off"),
+    run = cotrain.main(parse_args(cotrain.Args, [*TINY, "--output-dir", str(tmp_path / "off"),
                                                  "--reward-fn", f"{tmp_path / 'h5_quarter_scorer.py'}:quarter"]))
     m = last_metrics(run)
     assert (m["objective/scores"], m["objective/penalized_scores"], m["objective/rewards"], m["objective/bonus"]) == \
@@ -98,7 +98,7 @@ def test_cotrain_reward_fn_replaces_the_scorer_and_the_rules_apply_only_when_ask
     assert "are off (--reward-fn-rules turns them on)" in capsys.readouterr().out
 
     monkeypatch.syspath_prepend(str(tmp_path))  # the dotted form: MODULE importable from sys.path / the cwd
-    run = cotrain.main(parse_args(cotrain.Args, [*TINY, "--run-dir", str(tmp_path / "on"), "--reward-fn-rules",
+    run = cotrain.main(parse_args(cotrain.Args, [*TINY, "--output-dir", str(tmp_path / "on"), "--reward-fn-rules",
                                                  "--reward-fn", "h5_quarter_scorer:quarter"]))
     m = last_metrics(run)
     assert m["objective/scores"] == 0.25 and m["objective/format_penalized_frac"] == 1.0
@@ -203,9 +203,9 @@ def test_hub_id_goes_through_load_dataset(tmp_path, monkeypatch):
 def test_cotrain_reads_and_checks_the_data_before_any_model(tmp_path, no_models):
     path = write_rows(tmp_path / "mine.csv", ROWS)
     with pytest.raises(SystemExit, match="error: --question-field: .*no column 'question'"):
-        cotrain.main(parse_args(cotrain.Args, [*TINY, "--run-dir", str(tmp_path / "run"), "--dataset", str(path)]))
+        cotrain.main(parse_args(cotrain.Args, [*TINY, "--output-dir", str(tmp_path / "run"), "--dataset", str(path)]))
     with pytest.raises(SystemExit, match="error: --questions-per-update: is 4 but .* has 3 questions"):
-        cotrain.main(parse_args(cotrain.Args, [*TINY, "--run-dir", str(tmp_path / "run"), "--dataset", str(path),
+        cotrain.main(parse_args(cotrain.Args, [*TINY, "--output-dir", str(tmp_path / "run"), "--dataset", str(path),
                                                "--question-field", "problem", "--answer-field", "solution",
                                                "--questions-per-update", "4"]))
     assert not (tmp_path / "run").exists()
@@ -243,12 +243,12 @@ def test_pipeline_problems_and_reward_by_hand():
 
 
 def test_num_agents_must_match_the_roles_and_bad_reward_fn_stop_before_any_model(tmp_path, no_models):
-    run = ["--model", "tiny", "--run-dir", str(tmp_path / "run")]
-    for flags, message in [(["--task", "pipeline"], r"^error: --num-agents: --task pipeline has 3 roles "
-                                                    r"\(parse, transform, aggregate\): pass --num-agents 3, got 2"),
-                           (["--task", "humaneval", "--num-agents", "3"], "has 2 roles \\(aux, main\\)"),
-                           (["--task", "pipeline", "--num-agents", "3", "--turns", "2"], "--turns: --task pipeline is single-turn"),
-                           (["--task", "pipeline", "--num-agents", "3", "--reward-fn", "examples/my_reward.py:nothing"],
+    run = ["--model", "tiny", "--output-dir", str(tmp_path / "run")]
+    for flags, message in [(["--dataset", "pipeline"], r"^error: --num-agents: --dataset pipeline has 3 roles "
+                                                       r"\(parse, transform, aggregate\): pass --num-agents 3, got 2"),
+                           (["--dataset", "humaneval", "--num-agents", "3"], "has 2 roles \\(aux, main\\)"),
+                           (["--dataset", "pipeline", "--num-agents", "3", "--turns", "2"], "--turns: --dataset pipeline is single-turn"),
+                           (["--dataset", "pipeline", "--num-agents", "3", "--reward-fn", "examples/my_reward.py:nothing"],
                             "^error: --reward-fn: examples/my_reward.py has no function 'nothing'")]:
         with pytest.raises(SystemExit, match=message):
             M.main(parse_args(M.Args, [*run, *flags]))
@@ -263,7 +263,7 @@ def test_three_agents_rollout_reward_update_and_isolation():
     of the three adapters and never the base. raw advantages + shift 1: non-zero advantages on a random model."""
     seed_everything(0)
     tokenizer = load_tokenizer("tiny")
-    args = M.Args(model="tiny", task="pipeline", num_agents=3, num_generations=2, max_new_tokens=6, chat_template=False,
+    args = M.Args(model="tiny", dataset="pipeline", num_agents=3, num_generations=2, max_new_tokens=6, chat_template=False,
                   temperature=1.0, top_p=1.0, top_k=0, sandbox_workers=1, lr=0.03, adv_mode="raw", reward_shift=1.0)
     agents = M.build_agents(args, "cpu")
     task = M.make_task(args, "pipeline")
@@ -296,10 +296,10 @@ def test_three_agents_rollout_reward_update_and_isolation():
 
 
 def test_three_agents_from_the_command_line_with_the_builtin_and_a_custom_reward(tmp_path, capsys):
-    flags = ["--model", "tiny", "--task", "pipeline", "--num-agents", "3", "--steps", "1", "--num-generations", "2",
+    flags = ["--model", "tiny", "--dataset", "pipeline", "--num-agents", "3", "--max-steps", "1", "--num-generations", "2",
              "--max-new-tokens", "6", "--sandbox-workers", "1", "--adv-mode", "raw", "--reward-shift", "1.0",
              "--lr", "0.01", "--no-chat-template", "--eval-problems", "2"]
-    M.main(parse_args(M.Args, [*flags, "--run-dir", str(tmp_path / "builtin")]))
+    M.main(parse_args(M.Args, [*flags, "--output-dir", str(tmp_path / "builtin")]))
     assert "3 agents parse/transform/aggregate" in capsys.readouterr().out
     m = last_metrics(tmp_path / "builtin")
     assert {"reward/pipeline", "reward/parse_tests", "agent2/loss", "agent2/grad_norm", "eval/pass_rate"} <= set(m)
@@ -311,7 +311,7 @@ def test_three_agents_from_the_command_line_with_the_builtin_and_a_custom_reward
     (tmp_path / "h5_half_reward.py").write_text("def half(problem, completions):\n"
                                                 "    assert len(completions) == 3\n"
                                                 "    return 0.5, {'half': 0.5}\n")
-    M.main(parse_args(M.Args, [*flags, "--run-dir", str(tmp_path / "custom"), "--reward-shift", "0",
+    M.main(parse_args(M.Args, [*flags, "--output-dir", str(tmp_path / "custom"), "--reward-shift", "0",
                                "--reward-fn", f"{tmp_path / 'h5_half_reward.py'}:half"]))
     m = last_metrics(tmp_path / "custom")
     assert m["reward/mean"] == 0.5 and m["reward/half"] == 0.5 and "reward/pipeline" not in m

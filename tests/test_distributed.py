@@ -165,7 +165,7 @@ def test_magrpo_two_ranks_equal_one_process(tmp_path):
 def test_cotrain_cli_under_torchrun(tmp_path):
     run = tmp_path / "run"
     out = run_script([*TORCHRUN, "cotrain.py", "--model", "tiny", "--questions-per-update", "4", "--max-new-tokens",
-                      "6", "--updates", "1", "--ppo-epochs", "1", "--sample-every", "1", "--run-dir", str(run)],
+                      "6", "--max-steps", "1", "--ppo-epochs", "1", "--sample-every", "1", "--output-dir", str(run)],
                      timeout=300)
     assert out.stdout.count("update 1: ") == 1 and out.stdout.count("sample debate") == 1  # rank 0 prints alone
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -181,9 +181,9 @@ def test_magrpo_cli_under_torchrun(tmp_path):
     data = tmp_path / "tldr.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"post {i}"}) + "\n" for i in range(4)))
     run = tmp_path / "run"
-    out = run_script([*TORCHRUN, "magrpo.py", "--model", "tiny", "--task", f"jsonl:{data}", "--problems-per-step", "2",
-                      "--num-generations", "2", "--max-new-tokens", "8", "--sandbox-workers", "1", "--steps", "1",
-                      "--run-dir", str(run)], timeout=300)
+    out = run_script([*TORCHRUN, "magrpo.py", "--model", "tiny", "--dataset", f"jsonl:{data}", "--problems-per-step", "2",
+                      "--num-generations", "2", "--max-new-tokens", "8", "--sandbox-workers", "1", "--max-steps", "1",
+                      "--output-dir", str(run)], timeout=300)
     assert out.stdout.count("step 1: ") == 1
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1] and rows[0]["tree/nodes"] == 1  # rank 0 logs its own tree

@@ -70,9 +70,9 @@ def cotrain_run(tmp_path_factory, tiny_model_dir):
     (fakes / "bitsandbytes").mkdir()
     (fakes / "bitsandbytes" / "__init__.py").write_text(FAKE_BITSANDBYTES)
     run = tmp / "run"
-    out = run_cli(["cotrain.py", "--model", "tiny", "--device", "cpu", "--updates", "2", "--questions-per-update", "2",
+    out = run_cli(["cotrain.py", "--model", "tiny", "--device", "cpu", "--max-steps", "2", "--questions-per-update", "2",
                    "--max-new-tokens", "6", "--ppo-epochs", "1", "--lr", "1e-3", "--sample-every", "1",
-                   "--save-every", "0", "--eval-questions", "2", "--report-to", "wandb", "--run-dir", str(run)],
+                   "--save-every", "0", "--eval-questions", "2", "--report-to", "wandb", "--output-dir", str(run)],
                   fakes, tmp / "wandb_calls.jsonl")
     return dict(run=run, out=out, calls=read_jsonl(tmp / "wandb_calls.jsonl"), metrics=read_jsonl(run / "metrics.jsonl"))
 
@@ -90,7 +90,7 @@ def test_report_to_gets_the_rows_of_metrics_jsonl(cotrain_run):
     assert [c["call"] for c in calls] == ["init"] + ["log"] * len(metrics) + ["finish"]
     init = calls[0]
     assert init["mode"] == "offline" and init["dir"] == str(run) and init["project"] == "nanomarl"
-    assert init["config"]["report_to"] == "wandb" and init["config"]["updates"] == 2
+    assert init["config"]["report_to"] == "wandb" and init["config"]["max_steps"] == 2
     assert [r["step"] for r in metrics if "objective/scores" in r] == [1, 2]  # training rows
     assert [r["step"] for r in metrics if "eval/turn2/accuracy" in r] == [0, 2]  # held-out eval: before and after
     for call, row in zip(calls[1:], metrics):
@@ -175,7 +175,7 @@ def test_report_to_refuses_a_typo_and_a_missing_package(monkeypatch, tmp_path, c
         parse_args(cotrain.Args, ["--report-to", "wandbb"])
     assert error.value.code == 2 and "tensorboard" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "trackio", None)  # find_spec -> None: as if not installed
-    args = parse_args(cotrain.Args, ["--model", "tiny", "--report-to", "trackio", "--run-dir", str(tmp_path / "new")])
+    args = parse_args(cotrain.Args, ["--model", "tiny", "--report-to", "trackio", "--output-dir", str(tmp_path / "new")])
     with pytest.raises(SystemExit) as error:
         cotrain.main(args)
     assert error.value.code == 2 and not (tmp_path / "new").exists()  # refused before the run folder is made
@@ -215,8 +215,8 @@ def magrpo_run(tmp_path_factory, tiny_model_dir):
     run = tmp / "run"
     report_to = "tensorboard" if common.importlib.util.find_spec("tensorboard") else "none"
     out = run_cli(["magrpo.py", "--model", "tiny", "--num-generations", "2", "--max-new-tokens", "8",
-                   "--sandbox-workers", "1", "--task", f"jsonl:{data}", "--steps", "2", "--sample-every", "1",
-                   "--save-every", "2", "--report-to", report_to, "--run-dir", str(run)],
+                   "--sandbox-workers", "1", "--dataset", f"jsonl:{data}", "--max-steps", "2", "--sample-every", "1",
+                   "--save-every", "2", "--report-to", report_to, "--output-dir", str(run)],
                   tmp, tmp / "unused.jsonl")
     return dict(run=run, out=out, metrics=read_jsonl(run / "metrics.jsonl"), report_to=report_to)
 

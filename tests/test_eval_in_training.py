@@ -59,8 +59,8 @@ def test_cotrain_heldout_questions_never_train(tmp_path):
 
 def test_cotrain_cli_logs_eval_rows_before_and_after(tmp_path):
     run = tmp_path / "run"
-    out = run_script(["cotrain.py", "--model", "tiny", "--updates", "2", "--max-new-tokens", "8", "--eval-questions", "4",
-                      "--eval-every", "1", "--questions-per-update", "2", "--ppo-epochs", "1", "--run-dir", str(run)])
+    out = run_script(["cotrain.py", "--model", "tiny", "--max-steps", "2", "--max-new-tokens", "8", "--eval-questions", "4",
+                      "--eval-every", "1", "--questions-per-update", "2", "--ppo-epochs", "1", "--output-dir", str(run)])
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]  # every step exactly once; step 0 = before any update
     assert "objective/scores" not in rows[0] and all("objective/scores" in r for r in rows[1:])
@@ -110,8 +110,8 @@ def test_minicode_splits_and_canonical_solutions():
 
 def test_magrpo_cli_logs_eval_rows_before_and_after(tmp_path):
     run = tmp_path / "run"
-    out = run_script(["magrpo.py", "--model", "tiny", "--task", "minicode", "--steps", "2", "--max-new-tokens", "8",
-                      "--num-generations", "2", "--eval-problems", "3", "--sandbox-workers", "1", "--run-dir", str(run)])
+    out = run_script(["magrpo.py", "--model", "tiny", "--dataset", "minicode", "--max-steps", "2", "--max-new-tokens", "8",
+                      "--num-generations", "2", "--eval-problems", "3", "--sandbox-workers", "1", "--output-dir", str(run)])
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert "reward/mean" not in rows[0] and "reward/mean" in rows[1]
@@ -121,15 +121,17 @@ def test_magrpo_cli_logs_eval_rows_before_and_after(tmp_path):
 
 
 def test_resume_of_a_run_from_before_a_flag_keeps_what_the_code_then_did(tmp_path):
-    """A cotrain run saved before --value-model and --lr-decay-updates existed had a separate critic and decayed
-    the learning rate over its own --updates: resuming it must not switch to today's defaults."""
+    """A cotrain run saved before --value-model and --lr-decay-updates (now --lr-decay-steps) existed had a separate
+    critic and decayed the learning rate over its own --updates (now --max-steps): resuming it must not switch to
+    today's defaults."""
     run = tmp_path / "old"
     run.mkdir()
-    old = {k: v for k, v in vars(cotrain.Args()).items() if k not in ("value_model", "lr_decay_updates")}
+    then = {new: old for old, new in cotrain.Args.renamed.items()}  # that version saved the old names
+    old = {then.get(k, k): v for k, v in vars(cotrain.Args()).items() if k not in ("value_model", "lr_decay_steps")}
     (run / "args.json").write_text(json.dumps({**old, "updates": 7}))
     torch.save({"heads": {}, "step": 3}, run / "checkpoint.pt")
-    args = common.parse_args(cotrain.Args, ["--resume", str(run), "--updates", "9"])
+    args = common.parse_args(cotrain.Args, ["--resume", str(run), "--max-steps", "9"])
     resumed = common.resumed_args(args, "cotrain", cotrain.RESUME_MUST_MATCH, legacy=cotrain.legacy_settings)
-    assert (resumed.value_model, resumed.lr_decay_updates, resumed.updates) == ("separate", 7, 9)
+    assert (resumed.value_model, resumed.lr_decay_steps, resumed.max_steps) == ("separate", 7, 9)
     plain = common.resumed_args(args, "cotrain", cotrain.RESUME_MUST_MATCH)
     assert plain.value_model == "shared"  # what would have happened: a checkpoint with a critic adapter, no critic

@@ -293,9 +293,9 @@ def test_magrpo_mode_smoke(tmp_path, tiny_model_dir):
     st = fake_run(tmp_path / "st", dataclasses.asdict(magrpo.Args(model="tiny")), ["agent0", "agent1"], 0)
     mt = fake_run(tmp_path / "mt", dataclasses.asdict(magrpo.Args(model="tiny", turns=2)), ["agent0", "agent1"], 1)
     out = tmp_path / "eval"
-    result = run_script(["evaluate.py", "--mode", "magrpo", "--model", "tiny", "--task", "humaneval", "--limit", "1",
+    result = run_script(["evaluate.py", "--mode", "magrpo", "--model", "tiny", "--dataset", "humaneval", "--limit", "1",
                          "--num-samples", "2", "--k-values", "1,2", "--max-new-tokens", "8", "--run", str(st),
-                         "--mt-run", str(mt), "--out-dir", str(out), "--sandbox-workers", "2"], timeout=300)
+                         "--mt-run", str(mt), "--output-dir", str(out), "--sandbox-workers", "2"], timeout=300)
     results = json.loads((out / "results.json").read_text())
     methods = results["methods"]
     assert list(methods) == list(evaluate.MAGRPO_METHODS)
@@ -325,7 +325,7 @@ def fake_cotrain_run(folder, num_agents: int, seed: int, **overrides):
 
     import cotrain
 
-    args = cotrain.Args(model="tiny", num_agents=num_agents, num_turns=2, run_dir=str(folder), **overrides)
+    args = cotrain.Args(model="tiny", num_agents=num_agents, num_turns=2, output_dir=str(folder), **overrides)
     torch.manual_seed(seed)
     team = cotrain.build_team(args, "cpu")
     with torch.no_grad():
@@ -414,7 +414,7 @@ def test_debate_mode_smoke(tmp_path, tiny_model_dir):
     out = tmp_path / "eval"
     result = run_script(["evaluate.py", "--model", "tiny", "--limit", "2", "--num-agents", "3", "--num-turns", "2",
                          "--max-new-tokens", "6", "--run", str(pair), "--single-run", str(alone), "--agents",
-                         f"{pair},base,{alone}", "--sft-questions", "2", "--out-dir", str(out)], timeout=300)
+                         f"{pair},base,{alone}", "--sft-questions", "2", "--output-dir", str(out)], timeout=300)
     results = json.loads((out / "results.json").read_text())
     methods = results["methods"]
     assert list(methods) == list(evaluate.DEBATE_METHODS)

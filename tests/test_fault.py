@@ -21,7 +21,7 @@ from conftest import ROOT
 
 TINY = ["--model", "tiny", "--device", "cpu", "--save-every", "1"]
 COTRAIN = [*TINY, "--num-turns", "1", "--questions-per-update", "1", "--max-new-tokens", "4", "--ppo-epochs", "1",
-           "--lr", "1e-2", "--sample-every", "0", "--train-limit", "20", "--updates", "12", "--eval-questions", "0"]
+           "--lr", "1e-2", "--sample-every", "0", "--train-limit", "20", "--max-steps", "12", "--eval-questions", "0"]
 MAGRPO = [*TINY, "--num-generations", "2", "--max-new-tokens", "6", "--sandbox-workers", "1", "--adv-mode", "raw",
           "--reward-shift", "1.0", "--lr", "0.01", "--sample-every", "100", "--max-steps", "12", "--eval-problems", "0"]
 
@@ -75,13 +75,13 @@ def test_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path, script):
     if script == "magrpo":
         data = tmp_path / "posts.jsonl"
         data.write_text("".join(json.dumps({"prompt": f"post {i}"}) + "\n" for i in range(3)))
-        flags = [*flags, "--task", f"jsonl:{data}"]
+        flags = [*flags, "--dataset", f"jsonl:{data}"]
     module = {"cotrain": cotrain, "magrpo": magrpo}[script]
     reference, run = tmp_path / "reference", tmp_path / "run"
-    module.main(common.parse_args(module.Args, [*flags, "--run-dir", str(reference)]))
+    module.main(common.parse_args(module.Args, [*flags, "--output-dir", str(reference)]))
 
     # 1. SIGKILL inside the write of checkpoint 2: the new file is complete but not swapped in yet
-    proc = launch(script, [*flags, "--run-dir", str(run)], NANOMARL_TEST_KILL_IN_CHECKPOINT="2")
+    proc = launch(script, [*flags, "--output-dir", str(run)], NANOMARL_TEST_KILL_IN_CHECKPOINT="2")
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == -signal.SIGKILL, err
     assert (run / "checkpoint.pt.tmp").exists() and common.checkpoint_step(run / "checkpoint.pt") == 1

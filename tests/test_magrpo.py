@@ -217,8 +217,8 @@ def test_cli_two_turns_with_full_finetuning_and_kl(tmp_path):
     data.write_text(json.dumps(dict(task_id="toy/add", prompt="def add(a, b):\n", entry_point="add",
                                     test="def check(candidate):\n    assert candidate(1, 2) == 3\n")) + "\n")
     run = tmp_path / "mt"
-    out = run_script(["magrpo.py", *CLI, "--task", f"jsonl:{data}", "--turns", "2", "--steps", "1", "--run-dir",
-                      str(run), "--full-finetune", "--kl-coef", "0.1", "--sample-every", "1"], timeout=600)
+    out = run_script(["magrpo.py", *CLI, "--dataset", f"jsonl:{data}", "--turns", "2", "--max-steps", "1", "--output-dir",
+                      str(run), "--full-finetune", "--beta", "0.1", "--sample-every", "1"], timeout=600)
     (metrics,) = read_metrics(run)
     assert metrics["tree/nodes"] == 3 and "turn1/reward/mean" in metrics  # root + G = 2 children
     # deepest turn first: turn 1 is updated by the sampling policy itself (on-policy, KL to the base 0), and
@@ -233,12 +233,12 @@ def test_cli_two_turns_with_full_finetuning_and_kl(tmp_path):
 def test_cli_resume_continues_exactly(tmp_path):
     data = tmp_path / "tldr.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"post {i}"}) + "\n" for i in range(3)))
-    common = [*CLI, "--task", f"jsonl:{data}", "--save-every", "1"]
+    common = [*CLI, "--dataset", f"jsonl:{data}", "--save-every", "1"]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    out = run_script(["magrpo.py", *common, "--steps", "3", "--run-dir", str(straight)], timeout=600)
+    out = run_script(["magrpo.py", *common, "--max-steps", "3", "--output-dir", str(straight)], timeout=600)
     assert f"adapters: {straight / 'adapters'}" in out.stdout and (straight / "adapters" / "agent0").is_dir()
-    run_script(["magrpo.py", *common, "--steps", "1", "--run-dir", str(resumed)], timeout=600)
-    out = run_script(["magrpo.py", "--resume", str(resumed), "--steps", "3"], timeout=600)
+    run_script(["magrpo.py", *common, "--max-steps", "1", "--output-dir", str(resumed)], timeout=600)
+    out = run_script(["magrpo.py", "--resume", str(resumed), "--max-steps", "3"], timeout=600)
     assert f"resumed {resumed} at step 1" in out.stdout
     a, b = read_metrics(straight), read_metrics(resumed)
     assert [m["step"] for m in b] == [1, 2, 3]

@@ -576,7 +576,7 @@ def test_reward_path_keeps_whole_definitions_and_runs_checks_as_written():
 def test_bench_sandbox_part_runs_the_canonical_solutions(tmp_path):
     """bench.py --parts sandbox: programs per second sandboxed and bare, both on programs that all pass."""
     done = subprocess.run([sys.executable, "bench.py", "--parts", "sandbox", "--sandbox-programs", "4",
-                           "--repeats", "1", "--out-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                           "--repeats", "1", "--output-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((tmp_path / "bench.json").read_text())["sandbox"]

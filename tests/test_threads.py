@@ -77,6 +77,6 @@ def test_scripts_print_the_choice_at_startup(tmp_path):
     """magrpo.py with --threads: the startup line says the count (a short tiny run)."""
     from conftest import run_script
 
-    done = run_script(["magrpo.py", "--model", "tiny", "--steps", "1", "--num-generations", "2", "--max-new-tokens",
-                       "4", "--sandbox-workers", "1", "--threads", "1", "--run-dir", str(tmp_path / "run")], timeout=300)
+    done = run_script(["magrpo.py", "--model", "tiny", "--max-steps", "1", "--num-generations", "2", "--max-new-tokens",
+                       "4", "--sandbox-workers", "1", "--threads", "1", "--output-dir", str(tmp_path / "run")], timeout=300)
     assert "threads: 1 (--threads)" in done.stdout

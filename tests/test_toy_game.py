@@ -251,7 +251,7 @@ def test_learning_reaches_equilibrium_and_best_response():
 
 def test_learn_cli_writes_table(tmp_path):
     rows = tg.main(["--learn", "--learn-horizon", "3", "--learn-threshold", "2", "--learn-samples", "2",
-                    "--learn-steps", "300", "--qs", "0.6", "--out-dir", str(tmp_path)])
+                    "--learn-steps", "300", "--qs", "0.6", "--output-dir", str(tmp_path)])
     assert [r["compared with"] for r in rows] == ["NE, select=learn", "NE, select=low", "NE, select=high",
                                                   "any selection", "best response"]
     assert (tmp_path / "learn.md").exists()
@@ -263,7 +263,7 @@ def test_learn_cli_writes_table(tmp_path):
 
 
 def test_sweep_writes_table_and_plot(tmp_path):
-    rows = tg.main(["--horizons", "4,6", "--num-samples", "200", "--out-dir", str(tmp_path)])
+    rows = tg.main(["--horizons", "4,6", "--num-samples", "200", "--output-dir", str(tmp_path)])
     with open(tmp_path / "fig5.csv") as f:
         table = list(csv.DictReader(f))
     # C = T-1 down to floor((T-1)/2): T=4 -> 3,2,1 and T=6 -> 5,4,3,2
@@ -280,7 +280,7 @@ def test_sweep_writes_table_and_plot(tmp_path):
 
 def test_sweep_without_matplotlib(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
-    tg.main(["--horizons", "3", "--num-samples", "10", "--out-dir", str(tmp_path)])
+    tg.main(["--horizons", "3", "--num-samples", "10", "--output-dir", str(tmp_path)])
     assert "skipped the plot" in capsys.readouterr().out
     assert (tmp_path / "fig5.csv").exists() and not (tmp_path / "fig5.png").exists()
 
@@ -291,4 +291,4 @@ def test_sweep_without_matplotlib(tmp_path, monkeypatch, capsys):
                                        (["--num-samples", "0"], "--num-samples")])
 def test_bad_flags_name_the_flag(argv, flag, tmp_path):
     with pytest.raises(SystemExit, match=flag):
-        tg.main(argv + ["--out-dir", str(tmp_path)])
+        tg.main(argv + ["--output-dir", str(tmp_path)])

@@ -241,7 +241,7 @@ def cli_run(tmp_path_factory, tiny_model_dir):
     run_dir = tmp_path_factory.mktemp("verifier") / "run"
     with pytest.MonkeyPatch.context() as env:
         env.setenv("OMP_NUM_THREADS", "1")  # see one_thread
-        first = run_script([*CLI, "--max-steps", "3", "--run-dir", str(run_dir)])
+        first = run_script([*CLI, "--max-steps", "3", "--output-dir", str(run_dir)])
         resumed = run_script(["train_verifier.py", "--resume", str(run_dir), "--max-steps", "5"])
     return run_dir, first, resumed
 
@@ -374,7 +374,7 @@ def test_verifier_learns_visible_correctness(tmp_path, tiny_model_dir):
     (answers to questions never trained on) must exceed 0.9 and the Brier score must beat the base rate's."""
     _synthetic_task(tmp_path)
     args = tv.Args(model="tiny", dataset=f"jsonl:{tmp_path / 'questions.jsonl'}",
-                   data_cache=str(tmp_path / "cache.jsonl"), run_dir=str(tmp_path / "run"), samples_per_question=8,
+                   data_cache=str(tmp_path / "cache.jsonl"), output_dir=str(tmp_path / "run"), samples_per_question=8,
                    verifier_fraction=0.9, heldout_fraction=0.2, max_steps=60, lr=3e-3, warmup_steps=5,
                    log_every=20, sample_every=0, eval_every=0, save_every=1000, max_per_label=4)
     report = tv.main(args)
