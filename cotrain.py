@@ -15,15 +15,17 @@ every agent is trained with its own PPO, all at once, on one frozen base model:
     the reference     = the same base with every adapter disabled (no second copy in memory)
 
 One update (the numbered stages in main()):
-    1. play the debate on B questions; all agents of a turn are generated in ONE batched call, each row on its
+    1. play the debate on B questions, K times each (--samples-per-question); all agents of a turn are generated in ONE batched call, each row on its
        own adapter (common.generate)
     2. score every answer; a bad format (no parsable final answer, common.is_well_formed; too short; degenerate
        repetition) is replaced by --format-penalty, a response cut at --max-new-tokens gets --missing-eos-penalty
        on top (your own scorer, --reward-fn: no penalties and no incentives unless --reward-fn-rules)
     3. influence-aware reward R[t, a] (Definition 1) + incentive bonus b[t, a] (Tables 1 and 2)
     4. old log-probs, reference log-probs, values and entropies, without gradients, from ONE mixed-adapter pass
-    5. per-token rewards: -kl_coef * KL at every token, plus R + b at the last token; GAE (γ=1, λ=0.95) within
-       each response; advantages whitened per (turn, agent)
+    5. per-token rewards: -kl_coef * KL at every token, plus R + b at the last token; then --advantage group (the
+       default): a response's summed reward less the mean of its question's K responses at that (turn, agent), on
+       every token; or gae (the paper): GAE (γ=1, λ=0.95) on the value heads within each response, advantages
+       whitened per (turn, agent)
     6. PPO: --ppo-epochs x shuffled minibatches x micro-batches (gradient accumulation); the losses of all
        (turn, agent) pairs are summed and every optimiser (one per policy adapter, one for the heads (shared) or
        the critic + heads (separate)) steps once per minibatch. Shared: one forward + backward per micro-batch
@@ -38,7 +40,14 @@ What this script changes relative to the paper and the authors' code (chanwoo-pa
     and for every log-prob recomputation (the code samples at a per-model temperature, recomputes at 0.7).
   * The verifier is called in-process (the code POSTs to a Flask server); ground truth is the default scorer.
   * Responses enter the discussion as generated; the code first rewrites them into "Answer: \\boxed{X}" form.
-  * By default the value heads read the policy adapter's own hidden states (--value-model shared, a shared trunk
+  * The default CPU run differs from the paper where the paper's settings made SmolLM2-135M worse or flat on
+    held-out questions (README "Results"): a per-question baseline over K = 4 debates of each question
+    (--advantage group, as RLOO/GRPO) instead of GAE on value heads that never fitted at this scale (explained
+    variance about 0), and the score evaluation counts (right 1, wrong or unparsable 0: --format-penalty 0
+    --missing-eos-penalty 0) instead of -10 / -1, under which the agents learned to answer first and compute
+    never. --advantage gae --samples-per-question 1 --format-penalty -10 --missing-eos-penalty -1 is the paper's
+    (the recipes/ spell it).
+  * With --advantage gae, by default the value heads read the policy adapter's own hidden states (--value-model shared, a shared trunk
     as in TRL's classic PPO): about half the update's compute, but the value loss also trains the policy adapter
     (see ppo_update). --value-model separate is the paper's critic: one critic LoRA for all turns with a value
     head per turn (the code: a critic LoRA per turn), seeing the whole discussion like the policy;
@@ -64,8 +73,8 @@ rank 0 prints, logs (metrics of its own questions) and writes checkpoints. "mult
 Examples:
   python cotrain.py --model tiny --max-steps 3 --max-new-tokens 16   # a smoke run, about a minute on CPU
   # the default (tuned for SmolLM2-135M on a CPU; its time: README "Results"): 2 agents x 2 turns, arith:easy,
-  # the short prompt, T 0.3, lr 2e-4, 4 questions x 10 updates, 2 PPO epochs, 48 new tokens, shared value heads,
-  # 40 held-out questions
+  # the short prompt, T 0.3, lr 2e-4, 2 questions x 4 debates x 10 updates, group baseline, 2 PPO epochs,
+  # 48 new tokens, 0/1 correctness, 40 held-out questions
   python cotrain.py
   # one GPU, paper scale: the paper's prompt, PPO settings and critic must be spelled out (or use
   # --config recipes/maporl-gsm8k-phi3.yaml)
@@ -73,6 +82,7 @@ Examples:
       --dataset gsm8k --train-limit 0 --num-agents 2 --num-turns 3 --max-new-tokens 300 --min-response-tokens 50 \\
       --questions-per-update 32 --minibatch-questions 4 --micro-batch-questions 1 --forward-batch-size 16 \\
       --max-steps 200 --temperature 0.7 --lr 1e-5 --ppo-epochs 4 --value-model separate \\
+      --advantage gae --samples-per-question 1 --format-penalty -10 --missing-eos-penalty -1 \\
       --scorer verifier --verifier runs/verifier-RUN
   torchrun --standalone --nproc_per_node 2 cotrain.py --model tiny --max-steps 3 --questions-per-update 4  # 2 CPU processes
   python cotrain.py --reward-fn examples/my_reward.py:correct_and_brief \\
@@ -150,9 +160,9 @@ class Args:
     reward_fn: str = ""  # your own scorer MODULE:FUNCTION (a .py path or a dotted module), fn(records, responses) -> scores in [0, 1]; replaces --scorer (see examples/my_reward.py)
     reward_fn_rules: bool = False  # with --reward-fn: also apply the format and missing-EOS penalties and the incentives (Tables 1-2); off: your scores alone make the reward
     penalize_format: bool = True  # replace the score by --format-penalty for no parsable final answer (common.is_well_formed), a too-short response or degenerate repetition
-    format_penalty: float = -10.0  # the bad-format score (authors: -10)
+    format_penalty: float = 0.0  # the bad-format score (authors: -10; 0: an unparsable answer scores as a wrong one, as evaluation counts it; at -1 or -10 SmolLM2 learns to answer first and compute never, README "Results")
     min_response_tokens: int = 10  # shorter responses count as bad format (authors: 50 with 300-token responses)
-    missing_eos_penalty: float = -1.0  # added to the score of a response cut at --max-new-tokens (0: off)
+    missing_eos_penalty: float = 0.0  # added to the score of a response cut at --max-new-tokens (authors: -1; 0: off, as evaluation, which reads a cut answer)
     reward_rule: Literal["influence", "current", "final-mean"] = "influence"  # influence (Definition 1), current (own score only) or final-mean (mean score of the last turn)
     influence_gamma: float = 0.3  # γ of the influence-aware reward (authors: 0.3)
     alpha0: float = 0.5  # Table 1: W->R against a wrong majority (+), R->W with a wrong majority (-)
@@ -161,9 +171,9 @@ class Args:
     beta1: float = 0.3  # Table 2: own answer right and the others' majority goes W->R (+) or R->W (-)
     # ---- PPO ----
     max_steps: int = 10  # training steps (TRL PPO's): each one PPO update, a rollout of --questions-per-update questions and --ppo-epochs passes over it
-    questions_per_update: int = 4  # B, questions per rollout, each giving A x T responses (authors: 256 over 8 GPUs); under torchrun the global batch, split across the processes
-    samples_per_question: int = 1  # K, debates sampled per question in a rollout: B x K debates (--advantage group compares the K; authors: 1)
-    advantage: Literal["gae", "group"] = "gae"  # gae: GAE on the value heads' estimates, whitened per (turn, agent) (the paper's PPO) | group: a response's reward less the mean over the K debates of its question, on every token (a per-question baseline as RLOO/GRPO; no value heads; needs K >= 2)
+    questions_per_update: int = 2  # B, questions per rollout, each giving A x T responses (authors: 256 over 8 GPUs); under torchrun the global batch, split across the processes
+    samples_per_question: int = 4  # K, debates sampled per question in a rollout: B x K debates (--advantage group compares the K; authors: 1)
+    advantage: Literal["group", "gae"] = "group"  # gae: GAE on the value heads' estimates, whitened per (turn, agent) (the paper's PPO) | group: a response's reward less the mean over the K debates of its question, on every token (a per-question baseline as RLOO/GRPO; no value heads; needs K >= 2)
     minibatch_questions: int = 0  # debates (questions x K) per optimiser step, over all processes (0: all B x K, one step per epoch)
     micro_batch_questions: int = 1  # debates per forward/backward inside a minibatch, per process (gradient accumulation; authors: 1)
     ppo_epochs: int = 2  # passes over each rollout (authors: 4)

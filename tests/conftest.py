@@ -36,6 +36,11 @@ def repo_root() -> Path:
     return ROOT
 
 
+# cotrain.py's paper estimator (GAE on value heads, one debate per question): the tests of PPO's invariants, counts
+# and multi-process equality were written for it; the CPU default --advantage group has tests/test_group_advantage.py
+PAPER_ADVANTAGE = ["--advantage", "gae", "--samples-per-question", "1"]
+
+
 def run_script(args: list[str], timeout: int = 300):
     """Run a top-level script in a subprocess from the repo root (CLI smoke tests); returns CompletedProcess."""
     import subprocess

@@ -9,12 +9,12 @@ import torch
 import common
 import cotrain
 from common import adapter_parameters, parse_args
-from conftest import run_script
+from conftest import PAPER_ADVANTAGE, run_script
 
 
 def tiny_args(*flags):
     """Small, fast settings for the tiny random model; penalties off (the tiny model never writes \\boxed{})."""
-    return parse_args(cotrain.Args, ["--model", "tiny", "--device", "cpu", "--questions-per-update", "2",
+    return parse_args(cotrain.Args, ["--model", "tiny", "--device", "cpu", "--questions-per-update", "2", *PAPER_ADVANTAGE,
                                      "--micro-batch-questions", "0", "--max-new-tokens", "6", "--no-penalize-format",
                                      "--missing-eos-penalty", "0", "--sample-every", "0", "--log-every", "0",
                                      "--eval-questions", "0", *flags])  # the held-out evaluation: tests/test_eval_in_training.py

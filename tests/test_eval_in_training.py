@@ -127,11 +127,13 @@ def test_resume_of_a_run_from_before_a_flag_keeps_what_the_code_then_did(tmp_pat
     run = tmp_path / "old"
     run.mkdir()
     then = {new: old for old, new in cotrain.Args.renamed.items()}  # that version saved the old names
-    old = {then.get(k, k): v for k, v in vars(cotrain.Args()).items() if k not in ("value_model", "lr_decay_steps")}
+    old = {then.get(k, k): v for k, v in vars(cotrain.Args()).items()
+           if k not in ("value_model", "lr_decay_steps", "advantage", "samples_per_question")}
     (run / "args.json").write_text(json.dumps({**old, "updates": 7}))
     torch.save({"heads": {}, "step": 3}, run / "checkpoint.pt")
     args = common.parse_args(cotrain.Args, ["--resume", str(run), "--max-steps", "9"])
     resumed = common.resumed_args(args, "cotrain", cotrain.RESUME_MUST_MATCH, legacy=cotrain.legacy_settings)
     assert (resumed.value_model, resumed.lr_decay_steps, resumed.max_steps) == ("separate", 7, 9)
+    assert (resumed.advantage, resumed.samples_per_question) == ("gae", 1)  # before --advantage: GAE, one debate
     plain = common.resumed_args(args, "cotrain", cotrain.RESUME_MUST_MATCH)
     assert plain.value_model == "shared"  # what would have happened: a checkpoint with a critic adapter, no critic
