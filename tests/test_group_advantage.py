@@ -74,14 +74,13 @@ def test_main_samples_each_question_k_times_in_a_row(tmp_path):
 
 def test_group_learning_raises_a_synthetic_score(tmp_path):
     """As test_cotrain's learning test, with the per-question baseline instead of GAE and value heads."""
-    args = tiny_args("--advantage", "group", "--samples-per-question", "2", "--questions-per-update", "1",
-                     "--max-steps", "16", "--lr", "3e-3",
+    args = tiny_args("--advantage", "group", "--samples-per-question", "2", "--max-steps", "24", "--lr", "3e-3",
                      "--ppo-epochs", "2", "--max-new-tokens", "8", "--temperature", "0.1", "--save-every", "100",
                      "--output-dir", str(tmp_path / "run"), "--dataset", "arith", "--prompt-style", "default")
     run = cotrain.main(args, score_fn=ascii_fraction)
     scores = [json.loads(line)["objective/scores"] for line in (run / "metrics.jsonl").read_text().splitlines()]
-    first, last = sum(scores[:4]) / 4, sum(scores[-4:]) / 4
-    assert last > first + 0.15 and last > 0.75, scores
+    first, last = sum(scores[:2]) / 2, sum(scores[-6:]) / 6  # it learns within a few updates: 0.67 -> 0.92
+    assert last > first + 0.15 and last > 0.85, scores
 
 
 @pytest.mark.parametrize("flags, named", [
