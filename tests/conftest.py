@@ -36,9 +36,10 @@ def repo_root() -> Path:
     return ROOT
 
 
-# cotrain.py's paper estimator (GAE on value heads, one debate per question): the tests of PPO's invariants, counts
-# and multi-process equality were written for it; the CPU default --advantage group has tests/test_group_advantage.py
-PAPER_ADVANTAGE = ["--advantage", "gae", "--samples-per-question", "1"]
+# cotrain.py's paper settings, its defaults before the CPU default changed: GAE on value heads, one debate per
+# question, the authors' -10 format and -1 missing-EOS penalties. The tests of PPO's invariants, counts and
+# multi-process equality were written for them; the CPU default (--advantage group) has tests/test_group_advantage.py
+PAPER_PPO = ["--advantage", "gae", "--samples-per-question", "1", "--format-penalty", "-10", "--missing-eos-penalty", "-1"]
 
 
 def run_script(args: list[str], timeout: int = 300):

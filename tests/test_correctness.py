@@ -12,9 +12,9 @@ import cotrain
 import evaluate
 import train_verifier as tv
 from common import parse_args
-from conftest import PAPER_ADVANTAGE
+from conftest import PAPER_PPO
 
-COTRAIN_TINY = ["--model", "tiny", "--device", "cpu", *PAPER_ADVANTAGE, "--micro-batch-questions", "0", "--max-new-tokens", "6",
+COTRAIN_TINY = ["--model", "tiny", "--device", "cpu", *PAPER_PPO, "--micro-batch-questions", "0", "--max-new-tokens", "6",
                 "--no-penalize-format", "--missing-eos-penalty", "0", "--sample-every", "0", "--log-every", "0"]
 
 

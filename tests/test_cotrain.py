@@ -9,12 +9,12 @@ import torch
 import common
 import cotrain
 from common import adapter_parameters, parse_args
-from conftest import PAPER_ADVANTAGE, run_script
+from conftest import PAPER_PPO, run_script
 
 
 def tiny_args(*flags):
     """Small, fast settings for the tiny random model; penalties off (the tiny model never writes \\boxed{})."""
-    return parse_args(cotrain.Args, ["--model", "tiny", "--device", "cpu", "--questions-per-update", "2", *PAPER_ADVANTAGE,
+    return parse_args(cotrain.Args, ["--model", "tiny", "--device", "cpu", "--questions-per-update", "2", *PAPER_PPO,
                                      "--micro-batch-questions", "0", "--max-new-tokens", "6", "--no-penalize-format",
                                      "--missing-eos-penalty", "0", "--sample-every", "0", "--log-every", "0",
                                      "--eval-questions", "0", *flags])  # the held-out evaluation: tests/test_eval_in_training.py
@@ -341,7 +341,7 @@ def test_learning_raises_a_synthetic_score(tmp_path):
 def test_cli_smoke_and_resume(tmp_path):
     """2 updates, then --resume for a 3rd: the step counter and metrics.jsonl continue, and the 3rd update is
     exactly the one an uninterrupted 3-update run makes (adapters, heads, optimisers and RNG restored)."""
-    flags = ["--model", "tiny", "--device", "cpu", "--questions-per-update", "2", "--max-new-tokens", "6",
+    flags = ["--model", "tiny", "--device", "cpu", *PAPER_PPO, "--questions-per-update", "2", "--max-new-tokens", "6",
              "--ppo-epochs", "1", "--lr", "1e-3", "--lr-end-factor", "1.0", "--sample-every", "1", "--eval-questions", "4"]
     run = tmp_path / "run"
     out = run_script(["cotrain.py", *flags, "--output-dir", str(run), "--max-steps", "2"], timeout=300)

@@ -9,7 +9,7 @@ import json
 import pandas as pd
 import pytest
 import torch
-from conftest import PAPER_ADVANTAGE, ROOT
+from conftest import PAPER_PPO, ROOT
 
 import common
 import cotrain
@@ -55,7 +55,7 @@ def test_load_function_by_path_and_by_dotted_name_and_bad_specs(tmp_path, monkey
 # cotrain.py --reward-fn
 # ----------------------------------------------------------------------------------------------
 
-TINY = ["--model", "tiny", "--device", "cpu", "--questions-per-update", "2", *PAPER_ADVANTAGE, "--micro-batch-questions", "0",
+TINY = ["--model", "tiny", "--device", "cpu", "--questions-per-update", "2", *PAPER_PPO, "--micro-batch-questions", "0",
         "--max-new-tokens", "6", "--max-steps", "1", "--ppo-epochs", "1", "--sample-every", "0", "--log-every", "0",
         "--eval-questions", "0"]
 SCORER = '''SEEN = []

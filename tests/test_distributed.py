@@ -19,7 +19,7 @@ import cotrain  # noqa: E402
 import magrpo as M  # noqa: E402
 from common import (adapter_state_dict, finish_distributed, init_distributed, load_tokenizer, parse_args,  # noqa: E402
                     seed_everything)
-from conftest import PAPER_ADVANTAGE, run_script  # noqa: E402
+from conftest import PAPER_PPO, run_script  # noqa: E402
 
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 HELPER = str(Path(__file__).resolve())
@@ -42,7 +42,7 @@ def cotrain_args(max_grad_norm: float = 1.0) -> cotrain.Args:
     """4 questions per update (B = 2 per rank), 2 PPO epochs x 2 minibatches of 2 questions, micro-batches of 1.
     With shuffle seed 7 (cotrain_update) epoch 1's minibatches hold one question of each rank, epoch 2's lie on
     one rank only (global questions {2, 0} and {3, 1}): the other rank adds nothing but joins the all-reduce."""
-    return parse_args(cotrain.Args, ["--model", "tiny", "--device", "cpu", "--questions-per-update", "4", *PAPER_ADVANTAGE,
+    return parse_args(cotrain.Args, ["--model", "tiny", "--device", "cpu", "--questions-per-update", "4", *PAPER_PPO,
                                      "--minibatch-questions", "2", "--micro-batch-questions", "1", "--ppo-epochs", "2",
                                      "--max-new-tokens", "6", "--no-penalize-format", "--missing-eos-penalty", "0",
                                      "--lr", "1e-2", "--max-grad-norm", str(max_grad_norm)])

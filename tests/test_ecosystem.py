@@ -15,6 +15,7 @@ import torch
 import common
 import cotrain
 from common import parse_args
+from conftest import PAPER_PPO
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,7 +71,7 @@ def cotrain_run(tmp_path_factory, tiny_model_dir):
     (fakes / "bitsandbytes").mkdir()
     (fakes / "bitsandbytes" / "__init__.py").write_text(FAKE_BITSANDBYTES)
     run = tmp / "run"
-    out = run_cli(["cotrain.py", "--model", "tiny", "--device", "cpu", "--max-steps", "2", "--questions-per-update", "2",
+    out = run_cli(["cotrain.py", "--model", "tiny", "--device", "cpu", *PAPER_PPO, "--max-steps", "2", "--questions-per-update", "2",
                    "--max-new-tokens", "6", "--ppo-epochs", "1", "--lr", "1e-3", "--sample-every", "1",
                    "--save-every", "0", "--eval-questions", "2", "--report-to", "wandb", "--output-dir", str(run)],
                   fakes, tmp / "wandb_calls.jsonl")

@@ -17,10 +17,10 @@ from safetensors.torch import load_file
 import common
 import cotrain
 import magrpo
-from conftest import PAPER_ADVANTAGE, ROOT
+from conftest import PAPER_PPO, ROOT
 
 TINY = ["--model", "tiny", "--device", "cpu", "--save-every", "1"]
-COTRAIN = [*TINY, *PAPER_ADVANTAGE, "--num-turns", "1", "--questions-per-update", "1", "--max-new-tokens", "4", "--ppo-epochs", "1",
+COTRAIN = [*TINY, *PAPER_PPO, "--num-turns", "1", "--questions-per-update", "1", "--max-new-tokens", "4", "--ppo-epochs", "1",
            "--lr", "1e-2", "--sample-every", "0", "--train-limit", "20", "--max-steps", "12", "--eval-questions", "0"]
 MAGRPO = [*TINY, "--num-generations", "2", "--max-new-tokens", "6", "--sandbox-workers", "1", "--adv-mode", "raw",
           "--reward-shift", "1.0", "--lr", "0.01", "--sample-every", "100", "--max-steps", "12", "--eval-problems", "0"]

@@ -16,14 +16,14 @@ import torch
 import cotrain
 from cotrain import _forward, _forward_chunks, _rows, _turn_groups, gae, kl_shaped_rewards, policy_loss, value_loss
 from common import adapter_parameters, batched, forward_responses, masked_whiten, parse_args, reference_logprobs
-from conftest import PAPER_ADVANTAGE
+from conftest import PAPER_PPO
 
 
 def tiny_args(*flags):
     """The update shape of cotrain.py's default before this session (2 agents x 2 turns, 2 questions, 4 PPO epochs,
     micro-batches of one question, forward batches of 8 rows; the counts in the README are for it) on the tiny model;
     penalties off (the tiny model never writes an answer)."""
-    return parse_args(cotrain.Args, ["--model", "tiny", "--device", "cpu", "--max-new-tokens", "6", *PAPER_ADVANTAGE,
+    return parse_args(cotrain.Args, ["--model", "tiny", "--device", "cpu", "--max-new-tokens", "6", *PAPER_PPO,
                                      "--questions-per-update", "2", "--ppo-epochs", "4", "--eval-questions", "0",
                                      "--no-penalize-format", "--missing-eos-penalty", "0", "--sample-every", "0",
                                      "--log-every", "0", *flags])
