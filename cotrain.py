@@ -15,8 +15,8 @@ every agent is trained with its own PPO, all at once, on one frozen base model:
     the reference     = the same base with every adapter disabled (no second copy in memory)
 
 One update (the numbered stages in main()):
-    1. play the debate on B questions, K times each (--samples-per-question); all agents of a turn are generated in ONE batched call, each row on its
-       own adapter (common.generate)
+    1. play the debate on B questions, K times each (--samples-per-question); all agents of a turn are
+       generated in ONE batched call, each row on its own adapter (common.generate)
     2. score every answer; a bad format (no parsable final answer, common.is_well_formed; too short; degenerate
        repetition) is replaced by --format-penalty, a response cut at --max-new-tokens gets --missing-eos-penalty
        on top (your own scorer, --reward-fn: no penalties and no incentives unless --reward-fn-rules)
@@ -40,18 +40,18 @@ What this script changes relative to the paper and the authors' code (chanwoo-pa
     and for every log-prob recomputation (the code samples at a per-model temperature, recomputes at 0.7).
   * The verifier is called in-process (the code POSTs to a Flask server); ground truth is the default scorer.
   * Responses enter the discussion as generated; the code first rewrites them into "Answer: \\boxed{X}" form.
-  * The default CPU run differs from the paper where the paper's settings made SmolLM2-135M worse or flat on
-    held-out questions (README "Results"): a per-question baseline over K = 4 debates of each question
-    (--advantage group, as RLOO/GRPO) instead of GAE on value heads that never fitted at this scale (explained
-    variance about 0), and the score evaluation counts (right 1, wrong or unparsable 0: --format-penalty 0
-    --missing-eos-penalty 0) instead of -10 / -1, under which the agents learned to answer first and compute
-    never. --advantage gae --samples-per-question 1 --format-penalty -10 --missing-eos-penalty -1 is the paper's
-    (the recipes/ spell it).
-  * With --advantage gae, by default the value heads read the policy adapter's own hidden states (--value-model shared, a shared trunk
-    as in TRL's classic PPO): about half the update's compute, but the value loss also trains the policy adapter
-    (see ppo_update). --value-model separate is the paper's critic: one critic LoRA for all turns with a value
-    head per turn (the code: a critic LoRA per turn), seeing the whole discussion like the policy;
-    --no-critic-history is the code's shortcut (turn-1 question + response only).
+  * The default CPU run differs from the paper in two choices (README "Results", C3-C6; none of the
+    configurations tried made SmolLM2-135M better on held-out questions, these changed it least): a
+    per-question baseline over K = 4 debates of each question (--advantage group, as RLOO/GRPO) instead of GAE
+    on value heads that never fitted at this scale (explained variance about 0), and the score evaluation counts
+    (right 1, wrong or unparsable 0: --format-penalty 0 --missing-eos-penalty 0) instead of -10 / -1 (at -1 the
+    agents learned to answer first and compute never). The paper's: --advantage gae --samples-per-question 1
+    --format-penalty -10 --missing-eos-penalty -1 (the recipes/ spell it).
+  * With --advantage gae, by default the value heads read the policy adapter's own hidden states (--value-model
+    shared, a shared trunk as in TRL's classic PPO): about half the update's compute, but the value loss also
+    trains the policy adapter (see ppo_update). --value-model separate is the paper's critic: one critic LoRA
+    for all turns with a value head per turn (the code: a critic LoRA per turn), seeing the whole discussion
+    like the policy; --no-critic-history is the code's shortcut (turn-1 question + response only).
   * Turns left out of --train-turns are played by the base model, like the code's zeroed, frozen turn-0
     adapter (the paper's Experiment 1 trains turns >= 2 only: --train-turns 2,3).
   * The summed (turn, agent) losses step each optimiser once per minibatch; the code steps inside its loop
@@ -160,7 +160,7 @@ class Args:
     reward_fn: str = ""  # your own scorer MODULE:FUNCTION (a .py path or a dotted module), fn(records, responses) -> scores in [0, 1]; replaces --scorer (see examples/my_reward.py)
     reward_fn_rules: bool = False  # with --reward-fn: also apply the format and missing-EOS penalties and the incentives (Tables 1-2); off: your scores alone make the reward
     penalize_format: bool = True  # replace the score by --format-penalty for no parsable final answer (common.is_well_formed), a too-short response or degenerate repetition
-    format_penalty: float = 0.0  # the bad-format score (authors: -10; 0: an unparsable answer scores as a wrong one, as evaluation counts it; at -1 or -10 SmolLM2 learns to answer first and compute never, README "Results")
+    format_penalty: float = 0.0  # the bad-format score (authors: -10; 0: an unparsable answer scores as a wrong one, as evaluation counts it; at -1 SmolLM2 learned to answer first and compute never, README "Results" C5)
     min_response_tokens: int = 10  # shorter responses count as bad format (authors: 50 with 300-token responses)
     missing_eos_penalty: float = 0.0  # added to the score of a response cut at --max-new-tokens (authors: -1; 0: off, as evaluation, which reads a cut answer)
     reward_rule: Literal["influence", "current", "final-mean"] = "influence"  # influence (Definition 1), current (own score only) or final-mean (mean score of the last turn)
