@@ -1214,11 +1214,9 @@ def use_run_data(args):
     """--dataset '' is the mode's default; with --run and no --dataset typed: the run's own, read from its args.json
     (a magrpo.py run of the previous release saved it as "task")."""
     args.dataset = args.dataset or DEFAULT_DATASET[args.mode]
-    path = Path(args.run) / "args.json"
-    if not args.run or "dataset" in given_fields(args) or not path.is_file():
+    if not args.run or "dataset" in given_fields(args) or not (Path(args.run) / "args.json").is_file():
         return
-    saved = json.loads(path.read_text())
-    value = saved.get("dataset", saved.get("task"))
+    value = read_run(args.run, "--run").get("dataset")  # read_run maps an old run's "task"
     if value and value != args.dataset:
         print(f"--dataset {value}: the one {args.run} was trained on (--dataset chooses another)")
         args.dataset = value
