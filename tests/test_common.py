@@ -657,6 +657,29 @@ def test_arith_is_seeded_correct_and_disjoint():
         assert extract_answer(r["solution"], "math") == r["answer"]
 
 
+def test_arith_digits_has_one_digit_sums_and_differences_and_keeps_arith_easy_unchanged():
+    import re
+    train = common.load_task("arith:digits", "train", limit=1000)
+    test = common.load_task("arith:digits", "test", limit=40)
+    assert len({r["question"] for r in train}) == 1000 and not {r["question"] for r in train} & {r["question"] for r in test}
+    kinds = set()
+    for r in train + test:
+        a, b = (int(x) for x in re.findall(r"\d+", r["question"]))
+        assert 1 <= a <= 9 and 1 <= b <= 9, r["question"]
+        if "gets" in r["question"]:
+            kinds.add("add")
+            assert int(r["answer"]) == a + b
+        else:
+            kinds.add("sub")
+            assert "gives away" in r["question"] and int(r["answer"]) == a - b >= 0
+    assert kinds == {"add", "sub"}
+    # the new kinds draw their numbers after the others' draws: arith:easy's questions are those it always had
+    easy = common.load_task("arith:easy", "test", limit=2)
+    assert [(r["question"], r["answer"]) for r in easy] == [
+        ("Gus has 9 pencils and gives away 6. How many pencils does Gus have left?", "3"),
+        ("Ivo has 10 shells and gets 6 more. How many shells does Ivo have now?", "16")]
+
+
 def test_split_records_is_seeded_and_disjoint():
     records = [{"id": i} for i in range(100)]
     parts = common.split_records(records, {"verifier": 0.3, "rl": 0.7}, seed=5)
