@@ -40,8 +40,9 @@ What this script changes relative to the paper and the authors' code (chanwoo-pa
     and for every log-prob recomputation (the code samples at a per-model temperature, recomputes at 0.7).
   * The verifier is called in-process (the code POSTs to a Flask server); ground truth is the default scorer.
   * Responses enter the discussion as generated; the code first rewrites them into "Answer: \\boxed{X}" form.
-  * The default CPU run differs from the paper in two choices (README "Results", C3-C6; none of the
-    configurations tried made SmolLM2-135M better on held-out questions, these changed it least): a
+  * The default CPU run differs from the paper in three choices (README "Results", C3-C7): a task within a 135M
+    model's reach (arith:digits: SmolLM2-135M knows one-digit sums, but answers before computing on many
+    questions; on arith:easy its errors are arithmetic, which no configuration tried could train away), a
     per-question baseline over K = 4 debates of each question (--advantage group, as RLOO/GRPO) instead of GAE
     on value heads that never fitted at this scale (explained variance about 0), and the score evaluation counts
     (right 1, wrong or unparsable 0: --format-penalty 0 --missing-eos-penalty 0) instead of -10 / -1 (at -1 the
@@ -72,7 +73,7 @@ rank 0 prints, logs (metrics of its own questions) and writes checkpoints. "mult
 
 Examples:
   python cotrain.py --model tiny --max-steps 3 --max-new-tokens 16   # a smoke run, about a minute on CPU
-  # the default (tuned for SmolLM2-135M on a CPU; its time: README "Results"): 2 agents x 2 turns, arith:easy,
+  # the default (tuned for SmolLM2-135M on a CPU; its time: README "Results"): 2 agents x 2 turns, arith:digits,
   # the short prompt, T 0.3, lr 2e-4, 2 questions x 4 debates x 10 updates, group baseline, 2 PPO epochs,
   # 48 new tokens, 0/1 correctness, 40 held-out questions
   python cotrain.py
@@ -136,7 +137,7 @@ class Args:
     critic_per_agent: bool = False  # one value head per (turn, agent) instead of one per turn
     critic_history: bool = True  # --value-model separate: the critic sees the whole discussion; --no-critic-history: turn-1 question + response only (authors' shortcut)
     # ---- debate ----
-    dataset: str = "arith:easy"  # arith:easy (built-in, offline, one-step sums: the CPU default), arith (+ products, two steps), gsm8k, anli[:r1|r2|r3], jsonl:PATH, a hub id (owner/name) or a local .json/.jsonl/.csv/.parquet file or folder
+    dataset: str = "arith:digits"  # arith:digits (built-in, offline, one-step sums of one-digit numbers: the CPU default), arith:easy (numbers up to 20), arith (+ products, two steps), gsm8k, anli[:r1|r2|r3], jsonl:PATH, a hub id (owner/name) or a local .json/.jsonl/.csv/.parquet file or folder
     dataset_split: str = "train"  # the split to train on (a single local file is the split 'train')
     dataset_config: str = ""  # hub id only: the dataset's configuration (e.g. main for openai/gsm8k)
     question_field: str = "question"  # hub id or local file: the column holding the question

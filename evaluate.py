@@ -93,7 +93,7 @@ class Args:
     # ---- what to evaluate ----
     mode: Literal["debate", "magrpo"] = "debate"  # debate: MAPoRL debates, accuracy per turn | magrpo: MAGRPO teams, k joint answers per problem
     methods: str = ""  # comma-separated (default: every method the given flags allow); debate: offtheshelf, maporl, single, sft, mix; magrpo: single, parallel, pipeline, discussion, magrpo, mt-magrpo
-    dataset: str = ""  # debate: arith:easy | arith | gsm8k | anli[:r1|r2|r3] | jsonl:PATH (as cotrain.py); magrpo: minicode | humaneval | coophumaneval | tldr | arxiv | jsonl:PATH (as magrpo.py, its eval slice; 2-agent tasks only, not pipeline); '' = the mode's default, the scripts' CPU defaults (debate arith:easy, magrpo minicode); not typed with --run: the run's own; another than the run's = cross-domain transfer
+    dataset: str = ""  # debate: arith:digits | arith:easy | arith | gsm8k | anli[:r1|r2|r3] | jsonl:PATH (as cotrain.py); magrpo: minicode | humaneval | coophumaneval | tldr | arxiv | jsonl:PATH (as magrpo.py, its eval slice; 2-agent tasks only, not pipeline); '' = the mode's default, the scripts' CPU defaults (debate arith:digits, magrpo minicode); not typed with --run: the run's own; another than the run's = cross-domain transfer
     output_dir: str = ""  # results folder: results.json, results.md, samples.jsonl, PNG plots (default runs/evaluate-<mode>-<time>)
     seed: int = 0  # seeds sampling (re-seeded before every method) and the SFT baseline
     device: str = ""  # cpu | cuda | cuda:N (default: cuda if available, else cpu)
@@ -385,7 +385,7 @@ def classify_cooperation(aux_code: str, main_code: str, entry_point: str, aux_na
 # ----------------------------------------------------------------------------------------------
 
 DEBATE_METHODS = ("offtheshelf", "maporl", "single", "sft", "mix")
-DEFAULT_DATASET = dict(debate="arith:easy", magrpo="minicode")  # --dataset '': cotrain.py's and magrpo.py's CPU defaults
+DEFAULT_DATASET = dict(debate="arith:digits", magrpo="minicode")  # --dataset '': cotrain.py's and magrpo.py's CPU defaults
 
 
 def load_adapter_as(model, folder: Path, name: str):

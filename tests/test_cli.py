@@ -333,7 +333,7 @@ def test_evaluate_dataset_defaults_by_mode_and_reads_an_old_magrpo_run(tmp_path,
         evaluate.use_run_data(args)
         return args.dataset
 
-    assert (dataset(), dataset("--mode", "magrpo")) == ("arith:easy", "minicode")
+    assert (dataset(), dataset("--mode", "magrpo")) == ("arith:digits", "minicode")
     old = tmp_path / "old-magrpo"
     old.mkdir()
     (old / "args.json").write_text(json.dumps({"script": "magrpo", "model": "tiny", "task": "tldr", "steps": 2}))
