@@ -10,8 +10,9 @@ become influence-aware rewards (paper Definition 1) plus collaboration incentive
 every agent is trained with its own PPO, all at once, on one frozen base model:
 
     agent a's policy  = its own LoRA adapter            (--policy-sharing agent | agent-turn | shared)
-    the critic        = one zero-initialised value head per turn (or turn and agent) on the policy adapter's own
-                        last hidden states (--value-model shared), or on a LoRA adapter 'critic' (separate, the paper)
+    the critic        = --advantage gae only (a group run has none): one zero-initialised value head per turn (or
+                        turn and agent) on the policy adapter's own last hidden states (--value-model shared), or on a
+                        LoRA adapter 'critic' (separate, the paper)
     the reference     = the same base with every adapter disabled (no second copy in memory)
 
 One update (the numbered stages in main()):
@@ -21,15 +22,17 @@ One update (the numbered stages in main()):
        repetition) is replaced by --format-penalty, a response cut at --max-new-tokens gets --missing-eos-penalty
        on top (your own scorer, --reward-fn: no penalties and no incentives unless --reward-fn-rules)
     3. influence-aware reward R[t, a] (Definition 1) + incentive bonus b[t, a] (Tables 1 and 2)
-    4. old log-probs, reference log-probs, values and entropies, without gradients, from ONE mixed-adapter pass
+    4. old log-probs, reference log-probs, entropies (and with --advantage gae values), without gradients, from ONE
+       mixed-adapter pass
     5. per-token rewards: -kl_coef * KL at every token, plus R + b at the last token; then --advantage group (the
        default): a response's summed reward less the mean of its question's K responses at that (turn, agent), on
        every token; or gae (the paper): GAE (γ=1, λ=0.95) on the value heads within each response, advantages
        whitened per (turn, agent)
     6. PPO: --ppo-epochs x shuffled minibatches x micro-batches (gradient accumulation); the losses of all
-       (turn, agent) pairs are summed and every optimiser (one per policy adapter, one for the heads (shared) or
-       the critic + heads (separate)) steps once per minibatch. Shared: one forward + backward per micro-batch
-       gives the policy and the value loss; separate: a second one on the critic adapter
+       (turn, agent) pairs are summed and every optimiser (one per policy adapter; with --advantage gae one more
+       for the heads (shared) or the critic + heads (separate)) steps once per minibatch. Group: one forward +
+       backward per micro-batch gives the policy loss; gae shared: the same one gives the policy and the value
+       loss; gae separate: a second one on the critic adapter
     7. (and 0., before the first update) the team debates the held-out questions greedily: eval/turn{t}/accuracy
        and the transitions in metrics.jsonl, every --eval-every updates and after the last (evaluate_team)
 
@@ -526,9 +529,9 @@ class Team:
     adapter_names: list[list[str]]  # [T][A] adapter of each (turn, agent); '__base__' for untrained turns
     trained: list[tuple[int, int]]  # the (turn, agent) pairs PPO trains, 0-based
     base_adapters: list[list[str]]  # adapters on each base (the critic, if any, last)
-    heads: nn.ModuleDict  # value heads, keyed by head_keys[(t, a)]
+    heads: nn.ModuleDict  # value heads, keyed by head_keys[(t, a)]; empty with --advantage group (no values read)
     head_keys: dict  # (t, a) -> key in heads
-    optimizers: dict  # "adapter" (or "base{i}/adapter") -> AdamW; "critic" holds the critic LoRA + its heads (separate), "value_heads" the heads (shared)
+    optimizers: dict  # "adapter" (or "base{i}/adapter") -> AdamW; --advantage gae adds "critic" (the critic LoRA + its heads, separate) or "value_heads" (the heads, shared)
 
     def models(self) -> list:  # per agent, for run_debate
         return [self.bases[i] for i in self.agent_base]
@@ -555,7 +558,8 @@ def train_turn_indices(args: Args) -> list[int]:
 
 def build_team(args: Args, device: str) -> Team:
     """Load each distinct base once; seed with --seed; add the policy adapters (and with --value-model separate
-    the critic adapter), the value heads, and one optimiser per adapter (shared: one more for the value heads)."""
+    the critic adapter) and one optimiser per adapter; with --advantage gae also the value heads (shared: and one
+    more optimiser for them). --advantage group reads no values: no heads, nothing to step, log or save for them."""
     names = agent_models(args)
     base_names = list(dict.fromkeys(names))
     agent_base = [base_names.index(n) for n in names]
@@ -572,8 +576,9 @@ def build_team(args: Args, device: str) -> Team:
         own += ["critic"] if args.value_model == "separate" else []
         bases.append(add_adapters(model, own, r=args.lora_r, alpha=args.lora_alpha))
         base_adapters.append(own)
+    fit_values = args.advantage == "gae"  # --advantage group reads no values: no heads (and no optimiser for them)
     head_keys, heads = {}, nn.ModuleDict()
-    for t, a in trained:
+    for t, a in trained if fit_values else []:
         key = f"turn{t + 1}" + (f"_agent{a}" if args.critic_per_agent else ("" if len(bases) == 1 else f"_base{agent_base[a]}"))
         head_keys[(t, a)] = key
         if key not in heads:
@@ -587,7 +592,7 @@ def build_team(args: Args, device: str) -> Team:
                 params += [p for (t, a), key in head_keys.items() if agent_base[a] == i for p in heads[key].parameters()]
                 params = list({id(p): p for p in params}.values())  # a head shared by several agents: once
             optimizers[prefix + name] = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
-        if args.value_model == "shared":  # no critic adapter: the heads (on the policies' hidden states) alone
+        if fit_values and args.value_model == "shared":  # no critic adapter: the heads (on the policies' states) alone
             params = list({id(p): p for (t, a), key in head_keys.items() if agent_base[a] == i
                            for p in heads[key].parameters()}.values())
             optimizers[prefix + "value_heads"] = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
@@ -896,32 +901,40 @@ def learning_rate(args: Args, step: int) -> float:
 
 def save_state(run_dir: Path, team: Team, step: int, args: Args):
     """checkpoint.pt (everything --resume needs, written atomically) plus peft adapter folders, the value
-    heads and debate.json (which adapter plays which turn and agent) for evaluate.py. Every rank calls it (the
-    RNG states are gathered); only rank 0 writes."""
+    heads (value_heads.pt; --advantage gae only) and debate.json (which adapter plays which turn and agent) for
+    evaluate.py. Every rank calls it (the RNG states are gathered); only rank 0 writes."""
     rngs = all_rng_states()
     if not is_main_process():
         return
+    fit_values = args.advantage == "gae"  # a group run has no value heads to save
     with finish_writes_first():  # Ctrl-C waits for the whole set; each file is written atomically (SIGKILL-safe)
-        save_checkpoint(run_dir / "checkpoint.pt", dict(
-            step=step, heads=team.heads.state_dict(), rng=rngs,
-            adapters=[{name: adapter_state_dict(m, name) for name in names} for m, names in zip(team.bases, team.base_adapters)],
-            optimizers={name: opt.state_dict() for name, opt in team.optimizers.items()}))
+        state = dict(step=step, rng=rngs, optimizers={name: opt.state_dict() for name, opt in team.optimizers.items()},
+                     adapters=[{name: adapter_state_dict(m, name) for name in names}
+                               for m, names in zip(team.bases, team.base_adapters)])
+        if fit_values:
+            state["heads"] = team.heads.state_dict()
+        save_checkpoint(run_dir / "checkpoint.pt", state)
         dirs = ["adapters" if len(team.bases) == 1 else f"adapters_base{i}" for i in range(len(team.bases))]
         for model, names, folder in zip(team.bases, team.base_adapters, dirs):
             save_adapters(model, names, run_dir / folder)
-        save_checkpoint(run_dir / "value_heads.pt", team.heads.state_dict())
+        if fit_values:
+            save_checkpoint(run_dir / "value_heads.pt", team.heads.state_dict())
         info = dict(models=[team.base_names[i] for i in team.agent_base], adapters=team.adapter_names,
                     adapter_dirs=[dirs[i] for i in team.agent_base], prompt_style=args.prompt_style, step=step,
                     feedback_in_prompt=args.feedback_in_prompt, num_turns=args.num_turns, dataset=args.dataset)
         atomic_write_text(run_dir / "debate.json", json.dumps(info, indent=2))
 
 
-def load_state(run_dir: Path, team: Team) -> int:
+def load_state(run_dir: Path, team: Team, args: Args) -> int:
+    """Restore what save_state wrote. A group run's checkpoint from before group runs dropped the value heads
+    holds zero-initialised heads and their never-stepped optimiser ("value_heads"): nothing reads them, they are
+    left unloaded (the loop below loads the team's own optimisers only)."""
     state = load_checkpoint(run_dir / "checkpoint.pt")
     for model, adapters in zip(team.bases, state["adapters"]):
         for name, tensors in adapters.items():
             load_adapter_state_dict(model, name, tensors)
-    team.heads.load_state_dict(state["heads"])
+    if args.advantage == "gae":
+        team.heads.load_state_dict(state["heads"])
     for name, opt in team.optimizers.items():
         opt.load_state_dict(state["optimizers"][name])
     restore_rng_state(state["rng"])  # this rank's
@@ -1190,7 +1203,7 @@ def main(args: Args, score_fn=None) -> Path:
               + ("ON (--reward-fn-rules)" if builtin_rules else "off (--reward-fn-rules turns them on)"))
     else:
         scorer = make_scorer(args, device, team)
-    start = load_state(run_dir, team) if args.resume else 0
+    start = load_state(run_dir, team, args) if args.resume else 0
     if args.resume:
         print(f"resumed {run_dir} from update {start}")
     print(f"{args.num_agents} agents x {args.num_turns} turns on {args.dataset} | bases {team.base_names} | "

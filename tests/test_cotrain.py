@@ -351,7 +351,12 @@ def test_cli_smoke_and_resume(tmp_path):
     assert "from update 2" in out.stdout
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]  # 0: the held-out evaluation before any update
-    assert torch.load(run / "checkpoint.pt", weights_only=False)["step"] == 3
+    state = torch.load(run / "checkpoint.pt", weights_only=False)
+    assert state["step"] == 3
+    # --advantage gae keeps its value heads and their optimiser (a group run has none: tests/test_group_advantage.py)
+    assert set(state["heads"]) == {"turn1.linear.weight", "turn1.linear.bias", "turn2.linear.weight", "turn2.linear.bias"}
+    assert "value_heads" in state["optimizers"] and (run / "value_heads.pt").exists()
+    assert all("grad_norm/value_heads" in r for r in rows[1:])
     assert json.loads((run / "args_resume.json").read_text())["max_new_tokens"] == 6  # the saved flags were kept
     info = json.loads((run / "debate.json").read_text())
     assert info["adapters"] == [["agent0", "agent1"], ["agent0", "agent1"]]
