@@ -1251,9 +1251,9 @@ _ARITH_ITEMS = ["apples", "pencils", "marbles", "stickers", "books", "coins", "c
 
 ARITH_KINDS = {"arith": ["add", "sub", "mul", "two"],  # SmolLM2-135M, greedy: 14 % right (add 42 %, the rest ~0)
                "arith:easy": ["add", "sub"],  # one step, numbers 2-20: SmolLM2-135M's errors are mostly arithmetic
-               # one step, one-digit numbers: SmolLM2-135M knows these sums (greedy, its answers that compute first
-               # and end with "The answer is": 87 % right on additions, 77 % on subtractions) but answers first or
-               # never says "The answer is" on most questions (40 % / 25 % right): a behaviour RL can fix (README "Results")
+               # one step, one-digit numbers: SmolLM2-135M's greedy answers that compute first are 82 % right, but
+               # 40 % of its answers start with "The answer is" and a number copied from the question (on arith:easy
+               # 54 % of its computed answers are right): behaviour, which RL can fix (README "Results")
                "arith:digits": ["add-digits", "sub-digits"]}
 
 

@@ -482,3 +482,26 @@ def test_write_results_and_tables(tmp_path):
     json_path, md_path = evaluate.write_results(tmp_path, dict(methods=methods), table)
     assert json.loads(json_path.read_text())["methods"]["a"]["y"] is None  # NaN -> null, valid JSON
     assert md_path.read_text() == table
+
+
+def test_answer_shapes_classifies_and_counts_an_evaluate_samples_file(tmp_path, capsys):
+    """docs/results/answer_shapes.py (README "Results" uses its tables): the four shapes by hand, and the
+    per-(method, turn) percentages of a samples.jsonl in evaluate.py's format."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        "answer_shapes", Path(__file__).resolve().parents[1] / "docs" / "results" / "answer_shapes.py")
+    shapes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shapes)
+    assert shapes.shape("The answer is 9.\nAva has 4 + 5 = 9.", "9") == "answer first"  # first, even when right
+    assert shapes.shape("Ava has 4 + 5 = 9 pencils.", "9") == "unparsable"
+    assert shapes.shape("4 + 5 = 9.\nThe answer is 9.", "9") == "computed, right"
+    assert shapes.shape("4 + 5 = 8.\nThe answer is 8.", "9") == "computed, wrong"
+    row = dict(method="maporl", question="arith/test/0", gold="9", answers=[["9", None], ["9", "8"]],
+               responses=[["4 + 5 = 9.\nThe answer is 9.", "The answer is 4."],
+                          ["4 + 5 = 9.\nThe answer is 9.", "4 + 5 = 8.\nThe answer is 8."]])
+    (tmp_path / "samples.jsonl").write_text(json.dumps(row) + "\n")
+    shapes.main(str(tmp_path / "samples.jsonl"))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == "| maporl | 1 | 50.0 % | 0.0 % | 50.0 % | 0.0 % | 100.0 % |"
+    assert lines[3] == "| maporl | 2 | 0.0 % | 0.0 % | 50.0 % | 50.0 % | 50.0 % |"
