@@ -1258,7 +1258,8 @@ ARITH_KINDS = {"arith": ["add", "sub", "mul", "two"],  # SmolLM2-135M, greedy: 1
 
 
 def arith_problem(rng: random.Random, kinds: list[str] = ARITH_KINDS["arith"]) -> tuple[str, int]:
-    """One easy arithmetic word problem with its integer answer (add, subtract, multiply, or two steps)."""
+    """One easy arithmetic word problem with its integer answer (add, subtract, multiply, or two steps; the
+    -digits kinds add or subtract one-digit numbers, drawn after the others' so their questions stay the same)."""
     name, item = rng.choice(_ARITH_NAMES), rng.choice(_ARITH_ITEMS)
     a, b, c = rng.randint(2, 20), rng.randint(2, 20), rng.randint(2, 9)
     kind = rng.choice(kinds)
@@ -1278,7 +1279,8 @@ def arith_problem(rng: random.Random, kinds: list[str] = ARITH_KINDS["arith"]) -
 
 def arith_records(n: int, split: str, seed: int = 0, name: str = "arith") -> list[dict]:
     """The built-in offline task: n distinct seeded arithmetic word problems (name: arith, arith:easy with
-    one-step additions and subtractions only, or arith:digits with one-digit numbers). A question belongs to a split by a hash of its text (hash_split),
+    one-step additions and subtractions only, or arith:digits with one-digit numbers). A question belongs to a
+    split by a hash of its text (hash_split),
     so splits never share a question, whatever n or seed each script asks for."""
     if split not in ("train", "test", "validation"):
         arg_error("--dataset", f"arith has splits train, test, validation; got {split!r}")

@@ -906,18 +906,17 @@ def save_state(run_dir: Path, team: Team, step: int, args: Args):
     rngs = all_rng_states()
     if not is_main_process():
         return
-    fit_values = args.advantage == "gae"  # a group run has no value heads to save
     with finish_writes_first():  # Ctrl-C waits for the whole set; each file is written atomically (SIGKILL-safe)
         state = dict(step=step, rng=rngs, optimizers={name: opt.state_dict() for name, opt in team.optimizers.items()},
                      adapters=[{name: adapter_state_dict(m, name) for name in names}
                                for m, names in zip(team.bases, team.base_adapters)])
-        if fit_values:
+        if team.heads:  # --advantage gae; a group run has none (build_team)
             state["heads"] = team.heads.state_dict()
         save_checkpoint(run_dir / "checkpoint.pt", state)
         dirs = ["adapters" if len(team.bases) == 1 else f"adapters_base{i}" for i in range(len(team.bases))]
         for model, names, folder in zip(team.bases, team.base_adapters, dirs):
             save_adapters(model, names, run_dir / folder)
-        if fit_values:
+        if team.heads:
             save_checkpoint(run_dir / "value_heads.pt", team.heads.state_dict())
         info = dict(models=[team.base_names[i] for i in team.agent_base], adapters=team.adapter_names,
                     adapter_dirs=[dirs[i] for i in team.agent_base], prompt_style=args.prompt_style, step=step,
@@ -925,7 +924,7 @@ def save_state(run_dir: Path, team: Team, step: int, args: Args):
         atomic_write_text(run_dir / "debate.json", json.dumps(info, indent=2))
 
 
-def load_state(run_dir: Path, team: Team, args: Args) -> int:
+def load_state(run_dir: Path, team: Team) -> int:
     """Restore what save_state wrote. A group run's checkpoint from before group runs dropped the value heads
     holds zero-initialised heads and their never-stepped optimiser ("value_heads"): nothing reads them, they are
     left unloaded (the loop below loads the team's own optimisers only)."""
@@ -933,7 +932,7 @@ def load_state(run_dir: Path, team: Team, args: Args) -> int:
     for model, adapters in zip(team.bases, state["adapters"]):
         for name, tensors in adapters.items():
             load_adapter_state_dict(model, name, tensors)
-    if args.advantage == "gae":
+    if team.heads:  # the team's own heads only (build_team: none for --advantage group)
         team.heads.load_state_dict(state["heads"])
     for name, opt in team.optimizers.items():
         opt.load_state_dict(state["optimizers"][name])
@@ -1203,7 +1202,7 @@ def main(args: Args, score_fn=None) -> Path:
               + ("ON (--reward-fn-rules)" if builtin_rules else "off (--reward-fn-rules turns them on)"))
     else:
         scorer = make_scorer(args, device, team)
-    start = load_state(run_dir, team, args) if args.resume else 0
+    start = load_state(run_dir, team) if args.resume else 0
     if args.resume:
         print(f"resumed {run_dir} from update {start}")
     print(f"{args.num_agents} agents x {args.num_turns} turns on {args.dataset} | bases {team.base_names} | "
