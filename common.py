@@ -708,8 +708,9 @@ def generate(model, tokenizer, prompts: list[str], adapter_names: list[str] | No
 
     Returns query_ids/query_mask [B, Lq] (left-padded), response_ids/response_mask [B, Lr], logprobs [B, Lr]
     (log π(token) at the sampling temperature from the raw logits, 0 where masked; with top-p/top-k < full
-    these are still the temperature-only log-probs, the same quantity forward_responses recomputes), and
-    truncated [B] (no EOS within max_new_tokens)."""
+    these are still the temperature-only log-probs, the same quantity forward_responses recomputes), entropy
+    [B, Lr] (of that temperature-only distribution, 0 where masked) and truncated [B] (no EOS within
+    max_new_tokens)."""
     if lora_routing not in ("stacked", "peft"):
         raise ValueError(f"lora_routing must be 'stacked' or 'peft', got {lora_routing!r}")
     device = next(model.parameters()).device
@@ -737,17 +738,23 @@ def generate(model, tokenizer, prompts: list[str], adapter_names: list[str] | No
                                  return_dict_in_generate=True, output_logits=True, **sampling, **extra)
         response_ids = out.sequences[:, query_ids.shape[1]:]  # the response starts at the prompt's length
         logits = torch.stack(out.logits, dim=1).float() / (1.0 if greedy else temperature)
-        logprobs = torch.gather(F.log_softmax(logits, dim=-1), 2, response_ids.unsqueeze(-1)).squeeze(-1)
+        all_logprobs = F.log_softmax(logits, dim=-1)
+        del logits
+        logprobs = torch.gather(all_logprobs, 2, response_ids.unsqueeze(-1)).squeeze(-1)
+        entropy = torch.stack([-(row.exp() * row).sum(-1) for row in all_logprobs])  # a row at a time: less memory
+        del all_logprobs
         response_mask, truncated = response_mask_from_ids(response_ids, stops)
         response_ids = response_ids.masked_fill(response_mask == 0, tokenizer.pad_token_id)
         chunks.append(dict(query_ids=query_ids, query_mask=query_mask, response_ids=response_ids,
-                           response_mask=response_mask, logprobs=logprobs * response_mask, truncated=truncated))
+                           response_mask=response_mask, logprobs=logprobs * response_mask,
+                           entropy=entropy * response_mask, truncated=truncated))
     return dict(
         query_ids=_pad_cat([c["query_ids"] for c in chunks], tokenizer.pad_token_id, left=True),
         query_mask=_pad_cat([c["query_mask"] for c in chunks], 0, left=True),
         response_ids=_pad_cat([c["response_ids"] for c in chunks], tokenizer.pad_token_id, left=False),
         response_mask=_pad_cat([c["response_mask"] for c in chunks], 0.0, left=False),
         logprobs=_pad_cat([c["logprobs"] for c in chunks], 0.0, left=False),
+        entropy=_pad_cat([c["entropy"] for c in chunks], 0.0, left=False),
         truncated=torch.cat([c["truncated"] for c in chunks]),
     )
 
@@ -767,7 +774,8 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     back in order. peft's mixed-batch routing gathers and scatters every layer's activations per adapter: under
     autograd it took ~1.4x the time of per-adapter forwards (bench.py, CPU) and keeps more activations, and
     bitsandbytes 4-bit layers forbid it altogether.
-    Position ids count only real tokens (cumsum of the attention mask), so left padding changes nothing.
+    Position ids count only real tokens (cumsum of the attention mask), so left padding changes nothing; columns
+    that no row uses are not computed at all (the outputs keep the full width, zeros there).
     The logits at position p predict token p+1, so the response's log-probs come from positions
     [Lq-1, Lq+Lr-1); the hidden states at those positions are the states V(s) is read from.
     Returns dict(logprobs [B, Lr] (0 where masked), entropy [B, Lr] or None, hidden [B, Lr, H] or None)."""
@@ -782,6 +790,13 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
         if group_by_adapter or (torch.is_grad_enabled() and is_quantized(model)):
             return _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, response_mask,
                                               adapter_names, temperature, output_hidden, output_entropy)
+    # columns no row uses (left padding of the prompts, right padding of the responses) cost a full forward each
+    # and change nothing: drop them, and give the outputs their full width back (zeros) at the end
+    full_width = response_ids.shape[1]
+    first = int(query_mask.any(0).float().argmax()) if query_mask.any() else 0
+    width = max(1, int(response_mask.any(0).nonzero().max()) + 1) if response_mask.any() else 1
+    query_ids, query_mask = query_ids[:, first:], query_mask[:, first:]
+    response_ids, response_mask = response_ids[:, :width], response_mask[:, :width]
     q_len, r_len = query_ids.shape[1], response_ids.shape[1]
     input_ids = torch.cat([query_ids, response_ids], dim=1)
     attention_mask = torch.cat([query_mask.long(), response_mask.long()], dim=1)
@@ -797,7 +812,9 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
         with torch.no_grad():
             entropy = -(all_logprobs.exp() * all_logprobs).sum(-1) * response_mask
     hidden = out.hidden_states[-1][:, q_len - 1: q_len + r_len - 1] if output_hidden else None
-    return dict(logprobs=logprobs, entropy=entropy, hidden=hidden)
+    pad = (0, full_width - r_len)  # back to the responses' full width: zeros where no row has a token
+    return dict(logprobs=F.pad(logprobs, pad), entropy=None if entropy is None else F.pad(entropy, pad),
+                hidden=None if hidden is None else F.pad(hidden, (0, 0, *pad)))
 
 
 def is_quantized(model) -> bool:
@@ -806,15 +823,14 @@ def is_quantized(model) -> bool:
 
 def _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, response_mask, adapter_names, temperature,
                                output_hidden, output_entropy):
-    """One forward per adapter (each a padded batch of that adapter's rows, its left padding trimmed to the
-    group's longest query), results put back in the rows' order."""
+    """One forward per adapter (each a padded batch of that adapter's rows, trimmed to the group's longest
+    query and response by forward_responses), results put back in the rows' order."""
     outputs = {}
     for name in dict.fromkeys(adapter_names):
         rows = torch.tensor([i for i, a in enumerate(adapter_names) if a == name], device=query_ids.device)
-        keep = query_mask[rows].bool().any(0)  # left padding: a suffix of the columns
-        outputs[name] = (rows, forward_responses(model, query_ids[rows][:, keep], query_mask[rows][:, keep],
-                                                 response_ids[rows], response_mask[rows], [name] * len(rows),
-                                                 temperature, output_hidden, output_entropy))
+        outputs[name] = (rows, forward_responses(model, query_ids[rows], query_mask[rows], response_ids[rows],
+                                                 response_mask[rows], [name] * len(rows), temperature, output_hidden,
+                                                 output_entropy))
     merged = {}
     for key in ("logprobs", "entropy", "hidden"):
         first = next(iter(outputs.values()))[1][key]

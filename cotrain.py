@@ -137,6 +137,7 @@ class Args:
     lora_alpha: int = 16  # LoRA alpha (authors: 16); LoRA on all linear layers, dropout 0
     policy_sharing: Literal["agent", "agent-turn", "shared"] = "agent"  # agent: one LoRA per agent | agent-turn: one per (turn, agent), the paper's θ_ta | shared: one for all agents of a base
     value_model: Literal["shared", "separate"] = "shared"  # shared: the value heads read the policy adapter's own hidden states (one forward+backward per PPO micro-batch, TRL's classic value-head model) | separate: a critic LoRA adapter of its own, as the paper (a second forward+backward)
+    old_logprobs: Literal["sampling", "recompute"] = "sampling"  # PPO's π_old: sampling: the log-probs generate() sampled each token with (the behaviour policy itself; no forward of its own; in fp32 within ~1e-4 of a recompute) | recompute: a no-grad forward of every response after the rollout (TRL's way; ratio 1 to < 1e-5 on the first minibatch in fp32)
     critic_per_agent: bool = False  # one value head per (turn, agent) instead of one per turn
     critic_history: bool = True  # --value-model separate: the critic sees the whole discussion; --no-critic-history: turn-1 question + response only (authors' shortcut)
     # ---- debate ----
@@ -718,36 +719,47 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
                 critic_src = ro if args.critic_history else debate["rollout"][0][a]  # authors: turn-1 prompt only
                 exp[(t, a)] = dict(query_ids=ro["query_ids"], query_mask=ro["query_mask"], response_ids=ro["response_ids"],
                                    response_mask=ro["response_mask"], critic_query_ids=critic_src["query_ids"],
-                                   critic_query_mask=critic_src["query_mask"])
+                                   critic_query_mask=critic_src["query_mask"], sampled_logprobs=ro["logprobs"],
+                                   sampled_entropy=ro["entropy"])
             model, n, size = team.bases[i], len(debate["records"]), args.forward_batch_size
             batch = _rows(exp, t, agents, None, list(exp[(t, agents[0])]))
             names = [team.adapter_names[t][a] for a in agents for _ in range(n)]
-            # 4. ONE no-grad mixed-adapter pass (per --forward-batch-size rows) does all of it: the responses on
-            # their agents' adapters (old log-probs, entropies; --value-model shared: the hidden states the values
-            # read), the same rows on '__base__' (the reference: no adapter), and with --value-model separate on
-            # 'critic' (the values). Rows of one batch do not affect each other: each part equals its own forward
-            # bit for bit (tests/test_perf_update.py, tiny model on CPU). Only --no-critic-history's critic rows,
-            # whose prompt differs, get a forward of their own: padded to the policy's prompt they round differently.
-            # Old log-probs are recomputed here rather than taken from generate(): this is the same kernel the
-            # update uses: in fp32 the first ratio is 1 to < 1e-5; under bf16 this mixed no-grad pass and the
-            # update's per-adapter forwards still round differently (up to 5e-3 measured), so it is 1 only roughly.
+            # 4. ONE no-grad mixed-adapter pass (per --forward-batch-size rows) does all of it: the same rows on
+            # '__base__' (the reference: no adapter); with --old-logprobs recompute or --value-model shared the
+            # responses on their agents' adapters (old log-probs, entropies; shared: the hidden states the values
+            # read); with --value-model separate on 'critic' (the values). Rows of one batch do not affect each
+            # other: each part equals its own forward bit for bit (tests/test_perf_update.py, tiny model on CPU).
+            # Only --no-critic-history's critic rows, whose prompt differs, get a forward of their own: padded to the
+            # policy's prompt they round differently.
+            # --old-logprobs sampling (the default) takes π_old from generate(): the log-probs each token was
+            # sampled with, i.e. the behaviour policy itself, and saves the policy's rows here. They come from the
+            # KV-cached decoding kernel, so the first ratio is 1 only to ~1e-4 in fp32 (SmolLM2; more under bf16);
+            # recompute uses a full forward like the update's: 1 to < 1e-5 in fp32, and under bf16 this mixed
+            # no-grad pass and the update's per-adapter forwards still round differently (up to 5e-3 measured).
             shared, rows_n = args.value_model == "shared", len(names)
             fit_values = args.advantage == "gae"  # --advantage group reads no values
-            critic_here = fit_values and not shared and args.critic_history  # the critic's rows join the pass
-            all_names = names + ["__base__"] * rows_n + (["critic"] * rows_n if critic_here else [])
-            copies = len(all_names) // rows_n
-            out = _forward_chunks(model, {k: batch[k].repeat(copies, 1) for k in ("query_ids", "query_mask",
-                                                                                   "response_ids", "response_mask")},
-                                  all_names, size, args.temperature, False, output_entropy=True,
-                                  output_hidden=(shared and fit_values) or critic_here)  # none nobody reads
-            old_logprobs, entropy = out["logprobs"][:rows_n], out["entropy"][:rows_n]
-            ref_logprobs = out["logprobs"][rows_n:2 * rows_n]
+            recompute = args.old_logprobs == "recompute"
+            parts = {"policy": names} if recompute or (shared and fit_values) else {}
+            parts["reference"] = ["__base__"] * rows_n
+            if fit_values and not shared and args.critic_history:  # the critic's rows join the pass
+                parts["critic"] = ["critic"] * rows_n
+            part = {name: slice(k * rows_n, (k + 1) * rows_n) for k, name in enumerate(parts)}
+            out = _forward_chunks(model, {k: batch[k].repeat(len(parts), 1) for k in ("query_ids", "query_mask",
+                                                                                       "response_ids", "response_mask")},
+                                  [name for rows_names in parts.values() for name in rows_names], size,
+                                  args.temperature, False, output_entropy=recompute,
+                                  output_hidden=(shared and fit_values) or "critic" in parts)  # none nobody reads
+            ref_logprobs = out["logprobs"][part["reference"]]
+            if recompute:
+                old_logprobs, entropy = out["logprobs"][part["policy"]], out["entropy"][part["policy"]]
+            else:
+                old_logprobs, entropy = batch["sampled_logprobs"], batch["sampled_entropy"]
             if not fit_values:
                 hidden = None
             elif shared:
-                hidden = out["hidden"][:rows_n]
-            elif critic_here:
-                hidden = out["hidden"][2 * rows_n:]
+                hidden = out["hidden"][part["policy"]]
+            elif "critic" in parts:
+                hidden = out["hidden"][part["critic"]]
             else:
                 hidden = _forward_chunks(model, batch, ["critic"] * rows_n, size, args.temperature, True,
                                          output_hidden=True)["hidden"]
@@ -766,6 +778,7 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
                     advantages = group_advantages(rewards.sum(dim=1), args.samples_per_question)[:, None] * mask
                 e = exp[(t, a)]
                 e.update({key: batch[key][rows] for key in batch})  # the trimmed tensors
+                del e["sampled_logprobs"], e["sampled_entropy"]  # kept as old_logprobs and entropy (sampling)
                 e.update(old_logprobs=old_logprobs[rows], ref_logprobs=ref_logprobs[rows], old_values=values, kl=kl,
                          rewards=rewards, entropy=entropy[rows], returns=returns, advantages=advantages)
     return exp
@@ -941,11 +954,11 @@ def load_state(run_dir: Path, team: Team) -> int:
 
 
 def legacy_settings(saved: dict) -> dict:
-    """What a run saved before these flags existed did: a separate critic adapter, and a learning rate decaying
-    over its own --max-steps (common.resumed_args fills them in when its args.json lacks them; such a run saved
+    """What a run saved before these flags existed did: a separate critic adapter, GAE on one debate per
+    question, old log-probs from a forward of their own, and a learning rate decaying over its own --max-steps (common.resumed_args fills them in when its args.json lacks them; such a run saved
     --max-steps as "updates", its old name)."""
     return dict(value_model="separate", lr_decay_steps=saved.get("max_steps", saved.get("updates", 0)),
-                advantage="gae", samples_per_question=1)
+                advantage="gae", samples_per_question=1, old_logprobs="recompute")
 
 
 RESUME_MUST_MATCH = ("model", "models", "num_agents", "num_turns", "train_turns", "policy_sharing", "value_model",
@@ -982,6 +995,9 @@ def check_args(args: Args):
     if args.advantage == "group" and args.value_model == "separate":
         arg_error("--value-model", "separate trains a critic adapter, which --advantage group never reads (use "
                                    "--advantage gae, or drop --value-model)")
+    if args.advantage == "group" and args.critic_per_agent:
+        arg_error("--critic-per-agent", "chooses the value heads, which --advantage group does not have (use "
+                                        "--advantage gae, or drop --critic-per-agent)")
     if not args.critic_history and args.value_model == "shared":
         arg_error("--no-critic-history", "needs --value-model separate (shared value heads read the policy's own forward)")
     policy_adapter_name(args.policy_sharing, 0, 0)

@@ -157,6 +157,37 @@ def test_left_padding_invariance_and_plain_hf_forward(tiny):
         torch.testing.assert_close(alone[0], plain, atol=1e-5, rtol=0)
 
 
+def test_columns_no_row_uses_are_not_computed(tiny):
+    """forward_responses drops the left-padding and right-padding columns that every row has, runs the model on
+    the rest, and gives the outputs back at full width with zeros there: the same numbers for the real tokens as
+    without the extra columns, bit for bit (the model runs on identical tensors)."""
+    tok, _ = tiny
+    model = make_peft()
+    torch.manual_seed(0)
+    rollout = generate(model, tok, chat(tok, ["a longer question here", "short"]), ["agent0", "agent1"],
+                       max_new_tokens=8, temperature=1.0)
+    q, qm, r, rm = (rollout[k] for k in ("query_ids", "query_mask", "response_ids", "response_mask"))
+    widths = []  # the sequence length of every model forward
+    hook = model.get_base_model().model.embed_tokens.register_forward_hook(lambda m, i, o: widths.append(i[0].shape[1]))
+    with torch.no_grad():  # one mixed-adapter forward (under autograd: one per adapter, each trimmed to its rows)
+        plain = forward_responses(model, q, qm, r, rm, ["agent0", "agent1"], 1.0, output_hidden=True,
+                                  output_entropy=True)
+    # 3 more pad columns on the left of every prompt, 5 more on the right of every response
+    q_wide = torch.cat([torch.full((2, 3), tok.pad_token_id), q], 1)
+    qm_wide = torch.cat([torch.zeros(2, 3, dtype=qm.dtype), qm], 1)
+    r_wide = torch.cat([r, torch.full((2, 5), tok.pad_token_id)], 1)
+    rm_wide = torch.cat([rm, torch.zeros(2, 5)], 1)
+    with torch.no_grad():
+        wide = forward_responses(model, q_wide, qm_wide, r_wide, rm_wide, ["agent0", "agent1"], 1.0,
+                                 output_hidden=True, output_entropy=True)
+    hook.remove()
+    assert widths == [q.shape[1] + r.shape[1]] * 2  # the model never saw the 8 extra columns
+    for key in ("logprobs", "entropy", "hidden"):
+        assert wide[key].shape[1] == r.shape[1] + 5
+        assert torch.equal(wide[key][:, :r.shape[1]], plain[key]), key
+        assert wide[key][:, r.shape[1]:].abs().sum() == 0, key
+
+
 @pytest.mark.parametrize("settings", [dict(temperature=0.7), dict(temperature=1.3), dict(temperature=0.7, top_p=0.5),
                                       dict(temperature=1.0, top_k=5), dict(temperature=0.7, min_new_tokens=8),
                                       dict(temperature=0.7, batch_size=4), dict(greedy=True)])
@@ -170,8 +201,11 @@ def test_ratio_is_one_for_every_adapter_of_a_mixed_batch(tiny, settings):
     rollout = generate(model, tok, prompts, adapters, max_new_tokens=16, **settings)
     temperature = 1.0 if settings.get("greedy") else settings["temperature"]
     recomputed = forward_responses(model, rollout["query_ids"], rollout["query_mask"], rollout["response_ids"],
-                                   rollout["response_mask"], adapters, temperature)["logprobs"]
-    assert (recomputed - rollout["logprobs"]).abs().max().item() < 1e-5
+                                   rollout["response_mask"], adapters, temperature, output_entropy=True)
+    assert (recomputed["logprobs"] - rollout["logprobs"]).abs().max().item() < 1e-5
+    assert (recomputed["entropy"] - rollout["entropy"]).abs().max().item() < 1e-5  # cotrain's objective/entropy
+    assert rollout["entropy"][rollout["response_mask"] == 0].abs().sum() == 0
+    recomputed = recomputed["logprobs"]
     assert rollout["response_mask"].sum() > 6
     if settings.get("greedy"):  # the first greedy token is each row's own adapter's argmax: no hidden processor
         with torch.no_grad():

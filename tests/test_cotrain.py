@@ -314,7 +314,10 @@ def test_non_finite_loss_skips_the_update(tmp_path):
 
 
 def test_max_kl_stops_with_a_checkpoint(tmp_path):
-    args = tiny_args("--max-steps", "4", "--max-kl", "1e-9", "--lr", "1e-2", "--output-dir", str(tmp_path / "run"))
+    # recompute: the policy's own forward against the base's, exactly 0 before the first step (generate's sampled
+    # log-probs differ from a full forward by ~1e-6 on the tiny model, which a 1e-9 limit would already see)
+    args = tiny_args("--max-steps", "4", "--max-kl", "1e-9", "--lr", "1e-2", "--output-dir", str(tmp_path / "run"),
+                     "--old-logprobs", "recompute")
     with pytest.raises(SystemExit, match="--max-kl") as stop:
         cotrain.main(args, score_fn=ascii_fraction)
     stopped_at = int(str(stop.value).split("stopped at update ")[1].split(":")[0])

@@ -154,6 +154,7 @@ def test_group_learning_raises_a_synthetic_score(tmp_path):
     (["--advantage", "group", "--samples-per-question", "1"], "--samples-per-question"),
     (["--advantage", "group", "--samples-per-question", "2", "--value-model", "separate"], "--value-model"),
     (["--samples-per-question", "0"], "--samples-per-question"),
+    (["--critic-per-agent"], "--critic-per-agent"),  # the default is group: no value heads to choose
 ])
 def test_group_refusals(flags, named, capsys):
     with pytest.raises(SystemExit) as stop:

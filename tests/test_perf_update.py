@@ -21,10 +21,11 @@ from conftest import PAPER_PPO
 
 def tiny_args(*flags):
     """The update shape of cotrain.py's default before this session (2 agents x 2 turns, 2 questions, 4 PPO epochs,
-    micro-batches of one question, forward batches of 8 rows; the counts in the README are for it) on the tiny model;
-    penalties off (the tiny model never writes an answer)."""
+    micro-batches of one question, forward batches of 8 rows, old log-probs recomputed; the counts in the README are
+    for it) on the tiny model; penalties off (the tiny model never writes an answer)."""
     return parse_args(cotrain.Args, ["--model", "tiny", "--device", "cpu", "--max-new-tokens", "6", *PAPER_PPO,
                                      "--questions-per-update", "2", "--ppo-epochs", "4", "--eval-questions", "0",
+                                     "--old-logprobs", "recompute",
                                      "--no-penalize-format", "--missing-eos-penalty", "0", "--sample-every", "0",
                                      "--log-every", "0", *flags])
 
@@ -349,3 +350,46 @@ def test_forward_and_backward_counts_per_update(monkeypatch):
     assert counts["before"] == dict(experience=(6, 24, 0), ppo=(48, 64, 32))
     assert counts["separate"] == dict(experience=(4, 24, 0), ppo=(48, 64, 32))
     assert counts["shared"] == dict(experience=(2, 16, 0), ppo=(32, 32, 16))
+
+
+@pytest.mark.parametrize("flags", [["--advantage", "group", "--samples-per-question", "2"], []])
+def test_sampling_old_logprobs_are_the_rollouts_and_skip_the_policy_rows(monkeypatch, flags):
+    """--old-logprobs sampling (the default): π_old and the entropies are generate()'s own, bit for bit; they equal
+    a recompute to < 1e-5 (tiny model, fp32); the reference is the base's forward as before; and the experience
+    pass forwards the policy's rows only where their hidden states are read (--advantage gae --value-model
+    shared): with --advantage group it runs the '__base__' rows alone, half the rows of a recompute."""
+    group = "group" in flags
+    records = [r for r in cotrain.load_task("arith", "train", limit=2) for _ in range(2 if group else 1)]
+    rows_seen, exps = {}, {}
+    for mode in ("sampling", "recompute"):
+        args = tiny_args("--old-logprobs", mode, *flags)
+        team = cotrain.build_team(args, "cpu")
+        with torch.no_grad():  # trained-looking adapters: the policy is not the base, so the KL is not 0
+            for name, p in team.bases[0].named_parameters():
+                if ".lora_B." in name:
+                    p.normal_(std=0.05)
+        torch.manual_seed(1)
+        debate, rewards = debate_and_rewards(team, args, records)
+        with monkeypatch.context() as patch:
+            counter = Counter(team.bases[0], patch)
+            exps[mode] = cotrain.make_experience(team, debate, rewards, args)
+            rows_seen[mode] = counter.take()[1]
+        if mode == "sampling":
+            for (t, a), e in exps[mode].items():
+                ro = debate["rollout"][t][a]
+                width, mask = e["response_mask"].shape[1], e["response_mask"]
+                assert torch.equal(e["old_logprobs"], ro["logprobs"][:, :width]), (t, a)
+                assert torch.equal(e["entropy"], ro["entropy"][:, :width]), (t, a)
+                with torch.no_grad():
+                    ref = reference_logprobs(team.bases[0], *(ro[k] for k in ("query_ids", "query_mask", "response_ids",
+                                                                             "response_mask")), args.temperature)
+                torch.testing.assert_close(e["ref_logprobs"], ref[:, :width], atol=1e-6, rtol=0)
+                torch.testing.assert_close(e["kl"], (e["old_logprobs"] - e["ref_logprobs"]) * mask, atol=1e-6, rtol=0)
+                assert e["kl"].abs().max() > 1e-3, (t, a)  # the policy is not the base
+                assert "sampled_logprobs" not in e and "sampled_entropy" not in e
+    rows = 2 * 2 * len(records)  # 2 turns x 2 agents x the debates: one copy of every response
+    assert rows_seen == {"sampling": rows * (1 if group else 2), "recompute": rows * 2}
+    for key, e in exps["sampling"].items():  # the same debate (seeded): the two sources of π_old agree
+        assert torch.equal(e["response_ids"], exps["recompute"][key]["response_ids"])
+        for name in ("old_logprobs", "entropy"):
+            torch.testing.assert_close(e[name], exps["recompute"][key][name], atol=1e-5, rtol=0)
