@@ -402,6 +402,10 @@ def bench_end_to_end(args):
                                 after_rollout_seconds=statistics.median(m["timing/step_s"] - m["timing/rollout_s"]
                                                                         for m in steps[1:]),
                                 speedup=first[script] / per_update, outside_updates_seconds=wall - sum(seconds),
+                                # cotrain.py since issue 17: the debate's generation (and scoring) alone; the rest of
+                                # the rollout is the experience pass (reference, old log-probs, values)
+                                generate_seconds=statistics.median(m["timing/generate_s"] for m in steps[1:])
+                                if all("timing/generate_s" in m for m in steps[1:]) else None,
                                 revision=revision, command=" ".join(done.args[1:]))
             print(f"end to end: {key}: {per_update:.1f} s per update (x{first[script] / per_update:.2f} against the "
                   f"first variant), {results[key]['after_rollout_seconds']:.1f} s of it after the rollout", flush=True)

@@ -1155,10 +1155,11 @@ def rollout_step(team: Team, args: Args, records: list[dict], scorer,
     (debate, exp, tensors) with tensors = dict(scores, penalized, rewards, bonus), each [B, T, A].
     builtin_rules=False (a custom scorer without --reward-fn-rules): no format/EOS penalties and no incentives."""
     # 1. play the debate: all agents of a turn in one generate call, each row on its own adapter
+    t0 = time.time()
     debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names, args.max_new_tokens,
                         temperature=args.temperature, scorer=scorer, feedback_in_prompt=args.feedback_in_prompt,
                         prompt_style=args.prompt_style, generate_batch_size=args.generate_batch_size)
-    debate["records"] = records
+    debate["records"], debate["generate_s"] = records, time.time() - t0  # the generation and scoring alone
     # 2. score answers; penalise bad format and truncation
     scores = debate["scores"]
     good, truncated = torch.zeros_like(scores, dtype=torch.bool), torch.zeros_like(scores, dtype=torch.bool)
@@ -1252,7 +1253,8 @@ def main(args: Args, score_fn=None) -> Path:
         t2 = time.time()
         metrics = dict(step=step + 1, lr=lr, **rollout_metrics(debate, r["scores"], r["penalized"], r["rewards"], r["bonus"]),
                        **ppo_metrics(exp, stats, args.num_agents),
-                       **{"timing/rollout_s": t1 - t0, "timing/update_s": t2 - t1, "timing/step_s": t2 - t0})
+                       **{"timing/generate_s": debate["generate_s"], "timing/rollout_s": t1 - t0,
+                          "timing/update_s": t2 - t1, "timing/step_s": t2 - t0})
         if eval_due(args, step + 1):  # 7. the team after this update on the held-out questions (greedy)
             metrics.update(evaluate_team(team, args, eval_records, scorer))
         log_metrics(run_dir, metrics)  # multi-process: rank 0 writes, its own questions' metrics (grad norms: global)
