@@ -22,8 +22,8 @@ One update (the numbered stages in main()):
        repetition) is replaced by --format-penalty, a response cut at --max-new-tokens gets --missing-eos-penalty
        on top (your own scorer, --reward-fn: no penalties and no incentives unless --reward-fn-rules)
     3. influence-aware reward R[t, a] (Definition 1) + incentive bonus b[t, a] (Tables 1 and 2)
-    4. old log-probs, reference log-probs, entropies (and with --advantage gae values), without gradients, from ONE
-       mixed-adapter pass
+    4. reference log-probs (and with --advantage gae values), without gradients, from ONE mixed-adapter pass; the
+       old log-probs and entropies are those the debate was sampled with (--old-logprobs recompute: from the pass)
     5. per-token rewards: -kl_coef * KL at every token, plus R + b at the last token; then --advantage group (the
        default): a response's summed reward less the mean of its question's K responses at that (turn, agent), on
        every token; or gae (the paper): GAE (γ=1, λ=0.95) on the value heads within each response, advantages
@@ -56,6 +56,9 @@ What this script changes relative to the paper and the authors' code (chanwoo-pa
     trains the policy adapter (see ppo_update). --value-model separate is the paper's critic: one critic LoRA
     for all turns with a value head per turn (the code: a critic LoRA per turn), seeing the whole discussion
     like the policy; --no-critic-history is the code's shortcut (turn-1 question + response only).
+  * PPO's π_old is the log-probs generate() sampled each token with (--old-logprobs sampling: the behaviour
+    policy itself, no forward of its own; within ~1e-4 of a recompute in fp32); the code, like TRL, recomputes
+    them with a forward after the rollout (--old-logprobs recompute).
   * Turns left out of --train-turns are played by the base model, like the code's zeroed, frozen turn-0
     adapter (the paper's Experiment 1 trains turns >= 2 only: --train-turns 2,3).
   * The summed (turn, agent) losses step each optimiser once per minibatch; the code steps inside its loop
@@ -955,8 +958,9 @@ def load_state(run_dir: Path, team: Team) -> int:
 
 def legacy_settings(saved: dict) -> dict:
     """What a run saved before these flags existed did: a separate critic adapter, GAE on one debate per
-    question, old log-probs from a forward of their own, and a learning rate decaying over its own --max-steps (common.resumed_args fills them in when its args.json lacks them; such a run saved
-    --max-steps as "updates", its old name)."""
+    question, old log-probs from a forward of their own, and a learning rate decaying over its own --max-steps
+    (common.resumed_args fills in each one its args.json lacks; such a run saved --max-steps as "updates", its
+    old name)."""
     return dict(value_model="separate", lr_decay_steps=saved.get("max_steps", saved.get("updates", 0)),
                 advantage="gae", samples_per_question=1, old_logprobs="recompute")
 
