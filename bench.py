@@ -406,6 +406,9 @@ def bench_end_to_end(args):
                                 # the rollout is the experience pass (reference, old log-probs, values)
                                 generate_seconds=statistics.median(m["timing/generate_s"] for m in steps[1:])
                                 if all("timing/generate_s" in m for m in steps[1:]) else None,
+                                # the work an update did: its responses' mean length (differs between variants
+                                # once their policies differ, and with it the seconds)
+                                mean_response_tokens=[m.get("completions/mean_length") for m in steps],
                                 revision=revision, command=" ".join(done.args[1:]))
             print(f"end to end: {key}: {per_update:.1f} s per update (x{first[script] / per_update:.2f} against the "
                   f"first variant), {results[key]['after_rollout_seconds']:.1f} s of it after the rollout", flush=True)

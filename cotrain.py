@@ -999,7 +999,7 @@ def check_args(args: Args):
     if args.advantage == "group" and args.value_model == "separate":
         arg_error("--value-model", "separate trains a critic adapter, which --advantage group never reads (use "
                                    "--advantage gae, or drop --value-model)")
-    if args.advantage == "group" and args.critic_per_agent:
+    if args.advantage == "group" and args.critic_per_agent and not args.resume:  # (saved before this refusal: resumes)
         arg_error("--critic-per-agent", "chooses the value heads, which --advantage group does not have (use "
                                         "--advantage gae, or drop --critic-per-agent)")
     if not args.critic_history and args.value_model == "shared":

@@ -161,3 +161,10 @@ def test_group_refusals(flags, named, capsys):
         cotrain.check_args(parse_args(cotrain.Args, ["--model", "tiny", *flags]))
     assert stop.value.code == 2
     assert f"error: {named}:" in capsys.readouterr().err
+
+
+def test_a_group_run_saved_with_critic_per_agent_still_resumes():
+    """--critic-per-agent was accepted (and did nothing) with --advantage group before it was refused; such a run's
+    saved settings must still pass the checks on --resume (the flag is in RESUME_MUST_MATCH: it cannot be dropped)."""
+    assert "critic_per_agent" in cotrain.RESUME_MUST_MATCH
+    cotrain.check_args(parse_args(cotrain.Args, ["--model", "tiny", "--critic-per-agent", "--resume", "runs/old"]))

@@ -1,8 +1,10 @@
 """The cheaper cotrain.py update (issue 17 item 1), on the tiny model:
 
-  * make_experience: ONE no-grad mixed-adapter pass gives the old log-probs, entropies, reference log-probs
-    ('__base__' rows) and the hidden states of the values (policy rows: --value-model shared; 'critic' rows:
-    separate), where the update before it ran a policy, a reference and a critic forward;
+  * make_experience: ONE no-grad mixed-adapter pass gives the reference log-probs ('__base__' rows), the hidden
+    states of the values (policy rows: --value-model shared; 'critic' rows: separate) and, with --old-logprobs
+    recompute (pinned by tiny_args), the old log-probs and entropies, where the update before it ran a policy, a
+    reference and a critic forward; with --old-logprobs sampling (the default) π_old and the entropies are
+    generate()'s own and the policy rows run only when their hidden states are read (the last test);
   * ppo_update --value-model shared: the value heads read the policy forward's hidden states, one forward and one
     backward per micro-batch where separate (the paper's critic adapter) needs two of each.
 
