@@ -582,7 +582,7 @@ def build_team(args: Args, device: str) -> Team:
         base_adapters.append(own)
     fit_values = args.advantage == "gae"  # --advantage group reads no values: no heads (and no optimiser for them)
     head_keys, heads = {}, nn.ModuleDict()
-    for t, a in trained if fit_values else []:
+    for t, a in (trained if fit_values else []):
         key = f"turn{t + 1}" + (f"_agent{a}" if args.critic_per_agent else ("" if len(bases) == 1 else f"_base{agent_base[a]}"))
         head_keys[(t, a)] = key
         if key not in heads:
