@@ -792,9 +792,7 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
                                               adapter_names, temperature, output_hidden, output_entropy)
     # columns no row uses (left padding of the prompts, right padding of the responses) cost a full forward each
     # and change nothing: drop them, and give the outputs their full width back (zeros) at the end
-    full_width = response_ids.shape[1]
-    first = int(query_mask.any(0).float().argmax()) if query_mask.any() else 0
-    width = max(1, int(response_mask.any(0).nonzero().max()) + 1) if response_mask.any() else 1
+    full_width, first, width = response_ids.shape[1], first_used_column(query_mask), used_width(response_mask)
     query_ids, query_mask = query_ids[:, first:], query_mask[:, first:]
     response_ids, response_mask = response_ids[:, :width], response_mask[:, :width]
     q_len, r_len = query_ids.shape[1], response_ids.shape[1]
@@ -815,6 +813,17 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     pad = (0, full_width - r_len)  # back to the responses' full width: zeros where no row has a token
     return dict(logprobs=F.pad(logprobs, pad), entropy=None if entropy is None else F.pad(entropy, pad),
                 hidden=None if hidden is None else F.pad(hidden, (0, 0, *pad)))
+
+
+def first_used_column(mask: torch.Tensor) -> int:
+    """Left padding that every row has: the first column any row of mask [B, L] uses (0 if none does)."""
+    return int(mask.any(0).float().argmax())
+
+
+def used_width(mask: torch.Tensor) -> int:
+    """Right padding that every row has: 1 + the last column any row of mask [B, L] uses (at least 1)."""
+    used = mask.any(0).nonzero()
+    return int(used.max()) + 1 if len(used) else 1
 
 
 def is_quantized(model) -> bool:

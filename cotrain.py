@@ -57,7 +57,8 @@ What this script changes relative to the paper and the authors' code (chanwoo-pa
     for all turns with a value head per turn (the code: a critic LoRA per turn), seeing the whole discussion
     like the policy; --no-critic-history is the code's shortcut (turn-1 question + response only).
   * PPO's π_old is the log-probs generate() sampled each token with (--old-logprobs sampling: the behaviour
-    policy itself, no forward of its own; within ~1e-4 of a recompute in fp32); the code, like TRL, recomputes
+    policy itself, no forward of its own; on SmolLM2 in fp32 a mean gap of ~1e-6 per token to a full forward, the
+    gap magrpo.py logs as logprob_gap); the code, like TRL, recomputes
     them with a forward after the rollout (--old-logprobs recompute).
   * Turns left out of --train-turns are played by the base model, like the code's zeroed, frozen turn-0
     adapter (the paper's Experiment 1 trains turns >= 2 only: --train-turns 2,3).
@@ -112,13 +113,13 @@ from tqdm import tqdm
 from common import (SHORT_DISCUSSION, ValueHead, adapter_parameters, adapter_state_dict, add_adapters, all_rng_states,
                     allreduce_gradients, allreduce_sum, arg_error, atomic_write_text, chat_prompt, check_model_name,
                     check_numbers, clean_exits, dataset_options, debate_metrics, explained_variance, extract_answer,
-                    finish_distributed, finish_tracker, finish_writes_first, format_metrics, forward_responses, gae,
-                    generate, hidden_size, init_distributed, is_main_process, is_well_formed, kl_k1,
+                    finish_distributed, finish_tracker, finish_writes_first, first_used_column, format_metrics,
+                    forward_responses, gae, generate, hidden_size, init_distributed, is_main_process, is_well_formed, kl_k1,
                     load_adapter_state_dict, load_checkpoint, load_function, load_model, load_task, load_tokenizer,
                     log_metrics, log_samples, majority_vote_accuracy, masked_whiten, parse_args, parse_int_list,
                     plot_run, print_eval_table, restore_rng_state, resumed_args, save_adapters, save_checkpoint,
                     seed_everything, seed_sampling_per_rank, set_torch_threads, start_run, step_indices, turn1_prompt,
-                    world_info)
+                    used_width, world_info)
 
 
 @dataclass
@@ -140,7 +141,7 @@ class Args:
     lora_alpha: int = 16  # LoRA alpha (authors: 16); LoRA on all linear layers, dropout 0
     policy_sharing: Literal["agent", "agent-turn", "shared"] = "agent"  # agent: one LoRA per agent | agent-turn: one per (turn, agent), the paper's θ_ta | shared: one for all agents of a base
     value_model: Literal["shared", "separate"] = "shared"  # shared: the value heads read the policy adapter's own hidden states (one forward+backward per PPO micro-batch, TRL's classic value-head model) | separate: a critic LoRA adapter of its own, as the paper (a second forward+backward)
-    old_logprobs: Literal["sampling", "recompute"] = "sampling"  # PPO's π_old: sampling: the log-probs generate() sampled each token with (the behaviour policy itself; no forward of its own; in fp32 within ~1e-4 of a recompute) | recompute: a no-grad forward of every response after the rollout (TRL's way; ratio 1 to < 1e-5 on the first minibatch in fp32)
+    old_logprobs: Literal["sampling", "recompute"] = "sampling"  # PPO's π_old: sampling: the log-probs generate() sampled each token with (the behaviour policy itself; no forward of its own; in fp32 within 1e-5 of a recompute on the tiny model, tests/test_perf_update.py) | recompute: a no-grad forward of every response after the rollout (TRL's way; ratio 1 to < 1e-5 on the first minibatch in fp32)
     critic_per_agent: bool = False  # one value head per (turn, agent) instead of one per turn
     critic_history: bool = True  # --value-model separate: the critic sees the whole discussion; --no-critic-history: turn-1 question + response only (authors' shortcut)
     # ---- debate ----
@@ -669,9 +670,9 @@ def _rows(exp: dict, t: int, agents: list[int], rows: torch.Tensor | None, keys:
     out = {k: torch.cat([exp[(t, a)][k] if rows is None else exp[(t, a)][k][rows] for a in agents]) for k in keys}
     for q_ids, q_mask in (("query_ids", "query_mask"), ("critic_query_ids", "critic_query_mask")):
         if q_mask in out:  # left padding: keep from the first column any row uses
-            first = int(out[q_mask].any(0).float().argmax())
+            first = first_used_column(out[q_mask])
             out[q_ids], out[q_mask] = out[q_ids][:, first:], out[q_mask][:, first:]
-    width = int(out["response_mask"].any(0).nonzero().max()) + 1  # right padding: keep up to the last used column
+    width = used_width(out["response_mask"])  # right padding: keep up to the last used column
     for k in keys:
         if not k.startswith(("query", "critic_query")) and out[k].dim() == 2:
             out[k] = out[k][:, :width]
@@ -722,8 +723,8 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
                 critic_src = ro if args.critic_history else debate["rollout"][0][a]  # authors: turn-1 prompt only
                 exp[(t, a)] = dict(query_ids=ro["query_ids"], query_mask=ro["query_mask"], response_ids=ro["response_ids"],
                                    response_mask=ro["response_mask"], critic_query_ids=critic_src["query_ids"],
-                                   critic_query_mask=critic_src["query_mask"], sampled_logprobs=ro["logprobs"],
-                                   sampled_entropy=ro["entropy"])
+                                   critic_query_mask=critic_src["query_mask"],
+                                   old_logprobs=ro["logprobs"], entropy=ro["entropy"])  # as sampled (see below)
             model, n, size = team.bases[i], len(debate["records"]), args.forward_batch_size
             batch = _rows(exp, t, agents, None, list(exp[(t, agents[0])]))
             names = [team.adapter_names[t][a] for a in agents for _ in range(n)]
@@ -736,7 +737,7 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
             # policy's prompt they round differently.
             # --old-logprobs sampling (the default) takes π_old from generate(): the log-probs each token was
             # sampled with, i.e. the behaviour policy itself, and saves the policy's rows here. They come from the
-            # KV-cached decoding kernel, so the first ratio is 1 only to ~1e-4 in fp32 (SmolLM2; more under bf16);
+            # KV-cached decoding kernel, so the first ratio is 1 only to float noise (fp32: README "Speed and memory");
             # recompute uses a full forward like the update's: 1 to < 1e-5 in fp32, and under bf16 this mixed
             # no-grad pass and the update's per-adapter forwards still round differently (up to 5e-3 measured).
             shared, rows_n = args.value_model == "shared", len(names)
@@ -756,7 +757,7 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
             if recompute:
                 old_logprobs, entropy = out["logprobs"][part["policy"]], out["entropy"][part["policy"]]
             else:
-                old_logprobs, entropy = batch["sampled_logprobs"], batch["sampled_entropy"]
+                old_logprobs, entropy = batch["old_logprobs"], batch["entropy"]
             if not fit_values:
                 hidden = None
             elif shared:
@@ -781,7 +782,6 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
                     advantages = group_advantages(rewards.sum(dim=1), args.samples_per_question)[:, None] * mask
                 e = exp[(t, a)]
                 e.update({key: batch[key][rows] for key in batch})  # the trimmed tensors
-                del e["sampled_logprobs"], e["sampled_entropy"]  # kept as old_logprobs and entropy (sampling)
                 e.update(old_logprobs=old_logprobs[rows], ref_logprobs=ref_logprobs[rows], old_values=values, kl=kl,
                          rewards=rewards, entropy=entropy[rows], returns=returns, advantages=advantages)
     return exp

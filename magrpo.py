@@ -1259,20 +1259,6 @@ def rollout(agents: Agents, tokenizer, problems: list[dict], task: Task, args) -
 # ----------------------------------------------------------------------------------------------
 
 
-def trim_padding(batch: dict) -> dict:
-    """Drop the query columns that are padding in every row (left) and the response columns likewise (right)."""
-    q_keep = batch["query_mask"].bool().any(0).nonzero()
-    r_keep = batch["response_mask"].bool().any(0).nonzero()
-    q_start = int(q_keep[0]) if len(q_keep) else batch["query_mask"].shape[1]
-    r_end = int(r_keep[-1]) + 1 if len(r_keep) else 0
-    out = dict(batch)
-    for key in ("query_ids", "query_mask"):
-        out[key] = batch[key][:, q_start:]
-    for key in ("response_ids", "response_mask", "logprobs"):
-        out[key] = batch[key][:, :r_end]
-    return out
-
-
 def loss_weights(response_mask: torch.Tensor, num_nodes: float, num_generations: int, loss_agg: str,
                  num_tokens: float | None = None) -> torch.Tensor:
     """THE loss normalisation (one place): the per-completion weight w such that an agent's loss at a turn is
@@ -1299,7 +1285,8 @@ def accumulate_agent_loss(agents: Agents, agent: int, batch: dict, advantages: t
     weights = loss_weights(batch["response_mask"], num_nodes, args.num_generations, args.loss_agg, num_tokens)
     totals = dict(loss=0.0, entropy=0.0, kl=0.0, tokens=0.0, logprob_gap=0.0)
     for start in range(0, batch["response_mask"].shape[0], args.micro_batch_size):
-        chunk = trim_padding({k: v[start:start + args.micro_batch_size] for k, v in batch.items() if k != "truncated"})
+        # (forward_responses skips the padding columns every row of the chunk has)
+        chunk = {k: v[start:start + args.micro_batch_size] for k, v in batch.items() if k != "truncated"}
         rows = slice(start, start + args.micro_batch_size)
         mask, adv, w = chunk["response_mask"], advantages[rows], weights[rows]
         names = None if agents.names is None else [agents.names[agent]] * mask.shape[0]

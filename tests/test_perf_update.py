@@ -388,10 +388,10 @@ def test_sampling_old_logprobs_are_the_rollouts_and_skip_the_policy_rows(monkeyp
                 torch.testing.assert_close(e["ref_logprobs"], ref[:, :width], atol=1e-6, rtol=0)
                 torch.testing.assert_close(e["kl"], (e["old_logprobs"] - e["ref_logprobs"]) * mask, atol=1e-6, rtol=0)
                 assert e["kl"].abs().max() > 1e-3, (t, a)  # the policy is not the base
-                assert "sampled_logprobs" not in e and "sampled_entropy" not in e
     rows = 2 * 2 * len(records)  # 2 turns x 2 agents x the debates: one copy of every response
     assert rows_seen == {"sampling": rows * (1 if group else 2), "recompute": rows * 2}
     for key, e in exps["sampling"].items():  # the same debate (seeded): the two sources of π_old agree
+        assert set(e) == set(exps["recompute"][key]), key  # and the experience holds the same tensors
         assert torch.equal(e["response_ids"], exps["recompute"][key]["response_ids"])
         for name in ("old_logprobs", "entropy"):
             torch.testing.assert_close(e[name], exps["recompute"][key][name], atol=1e-5, rtol=0)
