@@ -766,7 +766,7 @@ def generate(model, tokenizer, prompts: list[str], adapter_names: list[str] | No
 
 def forward_responses(model, query_ids, query_mask, response_ids, response_mask, adapter_names: list[str] | None,
                       temperature: float = 1.0, output_hidden: bool = False, output_entropy: bool = False,
-                      group_by_adapter: bool | None = None):
+                      group_by_adapter: bool | None = None, earlier: list[tuple] = ()):
     """One padded forward over [query ; response]. Row i uses adapter adapter_names[i] (None: the active setup).
 
     Rows on several adapters: without gradients, one mixed-adapter forward (peft's adapter_names=); under
@@ -778,18 +778,24 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     that no row uses are not computed at all (the outputs keep the full width, zeros there).
     The logits at position p predict token p+1, so the response's log-probs come from positions
     [Lq-1, Lq+Lr-1); the hidden states at those positions are the states V(s) is read from.
-    Returns dict(logprobs [B, Lr] (0 where masked), entropy [B, Lr] or None, hidden [B, Lr, H] or None)."""
+    earlier: responses that sit INSIDE the queries, each (response_ids [B, L], response_mask [B, L], start [B]):
+    row b's tokens begin start[b] real tokens into its query (in a multi-turn chat a later turn's prompt holds an
+    earlier turn's prompt and response, so one forward gives both turns: cotrain.py's --conversation-forward).
+    Their logprobs / entropy / hidden come from the same forward, in a list "earlier" of dicts shaped like their
+    response_ids; the caller checks that the tokens really are there (the forward reads the query's).
+    Returns dict(logprobs [B, Lr] (0 where masked), entropy [B, Lr] or None, hidden [B, Lr, H] or None
+    [, earlier])."""
     if adapter_names is not None and len(set(adapter_names)) == 1:
         # one adapter for every row: peft's ordinary forward; its mixed-batch path (adapter_names=) would gather
         # and scatter every layer's activations for nothing (README, "Speed and memory")
         with single_adapter(model, adapter_names[0]):
             return forward_responses(model, query_ids, query_mask, response_ids, response_mask, None, temperature,
-                                     output_hidden, output_entropy)
+                                     output_hidden, output_entropy, earlier=earlier)
     if adapter_names is not None:
         group_by_adapter = torch.is_grad_enabled() if group_by_adapter is None else group_by_adapter
         if group_by_adapter or (torch.is_grad_enabled() and is_quantized(model)):
             return _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, response_mask,
-                                              adapter_names, temperature, output_hidden, output_entropy)
+                                              adapter_names, temperature, output_hidden, output_entropy, earlier)
     # columns no row uses (left padding of the prompts, right padding of the responses) cost a full forward each
     # and change nothing: drop them, and give the outputs their full width back (zeros) at the end
     full_width, first, width = response_ids.shape[1], first_used_column(query_mask), used_width(response_mask)
@@ -800,19 +806,55 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     attention_mask = torch.cat([query_mask.long(), response_mask.long()], dim=1)
     position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
     extra = {} if adapter_names is None else {"adapter_names": list(adapter_names)}
+    if not earlier:
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    output_hidden_states=output_hidden, logits_to_keep=r_len + 1, use_cache=False, **extra)
+        logits = out.logits[:, :-1].float() / temperature  # [B, Lr, V]: the positions that predict response tokens
+        hidden = out.hidden_states[-1][:, q_len - 1: q_len + r_len - 1] if output_hidden else None
+        result = _response_outputs(logits, hidden, response_ids, response_mask, output_entropy)
+        return _pad_outputs(result, full_width)
+    # earlier responses inside the queries: the logits at position p predict token p + 1, so response j of row b
+    # is read at (first real query column of b) + start[b] + j - 1; the model computes the logits of the union of
+    # these positions over the rows (logits_to_keep as positions) and every row reads its own
+    first_real = q_len - query_mask.sum(1).long()  # [B], after the trimming above
+    reads = [(q_len - 1 + torch.arange(r_len, device=input_ids.device)).expand(len(input_ids), -1)]
+    targets = [(response_ids, response_mask)]
+    for ids, mask, start in earlier:
+        width = used_width(mask)
+        targets.append((ids[:, :width], mask[:, :width]))
+        read = (first_real + start.to(first_real))[:, None] - 1 + torch.arange(width, device=ids.device)
+        reads.append(torch.where(mask[:, :width].bool(), read.clamp(0, q_len - 1), q_len - 1))  # padding: any kept one
+    keep = torch.unique(torch.cat([r.reshape(-1) for r in reads]))  # sorted
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                output_hidden_states=output_hidden, logits_to_keep=r_len + 1, use_cache=False, **extra)
-    logits = out.logits[:, :-1].float() / temperature  # [B, Lr, V]: the positions that predict response tokens
+                output_hidden_states=output_hidden, logits_to_keep=keep, use_cache=False, **extra)
+    rows = torch.arange(len(input_ids), device=input_ids.device)[:, None]
+    results = []
+    for read, (ids, mask) in zip(reads, targets):
+        logits = out.logits[rows, torch.searchsorted(keep, read.contiguous())].float() / temperature  # [B, L, V]
+        hidden = out.hidden_states[-1][rows, read] if output_hidden else None
+        results.append(_response_outputs(logits, hidden, ids, mask, output_entropy))
+    result = _pad_outputs(results[0], full_width)
+    result["earlier"] = [_pad_outputs(r, ids.shape[1]) for r, (ids, _, _) in zip(results[1:], earlier)]
+    return result
+
+
+def _response_outputs(logits, hidden, response_ids, response_mask, output_entropy: bool) -> dict:
+    """forward_responses' outputs from the logits [B, L, V] (already / temperature) that predict each token."""
     all_logprobs = F.log_softmax(logits, dim=-1)
     logprobs = torch.gather(all_logprobs, 2, response_ids.unsqueeze(-1)).squeeze(-1) * response_mask
     entropy = None
     if output_entropy:
         with torch.no_grad():
             entropy = -(all_logprobs.exp() * all_logprobs).sum(-1) * response_mask
-    hidden = out.hidden_states[-1][:, q_len - 1: q_len + r_len - 1] if output_hidden else None
-    pad = (0, full_width - r_len)  # back to the responses' full width: zeros where no row has a token
-    return dict(logprobs=F.pad(logprobs, pad), entropy=None if entropy is None else F.pad(entropy, pad),
-                hidden=None if hidden is None else F.pad(hidden, (0, 0, *pad)))
+    return dict(logprobs=logprobs, entropy=entropy, hidden=hidden)
+
+
+def _pad_outputs(result: dict, full_width: int) -> dict:
+    """Back to the responses' full width: zeros in the columns no row had a token in."""
+    pad = (0, full_width - result["logprobs"].shape[1])
+    return dict(logprobs=F.pad(result["logprobs"], pad),
+                entropy=None if result["entropy"] is None else F.pad(result["entropy"], pad),
+                hidden=None if result["hidden"] is None else F.pad(result["hidden"], (0, 0, *pad)))
 
 
 def first_used_column(mask: torch.Tensor) -> int:
@@ -831,24 +873,30 @@ def is_quantized(model) -> bool:
 
 
 def _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, response_mask, adapter_names, temperature,
-                               output_hidden, output_entropy):
+                               output_hidden, output_entropy, earlier=()):
     """One forward per adapter (each a padded batch of that adapter's rows, trimmed to the group's longest
     query and response by forward_responses), results put back in the rows' order."""
-    outputs = {}
+    outputs = []
     for name in dict.fromkeys(adapter_names):
         rows = torch.tensor([i for i, a in enumerate(adapter_names) if a == name], device=query_ids.device)
-        outputs[name] = (rows, forward_responses(model, query_ids[rows], query_mask[rows], response_ids[rows],
-                                                 response_mask[rows], [name] * len(rows), temperature, output_hidden,
-                                                 output_entropy))
-    merged = {}
-    for key in ("logprobs", "entropy", "hidden"):
-        first = next(iter(outputs.values()))[1][key]
-        if first is None:
-            merged[key] = None
-            continue
-        merged[key] = first.new_zeros((len(adapter_names), *first.shape[1:]))
-        for rows, out in outputs.values():
-            merged[key] = merged[key].index_copy(0, rows, out[key])
+        outputs.append((rows, forward_responses(model, query_ids[rows], query_mask[rows], response_ids[rows],
+                                                response_mask[rows], [name] * len(rows), temperature, output_hidden,
+                                                output_entropy, earlier=[tuple(x[rows] for x in e) for e in earlier])))
+
+    def in_row_order(parts: list[tuple[torch.Tensor, dict]]) -> dict:
+        merged = {}
+        for key in ("logprobs", "entropy", "hidden"):
+            first = parts[0][1][key]
+            merged[key] = None if first is None else first.new_zeros((len(adapter_names), *first.shape[1:]))
+            for rows, out in parts:
+                if first is not None:
+                    merged[key] = merged[key].index_copy(0, rows, out[key])
+        return merged
+
+    merged = in_row_order(outputs)
+    if earlier:
+        merged["earlier"] = [in_row_order([(rows, out["earlier"][k]) for rows, out in outputs])
+                             for k in range(len(earlier))]
     return merged
 
 

@@ -142,6 +142,7 @@ class Args:
     policy_sharing: Literal["agent", "agent-turn", "shared"] = "agent"  # agent: one LoRA per agent | agent-turn: one per (turn, agent), the paper's θ_ta | shared: one for all agents of a base
     value_model: Literal["shared", "separate"] = "shared"  # shared: the value heads read the policy adapter's own hidden states (one forward+backward per PPO micro-batch, TRL's classic value-head model) | separate: a critic LoRA adapter of its own, as the paper (a second forward+backward)
     old_logprobs: Literal["sampling", "recompute"] = "sampling"  # PPO's π_old: sampling: the log-probs generate() sampled each token with (the behaviour policy itself; no forward of its own; in fp32 within 1e-5 of a recompute on the tiny model, tests/test_perf_update.py) | recompute: a no-grad forward of every response after the rollout (TRL's way; ratio 1 to < 1e-5 on the first minibatch in fp32)
+    conversation_forward: bool = True  # one forward per agent and debate over its last trained turn also gives its earlier turns' log-probs (that prompt holds their prompts and responses, token for token: checked every update, else one forward per turn as --no-conversation-forward); not with --value-model separate
     critic_per_agent: bool = False  # one value head per (turn, agent) instead of one per turn
     critic_history: bool = True  # --value-model separate: the critic sees the whole discussion; --no-critic-history: turn-1 question + response only (authors' shortcut)
     # ---- debate ----
@@ -685,11 +686,51 @@ def _forward(model, batch: dict, names: list[str], temperature: float, critic: b
                              names, temperature, **kwargs)
 
 
-def _forward_chunks(model, batch: dict, names: list[str], size: int, temperature: float, critic: bool, **kwargs) -> dict:
+def _forward_chunks(model, batch: dict, names: list[str], size: int, temperature: float, critic: bool,
+                    earlier: list[tuple] = (), **kwargs) -> dict:
     """_forward over chunks of `size` rows (bounded memory), outputs concatenated."""
-    outs = [_forward(model, {k: v[s:s + size] for k, v in batch.items()}, names[s:s + size], temperature, critic, **kwargs)
+    outs = [_forward(model, {k: v[s:s + size] for k, v in batch.items()}, names[s:s + size], temperature, critic,
+                     earlier=[tuple(x[s:s + size] for x in e) for e in earlier], **kwargs)
             for s in range(0, len(names), size)]
-    return {k: torch.cat([o[k] for o in outs]) for k in outs[0] if outs[0][k] is not None}
+
+    def cat(parts: list[dict]) -> dict:
+        return {k: torch.cat([o[k] for o in parts]) for k in ("logprobs", "entropy", "hidden") if parts[0][k] is not None}
+
+    return dict(cat(outs), earlier=[cat([o["earlier"][k] for o in outs]) for k in range(len(earlier))])
+
+
+def _earlier(batches: list[dict]) -> list[tuple]:
+    """forward_responses' `earlier` for turns whose responses sit inside the forwarded prompts: (response ids,
+    mask, where each starts = the real tokens of its own prompt)."""
+    return [(b["response_ids"], b["response_mask"], b["query_mask"].sum(1)) for b in batches]
+
+
+def one_conversation(team: Team, exp: dict, args: Args) -> bool:
+    """--conversation-forward: can one forward per agent and debate, over its LAST trained turn, give every trained
+    turn's log-probs (and values)? Yes when each agent plays the trained turns on one adapter, no separate critic
+    adapter needs forwards of its own, and every earlier trained turn's prompt and sampled response are, token for
+    token, the start of the last turn's prompt. The chat template re-renders each decoded answer as text; a
+    re-tokenisation that differs from the sampled tokens (rare: 32 of 32 rows matched on SmolLM2) or a template
+    that rewrites earlier turns breaks it, and this update then takes one forward per turn."""
+    turns = sorted({t for t, _ in team.trained})
+    if not args.conversation_forward or len(turns) < 2 or (args.advantage == "gae" and args.value_model == "separate"):
+        return False
+    last, holds = turns[-1], True
+    for t, a in team.trained:
+        if t == last or not holds:
+            continue
+        if (last, a) not in exp or team.adapter_names[t][a] != team.adapter_names[last][a]:
+            holds = False
+            continue
+        e, later = exp[(t, a)], exp[(last, a)]
+        for b in range(len(e["query_ids"])):
+            held = torch.cat([e["query_ids"][b][e["query_mask"][b].bool()],
+                              e["response_ids"][b][e["response_mask"][b].bool()]])
+            prompt = later["query_ids"][b][later["query_mask"][b].bool()]
+            holds = holds and len(prompt) >= len(held) and torch.equal(prompt[:len(held)], held)
+    # multi-process: every rank takes the same decision (the whitening's collectives run in the same order)
+    device = next(iter(exp.values()))["response_mask"].device
+    return bool(allreduce_sum(torch.tensor(float(not holds), device=device)) == 0)
 
 
 def _turn_groups(team: Team, t: int) -> list[tuple[int, list[int]]]:
@@ -716,17 +757,21 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
     GAE advantages (whitened) and returns. final_rewards: [B, T, A] = R + b. Returns {(t, a): dict of tensors}.
     Multi-process: each rank passes its own questions; the whitening statistics are those of all ranks."""
     exp = {}
-    for t in sorted({t for t, _ in team.trained}):
+    for t, a in team.trained:
+        ro = debate["rollout"][t][a]
+        critic_src = ro if args.critic_history else debate["rollout"][0][a]  # authors: turn-1 prompt only
+        exp[(t, a)] = dict(query_ids=ro["query_ids"], query_mask=ro["query_mask"], response_ids=ro["response_ids"],
+                           response_mask=ro["response_mask"], critic_query_ids=critic_src["query_ids"],
+                           critic_query_mask=critic_src["query_mask"],
+                           old_logprobs=ro["logprobs"], entropy=ro["entropy"])  # as sampled (see below)
+    turns = sorted({t for t, _ in team.trained})
+    one_forward = one_conversation(team, exp, args)  # --conversation-forward: the last turn's forward holds them all
+    for t in turns[-1:] if one_forward else turns:
+        inside = turns[:-1] if one_forward else []  # the earlier turns whose responses this turn's prompts hold
         for i, agents in _turn_groups(team, t):
-            for a in agents:
-                ro = debate["rollout"][t][a]
-                critic_src = ro if args.critic_history else debate["rollout"][0][a]  # authors: turn-1 prompt only
-                exp[(t, a)] = dict(query_ids=ro["query_ids"], query_mask=ro["query_mask"], response_ids=ro["response_ids"],
-                                   response_mask=ro["response_mask"], critic_query_ids=critic_src["query_ids"],
-                                   critic_query_mask=critic_src["query_mask"],
-                                   old_logprobs=ro["logprobs"], entropy=ro["entropy"])  # as sampled (see below)
             model, n, size = team.bases[i], len(debate["records"]), args.forward_batch_size
             batch = _rows(exp, t, agents, None, list(exp[(t, agents[0])]))
+            held = [_rows(exp, tt, agents, None, list(exp[(tt, agents[0])])) for tt in inside]
             names = [team.adapter_names[t][a] for a in agents for _ in range(n)]
             # 4. ONE no-grad mixed-adapter pass (per --forward-batch-size rows) does all of it: the same rows on
             # '__base__' (the reference: no adapter); with --old-logprobs recompute or --value-model shared the
@@ -740,6 +785,8 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
             # KV-cached decoding kernel, so the first ratio is 1 only to float noise (fp32: README "Speed and memory");
             # recompute uses a full forward like the update's: 1 to < 1e-5 in fp32, and under bf16 this mixed
             # no-grad pass and the update's per-adapter forwards still round differently (up to 5e-3 measured).
+            # --conversation-forward: the same pass over the last turn's rows also reads the earlier turns'
+            # responses inside their prompts (one_conversation), so those turns get no forward of their own.
             shared, rows_n = args.value_model == "shared", len(names)
             fit_values = args.advantage == "gae"  # --advantage group reads no values
             recompute = args.old_logprobs == "recompute"
@@ -748,42 +795,45 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
             if fit_values and not shared and args.critic_history:  # the critic's rows join the pass
                 parts["critic"] = ["critic"] * rows_n
             part = {name: slice(k * rows_n, (k + 1) * rows_n) for k, name in enumerate(parts)}
-            out = _forward_chunks(model, {k: batch[k].repeat(len(parts), 1) for k in ("query_ids", "query_mask",
-                                                                                       "response_ids", "response_mask")},
+            keys = ("query_ids", "query_mask", "response_ids", "response_mask")
+            out = _forward_chunks(model, {k: batch[k].repeat(len(parts), 1) for k in keys},
                                   [name for rows_names in parts.values() for name in rows_names], size,
                                   args.temperature, False, output_entropy=recompute,
-                                  output_hidden=(shared and fit_values) or "critic" in parts)  # none nobody reads
-            ref_logprobs = out["logprobs"][part["reference"]]
-            if recompute:
-                old_logprobs, entropy = out["logprobs"][part["policy"]], out["entropy"][part["policy"]]
-            else:
-                old_logprobs, entropy = batch["old_logprobs"], batch["entropy"]
-            if not fit_values:
-                hidden = None
-            elif shared:
-                hidden = out["hidden"][part["policy"]]
-            elif "critic" in parts:
-                hidden = out["hidden"][part["critic"]]
-            else:
-                hidden = _forward_chunks(model, batch, ["critic"] * rows_n, size, args.temperature, True,
-                                         output_hidden=True)["hidden"]
-            for k, a in enumerate(agents):
-                rows = slice(k * n, (k + 1) * n)
-                mask = batch["response_mask"][rows]
-                # 5. per-token rewards (final reward + b at the last token, -kl_coef x KL at every token), then
-                rewards, kl = kl_shaped_rewards(old_logprobs[rows], ref_logprobs[rows], mask,
-                                                final_rewards[:, t, a].to(mask.device), args.kl_coef)
-                if fit_values:  # GAE within each response, advantages whitened over this (turn, agent)
-                    values = team.heads[team.head_keys[(t, a)]](hidden[rows]) * mask  # (multi-process: all ranks)
-                    advantages, returns = gae(rewards, values, mask, args.gae_gamma, args.gae_lambda)
-                    advantages = masked_whiten(advantages, mask, all_ranks=True)
-                else:  # --advantage group: the response's summed reward against its question's K debates
-                    values = returns = torch.zeros_like(rewards)
-                    advantages = group_advantages(rewards.sum(dim=1), args.samples_per_question)[:, None] * mask
-                e = exp[(t, a)]
-                e.update({key: batch[key][rows] for key in batch})  # the trimmed tensors
-                e.update(old_logprobs=old_logprobs[rows], ref_logprobs=ref_logprobs[rows], old_values=values, kl=kl,
-                         rewards=rewards, entropy=entropy[rows], returns=returns, advantages=advantages)
+                                  output_hidden=(shared and fit_values) or "critic" in parts,  # none nobody reads
+                                  earlier=[tuple(x.repeat(len(parts), *[1] * (x.dim() - 1)) for x in e)
+                                           for e in _earlier(held)])
+            for tt, tb, o in zip(inside + [t], held + [batch], out["earlier"] + [out]):
+                ref_logprobs = o["logprobs"][part["reference"]]
+                if recompute:
+                    old_logprobs, entropy = o["logprobs"][part["policy"]], o["entropy"][part["policy"]]
+                else:
+                    old_logprobs, entropy = tb["old_logprobs"], tb["entropy"]
+                if not fit_values:
+                    hidden = None
+                elif shared:
+                    hidden = o["hidden"][part["policy"]]
+                elif "critic" in parts:
+                    hidden = o["hidden"][part["critic"]]
+                else:
+                    hidden = _forward_chunks(model, tb, ["critic"] * rows_n, size, args.temperature, True,
+                                             output_hidden=True)["hidden"]
+                for k, a in enumerate(agents):
+                    rows = slice(k * n, (k + 1) * n)
+                    mask = tb["response_mask"][rows]
+                    # 5. per-token rewards (final reward + b at the last token, -kl_coef x KL at every token), then
+                    rewards, kl = kl_shaped_rewards(old_logprobs[rows], ref_logprobs[rows], mask,
+                                                    final_rewards[:, tt, a].to(mask.device), args.kl_coef)
+                    if fit_values:  # GAE within each response, advantages whitened over this (turn, agent)
+                        values = team.heads[team.head_keys[(tt, a)]](hidden[rows]) * mask  # (multi-process: all ranks)
+                        advantages, returns = gae(rewards, values, mask, args.gae_gamma, args.gae_lambda)
+                        advantages = masked_whiten(advantages, mask, all_ranks=True)
+                    else:  # --advantage group: the response's summed reward against its question's K debates
+                        values = returns = torch.zeros_like(rewards)
+                        advantages = group_advantages(rewards.sum(dim=1), args.samples_per_question)[:, None] * mask
+                    e = exp[(tt, a)]
+                    e.update({key: tb[key][rows] for key in tb})  # the trimmed tensors
+                    e.update(old_logprobs=old_logprobs[rows], ref_logprobs=ref_logprobs[rows], old_values=values, kl=kl,
+                             rewards=rewards, entropy=entropy[rows], returns=returns, advantages=advantages)
     return exp
 
 
@@ -794,13 +844,16 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
     forward's hidden states (--value-model shared; policy + value losses back-propagated once), or from a second
     forward on the critic adapter (separate: the surrogates back-propagated first, one graph alive at a time).
     Gradients accumulate over micro-batches, turns and agents; then every optimiser clips its gradient norm and
-    steps once. A non-finite loss skips the minibatch's step.
+    steps once. A non-finite loss skips the minibatch's step. --conversation-forward (one_conversation): the last
+    turn's forward also gives the earlier turns' log-probs and hidden states, so they get no forward of their own;
+    their losses are the same functions of the same log-probs (tests/test_perf_update.py).
     shuffle_seed seeds the minibatch shuffle (its own generator: the same order on every rank).
     Multi-process: exp holds this rank's questions, question g of the global batch being local row g // world
     on rank g % world (main() deals them out so); a minibatch is a set of global questions, each rank forwards
     its own, losses are divided by the minibatch's GLOBAL token count and the gradients summed across ranks,
     so the step equals one process's step on the whole minibatch.
-    Returns {(t, a): list of per-minibatch stats (token sums)}, 'skipped' and 'grad_norm/<optimiser>' lists."""
+    Returns {(t, a): list of per-minibatch stats (token sums)}, 'skipped', 'conversation_forward' (0/1) and
+    'grad_norm/<optimiser>' lists."""
     rank, world = world_info()
     device = next(iter(exp.values()))["response_mask"].device
     n_global = next(iter(exp.values()))["response_mask"].shape[0] * world  # every rank holds B / world questions
@@ -814,6 +867,8 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
     stats.update(skipped=0, **{f"grad_norm/{name}": [] for name in team.optimizers})
     turns = sorted({t for t, _ in team.trained})
     shared, fit_values = args.value_model == "shared", args.advantage == "gae"
+    one_forward = one_conversation(team, exp, args)  # --conversation-forward: the last turn's forward holds them all
+    stats["conversation_forward"] = float(one_forward)
     for epoch in range(args.ppo_epochs):
         perm = torch.randperm(n_global, generator=shuffle)
         for start in range(0, n_global, mb_size):
@@ -826,46 +881,52 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
                 opt.zero_grad(set_to_none=True)
             for m_start in range(0, len(minibatch), micro):
                 rows = minibatch[m_start:m_start + micro]
-                for t in turns:
+                for t in turns[-1:] if one_forward else turns:
+                    inside = turns[:-1] if one_forward else []  # earlier turns read from this turn's forward
                     for i, agents in _turn_groups(team, t):
                         batch = _rows(exp, t, agents, rows, keys)
+                        held = [_rows(exp, tt, agents, rows, keys) for tt in inside]
                         size = len(rows)
                         names = [team.adapter_names[t][a] for a in agents for _ in range(size)]
                         parts = [slice(k * size, (k + 1) * size) for k in range(len(agents))]
                         # policy: every row on its own agent's adapter; gradients reach each row's adapter only
-                        # (--value-model shared: the same forward returns the hidden states the value heads read)
+                        # (--value-model shared: the same forward returns the hidden states the value heads read;
+                        # --conversation-forward: it also returns the earlier turns' outputs, read inside the prompts)
                         out = _forward(team.bases[i], batch, names, args.temperature, False,
-                                       output_hidden=shared and fit_values)
-                        new_logprobs = out["logprobs"]
+                                       output_hidden=shared and fit_values, earlier=_earlier(held))
+                        per_turn = list(zip(inside + [t], held + [batch], out.get("earlier", []) + [out]))
                         pg_total, pg_stats = 0.0, []
-                        for a, r in zip(agents, parts):
-                            loss, s = policy_loss(new_logprobs[r], batch["old_logprobs"][r], batch["advantages"][r],
-                                                  batch["response_mask"][r], num_tokens[(t, a)], args.cliprange)
-                            pg_total = pg_total + loss
-                            pg_stats.append(s)
+                        for tt, tb, o in per_turn:
+                            for a, r in zip(agents, parts):
+                                loss, s = policy_loss(o["logprobs"][r], tb["old_logprobs"][r], tb["advantages"][r],
+                                                      tb["response_mask"][r], num_tokens[(tt, a)], args.cliprange)
+                                pg_total = pg_total + loss
+                                pg_stats.append(((tt, a), s))
                         finite = finite and bool(torch.isfinite(pg_total))
                         if not fit_values:  # --advantage group: no values to fit, the surrogates alone
                             if finite:
                                 pg_total.backward()
-                            for a, s in zip(agents, pg_stats):
-                                mb_stats[(t, a)].append(s)
+                            for key, s in pg_stats:
+                                mb_stats[key].append(s)
                             continue
                         if shared:
-                            hidden = out["hidden"]
-                        else:
+                            hiddens = [o["hidden"] for _, _, o in per_turn]
+                        else:  # (never with --conversation-forward: one turn per forward)
                             if finite:
                                 pg_total.backward()
                             # critic: the 'critic' adapter on every row (one graph alive at a time), then the heads
-                            hidden = _forward(team.bases[i], batch, ["critic"] * len(names), args.temperature, True,
-                                              output_hidden=True)["hidden"]
-                        vf_total = 0.0
-                        for a, r, s in zip(agents, parts, pg_stats):
-                            mask = batch["response_mask"][r]
-                            new_values = team.heads[team.head_keys[(t, a)]](hidden[r]) * mask
-                            loss, vs = value_loss(new_values, batch["old_values"][r], batch["returns"][r], mask,
-                                                  num_tokens[(t, a)], args.cliprange_value)
-                            vf_total = vf_total + args.vf_coef * loss
-                            mb_stats[(t, a)].append({**s, **vs})
+                            hiddens = [_forward(team.bases[i], batch, ["critic"] * len(names), args.temperature, True,
+                                                output_hidden=True)["hidden"]]
+                        vf_total, stat = 0.0, iter(pg_stats)
+                        for (tt, tb, _), hidden in zip(per_turn, hiddens):
+                            for a, r in zip(agents, parts):
+                                mask = tb["response_mask"][r]
+                                new_values = team.heads[team.head_keys[(tt, a)]](hidden[r]) * mask
+                                loss, vs = value_loss(new_values, tb["old_values"][r], tb["returns"][r], mask,
+                                                      num_tokens[(tt, a)], args.cliprange_value)
+                                vf_total = vf_total + args.vf_coef * loss
+                                key, s = next(stat)
+                                mb_stats[key].append({**s, **vs})
                         finite = finite and bool(torch.isfinite(vf_total))
                         if finite and not shared:
                             vf_total.backward()
@@ -958,11 +1019,12 @@ def load_state(run_dir: Path, team: Team) -> int:
 
 def legacy_settings(saved: dict) -> dict:
     """What a run saved before these flags existed did: a separate critic adapter, GAE on one debate per
-    question, old log-probs from a forward of their own, and a learning rate decaying over its own --max-steps
+    question, old log-probs from a forward of their own, one forward per turn, and a learning rate decaying over its
+    own --max-steps
     (common.resumed_args fills in each one its args.json lacks; such a run saved --max-steps as "updates", its
     old name)."""
     return dict(value_model="separate", lr_decay_steps=saved.get("max_steps", saved.get("updates", 0)),
-                advantage="gae", samples_per_question=1, old_logprobs="recompute")
+                advantage="gae", samples_per_question=1, old_logprobs="recompute", conversation_forward=False)
 
 
 RESUME_MUST_MATCH = ("model", "models", "num_agents", "num_turns", "train_turns", "policy_sharing", "value_model",
@@ -1093,6 +1155,7 @@ def ppo_metrics(exp: dict, stats: dict, num_agents: int) -> dict:
         if isinstance(key, str) and key.startswith("grad_norm/") and value:
             metrics[key] = sum(value) / len(value)
     metrics["train/skipped_minibatches"] = stats["skipped"]
+    metrics["train/conversation_forward"] = stats.get("conversation_forward", 0.0)  # 1: one forward per conversation
     return metrics
 
 

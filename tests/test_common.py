@@ -331,6 +331,70 @@ def test_per_adapter_forwards_under_autograd_equal_the_mixed_batch(tiny):
                                    atol=1e-5, rtol=1e-5)
 
 
+def two_turn_rows(tok, model, adapters, seed=0):
+    """A two-turn chat per row, built token by token the way the prefix check of cotrain.py's
+    --conversation-forward demands: turn 2's prompt = turn 1's prompt + its response + more tokens."""
+    torch.manual_seed(seed)
+    questions = ["one", "a much longer second question", "3", "four"][:len(adapters)]
+    first = generate(model, tok, chat(tok, questions), adapters, max_new_tokens=6, temperature=1.0)
+    rows = []
+    for b in range(len(adapters)):
+        q1 = first["query_ids"][b][first["query_mask"][b].bool()]
+        r1 = first["response_ids"][b][first["response_mask"][b].bool()]
+        extra = tok("and now, with the others' answers: " + "x" * (3 * b), add_special_tokens=False,
+                    return_tensors="pt")["input_ids"][0]
+        rows.append(torch.cat([q1, r1, extra]))
+    q2 = torch.nn.utils.rnn.pad_sequence([r.flip(0) for r in rows], batch_first=True,
+                                         padding_value=tok.pad_token_id).flip(1)  # left-padded
+    q2_mask = torch.nn.utils.rnn.pad_sequence([torch.ones_like(r) for r in rows], batch_first=True).flip(1)
+    second = torch.randint(3, 200, (len(adapters), 5))
+    second_mask = torch.tensor([[1.0] * 5, [1.0] * 3 + [0.0] * 2, [1.0] * 4 + [0.0], [1.0] * 2 + [0.0] * 3])[:len(adapters)]
+    return first, (q2, q2_mask, second, second_mask)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_earlier_responses_inside_the_query_equal_their_own_forward(tiny, grad):
+    """forward_responses(..., earlier=[(ids, mask, start)]) reads a turn-1 response that sits inside a turn-2
+    prompt from the turn-2 forward: log-probs, entropies, hidden states and gradients equal those of a forward of
+    the turn-1 rows themselves (fp32 noise), and the turn-2 outputs equal a forward without `earlier`. Rows of
+    different prompt lengths, adapters and '__base__' in one batch; with gradients, one forward per adapter."""
+    tok, _ = tiny
+    model = make_peft(("agent0", "agent1"))
+    adapters = ["agent1", "agent0", "__base__", "agent1"]
+    first, second = two_turn_rows(tok, model, adapters)
+    turn1 = (first["query_ids"], first["query_mask"], first["response_ids"], first["response_mask"])
+    start = first["query_mask"].sum(1)
+    results = {}
+    for mode in ("separate", "one forward"):
+        model.zero_grad(set_to_none=True)
+        with torch.set_grad_enabled(grad):
+            if mode == "separate":
+                out1 = forward_responses(model, *turn1, adapters, 0.7, output_hidden=True, output_entropy=True)
+                out2 = forward_responses(model, *second, adapters, 0.7, output_hidden=True, output_entropy=True)
+            else:
+                out2 = forward_responses(model, *second, adapters, 0.7, output_hidden=True, output_entropy=True,
+                                         earlier=[(first["response_ids"], first["response_mask"], start)])
+                (out1,) = out2.pop("earlier")
+        if grad:
+            sum(o["logprobs"].sum() + o["hidden"].pow(2).mean() for o in (out1, out2)).backward()
+        grads = {name: [p.grad.clone() for p in common.adapter_parameters(model, name)]
+                 for name in ("agent0", "agent1")} if grad else {}
+        results[mode] = (out1, out2, grads)
+    (sep1, sep2, sep_grads), (one1, one2, one_grads) = results["separate"], results["one forward"]
+    assert sep1["logprobs"].shape == one1["logprobs"].shape == first["response_ids"].shape
+    for key in ("logprobs", "entropy", "hidden"):
+        mask = first["response_mask"] if key != "hidden" else first["response_mask"][..., None]
+        torch.testing.assert_close(one1[key] * mask, sep1[key] * mask, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(one2[key], sep2[key], atol=1e-5, rtol=1e-5)
+    assert (one1["logprobs"] * first["response_mask"]).abs().sum() > 1  # real log-probs, not zeros
+    for name in sep_grads:  # the same sums in another order: elementwise fp32 noise, 1e-5 of the whole gradient
+        for a, b in zip(one_grads[name], sep_grads[name]):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-3)
+            assert (a - b).norm() <= 1e-5 * b.norm()
+    if grad:
+        assert any(g.abs().sum() > 0 for g in one_grads["agent0"])
+
+
 def test_reference_equals_base_before_adapters(tiny):
     tok, base = tiny
     prompts = chat(tok, ["what is 2 + 2?", "hi"])

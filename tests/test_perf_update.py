@@ -23,11 +23,13 @@ from conftest import PAPER_PPO
 
 def tiny_args(*flags):
     """The update shape of cotrain.py's default before this session (2 agents x 2 turns, 2 questions, 4 PPO epochs,
-    micro-batches of one question, forward batches of 8 rows, old log-probs recomputed; the counts in the README are
-    for it) on the tiny model; penalties off (the tiny model never writes an answer)."""
+    micro-batches of one question, forward batches of 8 rows, old log-probs recomputed, one forward per turn; the
+    counts in the README are for it) on the tiny model; penalties off (the tiny model never writes an answer). The
+    tiny model's byte-level answers rarely re-tokenise to the sampled bytes, so its debates would mostly take one
+    forward per turn anyway; the --conversation-forward tests build conversations that hold (as_one_conversation)."""
     return parse_args(cotrain.Args, ["--model", "tiny", "--device", "cpu", "--max-new-tokens", "6", *PAPER_PPO,
                                      "--questions-per-update", "2", "--ppo-epochs", "4", "--eval-questions", "0",
-                                     "--old-logprobs", "recompute",
+                                     "--old-logprobs", "recompute", "--no-conversation-forward",
                                      "--no-penalize-format", "--missing-eos-penalty", "0", "--sample-every", "0",
                                      "--log-every", "0", *flags])
 
@@ -395,3 +397,113 @@ def test_sampling_old_logprobs_are_the_rollouts_and_skip_the_policy_rows(monkeyp
         assert torch.equal(e["response_ids"], exps["recompute"][key]["response_ids"])
         for name in ("old_logprobs", "entropy"):
             torch.testing.assert_close(e[name], exps["recompute"][key][name], atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------- --conversation-forward
+
+
+def as_one_conversation(debate, tokenizer):
+    """The debate with every turn-2 prompt rebuilt token by token as turn 1's prompt + its sampled response + the
+    rest of the turn-2 prompt (what SmolLM2's chat template gives on its own: 32 of 32 rows, README "Speed and
+    memory"; the tiny model's random bytes re-tokenise differently). Left-padded again."""
+    for a, (first, second) in enumerate(zip(*debate["rollout"][:2])):
+        rows = []
+        for b in range(len(first["query_ids"])):
+            q1 = first["query_ids"][b][first["query_mask"][b].bool()]
+            r1 = first["response_ids"][b][first["response_mask"][b].bool()]
+            q2 = second["query_ids"][b][second["query_mask"][b].bool()]
+            rows.append(torch.cat([q1, r1, q2[len(q1):]]))
+        width = max(len(r) for r in rows)
+        second["query_ids"] = torch.stack([torch.cat([torch.full((width - len(r),), tokenizer.pad_token_id), r])
+                                           for r in rows])
+        second["query_mask"] = torch.stack([torch.cat([torch.zeros(width - len(r), dtype=torch.long),
+                                                       torch.ones(len(r), dtype=torch.long)]) for r in rows])
+    return debate
+
+
+@pytest.mark.parametrize("flags", [["--advantage", "group", "--samples-per-question", "2"],
+                                   ["--advantage", "gae", "--value-model", "shared"],
+                                   ["--advantage", "gae", "--value-model", "shared", "--old-logprobs", "sampling",
+                                    "--micro-batch-questions", "2"]])
+def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, flags):
+    """--conversation-forward: the turn-2 forward also gives turn 1's log-probs, entropies and hidden states (turn 2's
+    prompt holds turn 1's prompt and response), so the experience pass and every PPO micro-batch forward half the
+    rows; the experience, the PPO statistics and the trained adapters and heads equal those of one forward per turn
+    to fp32 noise. Non-zero heads (the values read the hidden states) and trained-looking adapters (KL not 0)."""
+    group = "group" in flags
+    records = [r for r in cotrain.load_task("arith", "train", limit=2) for _ in range(2 if group else 1)]
+    results = {}
+    for mode in ("--no-conversation-forward", "--conversation-forward"):
+        args = tiny_args("--ppo-epochs", "2", *flags, mode)
+        team = cotrain.build_team(args, "cpu")
+        torch.manual_seed(2)
+        with torch.no_grad():
+            for name, p in team.bases[0].named_parameters():
+                if ".lora_B." in name:
+                    p.normal_(std=0.05)
+            for p in team.heads.parameters():
+                p.normal_(std=0.5)
+        torch.manual_seed(1)
+        debate, rewards = debate_and_rewards(team, args, records)
+        debate = as_one_conversation(debate, team.agent_tokenizers()[0])
+        before = trainables(team)
+        with monkeypatch.context() as patch:
+            counter = Counter(team.bases[0], patch)
+            exp = cotrain.make_experience(team, debate, rewards, args)
+            experience = counter.take()
+            stats = cotrain.ppo_update(team, exp, args, shuffle_seed=3)
+            ppo = counter.take()
+        results[mode] = dict(exp=exp, stats=stats, before=before, after=trainables(team), counts=(experience, ppo))
+    separate, one = results["--no-conversation-forward"], results["--conversation-forward"]
+    assert separate["stats"]["conversation_forward"] == 0.0 and one["stats"]["conversation_forward"] == 1.0
+    (exp_calls, exp_rows, _), (ppo_calls, ppo_rows, ppo_backwards) = separate["counts"]
+    micro = 2 if "--micro-batch-questions" in flags else 1
+    assert one["counts"] == ((exp_calls // 2, exp_rows // 2, 0), (ppo_calls // 2, ppo_rows // 2, ppo_backwards // 2))
+    assert ppo_calls == 2 * 2 * (len(records) // micro) * 2  # epochs x turns x micro-batches x agents (one each)
+    assert set(one["exp"]) == set(separate["exp"]) == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    for key, e in separate["exp"].items():
+        assert set(e) == set(one["exp"][key])
+        for name, tensor in e.items():
+            torch.testing.assert_close(one["exp"][key][name], tensor, atol=2e-5, rtol=1e-4, msg=f"{key} {name}")
+        assert e["kl"].abs().max() > 1e-3 and e["advantages"].abs().sum() > 0
+        for k, (s, o) in enumerate(zip(separate["stats"][key], one["stats"][key])):
+            for name in s:
+                assert math.isclose(s[name], o[name], rel_tol=1e-4, abs_tol=1e-5), (key, k, name, s[name], o[name])
+    moved = 0
+    for name, value in separate["after"].items():
+        torch.testing.assert_close(one["after"][name], value, atol=1e-5, rtol=1e-4, msg=name)
+        moved += not torch.equal(value, separate["before"][name])
+    assert moved > 0  # the update changed something to compare
+
+
+def test_conversation_forward_falls_back_when_a_prompt_does_not_hold_the_earlier_turn():
+    """One row whose turn-2 prompt does not start with its turn-1 prompt + response (a re-tokenisation that
+    differs), a per-(turn, agent) adapter, or the paper's separate critic: one forward per turn, bit for bit the
+    --no-conversation-forward update."""
+    records = cotrain.load_task("arith", "train", limit=2)
+    cases = {"one row": [], "agent-turn": ["--policy-sharing", "agent-turn"], "separate": ["--value-model", "separate"]}
+    for case, flags in cases.items():
+        results = {}
+        for mode in ("--no-conversation-forward", "--conversation-forward"):
+            args = tiny_args("--ppo-epochs", "1", *flags, mode)
+            team = cotrain.build_team(args, "cpu")
+            torch.manual_seed(1)
+            debate, rewards = debate_and_rewards(team, args, records)
+            debate = as_one_conversation(debate, team.agent_tokenizers()[0])
+            exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
+            assert cotrain.one_conversation(team, exp, args) == (mode == "--conversation-forward" and case == "one row")
+            if case == "one row":  # agent 1, question 1: one token of its turn-1 response differs inside turn 2
+                second, n = debate["rollout"][1][1], int(debate["rollout"][0][1]["query_mask"][1].sum())
+                first_real = int((second["query_mask"][1] == 0).sum())
+                second["query_ids"][1, first_real + n] += 1
+                assert not cotrain.one_conversation(team, exp, args)
+            exp = cotrain.make_experience(team, debate, rewards, args)
+            stats = cotrain.ppo_update(team, exp, args)
+            results[mode] = (exp, stats, trainables(team))
+        (exp0, stats0, after0), (exp1, stats1, after1) = results.values()
+        assert stats1["conversation_forward"] == 0.0, case
+        for key in exp0:
+            assert stats0[key] == stats1[key], (case, key)
+            for name in exp0[key]:
+                assert torch.equal(exp0[key][name], exp1[key][name]), (case, key, name)
+        assert all(torch.equal(after0[n], after1[n]) for n in after0), case
