@@ -23,7 +23,10 @@ One update (the numbered stages in main()):
        on top (your own scorer, --reward-fn: no penalties and no incentives unless --reward-fn-rules)
     3. influence-aware reward R[t, a] (Definition 1) + incentive bonus b[t, a] (Tables 1 and 2)
     4. reference log-probs (and with --advantage gae values), without gradients, from ONE mixed-adapter pass; the
-       old log-probs and entropies are those the debate was sampled with (--old-logprobs recompute: from the pass)
+       old log-probs and entropies are those the debate was sampled with (--old-logprobs recompute: from the pass).
+       Here and in stage 6 one forward per agent and debate covers its whole conversation: the last turn's prompt
+       holds the earlier turns' prompts and responses, so that forward gives their log-probs too
+       (--conversation-forward, checked token for token every update; otherwise one forward per turn)
     5. per-token rewards: -kl_coef * KL at every token, plus R + b at the last token; then --advantage group (the
        default): a response's summed reward less the mean of its question's K responses at that (turn, agent), on
        every token; or gae (the paper): GAE (γ=1, λ=0.95) on the value heads within each response, advantages

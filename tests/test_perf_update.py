@@ -403,33 +403,37 @@ def test_sampling_old_logprobs_are_the_rollouts_and_skip_the_policy_rows(monkeyp
 
 
 def as_one_conversation(debate, tokenizer):
-    """The debate with every turn-2 prompt rebuilt token by token as turn 1's prompt + its sampled response + the
-    rest of the turn-2 prompt (what SmolLM2's chat template gives on its own: 32 of 32 rows, README "Speed and
-    memory"; the tiny model's random bytes re-tokenise differently). Left-padded again."""
-    for a, (first, second) in enumerate(zip(*debate["rollout"][:2])):
-        rows = []
-        for b in range(len(first["query_ids"])):
-            q1 = first["query_ids"][b][first["query_mask"][b].bool()]
-            r1 = first["response_ids"][b][first["response_mask"][b].bool()]
-            q2 = second["query_ids"][b][second["query_mask"][b].bool()]
-            rows.append(torch.cat([q1, r1, q2[len(q1):]]))
-        width = max(len(r) for r in rows)
-        second["query_ids"] = torch.stack([torch.cat([torch.full((width - len(r),), tokenizer.pad_token_id), r])
-                                           for r in rows])
-        second["query_mask"] = torch.stack([torch.cat([torch.zeros(width - len(r), dtype=torch.long),
-                                                       torch.ones(len(r), dtype=torch.long)]) for r in rows])
+    """The debate with every later turn's prompt rebuilt token by token as the previous turn's prompt + its sampled
+    response + the rest of the later prompt (what SmolLM2's chat template gives on its own: 32 of 32 rows, README
+    "Speed and memory"; the tiny model's random bytes re-tokenise differently). Left-padded again."""
+    for a in range(len(debate["rollout"][0])):
+        for previous, later in zip(debate["rollout"], debate["rollout"][1:]):
+            rows = []
+            for b in range(len(previous[a]["query_ids"])):
+                q_prev = previous[a]["query_ids"][b][previous[a]["query_mask"][b].bool()]
+                r_prev = previous[a]["response_ids"][b][previous[a]["response_mask"][b].bool()]
+                q_later = later[a]["query_ids"][b][later[a]["query_mask"][b].bool()]
+                rows.append(torch.cat([q_prev, r_prev, q_later[len(q_prev):]]))
+            width = max(len(r) for r in rows)
+            later[a] = dict(later[a], query_ids=torch.stack([
+                torch.cat([torch.full((width - len(r),), tokenizer.pad_token_id), r]) for r in rows]),
+                query_mask=torch.stack([torch.cat([torch.zeros(width - len(r), dtype=torch.long),
+                                                   torch.ones(len(r), dtype=torch.long)]) for r in rows]))
     return debate
 
 
 @pytest.mark.parametrize("flags", [["--advantage", "group", "--samples-per-question", "2"],
                                    ["--advantage", "gae", "--value-model", "shared"],
                                    ["--advantage", "gae", "--value-model", "shared", "--old-logprobs", "sampling",
-                                    "--micro-batch-questions", "2"]])
+                                    "--micro-batch-questions", "2"],
+                                   ["--advantage", "group", "--samples-per-question", "2", "--num-turns", "3"],
+                                   ["--advantage", "gae", "--num-turns", "3", "--train-turns", "2,3"]])
 def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, flags):
     """--conversation-forward: the turn-2 forward also gives turn 1's log-probs, entropies and hidden states (turn 2's
     prompt holds turn 1's prompt and response), so the experience pass and every PPO micro-batch forward half the
-    rows; the experience, the PPO statistics and the trained adapters and heads equal those of one forward per turn
-    to fp32 noise. Non-zero heads (the values read the hidden states) and trained-looking adapters (KL not 0)."""
+    rows (three turns: a third); the experience, the PPO statistics and the trained adapters and heads equal those of
+    one forward per turn to fp32 noise. Non-zero heads (the values read the hidden states) and trained-looking
+    adapters (KL not 0). With --train-turns 2,3 turn 3's forward carries turn 2 (turn 1 is the base's, untrained)."""
     group = "group" in flags
     records = [r for r in cotrain.load_task("arith", "train", limit=2) for _ in range(2 if group else 1)]
     results = {}
@@ -458,9 +462,11 @@ def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, f
     assert separate["stats"]["conversation_forward"] == 0.0 and one["stats"]["conversation_forward"] == 1.0
     (exp_calls, exp_rows, _), (ppo_calls, ppo_rows, ppo_backwards) = separate["counts"]
     micro = 2 if "--micro-batch-questions" in flags else 1
-    assert one["counts"] == ((exp_calls // 2, exp_rows // 2, 0), (ppo_calls // 2, ppo_rows // 2, ppo_backwards // 2))
-    assert ppo_calls == 2 * 2 * (len(records) // micro) * 2  # epochs x turns x micro-batches x agents (one each)
-    assert set(one["exp"]) == set(separate["exp"]) == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    trained_turns = [1, 2] if "--train-turns" in flags else list(range(3 if "--num-turns" in flags else 2))
+    n = len(trained_turns)  # one forward per turn -> one per conversation
+    assert one["counts"] == ((exp_calls // n, exp_rows // n, 0), (ppo_calls // n, ppo_rows // n, ppo_backwards // n))
+    assert ppo_calls == 2 * n * (len(records) // micro) * 2  # epochs x turns x micro-batches x agents (one each)
+    assert set(one["exp"]) == set(separate["exp"]) == {(t, a) for t in trained_turns for a in (0, 1)}
     for key, e in separate["exp"].items():
         assert set(e) == set(one["exp"][key])
         for name, tensor in e.items():
