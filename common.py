@@ -613,9 +613,17 @@ def response_mask_from_ids(response_ids: torch.Tensor, stop_ids: list[int]) -> t
     return mask, ~is_stop.any(dim=1)
 
 
-def tokenize_prompts(tokenizer, prompts: list[str], device) -> tuple[torch.Tensor, torch.Tensor]:
-    enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
-    return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+def tokenize_prompts(tokenizer, prompts: list, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids and mask. A prompt is a text, or a list of token ids taken as they are (a chat continued
+    token by token, cotrain.continue_chat)."""
+    if all(isinstance(p, str) for p in prompts):
+        enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+    rows = [tokenizer(p, add_special_tokens=False)["input_ids"] if isinstance(p, str) else list(p) for p in prompts]
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(r)) + r for r in rows], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
+    return ids.to(device), mask.to(device)
 
 
 def _pad_cat(tensors: list[torch.Tensor], value, left: bool) -> torch.Tensor:
@@ -698,11 +706,12 @@ def _stacked_lora_forward(layer, a_cat, b_cat, row_scale):
 
 
 @torch.no_grad()
-def generate(model, tokenizer, prompts: list[str], adapter_names: list[str] | None, max_new_tokens: int,
+def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, max_new_tokens: int,
              temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0, min_new_tokens: int = 0,
              greedy: bool = False, batch_size: int | None = None,
              lora_routing: str = "stacked") -> dict[str, torch.Tensor]:
-    """Sample one response per prompt; row i uses adapter adapter_names[i] ('__base__' = no adapter).
+    """Sample one response per prompt (a text, or token ids used as they are); row i uses adapter
+    adapter_names[i] ('__base__' = no adapter).
     Rows on several adapters share one call: lora_routing 'stacked' (stacked_lora_routing, where
     stackable_lora allows it) or 'peft' (peft's per-row adapter_names=; the same outputs, slower).
 

@@ -281,6 +281,20 @@ def _is_peft(model) -> bool:
     return isinstance(model, PeftModel)
 
 
+def continue_chat(tokenizer, conversation_ids: list[int], prompt: str) -> list[int] | str:
+    """The next turn's prompt as token ids that continue the agent's conversation exactly as it was sampled:
+    conversation_ids (the previous prompt's ids and the sampled response's, its EOS included) followed by the rest
+    of the rendered chat `prompt`, tokenised on its own. Tokenising the whole chat as text can merge the agent's
+    own tokens differently (SmolLM2 samples "\n\n" as one token, the text re-tokenises as two), so the agent
+    would read an answer it did not write token for token, and --conversation-forward could not find the earlier
+    turn inside the later prompt. Returns the text itself when it does not start with those tokens' text (a
+    template that rewrites earlier turns, a special token sampled inside a response)."""
+    sampled = tokenizer.decode(conversation_ids)
+    if not prompt.startswith(sampled):
+        return prompt
+    return list(conversation_ids) + tokenizer(prompt[len(sampled):], add_special_tokens=False)["input_ids"]
+
+
 def run_debate(records: list[dict], models: list, tokenizers: list, adapter_names: list[list[str]],
                max_new_tokens: int, temperature: float = 0.7, greedy: bool = False, scorer=None,
                feedback_in_prompt: bool = False, prompt_style: str = "default", generate_batch_size: int = 0) -> dict:
@@ -296,7 +310,8 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
     generate_batch_size: rows per generate call (0: every row of a turn on one base in a single call).
 
     Turn 1: each agent gets turn1_prompt(question). Turn t > 1: each agent's chat gets a user message with the
-    other agents' turn t-1 responses (discussion_message); its own earlier answers are its assistant messages.
+    other agents' turn t-1 responses (discussion_message); its own earlier answers are its assistant messages,
+    in the tokens it sampled them with (continue_chat).
 
     Returns a dict:
       responses [T][A][B] str, answers [T][A][B] str | None (extract_answer), prompts [T][A][B] str (what the
@@ -315,6 +330,7 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
     answers = [[None] * num_agents for _ in range(num_turns)]
     prompts = [[None] * num_agents for _ in range(num_turns)]
     rollout = [[None] * num_agents for _ in range(num_turns)]
+    sampled = [[None] * batch for _ in range(num_agents)]  # sampled[a][b]: agent a's last prompt + response ids
     correct = torch.zeros(batch, num_turns, num_agents)
     scores = torch.zeros(batch, num_turns, num_agents) if scorer is not None else None
     for t in range(num_turns):
@@ -331,17 +347,23 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
         for agents in groups.values():  # one batched generate per distinct base, every row on its own adapter
             model, tok = models[agents[0]], tokenizers[agents[0]]
             texts = [chat_prompt(tok, chats[a][b]) for a in agents for b in range(batch)]
+            inputs = [texts[k * batch + b] if t == 0 else continue_chat(tok, sampled[a][b], texts[k * batch + b])
+                      for k, a in enumerate(agents) for b in range(batch)]
             names = [adapter_names[t][a] for a in agents for _ in range(batch)]
             if not _is_peft(model):
                 if any(n != "__base__" for n in names):
                     raise ValueError(f"adapters {sorted(set(names))} requested but the model has no adapters")
                 names = None
-            out = generate(model, tok, texts, names, max_new_tokens, temperature=temperature, greedy=greedy,
+            out = generate(model, tok, inputs, names, max_new_tokens, temperature=temperature, greedy=greedy,
                            batch_size=generate_batch_size or None)
             for k, a in enumerate(agents):
                 rows = slice(k * batch, (k + 1) * batch)
                 rollout[t][a] = {key: value[rows] for key, value in out.items()}
                 prompts[t][a] = texts[rows]
+                for b in range(batch):
+                    ro = rollout[t][a]
+                    sampled[a][b] = torch.cat([ro["query_ids"][b][ro["query_mask"][b].bool()],
+                                               ro["response_ids"][b][ro["response_mask"][b].bool()]]).tolist()
                 responses[t][a] = [tok.decode(ids[mask.bool()], skip_special_tokens=True) for ids, mask in
                                    zip(rollout[t][a]["response_ids"], rollout[t][a]["response_mask"])]
                 answers[t][a] = [extract_answer(text, r["task"]) for text, r in zip(responses[t][a], records)]
@@ -712,9 +734,9 @@ def one_conversation(team: Team, exp: dict, args: Args) -> bool:
     """--conversation-forward: can one forward per agent and debate, over its LAST trained turn, give every trained
     turn's log-probs (and values)? Yes when each agent plays the trained turns on one adapter, no separate critic
     adapter needs forwards of its own, and every earlier trained turn's prompt and sampled response are, token for
-    token, the start of the last turn's prompt. The chat template re-renders each decoded answer as text; a
-    re-tokenisation that differs from the sampled tokens (rare: 32 of 32 rows matched on SmolLM2) or a template
-    that rewrites earlier turns breaks it, and this update then takes one forward per turn."""
+    token, the start of the last turn's prompt (run_debate continues each chat token for token: continue_chat). A
+    template that rewrites earlier turns or a special token sampled inside a response breaks it for that row, and
+    this update then takes one forward per turn."""
     turns = sorted({t for t, _ in team.trained})
     if not args.conversation_forward or len(turns) < 2 or (args.advantage == "gae" and args.value_model == "separate"):
         return False

@@ -219,6 +219,59 @@ def test_run_debate_three_agents_history_and_feedback():
     assert tok.decode(ro["response_ids"][0][ro["response_mask"][0].bool()], skip_special_tokens=True) == debate["responses"][1][2][0]
 
 
+def test_continue_chat_keeps_the_tokens_the_agent_sampled():
+    """An agent's own answer enters its next prompt as the tokens it sampled, not as its text re-tokenised. SmolLM2
+    samples "\n\n" as one token that the text re-tokenises as two; the tiny byte-level tokenizer has no merges,
+    so here the sampled tokens that the text cannot give back are a cut-off UTF-8 character (0xC3, the first byte
+    of "é"), which decodes to "\ufffd" and re-tokenises as three other bytes."""
+    from common import chat_prompt, load_tokenizer
+
+    tok = load_tokenizer("tiny")
+    first = [{"role": "user", "content": "What is 3+4?"}]
+    query = tok(chat_prompt(tok, first), add_special_tokens=False)["input_ids"]
+    seven, cut = tok.convert_tokens_to_ids("7"), tok.convert_tokens_to_ids("Ã")  # byte-level tokens of "7", 0xC3
+    for response in ([seven, cut, tok.eos_token_id],  # ended with EOS
+                     [seven, cut]):  # cut at max_new_tokens: no EOS
+        answer = tok.decode(response, skip_special_tokens=True)
+        assert answer == "7\ufffd" and tok(answer, add_special_tokens=False)["input_ids"] != [seven, cut]
+        chat = first + [{"role": "assistant", "content": answer}, {"role": "user", "content": "Once again?"}]
+        text = chat_prompt(tok, chat)
+        ids = cotrain.continue_chat(tok, query + response, text)
+        assert ids[:len(query) + len(response)] == query + response  # the conversation exactly as sampled
+        assert tok.decode(ids) == text  # and the same chat as the text
+        assert ids != tok(text, add_special_tokens=False)["input_ids"]  # which the text alone does not give
+        # a template that rewrites the earlier turn (e.g. drops it): the text itself, tokenised as usual
+        rewritten = chat_prompt(tok, [first[0], {"role": "user", "content": "Once again?"}])
+        assert cotrain.continue_chat(tok, query + response, rewritten) == rewritten
+
+
+def test_run_debate_continues_each_agents_conversation_token_for_token():
+    """Every turn-2 prompt starts with the agent's own turn-1 prompt and sampled response, token for token, unless
+    those tokens do not decode to the start of the rendered chat (continue_chat's fallback; random bytes of the
+    tiny model can include special tokens, which the chat drops)."""
+    from common import load_model, load_tokenizer
+
+    torch.manual_seed(0)
+    tok, model = load_tokenizer("tiny"), load_model("tiny")
+    records = cotrain.load_task("arith", "train", limit=4)
+    debate = cotrain.run_debate(records, [model] * 2, [tok] * 2, [["__base__"] * 2] * 2, max_new_tokens=8,
+                                temperature=1.0)
+    held = 0
+    for a in range(2):
+        first, second = debate["rollout"][0][a], debate["rollout"][1][a]
+        for b in range(len(records)):
+            conversation = torch.cat([first["query_ids"][b][first["query_mask"][b].bool()],
+                                      first["response_ids"][b][first["response_mask"][b].bool()]])
+            prompt = second["query_ids"][b][second["query_mask"][b].bool()]
+            if debate["prompts"][1][a][b].startswith(tok.decode(conversation)):
+                assert torch.equal(prompt[:len(conversation)], conversation)
+                assert tok.decode(prompt) == debate["prompts"][1][a][b]
+                held += 1
+            else:
+                assert prompt.tolist() == tok(debate["prompts"][1][a][b], add_special_tokens=False)["input_ids"]
+    assert held >= 4, held
+
+
 def test_heterogeneous_bases_are_loaded_once(tiny_model_dir):
     args = tiny_args("--models", f"tiny,{tiny_model_dir},tiny", "--num-agents", "3", "--num-turns", "2")
     team = cotrain.build_team(args, "cpu")
