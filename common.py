@@ -619,10 +619,10 @@ def tokenize_prompts(tokenizer, prompts: list, device) -> tuple[torch.Tensor, to
     if all(isinstance(p, str) for p in prompts):
         enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
         return enc["input_ids"].to(device), enc["attention_mask"].to(device)
-    rows = [tokenizer(p, add_special_tokens=False)["input_ids"] if isinstance(p, str) else list(p) for p in prompts]
-    width = max(len(r) for r in rows)
-    ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(r)) + r for r in rows], dtype=torch.long)
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long)
+    rows = [torch.tensor([tokenizer(p, add_special_tokens=False)["input_ids"] if isinstance(p, str) else list(p)],
+                         dtype=torch.long) for p in prompts]
+    ids = _pad_cat(rows, tokenizer.pad_token_id, left=True)
+    mask = _pad_cat([torch.ones_like(r) for r in rows], 0, left=True)
     return ids.to(device), mask.to(device)
 
 

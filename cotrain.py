@@ -281,6 +281,12 @@ def _is_peft(model) -> bool:
     return isinstance(model, PeftModel)
 
 
+def sampled_conversation(batch: dict, b: int) -> torch.Tensor:
+    """Row b of a generate() batch without its padding: the prompt's tokens, then the sampled response's."""
+    return torch.cat([batch["query_ids"][b][batch["query_mask"][b].bool()],
+                      batch["response_ids"][b][batch["response_mask"][b].bool()]])
+
+
 def continue_chat(tokenizer, conversation_ids: list[int], prompt: str) -> list[int] | str:
     """The next turn's prompt as token ids that continue the agent's conversation exactly as it was sampled:
     conversation_ids (the previous prompt's ids and the sampled response's, its EOS included) followed by the rest
@@ -360,10 +366,7 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
                 rows = slice(k * batch, (k + 1) * batch)
                 rollout[t][a] = {key: value[rows] for key, value in out.items()}
                 prompts[t][a] = texts[rows]
-                for b in range(batch):
-                    ro = rollout[t][a]
-                    sampled[a][b] = torch.cat([ro["query_ids"][b][ro["query_mask"][b].bool()],
-                                               ro["response_ids"][b][ro["response_mask"][b].bool()]]).tolist()
+                sampled[a] = [sampled_conversation(rollout[t][a], b).tolist() for b in range(batch)]
                 responses[t][a] = [tok.decode(ids[mask.bool()], skip_special_tokens=True) for ids, mask in
                                    zip(rollout[t][a]["response_ids"], rollout[t][a]["response_mask"])]
                 answers[t][a] = [extract_answer(text, r["task"]) for text, r in zip(responses[t][a], records)]
@@ -740,19 +743,20 @@ def one_conversation(team: Team, exp: dict, args: Args) -> bool:
     turns = sorted({t for t, _ in team.trained})
     if not args.conversation_forward or len(turns) < 2 or (args.advantage == "gae" and args.value_model == "separate"):
         return False
-    last, holds = turns[-1], True
-    for t, a in team.trained:
-        if t == last or not holds:
-            continue
+    last = turns[-1]
+
+    def held(t: int, a: int) -> bool:  # agent a's turn t, every row, sits at the start of its last turn's prompt
         if (last, a) not in exp or team.adapter_names[t][a] != team.adapter_names[last][a]:
-            holds = False
-            continue
-        e, later = exp[(t, a)], exp[(last, a)]
-        for b in range(len(e["query_ids"])):
-            held = torch.cat([e["query_ids"][b][e["query_mask"][b].bool()],
-                              e["response_ids"][b][e["response_mask"][b].bool()]])
+            return False
+        later = exp[(last, a)]
+        for b in range(len(later["query_ids"])):
+            conversation = sampled_conversation(exp[(t, a)], b)
             prompt = later["query_ids"][b][later["query_mask"][b].bool()]
-            holds = holds and len(prompt) >= len(held) and torch.equal(prompt[:len(held)], held)
+            if len(prompt) < len(conversation) or not torch.equal(prompt[:len(conversation)], conversation):
+                return False
+        return True
+
+    holds = all(held(t, a) for t, a in team.trained if t != last)
     # multi-process: every rank takes the same decision (the whitening's collectives run in the same order)
     device = next(iter(exp.values()))["response_mask"].device
     return bool(allreduce_sum(torch.tensor(float(not holds), device=device)) == 0)

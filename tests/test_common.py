@@ -344,9 +344,7 @@ def two_turn_rows(tok, model, adapters, seed=0):
         extra = tok("and now, with the others' answers: " + "x" * (3 * b), add_special_tokens=False,
                     return_tensors="pt")["input_ids"][0]
         rows.append(torch.cat([q1, r1, extra]))
-    q2 = torch.nn.utils.rnn.pad_sequence([r.flip(0) for r in rows], batch_first=True,
-                                         padding_value=tok.pad_token_id).flip(1)  # left-padded
-    q2_mask = torch.nn.utils.rnn.pad_sequence([torch.ones_like(r) for r in rows], batch_first=True).flip(1)
+    q2, q2_mask = common.tokenize_prompts(tok, [r.tolist() for r in rows], "cpu")  # left-padded, ids as they are
     second = torch.randint(3, 200, (len(adapters), 5))
     second_mask = torch.tensor([[1.0] * 5, [1.0] * 3 + [0.0] * 2, [1.0] * 4 + [0.0], [1.0] * 2 + [0.0] * 3])[:len(adapters)]
     return first, (q2, q2_mask, second, second_mask)

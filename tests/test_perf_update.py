@@ -17,7 +17,8 @@ import torch
 
 import cotrain
 from cotrain import _forward, _forward_chunks, _rows, _turn_groups, gae, kl_shaped_rewards, policy_loss, value_loss
-from common import adapter_parameters, batched, forward_responses, masked_whiten, parse_args, reference_logprobs
+from common import (adapter_parameters, batched, forward_responses, masked_whiten, parse_args, reference_logprobs,
+                    tokenize_prompts)
 from conftest import PAPER_PPO
 
 
@@ -417,17 +418,14 @@ def as_one_conversation(debate, tokenizer):
             rows.append([])
             for b in range(len(previous[a]["query_ids"])):
                 q_prev = previous[a]["query_ids"][b][previous[a]["query_mask"][b].bool()]
-                r_prev = previous[a]["response_ids"][b][previous[a]["response_mask"][b].bool()]
                 q_later = later[a]["query_ids"][b][later[a]["query_mask"][b].bool()]
-                held = torch.cat([q_prev, r_prev])
+                held = cotrain.sampled_conversation(previous[a], b)
                 holds = len(q_later) >= len(held) and torch.equal(q_later[:len(held)], held)
                 rows[a].append(q_later if holds else torch.cat([held, q_later[len(q_prev):]]))
-        width = max(len(r) for agent_rows in rows for r in agent_rows)
+        ids, mask = tokenize_prompts(tokenizer, [r.tolist() for agent_rows in rows for r in agent_rows], "cpu")
         for a, agent_rows in enumerate(rows):
-            later[a] = dict(later[a], query_ids=torch.stack([
-                torch.cat([torch.full((width - len(r),), tokenizer.pad_token_id), r]) for r in agent_rows]),
-                query_mask=torch.stack([torch.cat([torch.zeros(width - len(r), dtype=torch.long),
-                                                   torch.ones(len(r), dtype=torch.long)]) for r in agent_rows]))
+            these = slice(a * len(agent_rows), (a + 1) * len(agent_rows))
+            later[a] = dict(later[a], query_ids=ids[these], query_mask=mask[these])
     return debate
 
 
