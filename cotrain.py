@@ -113,16 +113,13 @@ import torch
 import torch.nn as nn
 from tqdm import tqdm
 
-from common import (SHORT_DISCUSSION, ValueHead, adapter_parameters, adapter_state_dict, add_adapters, all_rng_states,
-                    allreduce_gradients, allreduce_sum, arg_error, atomic_write_text, chat_prompt, check_model_name,
-                    check_numbers, clean_exits, dataset_options, debate_metrics, explained_variance, extract_answer,
-                    finish_distributed, finish_tracker, finish_writes_first, first_used_column, format_metrics,
-                    forward_responses, gae, generate, hidden_size, init_distributed, is_main_process, is_well_formed, kl_k1,
-                    load_adapter_state_dict, load_checkpoint, load_function, load_model, load_task, load_tokenizer,
-                    log_metrics, log_samples, majority_vote_accuracy, masked_whiten, parse_args, parse_int_list,
-                    plot_run, print_eval_table, restore_rng_state, resumed_args, save_adapters, save_checkpoint,
-                    seed_everything, seed_sampling_per_rank, set_torch_threads, start_run, step_indices, turn1_prompt,
-                    used_width, world_info)
+from common import SHORT_DISCUSSION, ValueHead, adapter_parameters, add_adapters, allreduce_sum, arg_error, chat_prompt, debate_metrics, explained_variance, extract_answer, first_used_column, forward_responses, gae, generate, hidden_size, is_well_formed, kl_k1, load_model, majority_vote_accuracy, masked_whiten, turn1_prompt, used_width
+from nanomarl.cli import check_numbers, load_function, parse_args, parse_int_list
+from nanomarl.distributed import allreduce_gradients, finish_distributed, init_distributed, is_main_process, seed_everything, seed_sampling_per_rank, world_info
+from nanomarl.models import adapter_state_dict, check_model_name, load_adapter_state_dict, load_tokenizer, save_adapters
+from nanomarl.runs import all_rng_states, atomic_write_text, clean_exits, finish_writes_first, format_metrics, load_checkpoint, log_metrics, log_samples, print_eval_table, restore_rng_state, resumed_args, save_checkpoint, set_torch_threads, start_run
+from nanomarl.tasks.debate import dataset_options, load_task, step_indices
+from nanomarl.trackers import finish_tracker, plot_run
 
 
 @dataclass
@@ -1050,7 +1047,7 @@ def legacy_settings(saved: dict) -> dict:
     """What a run saved before these flags existed did: a separate critic adapter, GAE on one debate per
     question, old log-probs from a forward of their own, one forward per turn, and a learning rate decaying over its
     own --max-steps
-    (common.resumed_args fills in each one its args.json lacks; such a run saved --max-steps as "updates", its
+    (resumed_args fills in each one its args.json lacks; such a run saved --max-steps as "updates", its
     old name)."""
     return dict(value_model="separate", lr_decay_steps=saved.get("max_steps", saved.get("updates", 0)),
                 advantage="gae", samples_per_question=1, old_logprobs="recompute", conversation_forward=False)

@@ -79,11 +79,13 @@ from tqdm import tqdm
 
 import cotrain
 import magrpo
-from common import (adapter_parameters, add_adapters, arg_error, check_model_name, check_numbers, dataset_options,
-                    debate_metrics, default_device, format_metrics, forward_responses, given_fields, load_model,
-                    load_task, load_tokenizer, majority_vote_accuracy, masked_mean, parse_args, parse_int_list,
-                    seed_everything, set_torch_threads, tokenize_prompts)
-from sandbox import parallel_map
+from common import adapter_parameters, add_adapters, arg_error, debate_metrics, forward_responses, load_model, majority_vote_accuracy, masked_mean, tokenize_prompts
+from nanomarl.sandbox import parallel_map
+from nanomarl.cli import check_numbers, given_fields, parse_args, parse_int_list
+from nanomarl.distributed import default_device, seed_everything
+from nanomarl.models import check_model_name, load_tokenizer
+from nanomarl.runs import format_metrics, set_torch_threads
+from nanomarl.tasks.debate import dataset_options, load_task
 
 
 @dataclass
@@ -389,7 +391,7 @@ DEFAULT_DATASET = dict(debate="arith:digits", magrpo="minicode")  # --dataset ''
 
 
 def load_adapter_as(model, folder: Path, name: str):
-    """Load a saved peft adapter folder (common.save_adapters) under a new name, so that several runs' `agent0`
+    """Load a saved peft adapter folder (save_adapters) under a new name, so that several runs' `agent0`
     can sit on one base; the weights are frozen."""
     from peft import PeftModel
 

@@ -89,14 +89,14 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from common import (adapter_parameters, adapter_state_dict, add_adapters, all_rng_states, allreduce_gradients,
-                    allreduce_sum, arg_error, chat_prompt, check_model_name, check_numbers, clean_exits,
-                    finish_distributed, finish_tracker, finish_writes_first, format_metrics, forward_responses,
-                    generate, init_distributed, is_main_process, kl_k3, load_adapter_state_dict, load_checkpoint,
-                    load_function, load_model, load_tokenizer, log_metrics, log_samples, parse_args, plot_run,
-                    print_eval_table, read_jsonl, reference_logprobs, restore_rng_state, resumed_args, save_adapters,
-                    save_checkpoint, seed_everything, seed_sampling_per_rank, set_torch_threads, start_run, step_indices)
-from sandbox import parallel_map, run_tests_in_sandbox
+from common import adapter_parameters, add_adapters, allreduce_sum, arg_error, chat_prompt, forward_responses, generate, kl_k3, load_model, reference_logprobs
+from nanomarl.sandbox import parallel_map, run_tests_in_sandbox
+from nanomarl.cli import check_numbers, load_function, parse_args
+from nanomarl.distributed import allreduce_gradients, finish_distributed, init_distributed, is_main_process, seed_everything, seed_sampling_per_rank
+from nanomarl.models import adapter_state_dict, check_model_name, load_adapter_state_dict, load_tokenizer, save_adapters
+from nanomarl.runs import all_rng_states, clean_exits, finish_writes_first, format_metrics, load_checkpoint, log_metrics, log_samples, print_eval_table, restore_rng_state, resumed_args, save_checkpoint, set_torch_threads, start_run
+from nanomarl.tasks.debate import read_jsonl, step_indices
+from nanomarl.trackers import finish_tracker, plot_run
 
 
 @dataclass

@@ -9,7 +9,9 @@ themselves at the end of a run when matplotlib is installed; this redraws it, e.
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import arg_error, parse_args, plot_run
+from common import arg_error
+from nanomarl.cli import parse_args
+from nanomarl.trackers import plot_run
 
 
 @dataclass

@@ -62,7 +62,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common import arg_error, parse_args
+from common import arg_error
+from nanomarl.cli import parse_args
 
 
 @dataclass

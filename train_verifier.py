@@ -83,12 +83,13 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from common import (ValueHead, adapter_parameters, adapter_state_dict, add_adapters, arg_error, chat_prompt,
-                    check_model_name, check_numbers, clean_exits, dataset_options, default_device, extract_answer,
-                    finish_tracker, format_metrics, generate, hidden_size, is_main_process, load_adapter_state_dict,
-                    load_adapters, load_checkpoint, load_model, load_task, load_tokenizer, log_metrics, masked_mean,
-                    parse_args, plot_run, read_jsonl, resumed_args, rng_state, save_adapters, save_checkpoint,
-                    seed_everything, set_rng_state, set_torch_threads, start_run, step_indices, turn1_prompt)
+from common import ValueHead, adapter_parameters, add_adapters, arg_error, chat_prompt, extract_answer, generate, hidden_size, load_model, masked_mean, turn1_prompt
+from nanomarl.cli import check_numbers, parse_args
+from nanomarl.distributed import default_device, is_main_process, seed_everything
+from nanomarl.models import adapter_state_dict, check_model_name, load_adapter_state_dict, load_adapters, load_tokenizer, save_adapters
+from nanomarl.runs import clean_exits, format_metrics, load_checkpoint, log_metrics, resumed_args, rng_state, save_checkpoint, set_rng_state, set_torch_threads, start_run
+from nanomarl.tasks.debate import dataset_options, load_task, read_jsonl, step_indices
+from nanomarl.trackers import finish_tracker, plot_run
 
 ADAPTER = "verifier"  # the verifier's LoRA adapter name (also when it shares the policy's base)
 

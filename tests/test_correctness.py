@@ -11,8 +11,10 @@ import common
 import cotrain
 import evaluate
 import train_verifier as tv
-from common import parse_args
 from conftest import PAPER_PPO
+from nanomarl.cli import parse_args
+from nanomarl.models import load_tokenizer
+from nanomarl.tasks.debate import load_task
 
 COTRAIN_TINY = ["--model", "tiny", "--device", "cpu", *PAPER_PPO, "--micro-batch-questions", "0", "--max-new-tokens", "6",
                 "--no-penalize-format", "--missing-eos-penalty", "0", "--sample-every", "0", "--log-every", "0"]
@@ -61,7 +63,7 @@ def test_verifier_questions_never_reach_rl_and_the_verifier_shares_the_base(tmp_
                              output_dir=str(vdir), samples_per_question=4, verifier_fraction=0.5, heldout_fraction=0.3,
                              split_seed=7, max_steps=1, batch_size=4, max_per_label=2, log_every=1, sample_every=0,
                              save_every=1000))
-    records = common.load_task(f"jsonl:{data}")
+    records = load_task(f"jsonl:{data}")
     parts = tv.split_questions(records, 0.5, 0.3, 7)  # the verifier's own split of these questions
     verifier_qs = {r["question"] for r in parts["verifier_train"] + parts["verifier_heldout"]}
     assert parts["verifier_train"] and parts["verifier_heldout"] and parts["rl"]
@@ -147,7 +149,7 @@ def test_4bit_training_after_generate_keeps_the_gradients(tiny_model_dir, monkey
         return {n: p.grad.clone() for n, p in model.named_parameters() if ".lora_" in n and p.grad is not None}
 
     before = lora_grads()
-    common.generate(model, common.load_tokenizer("tiny"), ["ab", "cd"], ["agent0", "agent0"], max_new_tokens=4)
+    common.generate(model, load_tokenizer("tiny"), ["ab", "cd"], ["agent0", "agent0"], max_new_tokens=4)
     after = lora_grads()
     assert len(before) == len(common.adapter_parameters(model, "agent0")) and before.keys() == after.keys()
     for name in before:
@@ -174,7 +176,7 @@ def test_jsonl_has_real_splits(tmp_path):
     rows = [dict(question=f"How much is {i} + {i}?", answer=str(2 * i)) for i in range(60)]
     rows += [dict(question="Pinned to test", answer="1", split="test"), dict(question="q", answer="2", split="dev")]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    splits = {name: common.load_task(f"jsonl:{path}", name) for name in ("train", "validation", "test", "dev")}
+    splits = {name: load_task(f"jsonl:{path}", name) for name in ("train", "validation", "test", "dev")}
     questions = {name: [r["question"] for r in records] for name, records in splits.items()}
     assert sum(map(len, questions.values())) == len(rows) and len({q for v in questions.values() for q in v}) == len(rows)
     assert "Pinned to test" in questions["test"] and questions["dev"] == ["q"]
@@ -182,9 +184,9 @@ def test_jsonl_has_real_splits(tmp_path):
     for r in rows[:60]:
         assert r["question"] in questions[expected.get(zlib.crc32(r["question"].encode()) % 10, "train")]
     assert 0 < len(questions["test"]) < len(questions["train"])
-    assert common.load_task(f"jsonl:{path}", "train", limit=3) == splits["train"][:3]
+    assert load_task(f"jsonl:{path}", "train", limit=3) == splits["train"][:3]
     with pytest.raises(SystemExit, match="--dataset"):
-        common.load_task(f"jsonl:{path}", "holdout")
+        load_task(f"jsonl:{path}", "holdout")
 
 
 def test_sft_baseline_uses_the_runs_base_and_never_the_eval_questions(tmp_path, tiny_model_dir, monkeypatch):
@@ -197,7 +199,7 @@ def test_sft_baseline_uses_the_runs_base_and_never_the_eval_questions(tmp_path, 
     run.mkdir()
     (run / "debate.json").write_text(json.dumps(dict(models=["tiny", "tiny"])))
     (run / "args.json").write_text(json.dumps(dict(dataset=f"jsonl:{path}", train_limit=0, seed=0)))
-    eval_records = common.load_task(f"jsonl:{path}", "test") + common.load_task(f"jsonl:{path}", "train")[:2]
+    eval_records = load_task(f"jsonl:{path}", "test") + load_task(f"jsonl:{path}", "train")[:2]
     assert eval_records and evaluate.train_overlap(eval_records, str(run)) == 2
     debated = []
 
@@ -217,7 +219,7 @@ def test_sft_baseline_uses_the_runs_base_and_never_the_eval_questions(tmp_path, 
                            lora_r=4, lora_alpha=8, sft_epochs=1, sft_lr=1e-3, sft_batch_size=64)
     bases = evaluate.Bases(args, "cpu")
     stats = evaluate.train_sft_baseline(bases, args, None, exclude={r["question"] for r in eval_records})
-    train_questions = {r["question"] for r in common.load_task(f"jsonl:{path}", "train")}
+    train_questions = {r["question"] for r in load_task(f"jsonl:{path}", "train")}
     assert stats["base"] == "tiny" and list(bases.models) == ["tiny"]
     assert set(debated) == train_questions - {r["question"] for r in eval_records} and stats["steps"] == 1
     assert evaluate.method_agents("sft", bases, args) == [("tiny", ["sft"])] * 2

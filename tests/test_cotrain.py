@@ -8,8 +8,10 @@ import torch
 
 import common
 import cotrain
-from common import adapter_parameters, parse_args
+from common import adapter_parameters
 from conftest import PAPER_PPO, run_script
+from nanomarl.cli import parse_args
+from nanomarl.models import load_tokenizer
 
 
 def tiny_args(*flags):
@@ -189,7 +191,7 @@ def test_prompts():
 
 
 def test_run_debate_three_agents_history_and_feedback():
-    from common import load_model, load_tokenizer
+    from common import load_model
 
     tok = load_tokenizer("tiny")
     model = load_model("tiny")
@@ -224,7 +226,7 @@ def test_continue_chat_keeps_the_tokens_the_agent_sampled():
     samples "\n\n" as one token that the text re-tokenises as two; the tiny byte-level tokenizer has no merges,
     so here the sampled tokens that the text cannot give back are a cut-off UTF-8 character (0xC3, the first byte
     of "é"), which decodes to "\ufffd" and re-tokenises as three other bytes."""
-    from common import chat_prompt, load_tokenizer
+    from common import chat_prompt
 
     tok = load_tokenizer("tiny")
     first = [{"role": "user", "content": "What is 3+4?"}]
@@ -249,7 +251,7 @@ def test_run_debate_continues_each_agents_conversation_token_for_token():
     """Every turn-2 prompt starts with the agent's own turn-1 prompt and sampled response, token for token, unless
     those tokens do not decode to the start of the rendered chat (continue_chat's fallback; random bytes of the
     tiny model can include special tokens, which the chat drops)."""
-    from common import load_model, load_tokenizer
+    from common import load_model
 
     torch.manual_seed(0)
     tok, model = load_tokenizer("tiny"), load_model("tiny")

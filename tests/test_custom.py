@@ -11,10 +11,13 @@ import pytest
 import torch
 from conftest import PAPER_PPO, ROOT
 
-import common
 import cotrain
 import magrpo as M
-from common import adapter_parameters, load_function, load_task, load_tokenizer, parse_args, seed_everything
+from common import adapter_parameters
+from nanomarl.cli import BadRow, load_function, parse_args
+from nanomarl.distributed import seed_everything
+from nanomarl.models import load_tokenizer
+from nanomarl.tasks.debate import dataset_options, load_task
 
 
 @pytest.fixture(autouse=True)
@@ -178,7 +181,7 @@ def test_local_nli_labels_folder_splits_and_every_error(tmp_path):
              "^error: --dataset: .* has no usable rows")]:
         with pytest.raises(SystemExit, match=message):
             call()
-    with pytest.raises(common.BadRow, match="row 3: unparsable gold answer 'lots'"):
+    with pytest.raises(BadRow, match="row 3: unparsable gold answer 'lots'"):
         load_task(str(mine), question_field="problem", answer_field="solution")
     assert len(load_task(str(mine), question_field="problem", answer_field="solution", skip_bad_rows=True)) == 3
 
@@ -327,6 +330,6 @@ def test_every_script_reads_a_local_file_with_its_own_column_names(tmp_path, mon
     data.write_text("problem,solution\nWhat is 2 + 3?,5\nWhat is 4 + 4?,8\n")
     flags = ["--dataset", str(data), "--question-field", "problem", "--answer-field", "solution"]
     for module in (train_verifier, evaluate):
-        args = common.parse_args(module.Args, flags)
-        records = common.load_task(args.dataset, "train", None, 0, **common.dataset_options(args))
+        args = parse_args(module.Args, flags)
+        records = load_task(args.dataset, "train", None, 0, **dataset_options(args))
         assert [(r["question"], r["answer"]) for r in records] == [("What is 2 + 3?", "5"), ("What is 4 + 4?", "8")]

@@ -17,9 +17,10 @@ import torch  # noqa: E402
 
 import cotrain  # noqa: E402
 import magrpo as M  # noqa: E402
-from common import (adapter_state_dict, finish_distributed, init_distributed, load_tokenizer, parse_args,  # noqa: E402
-                    seed_everything)
 from conftest import PAPER_PPO, run_script  # noqa: E402
+from nanomarl.cli import parse_args
+from nanomarl.distributed import finish_distributed, init_distributed, seed_everything
+from nanomarl.models import adapter_state_dict, load_tokenizer
 
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 HELPER = str(Path(__file__).resolve())

@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import common
 import cotrain
-from common import parse_args
 from conftest import PAPER_PPO
+from nanomarl.cli import parse_args
+from nanomarl.models import CACHE_DIR, base_model_id, load_tokenizer
+from nanomarl.runs import log_metrics
+from nanomarl.trackers import finish_tracker, plot_run, run_curves, start_tracker
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,7 +120,7 @@ def test_training_curves_png_of_a_run(cotrain_run):
     png = cotrain_run["run"] / "training_curves.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     metrics = cotrain_run["metrics"]
-    curves = common.run_curves(metrics)
+    curves = run_curves(metrics)
     assert curves["reward"]["objective/scores"] == ([1, 2], [m["objective/scores"] for m in metrics if "objective/scores" in m])
     assert set(curves["training accuracy"]) == {"turn1/accuracy", "turn2/accuracy"}
     assert curves["held-out evaluation (step 0: untrained)"]["eval/turn2/accuracy"] == (
@@ -142,16 +144,16 @@ def test_adapters_load_with_auto_peft_and_their_tokenizer(cotrain_run, tiny_mode
         name = key.replace("lora_B.weight", "lora_B.default.weight")
         assert torch.equal(loaded[name].detach(), saved[key]), key
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    reference = common.load_tokenizer("tiny")
+    reference = load_tokenizer("tiny")
     assert tokenizer("2 + 3 = 5")["input_ids"] == reference("2 + 3 = 5")["input_ids"]
     assert tokenizer.pad_token == reference.pad_token and tokenizer.chat_template == reference.chat_template
 
 
 def test_base_model_id_names_the_hub_model_behind_an_alias():
-    local_smollm2 = str(common.CACHE_DIR / "smollm2-135m-instruct")  # the folder common._smollm2_folder() writes
-    assert common.base_model_id(local_smollm2) == "HuggingFaceTB/SmolLM2-135M-Instruct"
-    assert common.base_model_id("Qwen/Qwen2.5-3B-Instruct") == "Qwen/Qwen2.5-3B-Instruct"
-    assert common.base_model_id("/data/my-model") == "/data/my-model"
+    local_smollm2 = str(CACHE_DIR / "smollm2-135m-instruct")  # the folder _smollm2_folder() writes
+    assert base_model_id(local_smollm2) == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert base_model_id("Qwen/Qwen2.5-3B-Instruct") == "Qwen/Qwen2.5-3B-Instruct"
+    assert base_model_id("/data/my-model") == "/data/my-model"
 
 
 def test_quantised_load_after_a_plain_one_still_gets_4bit_lora():
@@ -193,12 +195,12 @@ def test_trackio_gets_the_rows_at_their_step(monkeypatch, tmp_path):
     fake.finish = lambda: calls.append(("finish",))
     fake.__spec__ = importlib.machinery.ModuleSpec("trackio", loader=None)  # "installed" for find_spec
     monkeypatch.setitem(sys.modules, "trackio", fake)
-    common.start_tracker("trackio", tmp_path, {"lr": 0.1})
+    start_tracker("trackio", tmp_path, {"lr": 0.1})
     rows = [{"step": 0, "eval/turn1/accuracy": 0.25}, {"step": 1, "objective/scores": torch.tensor(0.5)}]
     for row in rows:
-        common.log_metrics(tmp_path, row)
-    common.finish_tracker()
-    common.log_metrics(tmp_path, {"step": 2, "objective/scores": 1.0})  # after finish: metrics.jsonl only
+        log_metrics(tmp_path, row)
+    finish_tracker()
+    log_metrics(tmp_path, {"step": 2, "objective/scores": 1.0})  # after finish: metrics.jsonl only
     assert calls == [("init", "nanomarl", tmp_path.name), ("log", {"eval/turn1/accuracy": 0.25}, 0),
                      ("log", {"objective/scores": 0.5}, 1), ("finish",)]
     assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [0, 1, 2]
@@ -214,7 +216,7 @@ def magrpo_run(tmp_path_factory, tiny_model_dir):
     data = tmp / "tldr.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"post {i}"}) + "\n" for i in range(3)))
     run = tmp / "run"
-    report_to = "tensorboard" if common.importlib.util.find_spec("tensorboard") else "none"
+    report_to = "tensorboard" if importlib.util.find_spec("tensorboard") else "none"
     out = run_cli(["magrpo.py", "--model", "tiny", "--num-generations", "2", "--max-new-tokens", "8",
                    "--sandbox-workers", "1", "--dataset", f"jsonl:{data}", "--max-steps", "2", "--sample-every", "1",
                    "--save-every", "2", "--report-to", report_to, "--output-dir", str(run)],
@@ -273,7 +275,7 @@ def synthetic_rows() -> list[dict]:
 
 
 def test_run_curves_extracts_the_series():
-    curves = common.run_curves(synthetic_rows())
+    curves = run_curves(synthetic_rows())
     assert list(curves) == ["reward", "training accuracy", "KL to the reference (nats)", "loss",
                             "held-out evaluation (step 0: untrained)", "held-out reward levels"]
     assert curves["reward"] == {"objective/scores": ([1, 2], [0.1, 0.4]), "objective/rewards": ([1], [-1.0]),
@@ -285,7 +287,7 @@ def test_run_curves_extracts_the_series():
         "eval/turn1/accuracy": ([0, 2], [0.2, 0.3]), "eval/turn2/accuracy": ([0, 2], [0.25, 0.45]),
         "eval/reward/mean": ([3], [0.7]), "eval/pass_rate": ([3], [0.25])}
     assert curves["held-out reward levels"] == {"eval/reward/syntax": ([3], [1.0])}
-    assert common.run_curves([{"step": 1, "timing/step_s": 1.0}]) == {}
+    assert run_curves([{"step": 1, "timing/step_s": 1.0}]) == {}
 
 
 def test_plot_run_and_plot_cli_draw_the_png(tmp_path):
@@ -293,7 +295,7 @@ def test_plot_run_and_plot_cli_draw_the_png(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in synthetic_rows()) + '{"step": 4, "tor')
-    path = common.plot_run(run)
+    path = plot_run(run)
     assert path == run / "training_curves.png"
     image = plt.imread(path)
     assert image.shape[:2] == (720, 1500)  # 6 panels: 2 rows x 3 columns of 5 x 3.6 inches at 100 dpi

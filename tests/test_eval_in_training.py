@@ -5,10 +5,12 @@ import json
 import pytest
 import torch
 
-import common
 import cotrain
 import magrpo
 from conftest import run_script
+from nanomarl.cli import parse_args
+from nanomarl.runs import resumed_args
+from nanomarl.tasks.debate import load_task
 
 
 def test_cotrain_evaluate_team_hand_computed(monkeypatch):
@@ -44,7 +46,7 @@ def test_cotrain_evaluate_team_hand_computed(monkeypatch):
 
 def test_cotrain_heldout_questions_never_train(tmp_path):
     args = cotrain.Args(dataset="arith:easy", eval_questions=30)
-    train = common.load_task("arith:easy", "train", limit=1000, seed=3)
+    train = load_task("arith:easy", "train", limit=1000, seed=3)
     held = cotrain.heldout_records(args, train)
     assert len(held) == 30 and not {r["question"] for r in held} & {r["question"] for r in train}
     # the same held-out set whatever the training seed: the "before" number is comparable across seeds
@@ -54,7 +56,7 @@ def test_cotrain_heldout_questions_never_train(tmp_path):
     data.write_text("".join(json.dumps(dict(question=f"{i} + 1?", answer=i + 1)) + "\n" for i in range(5)))
     with pytest.raises(SystemExit):
         cotrain.heldout_records(cotrain.Args(dataset=f"jsonl:{data}", eval_split="train"),
-                                common.load_task(f"jsonl:{data}", "train"))
+                                load_task(f"jsonl:{data}", "train"))
 
 
 def test_cotrain_cli_logs_eval_rows_before_and_after(tmp_path):
@@ -131,9 +133,9 @@ def test_resume_of_a_run_from_before_a_flag_keeps_what_the_code_then_did(tmp_pat
            if k not in ("value_model", "lr_decay_steps", "advantage", "samples_per_question")}
     (run / "args.json").write_text(json.dumps({**old, "updates": 7}))
     torch.save({"heads": {}, "step": 3}, run / "checkpoint.pt")
-    args = common.parse_args(cotrain.Args, ["--resume", str(run), "--max-steps", "9"])
-    resumed = common.resumed_args(args, "cotrain", cotrain.RESUME_MUST_MATCH, legacy=cotrain.legacy_settings)
+    args = parse_args(cotrain.Args, ["--resume", str(run), "--max-steps", "9"])
+    resumed = resumed_args(args, "cotrain", cotrain.RESUME_MUST_MATCH, legacy=cotrain.legacy_settings)
     assert (resumed.value_model, resumed.lr_decay_steps, resumed.max_steps) == ("separate", 7, 9)
     assert (resumed.advantage, resumed.samples_per_question) == ("gae", 1)  # before --advantage: GAE, one debate
-    plain = common.resumed_args(args, "cotrain", cotrain.RESUME_MUST_MATCH)
+    plain = resumed_args(args, "cotrain", cotrain.RESUME_MUST_MATCH)
     assert plain.value_model == "shared"  # what would have happened: a checkpoint with a critic adapter, no critic

@@ -9,6 +9,8 @@ import pytest
 import evaluate
 from common import majority_vote_accuracy, transition_counts
 from evaluate import classify_cooperation, pass_at_k_first, pass_at_k_unbiased
+from nanomarl.cli import parse_args
+from nanomarl.models import adapter_state_dict, load_tokenizer, save_adapters
 
 # ---------------------------------------------------------------------------------------------- debate metrics
 
@@ -197,7 +199,7 @@ def test_correct_debate_examples_keeps_final_majority_right():
 
 def test_sft_lora_fits_trajectories_and_touches_only_its_adapter(tiny_model_dir):
     import torch
-    from common import add_adapters, adapter_state_dict, load_model, load_tokenizer
+    from common import add_adapters, load_model
 
     torch.manual_seed(0)
     tok = load_tokenizer("tiny")
@@ -270,7 +272,7 @@ def fake_run(folder, script_args: dict, adapter_names: list[str], seed: int):
     """A run folder as cotrain.py / magrpo.py leave it (args.json + adapters/), with random LoRA weights
     (non-zero B, so the adapters change what the model generates)."""
     import torch
-    from common import add_adapters, load_model, save_adapters
+    from common import add_adapters, load_model
 
     torch.manual_seed(seed)
     model = add_adapters(load_model("tiny"), adapter_names, r=4, alpha=8)
@@ -381,7 +383,7 @@ def test_sft_baseline_trains_on_kept_debates(monkeypatch, tiny_model_dir):
 
     import torch
 
-    from common import adapter_state_dict
+    pass
 
     def canned_debate(records, models, tokenizers, adapter_names, *a, **kw):
         assert all(n == "__base__" for turn in adapter_names for n in turn)  # collected off the shelf
@@ -441,7 +443,7 @@ def test_writing_methods_in_process(tiny_model_dir):
     from types import SimpleNamespace
 
     import magrpo
-    from common import load_model, load_tokenizer
+    from common import load_model
 
     model, tok = evaluate.with_peft(load_model("tiny")), load_tokenizer("tiny")
     team = magrpo.Agents(models=[model, model], names=["__base__", "__base__"], optimizers=[], params=[])
@@ -460,7 +462,7 @@ def test_writing_methods_in_process(tiny_model_dir):
 
 
 def test_choose_methods_follows_the_flags():
-    from common import parse_args
+    pass
 
     args = lambda *flags: parse_args(evaluate.Args, list(flags))  # noqa: E731
     assert evaluate.choose_methods(args()) == ["offtheshelf", "sft"]

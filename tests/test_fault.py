@@ -14,10 +14,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import common
 import cotrain
 import magrpo
 from conftest import PAPER_PPO, ROOT
+from nanomarl.cli import parse_args
+from nanomarl.runs import checkpoint_step
 
 TINY = ["--model", "tiny", "--device", "cpu", "--save-every", "1"]
 COTRAIN = [*TINY, *PAPER_PPO, "--num-turns", "1", "--questions-per-update", "1", "--max-new-tokens", "4", "--ppo-epochs", "1",
@@ -78,13 +79,13 @@ def test_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path, script):
         flags = [*flags, "--dataset", f"jsonl:{data}"]
     module = {"cotrain": cotrain, "magrpo": magrpo}[script]
     reference, run = tmp_path / "reference", tmp_path / "run"
-    module.main(common.parse_args(module.Args, [*flags, "--output-dir", str(reference)]))
+    module.main(parse_args(module.Args, [*flags, "--output-dir", str(reference)]))
 
     # 1. SIGKILL inside the write of checkpoint 2: the new file is complete but not swapped in yet
     proc = launch(script, [*flags, "--output-dir", str(run)], NANOMARL_TEST_KILL_IN_CHECKPOINT="2")
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == -signal.SIGKILL, err
-    assert (run / "checkpoint.pt.tmp").exists() and common.checkpoint_step(run / "checkpoint.pt") == 1
+    assert (run / "checkpoint.pt.tmp").exists() and checkpoint_step(run / "checkpoint.pt") == 1
     assert logged_steps(run) == 2  # one step more than the checkpoint: the resume must log it again, once
     kills, stops = 1, 0
     # 2. resume, and stop at random moments: SIGINT once (a clean stop), then SIGKILLs; the last resume finishes

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import cotrain
-from common import ValueHead, hidden_size, parse_args
+from common import ValueHead, hidden_size
 from test_cotrain import ascii_fraction, snapshot, tiny_args
+from nanomarl.cli import parse_args
 
 
 def test_group_advantages_hand_computed():

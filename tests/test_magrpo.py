@@ -10,7 +10,9 @@ import torch
 from conftest import run_script
 
 import magrpo as M
-from common import adapter_parameters, load_model, load_tokenizer, seed_everything
+from common import adapter_parameters, load_model
+from nanomarl.distributed import seed_everything
+from nanomarl.models import load_tokenizer
 
 
 

@@ -17,9 +17,9 @@ import torch
 
 import cotrain
 from cotrain import _forward, _forward_chunks, _rows, _turn_groups, gae, kl_shaped_rewards, policy_loss, value_loss
-from common import (adapter_parameters, batched, forward_responses, masked_whiten, parse_args, reference_logprobs,
-                    tokenize_prompts)
+from common import adapter_parameters, batched, forward_responses, masked_whiten, reference_logprobs, tokenize_prompts
 from conftest import PAPER_PPO
+from nanomarl.cli import parse_args
 
 
 def tiny_args(*flags):

@@ -5,7 +5,8 @@ import torch
 from peft import LoraConfig
 
 import common
-from common import generate, load_model, load_tokenizer
+from common import generate, load_model
+from nanomarl.models import load_adapters, load_tokenizer, save_adapters
 
 # three adapters with different ranks and lora_alpha / r scalings (2, 8, 0.5), so a scaling applied to the
 # wrong block or a rank padded wrongly shows up
@@ -95,8 +96,8 @@ def test_generate_does_not_call_peft_routing(tok, monkeypatch):
 
 def test_saved_and_loaded_adapters_route_the_same(model, tok, tmp_path):
     """Storage is peft's: adapters saved and loaded again give the same stacked outputs."""
-    common.save_adapters(model, list(ADAPTERS), tmp_path / "adapters")
-    loaded = common.load_adapters(load_model("tiny"), tmp_path / "adapters")
+    save_adapters(model, list(ADAPTERS), tmp_path / "adapters")
+    loaded = load_adapters(load_model("tiny"), tmp_path / "adapters")
     ids, mask = common.tokenize_prompts(tok, prompts(tok, len(ROWS)), "cpu")
     with torch.no_grad():
         with common.stacked_lora_routing(model, ROWS):

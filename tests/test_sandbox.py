@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import parallel_map, run_tests_in_sandbox
+from nanomarl.sandbox import parallel_map, run_tests_in_sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMITS = dict(timeout=1.0, memory_mb=256)  # tight, so the suite is cheap on a shared 2-core machine
@@ -162,7 +162,7 @@ def test_sandbox_dies_with_its_trainer(program, tmp_path):
     helper = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""\
         import sys
         sys.path.insert(0, sys.argv[1])
-        from sandbox import run_tests_in_sandbox
+        from nanomarl.sandbox import run_tests_in_sandbox
         print("ready", flush=True)
         run_tests_in_sandbox(sys.argv[2], [], timeout=60.0)
         """), str(ROOT), program], stdout=subprocess.PIPE, text=True,
@@ -198,7 +198,7 @@ def test_sandbox_dies_with_its_trainer(program, tmp_path):
 TRAINER = textwrap.dedent("""\
     import json, os, sys
     sys.path.insert(0, sys.argv[1])
-    from sandbox import run_tests_in_sandbox
+    from nanomarl.sandbox import run_tests_in_sandbox
     job = json.loads(sys.argv[2])
     state = lambda: (os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)), os.sched_getscheduler(0))
     before = state()

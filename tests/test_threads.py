@@ -1,10 +1,12 @@
-"""common.choose_threads: the torch thread count from cores, load average, tasks running now, OMP_NUM_THREADS and
+"""choose_threads: the torch thread count from cores, load average, tasks running now, OMP_NUM_THREADS and
 --threads (a pure function, checked on hand-set inputs), and set_torch_threads, which applies it at startup."""
 import pytest
 import torch
 
-import common
-from common import choose_threads
+import os
+
+import nanomarl.runs
+from nanomarl.runs import choose_threads, other_running_tasks, set_torch_threads
 
 
 @pytest.mark.parametrize("cores, load, running, expected", [
@@ -42,18 +44,18 @@ def test_set_torch_threads_applies_the_choice(monkeypatch):
     before = torch.get_num_threads()
     try:
         monkeypatch.setenv("OMP_NUM_THREADS", "1")
-        assert common.set_torch_threads(2) == "threads: 2 (--threads)" and torch.get_num_threads() == 2
-        line = common.set_torch_threads(0)
+        assert set_torch_threads(2) == "threads: 2 (--threads)" and torch.get_num_threads() == 2
+        line = set_torch_threads(0)
         assert line == "threads: 1 (OMP_NUM_THREADS; --threads N sets it)" and torch.get_num_threads() == 1
         monkeypatch.delenv("OMP_NUM_THREADS")
-        cores = len(common.os.sched_getaffinity(0))
-        monkeypatch.setattr(common.os, "getloadavg", lambda: (5.0, 0.0, 0.0))  # every core busy ...
-        monkeypatch.setattr(common, "other_running_tasks", lambda: 5.0)  # ... and still now
-        assert common.set_torch_threads(0).startswith("threads: 1 (") and torch.get_num_threads() == 1
-        monkeypatch.setattr(common, "other_running_tasks", lambda: 0.0)  # ... but that was a run that has ended
-        assert common.set_torch_threads(0).startswith(f"threads: {cores} (") and torch.get_num_threads() == cores
+        cores = len(os.sched_getaffinity(0))
+        monkeypatch.setattr(os, "getloadavg", lambda: (5.0, 0.0, 0.0))  # every core busy ...
+        monkeypatch.setattr(nanomarl.runs, "other_running_tasks", lambda: 5.0)  # ... and still now
+        assert set_torch_threads(0).startswith("threads: 1 (") and torch.get_num_threads() == 1
+        monkeypatch.setattr(nanomarl.runs, "other_running_tasks", lambda: 0.0)  # ... but that was a run that has ended
+        assert set_torch_threads(0).startswith(f"threads: {cores} (") and torch.get_num_threads() == cores
         with pytest.raises(SystemExit, match="--threads: must be >= 0"):
-            common.set_torch_threads(-1)
+            set_torch_threads(-1)
     finally:
         torch.set_num_threads(before)
 
@@ -67,7 +69,7 @@ def test_other_running_tasks_sees_a_competitor():
     competitor = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.5)  # past the interpreter's start-up
-        assert common.other_running_tasks(samples=5, interval_s=0.01) >= 1.0
+        assert other_running_tasks(samples=5, interval_s=0.01) >= 1.0
     finally:
         competitor.kill()
         competitor.wait()

@@ -10,6 +10,8 @@ import torch
 import common
 import train_verifier as tv
 from conftest import run_script
+from nanomarl.models import load_tokenizer
+from nanomarl.tasks.debate import load_task, step_indices
 
 
 @pytest.fixture(autouse=True)
@@ -47,7 +49,7 @@ def test_last_token_logits_reads_the_last_answer_token():
 def tiny_verifier(tiny_model_dir):
     """The tiny model with a verifier adapter whose LoRA B is non-zero and a random head (so nothing is trivially 0)."""
     torch.manual_seed(0)
-    tokenizer = common.load_tokenizer("tiny")
+    tokenizer = load_tokenizer("tiny")
     model = common.add_adapters(common.load_model("tiny"), [tv.ADAPTER], r=4, alpha=8)
     with torch.no_grad():
         for p in common.adapter_parameters(model, tv.ADAPTER):
@@ -141,7 +143,7 @@ def test_balance_exact_counts_and_dropped_questions():
 
 
 def test_split_is_disjoint_seeded_and_independent_of_order_and_size():
-    records = common.load_task("arith", "train", limit=400)
+    records = load_task("arith", "train", limit=400)
     parts = tv.split_questions(records, verifier_fraction=0.3, heldout_fraction=0.2, split_seed=0)
     questions = {name: {r["question"] for r in part} for name, part in parts.items()}
     assert not (questions["rl"] & questions["verifier_train"]) and not (questions["rl"] & questions["verifier_heldout"])
@@ -159,15 +161,15 @@ def test_split_is_disjoint_seeded_and_independent_of_order_and_size():
     # another split seed gives another split
     assert tv.rl_questions(records, 0.3, split_seed=1) != parts["rl"]
     # the test split never meets the verifier's questions (arith removes test questions from train)
-    test_questions = {r["question"] for r in common.load_task("arith", "test", limit=400)}
+    test_questions = {r["question"] for r in load_task("arith", "test", limit=400)}
     assert not test_questions & (questions["verifier_train"] | questions["verifier_heldout"])
 
 
 def test_batch_indices_cover_each_epoch_once():
-    seen = [i for step in range(4) for i in common.step_indices(10, 3, step, "batches-0")]  # 4 steps = 1 epoch of 10
+    seen = [i for step in range(4) for i in step_indices(10, 3, step, "batches-0")]  # 4 steps = 1 epoch of 10
     assert sorted(seen) == list(range(10))
-    assert common.step_indices(10, 3, 5, "batches-0") == common.step_indices(10, 3, 5, "batches-0")
-    assert common.step_indices(10, 3, 4, "batches-0") != common.step_indices(10, 3, 0, "batches-0")  # a new shuffle per epoch
+    assert step_indices(10, 3, 5, "batches-0") == step_indices(10, 3, 5, "batches-0")
+    assert step_indices(10, 3, 4, "batches-0") != step_indices(10, 3, 0, "batches-0")  # a new shuffle per epoch
 
 
 def test_lr_schedule():
@@ -331,7 +333,7 @@ def test_bad_flags_and_stale_cache_name_the_flag(tmp_path):
 
 def test_4bit_verifier_trains_and_scores(tiny_model_dir):
     pytest.importorskip("bitsandbytes", reason="--quant 4bit needs bitsandbytes")
-    tokenizer = common.load_tokenizer("tiny")
+    tokenizer = load_tokenizer("tiny")
     model = common.add_adapters(common.load_model("tiny", quant="4bit"), [tv.ADAPTER], r=4, alpha=8)
     head = common.ValueHead(common.hidden_size(model))
     torch.nn.init.normal_(head.linear.weight, std=0.5)

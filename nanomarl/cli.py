@@ -1,0 +1,237 @@
+"""cli.py: TODO."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import importlib.util
+import inspect
+import io
+import json
+import os
+import re
+import sys
+import textwrap
+import tokenize
+import types
+import typing
+from pathlib import Path
+
+
+
+def _field_comments(cls) -> dict[str, str]:
+    """Read `name: type = default  # comment` lines of a dataclass's source; the comment is the --help text.
+    Python's tokenizer finds the comments, so a '#' inside a string default is not mistaken for one."""
+    comments = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):
+            continue
+        lines = source.splitlines()
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.COMMENT:
+                m = re.match(r"^\s+(\w+)\s*:", lines[token.start[0] - 1])
+                if m:
+                    comments[m.group(1)] = token.string[1:].strip()
+    return comments
+
+
+def _field_type(cls, name: str):
+    typ = typing.get_type_hints(cls)[name]
+    if typing.get_origin(typ) in (typing.Union, getattr(types, "UnionType", None)):
+        typ = next(t for t in typing.get_args(typ) if t is not type(None))  # Optional[X] -> X
+    return typ
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        """argparse's refusals as one line `error: --flag: what is wrong`, exit code 2 (no usage block)."""
+        unknown = re.match(r"unrecognized arguments: (\S+)", message)
+        if unknown:
+            flag = unknown.group(1).split("=")[0]
+            known = [s for action in self._actions for s in action.option_strings if s.startswith("--")]
+            close = difflib.get_close_matches(flag, known, n=1)
+            arg_error(flag, "not a flag of this script" + (f" (did you mean {close[0]}?)" if close else " (see --help)"))
+        named = re.match(r"argument ([^:/ ]+)(?:/\S+)?: (.*)", message)
+        arg_error(*(named.groups() if named else ("arguments", message)))
+
+
+def parse_args(cls, argv: list[str] | None = None):
+    """Build an argparse parser from a dataclass: field `num_agents` becomes `--num-agents`, bools become
+    `--flag/--no-flag`, a Literal["a", "b"] field accepts only those values (listed in --help, and in the error
+    of a typo), the same-line comment becomes the help text.
+    --config FILE (YAML or JSON: a recipe in recipes/, or a run's own args.json) sets fields first; the flags
+    typed on the command line override it. Old names in the class's `renamed` table {old: new} still work, with a
+    one-line note. The result remembers which fields were given (typed or in the config file): given_fields()."""
+    comments, renamed = _field_comments(cls), getattr(cls, "renamed", {})
+    doc = (sys.modules[cls.__module__].__doc__ or "").strip().split("\n")[0] if cls.__module__ in sys.modules else ""
+    # no defaults in the namespace: what comes back was typed; the dataclass fills in the rest
+    parser = _Parser(description=doc, allow_abbrev=False, argument_default=argparse.SUPPRESS)
+    parser.add_argument("--config", metavar="FILE", help="a YAML or JSON file of settings {flag name: value} (a recipe "
+                        "in recipes/, or a run's args.json); flags on the command line override it")
+    for f in dataclasses.fields(cls):
+        typ = _field_type(cls, f.name)
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        help_text = f"{comments.get(f.name, '')} (default: {default if default != '' else repr('')})".replace("%", "%%")
+        olds = [old for old, new in renamed.items() if new == f.name]
+        for flag, help_ in [(flag_name(f.name), help_text)] + [(flag_name(old), argparse.SUPPRESS) for old in olds]:
+            if typ is bool:
+                parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, help=help_)
+            elif typing.get_origin(typ) is typing.Literal:
+                parser.add_argument(flag, dest=f.name, choices=typing.get_args(typ), help=help_)
+            elif typ not in (int, float, str):
+                raise TypeError(f"parse_args: {cls.__name__}.{f.name}: unsupported type {typ!r} (use str and parse it)")
+            else:
+                parser.add_argument(flag, dest=f.name, type=typ, help=help_, metavar=typ.__name__.upper())
+    argv = sys.argv[1:] if argv is None else list(argv)
+    typed = vars(parser.parse_args(argv))
+    for token in argv:
+        old = token.split("=")[0][2:].replace("-", "_") if token.startswith("--") else ""
+        old = old[3:] if old.startswith("no_") and old[3:] in renamed else old
+        if old in renamed:
+            print(f"note: {flag_name(old)} is now {flag_name(renamed[old])} (the old name works until the next "
+                  f"release)", file=sys.stderr)
+    values = load_config(cls, typed.pop("config")) if "config" in typed else {}
+    values.update(typed)
+    args = cls(**values)
+    object.__setattr__(args, "_given", frozenset(values))
+    return args
+
+
+def load_config(cls, path: str) -> dict:
+    """The settings of a --config file, checked against cls's fields and types: a YAML (.yaml/.yml) or JSON mapping
+    {flag name (dashes or underscores): value}. A run's args.json works too: its `script` must be this script, and
+    its output_dir (run_dir before the rename) and resume are left out (a new run goes to a new folder)."""
+    file = Path(path)
+    if not file.is_file():
+        arg_error("--config", f"{path} is not a file")
+    try:
+        if file.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(file.read_text())
+        else:
+            data = json.loads(file.read_text())
+    except Exception as e:  # a syntax error in the file: its own message, first line
+        arg_error("--config", f"{path} does not parse: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    if not isinstance(data, dict):
+        arg_error("--config", f"{path} must hold a mapping of flag names to values, got {type(data).__name__}")
+    this = Path(getattr(sys.modules.get(cls.__module__), "__file__", "") or "script").stem
+    script = data.pop("script", None)
+    if script is not None:  # a run's args.json
+        if script != this:
+            arg_error("--config", f"{path} holds the settings of a {script}.py run, not of {this}.py")
+        data.pop("output_dir", None)
+        data.pop("run_dir", None)  # the old name, in the args.json of a run of the previous release
+    data.pop("resume", None)
+    fields, renamed, values = {f.name for f in dataclasses.fields(cls)}, getattr(cls, "renamed", {}), {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        name = renamed.get(name, name)
+        if name not in fields:
+            arg_error("--config", f"{path}: {key!r} is not a flag of {this}.py (see --help)")
+        values[name] = _config_value(cls, name, value, f"{path}: {key}")
+    return values
+
+
+def _config_value(cls, name: str, value, where: str):
+    """A config file's value for field `name`, in the field's type (YAML gives ints, floats, bools, strings)."""
+    typ = _field_type(cls, name)
+    if value is None and typing.get_type_hints(cls)[name] is not typ:
+        return None
+    if typing.get_origin(typ) is typing.Literal:
+        if value not in typing.get_args(typ):
+            arg_error("--config", f"{where}: expected one of {', '.join(map(str, typing.get_args(typ)))}, got {value!r}")
+        return value
+    if typ is str and isinstance(value, list):  # `models: [a, b]` -> "a,b"
+        return ",".join(map(str, value))
+    ok = {bool: isinstance(value, bool), int: isinstance(value, int) and not isinstance(value, bool),
+          float: isinstance(value, (int, float)) and not isinstance(value, bool),
+          str: isinstance(value, (str, int, float)) and not isinstance(value, bool)}[typ]
+    if not ok:
+        arg_error("--config", f"{where}: expected {typ.__name__}, got {value!r}")
+    return typ(value)
+
+
+def given_fields(args) -> set[str]:
+    """The fields given on the command line or by --config (parse_args remembers them); for Args built in Python,
+    the fields that differ from the defaults."""
+    given = getattr(args, "_given", None)
+    if given is None:
+        defaults = type(args)()
+        given = {f.name for f in dataclasses.fields(args) if getattr(args, f.name) != getattr(defaults, f.name)}
+    return set(given)
+
+
+def check_numbers(args, positive=(), non_negative=(), unit_interval=()):
+    """The numeric part of a script's check_args: each named field > 0, >= 0 or in [0, 1] (NaN fails), and every
+    Literal field one of its values (Args built in Python skip argparse's check). One line naming the flag."""
+    for f in dataclasses.fields(args):
+        choices = typing.get_args(_field_type(type(args), f.name))
+        if typing.get_origin(_field_type(type(args), f.name)) is typing.Literal and getattr(args, f.name) not in choices:
+            arg_error(flag_name(f.name), f"expected one of {', '.join(map(str, choices))}, got {getattr(args, f.name)!r}")
+    for names, ok, rule in ((positive, lambda v: v > 0, "> 0"), (non_negative, lambda v: v >= 0, ">= 0"),
+                            (unit_interval, lambda v: 0 <= v <= 1, "in [0, 1]")):
+        for name in names:
+            if not ok(getattr(args, name)):
+                arg_error(flag_name(name), f"must be {rule}, got {getattr(args, name)}")
+
+
+class ArgError(SystemExit):
+    """A refused setting: exit code 2 (as argparse's), the one-line message in str(error)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.code = 2
+
+
+def arg_error(flag: str, message: str):
+    """Stop with one line `error: --flag: what is wrong (what to do)` on stderr, exit code 2, no traceback."""
+    print(f"error: {flag}: {message}", file=sys.stderr)
+    raise ArgError(f"error: {flag}: {message}")
+
+
+def parse_int_list(text: str, flag: str) -> list[int]:
+    """'1,2' -> [1, 2]; '' -> []. Errors name the flag."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip() != ""]
+    except ValueError:
+        arg_error(flag, f"expected a comma-separated list of integers, got {text!r}")
+
+
+def load_function(spec: str, flag: str):
+    """'MODULE:FUNCTION' -> the function (--reward-fn). MODULE is a .py file path (examples/my_reward.py) or a
+    dotted module importable from the working directory (examples.my_reward). Called before any model loads,
+    so a bad spec stops the run at once with `error: FLAG: ...`."""
+    module_name, _, function_name = spec.rpartition(":")
+    if not module_name or not function_name:
+        arg_error(flag, f"expected MODULE:FUNCTION (e.g. examples/my_reward.py:correct_and_brief), got {spec!r}")
+    try:
+        if module_name.endswith(".py") or os.sep in module_name or "/" in module_name:
+            path = Path(module_name)
+            if not path.is_file():
+                arg_error(flag, f"{path} is not a file")
+            module_spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(module_name)
+    except Exception as e:  # the module itself failed: a syntax error, a missing import, ...
+        arg_error(flag, f"importing {module_name} failed: {type(e).__name__}: {e}")
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        arg_error(flag, f"{module_name} has no function {function_name!r}")
+    return function
+
+
+class BadRow(ValueError):
+    """A malformed data row; the message names the file and line."""

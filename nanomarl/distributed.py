@@ -1,0 +1,91 @@
+"""distributed.py: TODO."""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import random
+
+import numpy as np
+
+
+def is_main_process() -> bool:
+    return not (torch.distributed.is_available() and torch.distributed.is_initialized()) or torch.distributed.get_rank() == 0
+
+
+def world_info() -> tuple[int, int]:
+    """(rank, world_size); (0, 1) without torchrun."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def seed_sampling_per_rank(seed: int):
+    """Under torchrun, once every rank has built the same parameters from `seed`: reseed each rank with
+    seed + 100003·rank, so the processes sample different responses. One process: nothing changes."""
+    rank, world = world_info()
+    if world > 1:
+        seed_everything(seed + 100003 * rank)
+
+
+def init_distributed(device: str = "") -> tuple[int, int, str]:
+    """Under torchrun (RANK/WORLD_SIZE set): join the process group (NCCL with one GPU per process, gloo on CPU or
+    with --device cpu) and silence the stdout of every rank but 0 (errors still reach stderr).
+    Returns (rank, world_size, device); (0, 1, device or default_device()) for a plain `python script.py`."""
+    if "RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return 0, 1, device or default_device()
+    use_cuda = torch.cuda.is_available() and not device.startswith("cpu")
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(backend="nccl" if use_cuda else "gloo")
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+    if torch.distributed.get_rank() > 0:
+        sys.stdout = open(os.devnull, "w")
+    return torch.distributed.get_rank(), torch.distributed.get_world_size(), f"cuda:{local_rank}" if use_cuda else "cpu"
+
+
+def allreduce_gradients(params: list[nn.Parameter], op: str = "sum"):
+    """Sum (or average) the gradients of the trainable parameters across ranks: the LoRA/head version of DDP.
+    A rank without a gradient for p (it held no rows for it) contributes zeros; p.grad stays None only where no
+    rank had one, so the optimiser skips p exactly as one process would."""
+    rank, world = world_info()
+    if world == 1:
+        return
+    had_grad = allreduce_sum(torch.tensor([p.grad is not None for p in params], dtype=torch.float,
+                                          device=params[0].device))
+    for p, anywhere in zip(params, had_grad.tolist()):
+        if not anywhere:
+            continue
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
+        if op == "mean":
+            p.grad /= world
+
+
+def allreduce_sum(x: torch.Tensor) -> torch.Tensor:
+    """Sum a tensor across ranks (e.g. token counts, so every rank normalises by the global count)."""
+    if world_info()[1] > 1:
+        x = x.clone()
+        torch.distributed.all_reduce(x, op=torch.distributed.ReduceOp.SUM)
+    return x
+
+
+def finish_distributed():
+    """Leave the process group cleanly at the end of a torchrun script (gloo aborts at exit otherwise)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def seed_everything(seed: int):
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
