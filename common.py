@@ -32,6 +32,7 @@ from nanomarl.distributed import allreduce_sum
 from nanomarl.fast import stackable_lora, stacked_lora_routing
 from nanomarl.models import hide_bitsandbytes_unless_quantised, resolve_model
 from nanomarl.tasks.debate import normalize_label, normalize_number
+from nanomarl.fast import read_responses_inside
 
 # ----------------------------------------------------------------------------------------------
 # 1. Settings: one @dataclass Args per script -> argparse
@@ -291,29 +292,15 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
         hidden = out.hidden_states[-1][:, q_len - 1: q_len + r_len - 1] if output_hidden else None
         result = _response_outputs(logits, hidden, response_ids, response_mask, output_entropy)
         return _pad_outputs(result, full_width)
-    # earlier responses inside the queries: the logits at position p predict token p + 1, so response j of row b
-    # is read at (first real query column of b) + start[b] + j - 1; the model computes the logits of the union of
-    # these positions over the rows (logits_to_keep as positions) and every row reads its own
-    first_real = q_len - query_mask.sum(1).long()  # [B], after the trimming above
-    reads = [(q_len - 1 + torch.arange(r_len, device=input_ids.device)).expand(len(input_ids), -1)]
-    targets = [(response_ids, response_mask)]
-    for ids, mask, start in earlier:
-        width = used_width(mask)
-        targets.append((ids[:, :width], mask[:, :width]))
-        read = (first_real + start.to(first_real))[:, None] - 1 + torch.arange(width, device=ids.device)
-        reads.append(torch.where(mask[:, :width].bool(), read.clamp(0, q_len - 1), q_len - 1))  # padding: any kept one
-    keep = torch.unique(torch.cat([r.reshape(-1) for r in reads]))  # sorted
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                output_hidden_states=output_hidden, logits_to_keep=keep, use_cache=False, **extra)
-    rows = torch.arange(len(input_ids), device=input_ids.device)[:, None]
-    results = []
-    for read, (ids, mask) in zip(reads, targets):
-        logits = out.logits[rows, torch.searchsorted(keep, read.contiguous())].float() / temperature  # [B, L, V]
-        hidden = out.hidden_states[-1][rows, read] if output_hidden else None
-        results.append(_response_outputs(logits, hidden, ids, mask, output_entropy))
-    result = _pad_outputs(results[0], full_width)
-    result["earlier"] = [_pad_outputs(r, ids.shape[1]) for r, (ids, _, _) in zip(results[1:], earlier)]
-    return result
+    # --conversation-forward: the same forward also reads responses inside the queries (nanomarl/fast.py)
+    parts = read_responses_inside(model, dict(input_ids=input_ids, attention_mask=attention_mask,
+                                              position_ids=position_ids, output_hidden_states=output_hidden,
+                                              use_cache=False, **extra),
+                                  query_mask, response_ids, response_mask, earlier, output_hidden)
+    results = [_response_outputs(logits.float() / temperature, hidden, ids, mask, output_entropy)
+               for logits, hidden, ids, mask in parts]
+    return dict(_pad_outputs(results[0], full_width),
+                earlier=[_pad_outputs(r, ids.shape[1]) for r, (ids, _, _) in zip(results[1:], earlier)])
 
 
 def _response_outputs(logits, hidden, response_ids, response_mask, output_entropy: bool) -> dict:
@@ -558,36 +545,6 @@ def is_well_formed(text: str, task: str) -> bool:
     through extract_answer, so an answer is well formed exactly when extract_answer finds one. "The answer is
     12." is well formed; an empty or non-numeric \\boxed{} (e.g. a copied \\boxed{XX}) is not."""
     return extract_answer(text, task) is not None
-
-
-# The debate's turn-1 instruction (the authors' wrappers, spec §1.3 item 1), shared by cotrain.py (the
-# agents' first turn), train_verifier.py (the verifier must see the prompt the agents answered) and evaluate.py.
-TURN1_MATH = {
-    "default": ("Question: {question}\n\nProvide a short but precise reasoning for your solution. At the end, you MUST "
-                "write the answer in the following format:\n\nAnswer: \\boxed{{XX}}\n\nPlease ensure that the final "
-                "answer is always formatted this way."),
-    # ours, for small models (the CPU default): SmolLM2-135M copies the authors' "\\boxed{XX}" placeholder; with this
-    # prompt its greedy turn-1 answers are right on 40 % of 40 held-out arith:easy questions (85 % well formed),
-    # against 20 % (52.5 %) with "default" (README "Results", the step-0 rows of runs B and A)
-    "short": "{question}\nShow the calculation, then end with \"The answer is\" and the number.",
-    "phi3": ("Question: {question}\n\nProvide a reasoning for your solution. At the end, you MUST write the answer in "
-             "the following format:```\n\nAnswer: \\boxed{{ XXX }}'''\n\nPlease ensure that the final answer is always "
-             "formatted this way."),
-}
-SHORT_DISCUSSION = ("{question}\nCheck these solutions and yours, show the calculation, then end with \"The answer is\" "
-                    "and the number.")  # the turn t > 1 instruction of the 'short' style (cotrain.discussion_message)
-NLI_BOX = ("\n\nAt the end, write your final answer in the following format:\n\nAnswer: \\boxed{LABEL}\n\nwhere LABEL "
-           "is entailment, neutral or contradiction.")  # ours: the authors' ANLI prompt does not ask for a box
-
-
-def turn1_prompt(question: str, task: str, style: str = "default") -> str:
-    """The first user message: the question wrapped in the authors' instruction to answer in \\boxed{}.
-    task: 'math' or 'nli' (a load_task record's task; nli questions already hold the ANLI prompt)."""
-    if style not in TURN1_MATH:
-        arg_error("--prompt-style", f"expected one of {', '.join(TURN1_MATH)}, got {style!r}")
-    if task == "nli":
-        return question + NLI_BOX
-    return TURN1_MATH[style].format(question=question)
 
 
 def majority_vote_accuracy(answers: list[str | None], gold: str) -> float:

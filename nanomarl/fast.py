@@ -6,6 +6,8 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
+from nanomarl.distributed import allreduce_sum
+
 
 def stackable_lora(model, adapter_names: list[str]) -> bool:
     """Can stacked_lora_routing serve these rows? Only plain LoRA on unquantised nn.Linear layers (peft's
@@ -78,3 +80,51 @@ def _stacked_lora_forward(layer, a_cat, b_cat, row_scale):
         delta = F.linear(F.linear(x.to(a_cat.dtype), a_cat) * row_scale, b_cat)
         return result + delta.to(result.dtype)
     return forward
+
+
+def read_responses_inside(model, inputs: dict, query_mask, response_ids, response_mask, earlier: list[tuple],
+                          output_hidden: bool) -> list[tuple]:
+    """One forward that reads the response after the query AND responses that sit inside the query.
+
+    In a multi-turn chat a later turn's prompt holds an earlier turn's prompt and response, so one
+    forward over the last turn gives every turn's log-probs (cotrain.py --conversation-forward).
+    earlier: one (response_ids [B, L], response_mask [B, L], start [B]) per earlier response, row
+    b's tokens beginning start[b] real tokens into its query. The logits at position p predict token
+    p + 1, so response token j is read at position (first real query column) + start + j - 1; the
+    model computes the logits of the union of these positions only (logits_to_keep as positions) and
+    every row reads its own. The caller checks that the tokens really are there (the forward reads
+    the query's). inputs: the model's keyword arguments for [query ; response] (queries and
+    responses already trimmed of unused columns). Returns [(logits [B, L, V], hidden [B, L, H] or
+    None, ids, mask)]: the response's, then each earlier one's."""
+    q_len, r_len = query_mask.shape[1], response_ids.shape[1]
+    rows = torch.arange(len(response_ids), device=response_ids.device)[:, None]
+    first_real = q_len - query_mask.sum(1).long()
+    reads = [(q_len - 1 + torch.arange(r_len, device=response_ids.device)).expand(len(response_ids), -1)]
+    targets = [(response_ids, response_mask)]
+    for ids, mask, start in earlier:
+        used = mask.any(0).nonzero()
+        width = int(used.max()) + 1 if len(used) else 1
+        targets.append((ids[:, :width], mask[:, :width]))
+        read = (first_real + start.to(first_real))[:, None] - 1 + torch.arange(width, device=ids.device)
+        reads.append(torch.where(mask[:, :width].bool(), read.clamp(0, q_len - 1), q_len - 1))  # padding: any
+    keep = torch.unique(torch.cat([r.reshape(-1) for r in reads]))  # sorted
+    out = model(**inputs, logits_to_keep=keep)
+    return [(out.logits[rows, torch.searchsorted(keep, read.contiguous())],
+             out.hidden_states[-1][rows, read] if output_hidden else None, ids, mask)
+            for read, (ids, mask) in zip(reads, targets)]
+
+
+def conversation_holds(pairs: list[tuple[dict, dict]]) -> bool:
+    """For each (earlier, later) pair of batches (as generate() returns them, the same questions in the same
+    rows): does every row's earlier prompt and sampled response (padding removed) start, token for token, the
+    same row's later prompt? Agreed on by all ranks (the collectives that follow must match everywhere)."""
+    holds = True
+    for earlier, later in pairs:
+        for b in range(len(later["query_ids"])):
+            conversation = torch.cat([earlier["query_ids"][b][earlier["query_mask"][b].bool()],
+                                      earlier["response_ids"][b][earlier["response_mask"][b].bool()]])
+            prompt = later["query_ids"][b][later["query_mask"][b].bool()]
+            holds = holds and len(prompt) >= len(conversation) and torch.equal(prompt[:len(conversation)],
+                                                                               conversation)
+    device = pairs[0][1]["response_mask"].device
+    return bool(allreduce_sum(torch.tensor(float(not holds), device=device)) == 0)

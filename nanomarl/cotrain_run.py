@@ -1,0 +1,263 @@
+"""cotrain_run.py: cotrain.py's run machinery, which a reader of the algorithm may skip: the
+refusals of bad settings, the held-out questions, the verifier and custom scorers, checkpoints,
+printed samples and the logged metrics. Nothing here changes what is trained."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from nanomarl.cli import arg_error, check_numbers
+from nanomarl.distributed import is_main_process
+from nanomarl.models import adapter_state_dict, check_model_name, load_adapter_state_dict, save_adapters
+from nanomarl.runs import (all_rng_states, atomic_write_text, finish_writes_first, load_checkpoint,
+                           restore_rng_state, save_checkpoint)
+from nanomarl.tasks.debate import dataset_options, load_task
+
+
+def check_args(args, models: list[str]):
+    """Every refusal of a setting, before anything heavy loads: one line `error: --flag: ...`, exit
+    code 2. models: the base model of each agent."""
+    check_numbers(args, positive=("num_agents", "num_turns", "lora_r", "lora_alpha", "max_new_tokens", "temperature",
+                                  "forward_batch_size", "verifier_batch_size", "max_steps", "questions_per_update",
+                                  "samples_per_question",
+                                  "ppo_epochs", "lr", "cliprange", "cliprange_value", "max_kl"),
+                  non_negative=("train_limit", "generate_batch_size", "min_response_tokens", "minibatch_questions",
+                                "micro_batch_questions", "lr_decay_steps", "weight_decay", "max_grad_norm",
+                                "kl_coef", "vf_coef", "log_every", "sample_every", "save_every", "eval_questions",
+                                "eval_every"),
+                  unit_interval=("lr_end_factor", "influence_gamma", "gae_gamma", "gae_lambda"))
+    for model in models:
+        check_model_name(model, "--models" if args.models else "--model")
+    if args.reward_fn and (args.scorer != "ground-truth" or args.verifier):
+        arg_error("--reward-fn", "replaces --scorer; drop --scorer verifier and --verifier")
+    if args.verifier and not Path(args.verifier).exists():
+        arg_error("--verifier", f"{args.verifier} does not exist (give a train_verifier.py run folder)")
+    if args.scorer == "verifier" and not args.verifier:
+        arg_error("--verifier", "--scorer verifier needs --verifier PATH (a train_verifier.py checkpoint)")
+    if args.verifier and args.scorer != "verifier":
+        arg_error("--verifier", "is given but --scorer is ground-truth; add --scorer verifier")
+    if args.feedback_in_prompt and args.scorer != "verifier":
+        arg_error("--feedback-in-prompt", "shows a verifier's scores: with --scorer ground-truth it would write the "
+                                          "gold 0/1 labels into the prompts (add --scorer verifier --verifier PATH)")
+    if args.advantage == "group" and args.samples_per_question < 2:
+        arg_error("--samples-per-question", f"--advantage group compares the debates of each question: needs >= 2, "
+                                            f"got {args.samples_per_question}")
+    if args.advantage == "group" and args.value_model == "separate":
+        arg_error("--value-model", "separate trains a critic adapter, which --advantage group never reads (use "
+                                   "--advantage gae, or drop --value-model)")
+    if args.advantage == "group" and args.critic_per_agent:
+        arg_error("--critic-per-agent", "chooses the value heads, which --advantage group does not have (use "
+                                        "--advantage gae, or drop --critic-per-agent)")
+    if not args.critic_history and args.value_model == "shared":
+        arg_error("--no-critic-history", "needs --value-model separate (shared value heads read the policy's own forward)")
+
+
+def heldout_records(args, train_records: list[dict]) -> list[dict]:
+    """The fixed held-out questions of the in-training evaluation: the first --eval-questions of --eval-split.
+    Refused (before any model loads) when one of them is also a training question."""
+    if not args.eval_questions or not is_main_process():
+        return []
+    if Path(args.dataset).is_file():  # a single local data file is one split ('train'): nothing is held out
+        print(f"note: {args.dataset} is a single file (the split 'train'): no in-training evaluation; hold questions "
+              f"out in a folder with a test file, or measure with evaluate.py")
+        return []
+    records = load_task(args.dataset, args.eval_split, limit=args.eval_questions, seed=0,  # the same set for every --seed
+                        skip_bad_rows=args.skip_bad_rows, **dataset_options(args))
+    shared = {r["question"] for r in records} & {r["question"] for r in train_records}
+    if shared:
+        arg_error("--eval-split", f"{len(shared)} of the {len(records)} held-out questions of split {args.eval_split!r} "
+                                  f"are also training questions (e.g. {sorted(shared)[0][:60]!r}); choose a disjoint split")
+    if not records:
+        arg_error("--eval-split", f"{args.dataset} has no questions in split {args.eval_split!r} (or --eval-questions 0 to skip)")
+    return records
+
+
+def rl_records(args, records: list[dict]) -> list[dict]:
+    """The questions PPO may train on. With --scorer verifier: only those the verifier neither trained nor was
+    measured on (train_verifier.rl_questions; MAPoRL footnote 2), split with the settings of the verifier's own
+    run, read from its checkpoint. Other scorers: every record."""
+    if args.scorer != "verifier":
+        return records
+    from train_verifier import rl_questions, verifier_args
+
+    trained = verifier_args(args.verifier)
+    kept = rl_questions(records, trained["verifier_fraction"], trained["split_seed"])
+    print(f"RL questions: {len(kept)} of {len(records)}; the other {len(records) - len(kept)} are the verifier's "
+          f"(--verifier-fraction {trained['verifier_fraction']} --split-seed {trained['split_seed']} of {args.verifier})")
+    if trained.get("dataset") != args.dataset:
+        print(f"note: the verifier was trained on {trained.get('dataset')}, RL runs on {args.dataset}")
+    return kept
+
+
+def verifier_scorer(args, device: str, team=None):
+    """fn(records, responses) -> the verifier's probability that each answer is right. A verifier
+    trained on a base of the team (same model, dtype and quant) is loaded onto it as one more
+    adapter (no copy)."""
+    from train_verifier import load_verifier, score, verifier_args  # imported only when a verifier is used
+
+    trained = verifier_args(args.verifier)  # one more adapter on the policy's base when the bases match
+    same = [] if team is None else [model for name, model in zip(team.base_names, team.bases)
+                                    if (name, args.dtype, args.quant) == (trained["model"], trained["dtype"],
+                                                                          trained["quant"])]
+    verifier = load_verifier(args.verifier, device, base_model=same[0] if same else None)
+
+    def verifier_score(records, responses):  # the verifier sees the question and the answer, not the discussion
+        return score(verifier, [r["question"] for r in records], responses, batch_size=args.verifier_batch_size)
+    return verifier_score
+
+
+def custom_scorer(fn, name: str):
+    """Your scorer (--reward-fn, or main(score_fn=...)) as the trainer calls it: fn(records, responses) gets the
+    load_task records (dicts with question, answer (the normalised gold), task, id and the dataset's other fields)
+    and one response string per record, and returns one score in [0, 1] per response (a list or a tensor).
+    A wrong length or a score outside [0, 1] stops the run with an error naming `name` (NaN passes: PPO skips a
+    non-finite loss with a warning)."""
+    def scorer(records, responses):
+        scores = torch.as_tensor(fn(records, responses), dtype=torch.float).detach().cpu().flatten()
+        if scores.shape[0] != len(responses):
+            arg_error(name, f"returned {scores.shape[0]} scores for {len(responses)} responses")
+        bad = ((scores < 0) | (scores > 1)).nonzero().flatten().tolist()
+        if bad:
+            arg_error(name, f"returned {scores[bad[0]].item()} for response {bad[0]}: scores must be in [0, 1]")
+        return scores
+    return scorer
+
+
+def save_state(run_dir: Path, team, step: int, args):
+    """checkpoint.pt (everything --resume needs, written atomically) plus peft adapter folders, the value
+    heads (value_heads.pt; --advantage gae only) and debate.json (which adapter plays which turn and agent) for
+    evaluate.py. Every rank calls it (the RNG states are gathered); only rank 0 writes."""
+    rngs = all_rng_states()
+    if not is_main_process():
+        return
+    with finish_writes_first():  # Ctrl-C waits for the whole set; each file is written atomically (SIGKILL-safe)
+        state = dict(step=step, rng=rngs, optimizers={name: opt.state_dict() for name, opt in team.optimizers.items()},
+                     adapters=[{name: adapter_state_dict(m, name) for name in names}
+                               for m, names in zip(team.bases, team.base_adapters)])
+        if team.heads:  # --advantage gae; a group run has none (build_team)
+            state["heads"] = team.heads.state_dict()
+        save_checkpoint(run_dir / "checkpoint.pt", state)
+        dirs = ["adapters" if len(team.bases) == 1 else f"adapters_base{i}" for i in range(len(team.bases))]
+        for model, names, folder in zip(team.bases, team.base_adapters, dirs):
+            save_adapters(model, names, run_dir / folder)
+        if team.heads:
+            save_checkpoint(run_dir / "value_heads.pt", team.heads.state_dict())
+        info = dict(models=[team.base_names[i] for i in team.agent_base], adapters=team.adapter_names,
+                    adapter_dirs=[dirs[i] for i in team.agent_base], prompt_style=args.prompt_style, step=step,
+                    feedback_in_prompt=args.feedback_in_prompt, num_turns=args.num_turns, dataset=args.dataset)
+        atomic_write_text(run_dir / "debate.json", json.dumps(info, indent=2))
+
+
+def load_state(run_dir: Path, team) -> int:
+    """Restore what save_state wrote: adapters, value heads, optimisers and this rank's RNG
+    states."""
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    for model, adapters in zip(team.bases, state["adapters"]):
+        for name, tensors in adapters.items():
+            load_adapter_state_dict(model, name, tensors)
+    if team.heads:  # the team's own heads only (build_team: none for --advantage group)
+        team.heads.load_state_dict(state["heads"])
+    for name, opt in team.optimizers.items():
+        opt.load_state_dict(state["optimizers"][name])
+    restore_rng_state(state["rng"])  # this rank's
+    return state["step"]
+
+
+def print_sample(step: int, debate: dict, scores: torch.Tensor, penalized: torch.Tensor, rewards: torch.Tensor,
+                 chars: int = 400):
+    """The first question's debate, printed above the progress bar (tqdm.write)."""
+    record = debate["records"][0]
+    lines = [f"\n=== sample debate, update {step} | gold {record['answer']} ===\nQ: {record['question']}"]
+    for t, turn in enumerate(debate["responses"]):
+        for a, texts in enumerate(turn):
+            text = texts[0] if len(texts[0]) <= chars else texts[0][:chars] + " [...]"
+            lines.append(f"--- turn {t + 1}, agent {a}: answer={debate['answers'][t][a][0]} score={scores[0, t, a]:.3f} "
+                         f"penalised={penalized[0, t, a]:.3f} reward={rewards[0, t, a]:.3f}\n{text}")
+    tqdm.write("\n".join(lines + ["=" * 40]))
+
+
+def debate_samples(step: int, debate: dict, scores: torch.Tensor, penalized: torch.Tensor,
+                   rewards: torch.Tensor) -> list[dict]:
+    """samples.jsonl rows of one update: every (question, turn, agent) response with its prompt, parsed answer,
+    score, penalised score and reward (this process's questions)."""
+    return [dict(step=step, question=record["question"], gold=record["answer"], turn=t + 1, agent=a,
+                 prompt=debate["prompts"][t][a][b], response=debate["responses"][t][a][b],
+                 answer=debate["answers"][t][a][b], correct=debate["correct"][b, t, a].item(),
+                 score=scores[b, t, a].item(), penalized_score=penalized[b, t, a].item(), reward=rewards[b, t, a].item())
+            for b, record in enumerate(debate["records"]) for t in range(len(debate["responses"]))
+            for a in range(len(debate["responses"][t]))]
+
+
+def rollout_metrics(debate: dict, scores: torch.Tensor, penalized: torch.Tensor, rewards: torch.Tensor,
+                    bonus: torch.Tensor) -> dict:
+    """Per turn and per (agent, turn): majority-vote accuracy (debate["vote_accuracy"]),
+    correctness, scores, rewards, bonuses, lengths."""
+    metrics = {}
+    num_turns, num_agents = scores.shape[1], scores.shape[2]
+    for t in range(num_turns):
+        metrics[f"turn{t + 1}/accuracy"] = debate["vote_accuracy"][t]
+        for a in range(num_agents):
+            ro = debate["rollout"][t][a]
+            p = f"agent{a}/turn{t + 1}/"
+            metrics.update({p + "correct": debate["correct"][:, t, a].mean().item(), p + "score": scores[:, t, a].mean().item(),
+                            p + "penalized_score": penalized[:, t, a].mean().item(), p + "reward": rewards[:, t, a].mean().item(),
+                            p + "bonus": bonus[:, t, a].mean().item(),
+                            p + "completions/mean_length": ro["response_mask"].sum(1).float().mean().item(),
+                            p + "completions/clipped_ratio": ro["truncated"].float().mean().item()})
+    metrics.update({"objective/scores": scores.mean().item(), "objective/penalized_scores": penalized.mean().item(),
+                    "objective/rewards": rewards.mean().item(), "objective/bonus": bonus.mean().item(),
+                    "objective/correct": debate["correct"].mean().item(),
+                    "objective/format_penalized_frac": (penalized < scores - 1e-6).float().mean().item()})
+    lengths = torch.cat([ro["response_mask"].sum(1).float().cpu() for turn in debate["rollout"] for ro in turn])
+    truncated = torch.cat([ro["truncated"].float().cpu() for turn in debate["rollout"] for ro in turn])
+    metrics.update({"completions/mean_length": lengths.mean().item(), "completions/clipped_ratio": truncated.mean().item()})
+    return metrics
+
+
+def explained_variance(predicted: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 - Var[target - predicted] / Var[target] over valid tokens (CleanRL's
+    explained_variance)."""
+    def var(x):  # unbiased, over the masked entries
+        n = mask.sum()
+        mean = (x * mask).sum() / n.clamp(min=1e-8)
+        return ((x - mean) ** 2 * mask).sum() / n.clamp(min=1e-8) * n / (n - 1).clamp(min=1)
+    var_target = var(target)
+    return float("nan") if var_target.item() == 0 else (1 - var(target - predicted) / var_target).item()
+
+
+def ppo_metrics(exp: dict, stats: dict, num_agents: int) -> dict:
+    """PPO statistics per agent (token-weighted over its trained turns and all minibatches) and overall."""
+    metrics, per_agent = {}, {a: [] for a in range(num_agents)}
+    for (t, a) in exp:
+        per_agent[a].append((t, a))
+    for a, keys in list(per_agent.items()) + [(None, list(exp))]:
+        if not keys:
+            continue
+        prefix = "" if a is None else f"agent{a}/"
+        mb = [s for key in keys for s in stats[key]]
+        tokens = sum(s["tokens"] for s in mb) or float("nan")
+        masks = [exp[k]["response_mask"] for k in keys]
+        metrics.update({
+            prefix + "objective/kl": sum(exp[k]["kl"].sum() for k in keys).item() / sum(m.shape[0] for m in masks),
+            prefix + "objective/entropy": sum((exp[k]["entropy"] * m).sum() for k, m in zip(keys, masks)).item() / sum(m.sum() for m in masks).item(),
+            prefix + "policy/approxkl": sum(s["approxkl"] for s in mb) / tokens,
+            prefix + "policy/clipfrac": sum(s["clipfrac"] for s in mb) / tokens,
+            prefix + "val/ratio": sum(s["ratio"] for s in mb) / tokens,
+            prefix + "loss/policy": sum(s["pg_loss"] for s in mb) / tokens,
+        })
+        if mb and "vf_loss" in mb[0]:  # --advantage gae: the value heads' fit
+            metrics.update({
+                prefix + "val/clipfrac": sum(s["vf_clipfrac"] for s in mb) / tokens,
+                prefix + "loss/value": sum(s["vf_loss"] for s in mb) / tokens,
+                prefix + "val/explained_variance": sum(explained_variance(exp[k]["old_values"], exp[k]["returns"],
+                                                                          exp[k]["response_mask"]) for k in keys) / len(keys),
+            })
+    for key, value in stats.items():
+        if isinstance(key, str) and key.startswith("grad_norm/") and value:
+            metrics[key] = sum(value) / len(value)
+    metrics["train/skipped_minibatches"] = stats["skipped"]
+    metrics["train/conversation_forward"] = stats.get("conversation_forward", 0.0)  # 1: one forward per conversation
+    return metrics
