@@ -150,16 +150,18 @@ class Args:
 
 
 def sampled_conversation(batch: dict, b: int) -> torch.Tensor:
-    """Row b of a generate() batch without its padding: the prompt's tokens, then the sampled response's."""
+    """Row b of a generate() batch without its padding: the prompt's tokens, then the sampled
+    response's."""
     return torch.cat([batch["query_ids"][b][batch["query_mask"][b].bool()],
                       batch["response_ids"][b][batch["response_mask"][b].bool()]])
 
 
 def continue_chat(tokenizer, conversation_ids: list[int], prompt: str) -> list[int] | str:
-    """The next turn's prompt as token ids: the conversation as sampled (previous prompt and response ids),
-    then the rest of the rendered chat `prompt` tokenised on its own. Re-tokenising the whole chat could merge
-    the agent's own tokens differently ("\n\n" sampled as one token, re-tokenised as two). Returns the text
-    itself when it does not start with those tokens' text (a template that rewrites earlier turns)."""
+    """The next turn's prompt as token ids: the conversation as sampled (previous prompt and
+    response ids), then the rest of the rendered chat `prompt` tokenised on its own. Re-tokenising
+    the whole chat could merge the agent's own tokens differently ("\n\n" sampled as one token,
+    re-tokenised as two). Returns the text itself when it does not start with those tokens' text (a
+    template that rewrites earlier turns)."""
     sampled = tokenizer.decode(conversation_ids)
     if not prompt.startswith(sampled):
         return prompt
@@ -169,16 +171,19 @@ def continue_chat(tokenizer, conversation_ids: list[int], prompt: str) -> list[i
 def run_debate(records: list[dict], models: list, tokenizers: list, adapter_names: list[list[str]],
                max_new_tokens: int, temperature: float = 0.7, greedy: bool = False, scorer=None,
                feedback_in_prompt: bool = False, prompt_style: str = "default", generate_batch_size: int = 0) -> dict:
-    """Play a T-turn debate between A agents on B questions (paper Sec. 3.1, Du et al. 2024). Turn 1: each
-    agent answers turn1_prompt(question). Turn t > 1: each agent's chat gets a user message with the others'
-    answers of turn t-1 (discussion_message); its own earlier answers stay in its chat as it sampled them.
+    """Play a T-turn debate between A agents on B questions (paper Sec. 3.1, Du et al. 2024). Turn
+    1: each agent answers turn1_prompt(question). Turn t > 1: each agent's chat gets a user message
+    with the others' answers of turn t-1 (discussion_message); its own earlier answers stay in its
+    chat as it sampled them.
 
-    models, tokenizers: one per agent; agents on one base pass the SAME model object and are generated
-    together, each row on its own adapter. adapter_names [T][A]: '__base__' = the base model alone.
-    scorer: fn(records, responses) -> scores in [0, 1] (optional; needed for feedback_in_prompt).
-    Returns responses, answers, prompts [T][A][B]; correct and scores [B, T, A]; rollout [T][A]: generate()'s
-    tensors for B rows (query_ids/mask, response_ids/mask, logprobs, entropy, truncated): what PPO trains on."""
-    from peft import PeftModel  # (after load_model: it hides bitsandbytes from peft unless quantising)
+    models, tokenizers: one per agent; agents on one base pass the SAME model object and are
+    generated together, each row on its own adapter. adapter_names [T][A]: '__base__' = the base
+    model alone. scorer: fn(records, responses) -> scores in [0, 1] (optional; needed for
+    feedback_in_prompt). Returns responses, answers, prompts [T][A][B]; correct and scores [B, T,
+    A]; rollout [T][A]: generate()'s tensors for B rows (query_ids/mask, response_ids/mask,
+    logprobs, entropy, truncated): what PPO trains on."""
+    # (after load_model: it hides bitsandbytes from peft unless quantising)
+    from peft import PeftModel
 
     num_turns, num_agents, batch = len(adapter_names), len(models), len(records)
     if feedback_in_prompt and scorer is None:
@@ -192,11 +197,13 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
     answers = [[None] * num_agents for _ in range(num_turns)]
     prompts = [[None] * num_agents for _ in range(num_turns)]
     rollout = [[None] * num_agents for _ in range(num_turns)]
-    sampled = [[None] * batch for _ in range(num_agents)]  # sampled[a][b]: agent a's last prompt + response ids
+    # sampled[a][b]: agent a's last prompt + response ids
+    sampled = [[None] * batch for _ in range(num_agents)]
     correct = torch.zeros(batch, num_turns, num_agents)
     scores = torch.zeros(batch, num_turns, num_agents) if scorer is not None else None
     for t in range(num_turns):
-        if t > 0:  # the discussion message: the other agents' previous answers (and, optionally, scores)
+        # the discussion message: the other agents' previous answers (and, optionally, scores)
+        if t > 0:
             for a in range(num_agents):
                 others = [j for j in range(num_agents) if j != a]
                 for b, r in enumerate(records):
@@ -206,7 +213,8 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
                         other_scores=[float(scores[b, t - 1, j]) for j in others] if fb else None,
                         own_score=float(scores[b, t - 1, a]) if fb else None,
                         prompt_style=prompt_style if r["task"] == "math" else "default")})
-        for agents in groups.values():  # one batched generate per distinct base, every row on its own adapter
+        # one batched generate per distinct base, every row on its own adapter
+        for agents in groups.values():
             model, tok = models[agents[0]], tokenizers[agents[0]]
             texts = [chat_prompt(tok, chats[a][b]) for a in agents for b in range(batch)]
             inputs = [texts[k * batch + b] if t == 0 else continue_chat(tok, sampled[a][b], texts[k * batch + b])
@@ -249,14 +257,16 @@ def ground_truth(records: list[dict], responses: list[str]) -> torch.Tensor:
 
 
 def has_degenerate_repetition(token_ids: list[int], max_period: int = 20, max_repeats: int = 3, decode=None) -> bool:
-    """True when a block of 1..max_period tokens repeats consecutively more than max_repeats times (the authors'
-    rule). Blocks that decode to digits only (e.g. "1000000") are allowed when `decode` is given."""
+    """True when a block of 1..max_period tokens repeats consecutively more than max_repeats times
+    (the authors' rule). Blocks that decode to digits only (e.g. "1000000") are allowed when
+    `decode` is given."""
     n = len(token_ids)
     for period in range(1, max_period + 1):
         run = 0  # consecutive positions i with ids[i] == ids[i - period]
         for i in range(period, n):
             run = run + 1 if token_ids[i] == token_ids[i - period] else 0
-            if run >= period * max_repeats:  # the block ids[i-period+1 .. i] occurred max_repeats + 1 times in a row
+            # the block ids[i-period+1 .. i] occurred max_repeats + 1 times in a row
+            if run >= period * max_repeats:
                 block = token_ids[i - period + 1: i + 1]
                 if decode is None or not decode(block).strip().isdigit():
                     return True
@@ -264,16 +274,17 @@ def has_degenerate_repetition(token_ids: list[int], max_period: int = 20, max_re
 
 
 def format_ok(text: str, task: str, token_ids: list[int], min_tokens: int, decode=None) -> bool:
-    """The format gate: a well-formed final answer (common.is_well_formed, the one definition evaluation also
-    uses; the authors require a \\boxed{}), at least min_tokens tokens, and no degenerate repetition."""
+    """The format gate: a well-formed final answer (common.is_well_formed, the one definition
+    evaluation also uses; the authors require a \\boxed{}), at least min_tokens tokens, and no
+    degenerate repetition."""
     return (is_well_formed(text, task) and len(token_ids) >= min_tokens
             and not has_degenerate_repetition(token_ids, decode=decode))
 
 
 def apply_penalties(scores: torch.Tensor, good_format: torch.Tensor, truncated: torch.Tensor,
                     format_penalty: float | None, missing_eos_penalty: float) -> torch.Tensor:
-    """Bad format -> the score becomes format_penalty (None: no format gate); truncated -> + missing_eos_penalty.
-    All tensors have the same shape ([B, T, A])."""
+    """Bad format -> the score becomes format_penalty (None: no format gate); truncated -> +
+    missing_eos_penalty. All tensors have the same shape ([B, T, A])."""
     if format_penalty is not None:
         scores = torch.where(good_format.bool(), scores, torch.full_like(scores, format_penalty))
     return scores + missing_eos_penalty * truncated.float()
@@ -285,12 +296,14 @@ def apply_penalties(scores: torch.Tensor, good_format: torch.Tensor, truncated: 
 
 
 def influence_aware_rewards(scores: torch.Tensor, gamma: float) -> torch.Tensor:
-    """Influence-aware verification reward (paper Definition 1; the authors' 'discounted_sum'/'all' rule):
+    """Influence-aware verification reward (paper Definition 1; the authors' 'discounted_sum'/'all'
+    rule):
 
         R[t, a] = (s[t, a] + Σ_{t' > t} γ^(t'-t) · mean_j s[t', j]) / Σ_{t' = t..T} γ^(t'-t)
 
-    The agent's own score counts at its turn; at every later turn the mean over ALL agents (itself included)
-    counts. scores: [T, A] or [B, T, A] (penalised scores). Returns the same shape. γ = 0: R = s."""
+    The agent's own score counts at its turn; at every later turn the mean over ALL agents (itself
+    included) counts. scores: [T, A] or [B, T, A] (penalised scores). Returns the same shape. γ = 0:
+    R = s."""
     num_turns = scores.shape[-2]
     turn_mean = scores.mean(dim=-1)  # [..., T]
     rewards = torch.empty_like(scores)
@@ -298,13 +311,15 @@ def influence_aware_rewards(scores: torch.Tensor, gamma: float) -> torch.Tensor:
         future = torch.zeros_like(turn_mean[..., t])
         for k in range(1, num_turns - t):
             future = future + gamma ** k * turn_mean[..., t + k]
-        normaliser = sum(gamma ** k for k in range(num_turns - t))  # γ^0 = 1 for the current turn, also when γ = 0
+        # γ^0 = 1 for the current turn, also when γ = 0
+        normaliser = sum(gamma ** k for k in range(num_turns - t))
         rewards[..., t, :] = (scores[..., t, :] + future.unsqueeze(-1)) / normaliser
     return rewards
 
 
 def turn_rewards(scores: torch.Tensor, rule: str, gamma: float) -> torch.Tensor:
-    """R[t, a] under --reward-rule: influence (Definition 1), current (own score), final-mean (mean of the last turn)."""
+    """R[t, a] under --reward-rule: influence (Definition 1), current (own score), final-mean (mean
+    of the last turn)."""
     if rule == "influence":
         return influence_aware_rewards(scores, gamma)
     if rule == "current":
@@ -315,10 +330,11 @@ def turn_rewards(scores: torch.Tensor, rule: str, gamma: float) -> torch.Tensor:
 
 
 def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: float, beta1: float) -> torch.Tensor:
-    """Collaboration incentives of the paper's Tables 1 and 2. correct: 0/1 tensor [T, A] or [B, T, A].
+    """Collaboration incentives of the paper's Tables 1 and 2. correct: 0/1 tensor [T, A] or [B, T,
+    A].
 
-    "Majority" is the majority of the OTHER agents' correctness at that turn (mean > 0.5: R, < 0.5: W); a tie
-    (mean exactly 0.5, or no other agent) gives no incentive. R = correct, W = wrong.
+    "Majority" is the majority of the OTHER agents' correctness at that turn (mean > 0.5: R, < 0.5:
+    W); a tie (mean exactly 0.5, or no other agent) gives no incentive. R = correct, W = wrong.
 
     Table 1, own revision, added to the agent's answer at t+1:
         own R->W, majority(t) R: -α1      own R->W, majority(t) W: -α0
@@ -327,12 +343,14 @@ def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: 
         majority R->W, own(t) R: -β1      majority R->W, own(t) W: -β0
         majority W->R, own(t) W: +β0      majority W->R, own(t) R: +β1
 
-    The authors' code differs (spec decision a): it pays W->R with majority W as +α1 and W->R with majority R as
-    +α0 (swapped), and in Table 2 flips all four signs and swaps β0/β1 in the R->W rows. We follow the paper."""
+    The authors' code differs (spec decision a): it pays W->R with majority W as +α1 and W->R with
+    majority R as +α0 (swapped), and in Table 2 flips all four signs and swaps β0/β1 in the R->W
+    rows. We follow the paper."""
     c = correct.float()
     num_agents = c.shape[-1]
     if num_agents > 1:
-        others = (c.sum(dim=-1, keepdim=True) - c) / (num_agents - 1)  # [..., T, A]: mean correctness of the others
+        # [..., T, A]: mean correctness of the others
+        others = (c.sum(dim=-1, keepdim=True) - c) / (num_agents - 1)
     else:
         others = torch.full_like(c, 0.5)  # no other agent: treat as a tie, no incentive
     maj_right, maj_wrong = others > 0.5, others < 0.5
@@ -355,7 +373,8 @@ def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: 
 
 
 # ----------------------------------------------------------------------------------------------
-# The team: one base model per distinct name, a LoRA adapter per policy, value heads, one optimiser per adapter
+# The team: one base model per distinct name, a LoRA adapter per policy, value heads, one optimiser
+# per adapter
 # ----------------------------------------------------------------------------------------------
 
 
@@ -374,15 +393,20 @@ def policy_adapter_name(sharing: str, turn: int, agent: int) -> str:
 class Team:
     """Everything trainable, built once by build_team()."""
     base_names: list[str]  # distinct base models
-    bases: list  # one PeftModel per distinct base (policy adapters, + 'critic' with --value-model separate)
+    # one PeftModel per distinct base (policy adapters, + 'critic' with --value-model separate)
+    bases: list
     tokenizers: list  # one per distinct base
     agent_base: list[int]  # base index of each agent
-    adapter_names: list[list[str]]  # [T][A] adapter of each (turn, agent); '__base__' for untrained turns
+    # [T][A] adapter of each (turn, agent); '__base__' for untrained turns
+    adapter_names: list[list[str]]
     trained: list[tuple[int, int]]  # the (turn, agent) pairs PPO trains, 0-based
     base_adapters: list[list[str]]  # adapters on each base (the critic, if any, last)
-    heads: nn.ModuleDict  # value heads, keyed by head_keys[(t, a)]; empty with --advantage group (no values read)
+    # value heads, keyed by head_keys[(t, a)]; empty with --advantage group (no values read)
+    heads: nn.ModuleDict
     head_keys: dict  # (t, a) -> key in heads
-    optimizers: dict  # "adapter" (or "base{i}/adapter") -> AdamW; --advantage gae adds "critic" (the critic LoRA + its heads, separate) or "value_heads" (the heads, shared)
+    # "adapter" (or "base{i}/adapter") -> AdamW; --advantage gae adds "critic" (the critic LoRA +
+    # its heads, separate) or "value_heads" (the heads, shared)
+    optimizers: dict
 
     def models(self) -> list:  # per agent, for run_debate
         return [self.bases[i] for i in self.agent_base]
@@ -408,9 +432,10 @@ def train_turn_indices(args: Args) -> list[int]:
 
 
 def build_team(args: Args, device: str) -> Team:
-    """Load each distinct base once; seed with --seed; add the policy adapters (and with --value-model separate
-    the critic adapter) and one optimiser per adapter; with --advantage gae also the value heads (shared: and one
-    more optimiser for them). --advantage group reads no values: no heads, nothing to step, log or save for them."""
+    """Load each distinct base once; seed with --seed; add the policy adapters (and with
+    --value-model separate the critic adapter) and one optimiser per adapter; with --advantage gae
+    also the value heads (shared: and one more optimiser for them). --advantage group reads no
+    values: no heads, nothing to step, log or save for them."""
     names = agent_models(args)
     base_names = list(dict.fromkeys(names))
     agent_base = [base_names.index(n) for n in names]
@@ -427,7 +452,8 @@ def build_team(args: Args, device: str) -> Team:
         own += ["critic"] if args.value_model == "separate" else []
         bases.append(add_adapters(model, own, r=args.lora_r, alpha=args.lora_alpha))
         base_adapters.append(own)
-    fit_values = args.advantage == "gae"  # --advantage group reads no values: no heads (and no optimiser for them)
+    # --advantage group reads no values: no heads (and no optimiser for them)
+    fit_values = args.advantage == "gae"
     head_keys, heads = {}, nn.ModuleDict()
     for t, a in (trained if fit_values else []):
         key = f"turn{t + 1}" + (f"_agent{a}" if args.critic_per_agent else ("" if len(bases) == 1 else f"_base{agent_base[a]}"))
@@ -435,15 +461,18 @@ def build_team(args: Args, device: str) -> Team:
         if key not in heads:
             heads[key] = ValueHead(hidden_size(bases[agent_base[a]])).to(device)
     optimizers = {}
-    for i, model in enumerate(bases):  # one AdamW per adapter, built from that adapter's parameters only
+    # one AdamW per adapter, built from that adapter's parameters only
+    for i, model in enumerate(bases):
         prefix = "" if len(bases) == 1 else f"base{i}/"
         for name in base_adapters[i]:
             params = adapter_parameters(model, name)
             if name == "critic":
                 params += [p for (t, a), key in head_keys.items() if agent_base[a] == i for p in heads[key].parameters()]
-                params = list({id(p): p for p in params}.values())  # a head shared by several agents: once
+                # a head shared by several agents: once
+                params = list({id(p): p for p in params}.values())
             optimizers[prefix + name] = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
-        if fit_values and args.value_model == "shared":  # no critic adapter: the heads (on the policies' states) alone
+        # no critic adapter: the heads (on the policies' states) alone
+        if fit_values and args.value_model == "shared":
             params = list({id(p): p for (t, a), key in head_keys.items() if agent_base[a] == i
                            for p in heads[key].parameters()}.values())
             optimizers[prefix + "value_heads"] = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
@@ -457,16 +486,18 @@ def build_team(args: Args, device: str) -> Team:
 
 
 def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """Per-token KL estimate log π - log π_ref (Schulman's k1; unbiased for KL(π || π_ref) under π's samples)."""
+    """Per-token KL estimate log π - log π_ref (Schulman's k1; unbiased for KL(π || π_ref) under π's
+    samples)."""
     return logprobs - ref_logprobs
 
 
 def kl_shaped_rewards(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, response_mask: torch.Tensor,
                       final_reward: torch.Tensor, kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token rewards of one (turn, agent) (paper Sec. 3.2, r_θ): r_k = -kl_coef · KL_k at every valid token
-    (k1 estimator log π - log π_ref), plus the final scalar R + b at the last valid token (the EOS, or the last
-    token of a truncated response). Shapes [B, L], [B, L], [B, L], [B]. Returns (rewards, kl), both 0 on padding;
-    rewards.sum(1) == final_reward - kl_coef * kl.sum(1)."""
+    """Per-token rewards of one (turn, agent) (paper Sec. 3.2, r_θ): r_k = -kl_coef · KL_k at every
+    valid token (k1 estimator log π - log π_ref), plus the final scalar R + b at the last valid
+    token (the EOS, or the last token of a truncated response). Shapes [B, L], [B, L], [B, L], [B].
+    Returns (rewards, kl), both 0 on padding; rewards.sum(1) == final_reward - kl_coef *
+    kl.sum(1)."""
     kl = kl_k1(logprobs, ref_logprobs) * response_mask
     rewards = -kl_coef * kl
     last = (response_mask.sum(dim=1).long() - 1).clamp(min=0)  # the mask is a contiguous prefix
@@ -475,9 +506,10 @@ def kl_shaped_rewards(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, respon
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float):
-    """Generalised advantage estimation (Schulman et al. 2016, eq. 16) within each sequence:
-    δ_t = r_t + γ V(s_{t+1}) − V(s_t),  A_t = Σ_l (γλ)^l δ_{t+l}; V = 0 after the last valid token.
-    rewards/values/mask: [B, L], mask 1 on a contiguous valid prefix. Returns (advantages, returns = A + V)."""
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 16) within each sequence: δ_t =
+    r_t + γ V(s_{t+1}) − V(s_t),  A_t = Σ_l (γλ)^l δ_{t+l}; V = 0 after the last valid token.
+    rewards/values/mask: [B, L], mask 1 on a contiguous valid prefix. Returns (advantages, returns =
+    A + V)."""
     values = values * mask
     advantages = torch.zeros_like(rewards)
     last_gae = torch.zeros_like(rewards[:, 0])
@@ -493,16 +525,18 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
 
 
 def group_advantages(sequence_rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """--advantage group: A_i = R_i - mean_j R_j over the K = group_size debates of the same question, rows
-    q*K .. q*K+K-1 holding question q's debates (the rollout repeats each question K times in a row; MAGRPO's
-    Eq. 1 baseline, RLOO's with the sample itself included). No std division (Dr. GRPO). [B*K] -> [B*K]."""
+    """--advantage group: A_i = R_i - mean_j R_j over the K = group_size debates of the same
+    question, rows q*K .. q*K+K-1 holding question q's debates (the rollout repeats each question K
+    times in a row; MAGRPO's Eq. 1 baseline, RLOO's with the sample itself included). No std
+    division (Dr. GRPO). [B*K] -> [B*K]."""
     grouped = sequence_rewards.reshape(-1, group_size)
     return (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
 
 
 def _rows(exp: dict, t: int, agents: list[int], rows: torch.Tensor | None, keys: list[str]) -> dict:
-    """Concatenate the chosen rows of several agents' experience at turn t (all agents of one base at one turn
-    come from the same generate call, so their tensors have equal widths), then drop all-padding columns."""
+    """Concatenate the chosen rows of several agents' experience at turn t (all agents of one base
+    at one turn come from the same generate call, so their tensors have equal widths), then drop
+    all-padding columns."""
     out = {k: torch.cat([exp[(t, a)][k] if rows is None else exp[(t, a)][k][rows] for a in agents]) for k in keys}
     for q_ids, q_mask in (("query_ids", "query_mask"), ("critic_query_ids", "critic_query_mask")):
         if q_mask in out:  # left padding: keep from the first column any row uses
@@ -526,10 +560,11 @@ def _turn_groups(team: Team, t: int) -> list[tuple[int, list[int]]]:
 
 
 def one_conversation(team: Team, exp: dict, args: Args) -> bool:
-    """--conversation-forward: can one forward per agent and debate over its LAST trained turn give every trained
-    turn's log-probs? Yes when each agent plays its trained turns on one adapter, no separate critic needs
-    forwards of its own, and every earlier turn's prompt and sampled response start the last turn's prompt token
-    for token (run_debate continues each chat token for token). Otherwise one forward per turn."""
+    """--conversation-forward: can one forward per agent and debate over its LAST trained turn give
+    every trained turn's log-probs? Yes when each agent plays its trained turns on one adapter, no
+    separate critic needs forwards of its own, and every earlier turn's prompt and sampled response
+    start the last turn's prompt token for token (run_debate continues each chat token for token).
+    Otherwise one forward per turn."""
     turns = sorted({t for t, _ in team.trained})
     if not args.conversation_forward or len(turns) < 2 or (args.advantage == "gae" and args.value_model == "separate"):
         return False
@@ -542,16 +577,18 @@ def one_conversation(team: Team, exp: dict, args: Args) -> bool:
 
 def forward_turns(model, batches: dict, names: list[str], args: Args, one_forward: bool, chunk: int = 0,
                   **outputs) -> dict:
-    """forward_responses for the rows of each turn's batch ({turn: batch}, the same agents' rows at every turn,
-    names: each row's adapter): {turn: dict(logprobs, entropy, hidden)}, in chunks of `chunk` rows (0: all).
-    The plain path is one forward per turn. one_forward (--conversation-forward, one_conversation): one forward
-    over the last turn also reads the earlier turns' responses, which its prompts hold (nanomarl/fast.py);
-    tests/test_fast_paths.py checks that both give the same outputs."""
+    """forward_responses for the rows of each turn's batch ({turn: batch}, the same agents' rows at
+    every turn, names: each row's adapter): {turn: dict(logprobs, entropy, hidden)}, in chunks of
+    `chunk` rows (0: all). The plain path is one forward per turn. one_forward
+    (--conversation-forward, one_conversation): one forward over the last turn also reads the
+    earlier turns' responses, which its prompts hold (nanomarl/fast.py); tests/test_fast_paths.py
+    checks that both give the same outputs."""
     turns, size = sorted(batches), chunk or len(names)
     pieces = {t: [] for t in turns}
     for s in range(0, len(names), size):
         part = {t: {k: v[s:s + size] for k, v in b.items()} for t, b in batches.items()}
-        if one_forward:  # earlier responses sit inside the last turn's prompts, after (their own prompt's) tokens
+        # earlier responses sit inside the last turn's prompts, after (their own prompt's) tokens
+        if one_forward:
             last = part[turns[-1]]
             earlier = [(part[t]["response_ids"], part[t]["response_mask"], part[t]["query_mask"].sum(1))
                        for t in turns[:-1]]
@@ -572,13 +609,15 @@ def forward_turns(model, batches: dict, names: list[str], args: Args, one_forwar
 
 @torch.no_grad()
 def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args: Args) -> dict:
-    """For every trained (turn, agent): π_old and reference log-probs, values, KL-shaped rewards, advantages
-    and returns. final_rewards: [B, T, A] = R + b. Returns {(t, a): dict of tensors}.
-    Multi-process: each rank passes its own questions; the whitening statistics are those of all ranks."""
+    """For every trained (turn, agent): π_old and reference log-probs, values, KL-shaped rewards,
+    advantages and returns. final_rewards: [B, T, A] = R + b. Returns {(t, a): dict of tensors}.
+    Multi-process: each rank passes its own questions; the whitening statistics are those of all
+    ranks."""
     exp = {}
     for t, a in team.trained:  # the tensors as sampled
         ro = debate["rollout"][t][a]
-        critic = ro if args.critic_history else debate["rollout"][0][a]  # authors: turn-1 prompt only
+        # authors: turn-1 prompt only
+        critic = ro if args.critic_history else debate["rollout"][0][a]
         exp[(t, a)] = dict(query_ids=ro["query_ids"], query_mask=ro["query_mask"], response_ids=ro["response_ids"],
                            response_mask=ro["response_mask"], critic_query_ids=critic["query_ids"],
                            critic_query_mask=critic["query_mask"], old_logprobs=ro["logprobs"],
@@ -589,11 +628,14 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
     recompute, n, size = args.old_logprobs == "recompute", len(debate["records"]), args.forward_batch_size
     for t in turns[-1:] if one_forward else turns:
         for i, agents in _turn_groups(team, t):
-            model, together = team.bases[i], turns if one_forward else [t]  # the turns this forward gives
+            # the turns this forward gives
+            model, together = team.bases[i], turns if one_forward else [t]
             batches = {tt: _rows(exp, tt, agents, None, list(exp[(tt, agents[0])])) for tt in together}
             names = [team.adapter_names[t][a] for a in agents for _ in range(n)]
-            # 4. the reference: the same rows on the base alone; π_old: as sampled, or (--old-logprobs
-            # recompute) a forward on each row's adapter; the values: the value heads on the policy's hidden
+            # 4. the reference: the same rows on the base alone; π_old: as sampled, or
+            # (--old-logprobs
+            # recompute) a forward on each row's adapter; the values: the value heads on the
+            # policy's hidden
             # states (--value-model shared) or on the critic adapter's (separate)
             ref = forward_turns(model, batches, ["__base__"] * len(names), args, one_forward, size)
             policy = {}
@@ -614,14 +656,18 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
                 for k, a in enumerate(agents):
                     rows = slice(k * n, (k + 1) * n)
                     mask = tb["response_mask"][rows]
-                    # 5. per-token rewards: -kl_coef x KL at every token, the final reward + b at the last
+                    # 5. per-token rewards: -kl_coef x KL at every token, the final reward + b at
+                    # the last
                     rewards, kl = kl_shaped_rewards(old_logprobs[rows], ref[tt]["logprobs"][rows], mask,
                                                     final_rewards[:, tt, a].to(mask.device), args.kl_coef)
-                    if fit_values:  # GAE within each response, advantages whitened over this (turn, agent)
+                    # GAE within each response, advantages whitened over this (turn, agent)
+                    if fit_values:
                         values = team.heads[team.head_keys[(tt, a)]](hidden[rows]) * mask
                         advantages, returns = gae(rewards, values, mask, args.gae_gamma, args.gae_lambda)
                         advantages = masked_whiten(advantages, mask, all_ranks=True)
-                    else:  # --advantage group: the response's summed reward against its question's K debates
+                    # --advantage group: the response's summed reward against its question's K
+                    # debates
+                    else:
                         values = returns = torch.zeros_like(rewards)
                         advantages = group_advantages(rewards.sum(dim=1), args.samples_per_question)[:, None] * mask
                     exp[(tt, a)].update({key: tb[key][rows] for key in tb})  # the trimmed tensors
@@ -637,16 +683,17 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
 
 
 def token_mean(per_token: torch.Tensor, response_mask: torch.Tensor, num_tokens: torch.Tensor) -> torch.Tensor:
-    """---- LOSS NORMALISATION: the one place. ----
-    A micro-batch's token SUM divided by num_tokens, the valid tokens of this (turn, agent) in the whole
-    MINIBATCH: summing the micro-batch losses gives exactly the minibatch's token-mean (gradient accumulation).
-    Multi-process: num_tokens is the count over all ranks (ppo_update), and the gradients are summed."""
+    """---- LOSS NORMALISATION: the one place. ---- A micro-batch's token SUM divided by num_tokens,
+    the valid tokens of this (turn, agent) in the whole MINIBATCH: summing the micro-batch losses
+    gives exactly the minibatch's token-mean (gradient accumulation). Multi-process: num_tokens is
+    the count over all ranks (ppo_update), and the gradients are summed."""
     return (per_token * response_mask).sum() / num_tokens
 
 
 def policy_loss(new_logprobs, old_logprobs, advantages, response_mask, num_tokens, cliprange: float):
-    """PPO's clipped surrogate for one (turn, agent) micro-batch (paper Sec. 3.2, L_Surrogate), as a loss:
-    max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε)) per token, ρ = π_new/π_old. Returns (loss, stats as token sums and a max)."""
+    """PPO's clipped surrogate for one (turn, agent) micro-batch (paper Sec. 3.2, L_Surrogate), as a
+    loss: max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε)) per token, ρ = π_new/π_old. Returns (loss, stats as token
+    sums and a max)."""
     logratio = (new_logprobs - old_logprobs) * response_mask
     ratio = torch.exp(logratio)
     pg_losses = -advantages * ratio
@@ -662,7 +709,8 @@ def policy_loss(new_logprobs, old_logprobs, advantages, response_mask, num_token
 
 def value_loss(new_values, old_values, returns, response_mask, num_tokens, cliprange_value: float):
     """Clipped value loss for one (turn, agent) micro-batch (paper Sec. 3.2, L_Value; TRL's form):
-    0.5 · max((V - G)², (clip(V, V_old ± c) - G)²) per token, G = the GAE returns. Returns (loss, stats)."""
+    0.5 · max((V - G)², (clip(V, V_old ± c) - G)²) per token, G = the GAE returns. Returns (loss,
+    stats)."""
     values_clipped = old_values + torch.clamp(new_values - old_values, -cliprange_value, cliprange_value)
     vf_losses, vf_losses_clipped = (new_values - returns) ** 2, (values_clipped - returns) ** 2
     vf_loss_per_token = 0.5 * torch.max(vf_losses, vf_losses_clipped)
@@ -673,23 +721,26 @@ def value_loss(new_values, old_values, returns, response_mask, num_tokens, clipr
 
 
 def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict:
-    """--ppo-epochs passes of shuffled minibatches over the rollout (CleanRL's loop). Per micro-batch and turn:
-    one forward of all trained agents of a base (each row on its own adapter), the clipped surrogate of each
-    (turn, agent) and with --advantage gae the value loss (heads on the same forward's hidden states, or on the
-    critic adapter's), one backward. Gradients accumulate over micro-batches, turns and agents; then every
-    optimiser clips its gradient norm and steps once. A non-finite loss skips the minibatch's step.
-    shuffle_seed seeds the minibatch order (its own generator: the same order on every rank).
-    Multi-process: question g of the global batch is local row g // world on rank g % world; each rank forwards
-    its own, losses are divided by the minibatch's GLOBAL token count and the gradients summed across ranks,
-    so the step equals one process's step on the whole minibatch.
-    Returns {(t, a): per-minibatch stats (token sums)}, 'skipped', 'conversation_forward', 'grad_norm/<opt>'."""
+    """--ppo-epochs passes of shuffled minibatches over the rollout (CleanRL's loop). Per
+    micro-batch and turn: one forward of all trained agents of a base (each row on its own adapter),
+    the clipped surrogate of each (turn, agent) and with --advantage gae the value loss (heads on
+    the same forward's hidden states, or on the critic adapter's), one backward. Gradients
+    accumulate over micro-batches, turns and agents; then every optimiser clips its gradient norm
+    and steps once. A non-finite loss skips the minibatch's step. shuffle_seed seeds the minibatch
+    order (its own generator: the same order on every rank). Multi-process: question g of the global
+    batch is local row g // world on rank g % world; each rank forwards its own, losses are divided
+    by the minibatch's GLOBAL token count and the gradients summed across ranks, so the step equals
+    one process's step on the whole minibatch. Returns {(t, a): per-minibatch stats (token sums)},
+    'skipped', 'conversation_forward', 'grad_norm/<opt>'."""
     rank, world = world_info()
     device = next(iter(exp.values()))["response_mask"].device
-    n_global = next(iter(exp.values()))["response_mask"].shape[0] * world  # each rank holds B / world
+    # each rank holds B / world
+    n_global = next(iter(exp.values()))["response_mask"].shape[0] * world
     mb_size = args.minibatch_questions or n_global
     micro = min(args.micro_batch_questions or mb_size, mb_size)
     trainable = [p for opt in team.optimizers.values() for g in opt.param_groups for p in g["params"]]
-    shuffle = torch.Generator().manual_seed(shuffle_seed)  # not the sampling RNG, which differs between ranks
+    # not the sampling RNG, which differs between ranks
+    shuffle = torch.Generator().manual_seed(shuffle_seed)
     keys = ["query_ids", "query_mask", "response_ids", "response_mask", "critic_query_ids", "critic_query_mask",
             "old_logprobs", "old_values", "advantages", "returns"]
     turns = sorted({t for t, _ in team.trained})
@@ -702,8 +753,10 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
         perm = torch.randperm(n_global, generator=shuffle)
         for start in range(0, n_global, mb_size):
             minibatch = perm[start:start + mb_size]
-            minibatch = minibatch[minibatch % world == rank] // world  # multi-process: this rank's rows
-            # the loss normalisation's denominator: the minibatch's tokens of each (turn, agent), all ranks
+            # multi-process: this rank's rows
+            minibatch = minibatch[minibatch % world == rank] // world
+            # the loss normalisation's denominator: the minibatch's tokens of each (turn, agent),
+            # all ranks
             num_tokens = {key: allreduce_sum(e["response_mask"][minibatch].sum()) for key, e in exp.items()}
             mb_stats, finite = {key: [] for key in exp}, True
             for opt in team.optimizers.values():
@@ -719,7 +772,8 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
                         loss = 0.0
                         for tt, tb in batches.items():
                             hidden = out[tt]["hidden"]
-                            if fit_values and not shared:  # the paper's critic: its adapter on every row
+                            # the paper's critic: its adapter on every row
+                            if fit_values and not shared:
                                 critic = dict(query_ids=tb["critic_query_ids"], query_mask=tb["critic_query_mask"],
                                               response_ids=tb["response_ids"], response_mask=tb["response_mask"])
                                 hidden = forward_turns(team.bases[i], {tt: critic}, ["critic"] * len(names), args,
@@ -730,7 +784,8 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
                                                          tb["advantages"][r], mask[r], num_tokens[(tt, a)],
                                                          args.cliprange)
                                 loss = loss + pg_loss
-                                if fit_values:  # shared: the value loss also trains the policy adapter
+                                # shared: the value loss also trains the policy adapter
+                                if fit_values:
                                     new_values = team.heads[team.head_keys[(tt, a)]](hidden[r]) * mask[r]
                                     vf_loss, vs = value_loss(new_values, tb["old_values"][r], tb["returns"][r],
                                                              mask[r], num_tokens[(tt, a)], args.cliprange_value)
@@ -739,7 +794,8 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
                         finite = finite and bool(torch.isfinite(loss))
                         if finite:
                             loss.backward()
-            # multi-process: sum the gradients of all ranks (each loss was divided by the global token count);
+            # multi-process: sum the gradients of all ranks (each loss was divided by the global
+            # token count);
             # skip the step everywhere if a loss was non-finite anywhere
             allreduce_gradients(trainable, "sum")
             finite = bool(allreduce_sum(torch.tensor(float(not finite), device=device)) == 0)
@@ -762,8 +818,9 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
 
 
 def learning_rate(args: Args, step: int) -> float:
-    """Linear decay from lr to lr * lr_end_factor over --lr-decay-steps (default --max-steps; the authors' LinearLR),
-    then constant: updates added on --resume continue at the final lr instead of jumping."""
+    """Linear decay from lr to lr * lr_end_factor over --lr-decay-steps (default --max-steps; the
+    authors' LinearLR), then constant: updates added on --resume continue at the final lr instead of
+    jumping."""
     decay = args.lr_decay_steps or args.max_steps
     return args.lr * (1.0 - (1.0 - args.lr_end_factor) * min(step, decay) / max(1, decay))
 
@@ -774,16 +831,18 @@ def learning_rate(args: Args, step: int) -> float:
 
 
 def eval_due(args: Args, step: int) -> bool:
-    """Evaluate before the first update (step 0), every --eval-every updates and after the last one."""
+    """Evaluate before the first update (step 0), every --eval-every updates and after the last
+    one."""
     return bool(args.eval_questions) and is_main_process() and (
         step == 0 or step == args.max_steps or bool(args.eval_every and step % args.eval_every == 0))
 
 
 @torch.no_grad()
 def evaluate_team(team: Team, args: Args, records: list[dict], scorer) -> dict:
-    """The team debates the held-out questions greedily; the numbers evaluate.py --mode debate reports
-    (common.debate_metrics): majority-vote accuracy per turn with tie expectation (MAPoRL Sec. 4.1), the mean
-    agent's accuracy, the unparsable rate, and the pooled wrong->right / right->wrong changes into each turn."""
+    """The team debates the held-out questions greedily; the numbers evaluate.py --mode debate
+    reports (common.debate_metrics): majority-vote accuracy per turn with tie expectation (MAPoRL
+    Sec. 4.1), the mean agent's accuracy, the unparsable rate, and the pooled wrong->right /
+    right->wrong changes into each turn."""
     t0 = time.time()
     debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names, args.max_new_tokens,
                         greedy=True, scorer=scorer if args.feedback_in_prompt else None,
@@ -797,7 +856,8 @@ def evaluate_team(team: Team, args: Args, records: list[dict], scorer) -> dict:
         metrics[f"eval/turn{t + 1}/accuracy"] = numbers["accuracy"]["majority"][t]
         metrics[f"eval/turn{t + 1}/agent_accuracy"] = numbers["accuracy"]["mean_agent"][t]
         metrics[f"eval/turn{t + 1}/invalid_rate"] = numbers["invalid_rate"][t]
-    for pair in numbers["transitions"]:  # changes from turn t to t+1, as fractions of (question, agent) pairs
+    # changes from turn t to t+1, as fractions of (question, agent) pairs
+    for pair in numbers["transitions"]:
         into = pair["turns"][1] + 1
         metrics[f"eval/turn{into}/wrong_to_right"] = pair["pooled_fractions"]["W→R"]
         metrics[f"eval/turn{into}/right_to_wrong"] = pair["pooled_fractions"]["R→W"]
@@ -809,13 +869,15 @@ def rollout_step(team: Team, args: Args, records: list[dict], scorer,
                  builtin_rules: bool = True) -> tuple[dict, dict, dict]:
     """Stages 1-5 of one update: the debate, scores and penalties, rewards, experience. Returns
     (debate, exp, tensors) with tensors = dict(scores, penalized, rewards, bonus), each [B, T, A].
-    builtin_rules=False (a custom scorer without --reward-fn-rules): no format/EOS penalties and no incentives."""
+    builtin_rules=False (a custom scorer without --reward-fn-rules): no format/EOS penalties and no
+    incentives."""
     # 1. play the debate: all agents of a turn in one generate call, each row on its own adapter
     t0 = time.time()
     debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names, args.max_new_tokens,
                         temperature=args.temperature, scorer=scorer, feedback_in_prompt=args.feedback_in_prompt,
                         prompt_style=args.prompt_style, generate_batch_size=args.generate_batch_size)
-    debate["records"], debate["generate_s"] = records, time.time() - t0  # the generation and scoring alone
+    # the generation and scoring alone
+    debate["records"], debate["generate_s"] = records, time.time() - t0
     debate["vote_accuracy"] = [sum(majority_vote_accuracy([debate["answers"][t][a][b] for a in range(args.num_agents)],
                                                            r["answer"]) for b, r in enumerate(records)) / len(records)
                                for t in range(args.num_turns)]  # each turn's majority vote, for the log
@@ -833,10 +895,12 @@ def rollout_step(team: Team, args: Args, records: list[dict], scorer,
                                 args.missing_eos_penalty)
     # 3. influence-aware reward (Definition 1) + incentives (Tables 1-2, on 0/1 correctness)
     bonus = incentive_bonus(debate["correct"], args.alpha0, args.alpha1, args.beta0, args.beta1)
-    if not builtin_rules:  # a custom scorer without --reward-fn-rules: its scores alone make the reward
+    # a custom scorer without --reward-fn-rules: its scores alone make the reward
+    if not builtin_rules:
         penalized, bonus = scores.clone(), torch.zeros_like(scores)
     rewards = turn_rewards(penalized, args.reward_rule, args.influence_gamma) + bonus
-    # 4-5. old/reference log-probs, values; KL-shaped per-token rewards, GAE, whitened advantages (make_experience)
+    # 4-5. old/reference log-probs, values; KL-shaped per-token rewards, GAE, whitened advantages
+    # (make_experience)
     exp = make_experience(team, debate, rewards, args)
     return debate, exp, dict(scores=scores, penalized=penalized, rewards=rewards, bonus=bonus)
 
@@ -846,7 +910,8 @@ RESUME_MUST_MATCH = ("model", "models", "num_agents", "num_turns", "train_turns"
 
 
 def make_scorer(args: Args, device: str, team: Team | None = None, score_fn=None):
-    """fn(records, responses) -> scores in [0, 1]: yours (--reward-fn or score_fn), a verifier's, or ground truth."""
+    """fn(records, responses) -> scores in [0, 1]: yours (--reward-fn or score_fn), a verifier's, or
+    ground truth."""
     if score_fn is not None:
         print(f"scorer: {args.reward_fn or 'score_fn'}; the format/EOS penalties and the incentives are "
               + ("ON (--reward-fn-rules)" if args.reward_fn_rules else "off (--reward-fn-rules turns them on)"))
@@ -855,13 +920,15 @@ def make_scorer(args: Args, device: str, team: Team | None = None, score_fn=None
 
 
 def main(args: Args, score_fn=None) -> Path:
-    """Train; returns the run folder. score_fn(records, responses) -> scores in [0, 1] is --reward-fn from
-    Python: it replaces --scorer, and the built-in penalties and incentives apply only with --reward-fn-rules."""
+    """Train; returns the run folder. score_fn(records, responses) -> scores in [0, 1] is
+    --reward-fn from Python: it replaces --scorer, and the built-in penalties and incentives apply
+    only with --reward-fn-rules."""
     if args.resume:  # the run's settings + the flags typed now; a structural change is refused
         args = resumed_args(args, "cotrain", RESUME_MUST_MATCH)
     check_args(args, agent_models(args))  # every refusal before anything heavy loads
     train_turn_indices(args)
-    args.lr_decay_steps = args.lr_decay_steps or args.max_steps  # saved in args.json: a longer resume keeps it
+    # saved in args.json: a longer resume keeps it
+    args.lr_decay_steps = args.lr_decay_steps or args.max_steps
     if args.reward_fn:
         if score_fn is not None:
             arg_error("--reward-fn", "main() was also given score_fn; pass one of them")
@@ -876,7 +943,8 @@ def main(args: Args, score_fn=None) -> Path:
     records = load_task(args.dataset, args.dataset_split, limit=args.train_limit or None, seed=args.seed,
                         skip_bad_rows=args.skip_bad_rows, **dataset_options(args))
     records = rl_records(args, records)  # --scorer verifier: never the verifier's own questions
-    eval_records = heldout_records(args, records)  # refused if a held-out question is a training question
+    # refused if a held-out question is a training question
+    eval_records = heldout_records(args, records)
     if len(records) < args.questions_per_update:
         arg_error("--questions-per-update", f"is {args.questions_per_update} but {args.dataset} has "
                                             f"{len(records)} questions")
@@ -898,12 +966,15 @@ def main(args: Args, score_fn=None) -> Path:
                 group["lr"] = lr
         batch = [records[i] for i in step_indices(len(records), args.questions_per_update, step,
                                                   f"cotrain-{args.seed}", drop_last=True)]
-        batch = batch[rank::world]  # multi-process: this rank's questions (global question g on rank g % world)
-        batch = [r for r in batch for _ in range(args.samples_per_question)]  # K debates each, in a row
+        # multi-process: this rank's questions (global question g on rank g % world)
+        batch = batch[rank::world]
+        # K debates each, in a row
+        batch = [r for r in batch for _ in range(args.samples_per_question)]
         t0 = time.time()
         debate, exp, r = rollout_step(team, args, batch, scorer, builtin_rules)  # stages 1-5
         t1 = time.time()
-        # mean KL per response of each (turn, agent) over all ranks: every rank takes the same decision
+        # mean KL per response of each (turn, agent) over all ranks: every rank takes the same
+        # decision
         kl = {key: (allreduce_sum(e["kl"].sum()) / (e["kl"].shape[0] * world)).item() for key, e in exp.items()}
         worst = max(kl, key=kl.get)
         if kl[worst] > args.max_kl:
@@ -919,7 +990,8 @@ def main(args: Args, score_fn=None) -> Path:
                        **ppo_metrics(exp, stats, args.num_agents),
                        **{"timing/generate_s": debate["generate_s"], "timing/rollout_s": t1 - t0,
                           "timing/update_s": t2 - t1, "timing/step_s": t2 - t0})
-        if eval_due(args, step + 1):  # 7. the team after this update on the held-out questions (greedy)
+        # 7. the team after this update on the held-out questions (greedy)
+        if eval_due(args, step + 1):
             metrics.update(evaluate_team(team, args, eval_records, scorer))
         log_metrics(run_dir, metrics)  # multi-process: rank 0 writes its own questions' metrics
         bar.set_postfix(acc=f"{metrics[f'turn{args.num_turns}/accuracy']:.2f}", kl=f"{metrics['objective/kl']:.3f}")
@@ -947,6 +1019,7 @@ def main(args: Args, score_fn=None) -> Path:
 
 
 if __name__ == "__main__":
-    with clean_exits("--dataset"):  # Ctrl-C / SIGTERM: finish the write in progress, exit with a note
+    # Ctrl-C / SIGTERM: finish the write in progress, exit with a note
+    with clean_exits("--dataset"):
         main(parse_args(Args))
 
