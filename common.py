@@ -1,22 +1,19 @@
-"""common.py: the small shared core of nanomarl.
+"""common.py: what the algorithms share and a reader needs: one base model with many LoRA agents.
 
-Only what two or more scripts use lives here, in the order a training script needs it:
-
-  1. settings      parse_args(Args): a @dataclass with a `# comment` per field -> argparse flags
-  2. models        load_model / load_tokenizer (hub id, local path, `tiny`, `smollm2-135m`; fp32/bf16/4-bit/8-bit),
-                   add_adapters (named LoRA adapters on one frozen base), adapter_parameters, ValueHead
-  3. generation    generate(): one batched sampling call, each row on its own adapter
-  4. log-probs     forward_responses() / reference_logprobs(): per-token log-probs at the sampling temperature
-  5. maths         masked_mean/var/whiten, gae, kl_k1, kl_k3
-  6. data          load_task (gsm8k, anli, jsonl:PATH, arith, any hub id or local file), read_jsonl, extract_answer
-  7. runs          start_run, log_metrics, atomic checkpoints and --resume, seeding, device, distributed helpers
+  1. models      load_model, add_adapters (named LoRA adapters on one frozen base),
+                 adapter_parameters, ValueHead, the peft guards (adapters_disabled, single_adapter)
+  2. generation  generate(): one batched sampling call, each row on its own adapter
+  3. log-probs   forward_responses(), reference_logprobs(): per-token log-probs at the temperature
+  4. maths       masked_mean / masked_var / masked_whiten
+  5. answers     extract_answer, is_well_formed, the majority vote and the debate metrics
 
 Conventions used everywhere:
-  * Prompts are left-padded; responses are right-padded. `query_mask`/`response_mask` are 1 on real tokens.
-  * `response_mask` covers the response up to and including the first EOS; everything after is masked.
-    We find the response by the prompt's length, never by searching for pad tokens (pad == EOS for SmolLM2).
-  * The model always stays in eval() mode: dropout is off (PPO's ratio must be exactly 1 on the first
-    minibatch) and peft only accepts per-row `adapter_names` in eval mode. Gradients still flow.
+  * Prompts are left-padded; responses are right-padded. `query_mask`/`response_mask` are 1 on real
+    tokens. `response_mask` covers the response up to and including the first EOS. The response is
+    found by the prompt's length, never by searching for pad tokens (pad == EOS in SmolLM2).
+  * The model always stays in eval() mode: dropout is off (PPO's ratio must be exactly 1 on the
+    first minibatch) and peft only accepts per-row `adapter_names` in eval mode. Gradients flow.
+The machinery (flags, runs, checkpoints, model aliases, fast routing) lives in nanomarl/.
 """
 from __future__ import annotations
 
@@ -33,47 +30,26 @@ from nanomarl.fast import stackable_lora, stacked_lora_routing
 from nanomarl.models import hide_bitsandbytes_unless_quantised, resolve_model
 from nanomarl.tasks.debate import normalize_label, normalize_number
 from nanomarl.fast import read_responses_inside
+from nanomarl.models import prepare_quantized, quantization_kwargs
 
 # ----------------------------------------------------------------------------------------------
-# 1. Settings: one @dataclass Args per script -> argparse
-# ----------------------------------------------------------------------------------------------
-
-
-# ----------------------------------------------------------------------------------------------
-# 2. Models, tokenizers, adapters, value heads
+# 1. Models, adapters, value heads
 # ----------------------------------------------------------------------------------------------
 
 
 def load_model(name: str, dtype: str = "float32", quant: str = "none", device: str = "cpu"):
-    """A frozen causal LM in eval mode. quant: none | 4bit (QLoRA nf4) | 8bit, through bitsandbytes."""
+    """A frozen causal LM in eval mode. quant: none | 4bit (QLoRA nf4) | 8bit, through bitsandbytes
+    (its settings and workarounds: nanomarl/models.py)."""
     hide_bitsandbytes_unless_quantised(quant)  # imports peft; bitsandbytes only with --quant
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+    from transformers import AutoModelForCausalLM
 
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    torch_dtype = dtypes.get(dtype)
     if torch_dtype is None:
         arg_error("--dtype", f"expected float32, bfloat16 or float16, got {dtype!r}")
-    kwargs = dict(dtype=torch_dtype)
-    if quant == "4bit":
-        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                                           bnb_4bit_compute_dtype=torch_dtype,
-                                                           bnb_4bit_use_double_quant=True)
-        kwargs["device_map"] = device
-    elif quant == "8bit":
-        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
-        kwargs["device_map"] = device
-    elif quant != "none":
-        arg_error("--quant", f"expected none, 4bit or 8bit, got {quant!r}")
-    model = AutoModelForCausalLM.from_pretrained(resolve_model(name), **kwargs)
-    if quant == "none":
-        model.to(device)
-    else:  # QLoRA: cast norms to fp32, let gradients reach the LoRA weights through the frozen 4-bit base
-        from peft import prepare_model_for_kbit_training
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
-    for module in model.modules():  # 4-bit on a CPU with AVX512-BF16: bnb repacks a Linear4bit's weight into an
-        # inference-only layout on its first no-grad eval forward (our generate); every later training forward
-        # then fails or silently loses the gradient through that layer. Never repack: one layout, one kernel.
-        if hasattr(module, "support_avx512bf16_for_cpu"):
-            module.support_avx512bf16_for_cpu = False
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(name), dtype=torch_dtype,
+                                                 **quantization_kwargs(quant, torch_dtype, device))
+    model = model.to(device) if quant == "none" else prepare_quantized(model)
     for p in model.parameters():
         p.requires_grad_(False)
     model.eval()
@@ -82,13 +58,14 @@ def load_model(name: str, dtype: str = "float32", quant: str = "none", device: s
 
 def add_adapters(model, names: list[str], r: int = 8, alpha: int = 16, dropout: float = 0.0,
                  target_modules: str | list[str] = "all-linear"):
-    """Named LoRA adapters on one frozen base (peft). Every adapter's weights are trainable; each agent's
-    optimiser is built from its own parameters only (adapter_parameters), never from model.parameters().
-    dropout defaults to 0: PPO's ratio must be exactly 1 on the first minibatch."""
+    """Named LoRA adapters on one frozen base (peft). Every adapter's weights are trainable; each
+    agent's optimiser is built from its own parameters only (adapter_parameters), never from
+    model.parameters(). dropout defaults to 0: PPO's ratio must be exactly 1 on the first
+    minibatch."""
     from peft import LoraConfig, PeftModel, get_peft_model
 
-    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, bias="none",
-                        task_type="CAUSAL_LM")
+    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules,
+                        bias="none", task_type="CAUSAL_LM")
     for i, name in enumerate(names):
         if i == 0 and not isinstance(model, PeftModel):
             model = get_peft_model(model, config, adapter_name=name)
@@ -100,22 +77,26 @@ def add_adapters(model, names: list[str], r: int = 8, alpha: int = 16, dropout: 
 
 
 def make_lora_trainable(model):
-    """requires_grad = True on every LoRA weight, False elsewhere. Call it after any peft set_adapter():
-    set_adapter silently freezes the adapters it does not activate (peft issues #1303, #2436)."""
+    """requires_grad = True on every LoRA weight, False elsewhere. Call it after any peft
+    set_adapter(): set_adapter silently freezes the adapters it does not activate (peft issues
+    #1303, #2436)."""
     for n, p in model.named_parameters():
         p.requires_grad_(".lora_" in n)
 
 
 def adapter_parameters(model, name: str) -> list[nn.Parameter]:
-    """The LoRA parameters of one named adapter (matched by `.lora_A.<name>.` / `.lora_B.<name>.`)."""
-    params = [p for n, p in model.named_parameters() if f".lora_A.{name}." in n or f".lora_B.{name}." in n]
+    """The LoRA parameters of one named adapter (matched by `.lora_A.<name>.` /
+    `.lora_B.<name>.`)."""
+    params = [p for n, p in model.named_parameters()
+              if f".lora_A.{name}." in n or f".lora_B.{name}." in n]
     if not params:
         raise ValueError(f"no LoRA parameters for adapter {name!r}")
     return params
 
 
 class ValueHead(nn.Module):
-    """V(s) = w·h + b on the last hidden state; zero-initialised, so every value starts at 0 (OpenAI/[N] choice)."""
+    """V(s) = w·h + b on the last hidden state; zero-initialised, so every value starts at 0
+    (OpenAI/[N] choice)."""
 
     def __init__(self, hidden_size: int):
         super().__init__()
@@ -128,7 +109,9 @@ class ValueHead(nn.Module):
 
 
 def hidden_size(model) -> int:
-    return model.config.hidden_size if hasattr(model.config, "hidden_size") else model.config.get_text_config().hidden_size
+    config = model.config
+    return (config.hidden_size if hasattr(config, "hidden_size")
+            else config.get_text_config().hidden_size)
 
 
 def chat_prompt(tokenizer, messages: list[dict]) -> str:
@@ -137,7 +120,7 @@ def chat_prompt(tokenizer, messages: list[dict]) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-# 3. Generation: one batched call, each row on its own adapter
+# 2. Generation: one batched call, each row on its own adapter
 # ----------------------------------------------------------------------------------------------
 
 
@@ -148,21 +131,25 @@ def stop_token_ids(tokenizer, model=None) -> list[int]:
     return sorted(i for i in ids if i is not None)
 
 
-def response_mask_from_ids(response_ids: torch.Tensor, stop_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """1 up to and including the first stop token, 0 after it. Returns (mask [B, L] float, truncated [B] bool)."""
+def response_mask_from_ids(response_ids: torch.Tensor, stop_ids: list[int]):
+    """1 up to and including the first stop token, 0 after it. Returns (mask [B, L] float, truncated
+    [B] bool)."""
     is_stop = torch.isin(response_ids, torch.tensor(stop_ids, device=response_ids.device))
-    stops_before = torch.cumsum(is_stop.long(), dim=1) - is_stop.long()  # stop tokens strictly before position
+    # stop tokens strictly before position
+    stops_before = torch.cumsum(is_stop.long(), dim=1) - is_stop.long()
     mask = (stops_before == 0).float()
     return mask, ~is_stop.any(dim=1)
 
 
 def tokenize_prompts(tokenizer, prompts: list, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded ids and mask. A prompt is a text, or a list of token ids taken as they are (a chat continued
-    token by token, cotrain.continue_chat)."""
+    """Left-padded ids and mask. A prompt is a text, or a list of token ids taken as they are (a
+    chat continued token by token, cotrain.continue_chat)."""
     if all(isinstance(p, str) for p in prompts):
-        enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left",
+                        add_special_tokens=False)
         return enc["input_ids"].to(device), enc["attention_mask"].to(device)
-    rows = [torch.tensor([tokenizer(p, add_special_tokens=False)["input_ids"] if isinstance(p, str) else list(p)],
+    rows = [torch.tensor([tokenizer(p, add_special_tokens=False)["input_ids"] if isinstance(p, str)
+                          else list(p)],
                          dtype=torch.long) for p in prompts]
     ids = _pad_cat(rows, tokenizer.pad_token_id, left=True)
     mask = _pad_cat([torch.ones_like(r) for r in rows], 0, left=True)
@@ -171,7 +158,8 @@ def tokenize_prompts(tokenizer, prompts: list, device) -> tuple[torch.Tensor, to
 
 def _pad_cat(tensors: list[torch.Tensor], value, left: bool) -> torch.Tensor:
     width = max(t.shape[1] for t in tensors)
-    padded = [F.pad(t, (width - t.shape[1], 0) if left else (0, width - t.shape[1]), value=value) for t in tensors]
+    padded = [F.pad(t, (width - t.shape[1], 0) if left else (0, width - t.shape[1]), value=value)
+              for t in tensors]
     return torch.cat(padded, dim=0)
 
 
@@ -181,15 +169,11 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
              greedy: bool = False, batch_size: int | None = None,
              lora_routing: str = "stacked") -> dict[str, torch.Tensor]:
     """Sample one response per prompt (a text, or token ids used as they are); row i uses adapter
-    adapter_names[i] ('__base__' = no adapter).
-    Rows on several adapters share one call: lora_routing 'stacked' (stacked_lora_routing, where
-    stackable_lora allows it) or 'peft' (peft's per-row adapter_names=; the same outputs, slower).
-
-    Returns query_ids/query_mask [B, Lq] (left-padded), response_ids/response_mask [B, Lr], logprobs [B, Lr]
-    (log π(token) at the sampling temperature from the raw logits, 0 where masked; with top-p/top-k < full
-    these are still the temperature-only log-probs, the same quantity forward_responses recomputes), entropy
-    [B, Lr] (of that temperature-only distribution, 0 where masked) and truncated [B] (no EOS within
-    max_new_tokens)."""
+    adapter_names[i] ('__base__' = no adapter). Rows on several adapters share one call:
+    lora_routing 'stacked' (nanomarl/fast.py, where it applies) or 'peft' (the same outputs, slower).
+    Returns query_ids/mask [B, Lq] (left-padded), response_ids/mask [B, Lr], logprobs and entropy
+    [B, Lr] (at the sampling temperature, before top-p/top-k: the quantity forward_responses
+    recomputes; 0 where masked) and truncated [B] (no EOS within max_new_tokens)."""
     if lora_routing not in ("stacked", "peft"):
         raise ValueError(f"lora_routing must be 'stacked' or 'peft', got {lora_routing!r}")
     device = next(model.parameters()).device
@@ -197,30 +181,37 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
     batch_size = batch_size or len(prompts)
     chunks = []
     for start in range(0, len(prompts), batch_size):
-        query_ids, query_mask = tokenize_prompts(tokenizer, prompts[start:start + batch_size], device)
+        query_ids, query_mask = tokenize_prompts(tokenizer, prompts[start:start + batch_size],
+                                                 device)
         names = None if adapter_names is None else list(adapter_names[start:start + batch_size])
-        one_adapter = names is not None and len(set(names)) == 1  # peft's ordinary path, as in forward_responses
+        # peft's ordinary path, as in forward_responses
+        one_adapter = names is not None and len(set(names)) == 1
         mixed = names is not None and not one_adapter
         stacked = mixed and lora_routing == "stacked" and stackable_lora(model, names)
         extra = {"adapter_names": names} if mixed and not stacked else {}
         routing = (single_adapter(model, names[0]) if one_adapter else
                    stacked_lora_routing(model, names) if stacked else contextlib.nullcontext())
-        sampling = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_p=top_p,
-                                                              top_k=top_k)
-        # a model's generation_config may carry processors (repetition_penalty, ...) that would make the rollout
-        # off-policy without the returned log-probs showing it: switch them off explicitly
+        sampling = (dict(do_sample=False) if greedy
+                    else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k))
+        # a model's generation_config may carry processors (repetition_penalty, ...) that would make
+        # the rollout off-policy without the returned log-probs showing it: switch them off
+        # explicitly
         sampling.update(repetition_penalty=1.0, no_repeat_ngram_size=0, suppress_tokens=None,
                         begin_suppress_tokens=None, bad_words_ids=None)
         with routing:
-            out = model.generate(input_ids=query_ids, attention_mask=query_mask, max_new_tokens=max_new_tokens,
-                                 min_new_tokens=min_new_tokens, eos_token_id=stops, pad_token_id=tokenizer.pad_token_id,
-                                 return_dict_in_generate=True, output_logits=True, **sampling, **extra)
-        response_ids = out.sequences[:, query_ids.shape[1]:]  # the response starts at the prompt's length
+            out = model.generate(input_ids=query_ids, attention_mask=query_mask,
+                                 max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+                                 eos_token_id=stops, pad_token_id=tokenizer.pad_token_id,
+                                 return_dict_in_generate=True, output_logits=True, **sampling,
+                                 **extra)
+        # the response starts at the prompt's length
+        response_ids = out.sequences[:, query_ids.shape[1]:]
         logits = torch.stack(out.logits, dim=1).float() / (1.0 if greedy else temperature)
         all_logprobs = F.log_softmax(logits, dim=-1)
         del logits
         logprobs = torch.gather(all_logprobs, 2, response_ids.unsqueeze(-1)).squeeze(-1)
-        entropy = torch.stack([-(row.exp() * row).sum(-1) for row in all_logprobs])  # a row at a time: less memory
+        # a row at a time: less memory
+        entropy = torch.stack([-(row.exp() * row).sum(-1) for row in all_logprobs])
         del all_logprobs
         response_mask, truncated = response_mask_from_ids(response_ids, stops)
         response_ids = response_ids.masked_fill(response_mask == 0, tokenizer.pad_token_id)
@@ -230,7 +221,8 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
     return dict(
         query_ids=_pad_cat([c["query_ids"] for c in chunks], tokenizer.pad_token_id, left=True),
         query_mask=_pad_cat([c["query_mask"] for c in chunks], 0, left=True),
-        response_ids=_pad_cat([c["response_ids"] for c in chunks], tokenizer.pad_token_id, left=False),
+        response_ids=_pad_cat([c["response_ids"] for c in chunks], tokenizer.pad_token_id,
+                              left=False),
         response_mask=_pad_cat([c["response_mask"] for c in chunks], 0.0, left=False),
         logprobs=_pad_cat([c["logprobs"] for c in chunks], 0.0, left=False),
         entropy=_pad_cat([c["entropy"] for c in chunks], 0.0, left=False),
@@ -239,45 +231,44 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
 
 
 # ----------------------------------------------------------------------------------------------
-# 4. Log-probs (and hidden states for value heads) of given responses
+# 3. Log-probs (and hidden states for value heads) of given responses
 # ----------------------------------------------------------------------------------------------
 
 
-def forward_responses(model, query_ids, query_mask, response_ids, response_mask, adapter_names: list[str] | None,
-                      temperature: float = 1.0, output_hidden: bool = False, output_entropy: bool = False,
+def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
+                      adapter_names: list[str] | None, temperature: float = 1.0,
+                      output_hidden: bool = False, output_entropy: bool = False,
                       group_by_adapter: bool | None = None, earlier: list[tuple] = ()):
-    """One padded forward over [query ; response]. Row i uses adapter adapter_names[i] (None: the active setup).
+    """One padded forward over [query ; response]; row i on adapter adapter_names[i] (None: the
+    active setup). Returns dict(logprobs [B, Lr] (0 where masked), entropy [B, Lr] or None,
+    hidden [B, Lr, H] or None: the states V(s) is read from).
 
-    Rows on several adapters: without gradients, one mixed-adapter forward (peft's adapter_names=); under
-    autograd (group_by_adapter=None: when gradients are enabled), one padded forward per adapter, rows put
-    back in order. peft's mixed-batch routing gathers and scatters every layer's activations per adapter: under
-    autograd it took ~1.4x the time of per-adapter forwards (bench.py, CPU) and keeps more activations, and
-    bitsandbytes 4-bit layers forbid it altogether.
-    Position ids count only real tokens (cumsum of the attention mask), so left padding changes nothing; columns
-    that no row uses are not computed at all (the outputs keep the full width, zeros there).
-    The logits at position p predict token p+1, so the response's log-probs come from positions
-    [Lq-1, Lq+Lr-1); the hidden states at those positions are the states V(s) is read from.
-    earlier: responses that sit INSIDE the queries, each (response_ids [B, L], response_mask [B, L], start [B]):
-    row b's tokens begin start[b] real tokens into its query (in a multi-turn chat a later turn's prompt holds an
-    earlier turn's prompt and response, so one forward gives both turns: cotrain.py's --conversation-forward).
-    Their logprobs / entropy / hidden come from the same forward, in a list "earlier" of dicts shaped like their
-    response_ids; the caller checks that the tokens really are there (the forward reads the query's).
-    Returns dict(logprobs [B, Lr] (0 where masked), entropy [B, Lr] or None, hidden [B, Lr, H] or None
-    [, earlier])."""
+    Rows on several adapters: without gradients, one mixed-adapter forward (peft's adapter_names=);
+    under autograd (group_by_adapter=None: when gradients are enabled), one forward per adapter,
+    rows put back in order: peft's mixed routing keeps more activations under autograd, and 4-bit
+    layers forbid it. Position ids count only real tokens, so left padding changes nothing; columns
+    no row uses are not computed (the outputs keep the full width, zeros there). The logits at p
+    predict token p+1: the response's log-probs come from positions [Lq-1, Lq+Lr-1).
+    earlier: responses that sit INSIDE the queries, each (ids [B, L], mask [B, L], start [B]), read
+    by the same forward (nanomarl/fast.py; cotrain.py's --conversation-forward); their outputs are
+    returned under "earlier"."""
     if adapter_names is not None and len(set(adapter_names)) == 1:
-        # one adapter for every row: peft's ordinary forward; its mixed-batch path (adapter_names=) would gather
-        # and scatter every layer's activations for nothing (README, "Speed and memory")
+        # one adapter for every row: peft's ordinary forward (its mixed path would gather and
+        # scatter every layer's activations for nothing)
         with single_adapter(model, adapter_names[0]):
-            return forward_responses(model, query_ids, query_mask, response_ids, response_mask, None, temperature,
-                                     output_hidden, output_entropy, earlier=earlier)
+            return forward_responses(model, query_ids, query_mask, response_ids, response_mask,
+                                     None, temperature, output_hidden, output_entropy, earlier=earlier)
     if adapter_names is not None:
         group_by_adapter = torch.is_grad_enabled() if group_by_adapter is None else group_by_adapter
         if group_by_adapter or (torch.is_grad_enabled() and is_quantized(model)):
-            return _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, response_mask,
-                                              adapter_names, temperature, output_hidden, output_entropy, earlier)
-    # columns no row uses (left padding of the prompts, right padding of the responses) cost a full forward each
-    # and change nothing: drop them, and give the outputs their full width back (zeros) at the end
-    full_width, first, width = response_ids.shape[1], first_used_column(query_mask), used_width(response_mask)
+            return _forward_by_adapter_groups(model, query_ids, query_mask, response_ids,
+                                              response_mask, adapter_names, temperature,
+                                              output_hidden, output_entropy, earlier)
+    # columns no row uses (left padding of the prompts, right padding of the responses) cost a full
+    # forward each and change nothing: drop them, and give the outputs their full width back (zeros)
+    # at the end
+    full_width = response_ids.shape[1]
+    first, width = first_used_column(query_mask), used_width(response_mask)
     query_ids, query_mask = query_ids[:, first:], query_mask[:, first:]
     response_ids, response_mask = response_ids[:, :width], response_mask[:, :width]
     q_len, r_len = query_ids.shape[1], response_ids.shape[1]
@@ -287,24 +278,29 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     extra = {} if adapter_names is None else {"adapter_names": list(adapter_names)}
     if not earlier:
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                    output_hidden_states=output_hidden, logits_to_keep=r_len + 1, use_cache=False, **extra)
-        logits = out.logits[:, :-1].float() / temperature  # [B, Lr, V]: the positions that predict response tokens
+                    output_hidden_states=output_hidden, logits_to_keep=r_len + 1, use_cache=False,
+                    **extra)
+        # [B, Lr, V]: the positions that predict response tokens
+        logits = out.logits[:, :-1].float() / temperature
         hidden = out.hidden_states[-1][:, q_len - 1: q_len + r_len - 1] if output_hidden else None
         result = _response_outputs(logits, hidden, response_ids, response_mask, output_entropy)
         return _pad_outputs(result, full_width)
-    # --conversation-forward: the same forward also reads responses inside the queries (nanomarl/fast.py)
-    parts = read_responses_inside(model, dict(input_ids=input_ids, attention_mask=attention_mask,
-                                              position_ids=position_ids, output_hidden_states=output_hidden,
-                                              use_cache=False, **extra),
+    # --conversation-forward: the same forward also reads responses inside the queries
+    # (nanomarl/fast.py)
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                  output_hidden_states=output_hidden, use_cache=False, **extra)
+    parts = read_responses_inside(model, inputs,
                                   query_mask, response_ids, response_mask, earlier, output_hidden)
     results = [_response_outputs(logits.float() / temperature, hidden, ids, mask, output_entropy)
                for logits, hidden, ids, mask in parts]
     return dict(_pad_outputs(results[0], full_width),
-                earlier=[_pad_outputs(r, ids.shape[1]) for r, (ids, _, _) in zip(results[1:], earlier)])
+                earlier=[_pad_outputs(r, ids.shape[1])
+                         for r, (ids, _, _) in zip(results[1:], earlier)])
 
 
 def _response_outputs(logits, hidden, response_ids, response_mask, output_entropy: bool) -> dict:
-    """forward_responses' outputs from the logits [B, L, V] (already / temperature) that predict each token."""
+    """forward_responses' outputs from the logits [B, L, V] (already / temperature) that predict
+    each token."""
     all_logprobs = F.log_softmax(logits, dim=-1)
     logprobs = torch.gather(all_logprobs, 2, response_ids.unsqueeze(-1)).squeeze(-1) * response_mask
     entropy = None
@@ -323,12 +319,14 @@ def _pad_outputs(result: dict, full_width: int) -> dict:
 
 
 def first_used_column(mask: torch.Tensor) -> int:
-    """Left padding that every row has: the first column any row of mask [B, L] uses (0 if none does)."""
+    """Left padding that every row has: the first column any row of mask [B, L] uses (0 if none
+    does)."""
     return int(mask.any(0).float().argmax())
 
 
 def used_width(mask: torch.Tensor) -> int:
-    """Right padding that every row has: 1 + the last column any row of mask [B, L] uses (at least 1)."""
+    """Right padding that every row has: 1 + the last column any row of mask [B, L] uses (at least
+    1)."""
     used = mask.any(0).nonzero()
     return int(used.max()) + 1 if len(used) else 1
 
@@ -337,22 +335,26 @@ def is_quantized(model) -> bool:
     return getattr(model.config, "quantization_config", None) is not None
 
 
-def _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, response_mask, adapter_names, temperature,
+def _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, response_mask,
+                               adapter_names, temperature,
                                output_hidden, output_entropy, earlier=()):
-    """One forward per adapter (each a padded batch of that adapter's rows, trimmed to the group's longest
-    query and response by forward_responses), results put back in the rows' order."""
+    """One forward per adapter (each a padded batch of that adapter's rows, trimmed to the group's
+    longest query and response by forward_responses), results put back in the rows' order."""
     outputs = []
     for name in dict.fromkeys(adapter_names):
-        rows = torch.tensor([i for i, a in enumerate(adapter_names) if a == name], device=query_ids.device)
-        outputs.append((rows, forward_responses(model, query_ids[rows], query_mask[rows], response_ids[rows],
-                                                response_mask[rows], [name] * len(rows), temperature, output_hidden,
-                                                output_entropy, earlier=[tuple(x[rows] for x in e) for e in earlier])))
+        rows = torch.tensor([i for i, a in enumerate(adapter_names) if a == name],
+                            device=query_ids.device)
+        outputs.append((rows, forward_responses(
+            model, query_ids[rows], query_mask[rows], response_ids[rows], response_mask[rows],
+            [name] * len(rows), temperature, output_hidden, output_entropy,
+            earlier=[tuple(x[rows] for x in e) for e in earlier])))
 
     def in_row_order(parts: list[tuple[torch.Tensor, dict]]) -> dict:
         merged = {}
         for key in ("logprobs", "entropy", "hidden"):
             first = parts[0][1][key]
-            merged[key] = None if first is None else first.new_zeros((len(adapter_names), *first.shape[1:]))
+            merged[key] = (None if first is None
+                           else first.new_zeros((len(adapter_names), *first.shape[1:])))
             for rows, out in parts:
                 if first is not None:
                     merged[key] = merged[key].index_copy(0, rows, out[key])
@@ -367,8 +369,9 @@ def _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, respo
 
 @contextlib.contextmanager
 def adapters_disabled(model):
-    """The base model alone (the reference policy). Unlike peft's bare disable_adapter(), this restores
-    requires_grad afterwards: leaving disable_adapter() re-freezes every adapter that is not 'active'."""
+    """The base model alone (the reference policy). Unlike peft's bare disable_adapter(), this
+    restores requires_grad afterwards: leaving disable_adapter() re-freezes every adapter that is
+    not 'active'."""
     from peft import PeftModel
 
     if not isinstance(model, PeftModel):
@@ -384,8 +387,9 @@ def adapters_disabled(model):
 
 @contextlib.contextmanager
 def single_adapter(model, name: str):
-    """Run with only adapter `name` active ('__base__': none), through peft's ordinary (not mixed-batch) forward.
-    Restores the active adapter and requires_grad afterwards: peft's set_adapter freezes the other adapters."""
+    """Run with only adapter `name` active ('__base__': none), through peft's ordinary (not
+    mixed-batch) forward. Restores the active adapter and requires_grad afterwards: peft's
+    set_adapter freezes the other adapters."""
     from peft import PeftModel
 
     if name == "__base__":
@@ -394,7 +398,8 @@ def single_adapter(model, name: str):
         return
     if not isinstance(model, PeftModel):
         raise ValueError(f"adapter {name!r} asked for, but the model has no LoRA adapters")
-    active, trainable = model.active_adapter, {n: p.requires_grad for n, p in model.named_parameters()}
+    active = model.active_adapter
+    trainable = {n: p.requires_grad for n, p in model.named_parameters()}
     model.set_adapter(name)
     try:
         yield model
@@ -404,30 +409,36 @@ def single_adapter(model, name: str):
 
 
 def restore_requires_grad(model, trainable: dict[str, bool]):
-    """Put back every parameter's requires_grad as it was before a peft set_adapter()/disable_adapter(): a frozen
-    adapter (e.g. the verifier sharing the policy's base) stays frozen, a trainable one trainable."""
+    """Put back every parameter's requires_grad as it was before a peft
+    set_adapter()/disable_adapter(): a frozen adapter (e.g. the verifier sharing the policy's base)
+    stays frozen, a trainable one trainable."""
     for n, p in model.named_parameters():
         p.requires_grad_(trainable[n])
 
 
 @torch.no_grad()
-def reference_logprobs(model, query_ids, query_mask, response_ids, response_mask, temperature: float = 1.0):
-    """Log-probs under the reference policy = the same base with every adapter disabled (no second copy)."""
+def reference_logprobs(model, query_ids, query_mask, response_ids, response_mask,
+                       temperature: float = 1.0):
+    """Log-probs under the reference policy = the same base with every adapter disabled (no second
+    copy)."""
     with adapters_disabled(model):
-        return forward_responses(model, query_ids, query_mask, response_ids, response_mask, None, temperature)["logprobs"]
+        return forward_responses(model, query_ids, query_mask, response_ids, response_mask, None,
+                                 temperature)["logprobs"]
 
 
 def batched(fn, batch: dict[str, torch.Tensor], size: int, **kwargs) -> dict[str, torch.Tensor]:
-    """Apply fn(**rows) to row-chunks of a dict of tensors and concatenate the outputs (to bound memory)."""
+    """Apply fn(**rows) to row-chunks of a dict of tensors and concatenate the outputs (to bound
+    memory)."""
     n = next(iter(batch.values())).shape[0]
     outs = [fn(**{k: v[i:i + size] for k, v in batch.items()}, **kwargs) for i in range(0, n, size)]
     if isinstance(outs[0], torch.Tensor):
         return torch.cat(outs)
-    return {k: (torch.cat([o[k] for o in outs]) if outs[0][k] is not None else None) for k in outs[0]}
+    return {k: (torch.cat([o[k] for o in outs]) if outs[0][k] is not None else None)
+            for k in outs[0]}
 
 
 # ----------------------------------------------------------------------------------------------
-# 5. Maths
+# 4. Masked statistics
 # ----------------------------------------------------------------------------------------------
 
 
@@ -439,7 +450,8 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
 
 
 def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
-    """Variance over the masked entries; unbiased uses Bessel's correction n/(n-1) as torch.var does."""
+    """Variance over the masked entries; unbiased uses Bessel's correction n/(n-1) as torch.var
+    does."""
     mean = masked_mean(x, mask)
     var = masked_mean((x - mean) ** 2, mask)
     if unbiased:
@@ -448,10 +460,12 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
     return var
 
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, all_ranks: bool = False) -> torch.Tensor:
-    """(x - mean) / sqrt(var + 1e-8) over the masked entries (TRL's masked_whiten); masked entries stay 0.
-    all_ranks: the mean and unbiased variance of the masked entries of EVERY process (torchrun), from sums and
-    counts all-reduced across ranks, so N processes x B rows whiten exactly like one process with N·B rows."""
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True,
+                  all_ranks: bool = False) -> torch.Tensor:
+    """(x - mean) / sqrt(var + 1e-8) over the masked entries (TRL's masked_whiten); masked entries
+    stay 0. all_ranks: the mean and unbiased variance of the masked entries of EVERY process
+    (torchrun), from sums and counts all-reduced across ranks, so N processes x B rows whiten
+    exactly like one process with N·B rows."""
     if not all_ranks:
         mean, var = masked_mean(x, mask), masked_var(x, mask)
     else:
@@ -465,48 +479,14 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, 
     return whitened * mask
 
 
-def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float):
-    """Generalised advantage estimation (Schulman et al. 2016, eq. 16) within each sequence:
-    δ_t = r_t + γ V(s_{t+1}) − V(s_t),  A_t = Σ_l (γλ)^l δ_{t+l}; V = 0 after the last valid token.
-    rewards/values/mask: [B, L], mask 1 on a contiguous valid prefix. Returns (advantages, returns = A + V)."""
-    values = values * mask
-    advantages = torch.zeros_like(rewards)
-    last_gae = torch.zeros_like(rewards[:, 0])
-    length = rewards.shape[1]
-    for t in reversed(range(length)):
-        next_valid = mask[:, t + 1] if t + 1 < length else torch.zeros_like(mask[:, 0])
-        next_value = values[:, t + 1] * next_valid if t + 1 < length else torch.zeros_like(values[:, 0])
-        delta = rewards[:, t] + gamma * next_value - values[:, t]
-        last_gae = delta + gamma * lam * next_valid * last_gae
-        advantages[:, t] = last_gae
-    advantages = advantages * mask
-    return advantages, (advantages + values) * mask
-
-
-def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """k1 = log π − log π_ref: unbiased per-token KL estimate, can be negative (Schulman's blog "Approximating KL")."""
-    return logprobs - ref_logprobs
-
-
-def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """k3 = exp(r) − r − 1 with r = log π_ref − log π: unbiased and non-negative."""
-    log_ratio = ref_logprobs - logprobs
-    return torch.exp(log_ratio) - log_ratio - 1
-
-
-def explained_variance(predicted: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> float:
-    """1 − Var[target − predicted] / Var[target] over valid tokens (CleanRL's explained_variance)."""
-    var_target = masked_var(target, mask)
-    return float("nan") if var_target.item() == 0 else (1 - masked_var(target - predicted, mask) / var_target).item()
-
-
 # ----------------------------------------------------------------------------------------------
-# 6. Data: one record shape {id, question, answer, task, ...extra}
+# 5. Answers: extraction, the format check, the majority vote and the debate metrics
 # ----------------------------------------------------------------------------------------------
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...} (or \\fbox{...}), braces balanced; None if there is none or it is unclosed."""
+    """Content of the last \\boxed{...} (or \\fbox{...}), braces balanced; None if there is none or
+    it is unclosed."""
     starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
     for start in reversed(starts):
         depth, i = 1, start
@@ -519,19 +499,22 @@ def last_boxed(text: str) -> str | None:
 
 
 def extract_answer(text: str, task: str) -> str | None:
-    """The final answer of a response, normalised for comparison with the gold; None when unparsable.
+    """The final answer of a response, normalised for comparison with the gold; None when
+    unparsable.
 
-    Primary: the content of the last \\boxed{...} (balanced braces). Fallback when there is no box: the
-    clause after the last 'answer is' / 'Answer:' (markdown bold allowed), up to its sentence's end; None if
-    there is no such phrase (a bare number in the reasoning is not an answer). In the chosen text, math takes
-    the last number (normalize_number), nli the first label word that is not negated (normalize_label).
-    task: 'math' (GSM8K-style numbers) or 'nli' (entailment/neutral/contradiction)."""
+    Primary: the content of the last \\boxed{...} (balanced braces). Fallback when there is no box:
+    the clause after the last 'answer is' / 'Answer:' (markdown bold allowed), up to its sentence's
+    end; None if there is no such phrase (a bare number in the reasoning is not an answer). In the
+    chosen text, math takes the last number (normalize_number), nli the first label word that is not
+    negated (normalize_label). task: 'math' (GSM8K-style numbers) or 'nli'
+    (entailment/neutral/contradiction)."""
     boxed = last_boxed(text)
     if boxed is None:
         m = list(re.finditer(r"answer\**\s*(?:is|:)\**\s*:?", text, flags=re.IGNORECASE))
         if not m:
             return None
-        boxed = re.split(r"[.,;!?](?!\d)|\n", text[m[-1].end():].strip())[0]  # up to the sentence's end
+        # up to the sentence's end
+        boxed = re.split(r"[.,;!?](?!\d)|\n", text[m[-1].end():].strip())[0]
     if task == "math":
         return normalize_number(boxed)
     if task == "nli":
@@ -540,20 +523,21 @@ def extract_answer(text: str, task: str) -> str | None:
 
 
 def is_well_formed(text: str, task: str) -> bool:
-    """THE definition of a well-formed final answer, the one every script uses: training's format gate
-    (cotrain.format_ok), the ground-truth scorer, the incentives, evaluation and the verifier's labels all go
-    through extract_answer, so an answer is well formed exactly when extract_answer finds one. "The answer is
-    12." is well formed; an empty or non-numeric \\boxed{} (e.g. a copied \\boxed{XX}) is not."""
+    """THE definition of a well-formed final answer, the one every script uses: training's format
+    gate (cotrain.format_ok), the ground-truth scorer, the incentives, evaluation and the verifier's
+    labels all go through extract_answer, so an answer is well formed exactly when extract_answer
+    finds one. "The answer is 12." is well formed; an empty or non-numeric \\boxed{} (e.g. a copied
+    \\boxed{XX}) is not."""
     return extract_answer(text, task) is not None
 
 
 def majority_vote_accuracy(answers: list[str | None], gold: str) -> float:
     """Majority vote with tie expectation (MAPoRL Sec. 4.1; the authors' `stat_all`, spec §1.9).
 
-    The tie set is the answers with the top vote count. An unparsable answer (None) leaves the tie set when
-    other answers are in it. Score = 1/|tie set| if the gold is in the tie set, else 0: the expected accuracy
-    of breaking the tie uniformly at random. E.g. ['5', '5', '7'] -> 1 (gold 5); ['5', '7'] -> 0.5;
-    ['5', None] -> 1; [None, None, '5'] -> 0 (None won outright)."""
+    The tie set is the answers with the top vote count. An unparsable answer (None) leaves the tie
+    set when other answers are in it. Score = 1/|tie set| if the gold is in the tie set, else 0: the
+    expected accuracy of breaking the tie uniformly at random. E.g. ['5', '5', '7'] -> 1 (gold 5);
+    ['5', '7'] -> 0.5; ['5', None] -> 1; [None, None, '5'] -> 0 (None won outright)."""
     counts = Counter(answers)
     top = max(counts.values())
     tie_set = [a for a, c in counts.items() if c == top]
@@ -562,18 +546,23 @@ def majority_vote_accuracy(answers: list[str | None], gold: str) -> float:
     return 1.0 / len(tie_set) if gold in tie_set else 0.0
 
 
-def answer_correctness(answers: list[list[list[str | None]]], golds: list[str]) -> list[list[list[bool]]]:
-    """answers[q][t][a] (question, turn, agent) -> correct[q][t][a]; an unparsable answer is wrong."""
-    return [[[a is not None and a == gold for a in turn] for turn in per_q] for per_q, gold in zip(answers, golds)]
+def answer_correctness(answers: list, golds: list[str]) -> list[list[list[bool]]]:
+    """answers[q][t][a] (question, turn, agent) -> correct[q][t][a]; an unparsable answer is
+    wrong."""
+    return [[[a is not None and a == gold for a in turn] for turn in per_q]
+            for per_q, gold in zip(answers, golds)]
 
 
 def per_turn_accuracy(answers: list[list[list[str | None]]], golds: list[str]) -> dict:
-    """Per turn: majority-vote accuracy (tie expectation), each agent's accuracy, and the mean over agents.
-    Returns {"majority": [T], "agents": [A][T], "mean_agent": [T]} averaged over questions."""
+    """Per turn: majority-vote accuracy (tie expectation), each agent's accuracy, and the mean over
+    agents. Returns {"majority": [T], "agents": [A][T], "mean_agent": [T]} averaged over
+    questions."""
     correct = answer_correctness(answers, golds)
     n_q, n_t, n_a = len(answers), len(answers[0]), len(answers[0][0])
-    majority = [sum(majority_vote_accuracy(answers[q][t], golds[q]) for q in range(n_q)) / n_q for t in range(n_t)]
-    agents = [[sum(correct[q][t][a] for q in range(n_q)) / n_q for t in range(n_t)] for a in range(n_a)]
+    majority = [sum(majority_vote_accuracy(answers[q][t], golds[q]) for q in range(n_q)) / n_q
+                for t in range(n_t)]
+    agents = [[sum(correct[q][t][a] for q in range(n_q)) / n_q for t in range(n_t)]
+              for a in range(n_a)]
     mean_agent = [sum(agents[a][t] for a in range(n_a)) / n_a for t in range(n_t)]
     return dict(majority=majority, agents=agents, mean_agent=mean_agent)
 
@@ -585,8 +574,8 @@ def transition_counts(correct: list[list[list[bool]]]) -> list[dict]:
     """Answer changes between consecutive turns (MAPoRL Figs. 3-4): for each pair (t, t+1), how many
     (question, agent) pairs went wrong->right, right->wrong, stayed right, stayed wrong.
     correct[q][t][a] -> a list of T-1 dicts {"turns": [t, t+1], "agents": [A] {W→R: n, ...},
-    "pooled": {W→R: n, ...}, "total": questions*agents}; fractions are counts / questions (per agent)
-    or counts / total (pooled)."""
+    "pooled": {W→R: n, ...}, "total": questions*agents}; fractions are counts / questions (per
+    agent) or counts / total (pooled)."""
     n_t, n_a = len(correct[0]), len(correct[0][0])
     out = []
     for t in range(n_t - 1):
@@ -601,35 +590,32 @@ def transition_counts(correct: list[list[list[bool]]]) -> list[dict]:
 
 
 def majority_transitions(answers: list[list[list[str | None]]], golds: list[str]) -> list[dict]:
-    """The authors' per-question transitions (`stat_all`): between turns t and t+1, how many questions
-    had a higher, lower or equal majority-vote accuracy (tie expectation)."""
+    """The authors' per-question transitions (`stat_all`): between turns t and t+1, how many
+    questions had a higher, lower or equal majority-vote accuracy (tie expectation)."""
     out = []
     for t in range(len(answers[0]) - 1):
         counts = dict(improve=0, decline=0, same=0)
         for per_q, gold in zip(answers, golds):
-            before, after = majority_vote_accuracy(per_q[t], gold), majority_vote_accuracy(per_q[t + 1], gold)
+            before = majority_vote_accuracy(per_q[t], gold)
+            after = majority_vote_accuracy(per_q[t + 1], gold)
             counts["improve" if after > before else "decline" if after < before else "same"] += 1
         out.append(dict(turns=[t, t + 1], **counts))
     return out
 
 
 def debate_metrics(answers: list[list[list[str | None]]], golds: list[str]) -> dict:
-    """Every debate number for one method: accuracies per turn, per-agent and pooled transitions (counts and
-    fractions), the authors' majority transitions, and the unparsable-answer rate per turn."""
+    """Every debate number for one method: accuracies per turn, per-agent and pooled transitions
+    (counts and fractions), the authors' majority transitions, and the unparsable-answer rate per
+    turn."""
     acc = per_turn_accuracy(answers, golds)
     counts = transition_counts(answer_correctness(answers, golds))
     n_q = len(answers)
     for pair in counts:
-        pair["agent_fractions"] = [{k: agent[k] / n_q for k in TRANSITIONS} for agent in pair["agents"]]
+        pair["agent_fractions"] = [{k: agent[k] / n_q for k in TRANSITIONS}
+                                   for agent in pair["agents"]]
         pair["pooled_fractions"] = {k: pair["pooled"][k] / pair["total"] for k in TRANSITIONS}
     invalid = [sum(a is None for per_q in answers for a in per_q[t]) / (n_q * len(answers[0][t]))
                for t in range(len(answers[0]))]
-    return dict(accuracy=acc, transitions=counts, majority_transitions=majority_transitions(answers, golds),
-                invalid_rate=invalid, num_questions=n_q, num_turns=len(answers[0]), num_agents=len(answers[0][0]))
-
-
-# ----------------------------------------------------------------------------------------------
-# 7. Runs: folders, metrics, checkpoints, seeding, device, distributed
-# ----------------------------------------------------------------------------------------------
-
-
+    return dict(accuracy=acc, transitions=counts,
+                majority_transitions=majority_transitions(answers, golds), invalid_rate=invalid,
+                num_questions=n_q, num_turns=len(answers[0]), num_agents=len(answers[0][0]))

@@ -1,30 +1,27 @@
-"""cotrain.py: MAPoRL (Park et al., arXiv 2502.18439): LLM agents debate, and every agent is trained with its
-own PPO on influence-aware rewards, all at once, on one frozen base model.
+"""cotrain.py: MAPoRL (Park et al., arXiv 2502.18439). LLM agents debate; every agent is trained
+with its own PPO on influence-aware rewards, all at once, as LoRA adapters on one frozen base.
 
-A agents debate each question for T turns (Du et al. 2024): at turn 1 each answers alone; at turn t > 1 each
-sees its own earlier answers and the others' answers of turn t-1, and answers again. Every answer is scored
-(0/1 correctness, or a verifier's probability); the scores become influence-aware rewards (Definition 1) plus
-collaboration incentives (Tables 1 and 2). Agent a's policy is its own LoRA adapter; the reference is the same
-base with every adapter disabled; with --advantage gae the critic is a value head per turn.
+A agents debate each question for T turns (Du et al. 2024): at turn 1 each answers alone; at turn
+t > 1 each sees its own earlier answers and the others' answers of turn t-1, and answers again.
+Every answer is scored (0/1 correctness, or a trained verifier's probability); the scores become
+influence-aware rewards (Definition 1) plus collaboration incentives (Tables 1 and 2). The reference
+policy is the base with every adapter disabled. One update, in the stages numbered below: 1 play the
+debate, 2 score and penalise, 3 rewards, 4 reference log-probs (and values), 5 KL-shaped rewards and
+advantages, 6 PPO, 7 evaluate on held-out questions.
 
-    python cotrain.py                                  # the CPU default: SmolLM2-135M, arith:digits, ~13 min
-    python cotrain.py --model tiny --max-steps 2       # every stage once, in about a minute
-    python cotrain.py --config recipes/maporl-gsm8k-phi3.yaml   # paper scale, on a GPU
-    torchrun --standalone --nproc_per_node 2 cotrain.py --model tiny --max-steps 2 --questions-per-update 4
-
-One update (the numbered stages below): 1 play the debate, 2 score and penalise, 3 influence-aware rewards
-and incentives, 4 reference log-probs (and values), 5 KL-shaped per-token rewards and advantages, 6 PPO,
-7 evaluate on held-out questions.
+    python cotrain.py                               # the CPU default: SmolLM2-135M, ~13 minutes
+    python cotrain.py --model tiny --max-steps 2    # every stage once, in about a minute
+    python cotrain.py --config recipes/maporl-gsm8k-phi3.yaml               # paper scale, a GPU
+    torchrun --standalone --nproc_per_node 2 cotrain.py --model tiny --questions-per-update 4
 
 Simplifications and differences from the paper and the authors' code (docs/maporl.md says why):
-  * Incentives follow the paper's Tables 1-2 (the code swaps two α indices and flips the β signs).
-  * The CPU default differs in three choices: arith:digits, a per-question baseline over K = 4 debates
-    (--advantage group) instead of GAE, and the score evaluation counts (unparsable = wrong = 0) instead of
-    -10 / -1 penalties. The paper's: --advantage gae --samples-per-question 1 --format-penalty -10
-    --missing-eos-penalty -1 (the recipes spell it).
-  * π_old is the log-probs the tokens were sampled with (--old-logprobs recompute: a forward, as TRL).
-  * --value-model shared (default for gae): the value heads read the policy adapter's hidden states;
-    separate: the paper's critic adapter.
+  * Incentives follow the paper's Tables 1-2 (the code swaps two α and flips the β signs).
+  * The CPU default: arith:digits; a per-question baseline over K = 4 debates (--advantage group)
+    instead of GAE; the score evaluation counts (unparsable = wrong = 0) instead of -10 / -1. The
+    paper's: --advantage gae --samples-per-question 1 --format-penalty -10 --missing-eos-penalty -1.
+  * π_old is the log-probs the tokens were sampled with (--old-logprobs recompute: a forward).
+  * --value-model shared (the gae default): the value heads read the policy adapter's hidden
+    states; separate: the paper's critic adapter.
   * Generation stops at EOS; one temperature samples and recomputes; the verifier runs in-process.
   * The summed (turn, agent) losses step each optimiser once per minibatch.
 """
@@ -41,64 +38,55 @@ import torch
 import torch.nn as nn
 from tqdm import tqdm
 
-from common import ValueHead, adapter_parameters, add_adapters, allreduce_sum, arg_error, chat_prompt, debate_metrics, extract_answer, forward_responses, generate, hidden_size, is_well_formed, load_model, majority_vote_accuracy, masked_whiten, first_used_column, used_width
-from nanomarl.cli import load_function, parse_args, parse_int_list
-from nanomarl.cotrain_run import (check_args, custom_scorer, debate_samples, heldout_records, load_state,
-                                  ppo_metrics, print_sample, rl_records, rollout_metrics, save_state,
-                                  verifier_scorer)
-from nanomarl.distributed import (allreduce_gradients, finish_distributed, init_distributed, seed_everything,
+from common import (ValueHead, adapter_parameters, add_adapters, allreduce_sum, arg_error, chat_prompt,
+                    debate_metrics, extract_answer, first_used_column, forward_responses, generate,
+                    hidden_size, is_well_formed, load_model, majority_vote_accuracy, masked_whiten,
+                    used_width)
+from nanomarl.cli import DataArgs, RunArgs, parse_args, parse_int_list
+from nanomarl.cotrain_run import (RESUME_MUST_MATCH, check_args, custom_scorer, eval_due, eval_metrics,
+                                  finish_run, heldout_records, load_state, log_update, ppo_metrics,
+                                  rollout_metrics, save_state, stop_if_kl_exceeds, user_scorer)
+from nanomarl.distributed import (allreduce_gradients, init_distributed, seed_everything,
                                   seed_sampling_per_rank, world_info)
-from nanomarl.fast import conversation_holds
+from nanomarl.fast import conversation_forward, conversation_forward_applies
 from nanomarl.models import load_tokenizer
-from nanomarl.runs import (clean_exits, format_metrics, log_metrics, log_samples, print_eval_table,
-                          resumed_args, set_torch_threads, start_run)
+from nanomarl.runs import clean_exits, log_metrics, resumed_args, set_torch_threads, start_run
 from nanomarl.tasks.debate import dataset_options, load_task, step_indices
-from nanomarl.trackers import finish_tracker, plot_run
-from nanomarl.distributed import is_main_process
-from nanomarl.tasks.debate_prompts import discussion_message, turn1_prompt
+from nanomarl.tasks.debate_prompts import (continue_chat, discussion_message, has_degenerate_repetition,
+                                           sampled_conversation, turn1_prompt)
+from train_verifier import rl_records, verifier_scorer
 
 
 @dataclass
-class Args:
-    # ---- run ----
-    seed: int = 0  # random seed (questions, sampling, initialisation)
-    output_dir: str = ""  # the run folder (default: runs/cotrain-<time>-s<seed>)
-    resume: str = ""  # continue the run in this folder; flags typed now override its saved settings
-    device: str = ""  # cpu or cuda (default: cuda when available)
-    threads: int = 0  # torch CPU threads (0: OMP_NUM_THREADS, else the cores left free)
+class Args(RunArgs, DataArgs):  # and the flags of a run (--seed, --resume, ...) and of the data
     # ---- models and adapters ----
-    model: str = "smollm2-135m"  # base model of every agent: hub id, local path, smollm2-135m or tiny
-    models: str = ""  # one base per agent, comma-separated (heterogeneous agents; overrides --model)
+    model: str = "smollm2-135m"  # every agent's base: hub id, local path, smollm2-135m or tiny
+    models: str = ""  # one base per agent, comma-separated (overrides --model)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # weights and compute dtype
     quant: Literal["none", "4bit", "8bit"] = "none"  # 4bit: QLoRA, as the paper
     lora_r: int = 8  # LoRA rank (authors: 8)
     lora_alpha: int = 16  # LoRA alpha (authors: 16); all linear layers, dropout 0
-    policy_sharing: Literal["agent", "agent-turn", "shared"] = "agent"  # one LoRA per agent | per (turn, agent) | one
-    value_model: Literal["shared", "separate"] = "shared"  # gae critic: heads on the policy's states | own adapter
-    old_logprobs: Literal["sampling", "recompute"] = "sampling"  # π_old: as sampled | a forward after the rollout
-    conversation_forward: bool = True  # one forward per agent and debate covers all its trained turns
+    policy_sharing: Literal["agent", "agent-turn", "shared"] = "agent"  # a LoRA per agent | turn | one
+    value_model: Literal["shared", "separate"] = "shared"  # critic: heads on the policy | own LoRA
+    old_logprobs: Literal["sampling", "recompute"] = "sampling"  # π_old: as sampled | a forward
+    conversation_forward: bool = True  # one forward per agent and debate covers all its turns
     critic_per_agent: bool = False  # one value head per (turn, agent) instead of one per turn
-    critic_history: bool = True  # separate critic sees the discussion; --no-critic-history: turn 1 only
+    critic_history: bool = True  # the separate critic sees the discussion (no: turn 1 only)
     # ---- debate ----
-    dataset: str = "arith:digits"  # arith:digits | arith:easy | arith | gsm8k | anli[:rN] | jsonl:PATH | hub id | file
-    dataset_split: str = "train"  # the split to train on (a single local file is the split 'train')
-    dataset_config: str = ""  # hub id only: the dataset's configuration (e.g. main for openai/gsm8k)
-    question_field: str = "question"  # hub id or local file: the question column
-    answer_field: str = "answer"  # hub id or local file: the gold answer column
-    dataset_task: Literal["math", "nli"] = "math"  # hub id or local file: how the answer is read
+    dataset: str = "arith:digits"  # arith[:digits|:easy], gsm8k, anli[:rN], jsonl:PATH, hub id, file
+    dataset_split: str = "train"  # the split to train on (a single local file is 'train')
     train_limit: int = 1000  # use the first N training questions (0: all)
-    skip_bad_rows: bool = False  # skip malformed dataset rows instead of stopping
     num_agents: int = 2  # A, agents in the debate
     num_turns: int = 2  # T, turns of the debate (the paper trains with 3)
-    train_turns: str = ""  # turns to train, 1-based, comma-separated (default: all); others play the base
-    prompt_style: Literal["short", "default", "phi3"] = "short"  # short (ours) or the authors' default / phi3
+    train_turns: str = ""  # turns to train, 1-based, comma-separated (default all; others: base)
+    prompt_style: Literal["short", "default", "phi3"] = "short"  # ours, or the authors' two
     feedback_in_prompt: bool = False  # show each agent the verifier's scores of the previous answers
     max_new_tokens: int = 48  # response length limit (authors: 300)
     temperature: float = 0.3  # sampling temperature, also for every log-prob (authors: 0.7)
     generate_batch_size: int = 0  # rows per generate call (0: a whole turn in one call)
     forward_batch_size: int = 8  # rows per no-grad forward (reference log-probs, values)
     # ---- scores, penalties, rewards ----
-    scorer: Literal["ground-truth", "verifier"] = "ground-truth"  # 0/1 correctness or a verifier's probability
+    scorer: Literal["ground-truth", "verifier"] = "ground-truth"  # 0/1, or a verifier's probability
     verifier: str = ""  # a train_verifier.py run folder (with --scorer verifier)
     verifier_batch_size: int = 8  # answers per verifier forward
     reward_fn: str = ""  # your scorer MODULE:FUNCTION, fn(records, responses) -> scores in [0, 1]
@@ -106,8 +94,8 @@ class Args:
     penalize_format: bool = True  # replace the score of a badly formatted answer by --format-penalty
     format_penalty: float = 0.0  # the bad-format score (authors: -10; 0: scored as a wrong answer)
     min_response_tokens: int = 10  # shorter responses count as bad format (authors: 50)
-    missing_eos_penalty: float = 0.0  # added to the score of a response cut at --max-new-tokens (authors: -1)
-    reward_rule: Literal["influence", "current", "final-mean"] = "influence"  # Definition 1 | own | last turn
+    missing_eos_penalty: float = 0.0  # added to a response cut at --max-new-tokens (authors: -1)
+    reward_rule: Literal["influence", "current", "final-mean"] = "influence"  # Def. 1 | own | last
     influence_gamma: float = 0.3  # γ of the influence-aware reward (authors: 0.3)
     alpha0: float = 0.5  # Table 1: W->R against a wrong majority (+), R->W with a wrong majority (-)
     alpha1: float = 0.5  # Table 1: W->R with a right majority (+), R->W against a right majority (-)
@@ -116,10 +104,10 @@ class Args:
     # ---- PPO ----
     max_steps: int = 10  # updates: each a rollout and --ppo-epochs passes over it
     questions_per_update: int = 2  # B, questions per rollout (global under torchrun; authors: 256)
-    samples_per_question: int = 4  # K, debates per question (--advantage group compares them; authors: 1)
-    advantage: Literal["group", "gae"] = "group"  # reward less its question's mean | GAE on value heads
+    samples_per_question: int = 4  # K, debates per question (group compares them; authors: 1)
+    advantage: Literal["group", "gae"] = "group"  # reward less its question's mean | GAE, values
     minibatch_questions: int = 0  # debates per optimiser step (0: all B x K, one step per epoch)
-    micro_batch_questions: int = 1  # debates per forward/backward in a minibatch (gradient accumulation)
+    micro_batch_questions: int = 1  # debates per forward/backward (gradient accumulation)
     ppo_epochs: int = 2  # passes over each rollout (authors: 4)
     lr: float = 2e-4  # AdamW learning rate of every adapter and head (authors: 1e-5)
     lr_end_factor: float = 0.1  # linear decay from lr to lr * this (authors: 0.1)
@@ -136,174 +124,127 @@ class Args:
     # ---- logging ----
     log_every: int = 1  # print a summary every N updates
     sample_every: int = 2  # print a sample debate and log all debates every N updates (0: never)
-    report_to: Literal["none", "wandb", "trackio", "tensorboard"] = "none"  # also send metrics here
     save_every: int = 2  # write the checkpoint and adapters every N updates (and at the end)
     # ---- held-out evaluation ----
-    eval_questions: int = 40  # held-out questions debated greedily before, during and after (0: off)
+    eval_questions: int = 40  # held-out questions debated greedily before and after (0: off)
     eval_every: int = 0  # also evaluate every N updates (0: before the first and after the last)
     eval_split: str = "test"  # split of the held-out questions (disjoint from the training split)
 
 
-# ----------------------------------------------------------------------------------------------
-# 1. The debate (Sec. 3.1): prompts, and the rollout itself (evaluate.py plays it too)
-# ----------------------------------------------------------------------------------------------
+RESPONSE_KEYS = ("query_ids", "query_mask", "response_ids", "response_mask")  # forward_responses' rows
 
 
-def sampled_conversation(batch: dict, b: int) -> torch.Tensor:
-    """Row b of a generate() batch without its padding: the prompt's tokens, then the sampled
-    response's."""
-    return torch.cat([batch["query_ids"][b][batch["query_mask"][b].bool()],
-                      batch["response_ids"][b][batch["response_mask"][b].bool()]])
-
-
-def continue_chat(tokenizer, conversation_ids: list[int], prompt: str) -> list[int] | str:
-    """The next turn's prompt as token ids: the conversation as sampled (previous prompt and
-    response ids), then the rest of the rendered chat `prompt` tokenised on its own. Re-tokenising
-    the whole chat could merge the agent's own tokens differently ("\n\n" sampled as one token,
-    re-tokenised as two). Returns the text itself when it does not start with those tokens' text (a
-    template that rewrites earlier turns)."""
-    sampled = tokenizer.decode(conversation_ids)
-    if not prompt.startswith(sampled):
-        return prompt
-    return list(conversation_ids) + tokenizer(prompt[len(sampled):], add_special_tokens=False)["input_ids"]
+# 1. The debate (Sec. 3.1) -------------------------------------------------------------------------
 
 
 def run_debate(records: list[dict], models: list, tokenizers: list, adapter_names: list[list[str]],
                max_new_tokens: int, temperature: float = 0.7, greedy: bool = False, scorer=None,
-               feedback_in_prompt: bool = False, prompt_style: str = "default", generate_batch_size: int = 0) -> dict:
-    """Play a T-turn debate between A agents on B questions (paper Sec. 3.1, Du et al. 2024). Turn
-    1: each agent answers turn1_prompt(question). Turn t > 1: each agent's chat gets a user message
+               feedback_in_prompt: bool = False, prompt_style: str = "default",
+               generate_batch_size: int = 0) -> dict:
+    """Play a T-turn debate between A agents on B questions (Sec. 3.1, Du et al. 2024). Turn 1:
+    each agent answers turn1_prompt(question). Turn t > 1: each agent's chat gets a user message
     with the others' answers of turn t-1 (discussion_message); its own earlier answers stay in its
     chat as it sampled them.
 
     models, tokenizers: one per agent; agents on one base pass the SAME model object and are
-    generated together, each row on its own adapter. adapter_names [T][A]: '__base__' = the base
-    model alone. scorer: fn(records, responses) -> scores in [0, 1] (optional; needed for
-    feedback_in_prompt). Returns responses, answers, prompts [T][A][B]; correct and scores [B, T,
-    A]; rollout [T][A]: generate()'s tensors for B rows (query_ids/mask, response_ids/mask,
-    logprobs, entropy, truncated): what PPO trains on."""
-    # (after load_model: it hides bitsandbytes from peft unless quantising)
-    from peft import PeftModel
+    generated together, each row on its own adapter. adapter_names [T][A]: '__base__' = the base.
+    scorer: fn(records, responses) -> scores in [0, 1] (optional; needed for feedback_in_prompt).
+    Returns responses, answers, prompts [T][A][B]; correct and scores [B, T, A]; rollout [T][A]:
+    generate()'s tensors for B rows (query/response ids and masks, logprobs, entropy, truncated)."""
+    from peft import PeftModel  # after load_model, which hides bitsandbytes unless quantising
 
     num_turns, num_agents, batch = len(adapter_names), len(models), len(records)
     if feedback_in_prompt and scorer is None:
         raise ValueError("feedback_in_prompt needs a scorer")
-    chats = [[[{"role": "user", "content": turn1_prompt(r["question"], r["task"], prompt_style)}] for r in records]
-             for _ in range(num_agents)]  # chats[a][b]: the conversation agent a has seen on question b
+    # chats[a][b]: the conversation agent a has seen on question b
+    chats = [[[{"role": "user", "content": turn1_prompt(r["question"], r["task"], prompt_style)}]
+              for r in records] for _ in range(num_agents)]
     groups: dict[int, list[int]] = {}  # agents that share one model object, generated together
     for a, model in enumerate(models):
         groups.setdefault(id(model), []).append(a)
-    responses = [[None] * num_agents for _ in range(num_turns)]
-    answers = [[None] * num_agents for _ in range(num_turns)]
-    prompts = [[None] * num_agents for _ in range(num_turns)]
-    rollout = [[None] * num_agents for _ in range(num_turns)]
-    # sampled[a][b]: agent a's last prompt + response ids
-    sampled = [[None] * batch for _ in range(num_agents)]
+    responses, answers, prompts, rollout = ([[None] * num_agents for _ in range(num_turns)]
+                                            for _ in range(4))
+    sampled = [[None] * batch for _ in range(num_agents)]  # agent a's last prompt + response ids
     correct = torch.zeros(batch, num_turns, num_agents)
     scores = torch.zeros(batch, num_turns, num_agents) if scorer is not None else None
     for t in range(num_turns):
-        # the discussion message: the other agents' previous answers (and, optionally, scores)
-        if t > 0:
-            for a in range(num_agents):
-                others = [j for j in range(num_agents) if j != a]
-                for b, r in enumerate(records):
-                    fb = feedback_in_prompt
-                    chats[a][b].append({"role": "user", "content": discussion_message(
-                        r["question"], [(j, responses[t - 1][j][b]) for j in others],
-                        other_scores=[float(scores[b, t - 1, j]) for j in others] if fb else None,
-                        own_score=float(scores[b, t - 1, a]) if fb else None,
-                        prompt_style=prompt_style if r["task"] == "math" else "default")})
-        # one batched generate per distinct base, every row on its own adapter
-        for agents in groups.values():
+        for a in range(num_agents if t > 0 else 0):  # the others' previous answers (and scores)
+            others = [j for j in range(num_agents) if j != a]
+            for b, r in enumerate(records):
+                fb = feedback_in_prompt
+                chats[a][b].append({"role": "user", "content": discussion_message(
+                    r["question"], [(j, responses[t - 1][j][b]) for j in others],
+                    other_scores=[float(scores[b, t - 1, j]) for j in others] if fb else None,
+                    own_score=float(scores[b, t - 1, a]) if fb else None,
+                    prompt_style=prompt_style if r["task"] == "math" else "default")})
+        for agents in groups.values():  # one generate call per base, each row on its own adapter
             model, tok = models[agents[0]], tokenizers[agents[0]]
             texts = [chat_prompt(tok, chats[a][b]) for a in agents for b in range(batch)]
-            inputs = [texts[k * batch + b] if t == 0 else continue_chat(tok, sampled[a][b], texts[k * batch + b])
+            inputs = [texts[k * batch + b] if t == 0
+                      else continue_chat(tok, sampled[a][b], texts[k * batch + b])
                       for k, a in enumerate(agents) for b in range(batch)]
             names = [adapter_names[t][a] for a in agents for _ in range(batch)]
             if not isinstance(model, PeftModel):
                 if any(n != "__base__" for n in names):
-                    raise ValueError(f"adapters {sorted(set(names))} requested but the model has no adapters")
+                    raise ValueError(f"adapters {sorted(set(names))} asked for; the model has none")
                 names = None
-            out = generate(model, tok, inputs, names, max_new_tokens, temperature=temperature, greedy=greedy,
-                           batch_size=generate_batch_size or None)
+            out = generate(model, tok, inputs, names, max_new_tokens, temperature=temperature,
+                           greedy=greedy, batch_size=generate_batch_size or None)
             for k, a in enumerate(agents):
                 rows = slice(k * batch, (k + 1) * batch)
-                rollout[t][a] = {key: value[rows] for key, value in out.items()}
+                ro = rollout[t][a] = {key: value[rows] for key, value in out.items()}
                 prompts[t][a] = texts[rows]
-                sampled[a] = [sampled_conversation(rollout[t][a], b).tolist() for b in range(batch)]
-                responses[t][a] = [tok.decode(ids[mask.bool()], skip_special_tokens=True) for ids, mask in
-                                   zip(rollout[t][a]["response_ids"], rollout[t][a]["response_mask"])]
-                answers[t][a] = [extract_answer(text, r["task"]) for text, r in zip(responses[t][a], records)]
+                sampled[a] = [sampled_conversation(ro, b).tolist() for b in range(batch)]
+                responses[t][a] = [tok.decode(ids[mask.bool()], skip_special_tokens=True)
+                                   for ids, mask in zip(ro["response_ids"], ro["response_mask"])]
+                answers[t][a] = [extract_answer(text, r["task"])
+                                 for text, r in zip(responses[t][a], records)]
                 correct[:, t, a] = torch.tensor([float(ans is not None and ans == r["answer"])
                                                  for ans, r in zip(answers[t][a], records)])
                 for b in range(batch):
                     chats[a][b].append({"role": "assistant", "content": responses[t][a][b]})
         if scorer is not None:
             flat = [responses[t][a][b] for a in range(num_agents) for b in range(batch)]
-            turn_scores = scorer(records * num_agents, flat).float().cpu()
-            scores[:, t, :] = turn_scores.view(num_agents, batch).T
-    return dict(responses=responses, answers=answers, prompts=prompts, correct=correct, scores=scores,
-                rollout=rollout)
+            scores[:, t, :] = scorer(records * num_agents, flat).float().cpu().view(num_agents, batch).T
+    return dict(responses=responses, answers=answers, prompts=prompts, correct=correct,
+                scores=scores, rollout=rollout)
 
 
-# ----------------------------------------------------------------------------------------------
-# 2. Scores and penalties
-# ----------------------------------------------------------------------------------------------
+# 2. Scores and penalties --------------------------------------------------------------------------
 
 
 def ground_truth(records: list[dict], responses: list[str]) -> torch.Tensor:
     """The default scorer: 1 for a parsable final answer equal to the gold answer, else 0."""
-    return torch.tensor([float(extract_answer(text, r["task"]) == r["answer"]) for r, text in zip(records, responses)])
-
-
-def has_degenerate_repetition(token_ids: list[int], max_period: int = 20, max_repeats: int = 3, decode=None) -> bool:
-    """True when a block of 1..max_period tokens repeats consecutively more than max_repeats times
-    (the authors' rule). Blocks that decode to digits only (e.g. "1000000") are allowed when
-    `decode` is given."""
-    n = len(token_ids)
-    for period in range(1, max_period + 1):
-        run = 0  # consecutive positions i with ids[i] == ids[i - period]
-        for i in range(period, n):
-            run = run + 1 if token_ids[i] == token_ids[i - period] else 0
-            # the block ids[i-period+1 .. i] occurred max_repeats + 1 times in a row
-            if run >= period * max_repeats:
-                block = token_ids[i - period + 1: i + 1]
-                if decode is None or not decode(block).strip().isdigit():
-                    return True
-    return False
+    return torch.tensor([float(extract_answer(text, r["task"]) == r["answer"])
+                         for r, text in zip(records, responses)])
 
 
 def format_ok(text: str, task: str, token_ids: list[int], min_tokens: int, decode=None) -> bool:
-    """The format gate: a well-formed final answer (common.is_well_formed, the one definition
-    evaluation also uses; the authors require a \\boxed{}), at least min_tokens tokens, and no
-    degenerate repetition."""
+    """The format gate: a parsable final answer (common.is_well_formed, as evaluation reads it),
+    at least min_tokens tokens, and no degenerate repetition (the authors' rules)."""
     return (is_well_formed(text, task) and len(token_ids) >= min_tokens
             and not has_degenerate_repetition(token_ids, decode=decode))
 
 
 def apply_penalties(scores: torch.Tensor, good_format: torch.Tensor, truncated: torch.Tensor,
                     format_penalty: float | None, missing_eos_penalty: float) -> torch.Tensor:
-    """Bad format -> the score becomes format_penalty (None: no format gate); truncated -> +
-    missing_eos_penalty. All tensors have the same shape ([B, T, A])."""
+    """Bad format: the score becomes format_penalty (None: no format gate); truncated: plus
+    missing_eos_penalty. All [B, T, A]."""
     if format_penalty is not None:
         scores = torch.where(good_format.bool(), scores, torch.full_like(scores, format_penalty))
     return scores + missing_eos_penalty * truncated.float()
 
 
-# ----------------------------------------------------------------------------------------------
-# 3. Rewards: influence-aware (Definition 1) and the incentives (Tables 1 and 2)
-# ----------------------------------------------------------------------------------------------
+# 3. Rewards: influence-aware (Definition 1) and the incentives (Tables 1 and 2) -------------------
 
 
 def influence_aware_rewards(scores: torch.Tensor, gamma: float) -> torch.Tensor:
-    """Influence-aware verification reward (paper Definition 1; the authors' 'discounted_sum'/'all'
-    rule):
+    """Influence-aware verification reward (Definition 1; the authors' 'discounted_sum' rule):
 
         R[t, a] = (s[t, a] + Σ_{t' > t} γ^(t'-t) · mean_j s[t', j]) / Σ_{t' = t..T} γ^(t'-t)
 
     The agent's own score counts at its turn; at every later turn the mean over ALL agents (itself
-    included) counts. scores: [T, A] or [B, T, A] (penalised scores). Returns the same shape. γ = 0:
-    R = s."""
+    included). scores: [T, A] or [B, T, A] (penalised). Returns the same shape. γ = 0: R = s."""
     num_turns = scores.shape[-2]
     turn_mean = scores.mean(dim=-1)  # [..., T]
     rewards = torch.empty_like(scores)
@@ -311,30 +252,26 @@ def influence_aware_rewards(scores: torch.Tensor, gamma: float) -> torch.Tensor:
         future = torch.zeros_like(turn_mean[..., t])
         for k in range(1, num_turns - t):
             future = future + gamma ** k * turn_mean[..., t + k]
-        # γ^0 = 1 for the current turn, also when γ = 0
-        normaliser = sum(gamma ** k for k in range(num_turns - t))
+        normaliser = sum(gamma ** k for k in range(num_turns - t))  # γ^0 = 1, also when γ = 0
         rewards[..., t, :] = (scores[..., t, :] + future.unsqueeze(-1)) / normaliser
     return rewards
 
 
 def turn_rewards(scores: torch.Tensor, rule: str, gamma: float) -> torch.Tensor:
-    """R[t, a] under --reward-rule: influence (Definition 1), current (own score), final-mean (mean
-    of the last turn)."""
+    """R[t, a] under --reward-rule: influence (Definition 1), current (own score), final-mean."""
     if rule == "influence":
         return influence_aware_rewards(scores, gamma)
     if rule == "current":
         return scores.clone()
-    if rule == "final-mean":
-        return scores[..., -1:, :].mean(dim=-1, keepdim=True).expand_as(scores).clone()
-    arg_error("--reward-rule", f"expected influence, current or final-mean, got {rule!r}")
+    return scores[..., -1:, :].mean(dim=-1, keepdim=True).expand_as(scores).clone()  # final-mean
 
 
-def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: float, beta1: float) -> torch.Tensor:
-    """Collaboration incentives of the paper's Tables 1 and 2. correct: 0/1 tensor [T, A] or [B, T,
-    A].
+def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: float,
+                    beta1: float) -> torch.Tensor:
+    """Collaboration incentives of the paper's Tables 1 and 2. correct: 0/1, [T, A] or [B, T, A].
 
-    "Majority" is the majority of the OTHER agents' correctness at that turn (mean > 0.5: R, < 0.5:
-    W); a tie (mean exactly 0.5, or no other agent) gives no incentive. R = correct, W = wrong.
+    "Majority" is the majority of the OTHER agents' correctness at that turn (mean > 0.5: R,
+    < 0.5: W); a tie (mean exactly 0.5, or no other agent) gives no incentive.
 
     Table 1, own revision, added to the agent's answer at t+1:
         own R->W, majority(t) R: -α1      own R->W, majority(t) W: -α0
@@ -343,24 +280,23 @@ def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: 
         majority R->W, own(t) R: -β1      majority R->W, own(t) W: -β0
         majority W->R, own(t) W: +β0      majority W->R, own(t) R: +β1
 
-    The authors' code differs (spec decision a): it pays W->R with majority W as +α1 and W->R with
-    majority R as +α0 (swapped), and in Table 2 flips all four signs and swaps β0/β1 in the R->W
-    rows. We follow the paper."""
+    The authors' code swaps the two W->R α values and, in Table 2, flips all four signs and swaps
+    β0/β1 in the R->W rows (spec decision a). We follow the paper."""
     c = correct.float()
     num_agents = c.shape[-1]
-    if num_agents > 1:
-        # [..., T, A]: mean correctness of the others
+    if num_agents > 1:  # [..., T, A]: mean correctness of the others
         others = (c.sum(dim=-1, keepdim=True) - c) / (num_agents - 1)
     else:
-        others = torch.full_like(c, 0.5)  # no other agent: treat as a tie, no incentive
+        others = torch.full_like(c, 0.5)  # no other agent: a tie, no incentive
     maj_right, maj_wrong = others > 0.5, others < 0.5
     own_right, own_wrong = c > 0.5, c < 0.5
     bonus = torch.zeros_like(c)
     # Table 1: own change t -> t+1 against the others' majority at t; paid at t+1
     went_wrong = own_right[..., :-1, :] & own_wrong[..., 1:, :]
     went_right = own_wrong[..., :-1, :] & own_right[..., 1:, :]
-    table1 = (-alpha1 * (went_wrong & maj_right[..., :-1, :]) - alpha0 * (went_wrong & maj_wrong[..., :-1, :])
-              + alpha0 * (went_right & maj_wrong[..., :-1, :]) + alpha1 * (went_right & maj_right[..., :-1, :]))
+    mr, mw = maj_right[..., :-1, :], maj_wrong[..., :-1, :]
+    table1 = (-alpha1 * (went_wrong & mr) - alpha0 * (went_wrong & mw)
+              + alpha0 * (went_right & mw) + alpha1 * (went_right & mr))
     bonus[..., 1:, :] += table1
     # Table 2: the others' majority changes t -> t+1, given the agent's own answer at t; paid at t
     maj_went_wrong = maj_right[..., :-1, :] & maj_wrong[..., 1:, :]
@@ -372,41 +308,21 @@ def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: 
     return bonus
 
 
-# ----------------------------------------------------------------------------------------------
-# The team: one base model per distinct name, a LoRA adapter per policy, value heads, one optimiser
-# per adapter
-# ----------------------------------------------------------------------------------------------
-
-
-def policy_adapter_name(sharing: str, turn: int, agent: int) -> str:
-    """The LoRA adapter that plays agent `agent` (0-based) at turn `turn` (0-based)."""
-    if sharing == "agent":
-        return f"agent{agent}"
-    if sharing == "agent-turn":
-        return f"agent{agent}_turn{turn + 1}"
-    if sharing == "shared":
-        return "policy"
-    arg_error("--policy-sharing", f"expected agent, agent-turn or shared, got {sharing!r}")
+# The team: a LoRA adapter per policy on each distinct base, value heads, one optimiser per adapter
 
 
 @dataclass
 class Team:
-    """Everything trainable, built once by build_team()."""
     base_names: list[str]  # distinct base models
-    # one PeftModel per distinct base (policy adapters, + 'critic' with --value-model separate)
-    bases: list
+    bases: list  # one PeftModel per distinct base: the policy adapters (and 'critic')
     tokenizers: list  # one per distinct base
     agent_base: list[int]  # base index of each agent
-    # [T][A] adapter of each (turn, agent); '__base__' for untrained turns
-    adapter_names: list[list[str]]
+    adapter_names: list[list[str]]  # [T][A] adapter of each (turn, agent); '__base__': untrained
     trained: list[tuple[int, int]]  # the (turn, agent) pairs PPO trains, 0-based
     base_adapters: list[list[str]]  # adapters on each base (the critic, if any, last)
-    # value heads, keyed by head_keys[(t, a)]; empty with --advantage group (no values read)
-    heads: nn.ModuleDict
+    heads: nn.ModuleDict  # value heads (--advantage gae only), keyed by head_keys[(t, a)]
     head_keys: dict  # (t, a) -> key in heads
-    # "adapter" (or "base{i}/adapter") -> AdamW; --advantage gae adds "critic" (the critic LoRA +
-    # its heads, separate) or "value_heads" (the heads, shared)
-    optimizers: dict
+    optimizers: dict  # "[base{i}/]adapter" -> AdamW; gae adds "critic" or "value_heads"
 
     def models(self) -> list:  # per agent, for run_debate
         return [self.bases[i] for i in self.agent_base]
@@ -432,72 +348,61 @@ def train_turn_indices(args: Args) -> list[int]:
 
 
 def build_team(args: Args, device: str) -> Team:
-    """Load each distinct base once; seed with --seed; add the policy adapters (and with
-    --value-model separate the critic adapter) and one optimiser per adapter; with --advantage gae
-    also the value heads (shared: and one more optimiser for them). --advantage group reads no
-    values: no heads, nothing to step, log or save for them."""
+    """Load each distinct base once; add the policy adapters (agent{a}, agent{a}_turn{t} or policy,
+    by --policy-sharing; and 'critic' with --value-model separate) and one optimiser per adapter,
+    built from that adapter's parameters only; with --advantage gae also the value heads."""
     names = agent_models(args)
     base_names = list(dict.fromkeys(names))
     agent_base = [base_names.index(n) for n in names]
     train_turns = train_turn_indices(args)
-    adapter_names = [[policy_adapter_name(args.policy_sharing, t, a) if t in train_turns else "__base__"
+    policy = {"agent": "agent{a}", "agent-turn": "agent{a}_turn{t}", "shared": "policy"}[args.policy_sharing]
+    adapter_names = [[policy.format(a=a, t=t + 1) if t in train_turns else "__base__"
                       for a in range(args.num_agents)] for t in range(args.num_turns)]
     trained = [(t, a) for t in train_turns for a in range(args.num_agents)]
     models = [load_model(name, args.dtype, args.quant, device) for name in base_names]
     tokenizers = [load_tokenizer(name) for name in base_names]
-    seed_everything(args.seed)  # after loading: building `tiny` the first time reseeds torch's RNG
+    seed_everything(args.seed)  # after loading: building `tiny` the first time reseeds torch
     bases, base_adapters = [], []
     for i, model in enumerate(models):
         own = sorted({adapter_names[t][a] for t, a in trained if agent_base[a] == i})
         own += ["critic"] if args.value_model == "separate" else []
         bases.append(add_adapters(model, own, r=args.lora_r, alpha=args.lora_alpha))
         base_adapters.append(own)
-    # --advantage group reads no values: no heads (and no optimiser for them)
-    fit_values = args.advantage == "gae"
+    fit_values = args.advantage == "gae"  # --advantage group reads no values: no heads
     head_keys, heads = {}, nn.ModuleDict()
     for t, a in (trained if fit_values else []):
-        key = f"turn{t + 1}" + (f"_agent{a}" if args.critic_per_agent else ("" if len(bases) == 1 else f"_base{agent_base[a]}"))
-        head_keys[(t, a)] = key
+        by = f"_agent{a}" if args.critic_per_agent else "" if len(bases) == 1 else f"_base{agent_base[a]}"
+        head_keys[(t, a)] = key = f"turn{t + 1}{by}"
         if key not in heads:
             heads[key] = ValueHead(hidden_size(bases[agent_base[a]])).to(device)
     optimizers = {}
-    # one AdamW per adapter, built from that adapter's parameters only
     for i, model in enumerate(bases):
         prefix = "" if len(bases) == 1 else f"base{i}/"
-        for name in base_adapters[i]:
-            params = adapter_parameters(model, name)
-            if name == "critic":
-                params += [p for (t, a), key in head_keys.items() if agent_base[a] == i for p in heads[key].parameters()]
-                # a head shared by several agents: once
-                params = list({id(p): p for p in params}.values())
+        own_heads = list({id(p): p for (t, a), key in head_keys.items() if agent_base[a] == i
+                          for p in heads[key].parameters()}.values())  # a shared head: once
+        for name in base_adapters[i]:  # the critic adapter steps with its heads
+            params = adapter_parameters(model, name) + (own_heads if name == "critic" else [])
             optimizers[prefix + name] = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
-        # no critic adapter: the heads (on the policies' states) alone
-        if fit_values and args.value_model == "shared":
-            params = list({id(p): p for (t, a), key in head_keys.items() if agent_base[a] == i
-                           for p in heads[key].parameters()}.values())
-            optimizers[prefix + "value_heads"] = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
-    return Team(base_names, bases, tokenizers, agent_base, adapter_names, trained, base_adapters, heads, head_keys,
-                optimizers)
+        if fit_values and args.value_model == "shared":  # the heads alone, on the policies' states
+            optimizers[prefix + "value_heads"] = torch.optim.AdamW(own_heads, lr=args.lr,
+                                                                  weight_decay=args.weight_decay)
+    return Team(base_names, bases, tokenizers, agent_base, adapter_names, trained, base_adapters,
+                heads, head_keys, optimizers)
 
 
-# ----------------------------------------------------------------------------------------------
-# 4-5. Experience: reference log-probs (and values), KL-shaped rewards, advantages
-# ----------------------------------------------------------------------------------------------
+# 4-5. Experience: reference log-probs (and values), KL-shaped rewards, advantages ----------------
 
 
 def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """Per-token KL estimate log π - log π_ref (Schulman's k1; unbiased for KL(π || π_ref) under π's
-    samples)."""
+    """Per-token KL estimate log π - log π_ref (Schulman's k1, unbiased under π's samples)."""
     return logprobs - ref_logprobs
 
 
 def kl_shaped_rewards(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, response_mask: torch.Tensor,
                       final_reward: torch.Tensor, kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token rewards of one (turn, agent) (paper Sec. 3.2, r_θ): r_k = -kl_coef · KL_k at every
-    valid token (k1 estimator log π - log π_ref), plus the final scalar R + b at the last valid
-    token (the EOS, or the last token of a truncated response). Shapes [B, L], [B, L], [B, L], [B].
-    Returns (rewards, kl), both 0 on padding; rewards.sum(1) == final_reward - kl_coef *
-    kl.sum(1)."""
+    """Per-token rewards of one (turn, agent) (Sec. 3.2, r_θ): -kl_coef · KL_k at every valid token,
+    plus the final R + b at the last valid token. [B, L] x 3 and [B]. Returns (rewards, kl), 0 on
+    padding; rewards.sum(1) == final_reward - kl_coef * kl.sum(1)."""
     kl = kl_k1(logprobs, ref_logprobs) * response_mask
     rewards = -kl_coef * kl
     last = (response_mask.sum(dim=1).long() - 1).clamp(min=0)  # the mask is a contiguous prefix
@@ -506,10 +411,9 @@ def kl_shaped_rewards(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, respon
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float):
-    """Generalised advantage estimation (Schulman et al. 2016, eq. 16) within each sequence: δ_t =
-    r_t + γ V(s_{t+1}) − V(s_t),  A_t = Σ_l (γλ)^l δ_{t+l}; V = 0 after the last valid token.
-    rewards/values/mask: [B, L], mask 1 on a contiguous valid prefix. Returns (advantages, returns =
-    A + V)."""
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 16) within each response:
+    δ_t = r_t + γ V(s_{t+1}) - V(s_t), A_t = Σ_l (γλ)^l δ_{t+l}; V = 0 after the last valid token.
+    [B, L] each, mask a contiguous valid prefix. Returns (advantages, returns = A + V)."""
     values = values * mask
     advantages = torch.zeros_like(rewards)
     last_gae = torch.zeros_like(rewards[:, 0])
@@ -525,24 +429,23 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
 
 
 def group_advantages(sequence_rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """--advantage group: A_i = R_i - mean_j R_j over the K = group_size debates of the same
-    question, rows q*K .. q*K+K-1 holding question q's debates (the rollout repeats each question K
-    times in a row; MAGRPO's Eq. 1 baseline, RLOO's with the sample itself included). No std
+    """--advantage group: A_i = R_i - mean_j R_j over the K = group_size debates of one question
+    (rows q*K .. q*K+K-1; MAGRPO's Eq. 1 baseline, RLOO's with the sample included), no std
     division (Dr. GRPO). [B*K] -> [B*K]."""
     grouped = sequence_rewards.reshape(-1, group_size)
     return (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
 
 
 def _rows(exp: dict, t: int, agents: list[int], rows: torch.Tensor | None, keys: list[str]) -> dict:
-    """Concatenate the chosen rows of several agents' experience at turn t (all agents of one base
-    at one turn come from the same generate call, so their tensors have equal widths), then drop
-    all-padding columns."""
-    out = {k: torch.cat([exp[(t, a)][k] if rows is None else exp[(t, a)][k][rows] for a in agents]) for k in keys}
+    """The chosen rows of several agents' experience at turn t, concatenated (one generate call
+    made them: equal widths), without the columns no row uses."""
+    out = {k: torch.cat([exp[(t, a)][k] if rows is None else exp[(t, a)][k][rows] for a in agents])
+           for k in keys}
     for q_ids, q_mask in (("query_ids", "query_mask"), ("critic_query_ids", "critic_query_mask")):
-        if q_mask in out:  # left padding: keep from the first column any row uses
+        if q_mask in out:  # left padding
             first = first_used_column(out[q_mask])
             out[q_ids], out[q_mask] = out[q_ids][:, first:], out[q_mask][:, first:]
-    width = used_width(out["response_mask"])  # right padding: keep up to the last used column
+    width = used_width(out["response_mask"])  # right padding
     for k in keys:
         if not k.startswith(("query", "critic_query")) and out[k].dim() == 2:
             out[k] = out[k][:, :width]
@@ -550,150 +453,120 @@ def _rows(exp: dict, t: int, agents: list[int], rows: torch.Tensor | None, keys:
 
 
 def _turn_groups(team: Team, t: int) -> list[tuple[int, list[int]]]:
-    """(base index, trained agents on that base) at turn t."""
-    groups = []
-    for i in range(len(team.bases)):
-        agents = [a for tt, a in team.trained if tt == t and team.agent_base[a] == i]
-        if agents:
-            groups.append((i, agents))
-    return groups
+    """(base index, its trained agents) at turn t."""
+    groups = [(i, [a for tt, a in team.trained if tt == t and team.agent_base[a] == i])
+              for i in range(len(team.bases))]
+    return [(i, agents) for i, agents in groups if agents]
 
 
 def one_conversation(team: Team, exp: dict, args: Args) -> bool:
-    """--conversation-forward: can one forward per agent and debate over its LAST trained turn give
-    every trained turn's log-probs? Yes when each agent plays its trained turns on one adapter, no
-    separate critic needs forwards of its own, and every earlier turn's prompt and sampled response
-    start the last turn's prompt token for token (run_debate continues each chat token for token).
-    Otherwise one forward per turn."""
-    turns = sorted({t for t, _ in team.trained})
-    if not args.conversation_forward or len(turns) < 2 or (args.advantage == "gae" and args.value_model == "separate"):
-        return False
-    last = turns[-1]
-    if not all((last, a) in exp and team.adapter_names[t][a] == team.adapter_names[last][a]
-               for t, a in team.trained):
-        return False
-    return conversation_holds([(exp[(t, a)], exp[(last, a)]) for t, a in team.trained if t != last])
+    """--conversation-forward: one forward per agent and debate over its last trained turn gives all
+    its trained turns (nanomarl/fast.py checks the prompts hold them), unless a separate critic needs
+    forwards of its own."""
+    separate_critic = args.advantage == "gae" and args.value_model == "separate"
+    return (args.conversation_forward and not separate_critic
+            and conversation_forward_applies(team.trained, team.adapter_names, exp))
 
 
-def forward_turns(model, batches: dict, names: list[str], args: Args, one_forward: bool, chunk: int = 0,
-                  **outputs) -> dict:
-    """forward_responses for the rows of each turn's batch ({turn: batch}, the same agents' rows at
-    every turn, names: each row's adapter): {turn: dict(logprobs, entropy, hidden)}, in chunks of
-    `chunk` rows (0: all). The plain path is one forward per turn. one_forward
-    (--conversation-forward, one_conversation): one forward over the last turn also reads the
-    earlier turns' responses, which its prompts hold (nanomarl/fast.py); tests/test_fast_paths.py
-    checks that both give the same outputs."""
-    turns, size = sorted(batches), chunk or len(names)
-    pieces = {t: [] for t in turns}
+def forward_turns(model, batches: dict, names: list[str], args: Args, one_forward: bool,
+                  chunk: int = 0, **outputs) -> dict:
+    """forward_responses over each turn's batch ({turn: batch}, the same agents' rows at every turn;
+    names: each row's adapter), in chunks of `chunk` rows (0: all). Returns {turn: outputs}.
+    The plain path is one forward per turn; one_forward takes one forward over the last turn
+    (nanomarl/fast.py), with the same outputs."""
+    size, pieces = chunk or len(names), []
     for s in range(0, len(names), size):
-        part = {t: {k: v[s:s + size] for k, v in b.items()} for t, b in batches.items()}
-        # earlier responses sit inside the last turn's prompts, after (their own prompt's) tokens
+        part = {t: tuple(b[k][s:s + size] for k in RESPONSE_KEYS) for t, b in batches.items()}
         if one_forward:
-            last = part[turns[-1]]
-            earlier = [(part[t]["response_ids"], part[t]["response_mask"], part[t]["query_mask"].sum(1))
-                       for t in turns[:-1]]
-            out = forward_responses(model, last["query_ids"], last["query_mask"], last["response_ids"],
-                                    last["response_mask"], names[s:s + size], args.temperature, earlier=earlier,
-                                    **outputs)
-            for t, o in zip(turns, out.pop("earlier") + [out]):
-                pieces[t].append(o)
+            pieces.append(conversation_forward(forward_responses, model, part, names[s:s + size],
+                                               args.temperature, **outputs))
         else:
-            for t in turns:
-                b = part[t]
-                pieces[t].append(forward_responses(model, b["query_ids"], b["query_mask"], b["response_ids"],
-                                                   b["response_mask"], names[s:s + size], args.temperature,
-                                                   **outputs))
-    return {t: {k: None if p[0][k] is None else torch.cat([o[k] for o in p]) for k in ("logprobs", "entropy", "hidden")}
-            for t, p in pieces.items()}
+            pieces.append({t: forward_responses(model, *p, names[s:s + size], args.temperature, **outputs)
+                           for t, p in sorted(part.items())})
+    return {t: {k: None if pieces[0][t][k] is None else torch.cat([p[t][k] for p in pieces])
+                for k in ("logprobs", "entropy", "hidden")} for t in batches}
 
 
 @torch.no_grad()
 def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args: Args) -> dict:
     """For every trained (turn, agent): π_old and reference log-probs, values, KL-shaped rewards,
-    advantages and returns. final_rewards: [B, T, A] = R + b. Returns {(t, a): dict of tensors}.
-    Multi-process: each rank passes its own questions; the whitening statistics are those of all
-    ranks."""
+    advantages and returns. final_rewards: [B, T, A] = R + b. Returns {(t, a): tensors}.
+    Multi-process: each rank passes its own questions; whitening uses all ranks' statistics."""
     exp = {}
-    for t, a in team.trained:  # the tensors as sampled
+    for t, a in team.trained:  # the tensors as sampled; π_old: the log-probs they were sampled with
         ro = debate["rollout"][t][a]
-        # authors: turn-1 prompt only
-        critic = ro if args.critic_history else debate["rollout"][0][a]
-        exp[(t, a)] = dict(query_ids=ro["query_ids"], query_mask=ro["query_mask"], response_ids=ro["response_ids"],
-                           response_mask=ro["response_mask"], critic_query_ids=critic["query_ids"],
-                           critic_query_mask=critic["query_mask"], old_logprobs=ro["logprobs"],
-                           entropy=ro["entropy"])
+        critic = ro if args.critic_history else debate["rollout"][0][a]  # authors: turn 1 only
+        exp[(t, a)] = dict(query_ids=ro["query_ids"], query_mask=ro["query_mask"],
+                           response_ids=ro["response_ids"], response_mask=ro["response_mask"],
+                           critic_query_ids=critic["query_ids"], critic_query_mask=critic["query_mask"],
+                           old_logprobs=ro["logprobs"], entropy=ro["entropy"])
     turns = sorted({t for t, _ in team.trained})
     one_forward = one_conversation(team, exp, args)
     fit_values, shared = args.advantage == "gae", args.value_model == "shared"
     recompute, n, size = args.old_logprobs == "recompute", len(debate["records"]), args.forward_batch_size
     for t in turns[-1:] if one_forward else turns:
         for i, agents in _turn_groups(team, t):
-            # the turns this forward gives
-            model, together = team.bases[i], turns if one_forward else [t]
-            batches = {tt: _rows(exp, tt, agents, None, list(exp[(tt, agents[0])])) for tt in together}
+            model = team.bases[i]
+            batches = {tt: _rows(exp, tt, agents, None, list(exp[(tt, agents[0])]))
+                       for tt in (turns if one_forward else [t])}
             names = [team.adapter_names[t][a] for a in agents for _ in range(n)]
-            # 4. the reference: the same rows on the base alone; π_old: as sampled, or
-            # (--old-logprobs
-            # recompute) a forward on each row's adapter; the values: the value heads on the
-            # policy's hidden
-            # states (--value-model shared) or on the critic adapter's (separate)
+            # 4. the reference: the same rows on the base alone; --old-logprobs recompute: π_old from
+            # a forward on each row's adapter; values: the heads on the policy's hidden states
+            # (--value-model shared) or on the critic adapter's (separate)
             ref = forward_turns(model, batches, ["__base__"] * len(names), args, one_forward, size)
             policy = {}
             if recompute or (fit_values and shared):
-                policy = forward_turns(model, batches, names, args, one_forward, size, output_entropy=recompute,
-                                       output_hidden=fit_values and shared)
+                policy = forward_turns(model, batches, names, args, one_forward, size,
+                                       output_entropy=recompute, output_hidden=fit_values and shared)
             for tt, tb in batches.items():
-                old_logprobs, entropy = (policy[tt]["logprobs"], policy[tt]["entropy"]) if recompute else (
-                    tb["old_logprobs"], tb["entropy"])
-                hidden = None
-                if fit_values and shared:
-                    hidden = policy[tt]["hidden"]
-                elif fit_values:
-                    critic = {k.replace("critic_", ""): v for k, v in tb.items() if k.startswith("critic_query")}
-                    critic.update(response_ids=tb["response_ids"], response_mask=tb["response_mask"])
-                    hidden = forward_turns(model, {tt: critic}, ["critic"] * len(names), args, False, size,
-                                           output_hidden=True)[tt]["hidden"]
+                old_logprobs, entropy = tb["old_logprobs"], tb["entropy"]
+                if recompute:
+                    old_logprobs, entropy = policy[tt]["logprobs"], policy[tt]["entropy"]
+                hidden = policy[tt]["hidden"] if fit_values and shared else None
+                if fit_values and not shared:
+                    hidden = critic_hidden(model, tb, args, size)
                 for k, a in enumerate(agents):
-                    rows = slice(k * n, (k + 1) * n)
-                    mask = tb["response_mask"][rows]
-                    # 5. per-token rewards: -kl_coef x KL at every token, the final reward + b at
-                    # the last
+                    rows, mask = slice(k * n, (k + 1) * n), tb["response_mask"][k * n:(k + 1) * n]
+                    # 5. per-token rewards: -kl_coef x KL at every token, R + b at the last
                     rewards, kl = kl_shaped_rewards(old_logprobs[rows], ref[tt]["logprobs"][rows], mask,
                                                     final_rewards[:, tt, a].to(mask.device), args.kl_coef)
-                    # GAE within each response, advantages whitened over this (turn, agent)
-                    if fit_values:
+                    if fit_values:  # GAE within each response, whitened over this (turn, agent)
                         values = team.heads[team.head_keys[(tt, a)]](hidden[rows]) * mask
                         advantages, returns = gae(rewards, values, mask, args.gae_gamma, args.gae_lambda)
                         advantages = masked_whiten(advantages, mask, all_ranks=True)
-                    # --advantage group: the response's summed reward against its question's K
-                    # debates
-                    else:
+                    else:  # group: the response's summed reward against its question's K debates
                         values = returns = torch.zeros_like(rewards)
-                        advantages = group_advantages(rewards.sum(dim=1), args.samples_per_question)[:, None] * mask
-                    exp[(tt, a)].update({key: tb[key][rows] for key in tb})  # the trimmed tensors
+                        advantages = group_advantages(rewards.sum(dim=1), args.samples_per_question)
+                        advantages = advantages[:, None] * mask
+                    exp[(tt, a)].update({key: tb[key][rows] for key in tb})  # trimmed
                     exp[(tt, a)].update(old_logprobs=old_logprobs[rows], ref_logprobs=ref[tt]["logprobs"][rows],
                                         old_values=values, kl=kl, rewards=rewards, entropy=entropy[rows],
                                         returns=returns, advantages=advantages)
     return exp
 
 
-# ----------------------------------------------------------------------------------------------
-# 6. PPO (Sec. 3.2): the clipped surrogate and value losses, and the update
-# ----------------------------------------------------------------------------------------------
+def critic_hidden(model, batch: dict, args: Args, chunk: int = 0) -> torch.Tensor:
+    """--value-model separate: the critic adapter's hidden states on every row, from the critic's
+    own prompts (--no-critic-history: turn 1's)."""
+    critic = dict(query_ids=batch["critic_query_ids"], query_mask=batch["critic_query_mask"],
+                  response_ids=batch["response_ids"], response_mask=batch["response_mask"])
+    names = ["critic"] * len(critic["query_ids"])
+    return forward_turns(model, {0: critic}, names, args, False, chunk, output_hidden=True)[0]["hidden"]
 
 
-def token_mean(per_token: torch.Tensor, response_mask: torch.Tensor, num_tokens: torch.Tensor) -> torch.Tensor:
-    """---- LOSS NORMALISATION: the one place. ---- A micro-batch's token SUM divided by num_tokens,
-    the valid tokens of this (turn, agent) in the whole MINIBATCH: summing the micro-batch losses
-    gives exactly the minibatch's token-mean (gradient accumulation). Multi-process: num_tokens is
-    the count over all ranks (ppo_update), and the gradients are summed."""
+# 6. PPO (Sec. 3.2): the clipped surrogate, the value loss, the update -----------------------------
+
+
+def token_mean(per_token: torch.Tensor, response_mask: torch.Tensor, num_tokens: torch.Tensor):
+    """LOSS NORMALISATION, the one place: a micro-batch's token SUM divided by num_tokens, the valid
+    tokens of this (turn, agent) in the whole MINIBATCH (all ranks): summing the micro-batch losses
+    gives exactly the minibatch's token mean (gradient accumulation)."""
     return (per_token * response_mask).sum() / num_tokens
 
 
 def policy_loss(new_logprobs, old_logprobs, advantages, response_mask, num_tokens, cliprange: float):
-    """PPO's clipped surrogate for one (turn, agent) micro-batch (paper Sec. 3.2, L_Surrogate), as a
-    loss: max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε)) per token, ρ = π_new/π_old. Returns (loss, stats as token
-    sums and a max)."""
+    """PPO's clipped surrogate (Sec. 3.2, L_Surrogate) as a loss: max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε))
+    per token, ρ = π_new / π_old. Returns (loss, stats as token sums and a max)."""
     logratio = (new_logprobs - old_logprobs) * response_mask
     ratio = torch.exp(logratio)
     pg_losses = -advantages * ratio
@@ -701,50 +574,75 @@ def policy_loss(new_logprobs, old_logprobs, advantages, response_mask, num_token
     pg_loss_per_token = torch.max(pg_losses, pg_losses_clipped)
     with torch.no_grad():
         m = response_mask
-        stats = dict(tokens=m.sum(), pg_loss=(pg_loss_per_token * m).sum(), approxkl=(0.5 * logratio ** 2 * m).sum(),
-                     clipfrac=((pg_losses_clipped > pg_losses).float() * m).sum(), ratio=(ratio * m).sum(),
+        stats = dict(tokens=m.sum(), pg_loss=(pg_loss_per_token * m).sum(),
+                     approxkl=(0.5 * logratio ** 2 * m).sum(), ratio=(ratio * m).sum(),
+                     clipfrac=((pg_losses_clipped > pg_losses).float() * m).sum(),
                      max_abs_logratio=logratio.abs().max())
     return token_mean(pg_loss_per_token, response_mask, num_tokens), stats
 
 
 def value_loss(new_values, old_values, returns, response_mask, num_tokens, cliprange_value: float):
-    """Clipped value loss for one (turn, agent) micro-batch (paper Sec. 3.2, L_Value; TRL's form):
-    0.5 · max((V - G)², (clip(V, V_old ± c) - G)²) per token, G = the GAE returns. Returns (loss,
-    stats)."""
+    """Clipped value loss (Sec. 3.2, L_Value; TRL's form): 0.5 · max((V - G)², (clip(V, V_old ± c)
+    - G)²) per token, G = the GAE returns. Returns (loss, stats)."""
     values_clipped = old_values + torch.clamp(new_values - old_values, -cliprange_value, cliprange_value)
     vf_losses, vf_losses_clipped = (new_values - returns) ** 2, (values_clipped - returns) ** 2
     vf_loss_per_token = 0.5 * torch.max(vf_losses, vf_losses_clipped)
     with torch.no_grad():
         m = response_mask
-        stats = dict(vf_loss=(vf_loss_per_token * m).sum(), vf_clipfrac=((vf_losses_clipped > vf_losses).float() * m).sum())
+        stats = dict(vf_loss=(vf_loss_per_token * m).sum(),
+                     vf_clipfrac=((vf_losses_clipped > vf_losses).float() * m).sum())
     return token_mean(vf_loss_per_token, response_mask, num_tokens), stats
 
 
+def ppo_loss(team: Team, base: int, agents: list[int], batches: dict, num_tokens: dict, stats: dict,
+             args: Args, one_forward: bool):
+    """The PPO loss of one forward: the rows of `agents` (one base) at the turns of `batches`, each
+    on its own adapter. Sums every (turn, agent)'s clipped surrogate and, with --advantage gae,
+    vf_coef x its value loss (--value-model shared: the heads read this forward's hidden states, so
+    the value loss also trains the policy adapter; separate: the critic adapter's own forward).
+    Appends each (turn, agent)'s stats to stats."""
+    fit_values, shared = args.advantage == "gae", args.value_model == "shared"
+    n = len(batches[max(batches)]["response_mask"]) // len(agents)
+    names = [team.adapter_names[max(batches)][a] for a in agents for _ in range(n)]
+    out = forward_turns(team.bases[base], batches, names, args, one_forward,
+                        output_hidden=fit_values and shared)
+    loss = 0.0
+    for tt, tb in batches.items():
+        hidden = out[tt]["hidden"]
+        if fit_values and not shared:
+            hidden = critic_hidden(team.bases[base], tb, args)
+        for k, a in enumerate(agents):
+            r, mask = slice(k * n, (k + 1) * n), tb["response_mask"][k * n:(k + 1) * n]
+            pg_loss, s = policy_loss(out[tt]["logprobs"][r], tb["old_logprobs"][r], tb["advantages"][r],
+                                     mask, num_tokens[(tt, a)], args.cliprange)
+            loss = loss + pg_loss
+            if fit_values:
+                new_values = team.heads[team.head_keys[(tt, a)]](hidden[r]) * mask
+                vf_loss, vs = value_loss(new_values, tb["old_values"][r], tb["returns"][r], mask,
+                                         num_tokens[(tt, a)], args.cliprange_value)
+                loss, s = loss + args.vf_coef * vf_loss, {**s, **vs}
+            stats[(tt, a)].append(s)
+    return loss
+
+
 def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict:
-    """--ppo-epochs passes of shuffled minibatches over the rollout (CleanRL's loop). Per
-    micro-batch and turn: one forward of all trained agents of a base (each row on its own adapter),
-    the clipped surrogate of each (turn, agent) and with --advantage gae the value loss (heads on
-    the same forward's hidden states, or on the critic adapter's), one backward. Gradients
-    accumulate over micro-batches, turns and agents; then every optimiser clips its gradient norm
-    and steps once. A non-finite loss skips the minibatch's step. shuffle_seed seeds the minibatch
-    order (its own generator: the same order on every rank). Multi-process: question g of the global
-    batch is local row g // world on rank g % world; each rank forwards its own, losses are divided
-    by the minibatch's GLOBAL token count and the gradients summed across ranks, so the step equals
-    one process's step on the whole minibatch. Returns {(t, a): per-minibatch stats (token sums)},
-    'skipped', 'conversation_forward', 'grad_norm/<opt>'."""
+    """--ppo-epochs passes of shuffled minibatches over the rollout (CleanRL's loop): per
+    micro-batch and turn one forward and one backward (ppo_loss); then every optimiser clips its
+    gradient norm and steps once per minibatch. A non-finite loss skips the minibatch's step.
+    Multi-process: question g of the global batch is row g // world on rank g % world; losses are
+    divided by the minibatch's GLOBAL token count and the gradients summed across ranks, so the step
+    equals one process's step on the whole minibatch. Returns {(t, a): per-minibatch stats (token
+    sums)}, 'skipped', 'conversation_forward' and 'grad_norm/<optimiser>'."""
     rank, world = world_info()
     device = next(iter(exp.values()))["response_mask"].device
-    # each rank holds B / world
     n_global = next(iter(exp.values()))["response_mask"].shape[0] * world
     mb_size = args.minibatch_questions or n_global
     micro = min(args.micro_batch_questions or mb_size, mb_size)
-    trainable = [p for opt in team.optimizers.values() for g in opt.param_groups for p in g["params"]]
-    # not the sampling RNG, which differs between ranks
-    shuffle = torch.Generator().manual_seed(shuffle_seed)
-    keys = ["query_ids", "query_mask", "response_ids", "response_mask", "critic_query_ids", "critic_query_mask",
-            "old_logprobs", "old_values", "advantages", "returns"]
+    params = {name: [p for g in opt.param_groups for p in g["params"]] for name, opt in team.optimizers.items()}
+    shuffle = torch.Generator().manual_seed(shuffle_seed)  # the same order on every rank
+    keys = [*RESPONSE_KEYS, "critic_query_ids", "critic_query_mask", "old_logprobs", "old_values",
+            "advantages", "returns"]
     turns = sorted({t for t, _ in team.trained})
-    fit_values, shared = args.advantage == "gae", args.value_model == "shared"
     one_forward = one_conversation(team, exp, args)
     stats = {key: [] for key in exp}
     stats.update(skipped=0, conversation_forward=float(one_forward),
@@ -753,10 +651,8 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
         perm = torch.randperm(n_global, generator=shuffle)
         for start in range(0, n_global, mb_size):
             minibatch = perm[start:start + mb_size]
-            # multi-process: this rank's rows
-            minibatch = minibatch[minibatch % world == rank] // world
-            # the loss normalisation's denominator: the minibatch's tokens of each (turn, agent),
-            # all ranks
+            minibatch = minibatch[minibatch % world == rank] // world  # this rank's rows
+            # the denominator of every loss: the minibatch's tokens of each (turn, agent), all ranks
             num_tokens = {key: allreduce_sum(e["response_mask"][minibatch].sum()) for key, e in exp.items()}
             mb_stats, finite = {key: [] for key in exp}, True
             for opt in team.optimizers.values():
@@ -765,45 +661,19 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
                 rows = minibatch[m_start:m_start + micro]
                 for t in turns[-1:] if one_forward else turns:
                     for i, agents in _turn_groups(team, t):
-                        batches = {tt: _rows(exp, tt, agents, rows, keys) for tt in (turns if one_forward else [t])}
-                        names = [team.adapter_names[t][a] for a in agents for _ in range(len(rows))]
-                        out = forward_turns(team.bases[i], batches, names, args, one_forward,
-                                            output_hidden=fit_values and shared)
-                        loss = 0.0
-                        for tt, tb in batches.items():
-                            hidden = out[tt]["hidden"]
-                            # the paper's critic: its adapter on every row
-                            if fit_values and not shared:
-                                critic = dict(query_ids=tb["critic_query_ids"], query_mask=tb["critic_query_mask"],
-                                              response_ids=tb["response_ids"], response_mask=tb["response_mask"])
-                                hidden = forward_turns(team.bases[i], {tt: critic}, ["critic"] * len(names), args,
-                                                       False, output_hidden=True)[tt]["hidden"]
-                            for k, a in enumerate(agents):
-                                r, mask = slice(k * len(rows), (k + 1) * len(rows)), tb["response_mask"]
-                                pg_loss, s = policy_loss(out[tt]["logprobs"][r], tb["old_logprobs"][r],
-                                                         tb["advantages"][r], mask[r], num_tokens[(tt, a)],
-                                                         args.cliprange)
-                                loss = loss + pg_loss
-                                # shared: the value loss also trains the policy adapter
-                                if fit_values:
-                                    new_values = team.heads[team.head_keys[(tt, a)]](hidden[r]) * mask[r]
-                                    vf_loss, vs = value_loss(new_values, tb["old_values"][r], tb["returns"][r],
-                                                             mask[r], num_tokens[(tt, a)], args.cliprange_value)
-                                    loss, s = loss + args.vf_coef * vf_loss, {**s, **vs}
-                                mb_stats[(tt, a)].append(s)
+                        batches = {tt: _rows(exp, tt, agents, rows, keys)
+                                   for tt in (turns if one_forward else [t])}
+                        loss = ppo_loss(team, i, agents, batches, num_tokens, mb_stats, args, one_forward)
                         finite = finite and bool(torch.isfinite(loss))
                         if finite:
                             loss.backward()
-            # multi-process: sum the gradients of all ranks (each loss was divided by the global
-            # token count);
-            # skip the step everywhere if a loss was non-finite anywhere
-            allreduce_gradients(trainable, "sum")
+            # multi-process: sum all ranks' gradients; skip the step everywhere if any loss was not finite
+            allreduce_gradients([p for group in params.values() for p in group], "sum")
             finite = bool(allreduce_sum(torch.tensor(float(not finite), device=device)) == 0)
-            norms = {name: float(torch.nn.utils.clip_grad_norm_([p for g in opt.param_groups for p in g["params"]],
-                                                                args.max_grad_norm))
-                     for name, opt in team.optimizers.items()}
+            norms = {name: float(torch.nn.utils.clip_grad_norm_(group, args.max_grad_norm))
+                     for name, group in params.items()}
             if not finite or not all(math.isfinite(v) for v in norms.values()):
-                warnings.warn(f"non-finite PPO loss or gradient in epoch {epoch}; skipping this minibatch's step")
+                warnings.warn(f"non-finite PPO loss or gradient in epoch {epoch}: step skipped")
                 stats["skipped"] += 1
                 continue
             for name, opt in team.optimizers.items():
@@ -811,77 +681,54 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
                 opt.step()
             for key, pieces in mb_stats.items():
                 if pieces:  # multi-process: a rank may hold no question of this minibatch
-                    total = {k: float(sum(p[k] for p in pieces)) for k in pieces[0] if k != "max_abs_logratio"}
+                    total = {k: float(sum(p[k] for p in pieces)) for k in pieces[0]}
                     total["max_abs_logratio"] = float(max(p["max_abs_logratio"] for p in pieces))
                     stats[key].append(total)
     return stats
 
 
 def learning_rate(args: Args, step: int) -> float:
-    """Linear decay from lr to lr * lr_end_factor over --lr-decay-steps (default --max-steps; the
-    authors' LinearLR), then constant: updates added on --resume continue at the final lr instead of
-    jumping."""
+    """Linear decay from lr to lr * lr_end_factor over --lr-decay-steps, then constant."""
     decay = args.lr_decay_steps or args.max_steps
     return args.lr * (1.0 - (1.0 - args.lr_end_factor) * min(step, decay) / max(1, decay))
 
 
-# ----------------------------------------------------------------------------------------------
-# 7. Held-out evaluation, and one update's stages 1-5
-# ----------------------------------------------------------------------------------------------
-
-
-def eval_due(args: Args, step: int) -> bool:
-    """Evaluate before the first update (step 0), every --eval-every updates and after the last
-    one."""
-    return bool(args.eval_questions) and is_main_process() and (
-        step == 0 or step == args.max_steps or bool(args.eval_every and step % args.eval_every == 0))
+# 7. Held-out evaluation; the stages of one update; main --------------------------------------------
 
 
 @torch.no_grad()
 def evaluate_team(team: Team, args: Args, records: list[dict], scorer) -> dict:
-    """The team debates the held-out questions greedily; the numbers evaluate.py --mode debate
-    reports (common.debate_metrics): majority-vote accuracy per turn with tie expectation (MAPoRL
-    Sec. 4.1), the mean agent's accuracy, the unparsable rate, and the pooled wrong->right /
-    right->wrong changes into each turn."""
+    """The team debates the held-out questions greedily: per turn the majority vote's accuracy (ties
+    in expectation, Sec. 4.1), the mean agent's, the unparsable rate and the wrong->right /
+    right->wrong changes (common.debate_metrics; evaluate.py --mode debate reports the same)."""
     t0 = time.time()
-    debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names, args.max_new_tokens,
-                        greedy=True, scorer=scorer if args.feedback_in_prompt else None,
+    debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names,
+                        args.max_new_tokens, greedy=True, scorer=scorer if args.feedback_in_prompt else None,
                         feedback_in_prompt=args.feedback_in_prompt, prompt_style=args.prompt_style,
                         generate_batch_size=args.generate_batch_size)
-    answers = [[[debate["answers"][t][a][b] for a in range(args.num_agents)] for t in range(args.num_turns)]
-               for b in range(len(records))]
+    answers = [[[debate["answers"][t][a][b] for a in range(args.num_agents)]
+                for t in range(args.num_turns)] for b in range(len(records))]
     numbers = debate_metrics(answers, [r["answer"] for r in records])
-    metrics = {}
-    for t in range(args.num_turns):
-        metrics[f"eval/turn{t + 1}/accuracy"] = numbers["accuracy"]["majority"][t]
-        metrics[f"eval/turn{t + 1}/agent_accuracy"] = numbers["accuracy"]["mean_agent"][t]
-        metrics[f"eval/turn{t + 1}/invalid_rate"] = numbers["invalid_rate"][t]
-    # changes from turn t to t+1, as fractions of (question, agent) pairs
-    for pair in numbers["transitions"]:
-        into = pair["turns"][1] + 1
-        metrics[f"eval/turn{into}/wrong_to_right"] = pair["pooled_fractions"]["W→R"]
-        metrics[f"eval/turn{into}/right_to_wrong"] = pair["pooled_fractions"]["R→W"]
-    metrics.update({"eval/num_questions": len(records), "timing/eval_s": time.time() - t0})
-    return metrics
+    return dict(eval_metrics(numbers), **{"eval/num_questions": len(records),
+                                           "timing/eval_s": time.time() - t0})
 
 
 def rollout_step(team: Team, args: Args, records: list[dict], scorer,
                  builtin_rules: bool = True) -> tuple[dict, dict, dict]:
-    """Stages 1-5 of one update: the debate, scores and penalties, rewards, experience. Returns
-    (debate, exp, tensors) with tensors = dict(scores, penalized, rewards, bonus), each [B, T, A].
-    builtin_rules=False (a custom scorer without --reward-fn-rules): no format/EOS penalties and no
-    incentives."""
+    """Stages 1-5 of one update. Returns (debate, exp, dict(scores, penalized, rewards, bonus)), the
+    tensors [B, T, A]. builtin_rules=False (your scorer without --reward-fn-rules): no penalties and
+    no incentives."""
     # 1. play the debate: all agents of a turn in one generate call, each row on its own adapter
     t0 = time.time()
-    debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names, args.max_new_tokens,
-                        temperature=args.temperature, scorer=scorer, feedback_in_prompt=args.feedback_in_prompt,
-                        prompt_style=args.prompt_style, generate_batch_size=args.generate_batch_size)
-    # the generation and scoring alone
+    debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names,
+                        args.max_new_tokens, temperature=args.temperature, scorer=scorer,
+                        feedback_in_prompt=args.feedback_in_prompt, prompt_style=args.prompt_style,
+                        generate_batch_size=args.generate_batch_size)
     debate["records"], debate["generate_s"] = records, time.time() - t0
-    debate["vote_accuracy"] = [sum(majority_vote_accuracy([debate["answers"][t][a][b] for a in range(args.num_agents)],
-                                                           r["answer"]) for b, r in enumerate(records)) / len(records)
-                               for t in range(args.num_turns)]  # each turn's majority vote, for the log
-    # 2. score answers; penalise bad format and truncation
+    debate["vote_accuracy"] = [sum(majority_vote_accuracy([turn[a][b] for a in range(args.num_agents)],
+                                                          r["answer"]) for b, r in enumerate(records))
+                               / len(records) for turn in debate["answers"]]
+    # 2. score the answers; penalise a bad format and a missing EOS
     scores = debate["scores"]
     good, truncated = torch.zeros_like(scores, dtype=torch.bool), torch.zeros_like(scores, dtype=torch.bool)
     for t in range(args.num_turns):
@@ -890,75 +737,61 @@ def rollout_step(team: Team, args: Args, records: list[dict], scorer,
             truncated[:, t, a] = ro["truncated"].cpu()
             for b, text in enumerate(debate["responses"][t][a]):
                 ids = ro["response_ids"][b][ro["response_mask"][b].bool()].tolist()
-                good[b, t, a] = format_ok(text, records[b]["task"], ids, args.min_response_tokens, decode=tok.decode)
-    penalized = apply_penalties(scores, good, truncated, args.format_penalty if args.penalize_format else None,
-                                args.missing_eos_penalty)
+                good[b, t, a] = format_ok(text, records[b]["task"], ids, args.min_response_tokens,
+                                          decode=tok.decode)
+    penalized = apply_penalties(scores, good, truncated, args.format_penalty if args.penalize_format
+                                else None, args.missing_eos_penalty)
     # 3. influence-aware reward (Definition 1) + incentives (Tables 1-2, on 0/1 correctness)
     bonus = incentive_bonus(debate["correct"], args.alpha0, args.alpha1, args.beta0, args.beta1)
-    # a custom scorer without --reward-fn-rules: its scores alone make the reward
-    if not builtin_rules:
+    if not builtin_rules:  # your scorer without --reward-fn-rules: its scores alone
         penalized, bonus = scores.clone(), torch.zeros_like(scores)
     rewards = turn_rewards(penalized, args.reward_rule, args.influence_gamma) + bonus
-    # 4-5. old/reference log-probs, values; KL-shaped per-token rewards, GAE, whitened advantages
-    # (make_experience)
+    # 4-5. reference log-probs and values; KL-shaped per-token rewards; advantages
     exp = make_experience(team, debate, rewards, args)
     return debate, exp, dict(scores=scores, penalized=penalized, rewards=rewards, bonus=bonus)
 
 
-RESUME_MUST_MATCH = ("model", "models", "num_agents", "num_turns", "train_turns", "policy_sharing", "value_model",
-                     "critic_per_agent", "lora_r", "lora_alpha", "dataset")  # what the checkpoint is built for
-
-
 def make_scorer(args: Args, device: str, team: Team | None = None, score_fn=None):
-    """fn(records, responses) -> scores in [0, 1]: yours (--reward-fn or score_fn), a verifier's, or
-    ground truth."""
+    """fn(records, responses) -> scores in [0, 1]: yours (--reward-fn or score_fn), a trained
+    verifier's probability (--scorer verifier, train_verifier.py), or 0/1 correctness."""
     if score_fn is not None:
-        print(f"scorer: {args.reward_fn or 'score_fn'}; the format/EOS penalties and the incentives are "
-              + ("ON (--reward-fn-rules)" if args.reward_fn_rules else "off (--reward-fn-rules turns them on)"))
         return custom_scorer(score_fn, "--reward-fn" if args.reward_fn else "score_fn")
     return ground_truth if args.scorer == "ground-truth" else verifier_scorer(args, device, team)
 
 
 def main(args: Args, score_fn=None) -> Path:
-    """Train; returns the run folder. score_fn(records, responses) -> scores in [0, 1] is
-    --reward-fn from Python: it replaces --scorer, and the built-in penalties and incentives apply
-    only with --reward-fn-rules."""
+    """Train; returns the run folder. score_fn(records, responses) -> scores in [0, 1] is --reward-fn
+    from Python: it replaces --scorer; the penalties and incentives apply only with --reward-fn-rules."""
     if args.resume:  # the run's settings + the flags typed now; a structural change is refused
         args = resumed_args(args, "cotrain", RESUME_MUST_MATCH)
     check_args(args, agent_models(args))  # every refusal before anything heavy loads
     train_turn_indices(args)
-    # saved in args.json: a longer resume keeps it
-    args.lr_decay_steps = args.lr_decay_steps or args.max_steps
-    if args.reward_fn:
-        if score_fn is not None:
-            arg_error("--reward-fn", "main() was also given score_fn; pass one of them")
-        score_fn = load_function(args.reward_fn, "--reward-fn")
-    if args.reward_fn_rules and score_fn is None:
-        arg_error("--reward-fn-rules", "only applies with --reward-fn (the built-in scorers always use the rules)")
+    args.lr_decay_steps = args.lr_decay_steps or args.max_steps  # saved: a longer resume keeps it
+    score_fn = user_scorer(args, score_fn)
     rank, world, device = init_distributed(args.device)  # multi-process: torchrun's process group
     print(set_torch_threads(args.threads))
     if args.questions_per_update % world:
-        arg_error("--questions-per-update", f"is the global batch, split across {world} processes: it must be "
-                                            f"divisible by {world}, got {args.questions_per_update}")
+        arg_error("--questions-per-update", f"is the global batch: it must be divisible by the {world} "
+                                            f"processes, got {args.questions_per_update}")
     records = load_task(args.dataset, args.dataset_split, limit=args.train_limit or None, seed=args.seed,
                         skip_bad_rows=args.skip_bad_rows, **dataset_options(args))
-    records = rl_records(args, records)  # --scorer verifier: never the verifier's own questions
-    # refused if a held-out question is a training question
-    eval_records = heldout_records(args, records)
+    if args.scorer == "verifier":  # never the questions the verifier trained or was measured on
+        records = rl_records(args, records)
+    eval_records = heldout_records(args, records)  # refused if one is also a training question
     if len(records) < args.questions_per_update:
         arg_error("--questions-per-update", f"is {args.questions_per_update} but {args.dataset} has "
                                             f"{len(records)} questions")
     run_dir = start_run(args, "cotrain")
-    team = build_team(args, device)  # seeds with --seed: the same adapters and heads on every rank
+    team = build_team(args, device)  # seeded with --seed: the same adapters on every rank
     seed_sampling_per_rank(args.seed)  # multi-process: every rank samples different responses
     scorer = make_scorer(args, device, team, score_fn)
-    builtin_rules = score_fn is None or args.reward_fn_rules
     start = load_state(run_dir, team) if args.resume else 0
-    print(f"{args.num_agents} agents x {args.num_turns} turns on {args.dataset} | bases {team.base_names} | "
-          f"trained (turn, agent): {[(t + 1, a) for t, a in team.trained]} | start at update {start}")
-    if start == 0 and eval_due(args, 0):  # 0. the untrained team on the held-out questions
+    print(f"{args.num_agents} agents x {args.num_turns} turns on {args.dataset} | bases {team.base_names}"
+          f" | trained (turn, agent): {[(t + 1, a) for t, a in team.trained]} | from update {start}")
+    if start == 0 and eval_due(args, 0):  # 7. the untrained team on the held-out questions
         log_metrics(run_dir, dict(step=0, **evaluate_team(team, args, eval_records, scorer)))
-    bar = tqdm(range(start, args.max_steps), initial=start, total=args.max_steps, desc="cotrain", disable=rank > 0)
+    bar = tqdm(range(start, args.max_steps), initial=start, total=args.max_steps, desc="cotrain",
+               disable=rank > 0)
     for step in bar:
         lr = learning_rate(args, step)
         for opt in team.optimizers.values():
@@ -966,60 +799,26 @@ def main(args: Args, score_fn=None) -> Path:
                 group["lr"] = lr
         batch = [records[i] for i in step_indices(len(records), args.questions_per_update, step,
                                                   f"cotrain-{args.seed}", drop_last=True)]
-        # multi-process: this rank's questions (global question g on rank g % world)
-        batch = batch[rank::world]
-        # K debates each, in a row
-        batch = [r for r in batch for _ in range(args.samples_per_question)]
+        batch = batch[rank::world]  # multi-process: global question g on rank g % world
+        batch = [r for r in batch for _ in range(args.samples_per_question)]  # K debates, in a row
         t0 = time.time()
-        debate, exp, r = rollout_step(team, args, batch, scorer, builtin_rules)  # stages 1-5
+        debate, exp, r = rollout_step(team, args, batch, scorer, score_fn is None or args.reward_fn_rules)
         t1 = time.time()
-        # mean KL per response of each (turn, agent) over all ranks: every rank takes the same
-        # decision
-        kl = {key: (allreduce_sum(e["kl"].sum()) / (e["kl"].shape[0] * world)).item() for key, e in exp.items()}
-        worst = max(kl, key=kl.get)
-        if kl[worst] > args.max_kl:
-            save_state(run_dir, team, step, args)
-            finish_distributed()
-            raise SystemExit(f"stopped at update {step}: turn {worst[0] + 1} agent {worst[1]} has KL "
-                             f"{kl[worst]:.2f} > --max-kl {args.max_kl} to the reference. The checkpoint of "
-                             f"update {step} is kept in {run_dir}; lower --lr or raise --kl-coef.")
+        stop_if_kl_exceeds(run_dir, team, step, exp, args)
         stats = ppo_update(team, exp, args, shuffle_seed=1_000_003 * args.seed + step)  # 6. PPO
-        t2 = time.time()
-        metrics = dict(step=step + 1, lr=lr, **rollout_metrics(debate, r["scores"], r["penalized"], r["rewards"],
-                                                               r["bonus"]),
-                       **ppo_metrics(exp, stats, args.num_agents),
-                       **{"timing/generate_s": debate["generate_s"], "timing/rollout_s": t1 - t0,
-                          "timing/update_s": t2 - t1, "timing/step_s": t2 - t0})
-        # 7. the team after this update on the held-out questions (greedy)
-        if eval_due(args, step + 1):
+        metrics = dict(step=step + 1, lr=lr, **rollout_metrics(debate, *r.values()),
+                       **ppo_metrics(exp, stats, args.num_agents), **{
+                           "timing/generate_s": debate["generate_s"], "timing/rollout_s": t1 - t0,
+                           "timing/update_s": time.time() - t1, "timing/step_s": time.time() - t0})
+        if eval_due(args, step + 1):  # 7. the team after this update on the held-out questions
             metrics.update(evaluate_team(team, args, eval_records, scorer))
-        log_metrics(run_dir, metrics)  # multi-process: rank 0 writes its own questions' metrics
-        bar.set_postfix(acc=f"{metrics[f'turn{args.num_turns}/accuracy']:.2f}", kl=f"{metrics['objective/kl']:.3f}")
-        if stats["skipped"]:
-            tqdm.write(f"warning: update {step + 1}: skipped {stats['skipped']} step(s) with a non-finite loss")
-        if args.log_every and (step + 1) % args.log_every == 0:
-            tqdm.write(f"update {step + 1}: " + format_metrics(metrics, [
-                *[f"turn{t + 1}/accuracy" for t in range(args.num_turns)], "objective/scores",
-                "objective/penalized_scores", "objective/rewards", "objective/kl", "policy/clipfrac",
-                "val/clipfrac", "loss/value", "objective/entropy", "timing/rollout_s", "timing/update_s"]))
-        if args.sample_every and (step + 1) % args.sample_every == 0:
-            print_sample(step + 1, debate, r["scores"], r["penalized"], r["rewards"])
-            log_samples(run_dir, debate_samples(step + 1, debate, r["scores"], r["penalized"], r["rewards"]))
+        log_update(run_dir, metrics, stats, debate, r, args, bar)
         if (args.save_every and (step + 1) % args.save_every == 0) or step + 1 == args.max_steps:
             save_state(run_dir, team, step + 1, args)
-    print(f"done. metrics: {run_dir / 'metrics.jsonl'} | adapters: {run_dir / 'adapters'} | checkpoint: "
-          f"{run_dir / 'checkpoint.pt'}")
-    print_eval_table(run_dir, [f"eval/turn{t}/{k}" for t in range(2, args.num_turns + 1)
-                               for k in ("wrong_to_right", "right_to_wrong")]
-                     + [f"eval/turn{t}/accuracy" for t in range(1, args.num_turns + 1)])
-    plot_run(run_dir)  # training_curves.png (needs matplotlib)
-    finish_tracker()  # --report-to: flush and close
-    finish_distributed()  # multi-process: leave the process group (without it gloo aborts at exit)
+    finish_run(run_dir, args)
     return run_dir
 
 
 if __name__ == "__main__":
-    # Ctrl-C / SIGTERM: finish the write in progress, exit with a note
-    with clean_exits("--dataset"):
+    with clean_exits("--dataset"):  # Ctrl-C / SIGTERM: finish the write in progress, then exit
         main(parse_args(Args))
-

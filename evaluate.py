@@ -1,63 +1,57 @@
-"""evaluate.py: evaluation, the papers' baselines and plots for MAPoRL debates and MAGRPO agent teams.
+"""evaluate.py: the papers' evaluations and baselines for MAPoRL debates and MAGRPO agent teams.
 
-It measures how collaboration changes results and writes a JSON of every number, a markdown table and plots.
+It measures how collaboration changes results, and writes a JSON of every number, a markdown table
+and plots. A tool, not a teaching script: read cotrain.py and magrpo.py first.
 
---mode debate (MAPoRL, arXiv 2502.18439; spec maporl.md §1.9, §4). A agents debate each test question for T
-turns (cotrain.run_debate: turn 1 alone, then each agent sees the others' previous answers; A and T may differ
-from training: the paper trains 2 agents and evaluates 3). Methods (--methods, default: all the flags allow):
-  offtheshelf  every agent is the base model (the bases of --run when given, e.g. a heterogeneous pair)
-  maporl       the agents of a cotrain.py run (--run); seat a plays the run's agent a mod A_run, and turns past
-               the run's last turn keep its last turn's adapter
-  single       a cotrain.py run with --num-agents 1 (trained alone, self-correction) plays every seat (--single-run)
-  sft          "SFT on collaboration trajectories": off-the-shelf debates on train questions, the ones whose final
-               majority is right are kept, a LoRA is fine-tuned on all their (prompt, response) pairs with a
-               masked NLL, and it plays every seat
+--mode debate (MAPoRL, arXiv 2502.18439). A agents debate each test question for T turns
+(cotrain.run_debate; A and T may differ from training: the paper trains 2 agents, evaluates 3).
+  offtheshelf  every agent is the base model (the bases of --run when given)
+  maporl       the agents of a cotrain.py run (--run)
+  single       a cotrain.py run with --num-agents 1 plays every seat (--single-run)
+  sft          "SFT on collaboration trajectories": a LoRA fine-tuned on the off-the-shelf
+               debates whose final majority is right plays every seat
   mix          one source per seat (--agents base,RUN,RUN:1,base:MODEL): a heterogeneous team
-Per turn: the majority vote with tie expectation (the paper's metric), each agent's accuracy, and the W→R,
-R→W, R→R, W→W transitions between consecutive turns per agent and pooled (the paper's Figs. 3-4), plus the
-authors' per-question improve/decline counts. Cross-domain transfer = a run evaluated on another --dataset.
+Per turn: the majority vote with tie expectation (the paper's metric), each agent's accuracy, and
+the W→R, R→W, R→R, W→W transitions between consecutive turns (the paper's Figs. 3-4).
 
---mode magrpo (MAGRPO, arXiv 2508.04652; spec magrpo.md §6-7). k = --num-samples joint answers per eval problem:
+--mode magrpo (MAGRPO, arXiv 2508.04652). k = --num-samples joint answers per eval problem:
   single       one model does the whole task (the authors' single-agent prompts)
-  parallel     the two MAGRPO prompts answered independently by the base model, concatenated (naive concatenation)
-  pipeline     agent 2 answers after agent 1, seeing its output (two generations one after the other)
-  discussion   both answer, then each revises after seeing the other's answer (one round; the round-2 answer counts)
+  parallel     the two MAGRPO prompts answered independently by the base model, concatenated
+  pipeline     agent 2 answers after agent 1, seeing its output
+  discussion   both answer, then each revises after seeing the other's answer (one round)
   magrpo       the agents of a single-turn magrpo.py run (--run)
-  mt-magrpo    the agents of a multi-turn magrpo.py run (--mt-run), with its external feedback between turns
-Coding: the paper's pass@k (any of the FIRST k samples passes every assert), the unbiased pass@k of Chen et al.
-2021, accuracy@k, MaxCoop@k, cooperation rate, structure/syntax/full-pass rates, the reward and its levels, and
-the cooperation scheme of every passing (aux, main) pair (classify_cooperation, our AST rules). Writing: the
-reward (max 3) and its levels. Every method: generation wall-clock and generated tokens per problem and the
-number of generations one after the other, so the efficiency claim (parallel agents ≈ one generation of
-latency) is measured, not asserted.
+  mt-magrpo    the agents of a multi-turn magrpo.py run (--mt-run), with its feedback
+Coding: pass@k (the paper's and the unbiased one), accuracy@k, MaxCoop@k, cooperation rate and
+the cooperation scheme of every passing (aux, main) pair; writing: the reward and its levels. Every
+method: generation wall-clock, generated tokens and sequential generations per problem.
 
-Outputs in --output-dir: results.json (every number), results.md (rows = methods; debate columns = turns),
-samples.jsonl (every answer), accuracy_per_turn.png and transitions.png (debate) or quality_vs_time.png and
-schemes.png (magrpo) when matplotlib is installed.
+Choices of ours (the papers' evaluation code is not public, or does not cover these cases):
+  1) the cooperation schemes are named, not defined, in the paper: classify_cooperation's
+     docstring gives our exact rules;
+  2) every method is sampled from the same seed; timing covers generation only, all agents of a
+     turn batched in one call, so "parallel" really is one generate call;
+  3) a single agent's writing without the split marker is split deterministically (the authors:
+     at random); the coding pipeline prompt is ours (the authors have no coding pipeline);
+  4) the SFT baseline keeps a debate only when its final majority is right outright.
+Details, outputs and the exact method definitions: docs/evaluation_details.md.
 
-Choices of ours (the papers' evaluation code is not public, or is not written for these cases):
-  * the cooperation schemes (fallback, decorator, coordinator, strategy filter) are named, not defined, in the
-    paper: classify_cooperation's docstring gives our exact rules, plus thin-wrapper and aux-unused;
-  * every method is sampled from the same seed; timing covers generation only (not scoring) and batches all
-    agents of a turn in one call, so "parallel" really is one generate call;
-  * the authors pick the single-agent writing split point at random when the marker is missing; we split
-    deterministically; the coding pipeline prompt is ours (the authors have no coding pipeline baseline);
-  * the SFT baseline's data are sampled at --temperature, its trajectories kept only when the final majority
-    is right outright (a tie that merely contains the gold is not kept).
+CPU smoke runs with the tiny random model (it cannot answer, so every number is 0):
+python evaluate.py --model tiny --limit 4 --max-new-tokens 16 --sft-questions 4
+python evaluate.py --mode magrpo --model tiny --limit 2 --num-samples 2 --k-values 1,2 \\
+    --max-new-tokens 16
 
-Examples:
-  # CPU smoke runs with the tiny random model (seconds; it cannot answer, so every number is 0)
-  python evaluate.py --model tiny --limit 4 --max-new-tokens 16 --sft-questions 4
-  python evaluate.py --mode magrpo --model tiny --limit 2 --num-samples 2 --k-values 1,2 --max-new-tokens 16
-  # before/after training, SmolLM2-135M on the offline arithmetic task (trained with 2 agents, evaluated with 3)
-  python evaluate.py --run runs/cotrain-RUN --single-run runs/cotrain-A1-RUN --limit 100 --max-new-tokens 96
-  python evaluate.py --mode magrpo --run runs/magrpo-RUN --mt-run runs/magrpo-MT-RUN --max-new-tokens 96 \\
-      --top-p 0.9 --top-k 50
-  # GPU, paper scale: Phi-3 on GSM8K, 3 agents x 3 turns, greedy; and CoopHumanEval with 15 samples
-  python evaluate.py --model microsoft/Phi-3-mini-128k-instruct --quant 4bit --dtype bfloat16 --prompt-style phi3 \\
-      --dataset gsm8k --limit 0 --run runs/cotrain-RUN --greedy --batch-size 64
-  python evaluate.py --mode magrpo --model Qwen/Qwen2.5-Coder-3B --dtype bfloat16 --dataset coophumaneval \\
-      --no-chat-template --num-samples 15 --k-values 1,3,5,10 --temperature 0.6 --top-p 0.6 --run runs/magrpo-RUN
+Before and after training, SmolLM2-135M on the offline arithmetic task:
+python evaluate.py --run runs/cotrain-RUN --single-run runs/cotrain-A1-RUN --limit 100 \\
+    --max-new-tokens 96
+python evaluate.py --mode magrpo --run runs/magrpo-RUN --mt-run runs/magrpo-MT-RUN \\
+    --max-new-tokens 96 --top-p 0.9 --top-k 50
+
+GPU, paper scale: Phi-3 on GSM8K, 3 agents x 3 turns, greedy; CoopHumanEval with 15 samples:
+python evaluate.py --model microsoft/Phi-3-mini-128k-instruct --quant 4bit --dtype bfloat16 \\
+    --prompt-style phi3 --dataset gsm8k --limit 0 --run runs/cotrain-RUN --greedy --batch-size 64
+python evaluate.py --mode magrpo --model Qwen/Qwen2.5-Coder-3B --dtype bfloat16 \\
+    --dataset coophumaneval --no-chat-template --num-samples 15 --k-values 1,3,5,10 \\
+    --temperature 0.6 --top-p 0.6 --run runs/magrpo-RUN
 """
 from __future__ import annotations
 
@@ -79,54 +73,55 @@ from tqdm import tqdm
 
 import cotrain
 import magrpo
-from common import adapter_parameters, add_adapters, arg_error, debate_metrics, forward_responses, load_model, majority_vote_accuracy, masked_mean, tokenize_prompts
-from nanomarl.sandbox import parallel_map
-from nanomarl.cli import check_numbers, given_fields, parse_args, parse_int_list
+from common import (adapter_parameters, add_adapters, debate_metrics, forward_responses, load_model,
+                    majority_vote_accuracy, masked_mean, tokenize_prompts)
+from nanomarl.cli import arg_error, check_numbers, given_fields, parse_args, parse_int_list
 from nanomarl.distributed import default_device, seed_everything
 from nanomarl.models import check_model_name, load_tokenizer
 from nanomarl.runs import format_metrics, set_torch_threads
+from nanomarl.sandbox import parallel_map
+from nanomarl.tasks.code import extract_function
+from nanomarl.tasks.code_prompts import CODE_RULES, function_params
 from nanomarl.tasks.debate import dataset_options, load_task
 
 
 @dataclass
 class Args:
-    # old flag -> its new name: the old one still works, with a note, until the next release (README "Flags")
-    renamed = {"out_dir": "output_dir", "task": "dataset"}
     # ---- what to evaluate ----
-    mode: Literal["debate", "magrpo"] = "debate"  # debate: MAPoRL debates, accuracy per turn | magrpo: MAGRPO teams, k joint answers per problem
-    methods: str = ""  # comma-separated (default: every method the given flags allow); debate: offtheshelf, maporl, single, sft, mix; magrpo: single, parallel, pipeline, discussion, magrpo, mt-magrpo
-    dataset: str = ""  # debate: arith:digits | arith:easy | arith | gsm8k | anli[:r1|r2|r3] | jsonl:PATH (as cotrain.py); magrpo: minicode | humaneval | coophumaneval | tldr | arxiv | jsonl:PATH (as magrpo.py, its eval slice; 2-agent tasks only, not pipeline); '' = the mode's default, the scripts' CPU defaults (debate arith:digits, magrpo minicode); not typed with --run: the run's own; another than the run's = cross-domain transfer
-    output_dir: str = ""  # results folder: results.json, results.md, samples.jsonl, PNG plots (default runs/evaluate-<mode>-<time>)
+    mode: Literal["debate", "magrpo"] = "debate"  # debate: MAPoRL debates | magrpo: MAGRPO teams
+    methods: str = ""  # comma-separated methods (default: every method the given flags allow)
+    dataset: str = ""  # as cotrain.py / magrpo.py ('' = the --run's, else the mode's CPU default)
+    output_dir: str = ""  # results folder (default runs/evaluate-<mode>-<time>)
     seed: int = 0  # seeds sampling (re-seeded before every method) and the SFT baseline
     device: str = ""  # cpu | cuda | cuda:N (default: cuda if available, else cpu)
-    threads: int = 0  # torch CPU threads; 0 = OMP_NUM_THREADS if set, else the cores the load average leaves free
+    threads: int = 0  # torch CPU threads (0: OMP_NUM_THREADS, else the cores left free)
     # ---- model and trained agents ----
-    model: str = "smollm2-135m"  # base model: tiny | smollm2-135m | hub id | path (debate runs bring their own bases, listed in debate.json)
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # weights and compute dtype of the base
+    model: str = "smollm2-135m"  # base model: tiny | smollm2-135m | hub id | path
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # weights and compute dtype
     quant: Literal["none", "4bit", "8bit"] = "none"  # quantised base (bitsandbytes)
-    run: str = ""  # run folder of the trained agents whose adapters/ are loaded (debate: cotrain.py; magrpo: a single-turn magrpo.py run)
-    mt_run: str = ""  # magrpo: run folder of a multi-turn magrpo.py run (--turns 2), method mt-magrpo
-    single_run: str = ""  # debate: a cotrain.py run with --num-agents 1 (trained alone); its adapter plays every agent
-    agents: str = ""  # debate method mix, one source per seat: base | base:MODEL | RUN_DIR (seat i plays the run's agent i mod A_run) | RUN_DIR:K (its agent K)
+    run: str = ""  # the trained run (debate: cotrain.py; magrpo: a single-turn magrpo.py run)
+    mt_run: str = ""  # magrpo: a multi-turn magrpo.py run (--turns 2), method mt-magrpo
+    single_run: str = ""  # debate: a cotrain.py run with --num-agents 1, method single
+    agents: str = ""  # debate method mix, one per seat: base | base:MODEL | RUN_DIR | RUN_DIR:K
     # ---- generation ----
     greedy: bool = False  # greedy decoding instead of sampling
-    temperature: float = 0.3  # sampling temperature (cotrain.py's CPU default; magrpo.py trains at 0.5; MAPoRL: 0.7 for Phi-3 and Qwen2.5)
+    temperature: float = 0.3  # sampling temperature (MAPoRL: 0.7 for Phi-3 and Qwen2.5)
     top_p: float = 1.0  # nucleus sampling (MAPoRL: 1.0; magrpo.py trains at 0.9)
     top_k: int = 0  # top-k sampling, 0 = off (MAPoRL: 0; magrpo.py trains at 50)
-    max_new_tokens: int = 0  # tokens per answer (0 = the mode's default: debate 300 (paper, GSM8K), magrpo 256 (paper))
-    chat_template: bool = True  # magrpo: wrap prompts in the chat template, as magrpo.py does by default
+    max_new_tokens: int = 0  # tokens per answer (0: debate 300, magrpo 256, as the papers)
+    chat_template: bool = True  # magrpo: wrap prompts in the chat template, as magrpo.py does
     # ---- debate (MAPoRL) ----
     split: str = "test"  # dataset split
-    dataset_config: str = ""  # hub id only: the dataset's configuration (e.g. main for openai/gsm8k)
+    dataset_config: str = ""  # hub id only: the dataset's configuration (e.g. main)
     question_field: str = "question"  # hub id or local file: the column holding the question
     answer_field: str = "answer"  # hub id or local file: the column holding the gold answer
-    dataset_task: Literal["math", "nli"] = "math"  # hub id or local file: math (the answer's last number, e.g. GSM8K's '#### 72') or nli (entailment/neutral/contradiction or 0/1/2)
+    dataset_task: Literal["math", "nli"] = "math"  # hub id or local file: how the gold answer reads
     limit: int = 50  # debate questions / magrpo problems: the first N of the eval split (0 = all)
-    num_agents: int = 3  # A (may differ from training: the paper trains with 2 and evaluates with 3)
+    num_agents: int = 3  # A (the paper trains with 2 and evaluates with 3)
     num_turns: int = 3  # T
     batch_size: int = 16  # debates per generate call (each call holds batch_size x A rows)
-    prompt_style: Literal["short", "default", "phi3"] = "short"  # the debate prompts (cotrain.py's --prompt-style); a --run trained with another one gets a note
-    feedback_in_prompt: bool = False  # agents read a verifier's scores of the previous answers (needs --verifier)
+    prompt_style: Literal["short", "default", "phi3"] = "short"  # debate prompts, as cotrain.py
+    feedback_in_prompt: bool = False  # agents read a verifier's scores of earlier answers
     verifier: str = ""  # train_verifier.py run folder, for --feedback-in-prompt
     # ---- debate baseline: SFT on collaboration trajectories ----
     sft_questions: int = 100  # train questions whose off-the-shelf debates are collected
@@ -144,29 +139,22 @@ class Args:
 
 
 # ----------------------------------------------------------------------------------------------
-# 1. Debate metrics (MAPoRL): majority vote with tie expectation, per-agent accuracy, transitions
-# ----------------------------------------------------------------------------------------------
-
-
-# The debate metrics (majority vote per turn, transitions: common.debate_metrics) live in common.py: cotrain.py's
-# in-training evaluation reports the same numbers.
-
-
-# ----------------------------------------------------------------------------------------------
-# 2. Sample metrics (MAGRPO): pass@k two ways, accuracy@k, cooperation
+# 1. Sample metrics (MAGRPO): pass@k two ways, accuracy@k, cooperation
 # ----------------------------------------------------------------------------------------------
 
 
 def pass_at_k_first(passed: list[bool], k: int) -> float:
-    """The MAGRPO paper's pass@k (the authors' PassOrNot@k): 1 if any of the FIRST k samples passes all tests."""
+    """The MAGRPO paper's pass@k (the authors' PassOrNot@k): 1 if any of the FIRST k samples passes
+    all tests."""
     if not 1 <= k <= len(passed):
         raise ValueError(f"pass@k needs 1 <= k <= n samples, got k={k}, n={len(passed)}")
     return float(any(passed[:k]))
 
 
 def pass_at_k_unbiased(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k of Chen et al. 2021 (Codex paper, eq. 1): 1 − C(n−c, k)/C(n, k), for n samples of which
-    c pass, computed as the numerically stable product 1 − Π_{i=n−c+1..n} (1 − k/i)."""
+    """Unbiased pass@k of Chen et al. 2021 (Codex paper, eq. 1): 1 − C(n−c, k)/C(n, k), for n
+    samples of which c pass, computed as the numerically stable product
+    1 − Π_{i=n−c+1..n} (1 − k/i)."""
     if not (0 <= c <= n and 1 <= k <= n):
         raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
     if n - c < k:  # every k-subset contains a passing sample
@@ -180,20 +168,23 @@ def accuracy_at_k(pass_fractions: list[float], k: int) -> float:
 
 
 def max_coop_at_k(bonuses: list[float], k: int) -> float:
-    """MaxCoop@k: the largest cooperation bonus among the first k samples (the authors' MaxCoop@k)."""
+    """MaxCoop@k: the largest cooperation bonus among the first k samples (the authors'
+    MaxCoop@k)."""
     return max(bonuses[:k])
 
 
 def cooperation_rate(bonuses: list[float]) -> float:
-    """The fraction of samples with a positive cooperation bonus (the authors' `cooperation_rate`)."""
+    """The fraction of samples with a positive cooperation bonus (the authors'
+    `cooperation_rate`)."""
     return sum(b > 0 for b in bonuses) / len(bonuses)
 
 
 # ----------------------------------------------------------------------------------------------
-# 3. Cooperation-scheme classifier (coding): how does `main` use `aux`? (MAGRPO spec §6)
+# 2. Cooperation-scheme classifier (coding): how does `main` use `aux`?
 # ----------------------------------------------------------------------------------------------
 
-COOPERATION_SCHEMES = ("aux-unused", "fallback", "strategy-filter", "coordinator", "thin-wrapper", "decorator")
+COOPERATION_SCHEMES = ("aux-unused", "fallback", "strategy-filter", "coordinator", "thin-wrapper",
+                       "decorator")
 
 
 def _names(target: ast.AST) -> set[str]:
@@ -211,14 +202,15 @@ def _names(target: ast.AST) -> set[str]:
 
 def _reads(node: ast.AST | None, names: set[str]) -> bool:
     """Does the expression (or statement) read any of `names`?"""
-    return node is not None and any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in names
-                                    for n in ast.walk(node))
+    return node is not None and any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                                    and n.id in names for n in ast.walk(node))
 
 
 def _bindings(func: ast.AST) -> list[tuple[set[str], ast.AST]]:
-    """Every (names bound, value they come from) in a function: assignments, augmented assignments, for-loop
-    and comprehension targets (from the iterable), walrus, with-as; and `x.method(...)` on a local variable
-    or parameter x (it may mutate x: `res.append(aux(v))` puts aux's result in res, `r.sort()` changes r)."""
+    """Every (names bound, value they come from) in a function: assignments, augmented assignments,
+    for-loop and comprehension targets (from the iterable), walrus, with-as; and `x.method(...)` on
+    a local variable or parameter x (it may mutate x: `res.append(aux(v))` puts aux's result in res,
+    `r.sort()` changes r)."""
     out = []
     for node in ast.walk(func):
         if isinstance(node, ast.Assign):
@@ -231,18 +223,22 @@ def _bindings(func: ast.AST) -> list[tuple[set[str], ast.AST]]:
             out.append((_names(node.target), node.value))
         elif isinstance(node, ast.withitem) and node.optional_vars is not None:
             out.append((_names(node.optional_vars), node.context_expr))
-    local = set().union(*[names for names, _ in out]) | {a.arg for a in ast.walk(func) if isinstance(a, ast.arg)}
+    local = set().union(*[names for names, _ in out])
+    local |= {a.arg for a in ast.walk(func) if isinstance(a, ast.arg)}
     out += [({n.func.value.id}, n) for n in ast.walk(func) if isinstance(n, ast.Call)
-            and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and n.func.value.id in local]
+            and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+            and n.func.value.id in local]
     return out
 
 
 def _returns(stmts: list[ast.stmt]) -> list[ast.Return]:
-    return [n for s in stmts for n in ast.walk(s) if isinstance(n, ast.Return) and n.value is not None]
+    return [n for s in stmts for n in ast.walk(s)
+            if isinstance(n, ast.Return) and n.value is not None]
 
 
 def _blocks(func: ast.AST):
-    """Every statement list (function body, if/else, loop, try, with, handler bodies) in the function."""
+    """Every statement list (function body, if/else, loop, try, with, handler bodies) in the
+    function."""
     for node in ast.walk(func):
         for field in ("body", "orelse", "finalbody"):
             block = getattr(node, field, None)
@@ -250,56 +246,60 @@ def _blocks(func: ast.AST):
                 yield block
 
 
-def classify_cooperation(aux_code: str, main_code: str, entry_point: str, aux_name: str = "aux") -> str | None:
-    """Label how `main` (the function `entry_point` in main_code) uses the helper `aux`, from their ASTs.
+def classify_cooperation(aux_code: str, main_code: str, entry_point: str,
+                         aux_name: str = "aux") -> str | None:
+    """Label how `main` (the function `entry_point` in main_code) uses the helper `aux`, from their
+    ASTs.
 
-    The paper names the schemes only informally (spec §6); these are this project's precise rules. "aux's
-    result" is every expression that reads `aux`, plus, transitively, every variable bound from such an
-    expression (assigned, augmented, looped over, appended/updated through `x.method(...)`). The first rule
-    that matches wins:
+    The paper names the schemes only informally; these are this project's precise rules. "aux's
+    result" is every expression that reads `aux`, plus, transitively, every variable bound from such
+    an expression (assigned, augmented, looped over, appended/updated through `x.method(...)`). The
+    first rule that matches wins:
 
-    1. aux-unused: aux_code defines no function `aux`; or main rebinds the name `aux` (a parameter, an
-       assignment, a nested def, an import); or aux's result reaches neither a `return` nor a condition
-       (aux never mentioned, called for nothing, or its result ignored).
-    2. fallback (aux on a failure path): aux is used inside an `except` handler; or in a non-first operand
-       of `or` whose first operand does not use aux (`own(x) or aux(x)`); or main first computes its own
-       result v (a variable with a binding that does not involve aux) and then an `if`/conditional
-       expression that tests v either rebinds v to aux's result (`if v is None: v = aux(x)`), or has one path
-       returning v without aux and the other path returning aux's result (`if ok(v): return v` ...
-       `return aux(x)`); for an `if` statement, the "else" path is the else branch plus the statements
-       after the `if`.
-    3. strategy-filter (aux screens, main decides): aux's result is read by the test of an `if`, `while`,
-       conditional expression, `assert` or comprehension `if`; or aux is passed as a function to
-       `filter`/`itertools.filterfalse` or as a `key=` argument (`sorted(xs, key=aux)`).
-    4. coordinator (main orchestrates several aux uses): aux is mentioned at two or more places, or inside
-       a loop body (`for`/`while`, not the iterable of the loop) or a comprehension's element, or passed
-       as a function to anything else (`map(aux, xs)`).
-    5. thin-wrapper: every `return` that carries aux's result returns it unchanged: `return aux(...)`,
-       or `return v` where every binding of v is exactly `v = aux(...)`. Guard clauses that return without
-       aux are allowed (`if not xs: return []`). Stricter than the reward's wrapper check (spec §5.4),
-       which also calls one-line `return len(aux(x))` a wrapper; here that is a decorator.
+    1. aux-unused: aux_code defines no function `aux`; or main rebinds the name `aux` (a parameter,
+       an assignment, a nested def, an import); or aux's result reaches neither a `return` nor a
+       condition (aux never mentioned, called for nothing, or its result ignored).
+    2. fallback (aux on a failure path): aux is used inside an `except` handler; or in a non-first
+       operand of `or` whose first operand does not use aux (`own(x) or aux(x)`); or main first
+       computes its own result v (a variable with a binding that does not involve aux) and then an
+       `if`/conditional expression that tests v either rebinds v to aux's result (`if v is None: v =
+       aux(x)`), or has one path returning v without aux and the other path returning aux's result
+       (`if ok(v): return v` ... `return aux(x)`); for an `if` statement, the "else" path is the
+       else branch plus the statements after the `if`.
+    3. strategy-filter (aux screens, main decides): aux's result is read by the test of an `if`,
+       `while`, conditional expression, `assert` or comprehension `if`; or aux is passed as a
+       function to `filter`/`itertools.filterfalse` or as a `key=` argument (`sorted(xs, key=aux)`).
+    4. coordinator (main orchestrates several aux uses): aux is mentioned at two or more places, or
+       inside a loop body (`for`/`while`, not the iterable of the loop) or a comprehension's
+       element, or passed as a function to anything else (`map(aux, xs)`).
+    5. thin-wrapper: every `return` that carries aux's result returns it unchanged: `return
+       aux(...)`, or `return v` where every binding of v is exactly `v = aux(...)`. Guard clauses
+       that return without aux are allowed (`if not xs: return []`). Stricter than the reward's
+       wrapper check (magrpo.py), which also calls one-line `return len(aux(x))` a wrapper; here
+       that is a decorator.
     6. decorator: otherwise; aux's result is transformed before it is returned (`return aux(x) + 1`,
        `r = aux(x); return sorted(r)`).
 
-    Nested functions inside main are analysed as part of main. Returns None when main_code does not parse
-    or has no function `entry_point` (nothing to classify)."""
+    Nested functions inside main are analysed as part of main. Returns None when main_code does not
+    parse or has no function `entry_point` (nothing to classify)."""
     try:
         main_tree = ast.parse(main_code)
     except SyntaxError:
         return None
-    funcs = [n for n in ast.walk(main_tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-             and n.name == entry_point]
+    funcs = [n for n in ast.walk(main_tree)
+             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry_point]
     if not funcs:
         return None
     func = funcs[0]
     try:
-        aux_defined = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == aux_name
-                          for n in ast.walk(ast.parse(aux_code)))
+        aux_defined = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                          and n.name == aux_name for n in ast.walk(ast.parse(aux_code)))
     except SyntaxError:
         aux_defined = False
     rebinds = any(a.arg == aux_name for a in ast.walk(func.args) if isinstance(a, ast.arg)) or any(
         (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id == aux_name)
-        or (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == aux_name)
+        or (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and n.name == aux_name)
         or (isinstance(n, ast.alias) and (n.asname or n.name) == aux_name) for n in ast.walk(func))
     if not aux_defined or rebinds:
         return "aux-unused"
@@ -312,14 +312,17 @@ def classify_cooperation(aux_code: str, main_code: str, entry_point: str, aux_na
         if not new:
             break
         tainted |= new
-    own = set().union(*[names for names, value in bindings if not _reads(value, tainted)]) - {aux_name}
+    own = set().union(*[names for names, value in bindings if not _reads(value, tainted)])
+    own -= {aux_name}
     returns = _returns(func.body)
-    tests = [n.test for n in ast.walk(func) if isinstance(n, (ast.If, ast.While, ast.IfExp, ast.Assert))]
+    tests = [n.test for n in ast.walk(func)
+             if isinstance(n, (ast.If, ast.While, ast.IfExp, ast.Assert))]
     tests += [cond for n in ast.walk(func) if isinstance(n, ast.comprehension) for cond in n.ifs]
     calls = [n for n in ast.walk(func) if isinstance(n, ast.Call)]
     is_aux = lambda node: isinstance(node, ast.Name) and node.id == aux_name  # noqa: E731
-    callee = lambda call: getattr(call.func, "id", None) or getattr(call.func, "attr", None)  # noqa: E731
-    passed_as_filter = any(callee(c) in ("filter", "filterfalse") and c.args and is_aux(c.args[0]) for c in calls) \
+    callee = lambda call: getattr(call.func, "id", None) or getattr(call.func, "attr", None)  # noqa
+    passed_as_filter = any(callee(c) in ("filter", "filterfalse") and c.args and is_aux(c.args[0])
+                           for c in calls) \
         or any(kw.arg == "key" and is_aux(kw.value) for c in calls for kw in c.keywords)
 
     # 1. aux-unused: the result reaches no return and no condition
@@ -329,7 +332,8 @@ def classify_cooperation(aux_code: str, main_code: str, entry_point: str, aux_na
 
     # 2. fallback
     uses_aux = lambda node: _reads(node, {aux_name})  # noqa: E731
-    if any(isinstance(n, ast.ExceptHandler) and any(uses_aux(s) for s in n.body) for n in ast.walk(func)):
+    if any(isinstance(n, ast.ExceptHandler) and any(uses_aux(s) for s in n.body)
+           for n in ast.walk(func)):
         return "fallback"
     if any(isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or) and not uses_aux(n.values[0])
            and any(uses_aux(v) for v in n.values[1:]) for n in ast.walk(func)):
@@ -354,8 +358,10 @@ def classify_cooperation(aux_code: str, main_code: str, entry_point: str, aux_na
     for n in ast.walk(func):
         if isinstance(n, ast.IfExp):
             for v in own & {m.id for m in ast.walk(n.test) if isinstance(m, ast.Name)}:
-                own_body, own_else = (_reads(x, {v}) and not _reads(x, tainted) for x in (n.body, n.orelse))
-                if (own_body and _reads(n.orelse, tainted)) or (own_else and _reads(n.body, tainted)):
+                own_body, own_else = (_reads(x, {v}) and not _reads(x, tainted)
+                                      for x in (n.body, n.orelse))
+                if (own_body and _reads(n.orelse, tainted)) or \
+                        (own_else and _reads(n.body, tainted)):
                     return "fallback"
 
     # 3. strategy-filter
@@ -365,8 +371,8 @@ def classify_cooperation(aux_code: str, main_code: str, entry_point: str, aux_na
     # 4. coordinator
     mentions = [n for n in ast.walk(func) if is_aux(n)]
     called = {id(c.func) for c in calls}
-    in_loop = any(uses_aux(s) for n in ast.walk(func) if isinstance(n, (ast.For, ast.AsyncFor, ast.While))
-                  for s in n.body + n.orelse)
+    in_loop = any(uses_aux(s) for n in ast.walk(func)
+                  if isinstance(n, (ast.For, ast.AsyncFor, ast.While)) for s in n.body + n.orelse)
     in_loop |= any(uses_aux(getattr(n, field)) for n in ast.walk(func)
                    if isinstance(n, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp))
                    for field in ("elt", "key", "value") if hasattr(n, field))
@@ -375,7 +381,8 @@ def classify_cooperation(aux_code: str, main_code: str, entry_point: str, aux_na
 
     # 5. thin-wrapper / 6. decorator
     aux_call = lambda node: isinstance(node, ast.Call) and is_aux(node.func)  # noqa: E731
-    direct = {v for v in tainted - {aux_name} if all(aux_call(value) for names, value in bindings if v in names)}
+    direct = {v for v in tainted - {aux_name}
+              if all(aux_call(value) for names, value in bindings if v in names)}
     if all(aux_call(r.value) or (isinstance(r.value, ast.Name) and r.value.id in direct)
            for r in returns if _reads(r.value, tainted)):
         return "thin-wrapper"
@@ -383,16 +390,18 @@ def classify_cooperation(aux_code: str, main_code: str, entry_point: str, aux_na
 
 
 # ----------------------------------------------------------------------------------------------
-# 4. MAPoRL debates: who plays each seat, the debates (cotrain.run_debate), the SFT baseline
+# 3. MAPoRL debates: who plays each seat, the debates, the SFT baseline
+#    (the metrics are common.debate_metrics, as in cotrain.py's in-training evaluation)
 # ----------------------------------------------------------------------------------------------
 
 DEBATE_METHODS = ("offtheshelf", "maporl", "single", "sft", "mix")
-DEFAULT_DATASET = dict(debate="arith:digits", magrpo="minicode")  # --dataset '': cotrain.py's and magrpo.py's CPU defaults
+# --dataset '': cotrain.py's and magrpo.py's CPU defaults
+DEFAULT_DATASET = dict(debate="arith:digits", magrpo="minicode")
 
 
 def load_adapter_as(model, folder: Path, name: str):
-    """Load a saved peft adapter folder (save_adapters) under a new name, so that several runs' `agent0`
-    can sit on one base; the weights are frozen."""
+    """Load a saved peft adapter folder (save_adapters) under a new name, so that several runs'
+    `agent0` can sit on one base; the weights are frozen."""
     from peft import PeftModel
 
     if not (folder / "adapter_config.json").exists():
@@ -408,12 +417,15 @@ def load_adapter_as(model, folder: Path, name: str):
 
 
 class Bases:
-    """The base models of the evaluation, each loaded once, with every adapter loaded onto it by name."""
+    """The base models of the evaluation, each loaded once, with every adapter loaded onto it by
+    name."""
 
     def __init__(self, args, device: str):
         self.args, self.device = args, device
-        self.models, self.tokenizers = {}, {}  # base name -> model (a PeftModel once adapters are loaded), tokenizer
-        self.loaded, self.prefixes = set(), {}  # (base, adapter name) pairs loaded; run folder -> name prefix
+        # base name -> model (a PeftModel once adapters are loaded), tokenizer
+        self.models, self.tokenizers = {}, {}
+        # (base, adapter name) pairs loaded; run folder -> adapter name prefix
+        self.loaded, self.prefixes = set(), {}
 
     def model(self, name: str):
         if name not in self.models:
@@ -432,7 +444,8 @@ class Bases:
 
 
 def read_debate_run(run_dir: str, flag: str) -> dict:
-    """cotrain.py's debate.json: the base of each agent, the adapter of each (turn, agent), their folders."""
+    """cotrain.py's debate.json: the base of each agent, the adapter of each (turn, agent), their
+    folders."""
     path = Path(run_dir) / "debate.json"
     if not path.exists():
         arg_error(flag, f"{path} does not exist: not a finished cotrain.py run folder")
@@ -441,10 +454,11 @@ def read_debate_run(run_dir: str, flag: str) -> dict:
 
 def run_agent(bases: Bases, run_dir: str, flag: str, agent: int | None, num_agents: int,
               num_turns: int) -> list[tuple[str, list[str]]]:
-    """Evaluation agents played by a cotrain.py run: [(base, [T] adapter names)] for each of num_agents agents.
-    Agent a is the run's agent `agent` (or a mod A_run when None); turn t uses the run's adapter of turn
-    min(t, T_run) (a run trained with fewer turns keeps its last turn's adapter). The adapters are loaded onto
-    the run agent's base, renamed r<k>_<name> so that several runs' agent0 can coexist."""
+    """Evaluation agents played by a cotrain.py run: [(base, [T] adapter names)] for each of
+    num_agents agents. Agent a is the run's agent `agent` (or a mod A_run when None); turn t uses
+    the run's adapter of turn min(t, T_run) (a run trained with fewer turns keeps its last turn's
+    adapter). The adapters are loaded onto the run agent's base, renamed r<k>_<name> so that several
+    runs' agent0 can coexist."""
     info = read_debate_run(run_dir, flag)
     run_agents, run_turns = len(info["models"]), len(info["adapters"])
     if agent is not None and not 0 <= agent < run_agents:
@@ -458,7 +472,8 @@ def run_agent(bases: Bases, run_dir: str, flag: str, agent: int | None, num_agen
         for t in range(num_turns):
             name = info["adapters"][min(t, run_turns - 1)][src]
             if name != "__base__":
-                bases.load_adapter(base, Path(run_dir) / info["adapter_dirs"][src] / name, prefix + name)
+                folder = Path(run_dir) / info["adapter_dirs"][src] / name
+                bases.load_adapter(base, folder, prefix + name)
                 name = prefix + name
             names.append(name)
         out.append((base, names))
@@ -468,7 +483,7 @@ def run_agent(bases: Bases, run_dir: str, flag: str, agent: int | None, num_agen
 def method_agents(method: str, bases: Bases, args) -> list[tuple[str, list[str]]]:
     """[(base model, [T] adapter names)] for each of the A evaluation agents of a debate method."""
     A, T = args.num_agents, args.num_turns
-    if method == "offtheshelf":  # the same bases as --run (heterogeneous runs included), no adapters
+    if method == "offtheshelf":  # the bases of --run (heterogeneous runs included), no adapters
         models = read_debate_run(args.run, "--run")["models"] if args.run else [args.model]
         return [(models[a % len(models)], ["__base__"] * T) for a in range(A)]
     if method == "maporl":
@@ -493,10 +508,10 @@ def method_agents(method: str, bases: Bases, args) -> list[tuple[str, list[str]]
     return out
 
 
-def play_debates(bases: Bases, agents: list[tuple[str, list[str]]], records: list[dict], args, scorer,
-                 greedy: bool) -> tuple[dict, float, int]:
-    """cotrain.run_debate over the records in chunks of --batch-size. Returns (debate with responses/answers/
-    prompts [T][A][B], wall-clock seconds, generated tokens)."""
+def play_debates(bases: Bases, agents: list[tuple[str, list[str]]], records: list[dict], args,
+                 scorer, greedy: bool) -> tuple[dict, float, int]:
+    """cotrain.run_debate over the records in chunks of --batch-size. Returns (the debate's
+    responses, answers and prompts [T][A][B], wall-clock seconds, generated tokens)."""
     models = [bases.model(base) for base, _ in agents]
     tokenizers = [bases.tokenizers[base] for base, _ in agents]
     adapter_names = [[names[t] for _, names in agents] for t in range(args.num_turns)]
@@ -504,8 +519,9 @@ def play_debates(bases: Bases, agents: list[tuple[str, list[str]]], records: lis
     for start in range(0, len(records), args.batch_size):
         chunk = records[start:start + args.batch_size]
         t0 = time.perf_counter()
-        debate = cotrain.run_debate(chunk, models, tokenizers, adapter_names, args.max_new_tokens, args.temperature,
-                                    greedy=greedy, scorer=scorer, feedback_in_prompt=args.feedback_in_prompt,
+        debate = cotrain.run_debate(chunk, models, tokenizers, adapter_names, args.max_new_tokens,
+                                    args.temperature, greedy=greedy, scorer=scorer,
+                                    feedback_in_prompt=args.feedback_in_prompt,
                                     prompt_style=args.prompt_style)
         seconds += time.perf_counter() - t0
         tokens += sum(int(ro["response_mask"].sum()) for turn in debate["rollout"] for ro in turn)
@@ -520,14 +536,15 @@ def play_debates(bases: Bases, agents: list[tuple[str, list[str]]], records: lis
 
 
 def correct_debate_examples(debate: dict, records: list[dict]) -> list[tuple[str, str]]:
-    """Keep the debates whose FINAL-turn majority vote is right outright (tie expectation = 1: the gold wins,
-    or every tied answer is the gold; a 50/50 tie is not kept), and return every (prompt, response) of every
-    agent and turn in them: the collaboration trajectories the SFT baseline imitates.
-    debate: cotrain.run_debate's output (prompts, responses, answers: [T][A][B])."""
+    """Keep the debates whose FINAL-turn majority vote is right outright (tie expectation = 1: the
+    gold wins, or every tied answer is the gold; a 50/50 tie is not kept), and return every (prompt,
+    response) of every agent and turn in them: the collaboration trajectories the SFT baseline
+    imitates. debate: cotrain.run_debate's output (prompts, responses, answers: [T][A][B])."""
     num_turns, num_agents = len(debate["answers"]), len(debate["answers"][0])
     examples = []
     for b, record in enumerate(records):
-        if majority_vote_accuracy([debate["answers"][-1][a][b] for a in range(num_agents)], record["answer"]) == 1.0:
+        final = [debate["answers"][-1][a][b] for a in range(num_agents)]
+        if majority_vote_accuracy(final, record["answer"]) == 1.0:
             examples += [(debate["prompts"][t][a][b], debate["responses"][t][a][b])
                          for t in range(num_turns) for a in range(num_agents)]
     return examples
@@ -535,11 +552,11 @@ def correct_debate_examples(debate: dict, records: list[dict]) -> list[tuple[str
 
 def encode_sft_batch(tokenizer, prompts: list[str], responses: list[str], max_response_tokens: int,
                      device) -> dict:
-    """Left-padded prompts and right-padded responses (+ EOS, so the model learns to stop), in the layout
-    common.forward_responses expects. Responses longer than max_response_tokens are cut."""
+    """Left-padded prompts and right-padded responses (+ EOS, so the model learns to stop), in the
+    layout common.forward_responses expects. Responses longer than max_response_tokens are cut."""
     query_ids, query_mask = tokenize_prompts(tokenizer, prompts, device)
-    rows = [tokenizer(r, add_special_tokens=False)["input_ids"][:max_response_tokens - 1] + [tokenizer.eos_token_id]
-            for r in responses]
+    rows = [tokenizer(r, add_special_tokens=False)["input_ids"][:max_response_tokens - 1]
+            + [tokenizer.eos_token_id] for r in responses]
     width = max(len(r) for r in rows)
     response_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
     response_mask = torch.zeros(len(rows), width)
@@ -550,11 +567,11 @@ def encode_sft_batch(tokenizer, prompts: list[str], responses: list[str], max_re
                 response_mask=response_mask.to(device))
 
 
-def sft_lora(model, tokenizer, examples: list[tuple[str, str]], adapter: str, epochs: int, lr: float,
-             batch_size: int, max_response_tokens: int, seed: int) -> list[float]:
-    """Fine-tune the LoRA adapter `adapter` (already on the model) on (prompt, response) pairs with a plain
-    masked NLL: −Σ log π(response token | prompt, earlier tokens) / #response tokens. Only this adapter's
-    parameters are optimised (AdamW). Returns the loss of every step."""
+def sft_lora(model, tokenizer, examples: list[tuple[str, str]], adapter: str, epochs: int,
+             lr: float, batch_size: int, max_response_tokens: int, seed: int) -> list[float]:
+    """Fine-tune the LoRA adapter `adapter` (already on the model) on (prompt, response) pairs with
+    a plain masked NLL: −Σ log π(response token | prompt, earlier tokens) / #response tokens. Only
+    this adapter's parameters are optimised (AdamW). Returns the loss of every step."""
     device = next(model.parameters()).device
     params = adapter_parameters(model, adapter)
     optimizer = torch.optim.AdamW(params, lr=lr)
@@ -565,9 +582,10 @@ def sft_lora(model, tokenizer, examples: list[tuple[str, str]], adapter: str, ep
         rng.shuffle(order)
         for start in range(0, len(order), batch_size):
             chosen = [examples[i] for i in order[start:start + batch_size]]
-            batch = encode_sft_batch(tokenizer, [p for p, _ in chosen], [r for _, r in chosen], max_response_tokens,
-                                     device)
-            logprobs = forward_responses(model, **batch, adapter_names=[adapter] * len(chosen))["logprobs"]
+            batch = encode_sft_batch(tokenizer, [p for p, _ in chosen], [r for _, r in chosen],
+                                     max_response_tokens, device)
+            out = forward_responses(model, **batch, adapter_names=[adapter] * len(chosen))
+            logprobs = out["logprobs"]
             loss = -masked_mean(logprobs, batch["response_mask"])  # masked NLL per response token
             optimizer.zero_grad()
             loss.backward()
@@ -578,27 +596,30 @@ def sft_lora(model, tokenizer, examples: list[tuple[str, str]], adapter: str, ep
 
 
 def sft_base(args) -> str:
-    """The base the SFT baseline fine-tunes and plays: the --run's base, so that it is compared with the trained
-    agents on the same model (a heterogeneous run has no single base: refused), else --model."""
+    """The base the SFT baseline fine-tunes and plays: the --run's base, so that it is compared with
+    the trained agents on the same model (a heterogeneous run has no single base: refused), else
+    --model."""
     if not getattr(args, "run", ""):
         return args.model
     models = sorted(set(read_debate_run(args.run, "--run")["models"]))
     if len(models) > 1:
-        arg_error("--methods", f"sft fine-tunes one base, but {args.run} has several ({', '.join(models)}): leave "
-                               "sft out of --methods")
+        arg_error("--methods", f"sft fine-tunes one base, but {args.run} has several "
+                               f"({', '.join(models)}): leave sft out of --methods")
     return models[0]
 
 
 def train_sft_baseline(bases: Bases, args, scorer, exclude: set[str] = frozenset()) -> dict:
-    """The "SFT on collaboration trajectories" baseline: off-the-shelf debates on train questions (sampled), keep
-    those whose final majority is right, fine-tune a LoRA 'sft' on all their (prompt, response) pairs with a
-    masked NLL. Every agent then plays with it. Questions in `exclude` (the evaluation's) are never trained on.
-    Returns its statistics."""
+    """The "SFT on collaboration trajectories" baseline: off-the-shelf debates on train questions
+    (sampled), keep those whose final majority is right, fine-tune a LoRA 'sft' on all their
+    (prompt, response) pairs with a masked NLL. Every agent then plays with it. Questions in
+    `exclude` (the evaluation's) are never trained on. Returns its statistics."""
     base = sft_base(args)
-    loaded = load_task(args.dataset, "train", args.sft_questions, args.seed, **dataset_options(args))
+    loaded = load_task(args.dataset, "train", args.sft_questions, args.seed,
+                       **dataset_options(args))
     records = [r for r in loaded if r["question"] not in exclude]
     if len(records) < len(loaded):
-        print(f"sft: left out {len(loaded) - len(records)} train questions that are also evaluation questions")
+        print(f"sft: left out {len(loaded) - len(records)} train questions that are also "
+              "evaluation questions")
     agents = [(base, ["__base__"] * args.num_turns)] * args.num_agents
     debate, _, _ = play_debates(bases, agents, records, args, scorer, greedy=False)
     examples = correct_debate_examples(debate, records)
@@ -609,52 +630,61 @@ def train_sft_baseline(bases: Bases, args, scorer, exclude: set[str] = frozenset
     for p in model.parameters():
         p.requires_grad_(False)
     kept = len(examples) // (args.num_agents * args.num_turns)
-    print(f"sft (base {base}): kept {kept} of {len(records)} off-the-shelf debates, {len(examples)} (prompt, response) pairs, "
-          f"{len(losses)} steps" + (f", loss {losses[0]:.3f} -> {losses[-1]:.3f}" if losses else
-                                    " (nothing to learn from: the sft agents equal the base)"))
-    return dict(base=base, questions=len(records), kept_debates=kept, examples=len(examples), steps=len(losses),
-                first_loss=losses[0] if losses else None, last_loss=losses[-1] if losses else None)
+    outcome = (f", loss {losses[0]:.3f} -> {losses[-1]:.3f}" if losses else
+               " (nothing to learn from: the sft agents equal the base)")
+    print(f"sft (base {base}): kept {kept} of {len(records)} off-the-shelf debates, "
+          f"{len(examples)} (prompt, response) pairs, {len(losses)} steps" + outcome)
+    return dict(base=base, questions=len(records), kept_debates=kept, examples=len(examples),
+                steps=len(losses), first_loss=losses[0] if losses else None,
+                last_loss=losses[-1] if losses else None)
 
 
 def train_overlap(records: list[dict], run_dir: str) -> int | None:
-    """How many of the evaluation records are questions the cotrain.py run in run_dir loaded for training (read
-    again from its args.json: dataset, split, limit, seed); None when they cannot be read."""
+    """How many of the evaluation records are questions the cotrain.py run in run_dir loaded for
+    training (read again from its args.json: dataset, split, limit, seed); None when they cannot be
+    read."""
     path = Path(run_dir) / "args.json"
     if not path.exists():
         return None
     run = json.loads(path.read_text())
-    fields = {k: run[v] for k, v in (("question_field", "question_field"), ("answer_field", "answer_field"),
-                                     ("config", "dataset_config"), ("task", "dataset_task")) if v in run}
+    options = (("question_field", "question_field"), ("answer_field", "answer_field"),
+               ("config", "dataset_config"), ("task", "dataset_task"))
+    fields = {k: run[v] for k, v in options if v in run}
     try:
         trained = load_task(run.get("dataset", "arith"), run.get("dataset_split", "train"),
-                            run.get("train_limit") or None, run.get("seed", 0), skip_bad_rows=True, **fields)
+                            run.get("train_limit") or None, run.get("seed", 0), skip_bad_rows=True,
+                            **fields)
     except (SystemExit, Exception) as e:  # e.g. a hub dataset that is not cached
-        print(f"note: could not read the training questions of {run_dir} to check the overlap ({e})")
+        print(f"note: could not read the training questions of {run_dir} to check the overlap "
+              f"({e})")
         return None
     questions = {r["question"] for r in trained}
     return sum(r["question"] in questions for r in records)
 
 
 def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[dict]]:
-    """Debate mode: every method's A-agent, T-turn debates on the eval questions, and their metrics."""
-    records = load_task(args.dataset, args.split, args.limit or None, args.seed, **dataset_options(args))
+    """Debate mode: every method's A-agent, T-turn debates on the eval questions, and their
+    metrics."""
+    records = load_task(args.dataset, args.split, args.limit or None, args.seed,
+                        **dataset_options(args))
     if not records:
         arg_error("--dataset", f"{args.dataset} {args.split} has no questions")
     if "sft" in methods:
-        sft_base(args)  # a heterogeneous --run has no one base to fine-tune: refused before any model loads
+        sft_base(args)  # a heterogeneous --run has no one base to fine-tune: refused early
     for flag, run_dir in (("--run", args.run), ("--single-run", args.single_run)):
         overlap = train_overlap(records, run_dir) if run_dir else None
         if overlap:
-            print(f"\n{'!' * 100}\nWARNING: {overlap} of the {len(records)} evaluation questions ({args.dataset} "
-                  f"{args.split}) are training questions of {flag} {run_dir}: its accuracy on them measures recall, "
-                  f"not generalisation. Evaluate on questions it never trained on (another --split or file).\n"
-                  f"{'!' * 100}\n")
+            print(f"\n{'!' * 100}\nWARNING: {overlap} of the {len(records)} evaluation questions "
+                  f"({args.dataset} {args.split}) are training questions of {flag} {run_dir}: its "
+                  "accuracy on them measures recall, not generalisation. Evaluate on questions it "
+                  f"never trained on (another --split or file).\n{'!' * 100}\n")
     bases = Bases(args, device)
     scorer = None
-    if args.feedback_in_prompt:  # agents read a verifier's scores of earlier answers (the authors' reward_feedback)
+    if args.feedback_in_prompt:  # agents read a verifier's scores of earlier answers
         scorer = cotrain.make_scorer(SimpleNamespace(scorer="verifier", verifier=args.verifier,
                                                      verifier_batch_size=args.batch_size), device)
-    plans = {m: method_agents(m, bases, args) for m in methods if m != "sft"}  # loads every adapter first
+    # every adapter is loaded first
+    plans = {m: method_agents(m, bases, args) for m in methods if m != "sft"}
     if args.run:
         info = read_debate_run(args.run, "--run")
         for key in ("prompt_style", "feedback_in_prompt"):
@@ -662,22 +692,27 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
                 print(f"note: {args.run} was trained with --{key.replace('_', '-')} {info[key]}; "
                       f"evaluating with {getattr(args, key)}")
         if info.get("dataset") and info["dataset"] != args.dataset:
-            print(f"cross-domain transfer: {args.run} was trained on {info['dataset']}, evaluated on {args.dataset}")
+            print(f"cross-domain transfer: {args.run} was trained on {info['dataset']}, evaluated "
+                  f"on {args.dataset}")
     results, rows = {}, []
     for method in methods:
         extra = {}
         if method == "sft":
             seed_everything(args.seed)
-            extra["sft"] = train_sft_baseline(bases, args, scorer, exclude={r["question"] for r in records})
+            exclude = {r["question"] for r in records}
+            extra["sft"] = train_sft_baseline(bases, args, scorer, exclude=exclude)
             plans[method] = method_agents(method, bases, args)
         seed_everything(args.seed)  # every method starts from the same random state
-        debate, seconds, tokens = play_debates(bases, plans[method], records, args, scorer, args.greedy)
-        answers = [[[debate["answers"][t][a][b] for a in range(args.num_agents)] for t in range(args.num_turns)]
+        debate, seconds, tokens = play_debates(bases, plans[method], records, args, scorer,
+                                               args.greedy)
+        answers = [[[debate["answers"][t][a][b] for a in range(args.num_agents)]
+                    for t in range(args.num_turns)]
                    for b in range(len(records))]  # [question][turn][agent]
         results[method] = dict(**debate_metrics(answers, [r["answer"] for r in records]),
-                               agents=[dict(base=base, adapters=names) for base, names in plans[method]],
-                               time_per_question_s=seconds / len(records), tokens_per_question=tokens / len(records),
-                               **extra)
+                               agents=[dict(base=base, adapters=names)
+                                       for base, names in plans[method]],
+                               time_per_question_s=seconds / len(records),
+                               tokens_per_question=tokens / len(records), **extra)
         rows += [dict(method=method, question=r["id"], gold=r["answer"], answers=answers[b],
                       responses=[[debate["responses"][t][a][b] for a in range(args.num_agents)]
                                  for t in range(args.num_turns)]) for b, r in enumerate(records)]
@@ -687,46 +722,55 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
 
 
 # ----------------------------------------------------------------------------------------------
-# 5. MAGRPO teams: the baselines' prompts, k joint answers per problem, their metrics (spec §7)
+# 4. MAGRPO teams: the baselines' prompts, k joint answers per problem, their metrics
 # ----------------------------------------------------------------------------------------------
 #
-# magrpo.py has the MAGRPO agents' first-turn prompts (format_prompts) and the multi-turn feedback; the
-# baselines' prompts below are the authors' evaluation scripts' (LLM_Collab_Writing/evals/eval_{tldr,arxiv}_
-# {single_agent,pipeline,discussion}.py; LLM_Collab_Code_Generation/baselines/he_{single_agent,discuss}.py),
-# except the coding pipeline, which the authors do not have (ours: main's prompt plus aux's code).
+# magrpo.py has the MAGRPO agents' first-turn prompts (format_prompts) and the multi-turn
+# feedback; the baselines' prompts below are the authors' evaluation scripts' (LLM_Collab_Writing:
+# evals/eval_{tldr,arxiv}_{single_agent,pipeline,discussion}.py; LLM_Collab_Code_Generation:
+# baselines/he_{single_agent,discuss}.py), except the coding pipeline, which the authors do not
+# have (ours: main's prompt plus aux's code).
 
 MAGRPO_METHODS = ("single", "parallel", "pipeline", "discussion", "magrpo", "mt-magrpo")
 PARAGRAPH_SPLIT = "[PARAGRAPH_SPLIT]"
 
 
 def single_agent_prompt(problem: dict) -> str:
-    """One model does the whole task: code = the entry point alone; writing = both parts, split by a marker."""
+    """One model does the whole task: code = the entry point alone; writing = both parts, split by a
+    marker."""
     if problem["kind"] == "code":
-        entry, params = problem["entry_point"], magrpo.function_params(problem["prompt"]) or "..."
-        return (f"Solve this coding problem by implementing the required function.\n\nProblem:\n{problem['prompt']}\n\n"
-                f"IMPORTANT INSTRUCTIONS:\n{magrpo.CODE_RULES}- Implement ONLY the '{entry}' function as specified\n"
+        entry, params = problem["entry_point"], function_params(problem["prompt"]) or "..."
+        return ("Solve this coding problem by implementing the required function.\n\nProblem:\n"
+                f"{problem['prompt']}\n\nIMPORTANT INSTRUCTIONS:\n"
+                f"{CODE_RULES}- Implement ONLY the '{entry}' function as specified\n"
                 "- Make sure to include proper return statement\n\n"
-                f"Your output should follow this format:\n\ndef {entry}({params}):\n    # your function code here\n"
-                "    return result\n")
+                f"Your output should follow this format:\n\ndef {entry}({params}):\n"
+                "    # your function code here\n    return result\n")
     if problem["kind"] == "tldr":
-        return (f"Please provide a summary of this Reddit post in exactly two paragraphs:\n\n{problem['text']}\n\n"
-                "Instructions:\n- First paragraph: Provide a concise summary of the main points\n- Second paragraph: "
-                "Expand on the summary with more details, using more unique vocabulary words, include as many "
-                "categories of transition words as possible to improve flow, and make it 2-3 times longer than the "
-                "first paragraph in terms of character count, while maintaining a consistent style\n\n"
-                "IMPORTANT REQUIREMENTS - FOLLOW EXACTLY:\n- No paragraph should be less than 10 tokens or more than "
-                f"200 tokens\n- Use EXACTLY this delimiter between paragraphs: {PARAGRAPH_SPLIT}\n\nSummary:\nParagraph 1:")
-    return ("Based on the following scientific abstract, expand content for an introduction section in exactly two "
-            f"paragraphs:\n\n{problem['text']}\n\nInstructions:\n- First paragraph: Focus on background and motivation\n"
-            "- Second paragraph: Focus on methodology and implications\n- Both paragraphs should be roughly EQUAL in "
-            "length (similar word count)\n\nIMPORTANT REQUIREMENTS - FOLLOW EXACTLY:\n- Each paragraph should be "
-            f"between 128 and 256 tokens\n- Use EXACTLY this delimiter between paragraphs: {PARAGRAPH_SPLIT}\n\n"
+        return ("Please provide a summary of this Reddit post in exactly two paragraphs:\n\n"
+                f"{problem['text']}\n\nInstructions:\n- First paragraph: Provide a concise summary "
+                "of the main points\n- Second paragraph: Expand on the summary with more details, "
+                "using more unique vocabulary words, include as many categories of transition "
+                "words as possible to improve flow, and make it 2-3 times longer than the first "
+                "paragraph in terms of character count, while maintaining a consistent style\n\n"
+                "IMPORTANT REQUIREMENTS - FOLLOW EXACTLY:\n"
+                "- No paragraph should be less than 10 tokens or more than 200 tokens\n"
+                f"- Use EXACTLY this delimiter between paragraphs: {PARAGRAPH_SPLIT}\n\nSummary:\n"
+                "Paragraph 1:")
+    return ("Based on the following scientific abstract, expand content for an introduction "
+            f"section in exactly two paragraphs:\n\n{problem['text']}\n\nInstructions:\n"
+            "- First paragraph: Focus on background and motivation\n"
+            "- Second paragraph: Focus on methodology and implications\n"
+            "- Both paragraphs should be roughly EQUAL in length (similar word count)\n\n"
+            "IMPORTANT REQUIREMENTS - FOLLOW EXACTLY:\n- Each paragraph should be between 128 and "
+            f"256 tokens\n- Use EXACTLY this delimiter between paragraphs: {PARAGRAPH_SPLIT}\n\n"
             "Introduction:\nParagraph 1:")
 
 
 def split_paragraphs(text: str, kind: str) -> tuple[str, str]:
-    """A single agent's writing -> (part 1, part 2): at the marker, else (the authors split at a random 2-3x
-    (TLDR) or 0.9-1.1x (arXiv) length ratio) deterministically at 2.5x / 1x, at the next space."""
+    """A single agent's writing -> (part 1, part 2): at the marker, else (the authors split at a
+    random 2-3x (TLDR) or 0.9-1.1x (arXiv) length ratio) deterministically at 2.5x / 1x, at the next
+    space."""
     text = text.strip()
     if PARAGRAPH_SPLIT in text:
         first, second = text.split(PARAGRAPH_SPLIT, 1)
@@ -735,106 +779,125 @@ def split_paragraphs(text: str, kind: str) -> tuple[str, str]:
         while cut < len(text) and text[cut] not in " \n":
             cut += 1
         first, second = text[:cut], text[cut:]
-    strip = lambda s: re.sub(r"^(?:first paragraph|second paragraph|paragraph [12]|part [12]):\s*", "",  # noqa: E731
-                             s.strip(), flags=re.IGNORECASE).strip()
+    label = r"^(?:first paragraph|second paragraph|paragraph [12]|part [12]):\s*"
+    strip = lambda s: re.sub(label, "", s.strip(), flags=re.IGNORECASE).strip()  # noqa: E731
     return strip(first), strip(second)
 
 
 def pipeline_prompt(problem: dict, first_output: str) -> str:
     """Agent 2's prompt in the sequential pipeline: it sees agent 1's output."""
     if problem["kind"] == "code":
-        return (magrpo.main_prompt(problem) + "\nThe helper function aux, written by another agent:\n"
-                f"{magrpo.extract_function(first_output, 'aux') or first_output}\n")
+        aux = extract_function(first_output, "aux") or first_output
+        return (magrpo.main_prompt(problem)
+                + f"\nThe helper function aux, written by another agent:\n{aux}\n")
     if problem["kind"] == "tldr":
-        return (f"Create a detailed summary that expands on the following concise summary.\n\nOriginal Query:\n"
-                f"{problem['text']}\n\nConcise Summary (from another agent):\n{first_output}\n\nIMPORTANT INSTRUCTIONS:\n"
-                "- Build upon and expand the concise summary above\n- Use more unique words\n- Use transition words "
-                "to improve flow\n- Make your response 2-3x longer than the concise summary\n")
-    return (f"Based on the following scientific abstract, expand content for an introduction section.\n\nAbstract:\n"
-            f"{problem['text']}\n\nBackground and motivation section (from another agent):\n{first_output}\n\n"
-            "IMPORTANT INSTRUCTIONS:\n- Focus on methodology and implications\n- Build upon the background section "
-            "provided above\n- Avoid repeating what was already written in the background\n")
+        return ("Create a detailed summary that expands on the following concise summary.\n\n"
+                f"Original Query:\n{problem['text']}\n\nConcise Summary (from another agent):\n"
+                f"{first_output}\n\nIMPORTANT INSTRUCTIONS:\n"
+                "- Build upon and expand the concise summary above\n- Use more unique words\n"
+                "- Use transition words to improve flow\n- Make your response 2-3x longer than the "
+                "concise summary\n")
+    return ("Based on the following scientific abstract, expand content for an introduction "
+            f"section.\n\nAbstract:\n{problem['text']}\n\n"
+            f"Background and motivation section (from another agent):\n{first_output}\n\n"
+            "IMPORTANT INSTRUCTIONS:\n- Focus on methodology and implications\n"
+            "- Build upon the background section provided above\n"
+            "- Avoid repeating what was already written in the background\n")
 
 
 def discussion_prompts(problem: dict, first: list[str]) -> list[str]:
-    """Round 2 of the one-round discussion: each agent sees the other's round-1 output (and, in writing,
-    its own)."""
+    """Round 2 of the one-round discussion: each agent sees the other's round-1 output (and, in
+    writing, its own)."""
     if problem["kind"] == "code":
         entry = problem["entry_point"]
-        params = magrpo.function_params(problem["prompt"]) or "..."
-        main_code = magrpo.extract_function(first[1], entry) or "# No main function generated in Round 1"
-        aux_code = magrpo.extract_function(first[0], "aux") or "# No aux function generated in Round 1"
+        params = function_params(problem["prompt"]) or "..."
+        main_code = (extract_function(first[1], entry)
+                     or "# No main function generated in Round 1")
+        aux_code = (extract_function(first[0], "aux")
+                    or "# No aux function generated in Round 1")
         rules = ("- Do NOT include markdown code blocks (```python)\n"
                  "- Do NOT include any text before or after the function\n")
-        return [f"Improve your helper function based on how it's being used by the main function.\n\nProblem:\n"
-                f"{problem['prompt']}\n\nThe main function implementation from another agent:\n{main_code}\n\n"
-                f"IMPORTANT INSTRUCTIONS:\n- Output ONLY the improved aux function code, no explanations\n{rules}"
-                "- Create an improved helper function named 'aux' that better assists the main function\n"
-                "- Look at how the main function uses (or could use) aux() and optimize accordingly\n"
-                "- The aux function should provide exactly what the main function needs\n\n"
-                "Your output should follow this format:\n\ndef aux(...):\n    # your improved function code here\n"
-                "    return result\n",
-                f"Improve your main function implementation based on the helper function provided.\n\nProblem:\n"
-                f"{problem['prompt']}\n\nThe auxiliary function implementation from another agent:\n{aux_code}\n\n"
-                f"IMPORTANT INSTRUCTIONS:\n- Output ONLY the improved main function code, no explanations\n{rules}"
-                "- Do NOT redefine the aux() function (it's already provided above)\n"
+        return ["Improve your helper function based on how it's being used by the main function.\n"
+                f"\nProblem:\n{problem['prompt']}\n\nThe main function implementation from another "
+                f"agent:\n{main_code}\n\nIMPORTANT INSTRUCTIONS:\n"
+                "- Output ONLY the improved aux function code, no explanations\n"
+                f"{rules}- Create an improved helper function named 'aux' that better assists the "
+                "main function\n- Look at how the main function uses (or could use) aux() and "
+                "optimize accordingly\n- The aux function should provide exactly what the main "
+                "function needs\n\nYour output should follow this format:\n\ndef aux(...):\n"
+                "    # your improved function code here\n    return result\n",
+                "Improve your main function implementation based on the helper function provided.\n"
+                f"\nProblem:\n{problem['prompt']}\n\nThe auxiliary function implementation from "
+                f"another agent:\n{aux_code}\n\nIMPORTANT INSTRUCTIONS:\n"
+                "- Output ONLY the improved main function code, no explanations\n"
+                f"{rules}- Do NOT redefine the aux() function (it's already provided above)\n"
                 f"- Implement ONLY the improved '{entry}' function\n"
                 "- Make effective use of the aux() function based on what it provides\n"
                 "- Ensure your solution correctly uses the aux() function's return value\n\n"
                 f"Your output should follow this format:\n\ndef {entry}({params}):\n"
                 "    # your improved function code here\n    return result\n"]
     if problem["kind"] == "tldr":
-        return [f"Refine your concise summary based on the detailed version.\n\nOriginal Query:\n{problem['text']}\n\n"
-                f"Your previous concise summary:\n{first[0]}\n\nThe detailed summary from another agent:\n{first[1]}\n\n"
-                "IMPORTANT INSTRUCTIONS:\n- Output ONLY the refined concise summary\n- Ensure it provides a good "
-                "foundation for the detailed version\n- Keep it brief and focused\n",
-                f"Refine your detailed summary now that you can see the concise version.\n\nOriginal Query:\n"
-                f"{problem['text']}\n\nThe concise summary:\n{first[0]}\n\nYour previous detailed summary:\n{first[1]}\n\n"
-                "IMPORTANT INSTRUCTIONS:\n- Build upon and expand the concise summary\n- Use more unique words than "
-                "the concise summary\n- Use transition words to improve flow\n- Make your response 2-3x longer than "
-                "the concise summary\n"]
-    return [f"Refine your background and motivation section based on the methodology section.\n\nOriginal Abstract:\n"
-            f"{problem['text']}\n\nYour previous background and motivation:\n{first[0]}\n\nThe methodology and "
-            f"implications from another agent:\n{first[1]}\n\nIMPORTANT INSTRUCTIONS:\n- Output ONLY the refined "
-            "background and motivation\n- Ensure it provides a good foundation for the methodology section\n"
+        return ["Refine your concise summary based on the detailed version.\n\nOriginal Query:\n"
+                f"{problem['text']}\n\nYour previous concise summary:\n{first[0]}\n\n"
+                f"The detailed summary from another agent:\n{first[1]}\n\nIMPORTANT INSTRUCTIONS:\n"
+                "- Output ONLY the refined concise summary\n"
+                "- Ensure it provides a good foundation for the detailed version\n"
+                "- Keep it brief and focused\n",
+                "Refine your detailed summary now that you can see the concise version.\n\n"
+                f"Original Query:\n{problem['text']}\n\nThe concise summary:\n{first[0]}\n\n"
+                f"Your previous detailed summary:\n{first[1]}\n\nIMPORTANT INSTRUCTIONS:\n"
+                "- Build upon and expand the concise summary\n"
+                "- Use more unique words than the concise summary\n"
+                "- Use transition words to improve flow\n- Make your response 2-3x longer than the "
+                "concise summary\n"]
+    return ["Refine your background and motivation section based on the methodology section.\n\n"
+            f"Original Abstract:\n{problem['text']}\n\nYour previous background and motivation:\n"
+            f"{first[0]}\n\nThe methodology and implications from another agent:\n{first[1]}\n\n"
+            "IMPORTANT INSTRUCTIONS:\n- Output ONLY the refined background and motivation\n"
+            "- Ensure it provides a good foundation for the methodology section\n"
             "- Make both sections roughly equal in length\n",
-            f"Refine your methodology and implications section now that you can see the background.\n\nOriginal "
-            f"Abstract:\n{problem['text']}\n\nThe background and motivation:\n{first[0]}\n\nYour previous methodology "
-            f"and implications:\n{first[1]}\n\nIMPORTANT INSTRUCTIONS:\n- Build upon the background section\n"
-            "- Ensure consistency with the background and motivation\n- Make both sections roughly equal in length\n"]
+            "Refine your methodology and implications section now that you can see the "
+            f"background.\n\nOriginal Abstract:\n{problem['text']}\n\n"
+            f"The background and motivation:\n{first[0]}\n\n"
+            f"Your previous methodology and implications:\n{first[1]}\n\nIMPORTANT INSTRUCTIONS:\n"
+            "- Build upon the background section\n- Ensure consistency with the background and "
+            "motivation\n- Make both sections roughly equal in length\n"]
 
 
 def score_sample(problem: dict, texts: list[str], timeout: float, memory_mb: int) -> dict:
-    """One joint answer -> its reward, levels and the per-sample facts the metrics need. texts: [aux, main]
-    or [part 1, part 2]; a single agent's code is scored as main with no aux (no cooperation possible)."""
+    """One joint answer -> its reward, levels and the per-sample facts the metrics need. texts:
+    [aux, main] or [part 1, part 2]; a single agent's code is scored as main with no aux (no
+    cooperation possible)."""
     reward, levels = magrpo.joint_reward(problem, texts, timeout, memory_mb)
     sample = dict(reward=reward, levels=levels)
     if problem["kind"] == "code":
         total, passed = levels["tests_total"], levels["tests_passed"]
         entry = problem["entry_point"]
-        sample.update(passed_all=total > 0 and passed == total, accuracy=passed / total if total else 0.0,
-                      bonus=levels["cooperation"], main_defined=levels["structure"] >= 0.6 - 1e-9,
+        sample.update(passed_all=total > 0 and passed == total,
+                      accuracy=passed / total if total else 0.0, bonus=levels["cooperation"],
+                      main_defined=levels["structure"] >= 0.6 - 1e-9,
                       syntax_ok=levels["syntax"] > 0)
         if sample["passed_all"] and texts[0]:
-            sample["scheme"] = classify_cooperation(magrpo.extract_function(texts[0], "aux"),
-                                                    magrpo.extract_function(texts[1], entry), entry)
+            sample["scheme"] = classify_cooperation(extract_function(texts[0], "aux"),
+                                                    extract_function(texts[1], entry), entry)
     return sample
 
 
 def code_metrics(samples: list[list[dict]], k_values: list[int]) -> dict:
-    """samples[problem][j] (in sampling order) -> the authors' coding metrics: pass@k (any of the first k
-    passes every assert), the unbiased pass@k, accuracy@k, MaxCoop@k (each averaged over problems), and over
-    all samples the cooperation rate, structure / syntax / full-pass rates, and the cooperation schemes of
-    the passing pairs."""
+    """samples[problem][j] (in sampling order) -> the authors' coding metrics: pass@k (any of the
+    first k passes every assert), the unbiased pass@k, accuracy@k, MaxCoop@k (each averaged over
+    problems), and over all samples the cooperation rate, structure / syntax / full-pass rates, and
+    the cooperation schemes of the passing pairs."""
     flat = [s for per_p in samples for s in per_p]
     n = len(samples[0])
     out = {}
+    per_problem = lambda f: sum(f(per_p) for per_p in samples) / len(samples)  # noqa: E731
     for k in k_values:
-        out[f"pass@{k}"] = sum(pass_at_k_first([s["passed_all"] for s in per_p], k) for per_p in samples) / len(samples)
-        out[f"pass@{k}_unbiased"] = sum(pass_at_k_unbiased(n, sum(s["passed_all"] for s in per_p), k)
-                                        for per_p in samples) / len(samples)
-        out[f"accuracy@{k}"] = sum(accuracy_at_k([s["accuracy"] for s in per_p], k) for per_p in samples) / len(samples)
-        out[f"maxcoop@{k}"] = sum(max_coop_at_k([s["bonus"] for s in per_p], k) for per_p in samples) / len(samples)
+        out[f"pass@{k}"] = per_problem(lambda ss: pass_at_k_first([s["passed_all"] for s in ss], k))
+        out[f"pass@{k}_unbiased"] = per_problem(
+            lambda ss: pass_at_k_unbiased(n, sum(s["passed_all"] for s in ss), k))
+        out[f"accuracy@{k}"] = per_problem(lambda ss: accuracy_at_k([s["accuracy"] for s in ss], k))
+        out[f"maxcoop@{k}"] = per_problem(lambda ss: max_coop_at_k([s["bonus"] for s in ss], k))
     out["cooperation_rate"] = cooperation_rate([s["bonus"] for s in flat])
     out["structure_rate"] = sum(s["main_defined"] for s in flat) / len(flat)
     out["syntax_rate"] = sum(s["syntax_ok"] for s in flat) / len(flat)
@@ -848,34 +911,39 @@ def code_metrics(samples: list[list[dict]], k_values: list[int]) -> dict:
 def writing_metrics(samples: list[list[dict]]) -> dict:
     """The writing reward (max 3) and its four levels, averaged over every sample."""
     flat = [s for per_p in samples for s in per_p]
-    out = {f"level/{name}": sum(s["levels"][name] for s in flat) / len(flat) for name in flat[0]["levels"]}
-    out["reward_max_of_k"] = sum(max(s["reward"] for s in per_p) for per_p in samples) / len(samples)
+    out = {f"level/{name}": sum(s["levels"][name] for s in flat) / len(flat)
+           for name in flat[0]["levels"]}
+    out["reward_max_of_k"] = (sum(max(s["reward"] for s in per_p) for per_p in samples)
+                              / len(samples))
     return out
 
 
 def timed_generate(team, tokenizer, prompts: list[list[str]], agents: list[int], num_samples: int,
                    args) -> tuple[list, float, int]:
-    """The acting agents (`agents`, indices into the team) answer in parallel: prompts[p][j] is acting agent j's
-    prompt for item p, each sampled num_samples times, in ONE batched call (LoRA agents; magrpo's
-    generate_joint_action). Returns (texts [p][j][g], wall-clock seconds, generated tokens)."""
+    """The acting agents (`agents`, indices into the team) answer in parallel: prompts[p][j] is
+    acting agent j's prompt for item p, each sampled num_samples times, in ONE batched call (LoRA
+    agents; magrpo's generate_joint_action). Returns (texts [p][j][g], wall-clock seconds, generated
+    tokens)."""
     acting = magrpo.Agents(models=[team.models[i] for i in agents], optimizers=[], params=[],
                            names=None if team.names is None else [team.names[i] for i in agents])
     device = next(team.models[0].parameters()).device
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()
-    out = magrpo.generate_joint_action(acting, tokenizer, prompts, num_samples, args.max_new_tokens, args.temperature,
-                                       args.top_p, args.top_k, greedy=args.greedy, chat_template=args.chat_template)
+    out = magrpo.generate_joint_action(acting, tokenizer, prompts, num_samples, args.max_new_tokens,
+                                       args.temperature, args.top_p, args.top_k, greedy=args.greedy,
+                                       chat_template=args.chat_template)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
     return out["texts"], seconds, sum(int(b["response_mask"].sum()) for b in out["batches"])
 
 
-def team_answers(method: str, team, tokenizer, problem: dict, args, turns: int = 1, feedback=None) -> dict:
-    """k = args.num_samples joint answers of one method to one problem. Returns dict(final [k][2] texts that
-    are scored, first [k][2] round-1 texts of the two-round methods (else None), seconds, tokens, calls =
-    generate calls one after the other: the latency in units of one generation)."""
+def team_answers(method: str, team, tokenizer, problem: dict, args, turns: int = 1,
+                 feedback=None) -> dict:
+    """k = args.num_samples joint answers of one method to one problem. Returns dict(final [k][2]
+    texts that are scored, first [k][2] round-1 texts of the two-round methods (else None), seconds,
+    tokens, calls = generate calls one after the other: the latency in units of one generation)."""
     k, code = args.num_samples, problem["kind"] == "code"
     seconds = tokens = calls = 0
     first = None
@@ -888,24 +956,26 @@ def team_answers(method: str, team, tokenizer, problem: dict, args, turns: int =
 
     if method == "single":  # one agent (agent 0's policy) does the whole task
         outs = run([[single_agent_prompt(problem)]], [0], k)[0][0]
-        final = [["", text] if code else list(split_paragraphs(text, problem["kind"])) for text in outs]
+        final = [["", text] if code else list(split_paragraphs(text, problem["kind"]))
+                 for text in outs]
     elif method == "pipeline":  # 1. agent 1 answers; 2. agent 2 answers, seeing agent 1's output
         outs1 = run([[magrpo.format_prompts(problem)[0]]], [0], k)[0][0]
         outs2 = run([[pipeline_prompt(problem, a)] for a in outs1], [1], 1)
         final = [[a, outs2[g][0][0]] for g, a in enumerate(outs1)]
-    elif method == "discussion":  # 1. both answer in parallel; 2. each revises, seeing the other's answer
+    elif method == "discussion":  # 1. both answer in parallel; 2. each revises, seeing the other
         round1 = run([magrpo.format_prompts(problem)], [0, 1], k)[0]
         first = [[round1[0][g], round1[1][g]] for g in range(k)]
         round2 = run([discussion_prompts(problem, pair) for pair in first], [0, 1], 1)
         final = [[round2[g][0][0], round2[g][1][0]] for g in range(k)]
-    else:  # parallel, magrpo, mt-magrpo: the MAGRPO prompts; `turns` turns with external feedback in between
+    else:  # parallel, magrpo, mt-magrpo: the MAGRPO prompts; `turns` turns with feedback between
         prompts = magrpo.format_prompts(problem)
         joint = run([prompts], [0, 1], k)[0]
         prompt_history = [[[p] for p in prompts] for _ in range(k)]  # [sample][agent][turn]
         response_history = [[[joint[i][g]] for i in range(2)] for g in range(k)]
         for _ in range(1, turns):
-            next_prompts = parallel_map(lambda g: feedback(problem, prompt_history[g], response_history[g]),
-                                        list(range(k)), args.sandbox_workers)
+            next_prompts = parallel_map(
+                lambda g: feedback(problem, prompt_history[g], response_history[g]),
+                list(range(k)), args.sandbox_workers)
             outs = run(next_prompts, [0, 1], 1)
             for g in range(k):
                 for i in range(2):
@@ -917,16 +987,19 @@ def team_answers(method: str, team, tokenizer, problem: dict, args, turns: int =
     return dict(final=final, first=first, seconds=seconds, tokens=tokens, calls=calls)
 
 
-def evaluate_magrpo_method(method: str, team, tokenizer, problems: list[dict], args, k_values: list[int],
-                           turns: int = 1, feedback=None) -> tuple[dict, list[dict]]:
+def evaluate_magrpo_method(method: str, team, tokenizer, problems: list[dict], args,
+                           k_values: list[int], turns: int = 1,
+                           feedback=None) -> tuple[dict, list[dict]]:
     """Every number of one method over the eval problems, and its samples (for samples.jsonl)."""
     seed_everything(args.seed)  # every method starts from the same random state
     samples, firsts, rows = [], [], []
     seconds, tokens, calls = [], [], []
     for problem in tqdm(problems, desc=method):
-        # 1. generate k joint answers (timed), 2. score them (code in sandboxed subprocesses, in parallel)
+        # 1. generate k joint answers (timed)
         out = team_answers(method, team, tokenizer, problem, args, turns, feedback)
-        score = lambda texts: score_sample(problem, texts, args.test_timeout, args.sandbox_memory_mb)  # noqa: E731
+        # 2. score them (code in sandboxed subprocesses, in parallel)
+        score = lambda texts: score_sample(problem, texts, args.test_timeout,  # noqa: E731
+                                           args.sandbox_memory_mb)
         scored = parallel_map(score, out["final"], args.sandbox_workers)
         samples.append(scored)
         if out["first"] is not None:
@@ -934,28 +1007,33 @@ def evaluate_magrpo_method(method: str, team, tokenizer, problems: list[dict], a
         seconds.append(out["seconds"])
         tokens.append(out["tokens"])
         calls.append(out["calls"])
-        rows += [dict(method=method, problem=problem["id"], sample=g, texts=texts, reward=s["reward"],
-                      levels=s["levels"], scheme=s.get("scheme")) for g, (texts, s) in enumerate(zip(out["final"], scored))]
+        rows += [dict(method=method, problem=problem["id"], sample=g, texts=texts,
+                      reward=s["reward"], levels=s["levels"], scheme=s.get("scheme"))
+                 for g, (texts, s) in enumerate(zip(out["final"], scored))]
     # 3. metrics
     flat = [s for per_p in samples for s in per_p]
     metrics = dict(num_problems=len(problems), num_samples=args.num_samples, turns=turns,
                    reward=sum(s["reward"] for s in flat) / len(flat))
-    metrics.update(code_metrics(samples, k_values) if problems[0]["kind"] == "code" else writing_metrics(samples))
-    if problems[0]["kind"] == "code":
+    code = problems[0]["kind"] == "code"
+    metrics.update(code_metrics(samples, k_values) if code else writing_metrics(samples))
+    if code:
         metrics.update({f"level/{name}": sum(s["levels"][name] for s in flat) / len(flat)
                         for name in ("structure", "syntax", "tests", "cooperation")})
     if firsts:
         metrics["reward_round1"] = sum(firsts) / len(firsts)
-    metrics["time_per_problem_s"] = sum(seconds) / len(seconds)  # generation only, all k samples of a problem
-    metrics["tokens_per_problem"] = sum(tokens) / len(tokens)  # generated tokens, every agent and round, k samples
+    # generation only, all k samples of a problem
+    metrics["time_per_problem_s"] = sum(seconds) / len(seconds)
+    # generated tokens, every agent and round, all k samples
+    metrics["tokens_per_problem"] = sum(tokens) / len(tokens)
     metrics["tokens_per_sample"] = metrics["tokens_per_problem"] / args.num_samples
-    metrics["sequential_generations"] = sum(calls) / len(calls)  # generate calls one after the other
+    # generate calls one after the other
+    metrics["sequential_generations"] = sum(calls) / len(calls)
     return metrics, rows
 
 
 def read_run(run_dir: str, flag: str) -> dict:
-    """A training run's args.json (errors name the flag), old keys under today's names (magrpo.py's task ->
-    dataset)."""
+    """A training run's args.json (errors name the flag), old keys under today's names (magrpo.py's
+    task -> dataset)."""
     path = Path(run_dir) / "args.json"
     if not path.exists():
         arg_error(flag, f"{run_dir} has no args.json: not a run folder of cotrain.py or magrpo.py")
@@ -966,52 +1044,61 @@ def read_run(run_dir: str, flag: str) -> dict:
 
 
 def load_run_adapters(model, run_dir: str, flag: str, args, prefix: str):
-    """Every adapter in RUN_DIR/adapters/, loaded as prefix + its name. Returns (model, names, run args)."""
+    """Every adapter in RUN_DIR/adapters/, loaded as prefix + its name. Returns (model, names, run
+    args)."""
     run_args = read_run(run_dir, flag)
     if run_args.get("model") != args.model:
-        arg_error(flag, f"{run_dir} was trained on --model {run_args.get('model')!r}, but --model is {args.model!r}")
+        arg_error(flag, f"{run_dir} was trained on --model {run_args.get('model')!r}, but --model "
+                        f"is {args.model!r}")
     folder = Path(run_dir) / "adapters"
-    found = sorted(p.name for p in folder.iterdir() if (p / "adapter_config.json").exists()) if folder.is_dir() else []
+    found = sorted(p.name for p in folder.iterdir()
+                   if (p / "adapter_config.json").exists()) if folder.is_dir() else []
     if not found:
-        arg_error(flag, f"{folder} holds no saved adapters (a LoRA run saves them when it finishes; "
-                        "--full-finetune runs, saved as agents/, are not supported here)")
+        arg_error(flag, f"{folder} holds no saved adapters (a LoRA run saves them when it "
+                        "finishes; --full-finetune runs, saved as agents/, are not supported here)")
     for name in found:
         model = load_adapter_as(model, folder / name, prefix + name)
     return model, [prefix + name for name in found], run_args
 
 
 def with_peft(model):
-    """peft routes rows to adapters by name ('__base__' = the bare base) only on a PeftModel: a base with no
-    adapter loaded gets one unused LoRA adapter (its B matrix is zero, so it would change nothing anyway)."""
+    """peft routes rows to adapters by name ('__base__' = the bare base) only on a PeftModel: a base
+    with no adapter loaded gets one unused LoRA adapter (its B matrix is zero, so it would change
+    nothing anyway)."""
     from peft import PeftModel
 
     return model if isinstance(model, PeftModel) else add_adapters(model, ["unused"])
 
 
 def evaluate_magrpo(args, device: str, methods: list[str]) -> tuple[dict, list[dict]]:
-    """MAGRPO mode: each method's k joint answers per eval problem, scored with magrpo.py's reward. Every agent
-    is an adapter on one base ('__base__' for the untrained baselines), so a team answers in one batched call."""
+    """MAGRPO mode: each method's k joint answers per eval problem, scored with magrpo.py's reward.
+    Every agent is an adapter on one base ('__base__' for the untrained baselines), so a team
+    answers in one batched call."""
     problems = magrpo.load_problems(args.dataset, "eval", args.limit)
     if not problems:
         arg_error("--dataset", f"{args.dataset} has no eval problems")
     k_values = parse_int_list(args.k_values, "--k-values")
     if not k_values or not all(1 <= k <= args.num_samples for k in k_values):
-        arg_error("--k-values", f"each k must be in [1, --num-samples={args.num_samples}], got {args.k_values!r}")
+        arg_error("--k-values", f"each k must be in [1, --num-samples={args.num_samples}], got "
+                                f"{args.k_values!r}")
     tokenizer = load_tokenizer(args.model)
     model = load_model(args.model, args.dtype, args.quant, device)
     trained = {}  # method -> (adapter names of its 2 agents, the run's args)
-    for method, flag, run_dir, prefix in (("magrpo", "--run", args.run, "st_"), ("mt-magrpo", "--mt-run", args.mt_run, "mt_")):
+    runs = (("magrpo", "--run", args.run, "st_"), ("mt-magrpo", "--mt-run", args.mt_run, "mt_"))
+    for method, flag, run_dir, prefix in runs:
         if method in methods:
             model, names, run_args = load_run_adapters(model, run_dir, flag, args, prefix)
             if len(names) != 2:
                 arg_error(flag, f"expected the 2 agents' adapters, found {names}")
-            for key in ("dataset", "temperature", "top_p", "top_k", "max_new_tokens", "chat_template"):
+            for key in ("dataset", "temperature", "top_p", "top_k", "max_new_tokens",
+                        "chat_template"):
                 if key in run_args and run_args[key] != getattr(args, key):
-                    print(f"note: {run_dir} was trained with --{key.replace('_', '-')} {run_args[key]}; "
-                          f"evaluating with {getattr(args, key)}")
+                    print(f"note: {run_dir} was trained with --{key.replace('_', '-')} "
+                          f"{run_args[key]}; evaluating with {getattr(args, key)}")
             trained[method] = (names, run_args)
     model = with_peft(model)
-    base = magrpo.Agents(models=[model, model], names=["__base__", "__base__"], optimizers=[], params=[])
+    base = magrpo.Agents(models=[model, model], names=["__base__", "__base__"], optimizers=[],
+                         params=[])
     results, rows = {}, []
     for method in methods:
         team, turns, feedback = base, 1, None
@@ -1022,29 +1109,31 @@ def evaluate_magrpo(args, device: str, methods: list[str]) -> tuple[dict, list[d
             task_args = SimpleNamespace(**{**run_args, "test_timeout": args.test_timeout,
                                            "sandbox_memory_mb": args.sandbox_memory_mb})
             feedback = magrpo.make_task(task_args).feedback
-        results[method], method_rows = evaluate_magrpo_method(method, team, tokenizer, problems, args, k_values,
-                                                              turns, feedback)
+        results[method], method_rows = evaluate_magrpo_method(method, team, tokenizer, problems,
+                                                              args, k_values, turns, feedback)
         rows += method_rows
-        print(f"{method}: " + format_metrics(results[method], [f"pass@{k_values[0]}", "reward", "cooperation_rate",
-                                                               "time_per_problem_s", "tokens_per_problem"]))
+        shown = [f"pass@{k_values[0]}", "reward", "cooperation_rate", "time_per_problem_s",
+                 "tokens_per_problem"]
+        print(f"{method}: " + format_metrics(results[method], shown))
     return results, rows
 
 
 # ----------------------------------------------------------------------------------------------
-# 6. Outputs: results.json (every number), results.md (tables), PNG plots (matplotlib optional)
+# 5. Outputs: results.json (every number), results.md (tables), PNG plots (matplotlib optional)
 # ----------------------------------------------------------------------------------------------
 
 
 def debate_table(methods: dict[str, dict]) -> str:
-    """Markdown: rows = methods, columns = turns (majority-vote accuracy with tie expectation, in %), then the
-    pooled W→R / R→W fractions between consecutive turns."""
+    """Markdown: rows = methods, columns = turns (majority-vote accuracy with tie expectation, in
+    %), then the pooled W→R / R→W fractions between consecutive turns."""
     n_turns = max(m["num_turns"] for m in methods.values())
-    head = ["method"] + [f"turn {t + 1}" for t in range(n_turns)] + [f"W→R / R→W {t + 1}→{t + 2}"
-                                                                      for t in range(n_turns - 1)]
+    head = (["method"] + [f"turn {t + 1}" for t in range(n_turns)]
+            + [f"W→R / R→W {t + 1}→{t + 2}" for t in range(n_turns - 1)])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in methods.items():
         acc = [f"{100 * a:.1f}" for a in m["accuracy"]["majority"]]
-        trans = [f"{100 * p['pooled_fractions']['W→R']:.1f} / {100 * p['pooled_fractions']['R→W']:.1f}"
+        trans = [f"{100 * p['pooled_fractions']['W→R']:.1f} / "
+                 f"{100 * p['pooled_fractions']['R→W']:.1f}"
                  for p in m["transitions"]]
         cells = acc + [""] * (n_turns - len(acc)) + trans + [""] * (n_turns - 1 - len(trans))
         lines.append("| " + " | ".join([name] + cells) + " |")
@@ -1061,13 +1150,16 @@ def samples_table(methods: dict[str, dict], columns: list[str]) -> str:
 
 
 def magrpo_columns(k_values: list[int], code: bool) -> list[str]:
-    """results.md's columns in magrpo mode: for code, pass@k, unbiased pass@k, accuracy@k and MaxCoop@k for every
-    k of --k-values; for writing, the reward levels; then reward, latency and tokens."""
-    columns = ([f"{metric}@{k}{suffix}" for metric, suffix in (("pass", ""), ("pass", "_unbiased"), ("accuracy", ""),
-                                                               ("maxcoop", "")) for k in k_values]
+    """results.md's columns in magrpo mode: for code, pass@k, unbiased pass@k, accuracy@k and
+    MaxCoop@k for every k of --k-values; for writing, the reward levels; then reward, latency and
+    tokens."""
+    kinds = (("pass", ""), ("pass", "_unbiased"), ("accuracy", ""), ("maxcoop", ""))
+    columns = ([f"{metric}@{k}{suffix}" for metric, suffix in kinds for k in k_values]
                + ["cooperation_rate"] if code else
-               ["reward_max_of_k", "level/structure", "level/coordination", "level/vocabulary", "level/style"])
-    return columns + ["reward", "reward_round1", "time_per_problem_s", "tokens_per_problem", "sequential_generations"]
+               ["reward_max_of_k", "level/structure", "level/coordination", "level/vocabulary",
+                "level/style"])
+    return columns + ["reward", "reward_round1", "time_per_problem_s", "tokens_per_problem",
+                      "sequential_generations"]
 
 
 def write_results(out_dir: Path, results: dict, table: str) -> tuple[Path, Path]:
@@ -1083,7 +1175,8 @@ def write_results(out_dir: Path, results: dict, table: str) -> tuple[Path, Path]
 
 
 def _pyplot():
-    """matplotlib.pyplot with a file-only backend, or None (and a note) when matplotlib is not installed."""
+    """matplotlib.pyplot with a file-only backend, or None (and a note) when matplotlib is not
+    installed."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -1095,8 +1188,9 @@ def _pyplot():
 
 
 def plot_debate(methods: dict[str, dict], out_dir: Path) -> list[Path]:
-    """accuracy_per_turn.png (majority vote per turn, one line per method) and, with T >= 2, transitions.png
-    (pooled W→R and R→W fractions per pair of consecutive turns, a pair of bars per method: MAPoRL Figs. 3-4)."""
+    """accuracy_per_turn.png (majority vote per turn, one line per method) and, with T >= 2,
+    transitions.png (pooled W→R and R→W fractions per pair of consecutive turns, a pair of bars per
+    method: MAPoRL Figs. 3-4)."""
     plt = _pyplot()
     if plt is None:
         return []
@@ -1104,7 +1198,8 @@ def plot_debate(methods: dict[str, dict], out_dir: Path) -> list[Path]:
     paths = [out_dir / "accuracy_per_turn.png"]
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for name, m in methods.items():
-        ax.plot(range(1, n_turns + 1), [100 * a for a in m["accuracy"]["majority"]], marker="o", label=name)
+        ax.plot(range(1, n_turns + 1), [100 * a for a in m["accuracy"]["majority"]], marker="o",
+                label=name)
     ax.set(xlabel="turn", ylabel="majority-vote accuracy (%)", title="Accuracy per turn")
     ax.set_xticks(range(1, n_turns + 1))
     ax.legend(fontsize=8)
@@ -1119,10 +1214,12 @@ def plot_debate(methods: dict[str, dict], out_dir: Path) -> list[Path]:
     for i, (name, m) in enumerate(methods.items()):
         for j, kind in enumerate(("W→R", "R→W")):
             ax.bar([x + (2 * i + j) * width for x in range(n_turns - 1)],
-                   [100 * pair["pooled_fractions"][kind] for pair in m["transitions"]], width, color=f"C{i}",
-                   hatch="" if kind == "W→R" else "//", label=f"{name} {kind}")
-    ax.set_xticks([x + 0.4 - width / 2 for x in range(n_turns - 1)], [f"{t + 1}→{t + 2}" for t in range(n_turns - 1)])
-    ax.set(xlabel="turns", ylabel="% of (question, agent) pairs", title="Answer changes between turns")
+                   [100 * pair["pooled_fractions"][kind] for pair in m["transitions"]], width,
+                   color=f"C{i}", hatch="" if kind == "W→R" else "//", label=f"{name} {kind}")
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(n_turns - 1)],
+                  [f"{t + 1}→{t + 2}" for t in range(n_turns - 1)])
+    ax.set(xlabel="turns", ylabel="% of (question, agent) pairs",
+           title="Answer changes between turns")
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.savefig(paths[1], dpi=120, bbox_inches="tight")
     plt.close(fig)
@@ -1130,9 +1227,9 @@ def plot_debate(methods: dict[str, dict], out_dir: Path) -> list[Path]:
 
 
 def plot_magrpo(methods: dict[str, dict], out_dir: Path, code: bool) -> list[Path]:
-    """quality_vs_time.png (pass@k for every k of --k-values, or the reward, against generation seconds per
-    problem: the efficiency claim) and, for code, schemes.png (the cooperation schemes of each method's passing
-    pairs)."""
+    """quality_vs_time.png (pass@k for every k of --k-values, or the reward, against generation
+    seconds per problem: the efficiency claim) and, for code, schemes.png (the cooperation schemes
+    of each method's passing pairs)."""
     plt = _pyplot()
     if plt is None:
         return []
@@ -1141,8 +1238,10 @@ def plot_magrpo(methods: dict[str, dict], out_dir: Path, code: bool) -> list[Pat
     paths = [out_dir / "quality_vs_time.png"]
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for i, key in enumerate(keys):  # one marker per k, one point per method
-        points = [(name, m["time_per_problem_s"], m[key]) for name, m in methods.items() if m.get(key) is not None]
-        ax.scatter([x for _, x, _ in points], [y for _, _, y in points], marker="os^Dv<>p*"[i % 9], label=key)
+        points = [(name, m["time_per_problem_s"], m[key]) for name, m in methods.items()
+                  if m.get(key) is not None]
+        ax.scatter([x for _, x, _ in points], [y for _, _, y in points], marker="os^Dv<>p*"[i % 9],
+                   label=key)
         for name, x, y in points if i == 0 else []:  # a method's points share x: its name once
             ax.annotate(name, (x, y), fontsize=8, xytext=(3, 3), textcoords="offset points")
     if code:
@@ -1169,20 +1268,24 @@ def plot_magrpo(methods: dict[str, dict], out_dir: Path, code: bool) -> list[Pat
 
 
 # ----------------------------------------------------------------------------------------------
-# 7. Main
+# 6. Main
 # ----------------------------------------------------------------------------------------------
 
 
 def choose_methods(args) -> list[str]:
     """--methods, or every method the given flags allow; a method without its flag is an error."""
     allowed = DEBATE_METHODS if args.mode == "debate" else MAGRPO_METHODS
-    needs = dict(maporl=("run", "--run"), single=("single_run", "--single-run"), mix=("agents", "--agents")) \
-        if args.mode == "debate" else dict(magrpo=("run", "--run"), **{"mt-magrpo": ("mt_run", "--mt-run")})
+    if args.mode == "debate":
+        needs = dict(maporl=("run", "--run"), single=("single_run", "--single-run"),
+                     mix=("agents", "--agents"))
+    else:
+        needs = dict(magrpo=("run", "--run"), **{"mt-magrpo": ("mt_run", "--mt-run")})
     if args.methods:
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
         for m in methods:
             if m not in allowed:
-                arg_error("--methods", f"unknown {args.mode} method {m!r} (expected: {', '.join(allowed)})")
+                arg_error("--methods", f"unknown {args.mode} method {m!r} (expected: "
+                                       f"{', '.join(allowed)})")
             if m in needs and not getattr(args, needs[m][0]):
                 arg_error("--methods", f"method {m} needs {needs[m][1]}")
         return methods
@@ -1190,35 +1293,41 @@ def choose_methods(args) -> list[str]:
 
 
 def check_args(args):
-    """Every refusal of a setting, before anything heavy loads: one line `error: --flag: ...`, exit code 2."""
-    check_numbers(args, positive=("top_p", "num_samples", "batch_size", "sft_lr", "sft_batch_size", "lora_r",
-                                  "lora_alpha", "test_timeout"),
-                  non_negative=("limit", "max_new_tokens", "top_k", "sft_questions", "sft_epochs", "sandbox_workers"),
+    """Every refusal of a setting, before anything heavy loads: one line `error: --flag: ...`, exit
+    code 2."""
+    check_numbers(args, positive=("top_p", "num_samples", "batch_size", "sft_lr", "sft_batch_size",
+                                  "lora_r", "lora_alpha", "test_timeout"),
+                  non_negative=("limit", "max_new_tokens", "top_k", "sft_questions", "sft_epochs",
+                                "sandbox_workers"),
                   unit_interval=("top_p",))
     check_model_name(args.model, "--model")
     for flag in ("run", "mt_run", "single_run", "verifier"):
         if getattr(args, flag) and not Path(getattr(args, flag)).is_dir():
-            arg_error("--" + flag.replace("_", "-"), f"{getattr(args, flag)} is not a folder (give a run folder)")
+            arg_error("--" + flag.replace("_", "-"),
+                      f"{getattr(args, flag)} is not a folder (give a run folder)")
     if args.mode == "debate" and (args.num_agents < 1 or args.num_turns < 1):
         arg_error("--num-agents", "need --num-agents >= 1 and --num-turns >= 1")
     if args.mode == "magrpo" and args.num_samples < 1:
         arg_error("--num-samples", f"must be >= 1, got {args.num_samples}")
-    if args.mode == "magrpo" and args.dataset == "pipeline":  # team_answers and score_sample play 2 agents
-        arg_error("--dataset", "pipeline has 3 agents; evaluate.py scores 2-agent teams only (minicode, humaneval, "
-                            "coophumaneval, tldr, arxiv, jsonl:PATH)")
+    if args.mode == "magrpo" and args.dataset == "pipeline":  # the methods here play 2 agents
+        arg_error("--dataset", "pipeline has 3 agents; evaluate.py scores 2-agent teams only "
+                               "(minicode, humaneval, coophumaneval, tldr, arxiv, jsonl:PATH)")
     if args.feedback_in_prompt and not args.verifier:
         arg_error("--feedback-in-prompt", "needs --verifier (a train_verifier.py run folder)")
     if not args.greedy and args.temperature <= 0:
-        arg_error("--temperature", f"must be > 0 when sampling (or pass --greedy), got {args.temperature}")
+        arg_error("--temperature", "must be > 0 when sampling (or pass --greedy), got "
+                                   f"{args.temperature}")
 
 
 def use_run_data(args):
-    """--dataset '' is the mode's default; with --run and no --dataset typed: the run's own, read from its args.json
-    (a magrpo.py run of the previous release saved it as "task")."""
+    """--dataset '' is the mode's default; with --run and no --dataset typed: the run's own, read
+    from its args.json."""
     args.dataset = args.dataset or DEFAULT_DATASET[args.mode]
-    if not args.run or "dataset" in given_fields(args) or not (Path(args.run) / "args.json").is_file():
+    if not args.run or "dataset" in given_fields(args):
         return
-    value = read_run(args.run, "--run").get("dataset")  # read_run maps an old run's "task"
+    if not (Path(args.run) / "args.json").is_file():
+        return
+    value = read_run(args.run, "--run").get("dataset")
     if value and value != args.dataset:
         print(f"--dataset {value}: the one {args.run} was trained on (--dataset chooses another)")
         args.dataset = value
@@ -1232,7 +1341,8 @@ def main(args: Args):
         args.max_new_tokens = 300 if args.mode == "debate" else 256
     device = args.device or default_device()
     print(set_torch_threads(args.threads))
-    out_dir = Path(args.output_dir or f"runs/evaluate-{args.mode}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    out_dir = Path(args.output_dir or f"runs/evaluate-{args.mode}-"
+                                      f"{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"evaluate.py --mode {args.mode}: methods {', '.join(methods)} -> {out_dir}")
     start = time.time()
@@ -1246,8 +1356,8 @@ def main(args: Args):
         results, rows = evaluate_debates(args, device, methods)
         table = debate_table(results)
         pngs = plot_debate(results, out_dir)
-    payload = dict(mode=args.mode, args=dataclasses.asdict(args), device=device, wall_s=time.time() - start,
-                   methods=results)
+    payload = dict(mode=args.mode, args=dataclasses.asdict(args), device=device,
+                   wall_s=time.time() - start, methods=results)
     json_path, md_path = write_results(out_dir, payload, table)
     with open(out_dir / "samples.jsonl", "w") as f:
         f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)

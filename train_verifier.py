@@ -52,16 +52,17 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from common import ValueHead, adapter_parameters, add_adapters, arg_error, chat_prompt, extract_answer, generate, hidden_size, load_model, masked_mean
-from nanomarl.cli import check_numbers, parse_args
+from common import (ValueHead, adapter_parameters, add_adapters, chat_prompt, extract_answer,
+                    generate, hidden_size, load_model, masked_mean)
+from nanomarl.cli import arg_error, check_numbers, parse_args
 from nanomarl.distributed import default_device, is_main_process, seed_everything
 from nanomarl.models import (adapter_state_dict, check_model_name, load_adapter_state_dict,
                              load_adapters, load_tokenizer, save_adapters)
 from nanomarl.runs import (clean_exits, format_metrics, load_checkpoint, log_metrics, resumed_args,
                            rng_state, save_checkpoint, set_rng_state, set_torch_threads, start_run)
 from nanomarl.tasks.debate import dataset_options, load_task, read_jsonl, step_indices
-from nanomarl.trackers import finish_tracker, plot_run
 from nanomarl.tasks.debate_prompts import turn1_prompt
+from nanomarl.trackers import finish_tracker, plot_run
 
 ADAPTER = "verifier"  # the verifier's LoRA adapter name (also when it shares the policy's base)
 
@@ -615,8 +616,8 @@ def reliability_bins(probs, labels, n_bins: int = 10) -> list[dict]:
 
 
 def expected_calibration_error(probs, labels, n_bins: int = 10) -> float:
-    """ECE = sum over bins of (bin count / N) * |fraction correct - mean probability| (Guo et al.
-    2017)."""
+    """ECE = sum over bins of (bin count / N) * |fraction correct - mean probability|
+    (Guo et al. 2017)."""
     n = len(_as_arrays(probs, labels)[0])
     return float(sum(b["count"] / n * abs(b["accuracy"] - b["confidence"])
                      for b in reliability_bins(probs, labels, n_bins) if b["count"]))
@@ -762,6 +763,32 @@ def load_verifier(path: str | Path, device: str = "cpu", base_model=None) -> Ver
     head.requires_grad_(False)
     return Verifier(model=model, tokenizer=load_tokenizer(train_args["model"]), head=head,
                     task=saved["task"], max_length=train_args["max_length"], args=train_args)
+
+
+def verifier_scorer(args, device: str, team=None):
+    """cotrain.py --scorer verifier: fn(records, responses) -> the verifier's probability that each
+    answer is right, from the question and the answer (not the discussion). A verifier trained on a
+    base of the team (same model, dtype and quant) is loaded onto it as one more adapter."""
+    trained = verifier_args(args.verifier)
+    key = (trained["model"], trained["dtype"], trained["quant"])
+    same = [] if team is None else [model for name, model in zip(team.base_names, team.bases)
+                                    if (name, args.dtype, args.quant) == key]
+    verifier = load_verifier(args.verifier, device, base_model=same[0] if same else None)
+    return lambda records, responses: score(verifier, [r["question"] for r in records], responses,
+                                            batch_size=args.verifier_batch_size)
+
+
+def rl_records(args, records: list[dict]) -> list[dict]:
+    """cotrain.py --scorer verifier: the questions PPO may train on, those the verifier neither
+    trained nor was measured on (MAPoRL footnote 2), split as the verifier's own run split them."""
+    trained = verifier_args(args.verifier)
+    kept = rl_questions(records, trained["verifier_fraction"], trained["split_seed"])
+    print(f"RL questions: {len(kept)} of {len(records)}; the other {len(records) - len(kept)} are the "
+          f"verifier's (--verifier-fraction {trained['verifier_fraction']} --split-seed "
+          f"{trained['split_seed']} of {args.verifier})")
+    if trained.get("dataset") != args.dataset:
+        print(f"note: the verifier was trained on {trained.get('dataset')}, RL runs on {args.dataset}")
+    return kept
 
 
 # ----------------------------------------------------------------------------------------------

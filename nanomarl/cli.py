@@ -1,4 +1,10 @@
-"""cli.py: TODO."""
+"""The command line of every script: parse_args(Args) turns a dataclass into flags, reads --config
+files, and refuses bad input with one line `error: --flag: ...` (exit code 2) before a model loads.
+
+Also: the number checks of a script's check_args, the MODULE:FUNCTION loader of --reward-fn, and
+BadRow (a malformed data row). A learner may skip this module: a script's Args is a plain list of
+settings, one line of help each.
+"""
 from __future__ import annotations
 
 import argparse
@@ -18,10 +24,9 @@ import typing
 from pathlib import Path
 
 
-
 def _field_comments(cls) -> dict[str, str]:
-    """Read `name: type = default  # comment` lines of a dataclass's source; the comment is the --help text.
-    Python's tokenizer finds the comments, so a '#' inside a string default is not mistaken for one."""
+    """Read `name: type = default  # comment` lines of a dataclass's source; the comment is the
+    --help text. Python's tokenizer finds the comments, so a '#' in a string default is none."""
     comments = {}
     for klass in reversed(cls.__mro__):
         if not dataclasses.is_dataclass(klass):
@@ -52,52 +57,52 @@ def flag_name(field: str) -> str:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
-        """argparse's refusals as one line `error: --flag: what is wrong`, exit code 2 (no usage block)."""
+        """argparse's refusals as one line `error: --flag: what is wrong`, exit code 2."""
         unknown = re.match(r"unrecognized arguments: (\S+)", message)
         if unknown:
             flag = unknown.group(1).split("=")[0]
-            known = [s for action in self._actions for s in action.option_strings if s.startswith("--")]
+            known = [s for action in self._actions for s in action.option_strings
+                     if s.startswith("--")]
             close = difflib.get_close_matches(flag, known, n=1)
-            arg_error(flag, "not a flag of this script" + (f" (did you mean {close[0]}?)" if close else " (see --help)"))
+            hint = f" (did you mean {close[0]}?)" if close else " (see --help)"
+            arg_error(flag, "not a flag of this script" + hint)
         named = re.match(r"argument ([^:/ ]+)(?:/\S+)?: (.*)", message)
         arg_error(*(named.groups() if named else ("arguments", message)))
 
 
 def parse_args(cls, argv: list[str] | None = None):
-    """Build an argparse parser from a dataclass: field `num_agents` becomes `--num-agents`, bools become
-    `--flag/--no-flag`, a Literal["a", "b"] field accepts only those values (listed in --help, and in the error
-    of a typo), the same-line comment becomes the help text.
-    --config FILE (YAML or JSON: a recipe in recipes/, or a run's own args.json) sets fields first; the flags
-    typed on the command line override it. Old names in the class's `renamed` table {old: new} still work, with a
-    one-line note. The result remembers which fields were given (typed or in the config file): given_fields()."""
-    comments, renamed = _field_comments(cls), getattr(cls, "renamed", {})
-    doc = (sys.modules[cls.__module__].__doc__ or "").strip().split("\n")[0] if cls.__module__ in sys.modules else ""
+    """Build an argparse parser from a dataclass: field `num_agents` becomes `--num-agents`, bools
+    become `--flag/--no-flag`, a Literal["a", "b"] field accepts only those values (listed in
+    --help, and in the error of a typo), the same-line comment becomes the help text. --config FILE
+    (YAML or JSON: a recipe in recipes/, or a run's own args.json) sets fields first; the flags
+    typed on the command line override it. The result remembers which fields were given (typed or in
+    the config file): given_fields()."""
+    comments = _field_comments(cls)
+    module = sys.modules.get(cls.__module__)
+    doc = (module.__doc__ or "").strip().split("\n")[0] if module else ""
     # no defaults in the namespace: what comes back was typed; the dataclass fills in the rest
     parser = _Parser(description=doc, allow_abbrev=False, argument_default=argparse.SUPPRESS)
-    parser.add_argument("--config", metavar="FILE", help="a YAML or JSON file of settings {flag name: value} (a recipe "
-                        "in recipes/, or a run's args.json); flags on the command line override it")
+    parser.add_argument("--config", metavar="FILE",
+                        help="a YAML or JSON file of settings {flag name: value} (a recipe in "
+                             "recipes/, or a run's args.json); flags typed on the command line "
+                             "override it")
     for f in dataclasses.fields(cls):
         typ = _field_type(cls, f.name)
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        help_text = f"{comments.get(f.name, '')} (default: {default if default != '' else repr('')})".replace("%", "%%")
-        olds = [old for old, new in renamed.items() if new == f.name]
-        for flag, help_ in [(flag_name(f.name), help_text)] + [(flag_name(old), argparse.SUPPRESS) for old in olds]:
-            if typ is bool:
-                parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, help=help_)
-            elif typing.get_origin(typ) is typing.Literal:
-                parser.add_argument(flag, dest=f.name, choices=typing.get_args(typ), help=help_)
-            elif typ not in (int, float, str):
-                raise TypeError(f"parse_args: {cls.__name__}.{f.name}: unsupported type {typ!r} (use str and parse it)")
-            else:
-                parser.add_argument(flag, dest=f.name, type=typ, help=help_, metavar=typ.__name__.upper())
+        shown = default if default != "" else repr("")
+        help_text = f"{comments.get(f.name, '')} (default: {shown})".replace("%", "%%")
+        flag, kind = flag_name(f.name), dict(dest=f.name, help=help_text)
+        if typ is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kind)
+        elif typing.get_origin(typ) is typing.Literal:
+            parser.add_argument(flag, choices=typing.get_args(typ), **kind)
+        elif typ not in (int, float, str):
+            raise TypeError(f"parse_args: {cls.__name__}.{f.name}: unsupported type {typ!r} "
+                            f"(use str and parse it)")
+        else:
+            parser.add_argument(flag, type=typ, metavar=typ.__name__.upper(), **kind)
     argv = sys.argv[1:] if argv is None else list(argv)
     typed = vars(parser.parse_args(argv))
-    for token in argv:
-        old = token.split("=")[0][2:].replace("-", "_") if token.startswith("--") else ""
-        old = old[3:] if old.startswith("no_") and old[3:] in renamed else old
-        if old in renamed:
-            print(f"note: {flag_name(old)} is now {flag_name(renamed[old])} (the old name works until the next "
-                  f"release)", file=sys.stderr)
     values = load_config(cls, typed.pop("config")) if "config" in typed else {}
     values.update(typed)
     args = cls(**values)
@@ -106,9 +111,10 @@ def parse_args(cls, argv: list[str] | None = None):
 
 
 def load_config(cls, path: str) -> dict:
-    """The settings of a --config file, checked against cls's fields and types: a YAML (.yaml/.yml) or JSON mapping
-    {flag name (dashes or underscores): value}. A run's args.json works too: its `script` must be this script, and
-    its output_dir (run_dir before the rename) and resume are left out (a new run goes to a new folder)."""
+    """The settings of a --config file, checked against cls's fields and types: a YAML (.yaml/.yml)
+    or JSON mapping {flag name (dashes or underscores): value}. A run's args.json works too: its
+    `script` must be this script, and its output_dir and resume are left out (a new run goes to a
+    new folder)."""
     file = Path(path)
     if not file.is_file():
         arg_error("--config", f"{path} is not a file")
@@ -120,21 +126,22 @@ def load_config(cls, path: str) -> dict:
         else:
             data = json.loads(file.read_text())
     except Exception as e:  # a syntax error in the file: its own message, first line
-        arg_error("--config", f"{path} does not parse: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+        arg_error("--config", f"{path} does not parse: "
+                              f"{str(e).splitlines()[0] if str(e) else type(e).__name__}")
     if not isinstance(data, dict):
-        arg_error("--config", f"{path} must hold a mapping of flag names to values, got {type(data).__name__}")
+        arg_error("--config", f"{path} must hold a mapping of flag names to values, "
+                              f"got {type(data).__name__}")
     this = Path(getattr(sys.modules.get(cls.__module__), "__file__", "") or "script").stem
     script = data.pop("script", None)
     if script is not None:  # a run's args.json
         if script != this:
-            arg_error("--config", f"{path} holds the settings of a {script}.py run, not of {this}.py")
+            arg_error("--config", f"{path} holds the settings of a {script}.py run, "
+                                  f"not of {this}.py")
         data.pop("output_dir", None)
-        data.pop("run_dir", None)  # the old name, in the args.json of a run of the previous release
     data.pop("resume", None)
-    fields, renamed, values = {f.name for f in dataclasses.fields(cls)}, getattr(cls, "renamed", {}), {}
+    fields, values = {f.name for f in dataclasses.fields(cls)}, {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
-        name = renamed.get(name, name)
         if name not in fields:
             arg_error("--config", f"{path}: {key!r} is not a flag of {this}.py (see --help)")
         values[name] = _config_value(cls, name, value, f"{path}: {key}")
@@ -142,42 +149,48 @@ def load_config(cls, path: str) -> dict:
 
 
 def _config_value(cls, name: str, value, where: str):
-    """A config file's value for field `name`, in the field's type (YAML gives ints, floats, bools, strings)."""
+    """A config file's value for field `name`, in the field's type (YAML gives ints, floats,
+    bools and strings)."""
     typ = _field_type(cls, name)
     if value is None and typing.get_type_hints(cls)[name] is not typ:
         return None
     if typing.get_origin(typ) is typing.Literal:
         if value not in typing.get_args(typ):
-            arg_error("--config", f"{where}: expected one of {', '.join(map(str, typing.get_args(typ)))}, got {value!r}")
+            choices = ", ".join(map(str, typing.get_args(typ)))
+            arg_error("--config", f"{where}: expected one of {choices}, got {value!r}")
         return value
     if typ is str and isinstance(value, list):  # `models: [a, b]` -> "a,b"
         return ",".join(map(str, value))
-    ok = {bool: isinstance(value, bool), int: isinstance(value, int) and not isinstance(value, bool),
-          float: isinstance(value, (int, float)) and not isinstance(value, bool),
-          str: isinstance(value, (str, int, float)) and not isinstance(value, bool)}[typ]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = {bool: isinstance(value, bool), int: number and isinstance(value, int), float: number,
+          str: isinstance(value, str) or number}[typ]
     if not ok:
         arg_error("--config", f"{where}: expected {typ.__name__}, got {value!r}")
     return typ(value)
 
 
 def given_fields(args) -> set[str]:
-    """The fields given on the command line or by --config (parse_args remembers them); for Args built in Python,
-    the fields that differ from the defaults."""
+    """The fields given on the command line or by --config (parse_args remembers them); for Args
+    built in Python, the fields that differ from the defaults."""
     given = getattr(args, "_given", None)
     if given is None:
         defaults = type(args)()
-        given = {f.name for f in dataclasses.fields(args) if getattr(args, f.name) != getattr(defaults, f.name)}
+        given = {f.name for f in dataclasses.fields(args)
+                 if getattr(args, f.name) != getattr(defaults, f.name)}
     return set(given)
 
 
 def check_numbers(args, positive=(), non_negative=(), unit_interval=()):
-    """The numeric part of a script's check_args: each named field > 0, >= 0 or in [0, 1] (NaN fails), and every
-    Literal field one of its values (Args built in Python skip argparse's check). One line naming the flag."""
+    """The numeric part of a script's check_args: each named field > 0, >= 0 or in [0, 1] (NaN
+    fails), and every Literal field one of its values (Args built in Python skip argparse's check).
+    One line naming the flag."""
     for f in dataclasses.fields(args):
-        choices = typing.get_args(_field_type(type(args), f.name))
-        if typing.get_origin(_field_type(type(args), f.name)) is typing.Literal and getattr(args, f.name) not in choices:
-            arg_error(flag_name(f.name), f"expected one of {', '.join(map(str, choices))}, got {getattr(args, f.name)!r}")
-    for names, ok, rule in ((positive, lambda v: v > 0, "> 0"), (non_negative, lambda v: v >= 0, ">= 0"),
+        typ, value = _field_type(type(args), f.name), getattr(args, f.name)
+        if typing.get_origin(typ) is typing.Literal and value not in typing.get_args(typ):
+            choices = ", ".join(map(str, typing.get_args(typ)))
+            arg_error(flag_name(f.name), f"expected one of {choices}, got {value!r}")
+    for names, ok, rule in ((positive, lambda v: v > 0, "> 0"),
+                            (non_negative, lambda v: v >= 0, ">= 0"),
                             (unit_interval, lambda v: 0 <= v <= 1, "in [0, 1]")):
         for name in names:
             if not ok(getattr(args, name)):
@@ -193,7 +206,8 @@ class ArgError(SystemExit):
 
 
 def arg_error(flag: str, message: str):
-    """Stop with one line `error: --flag: what is wrong (what to do)` on stderr, exit code 2, no traceback."""
+    """Stop with one line `error: --flag: what is wrong (what to do)` on stderr and exit code 2,
+    without a traceback."""
     print(f"error: {flag}: {message}", file=sys.stderr)
     raise ArgError(f"error: {flag}: {message}")
 
@@ -207,12 +221,14 @@ def parse_int_list(text: str, flag: str) -> list[int]:
 
 
 def load_function(spec: str, flag: str):
-    """'MODULE:FUNCTION' -> the function (--reward-fn). MODULE is a .py file path (examples/my_reward.py) or a
-    dotted module importable from the working directory (examples.my_reward). Called before any model loads,
-    so a bad spec stops the run at once with `error: FLAG: ...`."""
+    """'MODULE:FUNCTION' -> the function (--reward-fn). MODULE is a .py file path
+    (examples/my_reward.py) or a dotted module importable from the working directory
+    (examples.my_reward). Called before any model loads, so a bad spec stops the run at once with
+    `error: FLAG: ...`."""
     module_name, _, function_name = spec.rpartition(":")
     if not module_name or not function_name:
-        arg_error(flag, f"expected MODULE:FUNCTION (e.g. examples/my_reward.py:correct_and_brief), got {spec!r}")
+        arg_error(flag, f"expected MODULE:FUNCTION (e.g. examples/my_reward.py:correct_and_brief), "
+                        f"got {spec!r}")
     try:
         if module_name.endswith(".py") or os.sep in module_name or "/" in module_name:
             path = Path(module_name)
@@ -235,3 +251,24 @@ def load_function(spec: str, flag: str):
 
 class BadRow(ValueError):
     """A malformed data row; the message names the file and line."""
+
+
+@dataclasses.dataclass
+class RunArgs:
+    """The flags of a training run and its machine, shared by the trainers (Args(RunArgs, ...))."""
+    seed: int = 0  # random seed (data order, sampling, initialisation)
+    output_dir: str = ""  # the run folder (default: runs/<script>-<time>-s<seed>)
+    resume: str = ""  # continue this run folder; the flags typed now override its saved settings
+    device: str = ""  # cpu, cuda or cuda:N (default: cuda when available)
+    threads: int = 0  # torch CPU threads (0: OMP_NUM_THREADS, else the cores left free)
+    report_to: typing.Literal["none", "wandb", "trackio", "tensorboard"] = "none"  # also log there
+
+
+@dataclasses.dataclass
+class DataArgs:
+    """The flags that read questions from a hub dataset or a local file (load_task)."""
+    dataset_config: str = ""  # hub id only: the dataset's configuration (e.g. main for openai/gsm8k)
+    question_field: str = "question"  # hub id or local file: the question column
+    answer_field: str = "answer"  # hub id or local file: the gold answer column
+    dataset_task: typing.Literal["math", "nli"] = "math"  # hub id or local file: how answers read
+    skip_bad_rows: bool = False  # skip malformed dataset rows instead of stopping

@@ -15,6 +15,10 @@ from nanomarl.models import adapter_state_dict, check_model_name, load_adapter_s
 from nanomarl.runs import (all_rng_states, atomic_write_text, finish_writes_first, load_checkpoint,
                            restore_rng_state, save_checkpoint)
 from nanomarl.tasks.debate import dataset_options, load_task
+from nanomarl.cli import load_function
+from nanomarl.distributed import allreduce_sum, finish_distributed, world_info
+from nanomarl.runs import format_metrics, log_metrics, log_samples, print_eval_table
+from nanomarl.trackers import finish_tracker, plot_run
 
 
 def check_args(args, models: list[str]):
@@ -73,40 +77,6 @@ def heldout_records(args, train_records: list[dict]) -> list[dict]:
     if not records:
         arg_error("--eval-split", f"{args.dataset} has no questions in split {args.eval_split!r} (or --eval-questions 0 to skip)")
     return records
-
-
-def rl_records(args, records: list[dict]) -> list[dict]:
-    """The questions PPO may train on. With --scorer verifier: only those the verifier neither trained nor was
-    measured on (train_verifier.rl_questions; MAPoRL footnote 2), split with the settings of the verifier's own
-    run, read from its checkpoint. Other scorers: every record."""
-    if args.scorer != "verifier":
-        return records
-    from train_verifier import rl_questions, verifier_args
-
-    trained = verifier_args(args.verifier)
-    kept = rl_questions(records, trained["verifier_fraction"], trained["split_seed"])
-    print(f"RL questions: {len(kept)} of {len(records)}; the other {len(records) - len(kept)} are the verifier's "
-          f"(--verifier-fraction {trained['verifier_fraction']} --split-seed {trained['split_seed']} of {args.verifier})")
-    if trained.get("dataset") != args.dataset:
-        print(f"note: the verifier was trained on {trained.get('dataset')}, RL runs on {args.dataset}")
-    return kept
-
-
-def verifier_scorer(args, device: str, team=None):
-    """fn(records, responses) -> the verifier's probability that each answer is right. A verifier
-    trained on a base of the team (same model, dtype and quant) is loaded onto it as one more
-    adapter (no copy)."""
-    from train_verifier import load_verifier, score, verifier_args  # imported only when a verifier is used
-
-    trained = verifier_args(args.verifier)  # one more adapter on the policy's base when the bases match
-    same = [] if team is None else [model for name, model in zip(team.base_names, team.bases)
-                                    if (name, args.dtype, args.quant) == (trained["model"], trained["dtype"],
-                                                                          trained["quant"])]
-    verifier = load_verifier(args.verifier, device, base_model=same[0] if same else None)
-
-    def verifier_score(records, responses):  # the verifier sees the question and the answer, not the discussion
-        return score(verifier, [r["question"] for r in records], responses, batch_size=args.verifier_batch_size)
-    return verifier_score
 
 
 def custom_scorer(fn, name: str):
@@ -261,3 +231,91 @@ def ppo_metrics(exp: dict, stats: dict, num_agents: int) -> dict:
     metrics["train/skipped_minibatches"] = stats["skipped"]
     metrics["train/conversation_forward"] = stats.get("conversation_forward", 0.0)  # 1: one forward per conversation
     return metrics
+
+
+RESUME_MUST_MATCH = ("model", "models", "num_agents", "num_turns", "train_turns", "policy_sharing",
+                     "value_model", "critic_per_agent", "lora_r", "lora_alpha", "dataset")
+
+
+def user_scorer(args, score_fn=None):
+    """Your scorer: --reward-fn MODULE:FUNCTION (imported now, before anything heavy) or main()'s
+    score_fn; None when the built-in scorers apply."""
+    if args.reward_fn:
+        if score_fn is not None:
+            arg_error("--reward-fn", "main() was also given score_fn; pass one of them")
+        score_fn = load_function(args.reward_fn, "--reward-fn")
+    if args.reward_fn_rules and score_fn is None:
+        arg_error("--reward-fn-rules", "only applies with --reward-fn (the built-in scorers always "
+                                       "use the rules)")
+    if score_fn is not None:
+        rules = "ON (--reward-fn-rules)" if args.reward_fn_rules else "off (--reward-fn-rules)"
+        print(f"scorer: {args.reward_fn or 'score_fn'}; the format/EOS penalties and incentives: {rules}")
+    return score_fn
+
+
+def eval_due(args, step: int) -> bool:
+    """Evaluate before the first update (step 0), every --eval-every updates and after the last."""
+    return bool(args.eval_questions) and is_main_process() and (
+        step == 0 or step == args.max_steps or bool(args.eval_every and step % args.eval_every == 0))
+
+
+def eval_metrics(numbers: dict) -> dict:
+    """common.debate_metrics' numbers as the logged eval/turn{t}/... metrics."""
+    metrics = {}
+    for t, accuracy in enumerate(numbers["accuracy"]["majority"]):
+        metrics[f"eval/turn{t + 1}/accuracy"] = accuracy
+        metrics[f"eval/turn{t + 1}/agent_accuracy"] = numbers["accuracy"]["mean_agent"][t]
+        metrics[f"eval/turn{t + 1}/invalid_rate"] = numbers["invalid_rate"][t]
+    for pair in numbers["transitions"]:  # turn t -> t+1, fractions of (question, agent) pairs
+        into = pair["turns"][1] + 1
+        metrics[f"eval/turn{into}/wrong_to_right"] = pair["pooled_fractions"]["W→R"]
+        metrics[f"eval/turn{into}/right_to_wrong"] = pair["pooled_fractions"]["R→W"]
+    return metrics
+
+
+def stop_if_kl_exceeds(run_dir: Path, team, step: int, exp: dict, args):
+    """--max-kl: stop (checkpoint kept) when a (turn, agent)'s mean KL per response, over all ranks'
+    responses, exceeds it; every rank takes the same decision."""
+    world = world_info()[1]
+    kl = {key: (allreduce_sum(e["kl"].sum()) / (e["kl"].shape[0] * world)).item() for key, e in exp.items()}
+    worst = max(kl, key=kl.get)
+    if kl[worst] > args.max_kl:
+        save_state(run_dir, team, step, args)
+        finish_distributed()
+        raise SystemExit(f"stopped at update {step}: turn {worst[0] + 1} agent {worst[1]} has KL "
+                         f"{kl[worst]:.2f} > --max-kl {args.max_kl} to the reference. The checkpoint "
+                         f"of update {step} is kept in {run_dir}; lower --lr or raise --kl-coef.")
+
+
+def log_update(run_dir: Path, metrics: dict, stats: dict, debate: dict, r: dict, args, bar):
+    """metrics.jsonl (rank 0, its own questions), the progress bar, a summary line every --log-every
+    updates, and a sample debate (printed and in samples.jsonl) every --sample-every."""
+    step = metrics["step"]
+    log_metrics(run_dir, metrics)
+    bar.set_postfix(acc=f"{metrics[f'turn{args.num_turns}/accuracy']:.2f}",
+                    score=f"{metrics['objective/scores']:.2f}", kl=f"{metrics['objective/kl']:.3f}",
+                    clip=f"{metrics['policy/clipfrac']:.3f}")
+    if stats["skipped"]:
+        tqdm.write(f"warning: update {step}: skipped {stats['skipped']} step(s) with a non-finite loss")
+    if args.log_every and step % args.log_every == 0:
+        keys = [f"turn{t + 1}/accuracy" for t in range(args.num_turns)] + [
+            "objective/scores", "objective/penalized_scores", "objective/rewards", "objective/kl",
+            "policy/clipfrac", "val/clipfrac", "loss/value", "objective/entropy", "timing/rollout_s",
+            "timing/update_s"]
+        tqdm.write(f"update {step}: " + format_metrics(metrics, keys))
+    if args.sample_every and step % args.sample_every == 0:
+        print_sample(step, debate, r["scores"], r["penalized"], r["rewards"])
+        log_samples(run_dir, debate_samples(step, debate, r["scores"], r["penalized"], r["rewards"]))
+
+
+def finish_run(run_dir: Path, args):
+    """The closing lines: where everything is, the held-out table, the plot; trackers and the
+    process group closed."""
+    print(f"done. metrics: {run_dir / 'metrics.jsonl'} | adapters: {run_dir / 'adapters'} (agents and "
+          f"turns: {run_dir / 'debate.json'}) | checkpoint: {run_dir / 'checkpoint.pt'}")
+    print_eval_table(run_dir, [f"eval/turn{t}/{k}" for t in range(2, args.num_turns + 1)
+                               for k in ("wrong_to_right", "right_to_wrong")]
+                     + [f"eval/turn{t}/accuracy" for t in range(1, args.num_turns + 1)])
+    plot_run(run_dir)  # training_curves.png (needs matplotlib)
+    finish_tracker()  # --report-to: flush and close
+    finish_distributed()  # multi-process: leave the process group (gloo aborts at exit otherwise)

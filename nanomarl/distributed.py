@@ -1,18 +1,22 @@
-"""distributed.py: TODO."""
+"""Several processes under torchrun: join the process group, sum gradients and counts across ranks,
+and seed each rank; plus the default device and seed_everything for a plain `python script.py`.
+
+One process (no torchrun) makes every helper here a no-op. A learner may skip this module.
+"""
 from __future__ import annotations
 
 import os
+import random
 import sys
 
+import numpy as np
 import torch
 import torch.nn as nn
-import random
 
-import numpy as np
 
 
 def is_main_process() -> bool:
-    return not (torch.distributed.is_available() and torch.distributed.is_initialized()) or torch.distributed.get_rank() == 0
+    return world_info()[0] == 0
 
 
 def world_info() -> tuple[int, int]:
@@ -23,17 +27,19 @@ def world_info() -> tuple[int, int]:
 
 
 def seed_sampling_per_rank(seed: int):
-    """Under torchrun, once every rank has built the same parameters from `seed`: reseed each rank with
-    seed + 100003·rank, so the processes sample different responses. One process: nothing changes."""
+    """Under torchrun, once every rank has built the same parameters from `seed`: reseed each rank
+    with seed + 100003·rank, so the processes sample different responses. One process: no
+    change."""
     rank, world = world_info()
     if world > 1:
         seed_everything(seed + 100003 * rank)
 
 
 def init_distributed(device: str = "") -> tuple[int, int, str]:
-    """Under torchrun (RANK/WORLD_SIZE set): join the process group (NCCL with one GPU per process, gloo on CPU or
-    with --device cpu) and silence the stdout of every rank but 0 (errors still reach stderr).
-    Returns (rank, world_size, device); (0, 1, device or default_device()) for a plain `python script.py`."""
+    """Under torchrun (RANK/WORLD_SIZE set): join the process group (NCCL with one GPU per process,
+    gloo on CPU or with --device cpu) and silence the stdout of every rank but 0 (errors still reach
+    stderr). Returns (rank, world_size, device); (0, 1, device or default_device()) for a plain
+    `python script.py`."""
     if "RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return 0, 1, device or default_device()
     use_cuda = torch.cuda.is_available() and not device.startswith("cpu")
@@ -44,13 +50,15 @@ def init_distributed(device: str = "") -> tuple[int, int, str]:
         torch.cuda.set_device(local_rank)
     if torch.distributed.get_rank() > 0:
         sys.stdout = open(os.devnull, "w")
-    return torch.distributed.get_rank(), torch.distributed.get_world_size(), f"cuda:{local_rank}" if use_cuda else "cpu"
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return rank, world, f"cuda:{local_rank}" if use_cuda else "cpu"
 
 
 def allreduce_gradients(params: list[nn.Parameter], op: str = "sum"):
-    """Sum (or average) the gradients of the trainable parameters across ranks: the LoRA/head version of DDP.
-    A rank without a gradient for p (it held no rows for it) contributes zeros; p.grad stays None only where no
-    rank had one, so the optimiser skips p exactly as one process would."""
+    """Sum (or average) the gradients of the trainable parameters across ranks: the LoRA/head
+    version of DDP. A rank without a gradient for p (it held no rows for it) contributes zeros;
+    p.grad stays None only where no rank had one, so the optimiser skips p as one process
+    would."""
     rank, world = world_info()
     if world == 1:
         return
@@ -67,7 +75,7 @@ def allreduce_gradients(params: list[nn.Parameter], op: str = "sum"):
 
 
 def allreduce_sum(x: torch.Tensor) -> torch.Tensor:
-    """Sum a tensor across ranks (e.g. token counts, so every rank normalises by the global count)."""
+    """Sum a tensor across ranks (token counts: every rank normalises by the global count)."""
     if world_info()[1] > 1:
         x = x.clone()
         torch.distributed.all_reduce(x, op=torch.distributed.ReduceOp.SUM)
@@ -75,7 +83,7 @@ def allreduce_sum(x: torch.Tensor) -> torch.Tensor:
 
 
 def finish_distributed():
-    """Leave the process group cleanly at the end of a torchrun script (gloo aborts at exit otherwise)."""
+    """Leave the process group at the end of a torchrun script (else gloo aborts at exit)."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()

@@ -128,3 +128,30 @@ def conversation_holds(pairs: list[tuple[dict, dict]]) -> bool:
                                                                                conversation)
     device = pairs[0][1]["response_mask"].device
     return bool(allreduce_sum(torch.tensor(float(not holds), device=device)) == 0)
+
+
+def conversation_forward_applies(trained: list[tuple[int, int]], adapter_names: list[list[str]],
+                                 exp: dict) -> bool:
+    """Can one forward per agent over its LAST trained turn give every trained (turn, agent)'s
+    outputs? Yes when each agent plays its trained turns on one adapter and every earlier turn's
+    prompt and sampled response start the last turn's prompt token for token (conversation_holds).
+    exp: {(turn, agent): generate()-shaped batch}."""
+    turns = sorted({t for t, _ in trained})
+    last = turns[-1]
+    if len(turns) < 2 or not all((last, a) in exp and adapter_names[t][a] == adapter_names[last][a]
+                                 for t, a in trained):
+        return False
+    return conversation_holds([(exp[(t, a)], exp[(last, a)]) for t, a in trained if t != last])
+
+
+def conversation_forward(forward, model, batches: dict, names: list[str], temperature: float,
+                         **outputs) -> dict:
+    """{turn: outputs} of the same rows at several turns from ONE forward over the last turn, whose
+    prompts hold each earlier turn's prompt and response: forward (common.forward_responses) with
+    `earlier` reads those responses inside the prompts. batches: {turn: (query_ids, query_mask,
+    response_ids, response_mask)}; an earlier response starts after its own prompt's tokens."""
+    turns = sorted(batches)
+    earlier = [(ids, mask, query_mask.sum(1)) for _, query_mask, ids, mask in
+               (batches[t] for t in turns[:-1])]
+    out = forward(model, *batches[turns[-1]], names, temperature, earlier=earlier, **outputs)
+    return dict(zip(turns, out.pop("earlier") + [out]))

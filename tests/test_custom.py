@@ -1,4 +1,4 @@
-"""Your own reward, your own data, n agents (issue 16 items 4, 5, 7): --reward-fn MODULE:FUNCTION for cotrain.py
+"""Your own reward, your own data, n agents: --reward-fn MODULE:FUNCTION for cotrain.py
 (a scorer; the built-in penalties and incentives off unless --reward-fn-rules) and magrpo.py (a joint reward), with
 examples/my_reward.py; --dataset as a hub id or a local json/jsonl/csv/parquet file with --question-field /
 --answer-field / --dataset-split, checked before any model loads; MAGRPO with three agents on the built-in
@@ -15,6 +15,7 @@ import cotrain
 import magrpo as M
 from common import adapter_parameters
 from nanomarl.cli import BadRow, load_function, parse_args
+from nanomarl.cotrain_run import custom_scorer
 from nanomarl.distributed import seed_everything
 from nanomarl.models import load_tokenizer
 from nanomarl.tasks.debate import dataset_options, load_task
@@ -83,9 +84,9 @@ def test_cotrain_bad_reward_fn_stops_before_any_model(tmp_path, no_models):
             cotrain.main(parse_args(cotrain.Args, [*TINY, "--output-dir", str(tmp_path / "run"), *flags]))
     assert not (tmp_path / "run").exists()
     with pytest.raises(SystemExit, match=r"--reward-fn: returned 1.5 for response 1: scores must be in \[0, 1\]"):
-        cotrain.custom_scorer(lambda records, responses: [0.5, 1.5], "--reward-fn")([{}, {}], ["a", "b"])
+        custom_scorer(lambda records, responses: [0.5, 1.5], "--reward-fn")([{}, {}], ["a", "b"])
     with pytest.raises(SystemExit, match="--reward-fn: returned 1 scores for 2 responses"):
-        cotrain.custom_scorer(lambda records, responses: [0.5], "--reward-fn")([{}, {}], ["a", "b"])
+        custom_scorer(lambda records, responses: [0.5], "--reward-fn")([{}, {}], ["a", "b"])
 
 
 def test_cotrain_reward_fn_replaces_the_scorer_and_the_rules_apply_only_when_asked(tmp_path, monkeypatch, capsys):
@@ -224,7 +225,7 @@ FIRST_TWO = "def aggregate(numbers):\n    return sum(numbers[:2])"
 
 
 def test_pipeline_problems_and_reward_by_hand():
-    train, held_out = M.pipeline_problems("train"), M.pipeline_problems("eval")
+    train, held_out = M.load_problems("pipeline", "train"), M.load_problems("pipeline", "eval")
     assert (len(train), len(held_out)) == (96, 24) and not {p["id"] for p in train} & {p["id"] for p in held_out}
     problem = train[7]  # commas | square every number | the sum of the first two numbers
     assert (problem["id"], problem["transform"]) == ("pipeline/9", "square every number")
@@ -322,7 +323,7 @@ def test_three_agents_from_the_command_line_with_the_builtin_and_a_custom_reward
 
 
 def test_every_script_reads_a_local_file_with_its_own_column_names(tmp_path, monkeypatch):
-    """Issue 16 item 5 in train_verifier.py and evaluate.py too: the same four flags reach load_task."""
+    """The data flags in train_verifier.py and evaluate.py too: the same four flags reach load_task."""
     import evaluate
     import train_verifier
 

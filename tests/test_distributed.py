@@ -21,6 +21,7 @@ from conftest import PAPER_PPO, run_script  # noqa: E402
 from nanomarl.cli import parse_args
 from nanomarl.distributed import finish_distributed, init_distributed, seed_everything
 from nanomarl.models import adapter_state_dict, load_tokenizer
+from nanomarl.tasks.debate import load_task
 
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 HELPER = str(Path(__file__).resolve())
@@ -75,7 +76,7 @@ def test_cotrain_two_ranks_equal_one_process(tmp_path):
     args = cotrain_args()
     team = cotrain.build_team(args, "cpu")
     initial = {name: adapter_state_dict(team.bases[0], name) for name in team.base_adapters[0]}
-    records = cotrain.load_task("arith", "train", limit=4)
+    records = load_task("arith", "train", limit=4)
     debate, _, r = cotrain.rollout_step(team, args, records, ascii_fraction)
     assert r["rewards"].std() > 0  # the advantages are not all zero
     saved = dict(rollout=debate["rollout"], records=records, rewards=r["rewards"])

@@ -1,6 +1,7 @@
-"""Fitting the ecosystem (issue 16): --report-to trackers fed by log_metrics, samples.jsonl, training_curves.png,
-a clean start (no bitsandbytes import without --quant, no transformers FutureWarning), adapters that load with
-AutoPeftModelForCausalLM and their own tokenizer. Two tiny CLI runs (cotrain, magrpo) serve most tests."""
+"""Fitting the ecosystem: --report-to trackers fed by log_metrics, samples.jsonl,
+training_curves.png, a clean start (no bitsandbytes import without --quant, no transformers
+FutureWarning), adapters that load with AutoPeftModelForCausalLM and their own tokenizer. Two tiny
+CLI runs (cotrain, magrpo) serve most tests."""
 import importlib.machinery
 import json
 import os
@@ -21,7 +22,7 @@ from nanomarl.trackers import finish_tracker, plot_run, run_curves, start_tracke
 
 ROOT = Path(__file__).resolve().parents[1]
 
-FAKE_WANDB = '''"""A stand-in for wandb: every call nanomarl makes is appended to $FAKE_TRACKER_LOG as one JSON line."""
+FAKE_WANDB = '''"""A stand-in for wandb: each call goes to $FAKE_TRACKER_LOG as a JSON line."""
 import json, os
 
 
@@ -50,11 +51,14 @@ raise ImportError("the fake bitsandbytes of test_ecosystem")
 
 
 def run_cli(args: list[str], fakes: Path, tracker_log: Path) -> subprocess.CompletedProcess:
-    """A script as a user starts it: no TRANSFORMERS_VERBOSITY (conftest sets it), the fakes first on the path."""
+    """A script as a user starts it: no TRANSFORMERS_VERBOSITY (conftest sets it), the fakes first
+    on the path."""
     env = {k: v for k, v in os.environ.items() if k != "TRANSFORMERS_VERBOSITY"}
     env.update(PYTHONPATH=str(fakes), FAKE_TRACKER_LOG=str(tracker_log), PYTHONUNBUFFERED="1")
-    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0, f"{args} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300, env=env)
+    assert result.returncode == 0, (f"{args} failed:\n{result.stdout[-3000:]}\n"
+                                    f"{result.stderr[-3000:]}")
     return result
 
 
@@ -64,8 +68,8 @@ def read_jsonl(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def cotrain_run(tmp_path_factory, tiny_model_dir):
-    """python cotrain.py on the tiny model, 2 updates, a sample every update, --report-to wandb with a fake wandb,
-    and a fake bitsandbytes that says so on stderr if anything imports it."""
+    """python cotrain.py on the tiny model, 2 updates, a sample every update, --report-to wandb with
+    a fake wandb, and a fake bitsandbytes that says so on stderr if anything imports it."""
     tmp = tmp_path_factory.mktemp("cotrain")
     fakes = tmp / "fakes"
     (fakes / "wandb").mkdir(parents=True)
@@ -73,18 +77,21 @@ def cotrain_run(tmp_path_factory, tiny_model_dir):
     (fakes / "bitsandbytes").mkdir()
     (fakes / "bitsandbytes" / "__init__.py").write_text(FAKE_BITSANDBYTES)
     run = tmp / "run"
-    out = run_cli(["cotrain.py", "--model", "tiny", "--device", "cpu", *PAPER_PPO, "--max-steps", "2", "--questions-per-update", "2",
-                   "--max-new-tokens", "6", "--ppo-epochs", "1", "--lr", "1e-3", "--sample-every", "1",
-                   "--save-every", "0", "--eval-questions", "2", "--report-to", "wandb", "--output-dir", str(run)],
+    out = run_cli(["cotrain.py", "--model", "tiny", "--device", "cpu", *PAPER_PPO,
+                   "--max-steps", "2", "--questions-per-update", "2", "--max-new-tokens", "6",
+                   "--ppo-epochs", "1", "--lr", "1e-3", "--sample-every", "1", "--save-every", "0",
+                   "--eval-questions", "2", "--report-to", "wandb", "--output-dir", str(run)],
                   fakes, tmp / "wandb_calls.jsonl")
-    return dict(run=run, out=out, calls=read_jsonl(tmp / "wandb_calls.jsonl"), metrics=read_jsonl(run / "metrics.jsonl"))
+    return dict(run=run, out=out, calls=read_jsonl(tmp / "wandb_calls.jsonl"),
+                metrics=read_jsonl(run / "metrics.jsonl"))
 
 
 def test_clean_start_no_bitsandbytes_no_future_warning(cotrain_run):
     out = cotrain_run["out"]
     text = out.stdout + out.stderr
     assert "FAKE BITSANDBYTES IMPORTED" not in text  # nothing imported bitsandbytes without --quant
-    assert "gemm_4bit" not in text and "FutureWarning" not in text and "is_gradient_checkpointing" not in text
+    assert "gemm_4bit" not in text and "FutureWarning" not in text
+    assert "is_gradient_checkpointing" not in text
     assert "done. metrics:" in out.stdout
 
 
@@ -95,10 +102,11 @@ def test_report_to_gets_the_rows_of_metrics_jsonl(cotrain_run):
     assert init["mode"] == "offline" and init["dir"] == str(run) and init["project"] == "nanomarl"
     assert init["config"]["report_to"] == "wandb" and init["config"]["max_steps"] == 2
     assert [r["step"] for r in metrics if "objective/scores" in r] == [1, 2]  # training rows
-    assert [r["step"] for r in metrics if "eval/turn2/accuracy" in r] == [0, 2]  # held-out eval: before and after
+    # held-out eval: before and after
+    assert [r["step"] for r in metrics if "eval/turn2/accuracy" in r] == [0, 2]
     for call, row in zip(calls[1:], metrics):
         assert call["step"] == row["step"]
-        assert call["metrics"] == {k: v for k, v in row.items() if k != "step"}  # the very same numbers
+        assert call["metrics"] == {k: v for k, v in row.items() if k != "step"}  # the same numbers
 
 
 def test_samples_jsonl_holds_every_debate_of_a_sampled_update(cotrain_run):
@@ -106,10 +114,15 @@ def test_samples_jsonl_holds_every_debate_of_a_sampled_update(cotrain_run):
     assert len(rows) == 2 * 2 * 2 * 2  # 2 updates x 2 questions x 2 turns x 2 agents
     for step, m in zip((1, 2), [m for m in metrics if "objective/scores" in m]):
         mine = [r for r in rows if r["step"] == step]
-        assert sorted((r["turn"], r["agent"]) for r in mine) == sorted([(t, a) for t in (1, 2) for a in (0, 1)] * 2)
-        assert sum(r["score"] for r in mine) / len(mine) == pytest.approx(m["objective/scores"], abs=1e-6)
-        assert sum(r["penalized_score"] for r in mine) / len(mine) == pytest.approx(m["objective/penalized_scores"], abs=1e-5)
-        assert sum(r["reward"] for r in mine) / len(mine) == pytest.approx(m["objective/rewards"], abs=1e-5)
+        pairs = sorted([(t, a) for t in (1, 2) for a in (0, 1)] * 2)
+        assert sorted((r["turn"], r["agent"]) for r in mine) == pairs
+
+        def mean(key):
+            return sum(r[key] for r in mine) / len(mine)
+
+        assert mean("score") == pytest.approx(m["objective/scores"], abs=1e-6)
+        assert mean("penalized_score") == pytest.approx(m["objective/penalized_scores"], abs=1e-5)
+        assert mean("reward") == pytest.approx(m["objective/rewards"], abs=1e-5)
     for r in rows:
         assert r["question"] in r["prompt"] and isinstance(r["response"], str) and r["gold"]
         assert r["correct"] == float(r["answer"] == r["gold"])
@@ -121,7 +134,8 @@ def test_training_curves_png_of_a_run(cotrain_run):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     metrics = cotrain_run["metrics"]
     curves = run_curves(metrics)
-    assert curves["reward"]["objective/scores"] == ([1, 2], [m["objective/scores"] for m in metrics if "objective/scores" in m])
+    scores = [m["objective/scores"] for m in metrics if "objective/scores" in m]
+    assert curves["reward"]["objective/scores"] == ([1, 2], scores)
     assert set(curves["training accuracy"]) == {"turn1/accuracy", "turn2/accuracy"}
     assert curves["held-out evaluation (step 0: untrained)"]["eval/turn2/accuracy"] == (
         [0, 2], [m["eval/turn2/accuracy"] for m in metrics if "eval/turn2/accuracy" in m])
@@ -134,19 +148,20 @@ def test_adapters_load_with_auto_peft_and_their_tokenizer(cotrain_run, tiny_mode
 
     folder = cotrain_run["run"] / "adapters" / "agent0"
     config = json.loads((folder / "adapter_config.json").read_text())
-    assert config["base_model_name_or_path"] == str(tiny_model_dir)  # tiny has no hub id: its local folder
+    assert config["base_model_name_or_path"] == str(tiny_model_dir)  # tiny has no hub id: a folder
     model = AutoPeftModelForCausalLM.from_pretrained(folder)
     saved = load_file(folder / "adapter_model.safetensors")
     loaded = dict(model.named_parameters())
     lora_b = [k for k in saved if "lora_B" in k]
-    assert lora_b and any(saved[k].abs().sum() > 0 for k in lora_b)  # trained (lora_B starts at zero)
+    assert lora_b and any(saved[k].abs().sum() > 0 for k in lora_b)  # trained (lora_B starts at 0)
     for key in lora_b:
         name = key.replace("lora_B.weight", "lora_B.default.weight")
         assert torch.equal(loaded[name].detach(), saved[key]), key
     tokenizer = AutoTokenizer.from_pretrained(folder)
     reference = load_tokenizer("tiny")
     assert tokenizer("2 + 3 = 5")["input_ids"] == reference("2 + 3 = 5")["input_ids"]
-    assert tokenizer.pad_token == reference.pad_token and tokenizer.chat_template == reference.chat_template
+    assert tokenizer.pad_token == reference.pad_token
+    assert tokenizer.chat_template == reference.chat_template
 
 
 def test_base_model_id_names_the_hub_model_behind_an_alias():
@@ -157,8 +172,9 @@ def test_base_model_id_names_the_hub_model_behind_an_alias():
 
 
 def test_quantised_load_after_a_plain_one_still_gets_4bit_lora():
-    """hide_bitsandbytes_unless_quantised hides bitsandbytes from peft's first import without --quant; a 4-bit
-    load later in the same process must still get bitsandbytes' LoRA layers (peft's cached answer is cleared)."""
+    """hide_bitsandbytes_unless_quantised hides bitsandbytes from peft's first import without
+    --quant; a 4-bit load later in the same process must still get bitsandbytes' LoRA layers (peft's
+    cached answer is cleared)."""
     pytest.importorskip("bitsandbytes", reason="--quant 4bit needs bitsandbytes")
     code = textwrap.dedent("""
         import sys, common
@@ -168,7 +184,8 @@ def test_quantised_load_after_a_plain_one_still_gets_4bit_lora():
         print(type(q.base_model.model.model.layers[0].self_attn.q_proj).__module__,
               type(q.base_model.model.model.layers[0].self_attn.q_proj).__name__)
     """)
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[-2:] == ["peft.tuners.lora.bnb", "Linear4bit"]
 
@@ -178,25 +195,28 @@ def test_report_to_refuses_a_typo_and_a_missing_package(monkeypatch, tmp_path, c
         parse_args(cotrain.Args, ["--report-to", "wandbb"])
     assert error.value.code == 2 and "tensorboard" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "trackio", None)  # find_spec -> None: as if not installed
-    args = parse_args(cotrain.Args, ["--model", "tiny", "--report-to", "trackio", "--output-dir", str(tmp_path / "new")])
+    args = parse_args(cotrain.Args, ["--model", "tiny", "--report-to", "trackio",
+                                     "--output-dir", str(tmp_path / "new")])
     with pytest.raises(SystemExit) as error:
         cotrain.main(args)
-    assert error.value.code == 2 and not (tmp_path / "new").exists()  # refused before the run folder is made
-    assert capsys.readouterr().err.strip() == ("error: --report-to: trackio is not installed (pip install trackio, "
-                                               "or --report-to none)")
+    assert error.value.code == 2 and not (tmp_path / "new").exists()  # refused before the folder
+    assert capsys.readouterr().err.strip() == ("error: --report-to: trackio is not installed "
+                                               "(pip install trackio, or --report-to none)")
 
 
 def test_trackio_gets_the_rows_at_their_step(monkeypatch, tmp_path):
-    """trackio is a module-level API (init/log/finish); the same rows as metrics.jsonl, `step` as its step."""
+    """trackio is a module-level API (init/log/finish); the same rows as metrics.jsonl, `step` as
+    its step."""
     calls = []
     fake = type(sys)("trackio")
     fake.init = lambda **kwargs: calls.append(("init", kwargs["project"], kwargs["name"]))
     fake.log = lambda metrics, step=None: calls.append(("log", metrics, step))
     fake.finish = lambda: calls.append(("finish",))
-    fake.__spec__ = importlib.machinery.ModuleSpec("trackio", loader=None)  # "installed" for find_spec
+    fake.__spec__ = importlib.machinery.ModuleSpec("trackio", loader=None)  # find_spec finds it
     monkeypatch.setitem(sys.modules, "trackio", fake)
     start_tracker("trackio", tmp_path, {"lr": 0.1})
-    rows = [{"step": 0, "eval/turn1/accuracy": 0.25}, {"step": 1, "objective/scores": torch.tensor(0.5)}]
+    rows = [{"step": 0, "eval/turn1/accuracy": 0.25},
+            {"step": 1, "objective/scores": torch.tensor(0.5)}]
     for row in rows:
         log_metrics(tmp_path, row)
     finish_tracker()
@@ -206,19 +226,21 @@ def test_trackio_gets_the_rows_at_their_step(monkeypatch, tmp_path):
     assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [0, 1, 2]
 
 
-# ---------------------------------------------------------------- magrpo: samples.jsonl and tensorboard
+# ------------------------------------------------------ magrpo: samples.jsonl and tensorboard
 
 
 @pytest.fixture(scope="module")
 def magrpo_run(tmp_path_factory, tiny_model_dir):
-    """python magrpo.py on the tiny model, 2 steps, a sample every step; --report-to tensorboard when installed."""
+    """python magrpo.py on the tiny model, 2 steps, a sample every step; --report-to tensorboard
+    when installed."""
     tmp = tmp_path_factory.mktemp("magrpo")
     data = tmp / "tldr.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"post {i}"}) + "\n" for i in range(3)))
     run = tmp / "run"
     report_to = "tensorboard" if importlib.util.find_spec("tensorboard") else "none"
-    out = run_cli(["magrpo.py", "--model", "tiny", "--num-generations", "2", "--max-new-tokens", "8",
-                   "--sandbox-workers", "1", "--dataset", f"jsonl:{data}", "--max-steps", "2", "--sample-every", "1",
+    out = run_cli(["magrpo.py", "--model", "tiny", "--num-generations", "2",
+                   "--max-new-tokens", "8", "--sandbox-workers", "1", "--dataset", f"jsonl:{data}",
+                   "--max-steps", "2", "--sample-every", "1",
                    "--save-every", "2", "--report-to", report_to, "--output-dir", str(run)],
                   tmp, tmp / "unused.jsonl")
     return dict(run=run, out=out, metrics=read_jsonl(run / "metrics.jsonl"), report_to=report_to)
@@ -226,15 +248,17 @@ def magrpo_run(tmp_path_factory, tiny_model_dir):
 
 def test_magrpo_samples_jsonl_holds_every_joint_action(magrpo_run):
     rows, metrics = read_jsonl(magrpo_run["run"] / "samples.jsonl"), magrpo_run["metrics"]
-    assert [r["step"] for r in rows] == [1, 1, 2, 2]  # 1 tree x G = 2 aligned joint actions per step
+    assert [r["step"] for r in rows] == [1, 1, 2, 2]  # 1 tree x G = 2 joint actions per step
     for step, m in zip((1, 2), [m for m in metrics if "reward/mean" in m]):
         mine = [r for r in rows if r["step"] == step]
         assert [r["joint_action"] for r in mine] == [0, 1] and all(r["turn"] == 1 for r in mine)
         assert sum(r["reward"] for r in mine) / 2 == pytest.approx(m["reward/mean"], abs=1e-9)
         for level, value in mine[0]["levels"].items():
-            assert sum(r["levels"][level] for r in mine) / 2 == pytest.approx(m[f"reward/{level}"], abs=1e-9)
+            total = sum(r["levels"][level] for r in mine)
+            assert total / 2 == pytest.approx(m[f"reward/{level}"], abs=1e-9)
         for r in mine:
-            assert len(r["prompts"]) == len(r["completions"]) == 2 and r["problem"] == mine[0]["problem"]
+            assert len(r["prompts"]) == len(r["completions"]) == 2
+            assert r["problem"] == mine[0]["problem"]
             assert r["return"] == pytest.approx(r["reward"])  # one turn: the return is the reward
     assert "--- step 2: problem" in magrpo_run["out"].stdout
     assert (magrpo_run["run"] / "training_curves.png").stat().st_size > 10_000
@@ -248,29 +272,35 @@ def test_tensorboard_gets_the_numbers_of_metrics_jsonl(magrpo_run):
     events = EventAccumulator(str(magrpo_run["run"] / "tensorboard"))
     events.Reload()
     metrics = magrpo_run["metrics"]
-    numbers = {k for row in metrics for k, v in row.items() if k != "step" and isinstance(v, (int, float))}
+    numbers = {k for row in metrics for k, v in row.items()
+               if k != "step" and isinstance(v, (int, float))}
     assert set(events.Tags()["scalars"]) == numbers
     for key in ("reward/mean", "agent0/loss", "objective/kl"):
         logged = [(e.step, e.value) for e in events.Scalars(key)]
-        assert logged == [(row["step"], pytest.approx(row[key], rel=1e-6, abs=1e-7)) for row in metrics if key in row], key
+        expected = [(row["step"], pytest.approx(row[key], rel=1e-6, abs=1e-7))
+                    for row in metrics if key in row]
+        assert logged == expected, key
 
 
-# ---------------------------------------------------------------- training_curves.png from a synthetic metrics.jsonl
+# ------------------------------------------- training_curves.png from a synthetic metrics.jsonl
 
 
 def synthetic_rows() -> list[dict]:
-    """What the trainers log: eval rows (step 0 = before any update), training rows, and noise to leave out."""
+    """What the trainers log: eval rows (step 0 = before any update), training rows, and noise to
+    leave out."""
     return [
-        {"step": 0, "eval/turn1/accuracy": 0.2, "eval/turn2/accuracy": 0.25, "eval/num_questions": 50,
-         "eval/turn2/wrong_to_right": 0.1, "timing/eval_s": 9.0},
-        {"step": 1, "objective/scores": 0.1, "objective/rewards": -1.0, "turn1/accuracy": 0.0, "turn2/accuracy": 0.5,
-         "objective/kl": 0.0, "loss/policy": 0.3, "loss/value": 2.0, "timing/step_s": 4.0, "lr": 1e-5},
-        {"step": 2, "objective/scores": 0.4, "objective/rewards": float("nan"), "turn1/accuracy": 0.5,
-         "turn2/accuracy": 1.0, "objective/kl": 0.02, "loss/policy": "n/a", "loss/value": 1.5},
+        {"step": 0, "eval/turn1/accuracy": 0.2, "eval/turn2/accuracy": 0.25,
+         "eval/num_questions": 50, "eval/turn2/wrong_to_right": 0.1, "timing/eval_s": 9.0},
+        {"step": 1, "objective/scores": 0.1, "objective/rewards": -1.0, "turn1/accuracy": 0.0,
+         "turn2/accuracy": 0.5, "objective/kl": 0.0, "loss/policy": 0.3, "loss/value": 2.0,
+         "timing/step_s": 4.0, "lr": 1e-5},
+        {"step": 2, "objective/scores": 0.4, "objective/rewards": float("nan"),
+         "turn1/accuracy": 0.5, "turn2/accuracy": 1.0, "objective/kl": 0.02, "loss/policy": "n/a",
+         "loss/value": 1.5},
         {"step": 2, "eval/turn1/accuracy": 0.3, "eval/turn2/accuracy": 0.45},
         {"objective/scores": 9.0},  # no step: left out
-        {"step": 3, "reward/mean": 0.5, "eval/reward/mean": 0.7, "eval/reward/syntax": 1.0, "eval/pass_rate": 0.25,
-         "agent0/loss": -0.1, "reward/max": 2.0},
+        {"step": 3, "reward/mean": 0.5, "eval/reward/mean": 0.7, "eval/reward/syntax": 1.0,
+         "eval/pass_rate": 0.25, "agent0/loss": -0.1, "reward/max": 2.0},
     ]
 
 
@@ -278,11 +308,13 @@ def test_run_curves_extracts_the_series():
     curves = run_curves(synthetic_rows())
     assert list(curves) == ["reward", "training accuracy", "KL to the reference (nats)", "loss",
                             "held-out evaluation (step 0: untrained)", "held-out reward levels"]
-    assert curves["reward"] == {"objective/scores": ([1, 2], [0.1, 0.4]), "objective/rewards": ([1], [-1.0]),
-                                "reward/mean": ([3], [0.5])}
-    assert curves["training accuracy"] == {"turn1/accuracy": ([1, 2], [0.0, 0.5]), "turn2/accuracy": ([1, 2], [0.5, 1.0])}
+    assert curves["reward"] == {"objective/scores": ([1, 2], [0.1, 0.4]),
+                                "objective/rewards": ([1], [-1.0]), "reward/mean": ([3], [0.5])}
+    assert curves["training accuracy"] == {"turn1/accuracy": ([1, 2], [0.0, 0.5]),
+                                           "turn2/accuracy": ([1, 2], [0.5, 1.0])}
     assert curves["KL to the reference (nats)"] == {"objective/kl": ([1, 2], [0.0, 0.02])}
-    assert curves["loss"] == {"loss/policy": ([1], [0.3]), "loss/value": ([1, 2], [2.0, 1.5]), "agent0/loss": ([3], [-0.1])}
+    assert curves["loss"] == {"loss/policy": ([1], [0.3]), "loss/value": ([1, 2], [2.0, 1.5]),
+                              "agent0/loss": ([3], [-0.1])}
     assert curves["held-out evaluation (step 0: untrained)"] == {
         "eval/turn1/accuracy": ([0, 2], [0.2, 0.3]), "eval/turn2/accuracy": ([0, 2], [0.25, 0.45]),
         "eval/reward/mean": ([3], [0.7]), "eval/pass_rate": ([3], [0.25])}
@@ -294,16 +326,19 @@ def test_plot_run_and_plot_cli_draw_the_png(tmp_path):
     plt = pytest.importorskip("matplotlib.pyplot", reason="plots need matplotlib")
     run = tmp_path / "run"
     run.mkdir()
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in synthetic_rows()) + '{"step": 4, "tor')
+    torn = '{"step": 4, "tor'
+    rows = "".join(json.dumps(r) + "\n" for r in synthetic_rows())
+    (run / "metrics.jsonl").write_text(rows + torn)
     path = plot_run(run)
     assert path == run / "training_curves.png"
     image = plt.imread(path)
-    assert image.shape[:2] == (720, 1500)  # 6 panels: 2 rows x 3 columns of 5 x 3.6 inches at 100 dpi
+    assert image.shape[:2] == (720, 1500)  # 6 panels: 2 rows x 3 columns of 5 x 3.6 in at 100 dpi
     assert image[..., :3].std() > 0.05  # not blank
     path.unlink()
-    out = subprocess.run([sys.executable, "plot.py", "--run", str(run)], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == f"training curves: {path}" and path.stat().st_size > 10_000, out.stderr
+    out = subprocess.run([sys.executable, "plot.py", "--run", str(run)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == f"training curves: {path}", out.stderr
+    assert path.stat().st_size > 10_000
     import plot
 
     with pytest.raises(SystemExit) as error:

@@ -1,15 +1,13 @@
-"""Issue 12 item 1: both trainers measure the team on a fixed held-out set before the first update, every
+"""Both trainers measure the team on a fixed held-out set before the first update, every
 --eval-every updates and at the end, with the numbers evaluate.py reports; the rows land in metrics.jsonl."""
 import json
 
 import pytest
-import torch
 
 import cotrain
 import magrpo
 from conftest import run_script
-from nanomarl.cli import parse_args
-from nanomarl.runs import resumed_args
+from nanomarl.cotrain_run import heldout_records
 from nanomarl.tasks.debate import load_task
 
 
@@ -47,15 +45,15 @@ def test_cotrain_evaluate_team_hand_computed(monkeypatch):
 def test_cotrain_heldout_questions_never_train(tmp_path):
     args = cotrain.Args(dataset="arith:easy", eval_questions=30)
     train = load_task("arith:easy", "train", limit=1000, seed=3)
-    held = cotrain.heldout_records(args, train)
+    held = heldout_records(args, train)
     assert len(held) == 30 and not {r["question"] for r in held} & {r["question"] for r in train}
     # the same held-out set whatever the training seed: the "before" number is comparable across seeds
-    assert [r["question"] for r in held] == [r["question"] for r in cotrain.heldout_records(args, [])]
+    assert [r["question"] for r in held] == [r["question"] for r in heldout_records(args, [])]
     # a split that shares questions with training is refused before any model loads
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps(dict(question=f"{i} + 1?", answer=i + 1)) + "\n" for i in range(5)))
     with pytest.raises(SystemExit):
-        cotrain.heldout_records(cotrain.Args(dataset=f"jsonl:{data}", eval_split="train"),
+        heldout_records(cotrain.Args(dataset=f"jsonl:{data}", eval_split="train"),
                                 load_task(f"jsonl:{data}", "train"))
 
 
@@ -96,7 +94,7 @@ def test_magrpo_evaluate_team_uses_greedy_joint_actions_and_the_task_reward(monk
 
 
 def test_minicode_splits_and_canonical_solutions():
-    train, held = magrpo.minicode_problems("train"), magrpo.minicode_problems("eval")
+    train, held = magrpo.load_problems("minicode", "train"), magrpo.load_problems("minicode", "eval")
     assert (len(train), len(held)) == (64, 16)
     assert not {p["entry_point"] for p in train} & {p["entry_point"] for p in held}
     # a correct solution that calls its helper earns the full reward; a wrong one fails every test
@@ -120,22 +118,3 @@ def test_magrpo_cli_logs_eval_rows_before_and_after(tmp_path):
     assert all("eval/reward/mean" in r and "eval/pass_rate" in r for r in (rows[0], rows[2]))
     assert "eval/reward/mean" not in rows[1]  # --eval-every 0: before and after only
     assert "eval/reward/mean:" in out.stdout
-
-
-def test_resume_of_a_run_from_before_a_flag_keeps_what_the_code_then_did(tmp_path):
-    """A cotrain run saved before --value-model and --lr-decay-updates (now --lr-decay-steps) existed had a separate
-    critic and decayed the learning rate over its own --updates (now --max-steps): resuming it must not switch to
-    today's defaults."""
-    run = tmp_path / "old"
-    run.mkdir()
-    then = {new: old for old, new in cotrain.Args.renamed.items()}  # that version saved the old names
-    old = {then.get(k, k): v for k, v in vars(cotrain.Args()).items()
-           if k not in ("value_model", "lr_decay_steps", "advantage", "samples_per_question")}
-    (run / "args.json").write_text(json.dumps({**old, "updates": 7}))
-    torch.save({"heads": {}, "step": 3}, run / "checkpoint.pt")
-    args = parse_args(cotrain.Args, ["--resume", str(run), "--max-steps", "9"])
-    resumed = resumed_args(args, "cotrain", cotrain.RESUME_MUST_MATCH, legacy=cotrain.legacy_settings)
-    assert (resumed.value_model, resumed.lr_decay_steps, resumed.max_steps) == ("separate", 7, 9)
-    assert (resumed.advantage, resumed.samples_per_question) == ("gae", 1)  # before --advantage: GAE, one debate
-    plain = resumed_args(args, "cotrain", cotrain.RESUME_MUST_MATCH)
-    assert plain.value_model == "shared"  # what would have happened: a checkpoint with a critic adapter, no critic

@@ -1,7 +1,8 @@
-"""Nothing is lost when a run is killed. cotrain.py and magrpo.py on the tiny model are SIGKILLed (once in the middle
-of a checkpoint write, at a fixed step; then at random moments of a seeded draw) and SIGINTed, and resumed with
-`--resume RUN` after each stop. The final adapters must equal, tensor for tensor, those of an uninterrupted
-in-process run with the same seed, and metrics.jsonl must hold every step exactly once, with the same values."""
+"""Nothing is lost when a run is killed. cotrain.py and magrpo.py on the tiny model are SIGKILLed
+(once in the middle of a checkpoint write, at a fixed step; then at random moments of a seeded draw)
+and SIGINTed, and resumed with `--resume RUN` after each stop. The final adapters must equal, tensor
+for tensor, those of an uninterrupted in-process run with the same seed, and metrics.jsonl must hold
+every step exactly once, with the same values."""
 import json
 import os
 import random
@@ -21,15 +22,18 @@ from nanomarl.cli import parse_args
 from nanomarl.runs import checkpoint_step
 
 TINY = ["--model", "tiny", "--device", "cpu", "--save-every", "1"]
-COTRAIN = [*TINY, *PAPER_PPO, "--num-turns", "1", "--questions-per-update", "1", "--max-new-tokens", "4", "--ppo-epochs", "1",
-           "--lr", "1e-2", "--sample-every", "0", "--train-limit", "20", "--max-steps", "12", "--eval-questions", "0"]
-MAGRPO = [*TINY, "--num-generations", "2", "--max-new-tokens", "6", "--sandbox-workers", "1", "--adv-mode", "raw",
-          "--reward-shift", "1.0", "--lr", "0.01", "--sample-every", "100", "--max-steps", "12", "--eval-problems", "0"]
+COTRAIN = [*TINY, *PAPER_PPO, "--num-turns", "1", "--questions-per-update", "1",
+           "--max-new-tokens", "4", "--ppo-epochs", "1", "--lr", "1e-2", "--sample-every", "0",
+           "--train-limit", "20", "--max-steps", "12", "--eval-questions", "0"]
+MAGRPO = [*TINY, "--num-generations", "2", "--max-new-tokens", "6", "--sandbox-workers", "1",
+          "--adv-mode", "raw", "--reward-shift", "1.0", "--lr", "0.01", "--sample-every", "100",
+          "--max-steps", "12", "--eval-problems", "0"]
 
 
 def launch(script, argv, **env):
-    return subprocess.Popen([sys.executable, f"{script}.py", *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+    return subprocess.Popen([sys.executable, f"{script}.py", *argv], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
 
 
 def logged_steps(run):
@@ -42,8 +46,9 @@ def count_lines(path):
 
 
 def stop_after_progress(proc, run, sig, delay):
-    """Once the resumed process has opened the run (a new line in resumes.jsonl, metrics.jsonl trimmed) and logged
-    one new step, wait `delay` seconds and send `sig`. Returns the exit code and stderr."""
+    """Once the resumed process has opened the run (a new line in resumes.jsonl, metrics.jsonl
+    trimmed) and logged one new step, wait `delay` seconds and send `sig`. Returns the exit code and
+    stderr."""
     def wait_until(condition):
         deadline = time.time() + 120
         while proc.poll() is None and not condition() and time.time() < deadline:
@@ -61,7 +66,8 @@ def stop_after_progress(proc, run, sig, delay):
 
 
 def adapters(run):
-    return {f"{p.parent.name}/{p.name}": load_file(p) for p in sorted((run / "adapters").rglob("*.safetensors"))}
+    files = sorted((run / "adapters").rglob("*.safetensors"))
+    return {f"{p.parent.name}/{p.name}": load_file(p) for p in files}
 
 
 def metrics(run):
@@ -71,8 +77,9 @@ def metrics(run):
 
 @pytest.mark.parametrize("script", ["cotrain", "magrpo"])
 def test_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path, script):
-    # 12 steps: on an idle machine a tiny step takes ~0.1 s, so fewer could all finish before a random kill lands
-    flags, steps, rng = (COTRAIN, 12, random.Random(0)) if script == "cotrain" else (MAGRPO, 12, random.Random(1))
+    # 12 steps: a tiny step is quick, so fewer could all finish before a random kill lands
+    flags, steps = COTRAIN if script == "cotrain" else MAGRPO, 12
+    rng = random.Random(0 if script == "cotrain" else 1)
     if script == "magrpo":
         data = tmp_path / "posts.jsonl"
         data.write_text("".join(json.dumps({"prompt": f"post {i}"}) + "\n" for i in range(3)))
@@ -86,9 +93,10 @@ def test_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path, script):
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == -signal.SIGKILL, err
     assert (run / "checkpoint.pt.tmp").exists() and checkpoint_step(run / "checkpoint.pt") == 1
-    assert logged_steps(run) == 2  # one step more than the checkpoint: the resume must log it again, once
+    assert logged_steps(run) == 2  # one step past the checkpoint: the resume logs it again, once
     kills, stops = 1, 0
-    # 2. resume, and stop at random moments: SIGINT once (a clean stop), then SIGKILLs; the last resume finishes
+    # 2. resume, and stop at random moments: SIGINT once (a clean stop), then SIGKILLs; the last
+    # resume finishes
     for sig in (signal.SIGINT, signal.SIGKILL, None):
         proc = launch(script, ["--resume", str(run)])
         if sig is None:
@@ -101,7 +109,8 @@ def test_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path, script):
         elif code == 128 + signal.SIGINT:
             stops += 1
             assert f"continue with python {script}.py --resume {run}" in err, err
-            assert (run / "adapters" / "agent0" / "adapter_config.json").exists()  # peft adapters at every checkpoint
+            # peft adapters at every checkpoint
+            assert (run / "adapters" / "agent0" / "adapter_config.json").exists()
         else:
             assert code == 0, err  # it finished before the signal came
     assert kills >= 2 and stops == 1, (kills, stops)
@@ -117,4 +126,5 @@ def test_killed_and_resumed_run_equals_an_uninterrupted_one(tmp_path, script):
     for name in straight:
         for key, tensor in straight[name].items():
             assert torch.allclose(final[name][key], tensor, atol=1e-7, rtol=0), (name, key)
-    assert any(t.abs().sum() > 0 for name in straight for k, t in straight[name].items() if "lora_B" in k)  # trained
+    assert any(t.abs().sum() > 0 for name in straight for k, t in straight[name].items()
+               if "lora_B" in k)  # trained

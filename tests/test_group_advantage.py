@@ -1,19 +1,18 @@
 """cotrain.py --advantage group: K debates per question, each response's reward against its question's mean
 (a per-question baseline; no value heads). Hand-computed advantages, the rollout's grouping as main() builds it,
 the PPO invariants (ratio one on the first minibatch, only the policy adapters move), a run folder without value
-heads that resumes as one run (also from the older checkpoint that held unused ones), a learning curve, and the
-refusals."""
+heads that resumes as one run, a learning curve, and the refusals."""
 import json
 import math
-import shutil
 
 import pytest
 import torch
 
 import cotrain
-from common import ValueHead, hidden_size
-from test_cotrain import ascii_fraction, snapshot, tiny_args
 from nanomarl.cli import parse_args
+from nanomarl.cotrain_run import check_args, ppo_metrics
+from nanomarl.tasks.debate import load_task
+from test_cotrain import ascii_fraction, snapshot, tiny_args
 
 
 def test_group_advantages_hand_computed():
@@ -37,7 +36,7 @@ def test_group_experience_and_update():
     torch.manual_seed(0)
     team = cotrain.build_team(args, "cpu")
     assert len(team.heads) == 0 and team.head_keys == {} and sorted(team.optimizers) == ["agent0", "agent1"]
-    questions = cotrain.load_task("arith", "train", limit=2)
+    questions = load_task("arith", "train", limit=2)
     records = [r for r in questions for _ in range(2)]  # as main(): each question K times in a row
     debate, exp, r = cotrain.rollout_step(team, args, records, ascii_fraction)
     for (t, a), e in exp.items():
@@ -61,7 +60,7 @@ def test_group_experience_and_update():
     for adapter in ("agent0", "agent1"):
         assert any(f".lora_B.{adapter}." in n for n in changed), adapter
     assert all(".lora_" in n for n in changed), "the frozen base changed"
-    metrics = cotrain.ppo_metrics(exp, stats, args.num_agents)
+    metrics = ppo_metrics(exp, stats, args.num_agents)
     assert "loss/policy" in metrics and "loss/value" not in metrics and "val/explained_variance" not in metrics
 
 
@@ -78,28 +77,12 @@ def test_main_samples_each_question_k_times_in_a_row(tmp_path):
     assert "loss/value" not in row and math.isfinite(row["loss/policy"])
 
 
-def old_format(run, args):
-    """Turn a group run's checkpoint at `run` into what cotrain.py wrote until group runs dropped the value heads:
-    zero-initialised heads, one per turn (build_team's keys for one base), their AdamW "value_heads", never
-    stepped, at the learning rate main() had set, and value_heads.pt beside it."""
-    state = torch.load(run / "checkpoint.pt", weights_only=False)
-    hidden = hidden_size(cotrain.load_model("tiny", "float32", "none", "cpu"))
-    heads = torch.nn.ModuleDict({f"turn{t + 1}": ValueHead(hidden) for t in range(args.num_turns)})
-    optimizer = torch.optim.AdamW(heads.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    optimizer.param_groups[0]["lr"] = cotrain.learning_rate(args, state["step"] - 1)
-    state = dict(step=state["step"], heads=heads.state_dict(), rng=state["rng"], adapters=state["adapters"],
-                 optimizers={**state["optimizers"], "value_heads": optimizer.state_dict()})  # the old key order
-    torch.save(state, run / "checkpoint.pt")
-    torch.save(heads.state_dict(), run / "value_heads.pt")
-
-
 def test_group_run_saves_no_value_heads_and_resumes_as_one_run(tmp_path):
     """A group run's folder holds no value heads (checkpoint.pt, value_heads.pt) and logs no value metric. Resumed
-    after 2 of 3 updates, from its own checkpoint or from one in the older format that held unused zero heads and
-    their optimiser, its 3rd update is the one an uninterrupted run makes (adapters and AdamW states)."""
+    after 2 of 3 updates, its 3rd update is the one an uninterrupted run makes (adapters and AdamW states)."""
     flags = ["--advantage", "group", "--samples-per-question", "2", "--lr", "1e-2", "--lr-end-factor", "1.0",
              "--ppo-epochs", "1", "--temperature", "1.0"]
-    run, old, straight = tmp_path / "run", tmp_path / "old", tmp_path / "straight"
+    run, straight = tmp_path / "run", tmp_path / "straight"
     cotrain.main(tiny_args(*flags, "--max-steps", "2", "--output-dir", str(run)), score_fn=ascii_fraction)
     state = torch.load(run / "checkpoint.pt", weights_only=False)
     assert state["step"] == 2 and "heads" not in state and sorted(state["optimizers"]) == ["agent0", "agent1"]
@@ -109,35 +92,31 @@ def test_group_run_saves_no_value_heads_and_resumes_as_one_run(tmp_path):
         assert row["grad_norm/agent0"] > 0 and "grad_norm/value_heads" not in row, row
         # no value metric (loss/value, val/clipfrac, val/explained_variance, per agent too); val/ratio is the policy's
         assert not [k for k in row if "value" in k or ("val/" in k and not k.endswith("val/ratio"))], row
-    shutil.copytree(run, old)
-    old_format(old, cotrain.Args(**{k: v for k, v in json.loads((old / "args.json").read_text()).items()
-                                    if k != "script"}))
-    assert "value_heads" in torch.load(old / "checkpoint.pt", weights_only=False)["optimizers"]
 
-    for folder in (run, old):
-        cotrain.main(parse_args(cotrain.Args, ["--resume", str(folder), "--max-steps", "3"]), score_fn=ascii_fraction)
+    cotrain.main(parse_args(cotrain.Args, ["--resume", str(run), "--max-steps", "3"]), score_fn=ascii_fraction)
     cotrain.main(tiny_args(*flags, "--max-steps", "3", "--output-dir", str(straight)), score_fn=ascii_fraction)
     expected = torch.load(straight / "checkpoint.pt", weights_only=False)
     assert expected["step"] == 3
     moved = [k for name, tensors in expected["adapters"][0].items() for k, v in tensors.items()
              if not torch.equal(v, state["adapters"][0][name][k])]
     assert moved  # the 3rd update changed the adapters: the comparisons below can fail
-    for folder in (run, old):
-        resumed = torch.load(folder / "checkpoint.pt", weights_only=False)
-        assert resumed["step"] == 3 and "heads" not in resumed and sorted(resumed["optimizers"]) == ["agent0", "agent1"]
-        for name, tensors in expected["adapters"][0].items():
-            for k, v in tensors.items():
-                torch.testing.assert_close(resumed["adapters"][0][name][k], v, rtol=1e-6, atol=1e-7,
-                                           msg=f"{folder.name} {name} {k}")
-        for name, opt in expected["optimizers"].items():
-            for i, moments in opt["state"].items():
-                for k, v in moments.items():
-                    torch.testing.assert_close(resumed["optimizers"][name]["state"][i][k], v, rtol=1e-6, atol=1e-7)
-        rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-        assert [r["step"] for r in rows] == [1, 2, 3] and "grad_norm/value_heads" not in rows[-1]
-        straight_row = json.loads((straight / "metrics.jsonl").read_text().splitlines()[-1])
-        for key in ("objective/scores", "objective/kl", "loss/policy", "grad_norm/agent0"):
-            assert rows[-1][key] == pytest.approx(straight_row[key], rel=1e-5, abs=1e-7), (folder.name, key)
+    resumed = torch.load(run / "checkpoint.pt", weights_only=False)
+    assert resumed["step"] == 3 and "heads" not in resumed
+    assert sorted(resumed["optimizers"]) == ["agent0", "agent1"]
+    for name, tensors in expected["adapters"][0].items():
+        for k, v in tensors.items():
+            torch.testing.assert_close(resumed["adapters"][0][name][k], v, rtol=1e-6, atol=1e-7,
+                                       msg=f"{name} {k}")
+    for name, opt in expected["optimizers"].items():
+        for i, moments in opt["state"].items():
+            for k, v in moments.items():
+                torch.testing.assert_close(resumed["optimizers"][name]["state"][i][k], v, rtol=1e-6,
+                                           atol=1e-7)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3] and "grad_norm/value_heads" not in rows[-1]
+    straight_row = json.loads((straight / "metrics.jsonl").read_text().splitlines()[-1])
+    for key in ("objective/scores", "objective/kl", "loss/policy", "grad_norm/agent0"):
+        assert rows[-1][key] == pytest.approx(straight_row[key], rel=1e-5, abs=1e-7), key
 
 
 def test_group_learning_raises_a_synthetic_score(tmp_path):
@@ -159,13 +138,7 @@ def test_group_learning_raises_a_synthetic_score(tmp_path):
 ])
 def test_group_refusals(flags, named, capsys):
     with pytest.raises(SystemExit) as stop:
-        cotrain.check_args(parse_args(cotrain.Args, ["--model", "tiny", *flags]))
+        args = parse_args(cotrain.Args, ["--model", "tiny", *flags])
+        check_args(args, cotrain.agent_models(args))
     assert stop.value.code == 2
     assert f"error: {named}:" in capsys.readouterr().err
-
-
-def test_a_group_run_saved_with_critic_per_agent_still_resumes():
-    """--critic-per-agent was accepted (and did nothing) with --advantage group before it was refused; such a run's
-    saved settings must still pass the checks on --resume (the flag is in RESUME_MUST_MATCH: it cannot be dropped)."""
-    assert "critic_per_agent" in cotrain.RESUME_MUST_MATCH
-    cotrain.check_args(parse_args(cotrain.Args, ["--model", "tiny", "--critic-per-agent", "--resume", "runs/old"]))

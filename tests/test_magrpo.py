@@ -95,6 +95,16 @@ def test_returns_bootstrap_on_the_mean_of_the_child_group():
     assert [len(t) for t in M.nodes_by_turn([root])] == [1, 1, 1]
 
 
+def test_kl_k3_is_non_negative_and_unbiased():
+    logp, ref = torch.tensor([-1.0, -2.0, -0.5]), torch.tensor([-1.5, -1.0, -0.5])
+    r = ref - logp
+    torch.testing.assert_close(M.kl_k3(logp, ref), torch.exp(r) - r - 1)
+    assert (M.kl_k3(logp, ref) >= 0).all()
+    # an unbiased estimate of KL(p||q) when sampling from p: exactly, on a 3-way categorical
+    p, q = torch.tensor([0.2, 0.5, 0.3]), torch.tensor([0.4, 0.4, 0.2])
+    torch.testing.assert_close((p * M.kl_k3(p.log(), q.log())).sum(), (p * (p / q).log()).sum())
+
+
 def test_loss_weights():
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
     assert M.loss_weights(mask, 2, 2, "seq-sum").tolist() == [0.25] * 4  # mean over 2 nodes of means over G = 2

@@ -1,13 +1,17 @@
-"""magrpo.py's task rewards on hand-made inputs: the gated TLDR/arXiv writing rewards level by level, the
-4-level aux/main code reward (structure, syntax, tests, cooperation bonus and the AST "result unused"
-penalty), the code helpers, the level feedback text, the prompts and the problem loaders."""
+"""magrpo.py's tasks (nanomarl/tasks/) on hand-made inputs: the gated TLDR/arXiv writing rewards level by
+level, the 4-level aux/main code reward (structure, syntax, tests, cooperation bonus and the AST "result
+unused" penalty), the code helpers, the level feedback text, the prompts and the problem loaders."""
 import json
 
 import pytest
 
-from magrpo import (arxiv_reward, aux_prompt, aux_result_unused, cleanup_code, code_reward, extract_function,
-                    extract_imports, extract_tests, format_prompts, is_thin_wrapper, level_feedback, load_problems,
-                    main_prompt, plain_feedback, select_tests, tldr_reward, transition_score)
+from magrpo import format_prompts
+from nanomarl.tasks.code import (aux_result_unused, cleanup_code, code_reward, extract_function,
+                                 extract_imports, extract_tests, is_thin_wrapper)
+from nanomarl.tasks.code_prompts import (aux_prompt, level_feedback, main_prompt, plain_feedback,
+                                         select_tests)
+from nanomarl.tasks.problems import load_problems
+from nanomarl.tasks.writing import arxiv_reward, tldr_reward, transition_score
 
 # ----------------------------------------------------------------------------------------------
 # writing rewards

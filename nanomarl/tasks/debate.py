@@ -1,4 +1,11 @@
-"""debate.py: TODO."""
+"""The questions of the debate scripts (cotrain.py, train_verifier.py, evaluate.py): load_task reads
+GSM8K, ANLI, a local JSONL file, any hub dataset or local data file, or makes the built-in offline
+arithmetic word problems; each record holds a question and its normalised gold answer.
+
+Also the answer normalisers (numbers, ANLI labels), the seeded split of a question by a hash of its
+text, and step_indices (which questions a step trains on, so a resumed run continues exactly). A
+learner may skip this module: a record is {id, question, answer, task}.
+"""
 from __future__ import annotations
 
 import json
@@ -6,28 +13,26 @@ import math
 import random
 import re
 import zlib
+from fractions import Fraction
 from pathlib import Path
 
-from fractions import Fraction
-from nanomarl.cli import arg_error
-from nanomarl.cli import BadRow
-
+from nanomarl.cli import BadRow, arg_error
 
 ANLI_LABELS = ["entailment", "neutral", "contradiction"]
 
-
-ANLI_PROMPT = ("Premise: {premise}\n\nHypothesis: {hypothesis}\n\nPlease determine the relationship between the "
-               "premise and hypothesis. Choose one of the following: 'entailment', 'neutral', or 'contradiction'. "
-               "Start with a concise reasoning for your choice, and conclude with your final answer. You do not need "
-               "to restate the premise and hypothesis.")  # the authors' ANLI prompt (spec §1.2)
+ANLI_PROMPT = (  # the authors' ANLI prompt
+    "Premise: {premise}\n\nHypothesis: {hypothesis}\n\nPlease determine the relationship between "
+    "the premise and hypothesis. Choose one of the following: 'entailment', 'neutral', or "
+    "'contradiction'. Start with a concise reasoning for your choice, and conclude with your final "
+    "answer. You do not need to restate the premise and hypothesis.")
 
 
 def read_jsonl(path: str | Path, required: tuple[str, ...], skip_bad_rows: bool = False,
                convert=None, flag: str = "--dataset") -> tuple[list[dict], int]:
-    """Read a JSONL file; each row must be a JSON object with the `required` keys, and `convert(row)` (if
-    given) may raise ValueError for rows it cannot use. A bad row raises BadRow("path:line: why") unless
-    skip_bad_rows, which skips it. Returns (rows, number_skipped). A missing or unreadable file: one line naming
-    `flag`, exit code 2."""
+    """Read a JSONL file; each row must be a JSON object with the `required` keys, and
+    `convert(row)` (if given) may raise ValueError for rows it cannot use. A bad row raises
+    BadRow("path:line: why") unless skip_bad_rows, which skips it. Returns (rows, number_skipped). A
+    missing or unreadable file: one line naming `flag`, exit code 2."""
     path = Path(path)
     if not path.exists():
         arg_error(flag, f"data file {path} does not exist")
@@ -49,7 +54,8 @@ def read_jsonl(path: str | Path, required: tuple[str, ...], skip_bad_rows: bool 
             rows.append(convert(row) if convert else row)
         except ValueError as e:  # json.JSONDecodeError is a ValueError
             if not skip_bad_rows:
-                raise BadRow(f"{path}:{line_no}: {e} (use --skip-bad-rows to skip such rows)") from None
+                raise BadRow(f"{path}:{line_no}: {e} (use --skip-bad-rows to skip such rows)") \
+                    from None
             skipped += 1
     return rows, skipped
 
@@ -76,49 +82,52 @@ def anli_record(row: dict, index: int, split: str) -> dict:
 
 
 def jsonl_record(row: dict) -> dict:
-    """Local JSONL: {"question", "answer", optional "id", "task" ('math' default or 'nli'), extra fields kept}."""
+    """Local JSONL: {"question", "answer", optional "id", "task" ('math' default or 'nli'), extra
+    fields kept}."""
     task = row.get("task", "math")
     if task not in ("math", "nli"):
         raise ValueError(f"task must be 'math' or 'nli', got {task!r}")
-    gold = normalize_number(str(row["answer"])) if task == "math" else normalize_label(str(row["answer"]))
+    normalize = normalize_number if task == "math" else normalize_label
+    gold = normalize(str(row["answer"]))
     if gold is None:
         raise ValueError(f"unparsable gold answer {row['answer']!r}")
     return {**row, "question": str(row["question"]), "answer": gold, "task": task}
 
 
 def hash_split(question: str) -> str:
-    """The split of a question without a split of its own, from a hash of its text (arith_records too):
-    crc32 % 10 = 0 test, 1 validation, 2-9 train. The same text always lands in the same split."""
+    """The split of a question without a split of its own, from a hash of its text (arith_records
+    too): crc32 % 10 = 0 test, 1 validation, 2-9 train. The same text always gets the same
+    split."""
     bucket = zlib.crc32(question.encode()) % 10
     return "test" if bucket == 0 else "validation" if bucket == 1 else "train"
 
 
 def jsonl_split(rows: list[dict], split: str, path: str) -> list[dict]:
-    """The rows of one split of a local JSONL file: a row's own "split" field where it has one, else
-    hash_split(question). So training and evaluation never share a question unless the file says so."""
+    """The rows of one split of a local JSONL file: a row's own "split" field where it has one,
+    else hash_split(question). So training and evaluation never share a question unless the file
+    says so."""
     found = {str(row.get("split") or hash_split(row["question"])) for row in rows}
     if split not in found | {"train", "validation", "test"}:
         arg_error("--dataset", f"{path} has the splits {', '.join(sorted(found))}, not {split!r}")
     return [row for row in rows if str(row.get("split") or hash_split(row["question"])) == split]
 
 
-_ARITH_NAMES = ["Ava", "Ben", "Cara", "Dan", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jin", "Kai", "Lea", "Mo", "Nia"]
-
-
+_ARITH_NAMES = ["Ava", "Ben", "Cara", "Dan", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jin", "Kai",
+                "Lea", "Mo", "Nia"]
 _ARITH_ITEMS = ["apples", "pencils", "marbles", "stickers", "books", "coins", "cookies", "shells"]
 
-
-ARITH_KINDS = {"arith": ["add", "sub", "mul", "two"],  # SmolLM2-135M, greedy: 14 % right (add 42 %, the rest ~0)
-               "arith:easy": ["add", "sub"],  # one step, numbers 2-20: SmolLM2-135M's errors are mostly arithmetic
-               # one step, one-digit numbers: SmolLM2-135M's greedy answers that compute first are 82 % right, but
-               # 40 % of its answers start with "The answer is" and a number copied from the question (on arith:easy
-               # 54 % of its computed answers are right): behaviour, which RL can fix (README "Results")
-               "arith:digits": ["add-digits", "sub-digits"]}
+ARITH_KINDS = {  # the built-in offline tasks, from hardest to easiest
+    "arith": ["add", "sub", "mul", "two"],  # one or two steps, numbers 2-20
+    "arith:easy": ["add", "sub"],  # one step, numbers 2-20
+    # one step, one-digit numbers: a small model's errors here are mostly behaviour (an answer
+    # copied from the question instead of computed), which RL can fix, not arithmetic
+    "arith:digits": ["add-digits", "sub-digits"]}
 
 
 def arith_problem(rng: random.Random, kinds: list[str] = ARITH_KINDS["arith"]) -> tuple[str, int]:
-    """One easy arithmetic word problem with its integer answer (add, subtract, multiply, or two steps; the
-    -digits kinds add or subtract one-digit numbers, drawn after the others' so their questions stay the same)."""
+    """One easy arithmetic word problem with its integer answer (add, subtract, multiply, or two
+    steps; the -digits kinds add or subtract one-digit numbers, drawn last: moving a draw changes
+    every kind's questions)."""
     name, item = rng.choice(_ARITH_NAMES), rng.choice(_ARITH_ITEMS)
     a, b, c = rng.randint(2, 20), rng.randint(2, 20), rng.randint(2, 9)
     kind = rng.choice(kinds)
@@ -126,21 +135,24 @@ def arith_problem(rng: random.Random, kinds: list[str] = ARITH_KINDS["arith"]) -
         a, b = rng.randint(2, 9), rng.randint(1, 9)
         kind = kind.removesuffix("-digits")
     if kind == "add":
-        return f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?", a + b
+        return (f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?",
+                a + b)
     if kind == "sub":
         a, b = max(a, b), min(a, b)
-        return f"{name} has {a} {item} and gives away {b}. How many {item} does {name} have left?", a - b
+        return (f"{name} has {a} {item} and gives away {b}. How many {item} does {name} have left?",
+                a - b)
     if kind == "mul":
-        return f"{name} has {c} boxes with {b} {item} in each box. How many {item} does {name} have?", c * b
+        return (f"{name} has {c} boxes with {b} {item} in each box. How many {item} does {name} "
+                f"have?", c * b)
     return (f"{name} has {a} {item}, buys {c} packs of {b} {item} each, then loses 3. "
             f"How many {item} does {name} have now?", a + c * b - 3)
 
 
 def arith_records(n: int, split: str, seed: int = 0, name: str = "arith") -> list[dict]:
-    """The built-in offline task: n distinct seeded arithmetic word problems (name: arith, arith:easy with
-    one-step additions and subtractions only, or arith:digits with one-digit numbers). A question belongs to a
-    split by a hash of its text (hash_split),
-    so splits never share a question, whatever n or seed each script asks for."""
+    """The built-in offline task: n distinct seeded arithmetic word problems (name: arith,
+    arith:easy with one-step additions and subtractions only, or arith:digits with one-digit
+    numbers). A question belongs to a split by a hash of its text (hash_split), so splits never
+    share a question, whatever n or seed each script asks for."""
     if split not in ("train", "test", "validation"):
         arg_error("--dataset", f"arith has splits train, test, validation; got {split!r}")
     rng, problems, seen = random.Random(f"arith-{seed}-{split}"), [], set()
@@ -152,20 +164,23 @@ def arith_records(n: int, split: str, seed: int = 0, name: str = "arith") -> lis
             seen.add(question)
             problems.append((question, answer))
     return [dict(id=f"arith/{split}/{i}", question=q, answer=str(a), task="math",
-                 solution=f"The answer is {a}.\nAnswer: \\boxed{{{a}}}") for i, (q, a) in enumerate(problems)]
+                 solution=f"The answer is {a}.\nAnswer: \\boxed{{{a}}}")
+            for i, (q, a) in enumerate(problems)]
 
 
-DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}  # datasets' builders
+# a local data file's suffix -> the datasets builder that reads it
+DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 
 
-def dataset_records(name: str, split: str, limit: int | None, skip_bad_rows: bool, question_field: str,
-                    answer_field: str, config: str, task: str) -> list[dict]:
-    """Records of any hub dataset (owner/name: datasets.load_dataset(name, config, split=split)) or local data: a
-    .json/.jsonl/.csv/.parquet file (datasets names its one split 'train') or a folder (split names from the file
-    names, e.g. train.jsonl, test.jsonl). The question and the gold answer are read from question_field and
-    answer_field; the answer is normalised as the built-in tasks do: math -> normalize_number (the last number,
-    so GSM8K's '... #### 72' gives '72'), nli -> normalize_label (0/1/2 also map to ANLI_LABELS). Checked here,
-    before any model loads: the fields exist and the split has at least one usable row."""
+def dataset_records(name: str, split: str, limit: int | None, skip_bad_rows: bool,
+                    question_field: str, answer_field: str, config: str, task: str) -> list[dict]:
+    """Records of any hub dataset (owner/name: datasets.load_dataset(name, config, split=split)) or
+    local data: a .json/.jsonl/.csv/.parquet file (datasets names its one split 'train') or a folder
+    (split names from the file names, e.g. train.jsonl, test.jsonl). The question and the gold
+    answer are read from question_field and answer_field; the answer is normalised as the built-in
+    tasks do: math -> normalize_number (the last number, so GSM8K's '... #### 72' gives '72'), nli
+    -> normalize_label (0/1/2 also map to ANLI_LABELS). Checked here, before any model loads: the
+    fields exist and the split has at least one usable row."""
     if task not in ("math", "nli"):
         arg_error("--dataset-task", f"expected math or nli, got {task!r}")
     from datasets import load_dataset
@@ -176,20 +191,25 @@ def dataset_records(name: str, split: str, limit: int | None, skip_bad_rows: boo
             if not path.exists():
                 arg_error("--dataset", f"{path} does not exist")
             if path.is_file() and path.suffix not in DATA_FILE_BUILDERS:
-                arg_error("--dataset", f"{path}: expected a .json, .jsonl, .csv or .parquet file or a folder of them")
-            tables = (load_dataset(DATA_FILE_BUILDERS[path.suffix], data_files=str(path)) if path.is_file()
-                      else load_dataset(str(path)))
+                arg_error("--dataset", f"{path}: expected a .json, .jsonl, .csv or .parquet file "
+                                       f"or a folder of them")
+            if path.is_file():
+                tables = load_dataset(DATA_FILE_BUILDERS[path.suffix], data_files=str(path))
+            else:
+                tables = load_dataset(str(path))
             if split not in tables:
-                arg_error("--dataset", f"{name} has no split {split!r}, only {', '.join(tables)} (a single file is "
-                                       f"the split 'train'; a folder takes its split names from its file names)")
+                arg_error("--dataset", f"{name} has no split {split!r}, only "
+                                       f"{', '.join(tables)} (a single file is the split 'train'; "
+                                       f"a folder takes its split names from its file names)")
             table, source = tables[split], path.stem
         else:  # a hub id
             table, source = load_dataset(name, config or None, split=split), name
-    except Exception as e:  # offline, no such dataset or split, an unreadable file (arg_error's SystemExit passes)
+    except Exception as e:  # offline, no such dataset or split, an unreadable file (not SystemExit)
         arg_error("--dataset", f"cannot load {name!r} split {split!r}: {type(e).__name__}: {e}")
     for flag, column in (("--question-field", question_field), ("--answer-field", answer_field)):
         if column not in table.column_names:
-            arg_error(flag, f"{name} has no column {column!r} (its columns: {', '.join(table.column_names)})")
+            arg_error(flag, f"{name} has no column {column!r} "
+                            f"(its columns: {', '.join(table.column_names)})")
     records, skipped = [], 0
     for i, row in enumerate(table):
         if limit and len(records) >= limit:
@@ -201,12 +221,13 @@ def dataset_records(name: str, split: str, limit: int | None, skip_bad_rows: boo
             gold = normalize_number(str(answer)) if task == "math" else normalize_label(str(answer))
         if gold is None or not str(row[question_field] or "").strip():
             if not skip_bad_rows:
-                raise BadRow(f"{name} {split} row {i}: " + (f"unparsable gold answer {answer!r}" if gold is None else
-                             "empty question") + " (use --skip-bad-rows to skip such rows)")
+                why = f"unparsable gold answer {answer!r}" if gold is None else "empty question"
+                raise BadRow(f"{name} {split} row {i}: {why} "
+                             f"(use --skip-bad-rows to skip such rows)")
             skipped += 1
             continue
-        records.append({**row, "id": str(row.get("id", f"{source}/{split}/{i}")), "question": str(row[question_field]),
-                        "answer": gold, "task": task})
+        records.append({**row, "id": str(row.get("id", f"{source}/{split}/{i}")),
+                        "question": str(row[question_field]), "answer": gold, "task": task})
     if skipped:
         print(f"skipped {skipped} bad rows in {name} {split}")
     if not records:
@@ -215,36 +236,42 @@ def dataset_records(name: str, split: str, limit: int | None, skip_bad_rows: boo
 
 
 def dataset_options(args) -> dict:
-    """A script's --dataset-config/--question-field/--answer-field/--dataset-task as load_task's keywords (their
-    defaults for settings without them, e.g. a run saved before these flags existed)."""
-    return dict(question_field=getattr(args, "question_field", "question"), answer_field=getattr(args, "answer_field",
-                "answer"), config=getattr(args, "dataset_config", ""), task=getattr(args, "dataset_task", "math"))
+    """--dataset-config/--question-field/--answer-field/--dataset-task as load_task's keywords."""
+    return dict(question_field=args.question_field, answer_field=args.answer_field,
+                config=args.dataset_config, task=args.dataset_task)
 
 
 def load_task(name: str, split: str = "train", limit: int | None = None, seed: int = 0,
-              skip_bad_rows: bool = False, question_field: str = "question", answer_field: str = "answer",
-              config: str = "", task: str = "math") -> list[dict]:
-    """Records {id, question, answer (normalised gold), task ('math'|'nli'), ...} for a dataset name:
-    gsm8k (hub openai/gsm8k), anli / anli:r1|r2|r3 (hub facebook/anli, default r3 as the authors),
-    jsonl:PATH (local, fixed fields), arith (built-in offline generator), or any hub id / local data file, read
-    with question_field, answer_field, config and task (math|nli) by dataset_records. `limit` keeps the first N."""
-    builtin = name in ("arith", "arith:easy", "arith:digits", "gsm8k", "anli") or name.startswith(("anli:", "jsonl:"))
-    given = [flag for flag, value, default in (("--question-field", question_field, "question"), ("--answer-field",
-             answer_field, "answer"), ("--dataset-config", config, ""), ("--dataset-task", task, "math")) if value != default]
+              skip_bad_rows: bool = False, question_field: str = "question",
+              answer_field: str = "answer", config: str = "", task: str = "math") -> list[dict]:
+    """Records {id, question, answer (normalised gold), task ('math'|'nli'), ...} for a dataset
+    name: gsm8k (hub openai/gsm8k), anli / anli:r1|r2|r3 (hub facebook/anli, default r3 as the
+    authors), jsonl:PATH (local, fixed fields), arith (built-in offline generator), or any hub id /
+    local data file, read with question_field, answer_field, config and task (math|nli) by
+    dataset_records. `limit` keeps the first N."""
+    builtin = (name in ("arith", "arith:easy", "arith:digits", "gsm8k", "anli")
+               or name.startswith(("anli:", "jsonl:")))
+    options = (("--question-field", question_field, "question"),
+               ("--answer-field", answer_field, "answer"),
+               ("--dataset-config", config, ""), ("--dataset-task", task, "math"))
+    given = [flag for flag, value, default in options if value != default]
     if builtin and given:
-        arg_error(given[0], f"applies to a hub id or a local file, not to the built-in {name!r} (for a local JSONL "
-                            f"with other fields pass its path without 'jsonl:')")
-    if not builtin and ("/" in name or Path(name).suffix in DATA_FILE_BUILDERS or Path(name).exists()):
-        return dataset_records(name, split, limit, skip_bad_rows, question_field, answer_field, config, task)
+        arg_error(given[0], f"applies to a hub id or a local file, not to the built-in {name!r} "
+                            f"(for a local JSONL with other fields pass its path without 'jsonl:')")
+    data_file = Path(name).suffix in DATA_FILE_BUILDERS or Path(name).exists()
+    if not builtin and ("/" in name or data_file):
+        return dataset_records(name, split, limit, skip_bad_rows, question_field, answer_field,
+                               config, task)
     if name in ARITH_KINDS:
         return arith_records(limit or 1000, split, seed, name)
     if name.startswith("jsonl:"):
-        rows, skipped = read_jsonl(name[len("jsonl:"):], ("question", "answer"), skip_bad_rows, jsonl_record)
+        path = name[len("jsonl:"):]
+        rows, skipped = read_jsonl(path, ("question", "answer"), skip_bad_rows, jsonl_record)
         if skipped:
-            print(f"skipped {skipped} bad rows in {name[6:]}")
+            print(f"skipped {skipped} bad rows in {path}")
         for i, row in enumerate(rows):
-            row.setdefault("id", f"{Path(name[6:]).stem}/{i}")
-        rows = jsonl_split(rows, split, name[6:])  # a split column, else a hash of the question text
+            row.setdefault("id", f"{Path(path).stem}/{i}")
+        rows = jsonl_split(rows, split, path)  # a split column, else a hash of the question text
         return rows[:limit] if limit else rows
     if name == "gsm8k" or name.startswith("anli"):
         from datasets import load_dataset
@@ -265,18 +292,22 @@ def load_task(name: str, split: str = "train", limit: int | None = None, seed: i
                 records.append(convert(row, i, split))
             except ValueError as e:
                 if not skip_bad_rows:
-                    raise BadRow(f"{name} {split} row {i}: {e} (use --skip-bad-rows to skip such rows)") from None
+                    raise BadRow(f"{name} {split} row {i}: {e} "
+                                 f"(use --skip-bad-rows to skip such rows)") from None
                 skipped += 1
         if skipped:
             print(f"skipped {skipped} bad rows in {name} {split}")
         return records
-    arg_error("--dataset", f"unknown dataset {name!r} (arith, arith:easy, arith:digits, gsm8k, anli[:r1|r2|r3], jsonl:PATH, a hub id "
-                           f"owner/name, or a local .json/.jsonl/.csv/.parquet file or folder)")
+    arg_error("--dataset", f"unknown dataset {name!r} (arith, arith:easy, arith:digits, gsm8k, "
+                           f"anli[:r1|r2|r3], jsonl:PATH, a hub id owner/name, or a local "
+                           f".json/.jsonl/.csv/.parquet file or folder)")
 
 
-def step_indices(num_items: int, per_step: int, step: int, seed: str, drop_last: bool = False) -> list[int]:
-    """Indices of the items of step `step`: consecutive slices of a seeded shuffle, reshuffled every epoch, so
-    a resumed run continues exactly where it stopped. drop_last: an epoch ends before a short final slice."""
+def step_indices(num_items: int, per_step: int, step: int, seed: str,
+                 drop_last: bool = False) -> list[int]:
+    """Indices of the items of step `step`: consecutive slices of a seeded shuffle, reshuffled every
+    epoch, so a resumed run continues exactly where it stopped. drop_last: an epoch ends before a
+    short final slice."""
     steps_per_epoch = num_items // per_step if drop_last else math.ceil(num_items / per_step)
     epoch, i = divmod(step, steps_per_epoch)
     order = list(range(num_items))
@@ -284,7 +315,8 @@ def step_indices(num_items: int, per_step: int, step: int, seed: str, drop_last:
     return order[i * per_step:(i + 1) * per_step]
 
 
-def split_records(records: list[dict], fractions: dict[str, float], seed: int) -> dict[str, list[dict]]:
+def split_records(records: list[dict], fractions: dict[str, float],
+                  seed: int) -> dict[str, list[dict]]:
     """A seeded, explicit, disjoint split of records, e.g. {'verifier': 0.3, 'rl': 0.7}."""
     if abs(sum(fractions.values()) - 1) > 1e-6 or min(fractions.values()) < 0:
         raise ValueError(f"split fractions must be >= 0 and sum to 1, got {fractions}")
@@ -304,7 +336,8 @@ _NUMBER = r"-?(?:\d+(?:\.\d+)?|\.\d+)(?:/\d+)?"
 
 def normalize_number(text: str) -> str | None:
     """GSM8K-style number normalisation: '1,000'->'1000', '18.0'->'18', '$5'->'5', '−3'->'-3',
-    '\\frac{10}{2}'->'5', '1/4'->'0.25', '18 dollars'->'18'; several numbers -> the last one; none -> None."""
+    '\\frac{10}{2}'->'5', '1/4'->'0.25', '18 dollars'->'18'; several numbers -> the last one; none
+    -> None."""
     text = text.replace("\u2212", "-").replace("\u2013", "-").replace("\\$", "").replace("$", "")
     text = text.replace("\\!", "").replace("\\,", "").replace("{,}", ",").replace("\\ ", "")
     text = re.sub(r"(\d+)\s*\\[dt]?frac\{(\d+)\}\{(\d+)\}",  # mixed number 4\frac{1}{2} -> 9/2
@@ -326,9 +359,10 @@ def normalize_number(text: str) -> str | None:
 
 
 def normalize_label(text: str) -> str | None:
-    """ANLI label word: the first of entail*/neutral/contradict* that is not negated ('not entailment',
-    'non-entailment' are skipped), as a canonical label; None if there is none."""
+    """ANLI label word: the first of entail*/neutral/contradict* that is not negated ('not
+    entailment', 'non-entailment' are skipped), as a canonical label; None if there is none."""
     for m in re.finditer(r"(not\s+|non-?\s*)?(entail|neutral|contradict)", text.lower()):
         if not m.group(1):
-            return {"entail": "entailment", "neutral": "neutral", "contradict": "contradiction"}[m.group(2)]
+            return {"entail": "entailment", "neutral": "neutral",
+                    "contradict": "contradiction"}[m.group(2)]
     return None

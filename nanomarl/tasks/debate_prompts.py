@@ -1,7 +1,10 @@
 """debate_prompts.py: the words of the MAPoRL debate (spec §1.3): the turn-1 instruction of each
---prompt-style, and the discussion message of turn t > 1 with the optional verifier feedback. cotrain.py,
-train_verifier.py and evaluate.py show the agents these texts."""
+--prompt-style, the discussion message of turn t > 1 with the optional verifier feedback, the chat
+continued token for token, and the authors' rule against degenerate repetition in an answer.
+cotrain.py, train_verifier.py and evaluate.py show the agents these texts."""
 from __future__ import annotations
+
+import torch
 
 from nanomarl.cli import arg_error
 
@@ -93,3 +96,39 @@ def discussion_message(question: str, other_answers: list[tuple[int, str]], othe
     if own_score is not None:  # the authors merge "feedback on your last answer" and the discussion into one user turn
         message = verifier_feedback(own_score) + "\n\n" + message
     return message
+
+
+def has_degenerate_repetition(token_ids: list[int], max_period: int = 20, max_repeats: int = 3, decode=None) -> bool:
+    """True when a block of 1..max_period tokens repeats consecutively more than max_repeats times
+    (the authors' rule). Blocks that decode to digits only (e.g. "1000000") are allowed when
+    `decode` is given."""
+    n = len(token_ids)
+    for period in range(1, max_period + 1):
+        run = 0  # consecutive positions i with ids[i] == ids[i - period]
+        for i in range(period, n):
+            run = run + 1 if token_ids[i] == token_ids[i - period] else 0
+            # the block ids[i-period+1 .. i] occurred max_repeats + 1 times in a row
+            if run >= period * max_repeats:
+                block = token_ids[i - period + 1: i + 1]
+                if decode is None or not decode(block).strip().isdigit():
+                    return True
+    return False
+
+
+def sampled_conversation(batch: dict, b: int) -> torch.Tensor:
+    """Row b of a generate() batch without padding: the prompt's tokens, then the response's."""
+    return torch.cat([batch["query_ids"][b][batch["query_mask"][b].bool()],
+                      batch["response_ids"][b][batch["response_mask"][b].bool()]])
+
+
+def continue_chat(tokenizer, conversation_ids: list[int], prompt: str) -> list[int] | str:
+    """The next turn's prompt as token ids: the conversation as sampled (the previous prompt and
+    response ids), then the rest of the rendered chat `prompt` tokenised on its own. Re-tokenising
+    the whole chat could merge the agent's own tokens differently ("\n\n" sampled as one token,
+    read back as two). Returns the text itself when it does not start with those tokens' text (a
+    template that rewrites earlier turns)."""
+    sampled = tokenizer.decode(conversation_ids)
+    if not prompt.startswith(sampled):
+        return prompt
+    rest = tokenizer(prompt[len(sampled):], add_special_tokens=False)["input_ids"]
+    return list(conversation_ids) + rest

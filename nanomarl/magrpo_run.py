@@ -1,0 +1,132 @@
+"""magrpo_run.py: the parts of magrpo.py's run a learner may skip: the refusals of bad settings,
+the check of a --reward-fn's output, the held-out problems, the agents' checkpoint state, and the
+joint actions a step prints and saves to samples.jsonl.
+
+The functions take magrpo.py's objects (Args, Agents, the rollout tree's Nodes) by their fields;
+this module does not import magrpo.py.
+"""
+from __future__ import annotations
+
+import math
+
+from tqdm import tqdm
+
+from nanomarl.cli import arg_error, check_numbers
+from nanomarl.models import adapter_state_dict, check_model_name, load_adapter_state_dict
+from nanomarl.tasks.problems import load_problems
+
+# the settings that fix the checkpoint's shapes: --resume refuses to change them
+RESUME_MUST_MATCH = ("model", "dataset", "num_agents", "turns", "full_finetune", "lora_r",
+                     "lora_alpha")
+
+
+def check_args(args):
+    """Every refusal of a setting, before anything heavy loads: one line `error: --flag: ...`, exit
+    code 2."""
+    check_numbers(args, positive=("max_steps", "problems_per_step", "num_generations", "turns",
+                                  "max_new_tokens", "micro_batch_size", "log_every", "save_every",
+                                  "lora_r", "lora_alpha", "lr", "temperature", "top_p"),
+                  non_negative=("train_limit", "max_grad_norm", "beta", "generate_batch_size",
+                                "top_k", "sandbox_workers", "eval_problems", "eval_every",
+                                "sample_every"),
+                  unit_interval=("discount", "top_p"))
+    check_model_name(args.model, "--model")
+    if args.num_agents < 1:  # main() checks it against the task's roles
+        arg_error("--num-agents", f"must be >= 1, got {args.num_agents}")
+    if args.adv_mode == "rloo" and args.num_generations < 2:
+        arg_error("--num-generations", "--adv-mode rloo needs at least 2")
+    if args.full_finetune and args.quant != "none":
+        arg_error("--full-finetune", "a quantised base cannot be fully fine-tuned; use LoRA agents")
+    if args.temperature <= 0:
+        arg_error("--temperature", f"must be > 0 (sampling), got {args.temperature}")
+    if args.test_timeout <= 0 or args.sandbox_memory_mb < 64:
+        arg_error("--test-timeout", "need --test-timeout > 0 and --sandbox-memory-mb >= 64")
+
+
+def check_task(args, problems: list[dict], task):
+    """The refusals that need the task: one agent per role, and more than one turn only for the
+    aux/main coding tasks (their feedback)."""
+    if args.num_agents != len(task.roles):
+        arg_error("--num-agents", f"--dataset {args.dataset} has {len(task.roles)} roles "
+                                  f"({', '.join(task.roles)}): pass --num-agents "
+                                  f"{len(task.roles)}, got {args.num_agents}")
+    if args.turns > 1 and problems[0]["kind"] != "code":
+        arg_error("--turns", f"--dataset {args.dataset} is single-turn (multi-turn feedback is "
+                             f"defined for the aux/main coding tasks)")
+
+
+def held_out_problems(args, problems: list[dict]) -> list[dict]:
+    """The first --eval-problems problems of the task's eval split; none if that split is the
+    training problems themselves (e.g. a jsonl file)."""
+    if not args.eval_problems:
+        return []
+    eval_problems = load_problems(args.dataset, "eval", args.eval_problems)
+    if {p["id"] for p in eval_problems} & {p["id"] for p in problems}:
+        print(f"note: --dataset {args.dataset} has no held-out split apart from its training "
+              f"problems: no in-training evaluation (evaluate.py with a separate file measures "
+              f"the team)")
+        eval_problems = []
+    return eval_problems
+
+
+def custom_reward(fn, name: str):
+    """Your joint reward (--reward-fn): fn(problem, completions) gets the problem dict and one
+    completion per agent (role order) and returns a number, or (number, levels) with levels a dict
+    of numbers logged as reward/<level>. Anything else stops with an error."""
+    def reward(problem, texts):
+        out = fn(problem, texts)
+        total, levels = out if isinstance(out, tuple) and len(out) == 2 else (out, {})
+        try:
+            total, levels = float(total), {str(k): float(v) for k, v in levels.items()}
+        except (TypeError, ValueError, AttributeError):
+            total = math.nan
+        if not math.isfinite(total):
+            arg_error(name, f"expected a finite number or (number, dict of numbers), got {out!r}")
+        return total, levels
+    return reward
+
+
+def agent_states(agents) -> list[dict]:
+    """Each agent's trainable weights on the CPU: its LoRA adapter, or its whole model copy."""
+    if agents.names is None:
+        return [{k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+                for model in agents.models]
+    return [adapter_state_dict(agents.models[0], name) for name in agents.names]
+
+
+def load_agent_states(agents, states: list[dict]):
+    for i, state in enumerate(states):
+        if agents.names is None:
+            agents.models[i].load_state_dict(state)
+        else:
+            load_adapter_state_dict(agents.models[0], agents.names[i], state)
+
+
+def print_sample(step: int, roots: list):
+    """The first tree's first joint action, printed above the progress bar (tqdm.write)."""
+    node = roots[0]
+    levels = "  ".join(f"{k}={v:.3g}" for k, v in node.levels[0].items())
+    lines = [f"\n--- step {step}: problem {node.problem['id']}, joint action 0: "
+             f"reward {node.rewards[0]:.3f} ({levels})"]
+    for agent, k in enumerate(node.joint[0]):
+        lines += [f"[agent{agent} prompt, end] ...{node.prompts[agent][-200:]!r}",
+                  f"[agent{agent} completion] {node.texts[agent][k][:600]!r}"]
+    tqdm.write("\n".join(lines))
+
+
+def tree_samples(step: int, roots: list) -> list[dict]:
+    """samples.jsonl rows of one step: every joint action of every node of this process's trees,
+    with each agent's prompt and completion, the joint reward, its levels and its return (turn:
+    1..--turns)."""
+    rows, stack = [], list(roots)
+    while stack:
+        node = stack.pop(0)
+        for j, joint in enumerate(node.joint):
+            rows.append(dict(step=step, problem=node.problem["id"], turn=node.turn + 1,
+                             joint_action=j,
+                             prompts=list(node.prompts),
+                             completions=[node.texts[i][k] for i, k in enumerate(joint)],
+                             reward=node.rewards[j], levels=node.levels[j],
+                             **{"return": node.returns[j]}))
+        stack += [child for child in node.children if child is not None]
+    return rows

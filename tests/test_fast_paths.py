@@ -1,0 +1,349 @@
+"""Each fast path of cotrain.py's update equals the plain path beside it, on the tiny model (fp32):
+
+  * forward_turns(one_forward=True) (--conversation-forward: one forward over the last trained turn
+    also reads the earlier turns' responses, nanomarl/fast.read_responses_inside) equals one forward
+    per turn: log-probs, entropies, hidden states and gradients, for 2 and 3 turns and --train-turns
+    2,3, with and without autograd;
+  * make_experience and ppo_update with --conversation-forward equal --no-conversation-forward:
+    every experience tensor, every PPO statistic and the trained adapters and heads; and where the
+    conversations do not hold it falls back to one forward per turn, bit for bit;
+  * --old-logprobs sampling (π_old as generate() sampled it) is within 1e-5 of a recompute.
+
+The stacked-LoRA routing of generate() against peft's routing: tests/test_routing.py. The shared
+helpers below are also used by tests/test_perf_update.py (what each design costs per update)."""
+import math
+
+import pytest
+import torch
+
+import cotrain
+from common import reference_logprobs, tokenize_prompts
+from conftest import PAPER_PPO
+from nanomarl.cli import parse_args
+from nanomarl.tasks.debate import load_task
+
+CLOSE = dict(atol=1e-5, rtol=0)  # fp32 noise: the same sums, padded or batched differently
+
+
+def tiny_args(*flags):
+    """2 agents x 2 turns, 2 questions, 4 PPO epochs, micro-batches of one question, forward
+    batches of 8 rows, π_old recomputed, one forward per turn, on the tiny model; penalties off
+    (the tiny model never writes an answer). The tiny model's random bytes often include a special
+    token that the chat drops, so some of its turn-2 prompts fall back to the text: the
+    --conversation-forward tests make the conversations hold first (as_one_conversation)."""
+    return parse_args(cotrain.Args, [
+        "--model", "tiny", "--device", "cpu", "--max-new-tokens", "6", *PAPER_PPO,
+        "--questions-per-update", "2", "--ppo-epochs", "4", "--eval-questions", "0",
+        "--old-logprobs", "recompute", "--no-conversation-forward", "--no-penalize-format",
+        "--missing-eos-penalty", "0", "--sample-every", "0", "--log-every", "0", *flags])
+
+
+def ascii_fraction(records, responses):
+    """A synthetic score: the share of ASCII characters in each response."""
+    return torch.tensor([sum(ord(c) < 128 for c in text) / max(1, len(text)) for text in responses])
+
+
+def trainables(team) -> dict:
+    """Every LoRA weight (all adapters) and every value-head tensor, cloned."""
+    out = {n: p.detach().clone() for n, p in team.bases[0].named_parameters() if ".lora_" in n}
+    out.update({f"heads.{k}": v.detach().clone() for k, v in team.heads.state_dict().items()})
+    return out
+
+
+def trained_looking(team, heads: bool = True):
+    """Non-zero LoRA B (the policies are not the base: the KL is not 0) and, with heads, non-zero
+    value heads (the values say which hidden states they read)."""
+    with torch.no_grad():
+        for name, p in team.bases[0].named_parameters():
+            if ".lora_B." in name:
+                p.normal_(std=0.05)
+        for p in team.heads.parameters() if heads else []:
+            p.normal_(std=0.5)
+
+
+def debate_and_rewards(team, args, records):
+    """Stages 1-3 of an update (cotrain.rollout_step without make_experience)."""
+    debate = cotrain.run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names,
+                                args.max_new_tokens, temperature=args.temperature)
+    debate["records"] = records
+    rewards = torch.stack([torch.stack([ascii_fraction(records, debate["responses"][t][a])
+                                        for a in range(args.num_agents)], -1)
+                           for t in range(args.num_turns)], 1)
+    return debate, rewards  # rewards [B, T, A]
+
+
+class Counter:
+    """Counts the model's forward calls and the rows they carry (the PeftModel's forward), and
+    backward calls."""
+
+    def __init__(self, model, monkeypatch):
+        self.calls, self.rows, self.backwards = 0, 0, 0
+        original, original_backward = model.forward, torch.Tensor.backward
+
+        def forward(*args, **kwargs):
+            self.calls += 1
+            self.rows += kwargs["input_ids"].shape[0]
+            return original(*args, **kwargs)
+
+        def backward(tensor, *args, **kwargs):
+            self.backwards += 1
+            return original_backward(tensor, *args, **kwargs)
+        monkeypatch.setattr(model, "forward", forward)
+        monkeypatch.setattr(torch.Tensor, "backward", backward)
+
+    def take(self) -> tuple[int, int, int]:
+        out = (self.calls, self.rows, self.backwards)
+        self.calls, self.rows, self.backwards = 0, 0, 0
+        return out
+
+
+def as_one_conversation(debate, tokenizer):
+    """The debate with every later turn's prompt starting with the previous turn's prompt + its
+    sampled response, token for token: what run_debate's continue_chat gives on its own, except
+    for rows whose random tiny-model bytes include a special token the chat drops (those fell back
+    to the text: here the sampled response is inserted before the rest of that prompt, which only
+    the forwards read). Left-padded again to one width per turn for all agents (as one generate
+    call gives them)."""
+    for previous, later in zip(debate["rollout"], debate["rollout"][1:]):
+        rows = []
+        for a in range(len(later)):
+            rows.append([])
+            for b in range(len(previous[a]["query_ids"])):
+                q_prev = previous[a]["query_ids"][b][previous[a]["query_mask"][b].bool()]
+                q_later = later[a]["query_ids"][b][later[a]["query_mask"][b].bool()]
+                held = cotrain.sampled_conversation(previous[a], b)
+                holds = len(q_later) >= len(held) and torch.equal(q_later[:len(held)], held)
+                rows[a].append(q_later if holds else torch.cat([held, q_later[len(q_prev):]]))
+        prompts = [r.tolist() for agent_rows in rows for r in agent_rows]
+        ids, mask = tokenize_prompts(tokenizer, prompts, "cpu")
+        for a, agent_rows in enumerate(rows):
+            these = slice(a * len(agent_rows), (a + 1) * len(agent_rows))
+            later[a] = dict(later[a], query_ids=ids[these], query_mask=mask[these])
+    return debate
+
+
+# ---------------------------------------------------------------- forward_turns
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("flags", [["--num-turns", "2"], ["--num-turns", "3"],
+                                   ["--num-turns", "3", "--train-turns", "2,3"]])
+def test_forward_turns_one_forward_equals_one_forward_per_turn(monkeypatch, flags, grad):
+    """forward_turns over the trained turns of both agents (rows on agent0 and agent1 mixed, as
+    make_experience and ppo_update call it): one_forward=True gives every turn's log-probs,
+    entropies and hidden states from ONE forward over the last turn (a third of the forwards for 3
+    turns), equal to one forward per turn to fp32 noise; in chunks of 3 rows too (no gradients)
+    and, under autograd, with the same gradients on every adapter."""
+    args = tiny_args(*flags, "--conversation-forward")
+    team = cotrain.build_team(args, "cpu")
+    torch.manual_seed(2)
+    trained_looking(team, heads=False)
+    torch.manual_seed(1)
+    debate, _ = debate_and_rewards(team, args, load_task("arith", "train", limit=2))
+    debate = as_one_conversation(debate, team.agent_tokenizers()[0])
+    exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
+    assert cotrain.one_conversation(team, exp, args)  # the fast path applies
+    turns = sorted({t for t, _ in team.trained})
+    assert turns == ([1, 2] if "--train-turns" in flags else list(range(args.num_turns)))
+    keys = ["query_ids", "query_mask", "response_ids", "response_mask"]
+    batches = {t: cotrain._rows(exp, t, [0, 1], None, keys) for t in turns}
+    names = [team.adapter_names[turns[-1]][a] for a in (0, 1) for _ in range(2)]
+    assert names == ["agent0", "agent0", "agent1", "agent1"]
+    model = team.bases[0]
+    params = {n: p for n, p in model.named_parameters() if ".lora_" in n}
+    weights = {t: torch.randn(batches[t]["response_mask"].shape) for t in turns}
+    results = {}
+    modes = [(False, 0), (True, 0)] + ([] if grad else [(False, 3), (True, 3)])
+    for one_forward, chunk in modes:
+        with monkeypatch.context() as patch, torch.set_grad_enabled(grad):
+            counter = Counter(model, patch)
+            out = cotrain.forward_turns(model, batches, names, args, one_forward, chunk,
+                                        output_entropy=True, output_hidden=True)
+            calls = counter.take()[0]
+        grads = {}
+        if grad:
+            loss = sum((out[t]["logprobs"] * weights[t]).sum() + out[t]["hidden"].pow(2).mean()
+                       for t in turns)
+            loss.backward()
+            grads = {n: p.grad.clone() for n, p in params.items() if p.grad is not None}
+            model.zero_grad(set_to_none=True)
+        results[(one_forward, chunk)] = (out, grads, calls)
+    plain, plain_grads, plain_calls = results[(False, 0)]
+    for t in turns:
+        mask = batches[t]["response_mask"]
+        assert plain[t]["logprobs"].shape == mask.shape and mask.sum() > 0
+        assert (plain[t]["logprobs"].abs() > 0).sum() == mask.sum()  # a log-prob at every token
+        assert plain[t]["entropy"].abs().sum() > 0 and plain[t]["hidden"].abs().sum() > 0
+    for mode, (out, grads, calls) in results.items():
+        for t in turns:
+            for name in ("logprobs", "entropy", "hidden"):
+                torch.testing.assert_close(out[t][name], plain[t][name], **CLOSE,
+                                           msg=f"{mode} turn {t + 1} {name}")
+        if grad:
+            assert set(grads) == set(plain_grads)
+            for n in plain_grads:
+                torch.testing.assert_close(grads[n], plain_grads[n], atol=1e-5, rtol=1e-4, msg=n)
+    # the plain path: one forward per turn (per adapter under autograd, per chunk of 3 rows)
+    per_turn = (2 if grad else 1)
+    assert plain_calls == per_turn * len(turns)
+    assert results[(True, 0)][2] == per_turn  # one forward for all the turns
+    if not grad:
+        assert results[(False, 3)][2] == 2 * len(turns) and results[(True, 3)][2] == 2
+    else:
+        moved = {n.split(".lora_")[1].split(".")[1] for n, g in plain_grads.items()
+                 if g.abs().sum() > 0}
+        assert moved == {"agent0", "agent1"}  # both adapters have gradients to compare
+
+
+# ---------------------------------------------------------------- --conversation-forward
+
+
+@pytest.mark.parametrize("flags", [
+    ["--advantage", "group", "--samples-per-question", "2"],
+    ["--advantage", "gae", "--value-model", "shared"],
+    ["--advantage", "gae", "--value-model", "shared", "--old-logprobs", "sampling",
+     "--micro-batch-questions", "2"],
+    ["--advantage", "group", "--samples-per-question", "2", "--num-turns", "3"],
+    ["--advantage", "gae", "--num-turns", "3", "--train-turns", "2,3"]])
+def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, flags):
+    """--conversation-forward: the turn-2 forward also gives turn 1's log-probs, entropies and
+    hidden states (turn 2's prompt holds turn 1's prompt and response), so the experience pass and
+    every PPO micro-batch forward half the rows (three turns: a third); the experience, the PPO
+    statistics and the trained adapters and heads equal those of one forward per turn to fp32
+    noise. Non-zero heads (the values read the hidden states) and trained-looking adapters (KL not
+    0). With --train-turns 2,3 turn 3's forward carries turn 2 (turn 1 is the base's, untrained)."""
+    group = "group" in flags
+    records = [r for r in load_task("arith", "train", limit=2) for _ in range(2 if group else 1)]
+    results = {}
+    for mode in ("--no-conversation-forward", "--conversation-forward"):
+        args = tiny_args("--ppo-epochs", "2", *flags, mode)
+        team = cotrain.build_team(args, "cpu")
+        torch.manual_seed(2)
+        trained_looking(team)
+        torch.manual_seed(1)
+        debate, rewards = debate_and_rewards(team, args, records)
+        debate = as_one_conversation(debate, team.agent_tokenizers()[0])
+        before = trainables(team)
+        with monkeypatch.context() as patch:
+            counter = Counter(team.bases[0], patch)
+            exp = cotrain.make_experience(team, debate, rewards, args)
+            experience = counter.take()
+            stats = cotrain.ppo_update(team, exp, args, shuffle_seed=3)
+            ppo = counter.take()
+        results[mode] = dict(exp=exp, stats=stats, before=before, after=trainables(team),
+                             counts=(experience, ppo))
+    separate, one = results["--no-conversation-forward"], results["--conversation-forward"]
+    assert separate["stats"]["conversation_forward"] == 0.0
+    assert one["stats"]["conversation_forward"] == 1.0
+    (exp_calls, exp_rows, _), (ppo_calls, ppo_rows, ppo_backwards) = separate["counts"]
+    micro = 2 if "--micro-batch-questions" in flags else 1
+    trained_turns = [1, 2] if "--train-turns" in flags else list(range(3 if "--num-turns" in flags
+                                                                         else 2))
+    n = len(trained_turns)  # one forward per turn -> one per conversation
+    assert one["counts"] == ((exp_calls // n, exp_rows // n, 0),
+                             (ppo_calls // n, ppo_rows // n, ppo_backwards // n))
+    # epochs x turns x micro-batches x agents (one forward each under autograd); a backward each
+    assert ppo_calls == 2 * n * (len(records) // micro) * 2
+    assert ppo_backwards == 2 * n * (len(records) // micro)
+    keys = {(t, a) for t in trained_turns for a in (0, 1)}
+    assert set(one["exp"]) == set(separate["exp"]) == keys
+    for key, e in separate["exp"].items():
+        assert set(e) == set(one["exp"][key])
+        for name, tensor in e.items():
+            torch.testing.assert_close(one["exp"][key][name], tensor, atol=2e-5, rtol=1e-4,
+                                       msg=f"{key} {name}")
+        assert e["kl"].abs().max() > 1e-3 and e["advantages"].abs().sum() > 0
+        assert len(separate["stats"][key]) == len(one["stats"][key]) == 2
+        for k, (s, o) in enumerate(zip(separate["stats"][key], one["stats"][key])):
+            assert set(s) == set(o)
+            for name in s:
+                assert math.isclose(s[name], o[name], rel_tol=1e-4, abs_tol=1e-5), (
+                    key, k, name, s[name], o[name])
+    moved = 0
+    for name, value in separate["after"].items():
+        torch.testing.assert_close(one["after"][name], value, atol=1e-5, rtol=1e-4, msg=name)
+        moved += not torch.equal(value, separate["before"][name])
+    assert moved > 0  # the update changed something to compare
+
+
+def test_conversation_forward_falls_back_when_a_prompt_does_not_hold_the_earlier_turn():
+    """One row whose turn-2 prompt does not start with its turn-1 prompt + response (a
+    re-tokenisation that differs), a per-(turn, agent) adapter, or the paper's separate critic:
+    one forward per turn, bit for bit the --no-conversation-forward update."""
+    records = load_task("arith", "train", limit=2)
+    cases = {"one row": [], "agent-turn": ["--policy-sharing", "agent-turn"],
+             "separate": ["--value-model", "separate"]}
+    for case, flags in cases.items():
+        results = {}
+        for mode in ("--no-conversation-forward", "--conversation-forward"):
+            args = tiny_args("--ppo-epochs", "1", *flags, mode)
+            team = cotrain.build_team(args, "cpu")
+            torch.manual_seed(1)
+            debate, rewards = debate_and_rewards(team, args, records)
+            debate = as_one_conversation(debate, team.agent_tokenizers()[0])
+            exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
+            holds = mode == "--conversation-forward" and case == "one row"
+            assert cotrain.one_conversation(team, exp, args) == holds
+            if case == "one row":  # agent 1, question 1: a token of its turn-1 response differs
+                second = debate["rollout"][1][1]
+                n = int(debate["rollout"][0][1]["query_mask"][1].sum())
+                first_real = int((second["query_mask"][1] == 0).sum())
+                second["query_ids"][1, first_real + n] += 1
+                assert not cotrain.one_conversation(team, exp, args)
+            exp = cotrain.make_experience(team, debate, rewards, args)
+            stats = cotrain.ppo_update(team, exp, args)
+            results[mode] = (exp, stats, trainables(team))
+        (exp0, stats0, after0), (exp1, stats1, after1) = results.values()
+        assert stats1["conversation_forward"] == 0.0, case
+        for key in exp0:
+            assert stats0[key] == stats1[key], (case, key)
+            for name in exp0[key]:
+                assert torch.equal(exp0[key][name], exp1[key][name]), (case, key, name)
+        assert all(torch.equal(after0[n], after1[n]) for n in after0), case
+
+
+# ---------------------------------------------------------------- --old-logprobs
+
+
+@pytest.mark.parametrize("flags", [["--advantage", "group", "--samples-per-question", "2"], []])
+def test_sampling_old_logprobs_equal_a_recompute(monkeypatch, flags):
+    """--old-logprobs sampling (the default): π_old and the entropies are generate()'s own, bit for
+    bit, and within 1e-5 of a recompute's (a forward after the rollout); the reference is the
+    base's forward either way; the experience pass forwards the policy's rows only where their
+    hidden states are read (--advantage gae --value-model shared): with --advantage group it runs
+    the '__base__' rows alone, half the rows of a recompute."""
+    group = "group" in flags
+    records = [r for r in load_task("arith", "train", limit=2) for _ in range(2 if group else 1)]
+    rows_seen, exps = {}, {}
+    for mode in ("sampling", "recompute"):
+        args = tiny_args("--old-logprobs", mode, *flags)
+        team = cotrain.build_team(args, "cpu")
+        trained_looking(team, heads=False)  # seeded by build_team: the same adapters in both modes
+        torch.manual_seed(1)
+        debate, rewards = debate_and_rewards(team, args, records)
+        with monkeypatch.context() as patch:
+            counter = Counter(team.bases[0], patch)
+            exps[mode] = cotrain.make_experience(team, debate, rewards, args)
+            rows_seen[mode] = counter.take()[1]
+        if mode == "sampling":
+            for (t, a), e in exps[mode].items():
+                ro = debate["rollout"][t][a]
+                width, mask = e["response_mask"].shape[1], e["response_mask"]
+                assert torch.equal(e["old_logprobs"], ro["logprobs"][:, :width]), (t, a)
+                assert torch.equal(e["entropy"], ro["entropy"][:, :width]), (t, a)
+                with torch.no_grad():
+                    ref = reference_logprobs(team.bases[0], ro["query_ids"], ro["query_mask"],
+                                             ro["response_ids"], ro["response_mask"],
+                                             args.temperature)
+                torch.testing.assert_close(e["ref_logprobs"], ref[:, :width], atol=1e-6, rtol=0)
+                torch.testing.assert_close(e["kl"], (e["old_logprobs"] - e["ref_logprobs"]) * mask,
+                                           atol=1e-6, rtol=0)
+                assert e["kl"].abs().max() > 1e-3, (t, a)  # the policy is not the base
+    rows = 2 * 2 * len(records)  # 2 turns x 2 agents x the debates: one copy of every response
+    assert rows_seen == {"sampling": rows * (1 if group else 2), "recompute": rows * 2}
+    for key, e in exps["sampling"].items():  # the same debate (seeded): both π_old agree
+        recomputed = exps["recompute"][key]
+        assert set(e) == set(recomputed), key  # and the experience holds the same tensors
+        assert torch.equal(e["response_ids"], recomputed["response_ids"])
+        for name in ("old_logprobs", "entropy"):
+            torch.testing.assert_close(e[name], recomputed[name], **CLOSE, msg=f"{key} {name}")
