@@ -31,10 +31,9 @@ from nanomarl.models import hide_bitsandbytes_unless_quantised, resolve_model
 from nanomarl.tasks.debate import normalize_label, normalize_number
 from nanomarl.fast import read_responses_inside
 from nanomarl.models import prepare_quantized, quantization_kwargs
+from nanomarl.fast import first_used_column, used_width
 
-# ----------------------------------------------------------------------------------------------
-# 1. Models, adapters, value heads
-# ----------------------------------------------------------------------------------------------
+# 1. Models, adapters, value heads -----------------------------------------------------------------
 
 
 def load_model(name: str, dtype: str = "float32", quant: str = "none", device: str = "cpu"):
@@ -119,9 +118,7 @@ def chat_prompt(tokenizer, messages: list[dict]) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-# ----------------------------------------------------------------------------------------------
-# 2. Generation: one batched call, each row on its own adapter
-# ----------------------------------------------------------------------------------------------
+# 2. Generation: one batched call, each row on its own adapter -------------------------------------
 
 
 def stop_token_ids(tokenizer, model=None) -> list[int]:
@@ -230,9 +227,7 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
     )
 
 
-# ----------------------------------------------------------------------------------------------
-# 3. Log-probs (and hidden states for value heads) of given responses
-# ----------------------------------------------------------------------------------------------
+# 3. Log-probs (and hidden states for value heads) of given responses ------------------------------
 
 
 def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
@@ -316,19 +311,6 @@ def _pad_outputs(result: dict, full_width: int) -> dict:
     return dict(logprobs=F.pad(result["logprobs"], pad),
                 entropy=None if result["entropy"] is None else F.pad(result["entropy"], pad),
                 hidden=None if result["hidden"] is None else F.pad(result["hidden"], (0, 0, *pad)))
-
-
-def first_used_column(mask: torch.Tensor) -> int:
-    """Left padding that every row has: the first column any row of mask [B, L] uses (0 if none
-    does)."""
-    return int(mask.any(0).float().argmax())
-
-
-def used_width(mask: torch.Tensor) -> int:
-    """Right padding that every row has: 1 + the last column any row of mask [B, L] uses (at least
-    1)."""
-    used = mask.any(0).nonzero()
-    return int(used.max()) + 1 if len(used) else 1
 
 
 def is_quantized(model) -> bool:
@@ -437,9 +419,7 @@ def batched(fn, batch: dict[str, torch.Tensor], size: int, **kwargs) -> dict[str
             for k in outs[0]}
 
 
-# ----------------------------------------------------------------------------------------------
-# 4. Masked statistics
-# ----------------------------------------------------------------------------------------------
+# 4. Masked statistics -----------------------------------------------------------------------------
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
@@ -479,9 +459,7 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True,
     return whitened * mask
 
 
-# ----------------------------------------------------------------------------------------------
-# 5. Answers: extraction, the format check, the majority vote and the debate metrics
-# ----------------------------------------------------------------------------------------------
+# 5. Answers: extraction, the format check, the majority vote and the debate metrics ---------------
 
 
 def last_boxed(text: str) -> str | None:

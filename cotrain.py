@@ -38,70 +38,62 @@ import torch
 import torch.nn as nn
 from tqdm import tqdm
 
-from common import (ValueHead, adapter_parameters, add_adapters, allreduce_sum, arg_error, chat_prompt,
-                    debate_metrics, extract_answer, first_used_column, forward_responses, generate,
-                    hidden_size, is_well_formed, load_model, majority_vote_accuracy, masked_whiten,
-                    used_width)
-from nanomarl.cli import DataArgs, RunArgs, parse_args, parse_int_list
-from nanomarl.cotrain_run import (RESUME_MUST_MATCH, check_args, custom_scorer, eval_due, eval_metrics,
-                                  finish_run, heldout_records, load_state, log_update, ppo_metrics,
-                                  rollout_metrics, save_state, stop_if_kl_exceeds, user_scorer)
+from common import (ValueHead, adapter_parameters, add_adapters, allreduce_sum, chat_prompt,
+                    debate_metrics, extract_answer, forward_responses, generate, hidden_size,
+                    is_well_formed, load_model, majority_vote_accuracy, masked_whiten)
+from nanomarl.cli import DataArgs, ModelArgs, RunArgs, parse_args
+from nanomarl.cotrain_run import (add_minibatch_stats, agent_models, check_questions, custom_scorer,
+                                  eval_due, eval_metrics, finish_run, load_state, log_update,
+                                  ppo_metrics, rollout_metrics, save_state, settle_args,
+                                  stop_if_kl_exceeds, train_turn_indices)
 from nanomarl.distributed import (allreduce_gradients, init_distributed, seed_everything,
                                   seed_sampling_per_rank, world_info)
-from nanomarl.fast import conversation_forward, conversation_forward_applies
+from nanomarl.fast import agent_rows, conversation_forward, conversation_forward_applies
 from nanomarl.models import load_tokenizer
-from nanomarl.runs import clean_exits, log_metrics, resumed_args, set_torch_threads, start_run
+from nanomarl.runs import clean_exits, log_metrics, set_torch_threads, start_run
 from nanomarl.tasks.debate import dataset_options, load_task, step_indices
-from nanomarl.tasks.debate_prompts import (continue_chat, discussion_message, has_degenerate_repetition,
-                                           sampled_conversation, turn1_prompt)
+from nanomarl.tasks.debate_prompts import (continue_chat, discussion_message,
+                                           has_degenerate_repetition, sampled_conversation,
+                                           turn1_prompt)
 from train_verifier import rl_records, verifier_scorer
 
 
 @dataclass
-class Args(RunArgs, DataArgs):  # and the flags of a run (--seed, --resume, ...) and of the data
-    # ---- models and adapters ----
-    model: str = "smollm2-135m"  # every agent's base: hub id, local path, smollm2-135m or tiny
+class Args(RunArgs, ModelArgs, DataArgs):  # and the run's, the base model's and the data's flags
     models: str = ""  # one base per agent, comma-separated (overrides --model)
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # weights and compute dtype
-    quant: Literal["none", "4bit", "8bit"] = "none"  # 4bit: QLoRA, as the paper
-    lora_r: int = 8  # LoRA rank (authors: 8)
-    lora_alpha: int = 16  # LoRA alpha (authors: 16); all linear layers, dropout 0
-    policy_sharing: Literal["agent", "agent-turn", "shared"] = "agent"  # a LoRA per agent | turn | one
+    policy_sharing: Literal["agent", "agent-turn", "shared"] = "agent"  # LoRA per agent|turn|one
     value_model: Literal["shared", "separate"] = "shared"  # critic: heads on the policy | own LoRA
     old_logprobs: Literal["sampling", "recompute"] = "sampling"  # π_old: as sampled | a forward
     conversation_forward: bool = True  # one forward per agent and debate covers all its turns
     critic_per_agent: bool = False  # one value head per (turn, agent) instead of one per turn
     critic_history: bool = True  # the separate critic sees the discussion (no: turn 1 only)
-    # ---- debate ----
-    dataset: str = "arith:digits"  # arith[:digits|:easy], gsm8k, anli[:rN], jsonl:PATH, hub id, file
+    dataset: str = "arith:digits"  # arith[:digits|:easy], gsm8k, anli[:rN], jsonl:PATH, hub id
     dataset_split: str = "train"  # the split to train on (a single local file is 'train')
     train_limit: int = 1000  # use the first N training questions (0: all)
     num_agents: int = 2  # A, agents in the debate
     num_turns: int = 2  # T, turns of the debate (the paper trains with 3)
     train_turns: str = ""  # turns to train, 1-based, comma-separated (default all; others: base)
     prompt_style: Literal["short", "default", "phi3"] = "short"  # ours, or the authors' two
-    feedback_in_prompt: bool = False  # show each agent the verifier's scores of the previous answers
+    feedback_in_prompt: bool = False  # show each agent the verifier's scores of the last answers
     max_new_tokens: int = 48  # response length limit (authors: 300)
     temperature: float = 0.3  # sampling temperature, also for every log-prob (authors: 0.7)
     generate_batch_size: int = 0  # rows per generate call (0: a whole turn in one call)
     forward_batch_size: int = 8  # rows per no-grad forward (reference log-probs, values)
-    # ---- scores, penalties, rewards ----
     scorer: Literal["ground-truth", "verifier"] = "ground-truth"  # 0/1, or a verifier's probability
     verifier: str = ""  # a train_verifier.py run folder (with --scorer verifier)
     verifier_batch_size: int = 8  # answers per verifier forward
     reward_fn: str = ""  # your scorer MODULE:FUNCTION, fn(records, responses) -> scores in [0, 1]
     reward_fn_rules: bool = False  # with --reward-fn: also apply the penalties and incentives
-    penalize_format: bool = True  # replace the score of a badly formatted answer by --format-penalty
+    penalize_format: bool = True  # a badly formatted answer's score becomes --format-penalty
     format_penalty: float = 0.0  # the bad-format score (authors: -10; 0: scored as a wrong answer)
     min_response_tokens: int = 10  # shorter responses count as bad format (authors: 50)
     missing_eos_penalty: float = 0.0  # added to a response cut at --max-new-tokens (authors: -1)
     reward_rule: Literal["influence", "current", "final-mean"] = "influence"  # Def. 1 | own | last
     influence_gamma: float = 0.3  # γ of the influence-aware reward (authors: 0.3)
-    alpha0: float = 0.5  # Table 1: W->R against a wrong majority (+), R->W with a wrong majority (-)
-    alpha1: float = 0.5  # Table 1: W->R with a right majority (+), R->W against a right majority (-)
+    alpha0: float = 0.5  # Table 1: W->R against a wrong majority (+), R->W with a wrong one (-)
+    alpha1: float = 0.5  # Table 1: W->R with a right majority (+), R->W against a right one (-)
     beta0: float = 0.3  # Table 2: own answer wrong, the others' majority goes W->R (+) or R->W (-)
     beta1: float = 0.3  # Table 2: own answer right, the others' majority goes W->R (+) or R->W (-)
-    # ---- PPO ----
     max_steps: int = 10  # updates: each a rollout and --ppo-epochs passes over it
     questions_per_update: int = 2  # B, questions per rollout (global under torchrun; authors: 256)
     samples_per_question: int = 4  # K, debates per question (group compares them; authors: 1)
@@ -121,17 +113,15 @@ class Args(RunArgs, DataArgs):  # and the flags of a run (--seed, --resume, ...)
     gae_gamma: float = 1.0  # GAE discount within a response
     gae_lambda: float = 0.95  # GAE λ
     max_kl: float = 50.0  # stop (checkpoint kept) when an agent's mean KL per response exceeds this
-    # ---- logging ----
     log_every: int = 1  # print a summary every N updates
     sample_every: int = 2  # print a sample debate and log all debates every N updates (0: never)
     save_every: int = 2  # write the checkpoint and adapters every N updates (and at the end)
-    # ---- held-out evaluation ----
     eval_questions: int = 40  # held-out questions debated greedily before and after (0: off)
     eval_every: int = 0  # also evaluate every N updates (0: before the first and after the last)
     eval_split: str = "test"  # split of the held-out questions (disjoint from the training split)
 
 
-RESPONSE_KEYS = ("query_ids", "query_mask", "response_ids", "response_mask")  # forward_responses' rows
+RESPONSE_KEYS = ("query_ids", "query_mask", "response_ids", "response_mask")  # what is forwarded
 
 
 # 1. The debate (Sec. 3.1) -------------------------------------------------------------------------
@@ -142,13 +132,9 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
                feedback_in_prompt: bool = False, prompt_style: str = "default",
                generate_batch_size: int = 0) -> dict:
     """Play a T-turn debate between A agents on B questions (Sec. 3.1, Du et al. 2024). Turn 1:
-    each agent answers turn1_prompt(question). Turn t > 1: each agent's chat gets a user message
-    with the others' answers of turn t-1 (discussion_message); its own earlier answers stay in its
-    chat as it sampled them.
-
-    models, tokenizers: one per agent; agents on one base pass the SAME model object and are
-    generated together, each row on its own adapter. adapter_names [T][A]: '__base__' = the base.
-    scorer: fn(records, responses) -> scores in [0, 1] (optional; needed for feedback_in_prompt).
+    each agent answers turn1_prompt(question); at turn t > 1 its chat gets the others' answers of
+    turn t-1 (discussion_message). Agents on one base (the SAME model object) are generated in one
+    call, each row on its own adapter ('__base__': none). scorer: optional, for feedback_in_prompt.
     Returns responses, answers, prompts [T][A][B]; correct and scores [B, T, A]; rollout [T][A]:
     generate()'s tensors for B rows (query/response ids and masks, logprobs, entropy, truncated)."""
     from peft import PeftModel  # after load_model, which hides bitsandbytes unless quantising
@@ -168,15 +154,14 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
     correct = torch.zeros(batch, num_turns, num_agents)
     scores = torch.zeros(batch, num_turns, num_agents) if scorer is not None else None
     for t in range(num_turns):
-        for a in range(num_agents if t > 0 else 0):  # the others' previous answers (and scores)
-            others = [j for j in range(num_agents) if j != a]
-            for b, r in enumerate(records):
-                fb = feedback_in_prompt
-                chats[a][b].append({"role": "user", "content": discussion_message(
-                    r["question"], [(j, responses[t - 1][j][b]) for j in others],
-                    other_scores=[float(scores[b, t - 1, j]) for j in others] if fb else None,
-                    own_score=float(scores[b, t - 1, a]) if fb else None,
-                    prompt_style=prompt_style if r["task"] == "math" else "default")})
+        for a, b in ((a, b) for a in range(num_agents if t > 0 else 0) for b in range(batch)):
+            others = [j for j in range(num_agents) if j != a]  # their answers (and scores) at t-1
+            fb, is_math = feedback_in_prompt, records[b]["task"] == "math"
+            chats[a][b].append({"role": "user", "content": discussion_message(
+                records[b]["question"], [(j, responses[t - 1][j][b]) for j in others],
+                prompt_style=prompt_style if is_math else "default",
+                other_scores=[float(scores[b, t - 1, j]) for j in others] if fb else None,
+                own_score=float(scores[b, t - 1, a]) if fb else None)})
         for agents in groups.values():  # one generate call per base, each row on its own adapter
             model, tok = models[agents[0]], tokenizers[agents[0]]
             texts = [chat_prompt(tok, chats[a][b]) for a in agents for b in range(batch)]
@@ -205,18 +190,13 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
                     chats[a][b].append({"role": "assistant", "content": responses[t][a][b]})
         if scorer is not None:
             flat = [responses[t][a][b] for a in range(num_agents) for b in range(batch)]
-            scores[:, t, :] = scorer(records * num_agents, flat).float().cpu().view(num_agents, batch).T
+            turn_scores = scorer(records * num_agents, flat).float().cpu()
+            scores[:, t, :] = turn_scores.view(num_agents, batch).T
     return dict(responses=responses, answers=answers, prompts=prompts, correct=correct,
                 scores=scores, rollout=rollout)
 
 
-# 2. Scores and penalties --------------------------------------------------------------------------
-
-
-def ground_truth(records: list[dict], responses: list[str]) -> torch.Tensor:
-    """The default scorer: 1 for a parsable final answer equal to the gold answer, else 0."""
-    return torch.tensor([float(extract_answer(text, r["task"]) == r["answer"])
-                         for r, text in zip(records, responses)])
+# 2. Scores and penalties (the scorer itself: make_scorer) -----------------------------------------
 
 
 def format_ok(text: str, task: str, token_ids: list[int], min_tokens: int, decode=None) -> bool:
@@ -239,12 +219,9 @@ def apply_penalties(scores: torch.Tensor, good_format: torch.Tensor, truncated: 
 
 
 def influence_aware_rewards(scores: torch.Tensor, gamma: float) -> torch.Tensor:
-    """Influence-aware verification reward (Definition 1; the authors' 'discounted_sum' rule):
-
-        R[t, a] = (s[t, a] + Σ_{t' > t} γ^(t'-t) · mean_j s[t', j]) / Σ_{t' = t..T} γ^(t'-t)
-
-    The agent's own score counts at its turn; at every later turn the mean over ALL agents (itself
-    included). scores: [T, A] or [B, T, A] (penalised). Returns the same shape. γ = 0: R = s."""
+    """Influence-aware verification reward (Definition 1; the authors' 'discounted_sum' rule), on
+    scores [..., T, A]: its own score at its turn, the mean over ALL agents at every later turn,
+        R[t, a] = (s[t, a] + Σ_{t' > t} γ^(t'-t) · mean_j s[t', j]) / Σ_{t' = t..T} γ^(t'-t)"""
     num_turns = scores.shape[-2]
     turn_mean = scores.mean(dim=-1)  # [..., T]
     rewards = torch.empty_like(scores)
@@ -280,8 +257,7 @@ def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: 
         majority R->W, own(t) R: -β1      majority R->W, own(t) W: -β0
         majority W->R, own(t) W: +β0      majority W->R, own(t) R: +β1
 
-    The authors' code swaps the two W->R α values and, in Table 2, flips all four signs and swaps
-    β0/β1 in the R->W rows (spec decision a). We follow the paper."""
+    The authors' code swaps the W->R α values and flips Table 2's signs (spec decision a)."""
     c = correct.float()
     num_agents = c.shape[-1]
     if num_agents > 1:  # [..., T, A]: mean correctness of the others
@@ -308,7 +284,7 @@ def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: 
     return bonus
 
 
-# The team: a LoRA adapter per policy on each distinct base, value heads, one optimiser per adapter
+# The team: a LoRA adapter per policy on each base, value heads, one optimiser per adapter
 
 
 @dataclass
@@ -331,31 +307,15 @@ class Team:
         return [self.tokenizers[i] for i in self.agent_base]
 
 
-def agent_models(args: Args) -> list[str]:
-    """The base model of each agent: --models a,b,... or --model for everyone."""
-    names = [m.strip() for m in args.models.split(",")] if args.models else [args.model] * args.num_agents
-    if len(names) != args.num_agents:
-        arg_error("--models", f"gives {len(names)} models but --num-agents is {args.num_agents}")
-    return names
-
-
-def train_turn_indices(args: Args) -> list[int]:
-    """--train-turns (1-based) as 0-based turn indices; all turns by default."""
-    turns = [t - 1 for t in parse_int_list(args.train_turns, "--train-turns")] or list(range(args.num_turns))
-    if any(not 0 <= t < args.num_turns for t in turns):
-        arg_error("--train-turns", f"turns are 1..{args.num_turns}, got {args.train_turns!r}")
-    return sorted(set(turns))
-
-
 def build_team(args: Args, device: str) -> Team:
-    """Load each distinct base once; add the policy adapters (agent{a}, agent{a}_turn{t} or policy,
-    by --policy-sharing; and 'critic' with --value-model separate) and one optimiser per adapter,
-    built from that adapter's parameters only; with --advantage gae also the value heads."""
+    """Each distinct base once, its policy adapters (and 'critic' with --value-model separate), one
+    optimiser per adapter from its own parameters only; with --advantage gae the value heads."""
     names = agent_models(args)
     base_names = list(dict.fromkeys(names))
     agent_base = [base_names.index(n) for n in names]
     train_turns = train_turn_indices(args)
-    policy = {"agent": "agent{a}", "agent-turn": "agent{a}_turn{t}", "shared": "policy"}[args.policy_sharing]
+    policy = dict(agent="agent{a}", shared="policy")
+    policy = policy.get(args.policy_sharing, "agent{a}_turn{t}")  # agent-turn: the paper's θ_ta
     adapter_names = [[policy.format(a=a, t=t + 1) if t in train_turns else "__base__"
                       for a in range(args.num_agents)] for t in range(args.num_turns)]
     trained = [(t, a) for t in train_turns for a in range(args.num_agents)]
@@ -371,7 +331,8 @@ def build_team(args: Args, device: str) -> Team:
     fit_values = args.advantage == "gae"  # --advantage group reads no values: no heads
     head_keys, heads = {}, nn.ModuleDict()
     for t, a in (trained if fit_values else []):
-        by = f"_agent{a}" if args.critic_per_agent else "" if len(bases) == 1 else f"_base{agent_base[a]}"
+        by = (f"_agent{a}" if args.critic_per_agent
+              else "" if len(bases) == 1 else f"_base{agent_base[a]}")
         head_keys[(t, a)] = key = f"turn{t + 1}{by}"
         if key not in heads:
             heads[key] = ValueHead(hidden_size(bases[agent_base[a]])).to(device)
@@ -382,7 +343,8 @@ def build_team(args: Args, device: str) -> Team:
                           for p in heads[key].parameters()}.values())  # a shared head: once
         for name in base_adapters[i]:  # the critic adapter steps with its heads
             params = adapter_parameters(model, name) + (own_heads if name == "critic" else [])
-            optimizers[prefix + name] = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
+            optimizers[prefix + name] = torch.optim.AdamW(params, lr=args.lr,
+                                                          weight_decay=args.weight_decay)
         if fit_values and args.value_model == "shared":  # the heads alone, on the policies' states
             optimizers[prefix + "value_heads"] = torch.optim.AdamW(own_heads, lr=args.lr,
                                                                   weight_decay=args.weight_decay)
@@ -398,11 +360,10 @@ def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return logprobs - ref_logprobs
 
 
-def kl_shaped_rewards(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, response_mask: torch.Tensor,
-                      final_reward: torch.Tensor, kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token rewards of one (turn, agent) (Sec. 3.2, r_θ): -kl_coef · KL_k at every valid token,
-    plus the final R + b at the last valid token. [B, L] x 3 and [B]. Returns (rewards, kl), 0 on
-    padding; rewards.sum(1) == final_reward - kl_coef * kl.sum(1)."""
+def kl_shaped_rewards(logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
+                      response_mask: torch.Tensor, final_reward: torch.Tensor, kl_coef: float):
+    """Per-token rewards of one (turn, agent) (Sec. 3.2, r_θ): -kl_coef · KL at every valid token,
+    plus the final R + b at the last one. Returns (rewards, kl) [B, L], 0 on padding."""
     kl = kl_k1(logprobs, ref_logprobs) * response_mask
     rewards = -kl_coef * kl
     last = (response_mask.sum(dim=1).long() - 1).clamp(min=0)  # the mask is a contiguous prefix
@@ -420,7 +381,7 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
     length = rewards.shape[1]
     for t in reversed(range(length)):
         next_valid = mask[:, t + 1] if t + 1 < length else torch.zeros_like(mask[:, 0])
-        next_value = values[:, t + 1] * next_valid if t + 1 < length else torch.zeros_like(values[:, 0])
+        next_value = values[:, t + 1] * next_valid if t + 1 < length else torch.zeros_like(last_gae)
         delta = rewards[:, t] + gamma * next_value - values[:, t]
         last_gae = delta + gamma * lam * next_valid * last_gae
         advantages[:, t] = last_gae
@@ -429,51 +390,39 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
 
 
 def group_advantages(sequence_rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """--advantage group: A_i = R_i - mean_j R_j over the K = group_size debates of one question
-    (rows q*K .. q*K+K-1; MAGRPO's Eq. 1 baseline, RLOO's with the sample included), no std
-    division (Dr. GRPO). [B*K] -> [B*K]."""
+    """--advantage group: A_i = R_i - mean_j R_j over the K debates of one question (rows q*K ..
+    q*K+K-1; MAGRPO's Eq. 1 baseline), no std division (Dr. GRPO). [B*K] -> [B*K]."""
     grouped = sequence_rewards.reshape(-1, group_size)
     return (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
 
 
-def _rows(exp: dict, t: int, agents: list[int], rows: torch.Tensor | None, keys: list[str]) -> dict:
-    """The chosen rows of several agents' experience at turn t, concatenated (one generate call
-    made them: equal widths), without the columns no row uses."""
-    out = {k: torch.cat([exp[(t, a)][k] if rows is None else exp[(t, a)][k][rows] for a in agents])
-           for k in keys}
-    for q_ids, q_mask in (("query_ids", "query_mask"), ("critic_query_ids", "critic_query_mask")):
-        if q_mask in out:  # left padding
-            first = first_used_column(out[q_mask])
-            out[q_ids], out[q_mask] = out[q_ids][:, first:], out[q_mask][:, first:]
-    width = used_width(out["response_mask"])  # right padding
-    for k in keys:
-        if not k.startswith(("query", "critic_query")) and out[k].dim() == 2:
-            out[k] = out[k][:, :width]
-    return out
-
-
-def _turn_groups(team: Team, t: int) -> list[tuple[int, list[int]]]:
-    """(base index, its trained agents) at turn t."""
-    groups = [(i, [a for tt, a in team.trained if tt == t and team.agent_base[a] == i])
-              for i in range(len(team.bases))]
-    return [(i, agents) for i, agents in groups if agents]
-
-
 def one_conversation(team: Team, exp: dict, args: Args) -> bool:
     """--conversation-forward: one forward per agent and debate over its last trained turn gives all
-    its trained turns (nanomarl/fast.py checks the prompts hold them), unless a separate critic needs
-    forwards of its own."""
+    its turns, when its prompts hold them (nanomarl/fast.py) and no separate critic is forwarded."""
     separate_critic = args.advantage == "gae" and args.value_model == "separate"
     return (args.conversation_forward and not separate_critic
             and conversation_forward_applies(team.trained, team.adapter_names, exp))
 
 
+def forward_groups(team: Team, exp: dict, one_forward: bool, rows=None, keys=None):
+    """What one forward covers: (base, its trained agents, {turn: their rows, concatenated}), one
+    turn at a time, or every trained turn at once (one_forward)."""
+    turns = sorted({t for t, _ in team.trained})
+    for t in turns[-1:] if one_forward else turns:
+        for i in range(len(team.bases)):
+            agents = [a for tt, a in team.trained if tt == t and team.agent_base[a] == i]
+            together = turns if one_forward else [t]
+            if agents:
+                first = exp[(together[0], agents[0])]
+                yield i, agents, {tt: agent_rows(exp, tt, agents, rows, keys or list(first))
+                                  for tt in together}
+
+
 def forward_turns(model, batches: dict, names: list[str], args: Args, one_forward: bool,
                   chunk: int = 0, **outputs) -> dict:
-    """forward_responses over each turn's batch ({turn: batch}, the same agents' rows at every turn;
-    names: each row's adapter), in chunks of `chunk` rows (0: all). Returns {turn: outputs}.
-    The plain path is one forward per turn; one_forward takes one forward over the last turn
-    (nanomarl/fast.py), with the same outputs."""
+    """forward_responses over each turn's batch ({turn: batch}, the same rows at every turn; names:
+    each row's adapter) in chunks of `chunk` rows (0: all): {turn: outputs}. The plain path is one
+    forward per turn; one_forward, one over the last turn (nanomarl/fast.py): the same outputs."""
     size, pieces = chunk or len(names), []
     for s in range(0, len(names), size):
         part = {t: tuple(b[k][s:s + size] for k in RESPONSE_KEYS) for t, b in batches.items()}
@@ -481,90 +430,85 @@ def forward_turns(model, batches: dict, names: list[str], args: Args, one_forwar
             pieces.append(conversation_forward(forward_responses, model, part, names[s:s + size],
                                                args.temperature, **outputs))
         else:
-            pieces.append({t: forward_responses(model, *p, names[s:s + size], args.temperature, **outputs)
-                           for t, p in sorted(part.items())})
+            pieces.append({t: forward_responses(model, *p, names[s:s + size], args.temperature,
+                                                **outputs) for t, p in part.items()})
     return {t: {k: None if pieces[0][t][k] is None else torch.cat([p[t][k] for p in pieces])
                 for k in ("logprobs", "entropy", "hidden")} for t in batches}
 
 
+def critic_hidden(model, batch: dict, args: Args, chunk: int = 0) -> torch.Tensor:
+    """--value-model separate: the critic adapter's hidden states, on the critic's own prompts."""
+    critic = (batch["critic_query_ids"], batch["critic_query_mask"], batch["response_ids"],
+              batch["response_mask"])
+    return forward_turns(model, {0: dict(zip(RESPONSE_KEYS, critic))}, ["critic"] * len(critic[0]),
+                         args, False, chunk, output_hidden=True)[0]["hidden"]
+
+
 @torch.no_grad()
 def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args: Args) -> dict:
-    """For every trained (turn, agent): π_old and reference log-probs, values, KL-shaped rewards,
-    advantages and returns. final_rewards: [B, T, A] = R + b. Returns {(t, a): tensors}.
-    Multi-process: each rank passes its own questions; whitening uses all ranks' statistics."""
+    """{(t, a): π_old and reference log-probs, values, KL-shaped rewards, advantages, returns} for
+    every trained (turn, agent); final_rewards [B, T, A] = R + b. Whitened over all ranks."""
     exp = {}
     for t, a in team.trained:  # the tensors as sampled; π_old: the log-probs they were sampled with
         ro = debate["rollout"][t][a]
         critic = ro if args.critic_history else debate["rollout"][0][a]  # authors: turn 1 only
-        exp[(t, a)] = dict(query_ids=ro["query_ids"], query_mask=ro["query_mask"],
-                           response_ids=ro["response_ids"], response_mask=ro["response_mask"],
-                           critic_query_ids=critic["query_ids"], critic_query_mask=critic["query_mask"],
-                           old_logprobs=ro["logprobs"], entropy=ro["entropy"])
-    turns = sorted({t for t, _ in team.trained})
+        exp[(t, a)] = {k: ro[k] for k in RESPONSE_KEYS}
+        exp[(t, a)].update(critic_query_ids=critic["query_ids"], old_logprobs=ro["logprobs"],
+                           critic_query_mask=critic["query_mask"], entropy=ro["entropy"])
     one_forward = one_conversation(team, exp, args)
     fit_values, shared = args.advantage == "gae", args.value_model == "shared"
-    recompute, n, size = args.old_logprobs == "recompute", len(debate["records"]), args.forward_batch_size
-    for t in turns[-1:] if one_forward else turns:
-        for i, agents in _turn_groups(team, t):
-            model = team.bases[i]
-            batches = {tt: _rows(exp, tt, agents, None, list(exp[(tt, agents[0])]))
-                       for tt in (turns if one_forward else [t])}
-            names = [team.adapter_names[t][a] for a in agents for _ in range(n)]
-            # 4. the reference: the same rows on the base alone; --old-logprobs recompute: π_old from
-            # a forward on each row's adapter; values: the heads on the policy's hidden states
-            # (--value-model shared) or on the critic adapter's (separate)
-            ref = forward_turns(model, batches, ["__base__"] * len(names), args, one_forward, size)
-            policy = {}
-            if recompute or (fit_values and shared):
-                policy = forward_turns(model, batches, names, args, one_forward, size,
-                                       output_entropy=recompute, output_hidden=fit_values and shared)
-            for tt, tb in batches.items():
-                old_logprobs, entropy = tb["old_logprobs"], tb["entropy"]
-                if recompute:
-                    old_logprobs, entropy = policy[tt]["logprobs"], policy[tt]["entropy"]
-                hidden = policy[tt]["hidden"] if fit_values and shared else None
-                if fit_values and not shared:
-                    hidden = critic_hidden(model, tb, args, size)
-                for k, a in enumerate(agents):
-                    rows, mask = slice(k * n, (k + 1) * n), tb["response_mask"][k * n:(k + 1) * n]
-                    # 5. per-token rewards: -kl_coef x KL at every token, R + b at the last
-                    rewards, kl = kl_shaped_rewards(old_logprobs[rows], ref[tt]["logprobs"][rows], mask,
-                                                    final_rewards[:, tt, a].to(mask.device), args.kl_coef)
-                    if fit_values:  # GAE within each response, whitened over this (turn, agent)
-                        values = team.heads[team.head_keys[(tt, a)]](hidden[rows]) * mask
-                        advantages, returns = gae(rewards, values, mask, args.gae_gamma, args.gae_lambda)
-                        advantages = masked_whiten(advantages, mask, all_ranks=True)
-                    else:  # group: the response's summed reward against its question's K debates
-                        values = returns = torch.zeros_like(rewards)
-                        advantages = group_advantages(rewards.sum(dim=1), args.samples_per_question)
-                        advantages = advantages[:, None] * mask
-                    exp[(tt, a)].update({key: tb[key][rows] for key in tb})  # trimmed
-                    exp[(tt, a)].update(old_logprobs=old_logprobs[rows], ref_logprobs=ref[tt]["logprobs"][rows],
-                                        old_values=values, kl=kl, rewards=rewards, entropy=entropy[rows],
-                                        returns=returns, advantages=advantages)
+    recompute, n = args.old_logprobs == "recompute", len(debate["records"])
+    size = args.forward_batch_size
+    for i, agents, batches in forward_groups(team, exp, one_forward):
+        names = [team.adapter_names[max(batches)][a] for a in agents for _ in range(n)]
+        # 4. the reference: the same rows on the base alone; --old-logprobs recompute: π_old from
+        # a forward on each row's adapter; values: the heads on the policy's hidden states
+        # (--value-model shared) or on the critic adapter's (separate)
+        base = team.bases[i]
+        ref = forward_turns(base, batches, ["__base__"] * len(names), args, one_forward, size)
+        policy = {}
+        if recompute or (fit_values and shared):
+            policy = forward_turns(base, batches, names, args, one_forward, size,
+                                   output_entropy=recompute, output_hidden=fit_values and shared)
+        for tt, tb in batches.items():
+            old_logprobs, entropy = tb["old_logprobs"], tb["entropy"]
+            if recompute:
+                old_logprobs, entropy = policy[tt]["logprobs"], policy[tt]["entropy"]
+            hidden = policy[tt]["hidden"] if fit_values and shared else None
+            if fit_values and not shared:
+                hidden = critic_hidden(base, tb, args, size)
+            for k, a in enumerate(agents):
+                rows, mask = slice(k * n, (k + 1) * n), tb["response_mask"][k * n:(k + 1) * n]
+                # 5. per-token rewards: -kl_coef x KL at every token, R + b at the last
+                final = final_rewards[:, tt, a].to(mask.device)
+                rewards, kl = kl_shaped_rewards(old_logprobs[rows], ref[tt]["logprobs"][rows], mask,
+                                                final, args.kl_coef)
+                if fit_values:  # GAE within each response, whitened over this (turn, agent)
+                    values = team.heads[team.head_keys[(tt, a)]](hidden[rows]) * mask
+                    advantages, returns = gae(rewards, values, mask, args.gae_gamma,
+                                              args.gae_lambda)
+                    advantages = masked_whiten(advantages, mask, all_ranks=True)
+                else:  # group: the response's summed reward against its question's K debates
+                    values = returns = torch.zeros_like(rewards)
+                    advantages = group_advantages(rewards.sum(dim=1), args.samples_per_question)
+                    advantages = advantages[:, None] * mask
+                exp[(tt, a)].update({key: tb[key][rows] for key in tb})  # without padding columns
+                exp[(tt, a)].update(old_logprobs=old_logprobs[rows], entropy=entropy[rows],
+                                    ref_logprobs=ref[tt]["logprobs"][rows], old_values=values,
+                                    kl=kl, rewards=rewards, returns=returns, advantages=advantages)
     return exp
-
-
-def critic_hidden(model, batch: dict, args: Args, chunk: int = 0) -> torch.Tensor:
-    """--value-model separate: the critic adapter's hidden states on every row, from the critic's
-    own prompts (--no-critic-history: turn 1's)."""
-    critic = dict(query_ids=batch["critic_query_ids"], query_mask=batch["critic_query_mask"],
-                  response_ids=batch["response_ids"], response_mask=batch["response_mask"])
-    names = ["critic"] * len(critic["query_ids"])
-    return forward_turns(model, {0: critic}, names, args, False, chunk, output_hidden=True)[0]["hidden"]
 
 
 # 6. PPO (Sec. 3.2): the clipped surrogate, the value loss, the update -----------------------------
 
 
 def token_mean(per_token: torch.Tensor, response_mask: torch.Tensor, num_tokens: torch.Tensor):
-    """LOSS NORMALISATION, the one place: a micro-batch's token SUM divided by num_tokens, the valid
-    tokens of this (turn, agent) in the whole MINIBATCH (all ranks): summing the micro-batch losses
-    gives exactly the minibatch's token mean (gradient accumulation)."""
+    """LOSS NORMALISATION, the one place: a micro-batch's token SUM over num_tokens, this (turn,
+    agent)'s tokens in the whole MINIBATCH (all ranks): the micro-batch losses sum to its mean."""
     return (per_token * response_mask).sum() / num_tokens
 
 
-def policy_loss(new_logprobs, old_logprobs, advantages, response_mask, num_tokens, cliprange: float):
+def policy_loss(new_logprobs, old_logprobs, advantages, response_mask, num_tokens, cliprange):
     """PPO's clipped surrogate (Sec. 3.2, L_Surrogate) as a loss: max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε))
     per token, ρ = π_new / π_old. Returns (loss, stats as token sums and a max)."""
     logratio = (new_logprobs - old_logprobs) * response_mask
@@ -584,7 +528,8 @@ def policy_loss(new_logprobs, old_logprobs, advantages, response_mask, num_token
 def value_loss(new_values, old_values, returns, response_mask, num_tokens, cliprange_value: float):
     """Clipped value loss (Sec. 3.2, L_Value; TRL's form): 0.5 · max((V - G)², (clip(V, V_old ± c)
     - G)²) per token, G = the GAE returns. Returns (loss, stats)."""
-    values_clipped = old_values + torch.clamp(new_values - old_values, -cliprange_value, cliprange_value)
+    clip = cliprange_value
+    values_clipped = old_values + torch.clamp(new_values - old_values, -clip, clip)
     vf_losses, vf_losses_clipped = (new_values - returns) ** 2, (values_clipped - returns) ** 2
     vf_loss_per_token = 0.5 * torch.max(vf_losses, vf_losses_clipped)
     with torch.no_grad():
@@ -596,11 +541,9 @@ def value_loss(new_values, old_values, returns, response_mask, num_tokens, clipr
 
 def ppo_loss(team: Team, base: int, agents: list[int], batches: dict, num_tokens: dict, stats: dict,
              args: Args, one_forward: bool):
-    """The PPO loss of one forward: the rows of `agents` (one base) at the turns of `batches`, each
-    on its own adapter. Sums every (turn, agent)'s clipped surrogate and, with --advantage gae,
-    vf_coef x its value loss (--value-model shared: the heads read this forward's hidden states, so
-    the value loss also trains the policy adapter; separate: the critic adapter's own forward).
-    Appends each (turn, agent)'s stats to stats."""
+    """The loss of one forward (the agents' rows on one base, each on its own adapter): each (turn,
+    agent)'s clipped surrogate and, with --advantage gae, vf_coef x its value loss (the heads read
+    this forward's hidden states, training the policy adapter too; separate: the critic's own)."""
     fit_values, shared = args.advantage == "gae", args.value_model == "shared"
     n = len(batches[max(batches)]["response_mask"]) // len(agents)
     names = [team.adapter_names[max(batches)][a] for a in agents for _ in range(n)]
@@ -613,8 +556,8 @@ def ppo_loss(team: Team, base: int, agents: list[int], batches: dict, num_tokens
             hidden = critic_hidden(team.bases[base], tb, args)
         for k, a in enumerate(agents):
             r, mask = slice(k * n, (k + 1) * n), tb["response_mask"][k * n:(k + 1) * n]
-            pg_loss, s = policy_loss(out[tt]["logprobs"][r], tb["old_logprobs"][r], tb["advantages"][r],
-                                     mask, num_tokens[(tt, a)], args.cliprange)
+            pg_loss, s = policy_loss(out[tt]["logprobs"][r], tb["old_logprobs"][r],
+                                     tb["advantages"][r], mask, num_tokens[(tt, a)], args.cliprange)
             loss = loss + pg_loss
             if fit_values:
                 new_values = team.heads[team.head_keys[(tt, a)]](hidden[r]) * mask
@@ -626,23 +569,20 @@ def ppo_loss(team: Team, base: int, agents: list[int], batches: dict, num_tokens
 
 
 def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict:
-    """--ppo-epochs passes of shuffled minibatches over the rollout (CleanRL's loop): per
-    micro-batch and turn one forward and one backward (ppo_loss); then every optimiser clips its
-    gradient norm and steps once per minibatch. A non-finite loss skips the minibatch's step.
-    Multi-process: question g of the global batch is row g // world on rank g % world; losses are
-    divided by the minibatch's GLOBAL token count and the gradients summed across ranks, so the step
-    equals one process's step on the whole minibatch. Returns {(t, a): per-minibatch stats (token
-    sums)}, 'skipped', 'conversation_forward' and 'grad_norm/<optimiser>'."""
+    """--ppo-epochs passes of shuffled minibatches (CleanRL's loop): a forward and backward per
+    micro-batch and group (ppo_loss), then each optimiser clips and steps once per minibatch.
+    Multi-process: question g is row g // world on rank g % world; the losses are divided by the
+    minibatch's GLOBAL token count and the gradients summed: the step equals one process's."""
     rank, world = world_info()
     device = next(iter(exp.values()))["response_mask"].device
     n_global = next(iter(exp.values()))["response_mask"].shape[0] * world
     mb_size = args.minibatch_questions or n_global
     micro = min(args.micro_batch_questions or mb_size, mb_size)
-    params = {name: [p for g in opt.param_groups for p in g["params"]] for name, opt in team.optimizers.items()}
+    params = {name: [p for g in opt.param_groups for p in g["params"]]
+              for name, opt in team.optimizers.items()}
     shuffle = torch.Generator().manual_seed(shuffle_seed)  # the same order on every rank
     keys = [*RESPONSE_KEYS, "critic_query_ids", "critic_query_mask", "old_logprobs", "old_values",
             "advantages", "returns"]
-    turns = sorted({t for t, _ in team.trained})
     one_forward = one_conversation(team, exp, args)
     stats = {key: [] for key in exp}
     stats.update(skipped=0, conversation_forward=float(one_forward),
@@ -652,22 +592,21 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
         for start in range(0, n_global, mb_size):
             minibatch = perm[start:start + mb_size]
             minibatch = minibatch[minibatch % world == rank] // world  # this rank's rows
-            # the denominator of every loss: the minibatch's tokens of each (turn, agent), all ranks
-            num_tokens = {key: allreduce_sum(e["response_mask"][minibatch].sum()) for key, e in exp.items()}
+            # every loss's denominator: the minibatch's tokens of each (turn, agent), all ranks
+            num_tokens = {key: allreduce_sum(e["response_mask"][minibatch].sum())
+                          for key, e in exp.items()}
             mb_stats, finite = {key: [] for key in exp}, True
             for opt in team.optimizers.values():
                 opt.zero_grad(set_to_none=True)
             for m_start in range(0, len(minibatch), micro):
                 rows = minibatch[m_start:m_start + micro]
-                for t in turns[-1:] if one_forward else turns:
-                    for i, agents in _turn_groups(team, t):
-                        batches = {tt: _rows(exp, tt, agents, rows, keys)
-                                   for tt in (turns if one_forward else [t])}
-                        loss = ppo_loss(team, i, agents, batches, num_tokens, mb_stats, args, one_forward)
-                        finite = finite and bool(torch.isfinite(loss))
-                        if finite:
-                            loss.backward()
-            # multi-process: sum all ranks' gradients; skip the step everywhere if any loss was not finite
+                for i, agents, batches in forward_groups(team, exp, one_forward, rows, keys):
+                    loss = ppo_loss(team, i, agents, batches, num_tokens, mb_stats, args,
+                                    one_forward)
+                    finite = finite and bool(torch.isfinite(loss))
+                    if finite:
+                        loss.backward()
+            # multi-process: sum all ranks' gradients; skip the step on all if a loss is not finite
             allreduce_gradients([p for group in params.values() for p in group], "sum")
             finite = bool(allreduce_sum(torch.tensor(float(not finite), device=device)) == 0)
             norms = {name: float(torch.nn.utils.clip_grad_norm_(group, args.max_grad_norm))
@@ -679,11 +618,7 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
             for name, opt in team.optimizers.items():
                 stats[f"grad_norm/{name}"].append(norms[name])
                 opt.step()
-            for key, pieces in mb_stats.items():
-                if pieces:  # multi-process: a rank may hold no question of this minibatch
-                    total = {k: float(sum(p[k] for p in pieces)) for k in pieces[0]}
-                    total["max_abs_logratio"] = float(max(p["max_abs_logratio"] for p in pieces))
-                    stats[key].append(total)
+            add_minibatch_stats(stats, mb_stats)
     return stats
 
 
@@ -693,18 +628,18 @@ def learning_rate(args: Args, step: int) -> float:
     return args.lr * (1.0 - (1.0 - args.lr_end_factor) * min(step, decay) / max(1, decay))
 
 
-# 7. Held-out evaluation; the stages of one update; main --------------------------------------------
+# 7. Held-out evaluation; the stages of one update; main ------------------------------------------
 
 
 @torch.no_grad()
 def evaluate_team(team: Team, args: Args, records: list[dict], scorer) -> dict:
-    """The team debates the held-out questions greedily: per turn the majority vote's accuracy (ties
-    in expectation, Sec. 4.1), the mean agent's, the unparsable rate and the wrong->right /
-    right->wrong changes (common.debate_metrics; evaluate.py --mode debate reports the same)."""
+    """The team debates the held-out questions greedily: per turn the majority vote's accuracy (Sec.
+    4.1), the mean agent's, the unparsable rate and the W->R / R->W changes (as evaluate.py)."""
     t0 = time.time()
     debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names,
-                        args.max_new_tokens, greedy=True, scorer=scorer if args.feedback_in_prompt else None,
-                        feedback_in_prompt=args.feedback_in_prompt, prompt_style=args.prompt_style,
+                        args.max_new_tokens, greedy=True, prompt_style=args.prompt_style,
+                        scorer=scorer if args.feedback_in_prompt else None,
+                        feedback_in_prompt=args.feedback_in_prompt,
                         generate_batch_size=args.generate_batch_size)
     answers = [[[debate["answers"][t][a][b] for a in range(args.num_agents)]
                 for t in range(args.num_turns)] for b in range(len(records))]
@@ -715,9 +650,8 @@ def evaluate_team(team: Team, args: Args, records: list[dict], scorer) -> dict:
 
 def rollout_step(team: Team, args: Args, records: list[dict], scorer,
                  builtin_rules: bool = True) -> tuple[dict, dict, dict]:
-    """Stages 1-5 of one update. Returns (debate, exp, dict(scores, penalized, rewards, bonus)), the
-    tensors [B, T, A]. builtin_rules=False (your scorer without --reward-fn-rules): no penalties and
-    no incentives."""
+    """Stages 1-5 of one update: (debate, exp, dict(scores, penalized, rewards, bonus) [B, T, A]).
+    builtin_rules=False (your scorer without --reward-fn-rules): no penalties, no incentives."""
     # 1. play the debate: all agents of a turn in one generate call, each row on its own adapter
     t0 = time.time()
     debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names,
@@ -725,12 +659,12 @@ def rollout_step(team: Team, args: Args, records: list[dict], scorer,
                         feedback_in_prompt=args.feedback_in_prompt, prompt_style=args.prompt_style,
                         generate_batch_size=args.generate_batch_size)
     debate["records"], debate["generate_s"] = records, time.time() - t0
-    debate["vote_accuracy"] = [sum(majority_vote_accuracy([turn[a][b] for a in range(args.num_agents)],
-                                                          r["answer"]) for b, r in enumerate(records))
-                               / len(records) for turn in debate["answers"]]
+    debate["vote_accuracy"] = [  # each turn's majority vote, for the log
+        sum(majority_vote_accuracy([turn[a][b] for a in range(args.num_agents)], r["answer"])
+            for b, r in enumerate(records)) / len(records) for turn in debate["answers"]]
     # 2. score the answers; penalise a bad format and a missing EOS
     scores = debate["scores"]
-    good, truncated = torch.zeros_like(scores, dtype=torch.bool), torch.zeros_like(scores, dtype=torch.bool)
+    good, truncated = (torch.zeros_like(scores, dtype=torch.bool) for _ in range(2))
     for t in range(args.num_turns):
         for a in range(args.num_agents):
             ro, tok = debate["rollout"][t][a], team.agent_tokenizers()[a]
@@ -756,53 +690,45 @@ def make_scorer(args: Args, device: str, team: Team | None = None, score_fn=None
     verifier's probability (--scorer verifier, train_verifier.py), or 0/1 correctness."""
     if score_fn is not None:
         return custom_scorer(score_fn, "--reward-fn" if args.reward_fn else "score_fn")
-    return ground_truth if args.scorer == "ground-truth" else verifier_scorer(args, device, team)
+    if args.scorer == "verifier":
+        return verifier_scorer(args, device, team)
+    return lambda records, responses: torch.tensor([  # 1: a parsable answer equal to the gold one
+        float(extract_answer(text, r["task"]) == r["answer"])
+        for r, text in zip(records, responses)])
 
 
 def main(args: Args, score_fn=None) -> Path:
-    """Train; returns the run folder. score_fn(records, responses) -> scores in [0, 1] is --reward-fn
-    from Python: it replaces --scorer; the penalties and incentives apply only with --reward-fn-rules."""
-    if args.resume:  # the run's settings + the flags typed now; a structural change is refused
-        args = resumed_args(args, "cotrain", RESUME_MUST_MATCH)
-    check_args(args, agent_models(args))  # every refusal before anything heavy loads
-    train_turn_indices(args)
-    args.lr_decay_steps = args.lr_decay_steps or args.max_steps  # saved: a longer resume keeps it
-    score_fn = user_scorer(args, score_fn)
+    """Train; returns the run folder. score_fn(records, responses) -> scores in [0, 1] is
+    --reward-fn from Python (the penalties and incentives then apply with --reward-fn-rules)."""
+    args, score_fn = settle_args(args, score_fn)  # --resume, every refusal, --reward-fn
     rank, world, device = init_distributed(args.device)  # multi-process: torchrun's process group
     print(set_torch_threads(args.threads))
-    if args.questions_per_update % world:
-        arg_error("--questions-per-update", f"is the global batch: it must be divisible by the {world} "
-                                            f"processes, got {args.questions_per_update}")
-    records = load_task(args.dataset, args.dataset_split, limit=args.train_limit or None, seed=args.seed,
-                        skip_bad_rows=args.skip_bad_rows, **dataset_options(args))
+    records = load_task(args.dataset, args.dataset_split, limit=args.train_limit or None,
+                        seed=args.seed, skip_bad_rows=args.skip_bad_rows, **dataset_options(args))
     if args.scorer == "verifier":  # never the questions the verifier trained or was measured on
         records = rl_records(args, records)
-    eval_records = heldout_records(args, records)  # refused if one is also a training question
-    if len(records) < args.questions_per_update:
-        arg_error("--questions-per-update", f"is {args.questions_per_update} but {args.dataset} has "
-                                            f"{len(records)} questions")
+    eval_records = check_questions(args, records, world)  # held out: never trained on
     run_dir = start_run(args, "cotrain")
     team = build_team(args, device)  # seeded with --seed: the same adapters on every rank
     seed_sampling_per_rank(args.seed)  # multi-process: every rank samples different responses
     scorer = make_scorer(args, device, team, score_fn)
     start = load_state(run_dir, team) if args.resume else 0
-    print(f"{args.num_agents} agents x {args.num_turns} turns on {args.dataset} | bases {team.base_names}"
-          f" | trained (turn, agent): {[(t + 1, a) for t, a in team.trained]} | from update {start}")
+    print(f"{args.dataset}: adapters {team.adapter_names} on {team.base_names} from update {start}")
     if start == 0 and eval_due(args, 0):  # 7. the untrained team on the held-out questions
         log_metrics(run_dir, dict(step=0, **evaluate_team(team, args, eval_records, scorer)))
     bar = tqdm(range(start, args.max_steps), initial=start, total=args.max_steps, desc="cotrain",
                disable=rank > 0)
     for step in bar:
         lr = learning_rate(args, step)
-        for opt in team.optimizers.values():
-            for group in opt.param_groups:
-                group["lr"] = lr
+        for group in (g for opt in team.optimizers.values() for g in opt.param_groups):
+            group["lr"] = lr
         batch = [records[i] for i in step_indices(len(records), args.questions_per_update, step,
                                                   f"cotrain-{args.seed}", drop_last=True)]
         batch = batch[rank::world]  # multi-process: global question g on rank g % world
         batch = [r for r in batch for _ in range(args.samples_per_question)]  # K debates, in a row
         t0 = time.time()
-        debate, exp, r = rollout_step(team, args, batch, scorer, score_fn is None or args.reward_fn_rules)
+        rules = score_fn is None or args.reward_fn_rules  # the built-in penalties and incentives
+        debate, exp, r = rollout_step(team, args, batch, scorer, rules)
         t1 = time.time()
         stop_if_kl_exceeds(run_dir, team, step, exp, args)
         stats = ppo_update(team, exp, args, shuffle_seed=1_000_003 * args.seed + step)  # 6. PPO

@@ -1031,24 +1031,27 @@ def evaluate_magrpo_method(method: str, team, tokenizer, problems: list[dict], a
     return metrics, rows
 
 
-def read_run(run_dir: str, flag: str) -> dict:
-    """A training run's args.json (errors name the flag), old keys under today's names (magrpo.py's
-    task -> dataset)."""
+def read_run(run_dir: str, flag: str, need: tuple[str, ...] = ()) -> dict:
+    """A training run's args.json; refused with one line naming the flag when it is missing or
+    lacks a setting in `need` (a run saved by another version of the script)."""
     path = Path(run_dir) / "args.json"
     if not path.exists():
         arg_error(flag, f"{run_dir} has no args.json: not a run folder of cotrain.py or magrpo.py")
     run = json.loads(path.read_text())
-    if "task" in run and "dataset" not in run:
-        run["dataset"] = run.pop("task")
+    missing = [key for key in need if key not in run]
+    if missing:
+        arg_error(flag, f"{path} has no {', '.join(missing)}: a run saved by another version of "
+                        f"the script (evaluate it with that version)")
     return run
 
 
 def load_run_adapters(model, run_dir: str, flag: str, args, prefix: str):
     """Every adapter in RUN_DIR/adapters/, loaded as prefix + its name. Returns (model, names, run
     args)."""
-    run_args = read_run(run_dir, flag)
-    if run_args.get("model") != args.model:
-        arg_error(flag, f"{run_dir} was trained on --model {run_args.get('model')!r}, but --model "
+    run_args = read_run(run_dir, flag, need=("model", "turns", "feedback", "feedback_tests",
+                                               "code_extraction"))
+    if run_args["model"] != args.model:
+        arg_error(flag, f"{run_dir} was trained on --model {run_args['model']!r}, but --model "
                         f"is {args.model!r}")
     folder = Path(run_dir) / "adapters"
     found = sorted(p.name for p in folder.iterdir()
@@ -1105,7 +1108,7 @@ def evaluate_magrpo(args, device: str, methods: list[str]) -> tuple[dict, list[d
         if method in trained:
             names, run_args = trained[method]
             team = magrpo.Agents(models=[model, model], names=names, optimizers=[], params=[])
-            turns = run_args.get("turns", 1)
+            turns = run_args["turns"]
             task_args = SimpleNamespace(**{**run_args, "test_timeout": args.test_timeout,
                                            "sandbox_memory_mb": args.sandbox_memory_mb})
             feedback = magrpo.make_task(task_args).feedback
@@ -1327,7 +1330,11 @@ def use_run_data(args):
         return
     if not (Path(args.run) / "args.json").is_file():
         return
-    value = read_run(args.run, "--run").get("dataset")
+    run = read_run(args.run, "--run")
+    if "dataset" not in run:
+        arg_error("--run", f"{args.run}/args.json names no dataset (a run saved by another version "
+                           f"of the script): type the --dataset to evaluate on")
+    value = run["dataset"]
     if value and value != args.dataset:
         print(f"--dataset {value}: the one {args.run} was trained on (--dataset chooses another)")
         args.dataset = value

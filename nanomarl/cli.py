@@ -272,3 +272,13 @@ class DataArgs:
     answer_field: str = "answer"  # hub id or local file: the gold answer column
     dataset_task: typing.Literal["math", "nli"] = "math"  # hub id or local file: how answers read
     skip_bad_rows: bool = False  # skip malformed dataset rows instead of stopping
+
+
+@dataclasses.dataclass
+class ModelArgs:
+    """The base model and its LoRA adapters."""
+    model: str = "smollm2-135m"  # the base: hub id, local path, smollm2-135m or tiny
+    dtype: typing.Literal["float32", "bfloat16", "float16"] = "float32"  # weights and compute dtype
+    quant: typing.Literal["none", "4bit", "8bit"] = "none"  # 4bit: QLoRA (nf4)
+    lora_r: int = 8  # LoRA rank (on all linear layers, dropout 0)
+    lora_alpha: int = 16  # LoRA alpha

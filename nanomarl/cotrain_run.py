@@ -1,6 +1,10 @@
 """cotrain_run.py: cotrain.py's run machinery, which a reader of the algorithm may skip: the
-refusals of bad settings, the held-out questions, the verifier and custom scorers, checkpoints,
-printed samples and the logged metrics. Nothing here changes what is trained."""
+settings a run trains with (settle_args: --resume's saved ones, RESUME_MUST_MATCH, the refusals of
+check_args, agent_models, train_turn_indices), your scorer (user_scorer, custom_scorer), the
+held-out questions and when to evaluate on them (heldout_records, eval_due, eval_metrics),
+checkpoints (save_state, load_state), the --max-kl stop (stop_if_kl_exceeds), printed samples and
+the logged metrics (rollout_metrics, ppo_metrics, add_minibatch_stats, log_update) and the closing
+lines (finish_run). Nothing here changes what is trained."""
 from __future__ import annotations
 
 import json
@@ -9,115 +13,167 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from nanomarl.cli import arg_error, check_numbers
-from nanomarl.distributed import is_main_process
-from nanomarl.models import adapter_state_dict, check_model_name, load_adapter_state_dict, save_adapters
-from nanomarl.runs import (all_rng_states, atomic_write_text, finish_writes_first, load_checkpoint,
-                           restore_rng_state, save_checkpoint)
+from nanomarl.cli import arg_error, check_numbers, load_function, parse_int_list
+from nanomarl.distributed import (
+    allreduce_sum,
+    finish_distributed,
+    is_main_process,
+    world_info,
+)
+from nanomarl.models import (
+    adapter_state_dict,
+    check_model_name,
+    load_adapter_state_dict,
+    save_adapters,
+)
+from nanomarl.runs import (
+    all_rng_states,
+    atomic_write_text,
+    finish_writes_first,
+    format_metrics,
+    load_checkpoint,
+    log_metrics,
+    log_samples,
+    print_eval_table,
+    restore_rng_state,
+    resumed_args,
+    save_checkpoint,
+)
 from nanomarl.tasks.debate import dataset_options, load_task
-from nanomarl.cli import load_function
-from nanomarl.distributed import allreduce_sum, finish_distributed, world_info
-from nanomarl.runs import format_metrics, log_metrics, log_samples, print_eval_table
 from nanomarl.trackers import finish_tracker, plot_run
 
 
-def check_args(args, models: list[str]):
-    """Every refusal of a setting, before anything heavy loads: one line `error: --flag: ...`, exit
-    code 2. models: the base model of each agent."""
-    check_numbers(args, positive=("num_agents", "num_turns", "lora_r", "lora_alpha", "max_new_tokens", "temperature",
-                                  "forward_batch_size", "verifier_batch_size", "max_steps", "questions_per_update",
-                                  "samples_per_question",
-                                  "ppo_epochs", "lr", "cliprange", "cliprange_value", "max_kl"),
-                  non_negative=("train_limit", "generate_batch_size", "min_response_tokens", "minibatch_questions",
-                                "micro_batch_questions", "lr_decay_steps", "weight_decay", "max_grad_norm",
-                                "kl_coef", "vf_coef", "log_every", "sample_every", "save_every", "eval_questions",
-                                "eval_every"),
+def check_args(args):
+    """The refusals of settings, before anything heavy loads: one line `error: --flag: ...`, exit
+    code 2. Each agent's model (agent_models) and --train-turns (train_turn_indices) are checked
+    too; heldout_records refuses what needs the data, user_scorer what needs --reward-fn."""
+    check_numbers(args, positive=("num_agents", "num_turns", "lora_r", "lora_alpha",
+                                  "max_new_tokens", "temperature", "forward_batch_size",
+                                  "verifier_batch_size", "max_steps", "questions_per_update",
+                                  "samples_per_question", "ppo_epochs", "lr", "cliprange",
+                                  "cliprange_value", "max_kl"),
+                  non_negative=("train_limit", "generate_batch_size", "min_response_tokens",
+                                "minibatch_questions", "micro_batch_questions", "lr_decay_steps",
+                                "weight_decay", "max_grad_norm", "kl_coef", "vf_coef", "log_every",
+                                "sample_every", "save_every", "eval_questions", "eval_every"),
                   unit_interval=("lr_end_factor", "influence_gamma", "gae_gamma", "gae_lambda"))
-    for model in models:
+    for model in agent_models(args):
         check_model_name(model, "--models" if args.models else "--model")
     if args.reward_fn and (args.scorer != "ground-truth" or args.verifier):
         arg_error("--reward-fn", "replaces --scorer; drop --scorer verifier and --verifier")
     if args.verifier and not Path(args.verifier).exists():
-        arg_error("--verifier", f"{args.verifier} does not exist (give a train_verifier.py run folder)")
+        arg_error("--verifier", f"{args.verifier} does not exist "
+                                f"(give a train_verifier.py run folder)")
     if args.scorer == "verifier" and not args.verifier:
-        arg_error("--verifier", "--scorer verifier needs --verifier PATH (a train_verifier.py checkpoint)")
+        arg_error("--verifier", "--scorer verifier needs --verifier PATH "
+                                "(a train_verifier.py checkpoint)")
     if args.verifier and args.scorer != "verifier":
         arg_error("--verifier", "is given but --scorer is ground-truth; add --scorer verifier")
     if args.feedback_in_prompt and args.scorer != "verifier":
-        arg_error("--feedback-in-prompt", "shows a verifier's scores: with --scorer ground-truth it would write the "
-                                          "gold 0/1 labels into the prompts (add --scorer verifier --verifier PATH)")
+        arg_error("--feedback-in-prompt", "shows a verifier's scores: with --scorer ground-truth "
+                                          "it would write the gold 0/1 labels into the prompts "
+                                          "(add --scorer verifier --verifier PATH)")
     if args.advantage == "group" and args.samples_per_question < 2:
-        arg_error("--samples-per-question", f"--advantage group compares the debates of each question: needs >= 2, "
-                                            f"got {args.samples_per_question}")
+        arg_error("--samples-per-question", f"--advantage group compares the debates of each "
+                                            f"question: needs >= 2, got "
+                                            f"{args.samples_per_question}")
     if args.advantage == "group" and args.value_model == "separate":
-        arg_error("--value-model", "separate trains a critic adapter, which --advantage group never reads (use "
-                                   "--advantage gae, or drop --value-model)")
+        arg_error("--value-model", "separate trains a critic adapter, which --advantage group "
+                                   "never reads (use --advantage gae, or drop --value-model)")
     if args.advantage == "group" and args.critic_per_agent:
-        arg_error("--critic-per-agent", "chooses the value heads, which --advantage group does not have (use "
-                                        "--advantage gae, or drop --critic-per-agent)")
+        arg_error("--critic-per-agent", "chooses the value heads, which --advantage group does "
+                                        "not have (use --advantage gae, or drop "
+                                        "--critic-per-agent)")
     if not args.critic_history and args.value_model == "shared":
-        arg_error("--no-critic-history", "needs --value-model separate (shared value heads read the policy's own forward)")
+        arg_error("--no-critic-history", "needs --value-model separate (shared value heads read "
+                                         "the policy's own forward)")
+    train_turn_indices(args)
+
+
+def check_questions(args, train_records: list[dict], world: int) -> list[dict]:
+    """Every refusal about the questions, before any model loads: a --questions-per-update (the
+    global batch) that the `world` processes cannot divide or that exceeds the training questions,
+    and held-out questions that are also training questions. Returns the held-out questions."""
+    if args.questions_per_update % world:
+        arg_error("--questions-per-update", f"is the global batch: it must be divisible by the "
+                                            f"{world} processes, got {args.questions_per_update}")
+    if len(train_records) < args.questions_per_update:
+        arg_error("--questions-per-update", f"is {args.questions_per_update} but {args.dataset} "
+                                            f"has {len(train_records)} questions")
+    return heldout_records(args, train_records)
 
 
 def heldout_records(args, train_records: list[dict]) -> list[dict]:
-    """The fixed held-out questions of the in-training evaluation: the first --eval-questions of --eval-split.
-    Refused (before any model loads) when one of them is also a training question."""
+    """The fixed held-out questions of the in-training evaluation: the first --eval-questions of
+    --eval-split. Refused (before any model loads) when one of them is also a training question."""
     if not args.eval_questions or not is_main_process():
         return []
-    if Path(args.dataset).is_file():  # a single local data file is one split ('train'): nothing is held out
-        print(f"note: {args.dataset} is a single file (the split 'train'): no in-training evaluation; hold questions "
-              f"out in a folder with a test file, or measure with evaluate.py")
+    # a single local data file is one split ('train'): nothing is held out
+    if Path(args.dataset).is_file():
+        print(f"note: {args.dataset} is a single file (the split 'train'): no in-training "
+              f"evaluation; hold questions out in a folder with a test file, or measure with "
+              f"evaluate.py")
         return []
-    records = load_task(args.dataset, args.eval_split, limit=args.eval_questions, seed=0,  # the same set for every --seed
+    records = load_task(args.dataset, args.eval_split, limit=args.eval_questions,
+                        seed=0,  # the same set for every --seed
                         skip_bad_rows=args.skip_bad_rows, **dataset_options(args))
     shared = {r["question"] for r in records} & {r["question"] for r in train_records}
     if shared:
-        arg_error("--eval-split", f"{len(shared)} of the {len(records)} held-out questions of split {args.eval_split!r} "
-                                  f"are also training questions (e.g. {sorted(shared)[0][:60]!r}); choose a disjoint split")
+        arg_error("--eval-split", f"{len(shared)} of the {len(records)} held-out questions of "
+                                  f"split {args.eval_split!r} are also training questions (e.g. "
+                                  f"{sorted(shared)[0][:60]!r}); choose a disjoint split")
     if not records:
-        arg_error("--eval-split", f"{args.dataset} has no questions in split {args.eval_split!r} (or --eval-questions 0 to skip)")
+        arg_error("--eval-split", f"{args.dataset} has no questions in split {args.eval_split!r} "
+                                  f"(or --eval-questions 0 to skip)")
     return records
 
 
 def custom_scorer(fn, name: str):
-    """Your scorer (--reward-fn, or main(score_fn=...)) as the trainer calls it: fn(records, responses) gets the
-    load_task records (dicts with question, answer (the normalised gold), task, id and the dataset's other fields)
-    and one response string per record, and returns one score in [0, 1] per response (a list or a tensor).
-    A wrong length or a score outside [0, 1] stops the run with an error naming `name` (NaN passes: PPO skips a
-    non-finite loss with a warning)."""
+    """Your scorer (--reward-fn, or main(score_fn=...)) as the trainer calls it: fn(records,
+    responses) gets the load_task records (dicts with question, answer (the normalised gold), task,
+    id and the dataset's other fields) and one response string per record, and returns one score in
+    [0, 1] per response (a list or a tensor). A wrong length or a score outside [0, 1] stops the run
+    with an error naming `name` (NaN passes: PPO skips a non-finite loss with a warning)."""
     def scorer(records, responses):
         scores = torch.as_tensor(fn(records, responses), dtype=torch.float).detach().cpu().flatten()
         if scores.shape[0] != len(responses):
             arg_error(name, f"returned {scores.shape[0]} scores for {len(responses)} responses")
         bad = ((scores < 0) | (scores > 1)).nonzero().flatten().tolist()
         if bad:
-            arg_error(name, f"returned {scores[bad[0]].item()} for response {bad[0]}: scores must be in [0, 1]")
+            arg_error(name, f"returned {scores[bad[0]].item()} for response {bad[0]}: scores must "
+                            f"be in [0, 1]")
         return scores
     return scorer
 
 
 def save_state(run_dir: Path, team, step: int, args):
-    """checkpoint.pt (everything --resume needs, written atomically) plus peft adapter folders, the value
-    heads (value_heads.pt; --advantage gae only) and debate.json (which adapter plays which turn and agent) for
-    evaluate.py. Every rank calls it (the RNG states are gathered); only rank 0 writes."""
+    """checkpoint.pt (everything --resume needs, written atomically) plus peft adapter folders, the
+    value heads (value_heads.pt; --advantage gae only) and debate.json (which adapter plays which
+    turn and agent) for evaluate.py. Every rank calls it (the RNG states are gathered); only rank 0
+    writes."""
     rngs = all_rng_states()
     if not is_main_process():
         return
-    with finish_writes_first():  # Ctrl-C waits for the whole set; each file is written atomically (SIGKILL-safe)
-        state = dict(step=step, rng=rngs, optimizers={name: opt.state_dict() for name, opt in team.optimizers.items()},
+    # Ctrl-C waits for the whole set; each file is written atomically (SIGKILL-safe)
+    with finish_writes_first():
+        state = dict(step=step, rng=rngs,
+                     optimizers={name: opt.state_dict() for name, opt in team.optimizers.items()},
                      adapters=[{name: adapter_state_dict(m, name) for name in names}
                                for m, names in zip(team.bases, team.base_adapters)])
         if team.heads:  # --advantage gae; a group run has none (build_team)
             state["heads"] = team.heads.state_dict()
         save_checkpoint(run_dir / "checkpoint.pt", state)
-        dirs = ["adapters" if len(team.bases) == 1 else f"adapters_base{i}" for i in range(len(team.bases))]
+        dirs = ["adapters" if len(team.bases) == 1 else f"adapters_base{i}"
+                for i in range(len(team.bases))]
         for model, names, folder in zip(team.bases, team.base_adapters, dirs):
             save_adapters(model, names, run_dir / folder)
         if team.heads:
             save_checkpoint(run_dir / "value_heads.pt", team.heads.state_dict())
-        info = dict(models=[team.base_names[i] for i in team.agent_base], adapters=team.adapter_names,
-                    adapter_dirs=[dirs[i] for i in team.agent_base], prompt_style=args.prompt_style, step=step,
-                    feedback_in_prompt=args.feedback_in_prompt, num_turns=args.num_turns, dataset=args.dataset)
+        info = dict(models=[team.base_names[i] for i in team.agent_base],
+                    adapters=team.adapter_names, adapter_dirs=[dirs[i] for i in team.agent_base],
+                    prompt_style=args.prompt_style, step=step,
+                    feedback_in_prompt=args.feedback_in_prompt, num_turns=args.num_turns,
+                    dataset=args.dataset)
         atomic_write_text(run_dir / "debate.json", json.dumps(info, indent=2))
 
 
@@ -136,33 +192,36 @@ def load_state(run_dir: Path, team) -> int:
     return state["step"]
 
 
-def print_sample(step: int, debate: dict, scores: torch.Tensor, penalized: torch.Tensor, rewards: torch.Tensor,
-                 chars: int = 400):
+def print_sample(step: int, debate: dict, scores: torch.Tensor, penalized: torch.Tensor,
+                 rewards: torch.Tensor, chars: int = 400):
     """The first question's debate, printed above the progress bar (tqdm.write)."""
     record = debate["records"][0]
-    lines = [f"\n=== sample debate, update {step} | gold {record['answer']} ===\nQ: {record['question']}"]
+    lines = [f"\n=== sample debate, update {step} | gold {record['answer']} ===\n"
+             f"Q: {record['question']}"]
     for t, turn in enumerate(debate["responses"]):
         for a, texts in enumerate(turn):
             text = texts[0] if len(texts[0]) <= chars else texts[0][:chars] + " [...]"
-            lines.append(f"--- turn {t + 1}, agent {a}: answer={debate['answers'][t][a][0]} score={scores[0, t, a]:.3f} "
-                         f"penalised={penalized[0, t, a]:.3f} reward={rewards[0, t, a]:.3f}\n{text}")
+            lines.append(f"--- turn {t + 1}, agent {a}: answer={debate['answers'][t][a][0]} "
+                         f"score={scores[0, t, a]:.3f} penalised={penalized[0, t, a]:.3f} "
+                         f"reward={rewards[0, t, a]:.3f}\n{text}")
     tqdm.write("\n".join(lines + ["=" * 40]))
 
 
 def debate_samples(step: int, debate: dict, scores: torch.Tensor, penalized: torch.Tensor,
                    rewards: torch.Tensor) -> list[dict]:
-    """samples.jsonl rows of one update: every (question, turn, agent) response with its prompt, parsed answer,
-    score, penalised score and reward (this process's questions)."""
+    """samples.jsonl rows of one update: every (question, turn, agent) response with its prompt,
+    parsed answer, score, penalised score and reward (this process's questions)."""
     return [dict(step=step, question=record["question"], gold=record["answer"], turn=t + 1, agent=a,
                  prompt=debate["prompts"][t][a][b], response=debate["responses"][t][a][b],
                  answer=debate["answers"][t][a][b], correct=debate["correct"][b, t, a].item(),
-                 score=scores[b, t, a].item(), penalized_score=penalized[b, t, a].item(), reward=rewards[b, t, a].item())
+                 score=scores[b, t, a].item(), penalized_score=penalized[b, t, a].item(),
+                 reward=rewards[b, t, a].item())
             for b, record in enumerate(debate["records"]) for t in range(len(debate["responses"]))
             for a in range(len(debate["responses"][t]))]
 
 
-def rollout_metrics(debate: dict, scores: torch.Tensor, penalized: torch.Tensor, rewards: torch.Tensor,
-                    bonus: torch.Tensor) -> dict:
+def rollout_metrics(debate: dict, scores: torch.Tensor, penalized: torch.Tensor,
+                    rewards: torch.Tensor, bonus: torch.Tensor) -> dict:
     """Per turn and per (agent, turn): majority-vote accuracy (debate["vote_accuracy"]),
     correctness, scores, rewards, bonuses, lengths."""
     metrics = {}
@@ -172,18 +231,27 @@ def rollout_metrics(debate: dict, scores: torch.Tensor, penalized: torch.Tensor,
         for a in range(num_agents):
             ro = debate["rollout"][t][a]
             p = f"agent{a}/turn{t + 1}/"
-            metrics.update({p + "correct": debate["correct"][:, t, a].mean().item(), p + "score": scores[:, t, a].mean().item(),
-                            p + "penalized_score": penalized[:, t, a].mean().item(), p + "reward": rewards[:, t, a].mean().item(),
-                            p + "bonus": bonus[:, t, a].mean().item(),
-                            p + "completions/mean_length": ro["response_mask"].sum(1).float().mean().item(),
-                            p + "completions/clipped_ratio": ro["truncated"].float().mean().item()})
-    metrics.update({"objective/scores": scores.mean().item(), "objective/penalized_scores": penalized.mean().item(),
-                    "objective/rewards": rewards.mean().item(), "objective/bonus": bonus.mean().item(),
+            metrics.update({
+                p + "correct": debate["correct"][:, t, a].mean().item(),
+                p + "score": scores[:, t, a].mean().item(),
+                p + "penalized_score": penalized[:, t, a].mean().item(),
+                p + "reward": rewards[:, t, a].mean().item(),
+                p + "bonus": bonus[:, t, a].mean().item(),
+                p + "completions/mean_length": ro["response_mask"].sum(1).float().mean().item(),
+                p + "completions/clipped_ratio": ro["truncated"].float().mean().item()})
+    metrics.update({"objective/scores": scores.mean().item(),
+                    "objective/penalized_scores": penalized.mean().item(),
+                    "objective/rewards": rewards.mean().item(),
+                    "objective/bonus": bonus.mean().item(),
                     "objective/correct": debate["correct"].mean().item(),
-                    "objective/format_penalized_frac": (penalized < scores - 1e-6).float().mean().item()})
-    lengths = torch.cat([ro["response_mask"].sum(1).float().cpu() for turn in debate["rollout"] for ro in turn])
-    truncated = torch.cat([ro["truncated"].float().cpu() for turn in debate["rollout"] for ro in turn])
-    metrics.update({"completions/mean_length": lengths.mean().item(), "completions/clipped_ratio": truncated.mean().item()})
+                    "objective/format_penalized_frac":
+                        (penalized < scores - 1e-6).float().mean().item()})
+    lengths = torch.cat([ro["response_mask"].sum(1).float().cpu()
+                         for turn in debate["rollout"] for ro in turn])
+    truncated = torch.cat([ro["truncated"].float().cpu()
+                           for turn in debate["rollout"] for ro in turn])
+    metrics.update({"completions/mean_length": lengths.mean().item(),
+                    "completions/clipped_ratio": truncated.mean().item()})
     return metrics
 
 
@@ -195,11 +263,13 @@ def explained_variance(predicted: torch.Tensor, target: torch.Tensor, mask: torc
         mean = (x * mask).sum() / n.clamp(min=1e-8)
         return ((x - mean) ** 2 * mask).sum() / n.clamp(min=1e-8) * n / (n - 1).clamp(min=1)
     var_target = var(target)
-    return float("nan") if var_target.item() == 0 else (1 - var(target - predicted) / var_target).item()
+    return (float("nan") if var_target.item() == 0
+            else (1 - var(target - predicted) / var_target).item())
 
 
 def ppo_metrics(exp: dict, stats: dict, num_agents: int) -> dict:
-    """PPO statistics per agent (token-weighted over its trained turns and all minibatches) and overall."""
+    """PPO statistics per agent (token-weighted over its trained turns and all minibatches) and
+    overall."""
     metrics, per_agent = {}, {a: [] for a in range(num_agents)}
     for (t, a) in exp:
         per_agent[a].append((t, a))
@@ -211,8 +281,11 @@ def ppo_metrics(exp: dict, stats: dict, num_agents: int) -> dict:
         tokens = sum(s["tokens"] for s in mb) or float("nan")
         masks = [exp[k]["response_mask"] for k in keys]
         metrics.update({
-            prefix + "objective/kl": sum(exp[k]["kl"].sum() for k in keys).item() / sum(m.shape[0] for m in masks),
-            prefix + "objective/entropy": sum((exp[k]["entropy"] * m).sum() for k, m in zip(keys, masks)).item() / sum(m.sum() for m in masks).item(),
+            prefix + "objective/kl": (sum(exp[k]["kl"].sum() for k in keys).item()
+                                      / sum(m.shape[0] for m in masks)),
+            prefix + "objective/entropy": (sum((exp[k]["entropy"] * m).sum()
+                                               for k, m in zip(keys, masks)).item()
+                                           / sum(m.sum() for m in masks).item()),
             prefix + "policy/approxkl": sum(s["approxkl"] for s in mb) / tokens,
             prefix + "policy/clipfrac": sum(s["clipfrac"] for s in mb) / tokens,
             prefix + "val/ratio": sum(s["ratio"] for s in mb) / tokens,
@@ -222,14 +295,17 @@ def ppo_metrics(exp: dict, stats: dict, num_agents: int) -> dict:
             metrics.update({
                 prefix + "val/clipfrac": sum(s["vf_clipfrac"] for s in mb) / tokens,
                 prefix + "loss/value": sum(s["vf_loss"] for s in mb) / tokens,
-                prefix + "val/explained_variance": sum(explained_variance(exp[k]["old_values"], exp[k]["returns"],
-                                                                          exp[k]["response_mask"]) for k in keys) / len(keys),
+                prefix + "val/explained_variance": sum(explained_variance(exp[k]["old_values"],
+                                                                          exp[k]["returns"],
+                                                                          exp[k]["response_mask"])
+                                                       for k in keys) / len(keys),
             })
     for key, value in stats.items():
         if isinstance(key, str) and key.startswith("grad_norm/") and value:
             metrics[key] = sum(value) / len(value)
     metrics["train/skipped_minibatches"] = stats["skipped"]
-    metrics["train/conversation_forward"] = stats.get("conversation_forward", 0.0)  # 1: one forward per conversation
+    # 1: one forward per conversation
+    metrics["train/conversation_forward"] = stats.get("conversation_forward", 0.0)
     return metrics
 
 
@@ -249,14 +325,16 @@ def user_scorer(args, score_fn=None):
                                        "use the rules)")
     if score_fn is not None:
         rules = "ON (--reward-fn-rules)" if args.reward_fn_rules else "off (--reward-fn-rules)"
-        print(f"scorer: {args.reward_fn or 'score_fn'}; the format/EOS penalties and incentives: {rules}")
+        print(f"scorer: {args.reward_fn or 'score_fn'}; the format/EOS penalties and incentives: "
+              f"{rules}")
     return score_fn
 
 
 def eval_due(args, step: int) -> bool:
     """Evaluate before the first update (step 0), every --eval-every updates and after the last."""
     return bool(args.eval_questions) and is_main_process() and (
-        step == 0 or step == args.max_steps or bool(args.eval_every and step % args.eval_every == 0))
+        step == 0 or step == args.max_steps
+        or bool(args.eval_every and step % args.eval_every == 0))
 
 
 def eval_metrics(numbers: dict) -> dict:
@@ -277,14 +355,16 @@ def stop_if_kl_exceeds(run_dir: Path, team, step: int, exp: dict, args):
     """--max-kl: stop (checkpoint kept) when a (turn, agent)'s mean KL per response, over all ranks'
     responses, exceeds it; every rank takes the same decision."""
     world = world_info()[1]
-    kl = {key: (allreduce_sum(e["kl"].sum()) / (e["kl"].shape[0] * world)).item() for key, e in exp.items()}
+    kl = {key: (allreduce_sum(e["kl"].sum()) / (e["kl"].shape[0] * world)).item()
+          for key, e in exp.items()}
     worst = max(kl, key=kl.get)
     if kl[worst] > args.max_kl:
         save_state(run_dir, team, step, args)
         finish_distributed()
         raise SystemExit(f"stopped at update {step}: turn {worst[0] + 1} agent {worst[1]} has KL "
-                         f"{kl[worst]:.2f} > --max-kl {args.max_kl} to the reference. The checkpoint "
-                         f"of update {step} is kept in {run_dir}; lower --lr or raise --kl-coef.")
+                         f"{kl[worst]:.2f} > --max-kl {args.max_kl} to the reference. The "
+                         f"checkpoint of update {step} is kept in {run_dir}; lower --lr or raise "
+                         f"--kl-coef.")
 
 
 def log_update(run_dir: Path, metrics: dict, stats: dict, debate: dict, r: dict, args, bar):
@@ -296,26 +376,68 @@ def log_update(run_dir: Path, metrics: dict, stats: dict, debate: dict, r: dict,
                     score=f"{metrics['objective/scores']:.2f}", kl=f"{metrics['objective/kl']:.3f}",
                     clip=f"{metrics['policy/clipfrac']:.3f}")
     if stats["skipped"]:
-        tqdm.write(f"warning: update {step}: skipped {stats['skipped']} step(s) with a non-finite loss")
+        tqdm.write(f"warning: update {step}: skipped {stats['skipped']} step(s) with a non-finite "
+                   f"loss")
     if args.log_every and step % args.log_every == 0:
         keys = [f"turn{t + 1}/accuracy" for t in range(args.num_turns)] + [
             "objective/scores", "objective/penalized_scores", "objective/rewards", "objective/kl",
-            "policy/clipfrac", "val/clipfrac", "loss/value", "objective/entropy", "timing/rollout_s",
-            "timing/update_s"]
+            "policy/clipfrac", "val/clipfrac", "loss/value", "objective/entropy",
+            "timing/rollout_s", "timing/update_s"]
         tqdm.write(f"update {step}: " + format_metrics(metrics, keys))
     if args.sample_every and step % args.sample_every == 0:
         print_sample(step, debate, r["scores"], r["penalized"], r["rewards"])
-        log_samples(run_dir, debate_samples(step, debate, r["scores"], r["penalized"], r["rewards"]))
+        log_samples(run_dir, debate_samples(step, debate, r["scores"], r["penalized"],
+                                            r["rewards"]))
 
 
 def finish_run(run_dir: Path, args):
     """The closing lines: where everything is, the held-out table, the plot; trackers and the
     process group closed."""
-    print(f"done. metrics: {run_dir / 'metrics.jsonl'} | adapters: {run_dir / 'adapters'} (agents and "
-          f"turns: {run_dir / 'debate.json'}) | checkpoint: {run_dir / 'checkpoint.pt'}")
+    print(f"done. metrics: {run_dir / 'metrics.jsonl'} | adapters: {run_dir / 'adapters'} "
+          f"(agents and turns: {run_dir / 'debate.json'}) | checkpoint: "
+          f"{run_dir / 'checkpoint.pt'}")
     print_eval_table(run_dir, [f"eval/turn{t}/{k}" for t in range(2, args.num_turns + 1)
                                for k in ("wrong_to_right", "right_to_wrong")]
                      + [f"eval/turn{t}/accuracy" for t in range(1, args.num_turns + 1)])
     plot_run(run_dir)  # training_curves.png (needs matplotlib)
     finish_tracker()  # --report-to: flush and close
     finish_distributed()  # multi-process: leave the process group (gloo aborts at exit otherwise)
+
+
+def agent_models(args) -> list[str]:
+    """The base model of each agent: --models a,b,... or --model for everyone."""
+    names = ([m.strip() for m in args.models.split(",")] if args.models
+             else [args.model] * args.num_agents)
+    if len(names) != args.num_agents:
+        arg_error("--models", f"gives {len(names)} models but --num-agents is {args.num_agents}")
+    return names
+
+
+def train_turn_indices(args) -> list[int]:
+    """--train-turns (1-based) as 0-based turn indices; all turns by default."""
+    turns = ([t - 1 for t in parse_int_list(args.train_turns, "--train-turns")]
+             or list(range(args.num_turns)))
+    if any(not 0 <= t < args.num_turns for t in turns):
+        arg_error("--train-turns", f"turns are 1..{args.num_turns}, got {args.train_turns!r}")
+    return sorted(set(turns))
+
+
+def add_minibatch_stats(stats: dict, mb_stats: dict):
+    """Each (turn, agent)'s micro-batch stats summed into one entry per minibatch (token sums; the
+    largest |log ratio|). Multi-process: a rank may hold no question of a minibatch."""
+    for key, pieces in mb_stats.items():
+        if pieces:
+            total = {k: float(sum(p[k] for p in pieces)) for k in pieces[0]}
+            total["max_abs_logratio"] = float(max(p["max_abs_logratio"] for p in pieces))
+            stats[key].append(total)
+
+
+def settle_args(args, score_fn=None):
+    """The settings a run trains with: --resume's saved ones under the flags typed now (a structural
+    change refused), every refusal before anything heavy loads, the decay length saved with the
+    run, and your scorer (--reward-fn) imported."""
+    if args.resume:
+        args = resumed_args(args, "cotrain", RESUME_MUST_MATCH)
+    check_args(args)
+    args.lr_decay_steps = args.lr_decay_steps or args.max_steps  # a longer resume keeps it
+    return args, user_scorer(args, score_fn)

@@ -16,8 +16,9 @@ import cotrain
 import magrpo
 from conftest import ROOT, ModelLoaded
 from nanomarl.cli import parse_args
-from nanomarl.runs import (_RUN, clean_exits, load_checkpoint, log_metrics, save_checkpoint,
-                           start_run)
+from nanomarl.cotrain_run import RESUME_MUST_MATCH
+from nanomarl.runs import (_RUN, clean_exits, load_checkpoint, log_metrics, resumed_args,
+                           save_checkpoint, start_run)
 
 TINY = ["--model", "tiny", "--device", "cpu"]
 
@@ -139,8 +140,8 @@ def test_subprocess_refusals_exit_2_with_one_line(tmp_path, runs):
 def resume(run, *flags):
     """The settings `cotrain.py --resume RUN flags` trains with, after its run folder is opened
     (start_run)."""
-    args = cotrain.resumed_args(parse_args(cotrain.Args, ["--resume", str(run), *flags]), "cotrain",
-                                cotrain.RESUME_MUST_MATCH)
+    args = resumed_args(parse_args(cotrain.Args, ["--resume", str(run), *flags]), "cotrain",
+                        RESUME_MUST_MATCH)
     start_run(args, "cotrain")
     return args
 
@@ -281,6 +282,14 @@ def test_evaluate_dataset_defaults_by_mode_and_reads_the_runs_own(tmp_path, caps
     (run / "args.json").write_text(json.dumps(settings))
     assert dataset("--mode", "magrpo", "--run", str(run)) == "tldr"
     assert "--dataset tldr: the one" in capsys.readouterr().out
+    assert dataset("--mode", "magrpo", "--run", str(run), "--dataset", "arxiv") == "arxiv"
+    settings["task"] = settings.pop("dataset")  # a run of another version: refused, not mapped
+    (run / "args.json").write_text(json.dumps(settings))
+    with pytest.raises(SystemExit) as refused:
+        dataset("--mode", "magrpo", "--run", str(run))
+    assert refused.value.code == 2 and capsys.readouterr().err.strip() == (
+        f"error: --run: {run}/args.json names no dataset (a run saved by another version of the "
+        f"script): type the --dataset to evaluate on")
     assert dataset("--mode", "magrpo", "--run", str(run), "--dataset", "arxiv") == "arxiv"
 
 

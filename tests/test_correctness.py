@@ -13,7 +13,7 @@ import evaluate
 import train_verifier as tv
 from conftest import PAPER_PPO
 from nanomarl.cli import parse_args
-from nanomarl.cotrain_run import check_args, rl_records
+from nanomarl.cotrain_run import check_args
 from nanomarl.models import load_tokenizer
 from nanomarl.tasks.debate import load_task
 
@@ -94,7 +94,7 @@ def test_verifier_questions_never_reach_rl_and_the_verifier_shares_the_base(tmp_
                                      "--verifier", str(vdir), "--questions-per-update", "4", "--num-turns", "1",
                                      "--max-steps", "3", "--ppo-epochs", "1", "--eval-questions", "0",
                                      "--output-dir", str(tmp_path / "rl")])
-    assert rl_records(args, records) == [r for r in records if r["question"] not in verifier_qs]
+    assert tv.rl_records(args, records) == [r for r in records if r["question"] not in verifier_qs]
     cotrain.main(args)
     monkeypatch.undo()
     seen = {q for questions, _, _ in scored for q in questions}
@@ -163,12 +163,10 @@ def test_4bit_training_after_generate_keeps_the_gradients(tiny_model_dir, monkey
 
 
 def test_feedback_in_prompt_needs_a_verifier(tmp_path):
-    args = parse_args(cotrain.Args, ["--feedback-in-prompt"])
     with pytest.raises(SystemExit, match="--feedback-in-prompt"):
-        check_args(args, cotrain.agent_models(args))
-    args = parse_args(cotrain.Args, ["--feedback-in-prompt", "--scorer", "verifier",
-                                     "--verifier", str(tmp_path)])
-    check_args(args, cotrain.agent_models(args))
+        check_args(parse_args(cotrain.Args, ["--feedback-in-prompt"]))
+    check_args(parse_args(cotrain.Args, ["--feedback-in-prompt", "--scorer", "verifier",
+                                         "--verifier", str(tmp_path)]))
 
 
 # ---------------------------------------------------------------------------------------------- data splits

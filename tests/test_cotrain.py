@@ -13,7 +13,8 @@ from conftest import PAPER_PPO, run_script
 from nanomarl.cli import parse_args
 from nanomarl.models import load_tokenizer
 from nanomarl.tasks.debate import load_task
-from nanomarl.tasks.debate_prompts import discussion_message, turn1_prompt
+from nanomarl.tasks.debate_prompts import (continue_chat, discussion_message,
+                                           has_degenerate_repetition, turn1_prompt)
 
 
 def tiny_args(*flags):
@@ -102,12 +103,13 @@ def test_incentive_bonus_three_agents_ties_and_three_turns():
 
 
 def test_penalties_and_repetition():
-    assert cotrain.has_degenerate_repetition([5, 6, 7] * 4)  # a 3-token block 4 times in a row
-    assert not cotrain.has_degenerate_repetition([5, 6, 7] * 3 + [1])  # 3 times is allowed
-    assert cotrain.has_degenerate_repetition([1, 2] + [9] * 4 + [3])
-    assert not cotrain.has_degenerate_repetition(list(range(40)))
+    assert has_degenerate_repetition([5, 6, 7] * 4)  # a 3-token block 4 times in a row
+    assert not has_degenerate_repetition([5, 6, 7] * 3 + [1])  # 3 times is allowed
+    assert has_degenerate_repetition([1, 2] + [9] * 4 + [3])
+    assert not has_degenerate_repetition(list(range(40)))
     digits = {1: "0"}
-    assert not cotrain.has_degenerate_repetition([1] * 6, decode=lambda ids: "".join(digits[i] for i in ids))
+    assert not has_degenerate_repetition([1] * 6,
+                                         decode=lambda ids: "".join(digits[i] for i in ids))
     scores = torch.tensor([0.9, 0.8, 0.7, 0.6])
     good = torch.tensor([True, False, True, False])
     truncated = torch.tensor([False, False, True, True])
@@ -240,13 +242,13 @@ def test_continue_chat_keeps_the_tokens_the_agent_sampled():
         assert answer == "7\ufffd" and tok(answer, add_special_tokens=False)["input_ids"] != [seven, cut]
         chat = first + [{"role": "assistant", "content": answer}, {"role": "user", "content": "Once again?"}]
         text = chat_prompt(tok, chat)
-        ids = cotrain.continue_chat(tok, query + response, text)
+        ids = continue_chat(tok, query + response, text)
         assert ids[:len(query) + len(response)] == query + response  # the conversation exactly as sampled
         assert tok.decode(ids) == text  # and the same chat as the text
         assert ids != tok(text, add_special_tokens=False)["input_ids"]  # which the text alone does not give
         # a template that rewrites the earlier turn (e.g. drops it): the text itself, tokenised as usual
         rewritten = chat_prompt(tok, [first[0], {"role": "user", "content": "Once again?"}])
-        assert cotrain.continue_chat(tok, query + response, rewritten) == rewritten
+        assert continue_chat(tok, query + response, rewritten) == rewritten
 
 
 def test_run_debate_continues_each_agents_conversation_token_for_token():

@@ -99,7 +99,7 @@ def test_cotrain_reward_fn_replaces_the_scorer_and_the_rules_apply_only_when_ask
     m = last_metrics(run)
     assert (m["objective/scores"], m["objective/penalized_scores"], m["objective/rewards"], m["objective/bonus"]) == \
         (0.25, 0.25, 0.25, 0.0)
-    assert "are off (--reward-fn-rules turns them on)" in capsys.readouterr().out
+    assert "penalties and incentives: off (--reward-fn-rules)" in capsys.readouterr().out
 
     monkeypatch.syspath_prepend(str(tmp_path))  # the dotted form: MODULE importable from sys.path / the cwd
     run = cotrain.main(parse_args(cotrain.Args, [*TINY, "--output-dir", str(tmp_path / "on"), "--reward-fn-rules",
@@ -107,7 +107,7 @@ def test_cotrain_reward_fn_replaces_the_scorer_and_the_rules_apply_only_when_ask
     m = last_metrics(run)
     assert m["objective/scores"] == 0.25 and m["objective/format_penalized_frac"] == 1.0
     assert m["objective/penalized_scores"] == pytest.approx(-10.0 - m["completions/clipped_ratio"])
-    assert "are ON (--reward-fn-rules)" in capsys.readouterr().out
+    assert "penalties and incentives: ON (--reward-fn-rules)" in capsys.readouterr().out
     import h5_quarter_scorer  # the scorer saw the load_task records: arith questions with their integer golds
     calls = h5_quarter_scorer.SEEN
     assert len(calls) == 2 and all(len(records) == 2 * 2 for records in calls)  # 2 turns x (2 agents x 2 questions)

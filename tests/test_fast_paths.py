@@ -21,6 +21,7 @@ from common import reference_logprobs, tokenize_prompts
 from conftest import PAPER_PPO
 from nanomarl.cli import parse_args
 from nanomarl.tasks.debate import load_task
+from nanomarl.tasks.debate_prompts import sampled_conversation
 
 CLOSE = dict(atol=1e-5, rtol=0)  # fp32 noise: the same sums, padded or batched differently
 
@@ -111,7 +112,7 @@ def as_one_conversation(debate, tokenizer):
             for b in range(len(previous[a]["query_ids"])):
                 q_prev = previous[a]["query_ids"][b][previous[a]["query_mask"][b].bool()]
                 q_later = later[a]["query_ids"][b][later[a]["query_mask"][b].bool()]
-                held = cotrain.sampled_conversation(previous[a], b)
+                held = sampled_conversation(previous[a], b)
                 holds = len(q_later) >= len(held) and torch.equal(q_later[:len(held)], held)
                 rows[a].append(q_later if holds else torch.cat([held, q_later[len(q_prev):]]))
         prompts = [r.tolist() for agent_rows in rows for r in agent_rows]
@@ -145,8 +146,8 @@ def test_forward_turns_one_forward_equals_one_forward_per_turn(monkeypatch, flag
     assert cotrain.one_conversation(team, exp, args)  # the fast path applies
     turns = sorted({t for t, _ in team.trained})
     assert turns == ([1, 2] if "--train-turns" in flags else list(range(args.num_turns)))
-    keys = ["query_ids", "query_mask", "response_ids", "response_mask"]
-    batches = {t: cotrain._rows(exp, t, [0, 1], None, keys) for t in turns}
+    keys = ["query_ids", "query_mask", "response_ids", "response_mask"]  # both agents' rows
+    batches = {t: {k: torch.cat([exp[(t, a)][k] for a in (0, 1)]) for k in keys} for t in turns}
     names = [team.adapter_names[turns[-1]][a] for a in (0, 1) for _ in range(2)]
     assert names == ["agent0", "agent0", "agent1", "agent1"]
     model = team.bases[0]

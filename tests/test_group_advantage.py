@@ -138,7 +138,6 @@ def test_group_learning_raises_a_synthetic_score(tmp_path):
 ])
 def test_group_refusals(flags, named, capsys):
     with pytest.raises(SystemExit) as stop:
-        args = parse_args(cotrain.Args, ["--model", "tiny", *flags])
-        check_args(args, cotrain.agent_models(args))
+        check_args(parse_args(cotrain.Args, ["--model", "tiny", *flags]))
     assert stop.value.code == 2
     assert f"error: {named}:" in capsys.readouterr().err

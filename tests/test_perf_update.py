@@ -17,11 +17,35 @@ import torch
 
 import cotrain
 from common import adapter_parameters, batched, forward_responses, masked_whiten, reference_logprobs
-from cotrain import _rows, _turn_groups, gae, kl_shaped_rewards, policy_loss, value_loss
+from cotrain import gae, kl_shaped_rewards, policy_loss, value_loss
 from nanomarl.tasks.debate import load_task
 from test_fast_paths import Counter, ascii_fraction, debate_and_rewards, tiny_args, trainables
 
 # ---------------------------------------------------------------- the plain update (the reference)
+
+
+def turn_groups(team, t: int) -> list[tuple[int, list[int]]]:
+    """(base index, its trained agents) at turn t."""
+    groups = [(i, [a for tt, a in team.trained if tt == t and team.agent_base[a] == i])
+              for i in range(len(team.bases))]
+    return [(i, agents) for i, agents in groups if agents]
+
+
+def concat_rows(exp: dict, t: int, agents: list[int], rows, keys: list[str]) -> dict:
+    """The chosen rows (None: all) of several agents' experience at turn t, concatenated, without
+    the columns that no row uses (left of the prompts, right of the responses)."""
+    out = {k: torch.cat([exp[(t, a)][k] if rows is None else exp[(t, a)][k][rows] for a in agents])
+           for k in keys}
+    for ids, mask in (("query_ids", "query_mask"), ("critic_query_ids", "critic_query_mask")):
+        if mask in out:
+            first = int(out[mask].any(0).float().argmax())
+            out[ids], out[mask] = out[ids][:, first:], out[mask][:, first:]
+    used = out["response_mask"].any(0).nonzero()
+    width = int(used.max()) + 1 if len(used) else 1
+    for k in keys:
+        if not k.startswith(("query", "critic_query")) and out[k].dim() == 2:
+            out[k] = out[k][:, :width]
+    return out
 
 
 def plain_forward(model, batch: dict, names: list[str], temperature: float, critic: bool,
@@ -47,7 +71,7 @@ def plain_make_experience(team, debate, final_rewards, args):
     out: a policy, a critic and a reference forward per (turn, base)."""
     exp = {}
     for t in sorted({t for t, _ in team.trained}):
-        for i, agents in _turn_groups(team, t):
+        for i, agents in turn_groups(team, t):
             for a in agents:
                 ro = debate["rollout"][t][a]
                 critic_src = ro if args.critic_history else debate["rollout"][0][a]
@@ -57,7 +81,7 @@ def plain_make_experience(team, debate, final_rewards, args):
                                    critic_query_ids=critic_src["query_ids"],
                                    critic_query_mask=critic_src["query_mask"])
             model, n, size = team.bases[i], len(debate["records"]), args.forward_batch_size
-            batch = _rows(exp, t, agents, None, list(exp[(t, agents[0])]))
+            batch = concat_rows(exp, t, agents, None, list(exp[(t, agents[0])]))
             names = [team.adapter_names[t][a] for a in agents for _ in range(n)]
             policy = plain_forward_chunks(model, batch, names, size, args.temperature, False,
                                           output_entropy=True)
@@ -107,8 +131,8 @@ def plain_ppo_update(team, exp, args, shuffle_seed=0):
             for m_start in range(0, len(minibatch), micro):
                 rows = minibatch[m_start:m_start + micro]
                 for t in turns:
-                    for i, agents in _turn_groups(team, t):
-                        batch = _rows(exp, t, agents, rows, keys)
+                    for i, agents in turn_groups(team, t):
+                        batch = concat_rows(exp, t, agents, rows, keys)
                         size = len(rows)
                         names = [team.adapter_names[t][a] for a in agents for _ in range(size)]
                         parts = [slice(k * size, (k + 1) * size) for k in range(len(agents))]

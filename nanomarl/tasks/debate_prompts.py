@@ -1,7 +1,10 @@
 """debate_prompts.py: the words of the MAPoRL debate (spec §1.3): the turn-1 instruction of each
---prompt-style, the discussion message of turn t > 1 with the optional verifier feedback, the chat
-continued token for token, and the authors' rule against degenerate repetition in an answer.
-cotrain.py, train_verifier.py and evaluate.py show the agents these texts."""
+--prompt-style (turn1_prompt), the discussion message of turn t > 1 with the optional verifier
+feedback (discussion_message, verifier_feedback), the chat continued token for token
+(sampled_conversation: a row's prompt and sampled response without padding; continue_chat: the
+next turn's prompt as token ids), and the authors' rule against degenerate repetition in an answer
+(has_degenerate_repetition). cotrain.py, train_verifier.py and evaluate.py show the agents these
+texts."""
 from __future__ import annotations
 
 import torch
@@ -9,31 +12,37 @@ import torch
 from nanomarl.cli import arg_error
 
 
-# The debate's turn-1 instruction (the authors' wrappers, spec §1.3 item 1), shared by cotrain.py (the
-# agents' first turn), train_verifier.py (the verifier must see the prompt the agents answered) and evaluate.py.
+# The debate's turn-1 instruction (the authors' wrappers, spec §1.3 item 1), shared by cotrain.py
+# (the agents' first turn), train_verifier.py (the verifier must see the prompt the agents
+# answered) and evaluate.py.
 TURN1_MATH = {
-    "default": ("Question: {question}\n\nProvide a short but precise reasoning for your solution. At the end, you MUST "
-                "write the answer in the following format:\n\nAnswer: \\boxed{{XX}}\n\nPlease ensure that the final "
-                "answer is always formatted this way."),
-    # ours, for small models (the CPU default): SmolLM2-135M copies the authors' "\\boxed{XX}" placeholder
+    "default": ("Question: {question}\n\nProvide a short but precise reasoning for your solution. "
+                "At the end, you MUST write the answer in the following format:\n\nAnswer: "
+                "\\boxed{{XX}}\n\nPlease ensure that the final answer is always formatted "
+                "this way."),
+    # ours, for small models (the CPU default): SmolLM2-135M copies the authors'
+    # "\\boxed{XX}" placeholder
     "short": "{question}\nShow the calculation, then end with \"The answer is\" and the number.",
-    "phi3": ("Question: {question}\n\nProvide a reasoning for your solution. At the end, you MUST write the answer in "
-             "the following format:```\n\nAnswer: \\boxed{{ XXX }}'''\n\nPlease ensure that the final answer is always "
-             "formatted this way."),
+    "phi3": ("Question: {question}\n\nProvide a reasoning for your solution. At the end, you MUST "
+             "write the answer in the following format:```\n\nAnswer: \\boxed{{ XXX }}'''\n\n"
+             "Please ensure that the final answer is always formatted this way."),
 }
 
 
-SHORT_DISCUSSION = ("{question}\nCheck these solutions and yours, show the calculation, then end with \"The answer is\" "
-                    "and the number.")  # the turn t > 1 instruction of the 'short' style (cotrain.discussion_message)
+# the turn t > 1 instruction of the 'short' style (discussion_message)
+SHORT_DISCUSSION = ("{question}\nCheck these solutions and yours, show the calculation, then end "
+                    "with \"The answer is\" and the number.")
 
 
-NLI_BOX = ("\n\nAt the end, write your final answer in the following format:\n\nAnswer: \\boxed{LABEL}\n\nwhere LABEL "
-           "is entailment, neutral or contradiction.")  # ours: the authors' ANLI prompt does not ask for a box
+# ours: the authors' ANLI prompt does not ask for a box
+NLI_BOX = ("\n\nAt the end, write your final answer in the following format:\n\nAnswer: "
+           "\\boxed{LABEL}\n\nwhere LABEL is entailment, neutral or contradiction.")
 
 
 def turn1_prompt(question: str, task: str, style: str = "default") -> str:
-    """The first user message: the question wrapped in the authors' instruction to answer in \\boxed{}.
-    task: 'math' or 'nli' (a load_task record's task; nli questions already hold the ANLI prompt)."""
+    """The first user message: the question wrapped in the authors' instruction to answer in
+    \\boxed{}. task: 'math' or 'nli' (a load_task record's task; nli questions already hold the ANLI
+    prompt)."""
     if style not in TURN1_MATH:
         arg_error("--prompt-style", f"expected one of {', '.join(TURN1_MATH)}, got {style!r}")
     if task == "nli":
@@ -42,44 +51,51 @@ def turn1_prompt(question: str, task: str, style: str = "default") -> str:
 
 
 DISCUSSION_INSTRUCTION = (
-    "Focus on providing a well-reasoned response that not only considers your own previous solution but also takes "
-    "into account answers from other agents. If you believe your previous answer was incorrect, feel free to revise "
-    "it. However, avoid repeating the same answer you or other agents have already provided. {reward_sentence}Ensure "
-    "that your explanation is well justifing your final answer. Please maintain your answer with very simple "
-    "reasoning.\n\nOnce again, the question is: {question}")  # verbatim from the authors' code, typos included
+    "Focus on providing a well-reasoned response that not only considers your own previous "
+    "solution but also takes into account answers from other agents. If you believe your previous "
+    "answer was incorrect, feel free to revise it. However, avoid repeating the same answer you or "
+    "other agents have already provided. {reward_sentence}Ensure that your explanation is well "
+    "justifing your final answer. Please maintain your answer with very simple reasoning.\n\n"
+    "Once again, the question is: {question}")  # verbatim from the authors' code, typos included
 
 
 REWARD_SENTENCE = "Also, internaly think about the reward of your and other agents' answer."
 
 
-REWARD_EXPLANATION = ("Here, each reward represents the probability that a suggested answer is correct, as evaluated "
-                      "by a verifier. The reward value is between 0 and 1; the verifier is not always perfect, though "
-                      "generally quite reliable.")  # the spec quotes its start and end; the middle is ours
+# the spec quotes its start and end; the middle is ours
+REWARD_EXPLANATION = ("Here, each reward represents the probability that a suggested answer is "
+                      "correct, as evaluated by a verifier. The reward value is between 0 and 1; "
+                      "the verifier is not always perfect, though generally quite reliable.")
 
 
 def verifier_feedback(score: float) -> str:
-    """The line an agent reads about its own previous answer when --feedback-in-prompt is on (spec §1.3 item 3)."""
+    """The line an agent reads about its own previous answer when --feedback-in-prompt is on (spec
+    §1.3 item 3)."""
     if score < 0.3:
         meaning = "Your answer is highly likely wrong."
     elif score < 0.6:
         meaning = "Your answer might be wrong, or your reasoning needs to have a stronger argument."
     elif score < 0.8:
-        meaning = "Your answer seems right, but check your reasoning again, there might be some room for improvement."
+        meaning = ("Your answer seems right, but check your reasoning again, there might be "
+                   "some room for improvement.")
     else:
         meaning = "Your answer is likely right with high probability."
     return f"Reward from a verifier of your answer: {score:.3f} out of 1.0, which means {meaning}"
 
 
-def discussion_message(question: str, other_answers: list[tuple[int, str]], other_scores: list[float] | None = None,
-                       own_score: float | None = None, prompt_style: str = "default") -> str:
+def discussion_message(question: str, other_answers: list[tuple[int, str]],
+                       other_scores: list[float] | None = None, own_score: float | None = None,
+                       prompt_style: str = "default") -> str:
     """The user message of turn t > 1 for one agent (the authors' construct_message_multi_agent).
 
-    other_answers: (agent index, response at turn t-1) of every OTHER agent, shown as "Agent {index+1}".
-    other_scores / own_score: verifier scores shown with --feedback-in-prompt (None: no feedback lines).
-    Without feedback we drop the instruction's sentence about rewards, which would refer to nothing.
-    prompt_style 'short' (ours, for small models) keeps the same structure with a one-line instruction instead of
-    the authors' paragraph: the turn-2 prompt is ~3x shorter, and so is the cost of generating and training on it."""
-    if prompt_style == "short" and other_scores is None and own_score is None:  # math only (run_debate)
+    other_answers: (agent index, response at turn t-1) of every OTHER agent, shown as "Agent
+    {index+1}". other_scores / own_score: verifier scores shown with --feedback-in-prompt (None: no
+    feedback lines). Without feedback we drop the instruction's sentence about rewards, which would
+    refer to nothing. prompt_style 'short' (ours, for small models) keeps the same structure with a
+    one-line instruction instead of the authors' paragraph: the turn-2 prompt is ~3x shorter, and so
+    is the cost of generating and training on it."""
+    # math only (run_debate)
+    if prompt_style == "short" and other_scores is None and own_score is None:
         message = "Solutions from other agents:" + "".join(f"\n\nAgent {agent + 1}: ```{answer}```"
                                                            for agent, answer in other_answers)
         return message + "\n\n" + SHORT_DISCUSSION.format(question=question)
@@ -87,18 +103,20 @@ def discussion_message(question: str, other_answers: list[tuple[int, str]], othe
     for k, (agent, answer) in enumerate(other_answers):
         message += f"\n\n Agent {agent + 1} solution: ```{answer}```"
         if other_scores is not None:
-            message += (f"\n\n Reward associated with agent {agent + 1}'s solution calculated by verifier: "
-                        f"{other_scores[k]:.3f} out of 1.0")
+            message += (f"\n\n Reward associated with agent {agent + 1}'s solution calculated by "
+                        f"verifier: {other_scores[k]:.3f} out of 1.0")
     if other_scores is not None:
         message += "\n\n" + REWARD_EXPLANATION
     sentence = REWARD_SENTENCE if other_scores is not None else ""
     message += "\n\n" + DISCUSSION_INSTRUCTION.format(reward_sentence=sentence, question=question)
-    if own_score is not None:  # the authors merge "feedback on your last answer" and the discussion into one user turn
+    # the authors merge "feedback on your last answer" and the discussion into one user turn
+    if own_score is not None:
         message = verifier_feedback(own_score) + "\n\n" + message
     return message
 
 
-def has_degenerate_repetition(token_ids: list[int], max_period: int = 20, max_repeats: int = 3, decode=None) -> bool:
+def has_degenerate_repetition(token_ids: list[int], max_period: int = 20, max_repeats: int = 3,
+                              decode=None) -> bool:
     """True when a block of 1..max_period tokens repeats consecutively more than max_repeats times
     (the authors' rule). Blocks that decode to digits only (e.g. "1000000") are allowed when
     `decode` is given."""
