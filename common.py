@@ -3,7 +3,7 @@
   1. models      load_model, add_adapters (named LoRA adapters on one frozen base),
                  adapter_parameters, ValueHead, the peft guards (adapters_disabled, single_adapter)
   2. generation  generate(): one batched sampling call, each row on its own adapter
-  3. log-probs   forward_responses(), reference_logprobs(): per-token log-probs at the temperature
+  3. log-probs   forward_responses(): per-token log-probs at the sampling temperature
   4. maths       masked_mean / masked_var / masked_whiten
   5. answers     extract_answer, is_well_formed, the majority vote and the debate metrics
 
@@ -167,7 +167,7 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
              lora_routing: str = "stacked") -> dict[str, torch.Tensor]:
     """Sample one response per prompt (a text, or token ids used as they are); row i uses adapter
     adapter_names[i] ('__base__' = no adapter). Rows on several adapters share one call:
-    lora_routing 'stacked' (nanomarl/fast.py, where it applies) or 'peft' (the same outputs, slower).
+    lora_routing 'stacked' (nanomarl/fast.py, where it applies) or 'peft' (same outputs, slower).
     Returns query_ids/mask [B, Lq] (left-padded), response_ids/mask [B, Lr], logprobs and entropy
     [B, Lr] (at the sampling temperature, before top-p/top-k: the quantity forward_responses
     recomputes; 0 where masked) and truncated [B] (no EOS within max_new_tokens)."""
@@ -190,11 +190,11 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
                    stacked_lora_routing(model, names) if stacked else contextlib.nullcontext())
         sampling = (dict(do_sample=False) if greedy
                     else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k))
-        # a model's generation_config may carry processors (repetition_penalty, ...) that would make
-        # the rollout off-policy without the returned log-probs showing it: switch them off
-        # explicitly
+        # a model's generation_config may carry processors (repetition_penalty, min_p, ...) that
+        # would make the rollout off-policy without the returned log-probs showing it: all off
         sampling.update(repetition_penalty=1.0, no_repeat_ngram_size=0, suppress_tokens=None,
-                        begin_suppress_tokens=None, bad_words_ids=None)
+                        begin_suppress_tokens=None, bad_words_ids=None, min_p=None, typical_p=1.0,
+                        epsilon_cutoff=0.0, eta_cutoff=0.0)
         with routing:
             out = model.generate(input_ids=query_ids, attention_mask=query_mask,
                                  max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
@@ -251,8 +251,8 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
         # one adapter for every row: peft's ordinary forward (its mixed path would gather and
         # scatter every layer's activations for nothing)
         with single_adapter(model, adapter_names[0]):
-            return forward_responses(model, query_ids, query_mask, response_ids, response_mask,
-                                     None, temperature, output_hidden, output_entropy, earlier=earlier)
+            return forward_responses(model, query_ids, query_mask, response_ids, response_mask, None,
+                                     temperature, output_hidden, output_entropy, earlier=earlier)
     if adapter_names is not None:
         group_by_adapter = torch.is_grad_enabled() if group_by_adapter is None else group_by_adapter
         if group_by_adapter or (torch.is_grad_enabled() and is_quantized(model)):
@@ -396,16 +396,6 @@ def restore_requires_grad(model, trainable: dict[str, bool]):
     stays frozen, a trainable one trainable."""
     for n, p in model.named_parameters():
         p.requires_grad_(trainable[n])
-
-
-@torch.no_grad()
-def reference_logprobs(model, query_ids, query_mask, response_ids, response_mask,
-                       temperature: float = 1.0):
-    """Log-probs under the reference policy = the same base with every adapter disabled (no second
-    copy)."""
-    with adapters_disabled(model):
-        return forward_responses(model, query_ids, query_mask, response_ids, response_mask, None,
-                                 temperature)["logprobs"]
 
 
 def batched(fn, batch: dict[str, torch.Tensor], size: int, **kwargs) -> dict[str, torch.Tensor]:

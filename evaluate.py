@@ -651,9 +651,8 @@ def train_overlap(records: list[dict], run_dir: str) -> int | None:
                ("config", "dataset_config"), ("task", "dataset_task"))
     fields = {k: run[v] for k, v in options if v in run}
     try:
-        trained = load_task(run.get("dataset", "arith"), run.get("dataset_split", "train"),
-                            run.get("train_limit") or None, run.get("seed", 0), skip_bad_rows=True,
-                            **fields)
+        trained = load_task(run["dataset"], run["dataset_split"], run["train_limit"] or None,
+                            run["seed"], skip_bad_rows=True, **fields)
     except (SystemExit, Exception) as e:  # e.g. a hub dataset that is not cached
         print(f"note: could not read the training questions of {run_dir} to check the overlap "
               f"({e})")

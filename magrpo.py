@@ -39,8 +39,8 @@ from typing import Literal
 import torch
 from tqdm import tqdm
 
-from common import (adapter_parameters, add_adapters, chat_prompt, forward_responses, generate,
-                    load_model, reference_logprobs)
+from common import (adapter_parameters, adapters_disabled, add_adapters, chat_prompt,
+                    forward_responses, generate, load_model)
 from nanomarl.cli import arg_error, load_function, parse_args
 from nanomarl.distributed import (allreduce_gradients, allreduce_sum, finish_distributed,
                                   init_distributed, is_main_process, seed_everything,
@@ -398,6 +398,15 @@ def nodes_by_turn(roots: list[Node]) -> list[list[Node]]:
 # ------------------------------------------------------------------------------------------------
 # 4. The update: −A · log π(own completion), deepest turn first, one step per agent per turn
 # ------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def reference_logprobs(model, query_ids, query_mask, response_ids, response_mask,
+                       temperature: float = 1.0):
+    """Log-probs under the reference policy: the same base with every adapter disabled."""
+    with adapters_disabled(model):
+        return forward_responses(model, query_ids, query_mask, response_ids, response_mask, None,
+                                 temperature)["logprobs"]
 
 
 def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:

@@ -51,7 +51,7 @@ def stacked_lora_routing(model, adapter_names: list[str]):
 
     peft's mixed-adapter forward gathers each adapter's rows, runs its LoRA and scatters the result
     back, in every layer, at every decoding step (about a quarter of a mixed generate call on CPU,
-    README "Speed and memory"). Here each LoRA layer's forward is replaced, for the duration of the
+    docs/speed.md). Here each LoRA layer's forward is replaced, for the duration of the
     block, by
         y = W x + B_cat ((A_cat x) ⊙ s_row)
     with A_cat [Σr, d_in] and B_cat [d_out, Σr] the used adapters' LoRA weights stacked along the

@@ -32,7 +32,7 @@ comes only from a report the harness writes to a pipe AFTER all tests have run, 
 nonce: exit(0), os._exit, a killed process, printed or written fake markers, patched builtins all end as failures.
 
 Why this way. Kernel mechanisms (namespaces, credentials, rlimits) rather than checks in Python, because the
-program can undo anything Python-level. An allow-list rather than a deny-list, because the attacks of issue 14
+program can undo anything Python-level. An allow-list rather than a deny-list, because the known attacks
 (F_SETOWN, TIOCSTI, prctl, setpriority) were all calls a deny-list had not thought of. The namespaces are set up
 here with a few libc calls (unshare, mount, pivot_root) instead of bubblewrap or nsjail: the same kernel
 mechanism, no system package to install on every machine, and the seccomp filter must be installed by the

@@ -238,7 +238,7 @@ def test_clean_exits_stop_with_a_note_after_the_write(tmp_path, monkeypatch, cap
 
 
 PHI3, QWEN3B = "microsoft/Phi-3-mini-128k-instruct", "Qwen/Qwen2.5-3B-Instruct"
-RECIPES = {  # recipe -> (script, settings it must give: the README's paper-scale commands)
+RECIPES = {  # recipe -> (script, settings it must give: the paper-scale commands of docs/maporl.md and docs/magrpo.md)
     "maporl-gsm8k-phi3": (cotrain, dict(model=PHI3, dataset="gsm8k", quant="4bit",
                                         prompt_style="phi3", num_turns=3, max_new_tokens=300,
                                         max_steps=200)),

@@ -10,7 +10,8 @@ import torch
 
 import common
 import cotrain
-from common import extract_answer, forward_responses, generate, load_model, masked_mean, masked_var, masked_whiten, reference_logprobs
+from common import extract_answer, forward_responses, generate, load_model, masked_mean, masked_var, masked_whiten
+from magrpo import reference_logprobs
 from nanomarl.cli import BadRow, parse_args
 from nanomarl.distributed import seed_everything
 from nanomarl.models import (SMOLLM2_GGUF, adapter_state_dict, load_adapters, load_tokenizer,
@@ -219,6 +220,26 @@ def test_ratio_is_one_for_every_adapter_of_a_mixed_batch(tiny, settings):
                                  position_ids=(rollout["query_mask"].cumsum(1) - 1).clamp(min=0),
                                  adapter_names=adapters).logits[:, -1]
         assert torch.equal(first_logits.argmax(-1), rollout["response_ids"][:, 0])
+
+
+@pytest.mark.parametrize("truncation", [dict(min_p=0.3), dict(typical_p=0.5),
+                                        dict(epsilon_cutoff=0.02), dict(eta_cutoff=0.5)])
+def test_generation_config_truncations_do_not_reach_sampling(tiny, truncation):
+    """A model's generation_config may truncate sampling (min_p, typical_p, epsilon/eta cutoffs);
+    π_old and the KL are full-softmax log-probs, so generate() samples as if it were unset."""
+    tok, _ = tiny
+    prompts = chat(tok, ["q one", "question two is longer", "3", "four four"])
+    rollouts = []
+    for settings in ({}, truncation):
+        model = load_model("tiny")
+        for key, value in settings.items():
+            setattr(model.generation_config, key, value)
+        torch.manual_seed(0)
+        rollouts.append(generate(model, tok, prompts, None, max_new_tokens=16, temperature=1.0))
+    plain, configured = rollouts
+    assert plain["response_mask"].sum() > 8
+    for key in ("response_ids", "response_mask", "logprobs"):
+        assert torch.equal(plain[key], configured[key]), key
 
 
 def test_adapter_isolation(tiny):

@@ -488,7 +488,7 @@ def test_write_results_and_tables(tmp_path):
 
 
 def test_answer_shapes_classifies_and_counts_an_evaluate_samples_file(tmp_path, capsys):
-    """docs/results/answer_shapes.py (README "Results" uses its tables): the four shapes by hand, and the
+    """docs/results/answer_shapes.py (docs/results.md uses its tables): the four shapes by hand, and the
     per-(method, turn) percentages of a samples.jsonl in evaluate.py's format."""
     import importlib.util
     from pathlib import Path

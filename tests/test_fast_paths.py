@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import cotrain
-from common import reference_logprobs, tokenize_prompts
+from common import tokenize_prompts
+from magrpo import reference_logprobs
 from conftest import PAPER_PPO
 from nanomarl.cli import parse_args
 from nanomarl.tasks.debate import load_task

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 import cotrain
-from common import adapter_parameters, batched, forward_responses, masked_whiten, reference_logprobs
+from common import adapter_parameters, batched, forward_responses, masked_whiten
+from magrpo import reference_logprobs
 from cotrain import gae, kl_shaped_rewards, policy_loss, value_loss
 from nanomarl.tasks.debate import load_task
 from test_fast_paths import Counter, ascii_fraction, debate_and_rewards, tiny_args, trainables

