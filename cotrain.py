@@ -314,8 +314,7 @@ def build_team(args: Args, device: str) -> Team:
     base_names = list(dict.fromkeys(names))
     agent_base = [base_names.index(n) for n in names]
     train_turns = train_turn_indices(args)
-    policy = dict(agent="agent{a}", shared="policy")
-    policy = policy.get(args.policy_sharing, "agent{a}_turn{t}")  # agent-turn: the paper's θ_ta
+    policy = {"agent": "agent{a}", "shared": "policy"}.get(args.policy_sharing, "agent{a}_turn{t}")
     adapter_names = [[policy.format(a=a, t=t + 1) if t in train_turns else "__base__"
                       for a in range(args.num_agents)] for t in range(args.num_turns)]
     trained = [(t, a) for t in train_turns for a in range(args.num_agents)]
@@ -391,7 +390,8 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
 
 def group_advantages(sequence_rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """--advantage group: A_i = R_i - mean_j R_j over the K debates of one question (rows q*K ..
-    q*K+K-1; MAGRPO's Eq. 1 baseline), no std division (Dr. GRPO). [B*K] -> [B*K]."""
+    q*K+K-1), the sample included: (K-1)/K of RLOO's leave-one-out advantage, and one baseline per
+    question at every turn, not MAGRPO's per node (Eq. 1); no std division (Dr. GRPO)."""
     grouped = sequence_rewards.reshape(-1, group_size)
     return (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
 

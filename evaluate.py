@@ -11,8 +11,10 @@ and plots. A tool, not a teaching script: read cotrain.py and magrpo.py first.
   sft          "SFT on collaboration trajectories": a LoRA fine-tuned on the off-the-shelf
                debates whose final majority is right plays every seat
   mix          one source per seat (--agents base,RUN,RUN:1,base:MODEL): a heterogeneous team
-Per turn: the majority vote with tie expectation (the paper's metric), each agent's accuracy, and
-the W→R, R→W, R→R, W→W transitions between consecutive turns (the paper's Figs. 3-4).
+Per turn: the mean agent accuracy (reported first: an unparsable partner cannot raise it), each
+agent's accuracy, the majority vote with tie expectation (the paper's metric, named the authors'
+rule: with two agents it scores [right, unparsable] 1 but [right, wrong] 0.5), and the W→R, R→W,
+R→R, W→W transitions between consecutive turns (the paper's Figs. 3-4).
 
 --mode magrpo (MAGRPO, arXiv 2508.04652). k = --num-samples joint answers per eval problem:
   single       one model does the whole task (the authors' single-agent prompts)
@@ -715,8 +717,7 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
         rows += [dict(method=method, question=r["id"], gold=r["answer"], answers=answers[b],
                       responses=[[debate["responses"][t][a][b] for a in range(args.num_agents)]
                                  for t in range(args.num_turns)]) for b, r in enumerate(records)]
-        acc = results[method]["accuracy"]["majority"]
-        print(f"{method}: majority-vote accuracy per turn " + " ".join(f"{a:.3f}" for a in acc))
+        print(f"{method}: " + accuracy_summary(results[method]["accuracy"]))
     return results, rows
 
 
@@ -1125,21 +1126,36 @@ def evaluate_magrpo(args, device: str, methods: list[str]) -> tuple[dict, list[d
 # ----------------------------------------------------------------------------------------------
 
 
+VOTE_RULE = ("majority vote with tie expectation, the authors' rule (two agents: [right, "
+             "unparsable] scores 1, [right, wrong] 0.5)")
+
+
+def accuracy_summary(accuracy: dict) -> str:
+    """The console line of one method: the mean agent accuracy per turn, then the authors' vote."""
+    agents, vote = (" ".join(f"{a:.3f}" for a in accuracy[k]) for k in ("mean_agent", "majority"))
+    return f"mean agent accuracy per turn {agents} | vote (authors' tie rule) {vote}"
+
+
 def debate_table(methods: dict[str, dict]) -> str:
-    """Markdown: rows = methods, columns = turns (majority-vote accuracy with tie expectation, in
-    %), then the pooled W→R / R→W fractions between consecutive turns."""
+    """Markdown: rows = methods, columns = turns (the mean agent accuracy in %), the same turns'
+    majority vote with tie expectation (the authors' rule, in %), then the pooled W→R / R→W
+    fractions between consecutive turns; a note under the table names the two accuracies."""
     n_turns = max(m["num_turns"] for m in methods.values())
     head = (["method"] + [f"turn {t + 1}" for t in range(n_turns)]
+            + [f"vote turn {t + 1}" for t in range(n_turns)]
             + [f"W→R / R→W {t + 1}→{t + 2}" for t in range(n_turns - 1)])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in methods.items():
-        acc = [f"{100 * a:.1f}" for a in m["accuracy"]["majority"]]
+        agents, vote = ([f"{100 * a:.1f}" for a in m["accuracy"][k]]
+                        for k in ("mean_agent", "majority"))
         trans = [f"{100 * p['pooled_fractions']['W→R']:.1f} / "
                  f"{100 * p['pooled_fractions']['R→W']:.1f}"
                  for p in m["transitions"]]
-        cells = acc + [""] * (n_turns - len(acc)) + trans + [""] * (n_turns - 1 - len(trans))
+        cells = (agents + [""] * (n_turns - len(agents)) + vote + [""] * (n_turns - len(vote))
+                 + trans + [""] * (n_turns - 1 - len(trans)))
         lines.append("| " + " | ".join([name] + cells) + " |")
-    return "\n".join(lines) + "\n"
+    return ("\n".join(lines) + f"\n\nturn t: the mean agent accuracy (%), which an unparsable "
+            f"partner cannot raise; vote turn t: the {VOTE_RULE}.\n")
 
 
 def samples_table(methods: dict[str, dict], columns: list[str]) -> str:
@@ -1190,23 +1206,24 @@ def _pyplot():
 
 
 def plot_debate(methods: dict[str, dict], out_dir: Path) -> list[Path]:
-    """accuracy_per_turn.png (majority vote per turn, one line per method) and, with T >= 2,
-    transitions.png (pooled W→R and R→W fractions per pair of consecutive turns, a pair of bars per
-    method: MAPoRL Figs. 3-4)."""
+    """accuracy_per_turn.png (per method and turn, the mean agent accuracy, solid, and the
+    authors' majority vote, dashed) and, with T >= 2, transitions.png (pooled W→R and R→W
+    fractions per pair of consecutive turns, a pair of bars per method: MAPoRL Figs. 3-4)."""
     plt = _pyplot()
     if plt is None:
         return []
     n_turns = next(iter(methods.values()))["num_turns"]  # every method plays the same T
     paths = [out_dir / "accuracy_per_turn.png"]
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    for name, m in methods.items():
-        ax.plot(range(1, n_turns + 1), [100 * a for a in m["accuracy"]["majority"]], marker="o",
-                label=name)
-    ax.set(xlabel="turn", ylabel="majority-vote accuracy (%)", title="Accuracy per turn")
+    for i, (name, m) in enumerate(methods.items()):
+        ax.plot(range(1, n_turns + 1), [100 * a for a in m["accuracy"]["mean_agent"]], marker="o",
+                color=f"C{i}", label=f"{name}: mean agent")
+        ax.plot(range(1, n_turns + 1), [100 * a for a in m["accuracy"]["majority"]], marker="x",
+                color=f"C{i}", linestyle="--", label=f"{name}: vote (authors' tie rule)")
+    ax.set(xlabel="turn", ylabel="accuracy (%)", title="Accuracy per turn")
     ax.set_xticks(range(1, n_turns + 1))
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(paths[0], dpi=120)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.savefig(paths[0], dpi=120, bbox_inches="tight")
     plt.close(fig)
     if n_turns < 2:
         return paths

@@ -391,14 +391,21 @@ def log_update(run_dir: Path, metrics: dict, stats: dict, debate: dict, r: dict,
 
 
 def finish_run(run_dir: Path, args):
-    """The closing lines: where everything is, the held-out table, the plot; trackers and the
-    process group closed."""
+    """The closing lines: where everything is, the held-out table (per turn the authors' majority
+    vote and the mean agent accuracy, the headline), the plot; trackers and the process group
+    closed."""
     print(f"done. metrics: {run_dir / 'metrics.jsonl'} | adapters: {run_dir / 'adapters'} "
           f"(agents and turns: {run_dir / 'debate.json'}) | checkpoint: "
           f"{run_dir / 'checkpoint.pt'}")
+    # per turn the vote, then the mean agent accuracy: the last column, the headline
     print_eval_table(run_dir, [f"eval/turn{t}/{k}" for t in range(2, args.num_turns + 1)
                                for k in ("wrong_to_right", "right_to_wrong")]
-                     + [f"eval/turn{t}/accuracy" for t in range(1, args.num_turns + 1)])
+                     + [f"eval/turn{t}/{k}" for t in range(1, args.num_turns + 1)
+                        for k in ("accuracy", "agent_accuracy")])
+    if args.eval_questions and is_main_process() and (run_dir / "metrics.jsonl").exists():
+        print("  agent_accuracy = the mean over agents (the headline: an unparsable partner cannot "
+              "raise it);\n  accuracy = the majority vote with tie expectation, the authors' "
+              "rule (two agents: [right, unparsable] scores 1, [right, wrong] 0.5)")
     plot_run(run_dir)  # training_curves.png (needs matplotlib)
     finish_tracker()  # --report-to: flush and close
     finish_distributed()  # multi-process: leave the process group (gloo aborts at exit otherwise)

@@ -67,7 +67,31 @@ def test_cotrain_cli_logs_eval_rows_before_and_after(tmp_path):
     for r in rows:
         assert {"eval/turn1/accuracy", "eval/turn2/accuracy", "eval/turn2/wrong_to_right"} <= set(r)
         assert r["eval/num_questions"] == 4 and 0 <= r["eval/turn2/accuracy"] <= 1
-    assert "held-out evaluation" in out.stdout and "eval/turn2/accuracy:" in out.stdout
+    assert all("eval/turn2/agent_accuracy" in r for r in rows)
+    # the headline is the last turn's mean agent accuracy; the authors' vote stays in the table
+    assert "held-out evaluation" in out.stdout and "eval/turn2/agent_accuracy:" in out.stdout
+    assert "eval/turn2/accuracy:" not in out.stdout and " eval/turn2/accuracy |" in out.stdout
+
+
+def test_cotrain_finish_run_headline_is_the_mean_agent_accuracy(tmp_path, capsys, monkeypatch):
+    """The end-of-run table: per turn the authors' vote beside the mean agent accuracy, and the
+    before -> after line on the last turn's mean agent accuracy, which an unparsable partner cannot
+    raise (here the vote rises 0.5 -> 1.0 while the agents stay at 0.5)."""
+    from nanomarl import cotrain_run
+    monkeypatch.setattr(cotrain_run, "plot_run", lambda run_dir: None)
+    rows = [dict(step=step, **{"eval/num_questions": 4, "eval/turn2/wrong_to_right": 0.0,
+                               "eval/turn2/right_to_wrong": 0.0, "eval/turn1/accuracy": 0.5,
+                               "eval/turn1/agent_accuracy": 0.5, "eval/turn2/accuracy": vote,
+                               "eval/turn2/agent_accuracy": 0.5})
+            for step, vote in ((0, 0.5), (3, 1.0))]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cotrain_run.finish_run(tmp_path, cotrain.Args(num_agents=2, num_turns=2))
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith(" step |"))
+    assert header.split(" | ")[-4:] == ["eval/turn1/accuracy", "eval/turn1/agent_accuracy",
+                                        "eval/turn2/accuracy", "eval/turn2/agent_accuracy"]
+    assert "eval/turn2/agent_accuracy: 0.500 (step 0) -> 0.500 (step 3)" in out
+    assert "the authors' rule" in out
 
 
 def test_magrpo_evaluate_team_uses_greedy_joint_actions_and_the_task_reward(monkeypatch):

@@ -70,6 +70,34 @@ def test_debate_metrics_hand_made():
     assert m["majority_transitions"] == [dict(turns=[0, 1], improve=1, decline=1, same=0)]
 
 
+def test_mean_agent_accuracy_leads_and_an_unparsable_partner_cannot_raise_it(tmp_path):
+    """Two agents: the authors' vote scores [right, unparsable] 1 but [right, wrong] 0.5; the mean
+    agent accuracy scores both 0.5. The console line, results.md and the plot lead with it."""
+    assert evaluate.debate_metrics([[["5", None]]], ["5"])["accuracy"] == dict(
+        majority=[1.0], agents=[[1.0], [0.0]], mean_agent=[0.5])
+    assert evaluate.debate_metrics([[["5", "7"]]], ["5"])["accuracy"]["majority"] == [0.5]
+    # gold 5 and 3; q0 [5, 7] -> [5, None] (agent 1 turns unparsable), q1 [4, 4] -> [4, 3]
+    answers = [[["5", "7"], ["5", None]], [["4", "4"], ["4", "3"]]]
+    gamed = evaluate.debate_metrics(answers, ["5", "3"])
+    # agents: turn 1 (1/2 + 0) / 2, turn 2 (1/2 + 1/2) / 2
+    # vote: turn 1 (1/2 + 0) / 2, turn 2 (1 + 1/2) / 2: agent 1's unparsable answer raises it
+    assert gamed["accuracy"]["mean_agent"] == pytest.approx([0.25, 0.5])
+    assert gamed["accuracy"]["majority"] == pytest.approx([0.25, 0.75])
+    assert (evaluate.accuracy_summary(gamed["accuracy"])
+            == "mean agent accuracy per turn 0.250 0.500 | vote (authors' tie rule) 0.250 0.750")
+    honest = evaluate.debate_metrics([[["5", "7"], ["5", "7"]]], ["5"])
+    lines = evaluate.debate_table(dict(gamed=gamed, honest=honest)).splitlines()
+    assert lines[0] == "| method | turn 1 | turn 2 | vote turn 1 | vote turn 2 | W→R / R→W 1→2 |"
+    # pooled transitions of gamed: agent 1 on q1 W→R, nothing R→W, of 4 (question, agent) pairs
+    assert lines[2] == "| gamed | 25.0 | 50.0 | 25.0 | 75.0 | 25.0 / 0.0 |"
+    assert lines[3] == "| honest | 50.0 | 50.0 | 50.0 | 50.0 | 0.0 / 0.0 |"
+    assert "mean agent accuracy" in lines[5] and "the authors' rule" in lines[5]
+    pytest.importorskip("matplotlib", reason="plots are optional")
+    paths = evaluate.plot_debate(dict(gamed=gamed, honest=honest), tmp_path)
+    assert [p.name for p in paths] == ["accuracy_per_turn.png", "transitions.png"]
+    assert all(p.stat().st_size > 0 for p in paths)
+
+
 # ---------------------------------------------------------------------------------------------- pass@k
 
 
@@ -431,13 +459,16 @@ def test_debate_mode_smoke(tmp_path, tiny_model_dir):
                                                                    ["r0_agent0"] * 2]
     assert methods["sft"]["sft"]["questions"] == 2
     table = (out / "results.md").read_text().splitlines()
-    assert table[0].startswith("| method | turn 1 | turn 2 |")
-    assert [row.split("|")[1].strip() for row in table[2:]] == list(evaluate.DEBATE_METHODS)
+    assert table[0].startswith("| method | turn 1 | turn 2 | vote turn 1 | vote turn 2 |")
+    n = len(evaluate.DEBATE_METHODS)
+    assert [row.split("|")[1].strip() for row in table[2:2 + n]] == list(evaluate.DEBATE_METHODS)
+    assert table[2 + n] == "" and "the authors' rule" in table[3 + n]
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 5 * 2 and all(len(r["answers"]) == 2 and len(r["answers"][0]) == 3 for r in rows)
     pytest.importorskip("matplotlib", reason="plots are optional")
     assert (out / "accuracy_per_turn.png").stat().st_size > 0 and (out / "transitions.png").stat().st_size > 0
     assert "results:" in result.stdout
+    assert "offtheshelf: mean agent accuracy per turn " in result.stdout  # then the authors' vote
 
 
 def test_writing_methods_in_process(tiny_model_dir):
