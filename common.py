@@ -251,8 +251,9 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
         # one adapter for every row: peft's ordinary forward (its mixed path would gather and
         # scatter every layer's activations for nothing)
         with single_adapter(model, adapter_names[0]):
-            return forward_responses(model, query_ids, query_mask, response_ids, response_mask, None,
-                                     temperature, output_hidden, output_entropy, earlier=earlier)
+            return forward_responses(model, query_ids, query_mask, response_ids, response_mask,
+                                     None, temperature, output_hidden, output_entropy,
+                                     earlier=earlier)
     if adapter_names is not None:
         group_by_adapter = torch.is_grad_enabled() if group_by_adapter is None else group_by_adapter
         if group_by_adapter or (torch.is_grad_enabled() and is_quantized(model)):

@@ -783,11 +783,12 @@ def rl_records(args, records: list[dict]) -> list[dict]:
     trained nor was measured on (MAPoRL footnote 2), split as the verifier's own run split them."""
     trained = verifier_args(args.verifier)
     kept = rl_questions(records, trained["verifier_fraction"], trained["split_seed"])
-    print(f"RL questions: {len(kept)} of {len(records)}; the other {len(records) - len(kept)} are the "
-          f"verifier's (--verifier-fraction {trained['verifier_fraction']} --split-seed "
+    print(f"RL questions: {len(kept)} of {len(records)}; the other {len(records) - len(kept)} are "
+          f"the verifier's (--verifier-fraction {trained['verifier_fraction']} --split-seed "
           f"{trained['split_seed']} of {args.verifier})")
     if trained.get("dataset") != args.dataset:
-        print(f"note: the verifier was trained on {trained.get('dataset')}, RL runs on {args.dataset}")
+        print(f"note: the verifier was trained on {trained.get('dataset')}, RL runs on "
+              f"{args.dataset}")
     return kept
 
 
