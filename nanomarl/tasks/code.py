@@ -342,6 +342,7 @@ def analyze_code(aux_text: str, main_text: str, problem: dict, tests: list[str] 
                                           and (block_name(block) == mine or parses(block))]
         parts = ([prompt_context(problem["prompt"], entry)] + own(aux_text, "aux", entry)
                  + own(main_text, entry, "aux"))
+    context = "import math\n" + parts[0]  # the prompt's part (trusted): the tests run after it
     program = "\n\n".join(part for part in parts if part)
     report["program"] = program
     try:
@@ -358,7 +359,8 @@ def analyze_code(aux_text: str, main_text: str, problem: dict, tests: list[str] 
                   else {t: s for s, t in check_statements(problem["test"], entry)})
         runs = [setups[t] + "\n" + t if setups.get(t) else t for t in report["tests"]]
         # the authors exec the program with `math` already in its globals
-        result = run_tests_in_sandbox("import math\n" + program, runs, timeout, memory_mb)
+        result = run_tests_in_sandbox("import math\n" + program, runs, timeout, memory_mb,
+                                      context=context)
         for key in ("passed", "errors", "loaded", "load_error"):
             report[key] = result[key]
     return report
