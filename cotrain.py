@@ -43,8 +43,8 @@ from common import (ValueHead, adapter_parameters, add_adapters, allreduce_sum, 
                     is_well_formed, load_model, majority_vote_accuracy, masked_whiten)
 from nanomarl.cli import DataArgs, ModelArgs, RunArgs, parse_args
 from nanomarl.cotrain_run import (add_minibatch_stats, agent_models, check_questions, custom_scorer,
-                                  eval_due, eval_metrics, finish_run, load_state, log_update,
-                                  ppo_metrics, rollout_metrics, save_state, settle_args,
+                                  eval_controls, eval_due, eval_metrics, finish_run, load_state,
+                                  log_update, ppo_metrics, rollout_metrics, save_state, settle_args,
                                   stop_if_kl_exceeds, train_turn_indices)
 from nanomarl.distributed import (allreduce_gradients, init_distributed, seed_everything,
                                   seed_sampling_per_rank, world_info)
@@ -119,6 +119,7 @@ class Args(RunArgs, ModelArgs, DataArgs):  # and the run's, the base model's and
     eval_questions: int = 40  # held-out questions debated greedily before and after (0: off)
     eval_every: int = 0  # also evaluate every N updates (0: before the first and after the last)
     eval_split: str = "test"  # split of the held-out questions (disjoint from the training split)
+    eval_self_consistency: bool = True  # also agent 0 alone, A x T sampled answers voted (eval/sc/)
 
 
 RESPONSE_KEYS = ("query_ids", "query_mask", "response_ids", "response_mask")  # what is forwarded
@@ -634,7 +635,7 @@ def learning_rate(args: Args, step: int) -> float:
 @torch.no_grad()
 def evaluate_team(team: Team, args: Args, records: list[dict], scorer) -> dict:
     """The team debates the held-out questions greedily: per turn the majority vote's accuracy (Sec.
-    4.1), the mean agent's, the unparsable rate and the W->R / R->W changes (as evaluate.py)."""
+    4.1), the mean agent's, the unparsable rate, the W->R / R->W changes; and the controls."""
     t0 = time.time()
     debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names,
                         args.max_new_tokens, greedy=True, prompt_style=args.prompt_style,
@@ -644,8 +645,7 @@ def evaluate_team(team: Team, args: Args, records: list[dict], scorer) -> dict:
     answers = [[[debate["answers"][t][a][b] for a in range(args.num_agents)]
                 for t in range(args.num_turns)] for b in range(len(records))]
     numbers = debate_metrics(answers, [r["answer"] for r in records])
-    return dict(eval_metrics(numbers), **{"eval/num_questions": len(records),
-                                           "timing/eval_s": time.time() - t0})
+    return dict(eval_metrics(numbers), **eval_controls(run_debate, team, args, records, debate, t0))
 
 
 def rollout_step(team: Team, args: Args, records: list[dict], scorer,

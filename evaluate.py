@@ -14,7 +14,16 @@ and plots. A tool, not a teaching script: read cotrain.py and magrpo.py first.
 Per turn: the mean agent accuracy (reported first: an unparsable partner cannot raise it), each
 agent's accuracy, the majority vote with tie expectation (the paper's metric, named the authors'
 rule: with two agents it scores [right, unparsable] 1 but [right, wrong] 0.5), and the W→R, R→W,
-R→R, W→W transitions between consecutive turns (the paper's Figs. 3-4).
+R→R, W→W transitions between consecutive turns (the paper's Figs. 3-4), per agent and pooled; the
+tokens each method generated and read per question.
+The controls, single-agent self-consistency (nanomarl/self_consistency.py): one agent alone answers
+each question A x T times (--sc-samples; sampled at --temperature, also under --greedy) and its
+answers are voted by the same rule; and within the paired debate's generated tokens per question.
+  sc-base      the base model alone (paired with offtheshelf)
+  sc-maporl    --run's agent --sc-agent alone, its turn-1 adapter (paired with maporl)
+--dataset reasoning-gym:basic_arithmetic (pip install reasoning-gym, optional): a third party's
+phrasing of arith:digits' skill (nanomarl/tasks/debate.py names its settings; --dataset-config
+changes them); the questions evaluated are saved in results.json.
 
 --mode magrpo (MAGRPO, arXiv 2508.04652). k = --num-samples joint answers per eval problem:
   single       one model does the whole task (the authors' single-agent prompts)
@@ -39,6 +48,8 @@ Details, outputs and the exact method definitions: docs/evaluation_details.md.
 
 CPU smoke runs with the tiny random model (it cannot answer, so every number is 0):
 python evaluate.py --model tiny --limit 4 --max-new-tokens 16 --sft-questions 4
+python evaluate.py --model tiny --limit 4 --max-new-tokens 16 --methods offtheshelf,sc-base \\
+    --dataset reasoning-gym:basic_arithmetic
 python evaluate.py --mode magrpo --model tiny --limit 2 --num-samples 2 --k-values 1,2 \\
     --max-new-tokens 16
 
@@ -82,9 +93,10 @@ from nanomarl.distributed import default_device, seed_everything
 from nanomarl.models import check_model_name, load_tokenizer
 from nanomarl.runs import format_metrics, set_torch_threads
 from nanomarl.sandbox import parallel_map
+from nanomarl.self_consistency import debate_tokens, sample_answers, self_consistency_metrics
 from nanomarl.tasks.code import extract_function
 from nanomarl.tasks.code_prompts import CODE_RULES, function_params
-from nanomarl.tasks.debate import dataset_options, load_task
+from nanomarl.tasks.debate import dataset_options, load_task, reasoning_gym_config
 
 
 @dataclass
@@ -114,7 +126,7 @@ class Args:
     chat_template: bool = True  # magrpo: wrap prompts in the chat template, as magrpo.py does
     # ---- debate (MAPoRL) ----
     split: str = "test"  # dataset split
-    dataset_config: str = ""  # hub id only: the dataset's configuration (e.g. main)
+    dataset_config: str = ""  # hub id: its configuration (main); reasoning-gym:NAME: key=value,...
     question_field: str = "question"  # hub id or local file: the column holding the question
     answer_field: str = "answer"  # hub id or local file: the column holding the gold answer
     dataset_task: Literal["math", "nli"] = "math"  # hub id or local file: how the gold answer reads
@@ -125,6 +137,10 @@ class Args:
     prompt_style: Literal["short", "default", "phi3"] = "short"  # debate prompts, as cotrain.py
     feedback_in_prompt: bool = False  # agents read a verifier's scores of earlier answers
     verifier: str = ""  # train_verifier.py run folder, for --feedback-in-prompt
+    # ---- debate controls: single-agent self-consistency (sc-base, sc-maporl) ----
+    sc_samples: int = 0  # answers per question (0: A x T, as many as the debate's)
+    sc_max_samples: int = 0  # at most this many to fill the paired debate's tokens (0: 4 x it)
+    sc_agent: int = 0  # the agent that answers alone (sc-maporl: of --run; sc-base: its base)
     # ---- debate baseline: SFT on collaboration trajectories ----
     sft_questions: int = 100  # train questions whose off-the-shelf debates are collected
     sft_epochs: int = 2  # passes over the kept (prompt, response) pairs
@@ -396,7 +412,8 @@ def classify_cooperation(aux_code: str, main_code: str, entry_point: str,
 #    (the metrics are common.debate_metrics, as in cotrain.py's in-training evaluation)
 # ----------------------------------------------------------------------------------------------
 
-DEBATE_METHODS = ("offtheshelf", "maporl", "single", "sft", "mix")
+DEBATE_METHODS = ("offtheshelf", "maporl", "single", "sft", "mix", "sc-base", "sc-maporl")
+SC_PAIRS = {"sc-base": "offtheshelf", "sc-maporl": "maporl"}  # control -> the debate it matches
 # --dataset '': cotrain.py's and magrpo.py's CPU defaults
 DEFAULT_DATASET = dict(debate="arith:digits", magrpo="minicode")
 
@@ -496,6 +513,13 @@ def method_agents(method: str, bases: Bases, args) -> list[tuple[str, list[str]]
         return run_agent(bases, args.single_run, "--single-run", 0, A, T)
     if method == "sft":
         return [(sft_base(args), ["sft"] * T)] * A
+    if method in SC_PAIRS:  # one seat: agent --sc-agent's turn-1 policy, or its base
+        run = read_debate_run(args.run, "--run") if args.run else dict(models=[args.model])
+        if not 0 <= args.sc_agent < len(run["models"]):
+            arg_error("--sc-agent", f"must be in 0..{len(run['models']) - 1}, got {args.sc_agent}")
+        if method == "sc-base":
+            return [(run["models"][args.sc_agent], ["__base__"])]
+        return run_agent(bases, args.run, "--run", args.sc_agent, 1, 1)
     sources = [s.strip() for s in args.agents.split(",")]  # mix
     if len(sources) != A:
         arg_error("--agents", f"gives {len(sources)} sources but --num-agents is {A}")
@@ -513,7 +537,8 @@ def method_agents(method: str, bases: Bases, args) -> list[tuple[str, list[str]]
 def play_debates(bases: Bases, agents: list[tuple[str, list[str]]], records: list[dict], args,
                  scorer, greedy: bool) -> tuple[dict, float, int]:
     """cotrain.run_debate over the records in chunks of --batch-size. Returns (the debate's
-    responses, answers and prompts [T][A][B], wall-clock seconds, generated tokens)."""
+    responses, answers and prompts [T][A][B] and per question the tokens generated and read
+    [B], wall-clock seconds, generated tokens)."""
     models = [bases.model(base) for base, _ in agents]
     tokenizers = [bases.tokenizers[base] for base, _ in agents]
     adapter_names = [[names[t] for _, names in agents] for t in range(args.num_turns)]
@@ -526,15 +551,41 @@ def play_debates(bases: Bases, agents: list[tuple[str, list[str]]], records: lis
                                     feedback_in_prompt=args.feedback_in_prompt,
                                     prompt_style=args.prompt_style)
         seconds += time.perf_counter() - t0
-        tokens += sum(int(ro["response_mask"].sum()) for turn in debate["rollout"] for ro in turn)
+        generated, read = debate_tokens(debate)
+        tokens += sum(generated)
         if merged is None:
             merged = {k: debate[k] for k in ("responses", "answers", "prompts")}
+            merged.update(tokens=[], prompt_tokens=[])
         else:
-            for k in merged:
+            for k in ("responses", "answers", "prompts"):
                 for t, turn in enumerate(merged[k]):
                     for a in range(len(turn)):
                         turn[a] = turn[a] + debate[k][t][a]
+        merged["tokens"] += generated
+        merged["prompt_tokens"] += read
     return merged, seconds, tokens
+
+
+def play_self_consistency(bases: Bases, agent: tuple[str, list[str]], records: list[dict], args,
+                          budgets: list[int] | None) -> tuple[dict, float]:
+    """The control: one agent (base, [its adapter]) answers each record --sc-samples times
+    (default A x T), sampled at --temperature, in chunks of --batch-size questions; with budgets,
+    more answers up to --sc-max-samples (default 4 x) until the question's budget is spent
+    (self_consistency.sample_answers). Returns (answers, responses, tokens, prompt_tokens
+    [question][sample], wall-clock seconds)."""
+    (base, (adapter,)), n = agent, args.sc_samples or args.num_agents * args.num_turns
+    samples, seconds = None, 0.0
+    for start in range(0, len(records), args.batch_size):
+        chunk = slice(start, start + args.batch_size)
+        t0 = time.perf_counter()
+        out = sample_answers(cotrain.run_debate, bases.model(base), bases.tokenizers[base], adapter,
+                             records[chunk], n, budgets[chunk] if budgets else None,
+                             args.sc_max_samples or 4 * n, max_new_tokens=args.max_new_tokens,
+                             temperature=args.temperature, prompt_style=args.prompt_style,
+                             generate_batch_size=args.batch_size * args.num_agents)
+        seconds += time.perf_counter() - t0
+        samples = out if samples is None else {k: samples[k] + out[k] for k in samples}
+    return samples, seconds
 
 
 def correct_debate_examples(debate: dict, records: list[dict]) -> list[tuple[str, str]]:
@@ -695,8 +746,10 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
         if info.get("dataset") and info["dataset"] != args.dataset:
             print(f"cross-domain transfer: {args.run} was trained on {info['dataset']}, evaluated "
                   f"on {args.dataset}")
-    results, rows = {}, []
-    for method in methods:
+    results, rows, spent = {}, [], {}
+    golds = [r["answer"] for r in records]
+    # the debates first: a control matches its paired debate's tokens
+    for method in sorted(methods, key=lambda m: m in SC_PAIRS):
         extra = {}
         if method == "sft":
             seed_everything(args.seed)
@@ -704,21 +757,57 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
             extra["sft"] = train_sft_baseline(bases, args, scorer, exclude=exclude)
             plans[method] = method_agents(method, bases, args)
         seed_everything(args.seed)  # every method starts from the same random state
+        if method in SC_PAIRS:
+            results[method], method_rows = evaluate_self_consistency(
+                method, bases, plans[method][0], records, args, spent.get(SC_PAIRS[method]))
+            rows += method_rows
+            continue
         debate, seconds, tokens = play_debates(bases, plans[method], records, args, scorer,
                                                args.greedy)
+        spent[method] = debate["tokens"]
         answers = [[[debate["answers"][t][a][b] for a in range(args.num_agents)]
                     for t in range(args.num_turns)]
                    for b in range(len(records))]  # [question][turn][agent]
-        results[method] = dict(**debate_metrics(answers, [r["answer"] for r in records]),
+        results[method] = dict(**debate_metrics(answers, golds),
                                agents=[dict(base=base, adapters=names)
                                        for base, names in plans[method]],
                                time_per_question_s=seconds / len(records),
-                               tokens_per_question=tokens / len(records), **extra)
+                               answers_per_question=args.num_agents * args.num_turns,
+                               tokens_per_question=tokens / len(records),
+                               prompt_tokens_per_question=sum(debate["prompt_tokens"])
+                               / len(records),
+                               **extra)
         rows += [dict(method=method, question=r["id"], gold=r["answer"], answers=answers[b],
                       responses=[[debate["responses"][t][a][b] for a in range(args.num_agents)]
-                                 for t in range(args.num_turns)]) for b, r in enumerate(records)]
-        print(f"{method}: " + accuracy_summary(results[method]["accuracy"]))
-    return results, rows
+                                 for t in range(args.num_turns)], tokens=debate["tokens"][b])
+                 for b, r in enumerate(records)]
+        print(f"{method}: " + accuracy_summary(results[method]["accuracy"])
+              + f" | tokens/question {results[method]['tokens_per_question']:.1f}")
+    return {m: results[m] for m in methods}, rows, records
+
+
+def evaluate_self_consistency(method: str, bases: Bases, agent: tuple[str, list[str]],
+                              records: list[dict], args,
+                              budgets: list[int] | None) -> tuple[dict, list[dict]]:
+    """A control's numbers (self_consistency_metrics) and its samples.jsonl rows, in the debates'
+    layout: one 'turn' whose 'agents' are the answers. budgets: the paired debate's generated tokens
+    per question (None when it was not evaluated: no token-matched vote)."""
+    pair, n = SC_PAIRS[method], args.sc_samples or args.num_agents * args.num_turns
+    if budgets is None:
+        print(f"note: {method}: {pair} is not evaluated, so there is no vote within its tokens")
+    if args.greedy:
+        print(f"note: {method} samples at --temperature {args.temperature} (the debates: greedy)")
+    samples, seconds = play_self_consistency(bases, agent, records, args, budgets)
+    golds = [r["answer"] for r in records]
+    result = dict(**self_consistency_metrics(samples, golds, n, budgets), control_of=pair,
+                  agent=dict(base=agent[0], adapter=agent[1][0]), temperature=args.temperature,
+                  max_samples=args.sc_max_samples or 4 * n,
+                  time_per_question_s=seconds / len(records))
+    rows = [dict(method=method, question=r["id"], gold=r["answer"], answers=[samples["answers"][q]],
+                 responses=[samples["responses"][q]], tokens=sum(samples["tokens"][q]))
+            for q, r in enumerate(records)]
+    print(f"{method}: " + control_summary(result))
+    return result, rows
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1136,14 +1225,27 @@ def accuracy_summary(accuracy: dict) -> str:
     return f"mean agent accuracy per turn {agents} | vote (authors' tie rule) {vote}"
 
 
+def control_summary(m: dict) -> str:
+    """The console line of a control: one answer's accuracy, the vote of as many answers as the
+    debate's, tokens; the vote within the paired debate's tokens where it was evaluated."""
+    line = (f"one answer {m['sample_accuracy']:.3f} | vote of {m['num_samples']} "
+            f"{m['vote_accuracy']:.3f} | tokens/question {m['tokens_per_question']:.1f}")
+    if "budget_vote_accuracy" in m:
+        line += (f" | within {m['control_of']}'s {m['budget_per_question']:.1f} tokens/question: "
+                 f"vote {m['budget_vote_accuracy']:.3f} of {m['budget_samples']:.1f} answers")
+    return line
+
+
 def debate_table(methods: dict[str, dict]) -> str:
     """Markdown: rows = methods, columns = turns (the mean agent accuracy in %), the same turns'
-    majority vote with tie expectation (the authors' rule, in %), then the pooled W→R / R→W
-    fractions between consecutive turns; a note under the table names the two accuracies."""
+    majority vote with tie expectation (the authors' rule, in %), the pooled W→R / R→W fractions
+    between consecutive turns, then the budget: answers, generated and read tokens per question; a
+    note under the table names the two accuracies."""
     n_turns = max(m["num_turns"] for m in methods.values())
     head = (["method"] + [f"turn {t + 1}" for t in range(n_turns)]
             + [f"vote turn {t + 1}" for t in range(n_turns)]
-            + [f"W→R / R→W {t + 1}→{t + 2}" for t in range(n_turns - 1)])
+            + [f"W→R / R→W {t + 1}→{t + 2}" for t in range(n_turns - 1)]
+            + ["answers / q", "tokens / q", "prompt tokens / q"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in methods.items():
         agents, vote = ([f"{100 * a:.1f}" for a in m["accuracy"][k]]
@@ -1151,11 +1253,63 @@ def debate_table(methods: dict[str, dict]) -> str:
         trans = [f"{100 * p['pooled_fractions']['W→R']:.1f} / "
                  f"{100 * p['pooled_fractions']['R→W']:.1f}"
                  for p in m["transitions"]]
+        budget = [str(m.get("answers_per_question", ""))] + [
+            f"{m[k]:.1f}" if k in m else "" for k in ("tokens_per_question",
+                                                      "prompt_tokens_per_question")]
         cells = (agents + [""] * (n_turns - len(agents)) + vote + [""] * (n_turns - len(vote))
-                 + trans + [""] * (n_turns - 1 - len(trans)))
+                 + trans + [""] * (n_turns - 1 - len(trans)) + budget)
         lines.append("| " + " | ".join([name] + cells) + " |")
     return ("\n".join(lines) + f"\n\nturn t: the mean agent accuracy (%), which an unparsable "
-            f"partner cannot raise; vote turn t: the {VOTE_RULE}.\n")
+            f"partner cannot raise; vote turn t: the {VOTE_RULE}; tokens: generated, per "
+            f"question, every agent and turn.\n")
+
+
+def agents_table(methods: dict[str, dict]) -> str:
+    """Markdown: each agent of each debate method: its accuracy per turn (%) and its W→R / R→W
+    between consecutive turns (% of the questions)."""
+    n_turns = max(m["num_turns"] for m in methods.values())
+    head = (["method", "agent"] + [f"turn {t + 1}" for t in range(n_turns)]
+            + [f"W→R / R→W {t + 1}→{t + 2}" for t in range(n_turns - 1)])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, m in methods.items():
+        for a, per_turn in enumerate(m["accuracy"]["agents"]):
+            trans = [f"{100 * p['agent_fractions'][a]['W→R']:.1f} / "
+                     f"{100 * p['agent_fractions'][a]['R→W']:.1f}" for p in m["transitions"]]
+            cells = ([f"{100 * x:.1f}" for x in per_turn] + [""] * (n_turns - len(per_turn))
+                     + trans + [""] * (n_turns - 1 - len(trans)))
+            lines.append("| " + " | ".join([name, str(a)] + cells) + " |")
+    return "\n".join(lines) + "\n\nEach agent: its accuracy per turn (%), its W→R / R→W (% of "\
+        "the questions).\n"
+
+
+def controls_table(controls: dict[str, dict], debates: dict[str, dict]) -> str:
+    """Markdown: each self-consistency control (%): one answer's accuracy; the vote of as many
+    answers as the debate's, with their tokens per question; the vote of the answers within the
+    debate's generated tokens, how many answers and tokens that is and the questions that fell
+    short; then the debate it matches: its last turn's mean agent accuracy and vote, its answers
+    and tokens per question."""
+    head = ["control", "one answer", "vote, same answers", "answers / q", "tokens / q",
+            "vote, same tokens", "answers / q", "tokens / q", "short", "debate",
+            "debate last turn", "debate vote", "answers / q", "tokens / q"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, m in controls.items():
+        budget = ([f"{100 * m['budget_vote_accuracy']:.1f}", f"{m['budget_samples']:.1f}",
+                   f"{m['budget_tokens_per_question']:.1f}", f"{100 * m['budget_short']:.1f} %"]
+                  if "budget_vote_accuracy" in m else [""] * 4)
+        d = debates.get(m["control_of"])
+        debate = ([f"{100 * d['accuracy']['mean_agent'][-1]:.1f}",
+                   f"{100 * d['accuracy']['majority'][-1]:.1f}", str(d["answers_per_question"]),
+                   f"{d['tokens_per_question']:.1f}"] if d else ["not evaluated", "", "", ""])
+        cells = ([f"{100 * m['sample_accuracy']:.1f}", f"{100 * m['vote_accuracy']:.1f}",
+                  str(m["num_samples"]), f"{m['tokens_per_question']:.1f}"] + budget
+                 + [m["control_of"]] + debate)
+        lines.append("| " + " | ".join([name] + cells) + " |")
+    temperature = next(iter(controls.values()))["temperature"]
+    return ("\n".join(lines) + f"\n\nA control: one agent alone answers each question, sampled at "
+            f"T = {temperature}; one answer: its mean accuracy; vote: the same tie rule, over as "
+            "many answers as the debate's (same answers) or over the answers, in sampling order, "
+            "whose generated tokens do not exceed the debate's on that question (same tokens; at "
+            "least one; short: the questions where the answers ran out first).\n")
 
 
 def samples_table(methods: dict[str, dict], columns: list[str]) -> str:
@@ -1205,10 +1359,12 @@ def _pyplot():
     return plt
 
 
-def plot_debate(methods: dict[str, dict], out_dir: Path) -> list[Path]:
+def plot_debate(methods: dict[str, dict], out_dir: Path,
+                controls: dict | None = None) -> list[Path]:
     """accuracy_per_turn.png (per method and turn, the mean agent accuracy, solid, and the
-    authors' majority vote, dashed) and, with T >= 2, transitions.png (pooled W→R and R→W
-    fractions per pair of consecutive turns, a pair of bars per method: MAPoRL Figs. 3-4)."""
+    authors' majority vote, dashed; each control's vote, dotted) and, with T >= 2,
+    transitions.png (pooled W→R and R→W fractions per pair of consecutive turns, a pair of bars
+    per method: MAPoRL Figs. 3-4)."""
     plt = _pyplot()
     if plt is None:
         return []
@@ -1220,6 +1376,9 @@ def plot_debate(methods: dict[str, dict], out_dir: Path) -> list[Path]:
                 color=f"C{i}", label=f"{name}: mean agent")
         ax.plot(range(1, n_turns + 1), [100 * a for a in m["accuracy"]["majority"]], marker="x",
                 color=f"C{i}", linestyle="--", label=f"{name}: vote (authors' tie rule)")
+    for i, (name, m) in enumerate((controls or {}).items(), start=len(methods)):
+        ax.axhline(100 * m["vote_accuracy"], color=f"C{i}", linestyle=":",
+                   label=f"{name}: vote of {m['num_samples']} answers")
     ax.set(xlabel="turn", ylabel="accuracy (%)", title="Accuracy per turn")
     ax.set_xticks(range(1, n_turns + 1))
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
@@ -1296,7 +1455,7 @@ def choose_methods(args) -> list[str]:
     allowed = DEBATE_METHODS if args.mode == "debate" else MAGRPO_METHODS
     if args.mode == "debate":
         needs = dict(maporl=("run", "--run"), single=("single_run", "--single-run"),
-                     mix=("agents", "--agents"))
+                     mix=("agents", "--agents"), **{"sc-maporl": ("run", "--run")})
     else:
         needs = dict(magrpo=("run", "--run"), **{"mt-magrpo": ("mt_run", "--mt-run")})
     if args.methods:
@@ -1317,7 +1476,7 @@ def check_args(args):
     check_numbers(args, positive=("top_p", "num_samples", "batch_size", "sft_lr", "sft_batch_size",
                                   "lora_r", "lora_alpha", "test_timeout"),
                   non_negative=("limit", "max_new_tokens", "top_k", "sft_questions", "sft_epochs",
-                                "sandbox_workers"),
+                                "sandbox_workers", "sc_samples", "sc_max_samples", "sc_agent"),
                   unit_interval=("top_p",))
     check_model_name(args.model, "--model")
     for flag in ("run", "mt_run", "single_run", "verifier"):
@@ -1326,6 +1485,10 @@ def check_args(args):
                       f"{getattr(args, flag)} is not a folder (give a run folder)")
     if args.mode == "debate" and (args.num_agents < 1 or args.num_turns < 1):
         arg_error("--num-agents", "need --num-agents >= 1 and --num-turns >= 1")
+    sc_samples = args.sc_samples or args.num_agents * args.num_turns
+    if args.sc_max_samples and args.sc_max_samples < sc_samples:
+        arg_error("--sc-max-samples", f"must be >= the answers per question ({sc_samples}), got "
+                                      f"{args.sc_max_samples}")
     if args.mode == "magrpo" and args.num_samples < 1:
         arg_error("--num-samples", f"must be >= 1, got {args.num_samples}")
     if args.mode == "magrpo" and args.dataset == "pipeline":  # the methods here play 2 agents
@@ -1356,6 +1519,17 @@ def use_run_data(args):
         args.dataset = value
 
 
+def dataset_source(args) -> dict:
+    """How to make the evaluated questions again: the dataset, split, seed, limit, and for
+    reasoning-gym:NAME the library's version and every generator setting."""
+    source = dict(dataset=args.dataset, split=args.split, seed=args.seed, limit=args.limit)
+    if args.dataset.startswith("reasoning-gym:"):
+        import importlib.metadata
+        source.update(library="reasoning-gym", version=importlib.metadata.version("reasoning-gym"),
+                      settings=reasoning_gym_config(args.dataset, args.dataset_config))
+    return source
+
+
 def main(args: Args):
     use_run_data(args)
     check_args(args)
@@ -1375,12 +1549,18 @@ def main(args: Args):
         k_values = parse_int_list(args.k_values, "--k-values")
         table = samples_table(results, magrpo_columns(k_values, code))
         pngs = plot_magrpo(results, out_dir, code)
+        extra = {}
     else:
-        results, rows = evaluate_debates(args, device, methods)
-        table = debate_table(results)
-        pngs = plot_debate(results, out_dir)
+        results, rows, records = evaluate_debates(args, device, methods)
+        debates = {m: r for m, r in results.items() if m not in SC_PAIRS}
+        controls = {m: r for m, r in results.items() if m in SC_PAIRS}
+        table = (debate_table(debates) + "\n" + agents_table(debates) if debates else "") \
+            + ("\n" + controls_table(controls, debates) if controls else "")
+        pngs = plot_debate(debates, out_dir, controls) if debates else []
+        extra = dict(questions=[dict(id=r["id"], question=r["question"], answer=r["answer"])
+                                for r in records], dataset_source=dataset_source(args))
     payload = dict(mode=args.mode, args=dataclasses.asdict(args), device=device,
-                   wall_s=time.time() - start, methods=results)
+                   wall_s=time.time() - start, methods=results, **extra)
     json_path, md_path = write_results(out_dir, payload, table)
     with open(out_dir / "samples.jsonl", "w") as f:
         f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)

@@ -1,7 +1,8 @@
 """cotrain_run.py: cotrain.py's run machinery, which a reader of the algorithm may skip: the
 settings a run trains with (settle_args: --resume's saved ones, RESUME_MUST_MATCH, the refusals of
 check_args, agent_models, train_turn_indices), your scorer (user_scorer, custom_scorer), the
-held-out questions and when to evaluate on them (heldout_records, eval_due, eval_metrics),
+held-out questions and when to evaluate on them (heldout_records, eval_due, eval_metrics; the
+controls beside them: self_consistency.eval_controls),
 checkpoints (save_state, load_state), the --max-kl stop (stop_if_kl_exceeds), printed samples and
 the logged metrics (rollout_metrics, ppo_metrics, add_minibatch_stats, log_update) and the closing
 lines (finish_run). Nothing here changes what is trained."""
@@ -39,6 +40,7 @@ from nanomarl.runs import (
     resumed_args,
     save_checkpoint,
 )
+from nanomarl.self_consistency import eval_controls  # noqa: F401  (cotrain.evaluate_team's)
 from nanomarl.tasks.debate import dataset_options, load_task
 from nanomarl.trackers import finish_tracker, plot_run
 
@@ -338,16 +340,22 @@ def eval_due(args, step: int) -> bool:
 
 
 def eval_metrics(numbers: dict) -> dict:
-    """common.debate_metrics' numbers as the logged eval/turn{t}/... metrics."""
+    """common.debate_metrics' numbers as the logged eval/turn{t}/... metrics: pooled over agents,
+    then each agent's (eval/turn{t}/agent{a}/...: its accuracy, its W->R and R->W from turn t-1)."""
     metrics = {}
     for t, accuracy in enumerate(numbers["accuracy"]["majority"]):
         metrics[f"eval/turn{t + 1}/accuracy"] = accuracy
         metrics[f"eval/turn{t + 1}/agent_accuracy"] = numbers["accuracy"]["mean_agent"][t]
         metrics[f"eval/turn{t + 1}/invalid_rate"] = numbers["invalid_rate"][t]
+        for a, per_turn in enumerate(numbers["accuracy"]["agents"]):
+            metrics[f"eval/turn{t + 1}/agent{a}/accuracy"] = per_turn[t]
     for pair in numbers["transitions"]:  # turn t -> t+1, fractions of (question, agent) pairs
         into = pair["turns"][1] + 1
         metrics[f"eval/turn{into}/wrong_to_right"] = pair["pooled_fractions"]["W→R"]
         metrics[f"eval/turn{into}/right_to_wrong"] = pair["pooled_fractions"]["R→W"]
+        for a, fractions in enumerate(pair["agent_fractions"]):  # of the questions
+            metrics[f"eval/turn{into}/agent{a}/wrong_to_right"] = fractions["W→R"]
+            metrics[f"eval/turn{into}/agent{a}/right_to_wrong"] = fractions["R→W"]
     return metrics
 
 
@@ -398,14 +406,18 @@ def finish_run(run_dir: Path, args):
           f"(agents and turns: {run_dir / 'debate.json'}) | checkpoint: "
           f"{run_dir / 'checkpoint.pt'}")
     # per turn the vote, then the mean agent accuracy: the last column, the headline
+    sc = [f"eval/sc/{k}vote_accuracy" for k in ("", "budget_") if args.eval_self_consistency]
     print_eval_table(run_dir, [f"eval/turn{t}/{k}" for t in range(2, args.num_turns + 1)
-                               for k in ("wrong_to_right", "right_to_wrong")]
+                               for k in ("wrong_to_right", "right_to_wrong")] + sc
                      + [f"eval/turn{t}/{k}" for t in range(1, args.num_turns + 1)
                         for k in ("accuracy", "agent_accuracy")])
     if args.eval_questions and is_main_process() and (run_dir / "metrics.jsonl").exists():
         print("  agent_accuracy = the mean over agents (the headline: an unparsable partner cannot "
               "raise it);\n  accuracy = the majority vote with tie expectation, the authors' "
               "rule (two agents: [right, unparsable] scores 1, [right, wrong] 0.5)")
+        if sc:
+            print("  eval/sc = the control: agent 0 alone, its sampled answers voted (the same "
+                  "rule), as many as the debate's (vote_accuracy) or within its tokens (budget_)")
     plot_run(run_dir)  # training_curves.png (needs matplotlib)
     finish_tracker()  # --report-to: flush and close
     finish_distributed()  # multi-process: leave the process group (gloo aborts at exit otherwise)

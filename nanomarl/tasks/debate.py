@@ -1,6 +1,7 @@
 """The questions of the debate scripts (cotrain.py, train_verifier.py, evaluate.py): load_task reads
 GSM8K, ANLI, a local JSONL file, any hub dataset or local data file, or makes the built-in offline
-arithmetic word problems; each record holds a question and its normalised gold answer.
+arithmetic word problems or a reasoning-gym generator's questions (optional package); each record
+holds a question and its normalised gold answer.
 
 Also the answer normalisers (numbers, ANLI labels), the seeded split of a question by a hash of its
 text, and step_indices (which questions a step trains on, so a resumed run continues exactly). A
@@ -8,6 +9,7 @@ learner may skip this module: a record is {id, question, answer, task}.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -168,6 +170,83 @@ def arith_records(n: int, split: str, seed: int = 0, name: str = "arith") -> lis
             for i, (q, a) in enumerate(problems)]
 
 
+# reasoning-gym:NAME (pip install reasoning-gym, optional): a third party's phrasing of a skill.
+# basic_arithmetic's settings match arith:digits: one sum or difference of two one-digit numbers
+# (the library draws operands 0-10 and lets a difference go negative; arith:digits: 2-9 and 1-9,
+# never below 0) in its own four templates ("What is 3 + 5?", "Solve", "Compute", "Evaluate:")
+REASONING_GYM_DEFAULTS = {"basic_arithmetic": dict(
+    min_terms=2, max_terms=2, min_digits=1, max_digits=1, operators=("+", "-"),
+    allow_parentheses=False, allow_negation=False, format_style="natural", whitespace="single")}
+
+
+def reasoning_gym_config(name: str, config: str = "") -> dict:
+    """The generator settings of reasoning-gym:NAME: REASONING_GYM_DEFAULTS, then config's key=value
+    pairs (--dataset-config, e.g. 'min_digits=2,max_digits=2,operators=+'), each read as the type of
+    the library's default (a tuple, such as operators, takes one character per item)."""
+    try:
+        from reasoning_gym.factory import DATASETS
+    except ImportError:
+        arg_error("--dataset", f"{name} needs the optional package reasoning-gym (pip install "
+                               f"reasoning-gym)")
+    dataset = name.partition(":")[2]
+    if dataset not in DATASETS:
+        arg_error("--dataset", f"reasoning-gym has no dataset {dataset!r}")
+    defaults = {f.name: f.default for f in dataclasses.fields(DATASETS[dataset][1])
+                if f.name not in ("seed", "size")}  # both are load_task's
+    out = dict(REASONING_GYM_DEFAULTS.get(dataset, {}))
+    for pair in filter(None, (p.strip() for p in config.split(","))):
+        key, _, value = (part.strip() for part in pair.partition("="))
+        kind = type(defaults.get(key))
+        try:
+            if key not in defaults or not value:
+                raise ValueError("not a key=value pair of its settings")
+            if kind is bool and value.lower() not in ("true", "false"):
+                raise ValueError("expected true or false")
+            out[key] = (value.lower() == "true" if kind is bool else
+                        tuple(value) if kind in (tuple, list) else kind(value))
+        except (ValueError, TypeError) as e:
+            arg_error("--dataset-config", f"{pair!r} for reasoning-gym {dataset}: {e} (its "
+                                          f"settings: {', '.join(defaults)})")
+    return out
+
+
+def reasoning_gym_records(name: str, split: str, n: int | None, seed: int, config: str,
+                          skip_bad_rows: bool) -> list[dict]:
+    """The first n (None: all, of the first 50,000 items) distinct questions of reasoning-gym:NAME
+    (settings: reasoning_gym_config; the library's seed: `seed`) that fall in `split` by hash_split,
+    as arith_records, so that its splits never share a question; each record keeps the library's
+    item index (source_index)."""
+    settings, dataset = reasoning_gym_config(name, config), name.partition(":")[2]  # import checked
+    import reasoning_gym
+
+    if split not in ("train", "test", "validation"):
+        arg_error("--dataset", f"{name} has splits train, test, validation; got {split!r}")
+    try:
+        data = reasoning_gym.create_dataset(dataset, seed=seed, size=50 * (n or 1000),
+                                              **settings)
+    except (AssertionError, TypeError, ValueError) as e:  # the library's own checks
+        arg_error("--dataset-config", f"reasoning-gym {dataset} refuses {settings}: {e}")
+    records, seen = [], set()
+    for index in range(len(data)):
+        if len(records) == n:
+            break
+        item = data[index]
+        if item["question"] in seen or hash_split(item["question"]) != split:
+            continue
+        seen.add(item["question"])
+        gold = normalize_number(str(item["answer"]))
+        if gold is None and not skip_bad_rows:
+            raise BadRow(f"{name} item {index}: unparsable gold answer {item['answer']!r} "
+                         f"(use --skip-bad-rows to skip such rows)")
+        if gold is not None:
+            records.append(dict(id=f"reasoning-gym/{dataset}/{split}/{index}", source_index=index,
+                                question=item["question"], answer=gold, task="math"))
+    if n and len(records) < n:
+        print(f"note: {name} {split} has only {len(records)} distinct questions with these "
+              f"settings")
+    return records
+
+
 # a local data file's suffix -> the datasets builder that reads it
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 
@@ -248,7 +327,15 @@ def load_task(name: str, split: str = "train", limit: int | None = None, seed: i
     name: gsm8k (hub openai/gsm8k), anli / anli:r1|r2|r3 (hub facebook/anli, default r3 as the
     authors), jsonl:PATH (local, fixed fields), arith (built-in offline generator), or any hub id /
     local data file, read with question_field, answer_field, config and task (math|nli) by
-    dataset_records. `limit` keeps the first N."""
+    dataset_records; reasoning-gym:NAME (optional package; settings: --dataset-config). `limit`
+    keeps the first N."""
+    if name.startswith("reasoning-gym:"):
+        for flag, value, default in (("--question-field", question_field, "question"),
+                                     ("--answer-field", answer_field, "answer"),
+                                     ("--dataset-task", task, "math")):
+            if value != default:
+                arg_error(flag, f"applies to a hub id or a local file, not to {name}")
+        return reasoning_gym_records(name, split, limit or None, seed, config, skip_bad_rows)
     builtin = (name in ("arith", "arith:easy", "arith:digits", "gsm8k", "anli")
                or name.startswith(("anli:", "jsonl:")))
     options = (("--question-field", question_field, "question"),
@@ -299,8 +386,8 @@ def load_task(name: str, split: str = "train", limit: int | None = None, seed: i
             print(f"skipped {skipped} bad rows in {name} {split}")
         return records
     arg_error("--dataset", f"unknown dataset {name!r} (arith, arith:easy, arith:digits, gsm8k, "
-                           f"anli[:r1|r2|r3], jsonl:PATH, a hub id owner/name, or a local "
-                           f".json/.jsonl/.csv/.parquet file or folder)")
+                           f"anli[:r1|r2|r3], jsonl:PATH, reasoning-gym:NAME, a hub id owner/name, "
+                           f"or a local .json/.jsonl/.csv/.parquet file or folder)")
 
 
 def step_indices(num_items: int, per_step: int, step: int, seed: str,
