@@ -29,28 +29,36 @@ CODE_RULES = ("- Output ONLY the function code, no explanations or examples\n"
 
 def aux_prompt(problem: dict) -> str:
     """The authors' helper-agent prompt (its format lines break where their f-string's newlines
-    are)."""
+    are); a problem with an `aux_spec` (minicode) also gets aux's specification to implement."""
     if not function_params(problem["prompt"]):  # the authors' formatter returns this as the prompt
         return "Error: Could not extract function information from prompt."
+    spec = problem.get("aux_spec")
     return ("Create a helper function for this coding problem.\n\n"
             f"Problem:\n{problem['prompt']}\n\n"
-            f"IMPORTANT INSTRUCTIONS:\n{CODE_RULES}"
+            + (f"The helper function to write (the main function will call it):\n{spec}\n"
+               if spec else "")
+            + f"IMPORTANT INSTRUCTIONS:\n{CODE_RULES}"
             "- Create a helper function named 'aux' that can assist the main function\n"
-            "- The function should return useful data for solving the problem\n\n"
-            "Your output should follow this format:\n\n"
-            "def aux(...):\n # your function code here\nreturn result\n")
+            + ("- Implement aux exactly as specified above\n\n" if spec else
+               "- The function should return useful data for solving the problem\n\n")
+            + "Your output should follow this format:\n\n"
+            f"def aux({function_params(spec) if spec else '...'}):\n"
+            " # your function code here\nreturn result\n")
 
 
 def main_prompt(problem: dict) -> str:
-    """The authors' main-agent prompt: implement the entry point, aux(...) is available."""
+    """The authors' main-agent prompt: implement the entry point, aux(...) is available (with its
+    specification if the problem has an `aux_spec`)."""
     params = function_params(problem["prompt"])
     if not params:
         return "Error: Could not extract function information from prompt."
     entry = problem["entry_point"]
     return ("Solve this coding problem by implementing the required function.\n\n"
             f"Problem:\n{problem['prompt']}\n\n"
-            "You have access to a helper function: aux(...)\n\n"
-            f"IMPORTANT INSTRUCTIONS:\n{CODE_RULES}"
+            + (f"You have access to a helper function, written by another agent:\n"
+               f"{problem['aux_spec']}\n" if problem.get("aux_spec")
+               else "You have access to a helper function: aux(...)\n\n")
+            + f"IMPORTANT INSTRUCTIONS:\n{CODE_RULES}"
             "- Do NOT redefine the aux() function\n"
             f"- Implement ONLY the '{entry}' function as specified\n"
             "- You can call aux() to assign value to a variable within your function if helpful\n\n"
