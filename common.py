@@ -26,12 +26,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from nanomarl.cli import arg_error
 from nanomarl.distributed import allreduce_sum
-from nanomarl.fast import stackable_lora, stacked_lora_routing
-from nanomarl.models import hide_bitsandbytes_unless_quantised, resolve_model
+from nanomarl.fast import (first_used_column, read_responses_inside, stackable_lora,
+                           stacked_lora_routing, used_width)
+from nanomarl.models import (hide_bitsandbytes_unless_quantised, prepare_quantized,
+                             quantization_kwargs, resolve_model)
 from nanomarl.tasks.debate import normalize_label, normalize_number
-from nanomarl.fast import read_responses_inside
-from nanomarl.models import prepare_quantized, quantization_kwargs
-from nanomarl.fast import first_used_column, used_width
 
 # 1. Models, adapters, value heads -----------------------------------------------------------------
 
@@ -108,9 +107,7 @@ class ValueHead(nn.Module):
 
 
 def hidden_size(model) -> int:
-    config = model.config
-    return (config.hidden_size if hasattr(config, "hidden_size")
-            else config.get_text_config().hidden_size)
+    return getattr(model.config, "hidden_size", None) or model.config.get_text_config().hidden_size
 
 
 def chat_prompt(tokenizer, messages: list[dict]) -> str:
@@ -132,8 +129,7 @@ def response_mask_from_ids(response_ids: torch.Tensor, stop_ids: list[int]):
     """1 up to and including the first stop token, 0 after it. Returns (mask [B, L] float, truncated
     [B] bool)."""
     is_stop = torch.isin(response_ids, torch.tensor(stop_ids, device=response_ids.device))
-    # stop tokens strictly before position
-    stops_before = torch.cumsum(is_stop.long(), dim=1) - is_stop.long()
+    stops_before = torch.cumsum(is_stop.long(), dim=1) - is_stop.long()  # strictly before
     mask = (stops_before == 0).float()
     return mask, ~is_stop.any(dim=1)
 
@@ -146,8 +142,7 @@ def tokenize_prompts(tokenizer, prompts: list, device) -> tuple[torch.Tensor, to
                         add_special_tokens=False)
         return enc["input_ids"].to(device), enc["attention_mask"].to(device)
     rows = [torch.tensor([tokenizer(p, add_special_tokens=False)["input_ids"] if isinstance(p, str)
-                          else list(p)],
-                         dtype=torch.long) for p in prompts]
+                          else list(p)], dtype=torch.long) for p in prompts]
     ids = _pad_cat(rows, tokenizer.pad_token_id, left=True)
     mask = _pad_cat([torch.ones_like(r) for r in rows], 0, left=True)
     return ids.to(device), mask.to(device)
@@ -155,9 +150,8 @@ def tokenize_prompts(tokenizer, prompts: list, device) -> tuple[torch.Tensor, to
 
 def _pad_cat(tensors: list[torch.Tensor], value, left: bool) -> torch.Tensor:
     width = max(t.shape[1] for t in tensors)
-    padded = [F.pad(t, (width - t.shape[1], 0) if left else (0, width - t.shape[1]), value=value)
-              for t in tensors]
-    return torch.cat(padded, dim=0)
+    return torch.cat([F.pad(t, (width - t.shape[1], 0) if left else (0, width - t.shape[1]),
+                            value=value) for t in tensors])
 
 
 @torch.no_grad()
@@ -195,7 +189,7 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
         sampling.update(repetition_penalty=1.0, no_repeat_ngram_size=0, suppress_tokens=None,
                         begin_suppress_tokens=None, bad_words_ids=None, min_p=None, typical_p=1.0,
                         epsilon_cutoff=0.0, eta_cutoff=0.0)
-        with routing:
+        with routing, fp32_head(model):
             out = model.generate(input_ids=query_ids, attention_mask=query_mask,
                                  max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
                                  eos_token_id=stops, pad_token_id=tokenizer.pad_token_id,
@@ -215,16 +209,10 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
         chunks.append(dict(query_ids=query_ids, query_mask=query_mask, response_ids=response_ids,
                            response_mask=response_mask, logprobs=logprobs * response_mask,
                            entropy=entropy * response_mask, truncated=truncated))
-    return dict(
-        query_ids=_pad_cat([c["query_ids"] for c in chunks], tokenizer.pad_token_id, left=True),
-        query_mask=_pad_cat([c["query_mask"] for c in chunks], 0, left=True),
-        response_ids=_pad_cat([c["response_ids"] for c in chunks], tokenizer.pad_token_id,
-                              left=False),
-        response_mask=_pad_cat([c["response_mask"] for c in chunks], 0.0, left=False),
-        logprobs=_pad_cat([c["logprobs"] for c in chunks], 0.0, left=False),
-        entropy=_pad_cat([c["entropy"] for c in chunks], 0.0, left=False),
-        truncated=torch.cat([c["truncated"] for c in chunks]),
-    )
+    pad = {"query_ids": tokenizer.pad_token_id, "response_ids": tokenizer.pad_token_id}
+    out = {k: _pad_cat([c[k] for c in chunks], pad.get(k, 0), left=k.startswith("query"))
+           for k in chunks[0] if k != "truncated"}
+    return dict(out, truncated=torch.cat([c["truncated"] for c in chunks]))
 
 
 # 3. Log-probs (and hidden states for value heads) of given responses ------------------------------
@@ -256,7 +244,8 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
                                      earlier=earlier)
     if adapter_names is not None:
         group_by_adapter = torch.is_grad_enabled() if group_by_adapter is None else group_by_adapter
-        if group_by_adapter or (torch.is_grad_enabled() and is_quantized(model)):
+        quantized = getattr(model.config, "quantization_config", None) is not None
+        if group_by_adapter or (torch.is_grad_enabled() and quantized):
             return _forward_by_adapter_groups(model, query_ids, query_mask, response_ids,
                                               response_mask, adapter_names, temperature,
                                               output_hidden, output_entropy, earlier)
@@ -272,10 +261,11 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     attention_mask = torch.cat([query_mask.long(), response_mask.long()], dim=1)
     position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
     extra = {} if adapter_names is None else {"adapter_names": list(adapter_names)}
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                  output_hidden_states=output_hidden, use_cache=False, **extra)
     if not earlier:
-        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                    output_hidden_states=output_hidden, logits_to_keep=r_len + 1, use_cache=False,
-                    **extra)
+        with fp32_head(model):  # the logits in fp32 on a bf16 base
+            out = model(**inputs, logits_to_keep=r_len + 1)
         # [B, Lr, V]: the positions that predict response tokens
         logits = out.logits[:, :-1].float() / temperature
         hidden = out.hidden_states[-1][:, q_len - 1: q_len + r_len - 1] if output_hidden else None
@@ -283,10 +273,9 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
         return _pad_outputs(result, full_width)
     # --conversation-forward: the same forward also reads responses inside the queries
     # (nanomarl/fast.py)
-    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                  output_hidden_states=output_hidden, use_cache=False, **extra)
-    parts = read_responses_inside(model, inputs,
-                                  query_mask, response_ids, response_mask, earlier, output_hidden)
+    with fp32_head(model):
+        parts = read_responses_inside(model, inputs, query_mask, response_ids, response_mask,
+                                      earlier, output_hidden)
     results = [_response_outputs(logits.float() / temperature, hidden, ids, mask, output_entropy)
                for logits, hidden, ids, mask in parts]
     return dict(_pad_outputs(results[0], full_width),
@@ -314,8 +303,21 @@ def _pad_outputs(result: dict, full_width: int) -> dict:
                 hidden=None if result["hidden"] is None else F.pad(result["hidden"], (0, 0, *pad)))
 
 
-def is_quantized(model) -> bool:
-    return getattr(model.config, "quantization_config", None) is not None
+@contextlib.contextmanager
+def fp32_head(model):
+    """The output layer in fp32 on a bf16/fp16 base: logits = h.float() @ W.float()ᵀ, not rounded
+    to 8 significant bits (a bf16 logit of 20: ±0.06, 0.2 nats at T 0.3). An fp32 head: as is."""
+    head = model.get_output_embeddings()
+    if (type(head) is not nn.Linear or head.bias is not None
+            or head.weight.dtype == torch.float32 or "forward" in vars(head)):
+        yield  # not a bias-free linear head, fp32 already, or inside this block already
+        return
+    copy = None if head.weight.requires_grad else head.weight.float()  # once per block
+    head.forward = lambda h: F.linear(h.float(), head.weight.float() if copy is None else copy)
+    try:
+        yield
+    finally:
+        del head.forward
 
 
 def _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, response_mask,

@@ -546,6 +546,63 @@ def test_save_and_load_adapters_round_trip(tiny, tmp_path):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def bf16_peft(names=("agent0", "agent1"), seed=0):
+    """make_peft's adapters on a bf16 base."""
+    model = common.add_adapters(load_model("tiny", "bfloat16"), list(names), r=4, alpha=8)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return model
+
+
+def fp32_head_logprobs(model, hidden, ids, temperature):
+    """log-softmax of the fp32 logits h.float() @ W.float()ᵀ, read at ids."""
+    logits = hidden.detach().float() @ model.get_output_embeddings().weight.float().T / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("path", ["one adapter", "mixed, no grad", "per adapter, autograd"])
+def test_bf16_logprobs_are_the_softmax_of_fp32_logits(tiny_model_dir, path):
+    """On a bf16 base forward_responses' log-probs are those of fp32 logits computed from the bf16 hidden state,
+    not of logits rounded to bf16 (here 1e-4 to 1e-3 off per token at T 0.3; on a real model's logits of ~20,
+    up to 0.2 nats). The rest of the forward stays bf16, and its rounding depends on the batch's shape."""
+    tok = load_tokenizer("tiny")
+    model = bf16_peft()
+    assert model.get_output_embeddings().weight.dtype == torch.bfloat16
+    names = ["agent0"] * 4 if path == "one adapter" else ["agent0", "agent1", "__base__", "agent1"]
+    torch.manual_seed(0)
+    rollout = generate(model, tok, chat(tok, ["q one", "question two is longer", "3", "four"]), names,
+                       max_new_tokens=10, temperature=0.3)
+    mask = rollout["response_mask"]
+    args = (rollout["query_ids"], rollout["query_mask"], rollout["response_ids"], mask)
+    with torch.set_grad_enabled(path == "per adapter, autograd"):
+        out = forward_responses(model, *args, names, 0.3, output_hidden=True)
+    assert out["logprobs"].dtype == torch.float32 and out["hidden"].dtype == torch.bfloat16
+    expected = fp32_head_logprobs(model, out["hidden"], rollout["response_ids"], 0.3) * mask
+    torch.testing.assert_close(out["logprobs"].detach(), expected, atol=1e-5, rtol=0)
+    assert model.get_output_embeddings().weight.dtype == torch.bfloat16  # the head itself is untouched
+    assert "forward" not in vars(model.get_output_embeddings())
+
+
+def test_bf16_generate_samples_from_fp32_logits(tiny_model_dir):
+    """generate() on a bf16 base: the first token's log-prob is that of the fp32 logits of the prompt's last
+    bf16 hidden state (the same forward generate's first step makes)."""
+    tok = load_tokenizer("tiny")
+    model = load_model("tiny", "bfloat16")
+    torch.manual_seed(0)
+    rollout = generate(model, tok, chat(tok, ["q one", "question two is longer", "3"]), None, max_new_tokens=4,
+                       temperature=0.3)
+    query_mask = rollout["query_mask"]
+    with torch.no_grad():
+        hidden = model(input_ids=rollout["query_ids"], attention_mask=query_mask,
+                       position_ids=(query_mask.cumsum(1) - 1).clamp(min=0),
+                       output_hidden_states=True).hidden_states[-1][:, -1]
+    expected = fp32_head_logprobs(model, hidden, rollout["response_ids"][:, 0], 0.3)
+    torch.testing.assert_close(rollout["logprobs"][:, 0], expected, atol=1e-5, rtol=0)
+
+
 def test_4bit_qlora_forward_backward_on_cpu(tiny_model_dir):
     pytest.importorskip("bitsandbytes", reason="bitsandbytes cannot import on this machine")
     model = common.load_model("tiny", quant="4bit")
