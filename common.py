@@ -162,9 +162,11 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
     """Sample one response per prompt (a text, or token ids used as they are); row i uses adapter
     adapter_names[i] ('__base__' = no adapter). Rows on several adapters share one call:
     lora_routing 'stacked' (nanomarl/fast.py, where it applies) or 'peft' (same outputs, slower).
-    Returns query_ids/mask [B, Lq] (left-padded), response_ids/mask [B, Lr], logprobs and entropy
-    [B, Lr] (at the sampling temperature, before top-p/top-k: the quantity forward_responses
-    recomputes; 0 where masked) and truncated [B] (no EOS within max_new_tokens)."""
+    Returns query_ids/mask [B, Lq] (left-padded), response_ids/mask [B, Lr], truncated [B] (no
+    EOS within max_new_tokens) and, 0 where masked, [B, Lr]: logprobs and entropy of π, the full
+    softmax at the temperature (what forward_responses recomputes), and sampling_logprobs of q,
+    what each token was drawn from (after top-k/top-p; greedy: 0). log q - log π = -log(the mass
+    top-k/top-p kept) >= 0; updates through log π treat q's samples as π's (docs/magrpo.md)."""
     if lora_routing not in ("stacked", "peft"):
         raise ValueError(f"lora_routing must be 'stacked' or 'peft', got {lora_routing!r}")
     device = next(model.parameters()).device
@@ -193,14 +195,19 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
             out = model.generate(input_ids=query_ids, attention_mask=query_mask,
                                  max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
                                  eos_token_id=stops, pad_token_id=tokenizer.pad_token_id,
-                                 return_dict_in_generate=True, output_logits=True, **sampling,
-                                 **extra)
+                                 return_dict_in_generate=True, output_logits=True,
+                                 output_scores=not greedy, **sampling, **extra)
         # the response starts at the prompt's length
         response_ids = out.sequences[:, query_ids.shape[1]:]
+        ids = response_ids.unsqueeze(-1)
         logits = torch.stack(out.logits, dim=1).float() / (1.0 if greedy else temperature)
         all_logprobs = F.log_softmax(logits, dim=-1)
         del logits
-        logprobs = torch.gather(all_logprobs, 2, response_ids.unsqueeze(-1)).squeeze(-1)
+        logprobs = torch.gather(all_logprobs, 2, ids).squeeze(-1)
+        sampling_logprobs = torch.zeros_like(logprobs)  # greedy: the argmax, log 1 = 0
+        if not greedy:  # q: the scores after temperature, top-k and top-p, -inf where they cut
+            scores = torch.stack(out.scores, dim=1)
+            sampling_logprobs = scores.gather(2, ids).squeeze(-1) - scores.logsumexp(-1)
         # a row at a time: less memory
         entropy = torch.stack([-(row.exp() * row).sum(-1) for row in all_logprobs])
         del all_logprobs
@@ -208,6 +215,7 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
         response_ids = response_ids.masked_fill(response_mask == 0, tokenizer.pad_token_id)
         chunks.append(dict(query_ids=query_ids, query_mask=query_mask, response_ids=response_ids,
                            response_mask=response_mask, logprobs=logprobs * response_mask,
+                           sampling_logprobs=sampling_logprobs.where(response_mask.bool(), 0.0),
                            entropy=entropy * response_mask, truncated=truncated))
     pad = {"query_ids": tokenizer.pad_token_id, "response_ids": tokenizer.pad_token_id}
     out = {k: _pad_cat([c[k] for c in chunks], pad.get(k, 0), left=k.startswith("query"))

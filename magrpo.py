@@ -440,7 +440,7 @@ def accumulate_agent_loss(agents: Agents, agent: int, batch: dict, advantages: t
     model = agents.models[agent]
     weights = loss_weights(batch["response_mask"], num_nodes, args.num_generations, args.loss_agg,
                            num_tokens)
-    totals = dict(loss=0.0, entropy=0.0, kl=0.0, tokens=0.0, logprob_gap=0.0)
+    totals = dict(loss=0.0, entropy=0.0, kl=0.0, tokens=0.0, logprob_gap=0.0, truncation_gap=0.0)
     for start in range(0, batch["response_mask"].shape[0], args.micro_batch_size):
         # (forward_responses skips the padding columns every row of the chunk has)
         chunk = {k: v[start:start + args.micro_batch_size] for k, v in batch.items()
@@ -472,9 +472,11 @@ def accumulate_agent_loss(agents: Agents, agent: int, batch: dict, advantages: t
         # |log π(now) − log π(at sampling)|: 0 up to float noise for the first turn updated
         totals["logprob_gap"] += ((out["logprobs"].detach() - chunk["logprobs"]).abs()
                                   * mask).sum().item()
-    tokens = max(totals["tokens"], 1.0)
-    return dict(loss=totals["loss"], entropy=totals["entropy"] / tokens, kl=totals["kl"] / tokens,
-                logprob_gap=totals["logprob_gap"] / tokens)
+        # log q − log π of the sampled tokens: −log(the mass top-k/top-p kept) (docs/magrpo.md)
+        gap = chunk["sampling_logprobs"] - chunk["logprobs"]
+        totals["truncation_gap"] += (gap * mask).sum().item()
+    tokens = max(totals.pop("tokens"), 1.0)
+    return {k: v if k == "loss" else v / tokens for k, v in totals.items()}
 
 
 def magrpo_update(agents: Agents, roots: list[Node], batches: list[list[dict]], args) -> dict:

@@ -240,14 +240,17 @@ def rollout_metrics(debate: dict, scores: torch.Tensor, penalized: torch.Tensor,
                 p + "reward": rewards[:, t, a].mean().item(),
                 p + "bonus": bonus[:, t, a].mean().item(),
                 p + "completions/mean_length": ro["response_mask"].sum(1).float().mean().item(),
-                p + "completions/clipped_ratio": ro["truncated"].float().mean().item()})
+                p + "completions/clipped_ratio": ro["truncated"].float().mean().item(),
+                p + "truncation_gap": truncation_gap([ro])})
     metrics.update({"objective/scores": scores.mean().item(),
                     "objective/penalized_scores": penalized.mean().item(),
                     "objective/rewards": rewards.mean().item(),
                     "objective/bonus": bonus.mean().item(),
                     "objective/correct": debate["correct"].mean().item(),
                     "objective/format_penalized_frac":
-                        (penalized < scores - 1e-6).float().mean().item()})
+                        (penalized < scores - 1e-6).float().mean().item(),
+                    "objective/truncation_gap":
+                        truncation_gap([ro for turn in debate["rollout"] for ro in turn])})
     lengths = torch.cat([ro["response_mask"].sum(1).float().cpu()
                          for turn in debate["rollout"] for ro in turn])
     truncated = torch.cat([ro["truncated"].float().cpu()
@@ -255,6 +258,13 @@ def rollout_metrics(debate: dict, scores: torch.Tensor, penalized: torch.Tensor,
     metrics.update({"completions/mean_length": lengths.mean().item(),
                     "completions/clipped_ratio": truncated.mean().item()})
     return metrics
+
+
+def truncation_gap(rollouts: list[dict]) -> float:
+    """Mean log q - log π of the sampled tokens: -log(the mass top-k/top-p kept; docs/maporl.md)."""
+    masks = [r["response_mask"] for r in rollouts]
+    gap = sum(((r["sampling_logprobs"] - r["logprobs"]) * m).sum() for r, m in zip(rollouts, masks))
+    return float(gap / max(sum(m.sum() for m in masks), 1))
 
 
 def explained_variance(predicted: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> float:

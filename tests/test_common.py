@@ -601,6 +601,7 @@ def test_bf16_generate_samples_from_fp32_logits(tiny_model_dir):
                        output_hidden_states=True).hidden_states[-1][:, -1]
     expected = fp32_head_logprobs(model, hidden, rollout["response_ids"][:, 0], 0.3)
     torch.testing.assert_close(rollout["logprobs"][:, 0], expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(rollout["sampling_logprobs"][:, 0], expected, atol=1e-5, rtol=0)
 
 
 def test_4bit_qlora_forward_backward_on_cpu(tiny_model_dir):
