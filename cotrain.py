@@ -46,7 +46,7 @@ from nanomarl.cotrain_run import (add_minibatch_stats, agent_models, check_quest
                                   eval_controls, eval_due, eval_metrics, finish_run, load_state,
                                   log_update, ppo_metrics, rollout_metrics, save_state, settle_args,
                                   stop_if_kl_exceeds, train_turn_indices)
-from nanomarl.distributed import (allreduce_gradients, init_distributed, seed_everything,
+from nanomarl.distributed import (allreduce_gradients, init_distributed, rank_rows, seed_everything,
                                   seed_sampling_per_rank, world_info)
 from nanomarl.fast import agent_rows, conversation_forward, conversation_forward_applies
 from nanomarl.models import load_tokenizer
@@ -572,9 +572,9 @@ def ppo_loss(team: Team, base: int, agents: list[int], batches: dict, num_tokens
 def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict:
     """--ppo-epochs passes of shuffled minibatches (CleanRL's loop): a forward and backward per
     micro-batch and group (ppo_loss), then each optimiser clips and steps once per minibatch.
-    Multi-process: question g is row g // world on rank g % world; the losses are divided by the
+    Multi-process: question g and its K debates sit on rank g % world; the losses are divided by the
     minibatch's GLOBAL token count and the gradients summed: the step equals one process's."""
-    rank, world = world_info()
+    world = world_info()[1]
     device = next(iter(exp.values()))["response_mask"].device
     n_global = next(iter(exp.values()))["response_mask"].shape[0] * world
     mb_size = args.minibatch_questions or n_global
@@ -591,8 +591,8 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
     for epoch in range(args.ppo_epochs):
         perm = torch.randperm(n_global, generator=shuffle)
         for start in range(0, n_global, mb_size):
-            minibatch = perm[start:start + mb_size]
-            minibatch = minibatch[minibatch % world == rank] // world  # this rank's rows
+            # one process's rows perm[...]: this rank's share of them
+            minibatch = rank_rows(perm[start:start + mb_size], args.samples_per_question)
             # every loss's denominator: the minibatch's tokens of each (turn, agent), all ranks
             num_tokens = {key: allreduce_sum(e["response_mask"][minibatch].sum())
                           for key, e in exp.items()}

@@ -54,6 +54,17 @@ def init_distributed(device: str = "") -> tuple[int, int, str]:
     return rank, world, f"cuda:{local_rank}" if use_cuda else "cpu"
 
 
+def rank_rows(rows: torch.Tensor, group_size: int = 1) -> torch.Tensor:
+    """This rank's local rows among `rows`, rows of ONE process's batch (labels in its order): there
+    question g holds rows g·K .. g·K+K-1 (K = group_size, its debates or samples in a row); under
+    torchrun question g lives on rank g % world as local question g // world, its K rows in a row.
+    So N processes cut every minibatch of labels into the same rows one process would take."""
+    rank, world = world_info()
+    question, sample = rows // group_size, rows % group_size
+    mine = question % world == rank
+    return question[mine] // world * group_size + sample[mine]
+
+
 def allreduce_gradients(params: list[nn.Parameter], op: str = "sum"):
     """Sum (or average) the gradients of the trainable parameters across ranks: the LoRA/head
     version of DDP. A rank without a gradient for p (it held no rows for it) contributes zeros;

@@ -3,7 +3,7 @@
 Equivalence (cotrain.py and magrpo.py): the test samples a rollout of 2B questions/problems once (fixed seed) and
 saves it; then (a) this process makes ONE update on all 2B samples, and (b) `python -m torch.distributed.run
 --standalone --nproc_per_node 2 tests/test_distributed.py ...` makes one update where each rank holds B of them
-(global sample g on rank g % 2, as the scripts deal them out). The trainable parameters (LoRA adapters, value
+(global question g on rank g % 2 with its K samples, as the scripts deal them out). The trainable parameters (LoRA adapters, value
 heads) must agree to fp32 tolerance. This file is also the helper script of (b): see its __main__ block.
 CLI: both scripts run one step under torchrun, only rank 0 prints and writes, and the checkpoint keeps one RNG
 state per rank (the ranks sample differently)."""
@@ -13,13 +13,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, also when run as the helper script
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import cotrain  # noqa: E402
 import magrpo as M  # noqa: E402
 from conftest import PAPER_PPO, run_script  # noqa: E402
 from nanomarl.cli import parse_args
-from nanomarl.distributed import finish_distributed, init_distributed, seed_everything
+from nanomarl import distributed
+from nanomarl.distributed import finish_distributed, init_distributed, rank_rows, seed_everything
 from nanomarl.models import adapter_state_dict, load_tokenizer
 from nanomarl.tasks.debate import load_task
 
@@ -33,37 +35,47 @@ ATOL, RTOL = 1e-6, 1e-5
 # order on 2 ranks) into changes of ~1e-5 (measured); the optimiser itself is elementwise and the same on all ranks.
 # Each comparison runs without clipping (checks the scale of the summed gradients, which a binding clip would hide)
 # and with a clip that binds (checks that clipping comes after the all-reduce).
-COTRAIN_CLIPS = {"no clip": 1e9, "clip": 0.05}
+# cotrain: the paper's settings (one debate per question) and --advantage group with K = 2 debates per question, each
+# question's pair on one rank, in minibatches that split pairs (the rows of N processes are labelled as one's).
+COTRAIN_SETTINGS = {"no clip": (1, 1e9), "clip": (1, 0.05), "group K=2": (2, 1e9)}
 MAGRPO_SETTINGS = {"seq-sum": ("seq-sum", 0.0), "token-mean": ("token-mean", 0.0), "seq-sum clip": ("seq-sum", 1e-3)}
 
 
 # ---------------------------------------------------------------- cotrain.py (PPO)
 
 
-def cotrain_args(max_grad_norm: float = 1.0) -> cotrain.Args:
-    """4 questions per update (B = 2 per rank), 2 PPO epochs x 2 minibatches of 2 questions, micro-batches of 1.
-    With shuffle seed 7 (cotrain_update) epoch 1's minibatches hold one question of each rank, epoch 2's lie on
-    one rank only (global questions {2, 0} and {3, 1}): the other rank adds nothing but joins the all-reduce."""
-    return parse_args(cotrain.Args, ["--model", "tiny", "--device", "cpu", "--questions-per-update", "4", *PAPER_PPO,
-                                     "--minibatch-questions", "2", "--micro-batch-questions", "1", "--ppo-epochs", "2",
-                                     "--max-new-tokens", "6", "--no-penalize-format", "--missing-eos-penalty", "0",
-                                     "--lr", "1e-2", "--max-grad-norm", str(max_grad_norm)])
+def cotrain_args(max_grad_norm: float = 1.0, samples: int = 1) -> cotrain.Args:
+    """4 questions per update (B = 2 per rank), 2 PPO epochs, micro-batches of 1. samples = 1: the paper's settings,
+    2 minibatches of 2 questions; with shuffle seed 7 (cotrain_update) epoch 1's minibatches hold one question of
+    each rank, epoch 2's lie on one rank only (global questions {2, 0} and {3, 1}): the other rank adds nothing but
+    joins the all-reduce. samples = 2: --advantage group, 8 debates in 2 minibatches of 4 (global debates {7, 0, 3,
+    4} and {1, 5, 2, 6}, then {7, 4, 0, 6} and {2, 1, 5, 3}; debate 2q + k is question q's k-th)."""
+    settings = PAPER_PPO if samples == 1 else ["--advantage", "group", "--samples-per-question", str(samples)]
+    return parse_args(cotrain.Args, ["--model", "tiny", "--device", "cpu", "--questions-per-update", "4", *settings,
+                                     "--minibatch-questions", str(2 * samples), "--micro-batch-questions", "1",
+                                     "--ppo-epochs", "2", "--max-new-tokens", "6", "--no-penalize-format",
+                                     "--missing-eos-penalty", "0", "--lr", "1e-2", "--max-grad-norm", str(max_grad_norm)])
 
 
 def ascii_fraction(records, responses):
     return torch.tensor([sum(ord(c) < 128 for c in text) / max(1, len(text)) for text in responses])
 
 
-def cotrain_update(saved: dict, max_grad_norm: float, rank: int, world: int) -> dict:
-    """A fresh team (identical on every rank: build_team seeds), this rank's share of the saved debate,
-    make_experience + one ppo_update (SGD). Returns every trainable tensor by name."""
-    args = cotrain_args(max_grad_norm)
+def cotrain_update(saved: dict, setting: str, rank: int, world: int) -> dict:
+    """A fresh team (identical on every rank: build_team seeds), this rank's share of the saved debates (its
+    questions g % world == rank, each with its K debates in a row, as cotrain.main deals them), make_experience + one
+    ppo_update (SGD). Returns every trainable tensor by name."""
+    samples, max_grad_norm = COTRAIN_SETTINGS[setting]
+    args = cotrain_args(max_grad_norm, samples)
+    saved = saved[samples]
     team = cotrain.build_team(args, "cpu")
     team.optimizers = {name: torch.optim.SGD(opt.param_groups[0]["params"], lr=args.lr)
                        for name, opt in team.optimizers.items()}
-    debate = dict(rollout=[[{k: v[rank::world] for k, v in ro.items()} for ro in turn] for turn in saved["rollout"]],
-                  records=saved["records"][rank::world])
-    exp = cotrain.make_experience(team, debate, saved["rewards"][rank::world], args)
+    questions = len(saved["records"]) // samples
+    rows = torch.tensor([g * samples + k for g in range(rank, questions, world) for k in range(samples)])
+    debate = dict(rollout=[[{k: v[rows] for k, v in ro.items()} for ro in turn] for turn in saved["rollout"]],
+                  records=[saved["records"][i] for i in rows])
+    exp = cotrain.make_experience(team, debate, saved["rewards"][rows], args)
     stats = cotrain.ppo_update(team, exp, args, shuffle_seed=7)
     assert stats["skipped"] == 0
     assert max_grad_norm > 1e3 or max(stats["grad_norm/agent0"]) > max_grad_norm  # the clip binds
@@ -72,20 +84,42 @@ def cotrain_update(saved: dict, max_grad_norm: float, rank: int, world: int) -> 
     return params
 
 
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("samples", [1, 2, 3])
+def test_rank_rows_take_the_debates_one_process_labels(monkeypatch, world, samples):
+    """Row G of one process is question G // K's (G % K)-th debate. Under `world` ranks, each dealt questions
+    g % world == rank with their K debates in a row (cotrain.main), rank_rows maps a minibatch of labels to the local
+    rows that hold exactly those debates, in the labels' order."""
+    questions = 7
+    one = [(g, k) for g in range(questions) for k in range(samples)]
+    labels = torch.randperm(questions * samples, generator=torch.Generator().manual_seed(0))[:10]
+    taken = []
+    for rank in range(world):
+        monkeypatch.setattr(distributed, "world_info", lambda: (rank, world))
+        local = [(g, k) for g in range(questions)[rank::world] for k in range(samples)]
+        mine = [local[row] for row in rank_rows(labels, samples).tolist()]
+        assert mine == [one[G] for G in labels.tolist() if one[G][0] % world == rank]
+        taken += mine
+    assert sorted(taken) == sorted(one[G] for G in labels.tolist())
+
+
 def test_cotrain_two_ranks_equal_one_process(tmp_path):
-    args = cotrain_args()
-    team = cotrain.build_team(args, "cpu")
-    initial = {name: adapter_state_dict(team.bases[0], name) for name in team.base_adapters[0]}
-    records = load_task("arith", "train", limit=4)
-    debate, _, r = cotrain.rollout_step(team, args, records, ascii_fraction)
-    assert r["rewards"].std() > 0  # the advantages are not all zero
-    saved = dict(rollout=debate["rollout"], records=records, rewards=r["rewards"])
+    saved = {}
+    for samples in (1, 2):
+        args = cotrain_args(samples=samples)
+        team = cotrain.build_team(args, "cpu")
+        initial = {name: adapter_state_dict(team.bases[0], name) for name in team.base_adapters[0]}
+        records = [r for r in load_task("arith", "train", limit=4) for _ in range(samples)]
+        debate, _, r = cotrain.rollout_step(team, args, records, ascii_fraction)
+        per_question = r["rewards"].reshape(4, samples, *r["rewards"].shape[1:])
+        assert r["rewards"].std() > 0 and (samples == 1 or (per_question.std(1) > 0).any())  # advantages not all 0
+        saved[samples] = dict(rollout=debate["rollout"], records=records, rewards=r["rewards"])
     torch.save(saved, tmp_path / "rollout.pt")
 
     run_script([*TORCHRUN, HELPER, "cotrain", str(tmp_path / "rollout.pt"), str(tmp_path / "two.pt")], timeout=300)
     two = torch.load(tmp_path / "two.pt")
-    for setting, max_grad_norm in COTRAIN_CLIPS.items():
-        one = cotrain_update(torch.load(tmp_path / "rollout.pt", weights_only=False), max_grad_norm, 0, 1)
+    for setting in COTRAIN_SETTINGS:
+        one = cotrain_update(torch.load(tmp_path / "rollout.pt", weights_only=False), setting, 0, 1)
         assert set(one) == set(two[setting])
         for name in one:
             torch.testing.assert_close(two[setting][name], one[name], atol=ATOL, rtol=RTOL, msg=f"{setting} {name}")
@@ -203,7 +237,7 @@ if __name__ == "__main__":  # torchrun ... tests/test_distributed.py cotrain|mag
     rank, world, _ = init_distributed()
     saved = torch.load(rollout_path, weights_only=False)
     if script == "cotrain":
-        result = {setting: cotrain_update(saved, norm, rank, world) for setting, norm in COTRAIN_CLIPS.items()}
+        result = {setting: cotrain_update(saved, setting, rank, world) for setting in COTRAIN_SETTINGS}
     else:
         result = {setting: magrpo_update(saved, loss_agg, norm, rank, world)
                   for setting, (loss_agg, norm) in MAGRPO_SETTINGS.items()}
