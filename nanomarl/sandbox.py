@@ -76,7 +76,7 @@ process, not in total: parallel programs share the machine (sandbox_workers boun
 """
 from __future__ import annotations
 
-import json
+import marshal
 import math
 import os
 import secrets
@@ -91,7 +91,27 @@ from pathlib import Path
 
 MESSAGE_BYTES = 600  # the most bytes of one error message in the report
 ANSWER_BYTES = 1 << 20  # the longest answer line the test process reads from the program's process
-CHILD = str(Path(__file__).with_name("sandbox_child.py"))  # the code run inside the sandbox
+
+
+def frame(data: bytes) -> bytes:
+    return len(data).to_bytes(8, "big") + data
+
+
+# the code run inside the sandbox, compiled once here (a child would compile it on every run)
+CHILD_CODE = b"".join(frame(marshal.dumps(compile(path.read_text(), str(path), "exec",
+                                                  dont_inherit=True, optimize=0)))
+                      for path in (Path(__file__).with_name("sandbox_layers.py"),
+                                   Path(__file__).with_name("sandbox_child.py")))
+BOOT = """import marshal, os, sys
+def read(size):
+    data = b""
+    while len(data) < size and (chunk := os.read(int(sys.argv[1]), size - len(data))):
+        data += chunk
+    return data
+layers = sys.modules["sandbox_layers"] = type(sys)("sandbox_layers")
+exec(marshal.loads(read(int.from_bytes(read(8), "big"))), layers.__dict__)
+exec(marshal.loads(read(int.from_bytes(read(8), "big"))), {"__name__": "__main__"})
+"""
 
 
 WARNINGS = {"namespaces": "no Linux namespaces ({why}): generated code can read every file its "
@@ -158,12 +178,12 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
     says so on stderr."""
     nonce = secrets.token_hex(16)
     wall = timeout * (len(tests) + 1) + 2.0
-    first = json.dumps(dict(program=program, timeout=timeout, cpu_seconds=math.ceil(wall) + 1,
-                            memory_bytes=memory_mb << 20, file_bytes=max_output_bytes,
-                            answer_bytes=ANSWER_BYTES)).encode()
-    job = len(first).to_bytes(8, "big") + first + json.dumps(dict(
-        nonce=nonce, tests=list(tests), context=context, max_timeouts=max_timeouts,
-        message_bytes=MESSAGE_BYTES)).encode()
+    # the program's part, read before the fork, then the tests' part, read by the test process
+    job = CHILD_CODE + frame(marshal.dumps(dict(
+        program=program, context=context, timeout=timeout, cpu_seconds=math.ceil(wall) + 1,
+        memory_bytes=memory_mb << 20, file_bytes=max_output_bytes, answer_bytes=ANSWER_BYTES)))
+    job += marshal.dumps(dict(nonce=nonce, tests=list(tests), max_timeouts=max_timeouts,
+                              message_bytes=MESSAGE_BYTES))
     cap, closing = report_cap(nonce, len(tests)), nonce.encode() + b" done\n"
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/", "TMPDIR": "/",
            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -173,7 +193,7 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
     stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     start = time.monotonic()
     try:
-        proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", CHILD, str(job_read),
+        proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", "-c", BOOT, str(job_read),
                                  str(report_write), str(os.getpid())], stdin=stdin, stdout=stdout,
                                 stderr=stderr, cwd="/", env=env, pass_fds=(job_read, report_write),
                                 start_new_session=True)

@@ -1,0 +1,162 @@
+"""sandbox_layers.py: the isolation layers of a sandboxed run (sandbox.py's docstring lists them).
+
+Executed inside the sandbox, before sandbox_child.py, as the module `sandbox_layers` (sandbox.py's
+BOOT): Linux namespaces (mount, network, IPC, UTS, PID, user), a fresh uid without capabilities,
+PR_SET_PDEATHSIG, rlimits and the seccomp allow-list, all with a few libc calls through ctypes."""
+import _signal, ctypes, os, resource, struct, sys
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC, PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+NEWNS, NEWUTS, NEWIPC, NEWUSER = 0x20000, 0x4000000, 0x8000000, 0x10000000  # CLONE_NEW*
+NEWPID, NEWNET = 0x20000000, 0x40000000
+
+
+def check(ret, what):
+    if ret != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, what + ": " + os.strerror(errno))
+
+
+def mount(source, target, fstype, flags, data=None):
+    enc = lambda s: None if s is None else s.encode()
+    check(libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), "mount " + target)
+
+
+def bind_read_only(path, target):
+    mount(path, target, None, BIND | REC)
+    flags = os.statvfs(path).f_flag
+    kept = flags & (NOSUID | NODEV | NOEXEC | 1024 | 2048)  # flags a user namespace must keep
+    mount(None, target, None, REMOUNT | BIND | RDONLY | kept | (1 << 21 if flags & 4096 else 0))
+
+
+def isolate():
+    """New mount, network, IPC, UTS, PID (and, if not root, user) namespaces; the root becomes an
+    empty read-only tmpfs with read-only binds of /usr, the system libraries and the standard
+    library, site-packages hidden. The next child is pid 1 of the new PID namespace."""
+    uid, gid = os.getuid(), os.getgid()
+    flags = NEWNS | NEWNET | NEWIPC | NEWUTS | NEWPID | (NEWUSER if uid else 0)
+    check(libc.unshare(flags), "unshare")
+    if uid:  # a user namespace in which our own ids are mapped: we may mount (in it only)
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                           ("gid_map", f"{gid} {gid} 1")):
+            with open("/proc/self/" + name, "w") as f:
+                f.write(text)
+    mount("none", "/", None, REC | PRIVATE)  # nothing mounted from here on propagates back
+    root = "/tmp"
+    mount("tmpfs", root, "tmpfs", NOSUID | NODEV, "size=1m,mode=755")
+    shown = []
+    for path in sorted(["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+                        "/etc/ld.so.cache"] + [p for p in sys.path if os.path.isdir(p)]):
+        if any(path.startswith(s + "/") for s in shown) or not os.path.lexists(path):
+            continue
+        shown.append(path)
+        if os.path.islink(path) and path.count("/") == 1:  # merged /usr: /lib -> usr/lib
+            os.symlink(os.readlink(path), root + path)
+        elif os.path.isdir(path):
+            os.makedirs(root + path, exist_ok=True)
+            bind_read_only(path, root + path)
+        else:
+            os.makedirs(os.path.dirname(root + path), exist_ok=True)
+            open(root + path, "w").close()
+            bind_read_only(path, root + path)
+    hidden = [f"{root}{lib}/{python}/{kind}-packages" for lib in ("/usr/lib", "/usr/local/lib")
+              if os.path.isdir(root + lib) for python in os.listdir(root + lib)
+              if python.startswith("python3") for kind in ("site", "dist")]
+    for path in hidden + [root + p + "/site-packages" for p in sys.path]:
+        if os.path.isdir(path):
+            mount("tmpfs", path, "tmpfs", RDONLY | NOSUID | NODEV | NOEXEC, "size=4k,mode=555")
+    mount(None, root, None, REMOUNT | RDONLY | NOSUID | NODEV)
+    os.chdir(root)
+    check(libc.syscall(155, b".", b"."), "pivot_root")  # the old root now lies on the new one...
+    check(libc.umount2(b".", 2), "umount")  # ...and is detached (MNT_DETACH): out of reach
+    os.chdir("/")
+
+
+def drop_privileges(isolated):
+    """Root: a fresh uid/gid (2e9 + pid) without supplementary groups; everyone: no capabilities."""
+    def others_can_read(path):  # without namespaces the new uid must still reach the stdlib
+        ancestors = [path[:i] or "/" for i in range(len(path)) if path[i] == "/"]
+        return (os.stat(path).st_mode & 0o005 == 0o005
+                and all(os.stat(a).st_mode & 0o001 for a in ancestors))
+
+    if os.getuid() == 0 and (isolated or all(others_can_read(p) for p in sys.path
+                                             if os.path.isdir(p))):
+        ident = 2000000000 + os.getpid()
+        os.setgroups([])
+        os.setresgid(ident, ident, ident)
+        os.setresuid(ident, ident, ident)
+    header = struct.pack("Ii", 0x20080522, 0)
+    check(libc.syscall(126, header, bytes(24)), "capset")  # no capabilities left
+    return os.geteuid() != 0
+
+
+# x86_64 system calls a pure-Python program needs (everything else fails with EPERM)
+ALLOWED = [int(call.split(":")[0]) for call in """
+0:read 1:write 3:close 4:stat 5:fstat 6:lstat 7:poll 8:lseek 9:mmap 10:mprotect 11:munmap 12:brk
+13:rt_sigaction 14:rt_sigprocmask 15:rt_sigreturn 17:pread64 18:pwrite64 19:readv 20:writev
+21:access 23:select 24:sched_yield 25:mremap 28:madvise 32:dup 33:dup2 34:pause 35:nanosleep
+36:getitimer 37:alarm 38:setitimer 39:getpid 60:exit 63:uname 78:getdents 79:getcwd 80:chdir
+81:fchdir 89:readlink 96:gettimeofday 97:getrlimit 98:getrusage 99:sysinfo 100:times 102:getuid
+104:getgid 107:geteuid 108:getegid 110:getppid 111:getpgrp 115:getgroups 118:getresuid
+120:getresgid 121:getpgid 124:getsid 127:rt_sigpending 128:rt_sigtimedwait 130:rt_sigsuspend
+131:sigaltstack 140:getpriority 186:gettid 201:time 202:futex 204:sched_getaffinity 217:getdents64
+219:restart_syscall 228:clock_gettime 229:clock_getres 230:clock_nanosleep 231:exit_group
+262:newfstatat 267:readlinkat 269:faccessat 270:pselect6 271:ppoll 292:dup3 309:getcpu
+318:getrandom 332:statx 439:faccessat2""".split()]
+
+
+def seccomp_filter():
+    """The allow-list plus argument rules (open(at), fcntl, ioctl, prlimit64): (the BPF program, its
+    sock_fprog), built once before the fork; None off Linux x86_64."""
+    if sys.platform != "linux" or os.uname().machine != "x86_64":
+        return None
+    LD, JEQ, JSET, RET = 0x20, 0x15, 0x45, 0x06  # classic BPF: load, jump if ==, if & bits, return
+    ALLOW, DENY, KILL = 0x7FFF0000, 0x00050001, 0x80000000  # DENY = SECCOMP_RET_ERRNO | EPERM
+    ARG = lambda i: 16 + 8 * i  # offset of the low 32 bits of argument i in struct seccomp_data
+
+    def one_of(offset, values):  # allow if the argument word is one of values
+        return [(LD, 0, 0, offset)] + [ins for v in values
+                                       for ins in ((JEQ, 0, 1, v), (RET, 0, 0, ALLOW))] + [
+            (RET, 0, 0, DENY)]
+
+    def none_of_bits(offset, bits):  # allow if none of these bits is set in the argument word
+        return [(LD, 0, 0, offset), (JSET, 0, 1, bits), (RET, 0, 0, DENY), (RET, 0, 0, ALLOW)]
+
+    read_only = none_of_bits  # O_WRONLY O_RDWR O_CREAT O_TRUNC O_APPEND O_ASYNC __O_TMPFILE
+    write_flags = 0o1 | 0o2 | 0o100 | 0o1000 | 0o2000 | 0o20000 | 0o20000000
+    rules = {2: read_only(ARG(1), write_flags), 257: read_only(ARG(2), write_flags),  # open(at)
+             # ioctl TCGETS TIOCGWINSZ FIONBIO FIOCLEX FIONCLEX
+             16: one_of(ARG(1), [0x5401, 0x5413, 0x5421, 0x5450, 0x5451]),
+             # fcntl F_DUPFD F_GETFD F_SETFD F_GETFL F_DUPFD_CLOEXEC, F_SETFL without O_ASYNC
+             72: one_of(ARG(1), [0, 1, 2, 3, 1030])[:-1] + [
+                 (JEQ, 0, 3, 4), (LD, 0, 0, ARG(2)), (JSET, 1, 0, 0o20000), (RET, 0, 0, ALLOW),
+                 (RET, 0, 0, DENY)],
+             302: [(LD, 0, 0, ARG(2)), (JEQ, 0, 3, 0), (LD, 0, 0, ARG(2) + 4),  # prlimit64:
+                   (JEQ, 0, 1, 0), (RET, 0, 0, ALLOW), (RET, 0, 0, DENY)]}  # new == NULL
+    prog = [(LD, 0, 0, 4), (JEQ, 1, 0, 0xC000003E), (RET, 0, 0, KILL), (LD, 0, 0, 0)]  # x86_64, nr
+    prog += [ins for nr in ALLOWED for ins in ((JEQ, 0, 1, nr), (RET, 0, 0, ALLOW))]
+    prog += [ins for nr, block in rules.items() for ins in [(JEQ, 0, len(block), nr)] + block]
+    prog += [(RET, 0, 0, DENY)]
+    code = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *ins) for ins in prog))
+    return code, ctypes.create_string_buffer(struct.pack("HxxxxxxP", len(prog),
+                                                         ctypes.addressof(code)))
+
+
+FILTER = seccomp_filter()
+
+
+def confine(job, parent_alive):
+    """Dies with its parent, then the rlimits and the seccomp filter of this process (True if
+    active)."""
+    check(libc.prctl(1, _signal.SIGKILL, 0, 0, 0), "prctl")  # PR_SET_PDEATHSIG
+    if not parent_alive():
+        os._exit(1)
+    for name, value in (("CPU", job["cpu_seconds"]), ("AS", job["memory_bytes"]), ("NPROC", 0),
+                        ("FSIZE", job["file_bytes"]), ("CORE", 0), ("NOFILE", 32), ("MEMLOCK", 0),
+                        ("MSGQUEUE", 0), ("RTPRIO", 0)):
+        resource.setrlimit(getattr(resource, "RLIMIT_" + name), (value, value))
+    if FILTER is None or libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        return False
+    return libc.prctl(22, 2, ctypes.addressof(FILTER[1]), 0, 0) == 0  # PR_SET_SECCOMP, FILTER
