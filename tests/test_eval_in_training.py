@@ -185,21 +185,6 @@ def test_magrpo_evaluate_team_uses_greedy_joint_actions_and_the_task_reward(monk
     assert m["eval/pass_rate"] == pytest.approx(1 / 4)  # only problem 3 passes every test
 
 
-def test_minicode_splits_and_canonical_solutions():
-    train, held = magrpo.load_problems("minicode", "train"), magrpo.load_problems("minicode", "eval")
-    assert (len(train), len(held)) == (64, 16)
-    assert not {p["entry_point"] for p in train} & {p["entry_point"] for p in held}
-    # a correct solution that calls its helper earns the full reward; a wrong one fails every test
-    problem = next(p for p in held if p["entry_point"] == "sum_above_7")
-    good = magrpo.code_reward("def aux(x):\n    return x > 7\n",
-                              "def sum_above_7(numbers):\n    total = 0\n    for x in numbers:\n        if aux(x):\n"
-                              "            total += x\n    return total\n", problem, timeout=5.0)
-    assert good[1]["tests_passed"] == good[1]["tests_total"] == 4 and good[0] == pytest.approx(4.0)
-    bad = magrpo.code_reward("def aux(x):\n    return x\n", "def sum_above_7(numbers):\n    return 0\n", problem,
-                             timeout=5.0)
-    assert bad[1]["tests_passed"] == 1  # only the empty list's 0 is right
-
-
 def test_magrpo_cli_logs_eval_rows_before_and_after(tmp_path):
     run = tmp_path / "run"
     out = run_script(["magrpo.py", "--model", "tiny", "--dataset", "minicode", "--max-steps", "2", "--max-new-tokens", "8",
