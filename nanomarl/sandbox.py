@@ -23,7 +23,8 @@ interpreter (replaced builtins, `-O` via _testinternalcapi or ctypes, gc, settra
 closure cells, __del__ or metaclass code in an except clause, audit hooks, ctypes patches of
 int.__eq__, an object whose __eq__ is always True) reaches the test process: what crosses is bytes
 on a pipe, read line by line up to a cap, decoded by json into plain values or else ignored. Both
-processes compile their code before running it (optimize=0, dont_inherit=True).
+processes compile their code before running it (optimize=0, dont_inherit=True); the context runs
+once, before the fork (the program's process inherits its imports; it holds no test data).
 
 Isolation. Each run is a fresh `python -I -S -B` process which, before any untrusted code runs, puts
 up these layers, each closing most holes on its own (one missing layer leaves the others standing):

