@@ -9,7 +9,7 @@ report). It imports only modules that are built in or cheap to load (no json, si
 their imports would cost each run more than the fork)."""
 import _json, _signal, _sitebuiltins, builtins, marshal, os, select, sys
 
-from sandbox_layers import confine, drop_privileges, isolate  # installed by sandbox.py's BOOT
+from sandbox_layers import confine, die_with_parent, drop_privileges, isolate  # sandbox.py's BOOT
 
 
 class TestTimeout(BaseException):  # not an Exception: `except Exception` does not swallow it
@@ -254,7 +254,8 @@ class Scope(dict):
 
 def program_side(job, requests, answers):
     """The program's process: runs the program, then answers requests until their pipe closes."""
-    confine(job, lambda: not select.select([requests], [], [], 0)[0])  # the test process is there
+    die_with_parent(lambda: not select.select([requests], [], [], 0)[0])  # (its pipe is not closed)
+    confine(job)
     write, limit, outputs = os.write, job["answer_bytes"], (sys.stdout, sys.stderr)
     scope = {"__name__": "__main__", "__builtins__": builtins}
 
@@ -309,11 +310,11 @@ def program_side(job, requests, answers):
     os._exit(0)
 
 
-def test_side(job, fds, parent, layers, scope, context):
+def test_side(job, fds, layers, scope, context):
     """The test process: reads the tests, waits for the program to load, runs each test (after
     the context, run before the fork), writes the report."""
     job_fd, report_fd, requests, answers = fds
-    layers.append(b"seccomp " + (b"1" if confine(job, lambda: os.getppid() == parent) else b"0"))
+    layers.append(b"seccomp " + (b"1" if confine(job) else b"0"))
     tests_job, timeout = marshal.loads(read_exactly(job_fd, 1 << 40)), job["timeout"]
     os.close(job_fd)
     nonce = tests_job["nonce"].encode()
@@ -367,6 +368,7 @@ def main():
         isolated = b"0 " + str(e).encode()[:200]
         os.chdir("/")
     unprivileged = drop_privileges(isolated == b"1")
+    die_with_parent(lambda: os.getppid() == parent)
     # the trusted context (the prompt's imports and helpers) runs once, before the fork: the
     # program's process inherits its imports, the test process keeps its scope
     scope = Scope(__name__="__main__", __builtins__=builtins)
@@ -386,7 +388,7 @@ def main():
     os.close(requests[0])
     os.close(answers[1])
     layers = [b"namespaces " + isolated, b"unprivileged " + (b"1" if unprivileged else b"0")]
-    test_side(job, (job_fd, report_fd, requests[1], answers[0]), parent, layers, scope, context)
+    test_side(job, (job_fd, report_fd, requests[1], answers[0]), layers, scope, context)
 
 
 if __name__ == "__main__":

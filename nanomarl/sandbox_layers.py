@@ -147,12 +147,16 @@ def seccomp_filter():
 FILTER = seccomp_filter()
 
 
-def confine(job, parent_alive):
-    """Dies with its parent, then the rlimits and the seccomp filter of this process (True if
-    active)."""
-    check(libc.prctl(1, _signal.SIGKILL, 0, 0, 0), "prctl")  # PR_SET_PDEATHSIG
+def die_with_parent(parent_alive):
+    """PR_SET_PDEATHSIG (after any uid change, which clears it; a fork clears it in the child):
+    SIGKILL when the parent dies; exits now if it is gone already."""
+    check(libc.prctl(1, _signal.SIGKILL, 0, 0, 0), "prctl")
     if not parent_alive():
         os._exit(1)
+
+
+def confine(job):
+    """The rlimits and the seccomp filter of this process (True if the filter is active)."""
     for name, value in (("CPU", job["cpu_seconds"]), ("AS", job["memory_bytes"]), ("NPROC", 0),
                         ("FSIZE", job["file_bytes"]), ("CORE", 0), ("NOFILE", 32), ("MEMLOCK", 0),
                         ("MSGQUEUE", 0), ("RTPRIO", 0)):
