@@ -104,9 +104,9 @@ sys.addaudithook(hook)
 import ctypes
 RICH = ctypes.CFUNCTYPE(ctypes.py_object, ctypes.py_object, ctypes.py_object, ctypes.c_int)
 slots = [ctypes.c_void_p.from_address(id(t) + 200) for t in (int, float)]  # tp_richcompare
-original, EQ = RICH(slots[0].value), 2
-patched = [RICH(lambda a, b, op: True if op is EQ else original(a, b, op)),  # int ==
-           RICH(lambda a, b, op: True)]  # every float comparison
+originals, LT, EQ = [RICH(slot.value) for slot in slots], 0, 2
+patched = [RICH(lambda a, b, op: True if op is EQ else originals[0](a, b, op)),  # int ==
+           RICH(lambda a, b, op: True if op is LT else originals[1](a, b, op))]  # float <
 for slot, function in zip(slots, patched):
     slot.value = ctypes.cast(function, ctypes.c_void_p).value
 """, "0"),
