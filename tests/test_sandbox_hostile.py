@@ -1,11 +1,11 @@
-"""The verdict is not the program's: one hostile program per class of attack that, when the verdict
-was decided inside the program's own process, gave a wrong solution full credit (late lookups,
-interpreter flags, gc, settrace jumps, closure cells, metaclass code in an except clause, audit
-hooks, ctypes patches of int.__eq__, an always-equal object), and the programs that crashed or
-burdened the trainer (malformed report lines, a flood). Each runs through run_tests_in_sandbox and
-through code_reward (the attack in a default argument of a one-line function, which survives the
-code extraction); the same attack beside a right solution still gets full credit, so a 0 comes from
-the wrong values, not from a broken run."""
+"""The verdict is not the program's: one hostile program per class of attack that gives a wrong
+solution full credit wherever the verdict is decided inside the program's own process (late
+lookups, interpreter flags, gc, settrace jumps, closure cells, metaclass code in an except clause,
+audit hooks, ctypes patches of int.__eq__, an always-equal object), and programs that crash or
+burden a trainer that trusts what they write (malformed report lines, a flood). Each runs through
+run_tests_in_sandbox and through code_reward (the attack in a default argument of a one-line
+function, which survives the code extraction); the same attack beside a right solution still gets
+full credit, so a 0 comes from the wrong values, not from a broken run."""
 import resource
 import textwrap
 
