@@ -44,7 +44,8 @@ UNSUPPORTED_TARGETS = ("lm_head", "embed_tokens", "wte", "wpe", "embed_in", "emb
 def check_vllm_args(args):
     """Refuse, in one line naming the flag, what the vLLM path cannot do; call it from the scripts'
     argument checks (nothing heavy is imported). Reads from args what it has of: quant, model,
-    models, lora_r, vllm_max_lora_rank, full_finetune, target_modules; WORLD_SIZE from torchrun."""
+    models, device, lora_r, vllm_max_lora_rank, full_finetune, target_modules; WORLD_SIZE from
+    torchrun."""
     quant = getattr(args, "quant", "none")
     if quant != "none":
         arg_error("--quant", f"{quant} loads the base through bitsandbytes, which the vLLM path "
@@ -58,6 +59,10 @@ def check_vllm_args(args):
     if names[0].lower().endswith(".gguf"):
         arg_error(flag, f"{names[0]}: vLLM does not serve LoRA adapters on a GGUF file; give a "
                         f"model folder (smollm2-135m is one: its cached safetensors copy)")
+    device = getattr(args, "device", "") or ("cuda" if torch.cuda.is_available() else "cpu")
+    if names[0] == "tiny" and device == "cpu":
+        arg_error(flag, "tiny's attention heads (size 16) have no kernel in vLLM's CPU attention; "
+                        "use smollm2-135m (or a model folder with heads of size 32 or more)")
     if getattr(args, "full_finetune", False):
         arg_error("--full-finetune", "--use-vllm serves LoRA adapters on one base, not whole "
                                      "copies of the model; drop one of the two")

@@ -257,8 +257,9 @@ def test_starting_the_engine_keeps_the_callers_random_state(team):
 
 
 def test_refusals_name_the_flag(monkeypatch):
-    ok = dict(quant="none", model="tiny", models="", lora_r=8, full_finetune=False)
+    ok = dict(quant="none", model="smollm2-135m", models="", lora_r=8, full_finetune=False)
     refused = [
+        (dict(model="tiny", device="cpu"), "--model"),
         (dict(quant="4bit"), "--quant"),
         (dict(quant="8bit"), "--quant"),
         (dict(models="tiny,smollm2-135m"), "--models"),
@@ -287,7 +288,8 @@ def test_refusals_name_the_flag(monkeypatch):
         check_vllm_args(SimpleNamespace(**ok))
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
     check_vllm_args(SimpleNamespace(**ok))  # a plain setting passes
-    check_vllm_args(SimpleNamespace(**{**ok, "models": "tiny,tiny", "lora_r": 512}))
+    check_vllm_args(SimpleNamespace(**{**ok, "models": "a/b,a/b", "lora_r": 512}))
+    check_vllm_args(SimpleNamespace(**{**ok, "model": "tiny", "device": "cuda"}))
     assert [lora_rank_bound(r) for r in (1, 2, 8, 9, 100, 512)] == [1, 8, 8, 16, 128, 512]
 
 
