@@ -23,6 +23,7 @@ A learner may skip this module.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import os
@@ -101,6 +102,9 @@ class Engine:
     max_loras: int  # distinct adapters one generate call may use
     requests: dict = field(default_factory=dict)  # adapter name -> vllm LoRARequest
 
+    def generate(self, *args, **kwargs) -> dict:  # common.generate's hook: generate(self, ...)
+        return generate(self, *args, **kwargs)
+
 
 def start(model, adapter_names: list[str] | None = None, base_path: str | None = None,
           max_model_len: int | None = None, seed: int = 0, gpu_memory_utilization: float = 0.3,
@@ -117,8 +121,8 @@ def start(model, adapter_names: list[str] | None = None, base_path: str | None =
     VLLM_ENABLE_V1_MULTIPROCESSING=1: then in a child, and the script needs its
     `if __name__ == "__main__":` guard); it samples from this process's torch generator, so a seeded
     run repeats itself, and leaves the random states as they were. Sets model.vllm_engine to it:
-    a common.generate that hands such a model's rollouts to generate() below needs no other
-    change in its callers."""
+    a common.generate that hands such a model's rollouts to model.vllm_engine.generate(...) needs
+    no other change in its callers."""
     names = list(adapter_names if adapter_names is not None
                  else getattr(model, "peft_config", {}).keys())
     param = next(model.parameters())
@@ -145,6 +149,7 @@ def start(model, adapter_names: list[str] | None = None, base_path: str | None =
                   logprobs_mode="processed_logprobs", **kwargs)
     folder = Path(tempfile.mkdtemp(prefix="nanomarl-vllm-",
                                    dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+    atexit.register(shutil.rmtree, folder, True)  # the adapters' copies go with the process
     engine = Engine(llm=llm, model=model, folder=folder, max_loras=max_loras)
     sync_adapters(engine, names)
     model.vllm_engine = engine

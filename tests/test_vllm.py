@@ -323,6 +323,8 @@ def test_an_adapter_added_later_is_served_and_evicted_ones_reload(team):
             prompts, rows_names = rows(tok, names)
             ref = common.generate(model, tok, prompts, rows_names, 12, greedy=True)
             assert_same_rollout(generate(engine, tok, prompts, rows_names, 12, greedy=True), ref)
+        assert model.vllm_engine is engine  # common.generate's hook: the same call as a method
+        assert_same_rollout(engine.generate(tok, prompts, rows_names, 12, greedy=True), ref)
         late = common.generate(model, tok, *rows(tok, ["late"]), 12, greedy=True)
         a0 = common.generate(model, tok, *rows(tok, ["a0"]), 12, greedy=True)
         assert not torch.equal(late["response_ids"], a0["response_ids"])
