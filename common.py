@@ -167,6 +167,10 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
     softmax at the temperature (what forward_responses recomputes), and sampling_logprobs of q,
     what each token was drawn from (after top-k/top-p; greedy: 0). log q - log π = -log(the mass
     top-k/top-p kept) >= 0; updates through log π treat q's samples as π's (docs/magrpo.md)."""
+    if getattr(model, "vllm_engine", None) is not None:  # --use-vllm: nanomarl/vllm_rollout.py
+        return model.vllm_engine.generate(tokenizer, prompts, adapter_names, max_new_tokens,
+                                          temperature, top_p, top_k, min_new_tokens, greedy,
+                                          batch_size)
     if lora_routing not in ("stacked", "peft"):
         raise ValueError(f"lora_routing must be 'stacked' or 'peft', got {lora_routing!r}")
     device = next(model.parameters()).device
@@ -177,8 +181,7 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
         query_ids, query_mask = tokenize_prompts(tokenizer, prompts[start:start + batch_size],
                                                  device)
         names = None if adapter_names is None else list(adapter_names[start:start + batch_size])
-        # peft's ordinary path, as in forward_responses
-        one_adapter = names is not None and len(set(names)) == 1
+        one_adapter = names is not None and len(set(names)) == 1  # peft's ordinary path
         mixed = names is not None and not one_adapter
         stacked = mixed and lora_routing == "stacked" and stackable_lora(model, names)
         extra = {"adapter_names": names} if mixed and not stacked else {}
@@ -197,19 +200,16 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
                                  eos_token_id=stops, pad_token_id=tokenizer.pad_token_id,
                                  return_dict_in_generate=True, output_logits=True,
                                  output_scores=not greedy, **sampling, **extra)
-        # the response starts at the prompt's length
-        response_ids = out.sequences[:, query_ids.shape[1]:]
+        response_ids = out.sequences[:, query_ids.shape[1]:]  # from the prompt's length on
         ids = response_ids.unsqueeze(-1)
-        logits = torch.stack(out.logits, dim=1).float() / (1.0 if greedy else temperature)
-        all_logprobs = F.log_softmax(logits, dim=-1)
-        del logits
+        all_logprobs = F.log_softmax(torch.stack(out.logits, dim=1).float()
+                                     / (1.0 if greedy else temperature), dim=-1)
         logprobs = torch.gather(all_logprobs, 2, ids).squeeze(-1)
         sampling_logprobs = torch.zeros_like(logprobs)  # greedy: the argmax, log 1 = 0
         if not greedy:  # q: the scores after temperature, top-k and top-p, -inf where they cut
             scores = torch.stack(out.scores, dim=1)
             sampling_logprobs = scores.gather(2, ids).squeeze(-1) - scores.logsumexp(-1)
-        # a row at a time: less memory
-        entropy = torch.stack([-(row.exp() * row).sum(-1) for row in all_logprobs])
+        entropy = torch.stack([-(row.exp() * row).sum(-1) for row in all_logprobs])  # row-wise
         del all_logprobs
         response_mask, truncated = response_mask_from_ids(response_ids, stops)
         response_ids = response_ids.masked_fill(response_mask == 0, tokenizer.pad_token_id)

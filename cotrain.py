@@ -41,6 +41,7 @@ from tqdm import tqdm
 from common import (ValueHead, adapter_parameters, add_adapters, allreduce_sum, chat_prompt,
                     debate_metrics, extract_answer, forward_responses, generate, hidden_size,
                     is_well_formed, load_model, majority_vote_accuracy, masked_whiten)
+from nanomarl import vllm_rollout
 from nanomarl.cli import DataArgs, ModelArgs, RunArgs, parse_args
 from nanomarl.cotrain_run import (add_minibatch_stats, agent_models, check_questions, custom_scorer,
                                   eval_controls, eval_due, eval_metrics, finish_run, load_state,
@@ -113,9 +114,6 @@ class Args(RunArgs, ModelArgs, DataArgs):  # and the run's, the base model's and
     gae_gamma: float = 1.0  # GAE discount within a response
     gae_lambda: float = 0.95  # GAE λ
     max_kl: float = 50.0  # stop (checkpoint kept) when an agent's mean KL per response exceeds this
-    log_every: int = 1  # print a summary every N updates
-    sample_every: int = 2  # print a sample debate and log all debates every N updates (0: never)
-    save_every: int = 2  # write the checkpoint and adapters every N updates (and at the end)
     eval_questions: int = 40  # held-out questions debated greedily before and after (0: off)
     eval_every: int = 0  # also evaluate every N updates (0: before the first and after the last)
     eval_split: str = "test"  # split of the held-out questions (disjoint from the training split)
@@ -713,6 +711,8 @@ def main(args: Args, score_fn=None) -> Path:
     seed_sampling_per_rank(args.seed)  # multi-process: every rank samples different responses
     scorer = make_scorer(args, device, team, score_fn)
     start = load_state(run_dir, team) if args.resume else 0
+    if args.use_vllm:  # rollouts on vLLM; it reloads an adapter whenever its weights change
+        vllm_rollout.start(team.bases[0], [n for n in team.base_adapters[0] if n != "critic"])
     print(f"{args.dataset}: adapters {team.adapter_names} on {team.base_names} from update {start}")
     if start == 0 and eval_due(args, 0):  # 7. the untrained team on the held-out questions
         log_metrics(run_dir, dict(step=0, **evaluate_team(team, args, eval_records, scorer)))

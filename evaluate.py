@@ -103,6 +103,7 @@ from nanomarl.tasks.debate import dataset_options, load_task, reasoning_gym_conf
 class Args:
     # ---- what to evaluate ----
     mode: Literal["debate", "magrpo"] = "debate"  # debate: MAPoRL debates | magrpo: MAGRPO teams
+    use_vllm: bool = False  # generation on one vLLM engine holding every adapter (docs/usage.md)
     methods: str = ""  # comma-separated methods (default: every method the given flags allow)
     dataset: str = ""  # as cotrain.py / magrpo.py ('' = the --run's, else the mode's CPU default)
     output_dir: str = ""  # results folder (default runs/evaluate-<mode>-<time>)
@@ -737,6 +738,9 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
                                                      verifier_batch_size=args.batch_size), device)
     # every adapter is loaded first
     plans = {m: method_agents(m, bases, args) for m in methods if m != "sft"}
+    if args.use_vllm:  # one base (check_vllm_args); an adapter trained later joins at first use
+        from nanomarl import vllm_rollout
+        vllm_rollout.start(bases.model(next(iter(bases.models))), max_loras=8)
     if args.run:
         info = read_debate_run(args.run, "--run")
         for key in ("prompt_style", "feedback_in_prompt"):
@@ -1189,6 +1193,9 @@ def evaluate_magrpo(args, device: str, methods: list[str]) -> tuple[dict, list[d
                           f"{run_args[key]}; evaluating with {getattr(args, key)}")
             trained[method] = (names, run_args)
     model = with_peft(model)
+    if args.use_vllm:
+        from nanomarl import vllm_rollout
+        vllm_rollout.start(model)
     base = magrpo.Agents(models=[model, model], names=["__base__", "__base__"], optimizers=[],
                          params=[])
     results, rows = {}, []
@@ -1473,6 +1480,9 @@ def choose_methods(args) -> list[str]:
 def check_args(args):
     """Every refusal of a setting, before anything heavy loads: one line `error: --flag: ...`, exit
     code 2."""
+    if args.use_vllm:
+        from nanomarl.vllm_rollout import check_vllm_args
+        check_vllm_args(args)
     check_numbers(args, positive=("top_p", "num_samples", "batch_size", "sft_lr", "sft_batch_size",
                                   "lora_r", "lora_alpha", "test_timeout"),
                   non_negative=("limit", "max_new_tokens", "top_k", "sft_questions", "sft_epochs",

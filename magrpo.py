@@ -41,7 +41,8 @@ from tqdm import tqdm
 
 from common import (adapter_parameters, adapters_disabled, add_adapters, chat_prompt,
                     forward_responses, generate, load_model)
-from nanomarl.cli import arg_error, load_function, parse_args
+from nanomarl import vllm_rollout
+from nanomarl.cli import RunArgs, arg_error, load_function, parse_args
 from nanomarl.distributed import (allreduce_gradients, allreduce_sum, finish_distributed,
                                   init_distributed, is_main_process, seed_everything,
                                   seed_sampling_per_rank)
@@ -64,7 +65,7 @@ from nanomarl.trackers import finish_tracker, plot_run
 
 
 @dataclass
-class Args:
+class Args(RunArgs):  # and the run's flags (seed, output folder, resume, threads, ...)
     # --- run ---
     model: str = "smollm2-135m"  # hub id, local path, `tiny` (random, for tests) or `smollm2-135m`
     dataset: str = "minicode"  # minicode|humaneval|coophumaneval|tldr|arxiv|pipeline|jsonl:PATH
@@ -72,18 +73,14 @@ class Args:
     train_limit: int = 0  # keep the first N training problems (0 = all)
     max_steps: int = 15  # optimiser steps
     problems_per_step: int = 1  # rollout trees per step (under torchrun: over all processes)
-    seed: int = 0  # seeds sampling and the problem order
-    device: str = ""  # '' = cuda if available, else cpu
-    threads: int = 0  # torch CPU threads (0 = OMP_NUM_THREADS if set, else the free cores)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # dtype of the base model
     quant: Literal["none", "4bit", "8bit"] = "none"  # QLoRA base (LoRA agents only)
-    output_dir: str = ""  # the run folder ('' = runs/magrpo-<time>-s<seed>)
-    resume: str = ""  # continue this run folder from its checkpoint (typed flags override)
     # --- agents ---
     num_agents: int = 2  # agents n, one per role of the task (pipeline: 3)
     full_finetune: bool = False  # a full model copy per agent instead of LoRA adapters on one base
     lora_r: int = 8  # LoRA rank of each agent's adapter
     lora_alpha: int = 16  # LoRA alpha
+    use_vllm: bool = False  # rollouts on one vLLM engine holding every adapter (docs/usage.md)
     lr: float = 2e-4  # AdamW learning rate, constant
     max_grad_norm: float = 0.0  # clip each agent's gradient norm (0 = no clipping)
     # --- MAGRPO ---
@@ -113,9 +110,7 @@ class Args:
     feedback_tests: int = 1  # asserts the feedback reports: first N (0 = all, −N = last N)
     code_extraction: Literal["ast", "authors"] = "ast"  # whole defs | the authors' line cleanup
     # --- logging ---
-    log_every: int = 1  # print a one-line summary every N steps
     sample_every: int = 4  # print and save a step's joint actions every N steps (0: never)
-    report_to: Literal["none", "wandb", "trackio", "tensorboard"] = "none"  # also log to this
     save_every: int = 4  # write checkpoint.pt every N steps (and at the end)
     # --- held-out evaluation inside training ---
     eval_problems: int = 16  # held-out problems the team answers greedily (0: no evaluation)
@@ -634,6 +629,8 @@ def main(args: Args):
         restore_rng_state(state["rng"])  # this rank's
         start_step = state["step"]
         print(f"resumed {run_dir} at step {start_step}")
+    if args.use_vllm:  # rollouts on vLLM; it reloads an adapter whenever its weights change
+        vllm_rollout.start(agents.models[0], agents.names)
     print(f"MAGRPO on {args.dataset}: {len(problems)} problems, {args.num_agents} agents "
           f"{'/'.join(task.roles)} ({'full copies' if args.full_finetune else 'LoRA adapters'} of "
           f"{args.model}), G={args.num_generations}, {args.joint_mode} joint actions, "

@@ -262,6 +262,9 @@ class RunArgs:
     device: str = ""  # cpu, cuda or cuda:N (default: cuda when available)
     threads: int = 0  # torch CPU threads (0: OMP_NUM_THREADS, else the cores left free)
     report_to: typing.Literal["none", "wandb", "trackio", "tensorboard"] = "none"  # also log there
+    log_every: int = 1  # print a summary every N updates
+    sample_every: int = 2  # print a sample and log all samples every N updates (0: never)
+    save_every: int = 2  # write the checkpoint and adapters every N updates (and at the end)
 
 
 @dataclasses.dataclass
@@ -282,3 +285,4 @@ class ModelArgs:
     quant: typing.Literal["none", "4bit", "8bit"] = "none"  # 4bit: QLoRA (nf4)
     lora_r: int = 8  # LoRA rank (on all linear layers, dropout 0)
     lora_alpha: int = 16  # LoRA alpha
+    use_vllm: bool = False  # rollouts on one vLLM engine holding every adapter (docs/usage.md)

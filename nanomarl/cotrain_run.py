@@ -61,6 +61,9 @@ def check_args(args):
                   unit_interval=("lr_end_factor", "influence_gamma", "gae_gamma", "gae_lambda"))
     for model in agent_models(args):
         check_model_name(model, "--models" if args.models else "--model")
+    if args.use_vllm:
+        from nanomarl.vllm_rollout import check_vllm_args
+        check_vllm_args(args)
     if args.reward_fn and (args.scorer != "ground-truth" or args.verifier):
         arg_error("--reward-fn", "replaces --scorer; drop --scorer verifier and --verifier")
     if args.verifier and not Path(args.verifier).exists():

