@@ -44,14 +44,15 @@ from common import (ValueHead, adapter_parameters, add_adapters, allreduce_sum, 
 from nanomarl import vllm_rollout
 from nanomarl.cli import DataArgs, ModelArgs, RunArgs, parse_args
 from nanomarl.cotrain_run import (add_minibatch_stats, agent_models, check_questions, custom_scorer,
-                                  eval_controls, eval_due, eval_metrics, finish_run, load_state,
-                                  log_update, ppo_metrics, rollout_metrics, save_state, settle_args,
+                                  eval_due, eval_metrics, finish_run, load_state, log_update,
+                                  ppo_metrics, rollout_metrics, save_state, settle_args,
                                   stop_if_kl_exceeds, train_turn_indices)
 from nanomarl.distributed import (allreduce_gradients, init_distributed, rank_rows, seed_everything,
                                   seed_sampling_per_rank, world_info)
 from nanomarl.fast import agent_rows, conversation_forward, conversation_forward_applies
 from nanomarl.models import load_tokenizer
 from nanomarl.runs import clean_exits, log_metrics, set_torch_threads, start_run
+from nanomarl.self_consistency import eval_controls
 from nanomarl.tasks.debate import dataset_options, load_task, step_indices
 from nanomarl.tasks.debate_prompts import (continue_chat, discussion_message,
                                            has_degenerate_repetition, sampled_conversation,
@@ -637,9 +638,8 @@ def evaluate_team(team: Team, args: Args, records: list[dict], scorer) -> dict:
     t0 = time.time()
     debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names,
                         args.max_new_tokens, greedy=True, prompt_style=args.prompt_style,
-                        scorer=scorer if args.feedback_in_prompt else None,
-                        feedback_in_prompt=args.feedback_in_prompt,
-                        generate_batch_size=args.generate_batch_size)
+                        scorer=scorer if args.feedback_in_prompt else None, feedback_in_prompt=
+                        args.feedback_in_prompt, generate_batch_size=args.generate_batch_size)
     answers = [[[debate["answers"][t][a][b] for a in range(args.num_agents)]
                 for t in range(args.num_turns)] for b in range(len(records))]
     numbers = debate_metrics(answers, [r["answer"] for r in records])

@@ -40,7 +40,6 @@ from nanomarl.runs import (
     resumed_args,
     save_checkpoint,
 )
-from nanomarl.self_consistency import eval_controls  # noqa: F401  (cotrain.evaluate_team's)
 from nanomarl.tasks.debate import dataset_options, load_task
 from nanomarl.trackers import finish_tracker, plot_run
 
