@@ -270,7 +270,7 @@ class RunArgs:
 @dataclasses.dataclass
 class DataArgs:
     """The flags that read questions from a hub dataset or a local file (load_task)."""
-    dataset_config: str = ""  # hub id only: the dataset's configuration (e.g. main, openai/gsm8k)
+    dataset_config: str = ""  # hub id: its configuration (main); reasoning-gym:NAME: key=value,...
     question_field: str = "question"  # hub id or local file: the question column
     answer_field: str = "answer"  # hub id or local file: the gold answer column
     dataset_task: typing.Literal["math", "nli"] = "math"  # hub id or local file: how answers read
