@@ -118,9 +118,10 @@ def chat(tok, texts):
     return [common.chat_prompt(tok, [{"role": "user", "content": t}]) for t in texts]
 
 
-def make_peft(names=("agent0", "agent1"), seed=0):
-    """A fresh tiny base with named adapters whose B matrices are random (so adapters really differ)."""
-    model = common.add_adapters(load_model("tiny"), list(names), r=4, alpha=8)
+def make_peft(names=("agent0", "agent1"), seed=0, dtype="float32"):
+    """A fresh tiny base (in dtype) with named adapters whose B matrices are random (so adapters
+    really differ)."""
+    model = common.add_adapters(load_model("tiny", dtype), list(names), r=4, alpha=8)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for n, p in model.named_parameters():
@@ -546,17 +547,6 @@ def test_save_and_load_adapters_round_trip(tiny, tmp_path):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def bf16_peft(names=("agent0", "agent1"), seed=0):
-    """make_peft's adapters on a bf16 base."""
-    model = common.add_adapters(load_model("tiny", "bfloat16"), list(names), r=4, alpha=8)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "lora_B" in n:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return model
-
-
 def fp32_head_logprobs(model, hidden, ids, temperature):
     """log-softmax of the fp32 logits h.float() @ W.float()ᵀ, read at ids."""
     logits = hidden.detach().float() @ model.get_output_embeddings().weight.float().T / temperature
@@ -565,35 +555,39 @@ def fp32_head_logprobs(model, hidden, ids, temperature):
 
 @pytest.mark.parametrize("path", ["one adapter", "mixed, no grad", "per adapter, autograd"])
 def test_bf16_logprobs_are_the_softmax_of_fp32_logits(tiny_model_dir, path):
-    """On a bf16 base forward_responses' log-probs are those of fp32 logits computed from the bf16 hidden state,
-    not of logits rounded to bf16 (here 1e-4 to 1e-3 off per token at T 0.3; on a real model's logits of ~20,
-    up to 0.2 nats). The rest of the forward stays bf16, and its rounding depends on the batch's shape."""
+    """On a bf16 base forward_responses' log-probs are those of fp32 logits computed from the bf16
+    hidden state, not of logits rounded to bf16 (here 1e-4 to 1e-3 off per token at T 0.3; on a
+    real model's logits of ~20, up to 0.2 nats). The rest of the forward stays bf16, and its
+    rounding depends on the batch's shape."""
     tok = load_tokenizer("tiny")
-    model = bf16_peft()
+    model = make_peft(dtype="bfloat16")
     assert model.get_output_embeddings().weight.dtype == torch.bfloat16
-    names = ["agent0"] * 4 if path == "one adapter" else ["agent0", "agent1", "__base__", "agent1"]
+    names = (["agent0"] * 4 if path == "one adapter"
+             else ["agent0", "agent1", "__base__", "agent1"])
     torch.manual_seed(0)
-    rollout = generate(model, tok, chat(tok, ["q one", "question two is longer", "3", "four"]), names,
-                       max_new_tokens=10, temperature=0.3)
+    prompts = chat(tok, ["q one", "question two is longer", "3", "four"])
+    rollout = generate(model, tok, prompts, names, max_new_tokens=10, temperature=0.3)
     mask = rollout["response_mask"]
     args = (rollout["query_ids"], rollout["query_mask"], rollout["response_ids"], mask)
     with torch.set_grad_enabled(path == "per adapter, autograd"):
         out = forward_responses(model, *args, names, 0.3, output_hidden=True)
     assert out["logprobs"].dtype == torch.float32 and out["hidden"].dtype == torch.bfloat16
-    expected = fp32_head_logprobs(model, out["hidden"], rollout["response_ids"], 0.3) * mask
+    expected = fp32_head_logprobs(model, out["hidden"], rollout["response_ids"], 0.3)
+    expected = expected * mask
     torch.testing.assert_close(out["logprobs"].detach(), expected, atol=1e-5, rtol=0)
-    assert model.get_output_embeddings().weight.dtype == torch.bfloat16  # the head itself is untouched
+    # the head itself is untouched
+    assert model.get_output_embeddings().weight.dtype == torch.bfloat16
     assert "forward" not in vars(model.get_output_embeddings())
 
 
 def test_bf16_generate_samples_from_fp32_logits(tiny_model_dir):
-    """generate() on a bf16 base: the first token's log-prob is that of the fp32 logits of the prompt's last
-    bf16 hidden state (the same forward generate's first step makes)."""
+    """generate() on a bf16 base: the first token's log-prob is that of the fp32 logits of the
+    prompt's last bf16 hidden state (the same forward generate's first step makes)."""
     tok = load_tokenizer("tiny")
     model = load_model("tiny", "bfloat16")
     torch.manual_seed(0)
-    rollout = generate(model, tok, chat(tok, ["q one", "question two is longer", "3"]), None, max_new_tokens=4,
-                       temperature=0.3)
+    rollout = generate(model, tok, chat(tok, ["q one", "question two is longer", "3"]), None,
+                       max_new_tokens=4, temperature=0.3)
     query_mask = rollout["query_mask"]
     with torch.no_grad():
         hidden = model(input_ids=rollout["query_ids"], attention_mask=query_mask,
