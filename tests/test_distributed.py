@@ -3,8 +3,9 @@
 Equivalence (cotrain.py and magrpo.py): the test samples a rollout of 2B questions/problems once (fixed seed) and
 saves it; then (a) this process makes ONE update on all 2B samples, and (b) `python -m torch.distributed.run
 --standalone --nproc_per_node 2 tests/test_distributed.py ...` makes one update where each rank holds B of them
-(global question g on rank g % 2 with its K samples, as the scripts deal them out). The trainable parameters (LoRA adapters, value
-heads) must agree to fp32 tolerance. This file is also the helper script of (b): see its __main__ block.
+(global question g on rank g % 2 with its K samples, as the scripts deal them out). The trainable
+parameters (LoRA adapters, value heads) must agree to fp32 tolerance. This file is also the helper
+script of (b): see its __main__ block.
 CLI: both scripts run one step under torchrun, only rank 0 prints and writes, and the checkpoint keeps one RNG
 state per rank (the ranks sample differently)."""
 import json
@@ -35,8 +36,9 @@ ATOL, RTOL = 1e-6, 1e-5
 # order on 2 ranks) into changes of ~1e-5 (measured); the optimiser itself is elementwise and the same on all ranks.
 # Each comparison runs without clipping (checks the scale of the summed gradients, which a binding clip would hide)
 # and with a clip that binds (checks that clipping comes after the all-reduce).
-# cotrain: the paper's settings (one debate per question) and --advantage group with K = 2 debates per question, each
-# question's pair on one rank, in minibatches that split pairs (the rows of N processes are labelled as one's).
+# cotrain: the paper's settings (one debate per question) and --advantage group with K = 2 debates
+# per question, each question's pair on one rank, in minibatches that split pairs (the rows of N
+# processes are labelled as one's).
 COTRAIN_SETTINGS = {"no clip": (1, 1e9), "clip": (1, 0.05), "group K=2": (2, 1e9)}
 MAGRPO_SETTINGS = {"seq-sum": ("seq-sum", 0.0), "token-mean": ("token-mean", 0.0), "seq-sum clip": ("seq-sum", 1e-3)}
 
@@ -45,16 +47,19 @@ MAGRPO_SETTINGS = {"seq-sum": ("seq-sum", 0.0), "token-mean": ("token-mean", 0.0
 
 
 def cotrain_args(max_grad_norm: float = 1.0, samples: int = 1) -> cotrain.Args:
-    """4 questions per update (B = 2 per rank), 2 PPO epochs, micro-batches of 1. samples = 1: the paper's settings,
-    2 minibatches of 2 questions; with shuffle seed 7 (cotrain_update) epoch 1's minibatches hold one question of
-    each rank, epoch 2's lie on one rank only (global questions {2, 0} and {3, 1}): the other rank adds nothing but
-    joins the all-reduce. samples = 2: --advantage group, 8 debates in 2 minibatches of 4 (global debates {7, 0, 3,
-    4} and {1, 5, 2, 6}, then {7, 4, 0, 6} and {2, 1, 5, 3}; debate 2q + k is question q's k-th)."""
-    settings = PAPER_PPO if samples == 1 else ["--advantage", "group", "--samples-per-question", str(samples)]
-    return parse_args(cotrain.Args, ["--model", "tiny", "--device", "cpu", "--questions-per-update", "4", *settings,
-                                     "--minibatch-questions", str(2 * samples), "--micro-batch-questions", "1",
-                                     "--ppo-epochs", "2", "--max-new-tokens", "6", "--no-penalize-format",
-                                     "--missing-eos-penalty", "0", "--lr", "1e-2", "--max-grad-norm", str(max_grad_norm)])
+    """4 questions per update (B = 2 per rank), 2 PPO epochs, micro-batches of 1. samples = 1: the
+    paper's settings, 2 minibatches of 2 questions; with shuffle seed 7 (cotrain_update) epoch 1's
+    minibatches hold one question of each rank, epoch 2's lie on one rank only (global questions
+    {2, 0} and {3, 1}): the other rank adds nothing but joins the all-reduce. samples = 2:
+    --advantage group, 8 debates in 2 minibatches of 4 (global debates {7, 0, 3, 4} and
+    {1, 5, 2, 6}, then {7, 4, 0, 6} and {2, 1, 5, 3}; debate 2q + k is question q's k-th)."""
+    settings = (PAPER_PPO if samples == 1
+                else ["--advantage", "group", "--samples-per-question", str(samples)])
+    return parse_args(cotrain.Args, [
+        "--model", "tiny", "--device", "cpu", "--questions-per-update", "4", *settings,
+        "--minibatch-questions", str(2 * samples), "--micro-batch-questions", "1",
+        "--ppo-epochs", "2", "--max-new-tokens", "6", "--no-penalize-format",
+        "--missing-eos-penalty", "0", "--lr", "1e-2", "--max-grad-norm", str(max_grad_norm)])
 
 
 def ascii_fraction(records, responses):
@@ -62,9 +67,9 @@ def ascii_fraction(records, responses):
 
 
 def cotrain_update(saved: dict, setting: str, rank: int, world: int) -> dict:
-    """A fresh team (identical on every rank: build_team seeds), this rank's share of the saved debates (its
-    questions g % world == rank, each with its K debates in a row, as cotrain.main deals them), make_experience + one
-    ppo_update (SGD). Returns every trainable tensor by name."""
+    """A fresh team (identical on every rank: build_team seeds), this rank's share of the saved
+    debates (its questions g % world == rank, each with its K debates in a row, as cotrain.main
+    deals them), make_experience + one ppo_update (SGD). Returns every trainable tensor by name."""
     samples, max_grad_norm = COTRAIN_SETTINGS[setting]
     args = cotrain_args(max_grad_norm, samples)
     saved = saved[samples]
@@ -72,8 +77,10 @@ def cotrain_update(saved: dict, setting: str, rank: int, world: int) -> dict:
     team.optimizers = {name: torch.optim.SGD(opt.param_groups[0]["params"], lr=args.lr)
                        for name, opt in team.optimizers.items()}
     questions = len(saved["records"]) // samples
-    rows = torch.tensor([g * samples + k for g in range(rank, questions, world) for k in range(samples)])
-    debate = dict(rollout=[[{k: v[rows] for k, v in ro.items()} for ro in turn] for turn in saved["rollout"]],
+    rows = torch.tensor([g * samples + k for g in range(rank, questions, world)
+                         for k in range(samples)])
+    debate = dict(rollout=[[{k: v[rows] for k, v in ro.items()} for ro in turn]
+                           for turn in saved["rollout"]],
                   records=[saved["records"][i] for i in rows])
     exp = cotrain.make_experience(team, debate, saved["rewards"][rows], args)
     stats = cotrain.ppo_update(team, exp, args, shuffle_seed=7)
@@ -87,9 +94,9 @@ def cotrain_update(saved: dict, setting: str, rank: int, world: int) -> dict:
 @pytest.mark.parametrize("world", [1, 2, 3])
 @pytest.mark.parametrize("samples", [1, 2, 3])
 def test_rank_rows_take_the_debates_one_process_labels(monkeypatch, world, samples):
-    """Row G of one process is question G // K's (G % K)-th debate. Under `world` ranks, each dealt questions
-    g % world == rank with their K debates in a row (cotrain.main), rank_rows maps a minibatch of labels to the local
-    rows that hold exactly those debates, in the labels' order."""
+    """Row G of one process is question G // K's (G % K)-th debate. Under `world` ranks, each dealt
+    questions g % world == rank with their K debates in a row (cotrain.main), rank_rows maps a
+    minibatch of labels to the local rows that hold exactly those debates, in the labels' order."""
     questions = 7
     one = [(g, k) for g in range(questions) for k in range(samples)]
     labels = torch.randperm(questions * samples, generator=torch.Generator().manual_seed(0))[:10]
@@ -112,7 +119,8 @@ def test_cotrain_two_ranks_equal_one_process(tmp_path):
         records = [r for r in load_task("arith", "train", limit=4) for _ in range(samples)]
         debate, _, r = cotrain.rollout_step(team, args, records, ascii_fraction)
         per_question = r["rewards"].reshape(4, samples, *r["rewards"].shape[1:])
-        assert r["rewards"].std() > 0 and (samples == 1 or (per_question.std(1) > 0).any())  # advantages not all 0
+        # advantages not all 0
+        assert r["rewards"].std() > 0 and (samples == 1 or (per_question.std(1) > 0).any())
         saved[samples] = dict(rollout=debate["rollout"], records=records, rewards=r["rewards"])
     torch.save(saved, tmp_path / "rollout.pt")
 
@@ -237,7 +245,8 @@ if __name__ == "__main__":  # torchrun ... tests/test_distributed.py cotrain|mag
     rank, world, _ = init_distributed()
     saved = torch.load(rollout_path, weights_only=False)
     if script == "cotrain":
-        result = {setting: cotrain_update(saved, setting, rank, world) for setting in COTRAIN_SETTINGS}
+        result = {setting: cotrain_update(saved, setting, rank, world)
+                  for setting in COTRAIN_SETTINGS}
     else:
         result = {setting: magrpo_update(saved, loss_agg, norm, rank, world)
                   for setting, (loss_agg, norm) in MAGRPO_SETTINGS.items()}
