@@ -18,8 +18,8 @@ def mask(rows: int, ones: list[int], width: int = 8):
 
 
 def test_cotrain_evaluate_team_hand_computed(monkeypatch):
-    """3 questions, 2 agents, 2 turns; the debate and the self-consistency control are faked so every
-    number can be computed by hand."""
+    """3 questions, 2 agents, 2 turns; the debate and the self-consistency control are faked so
+    every number can be computed by hand."""
     import torch
     records = [dict(question=f"q{i}", answer=gold, task="math") for i, gold in enumerate(["1", "2", "3"])]
     answers = [  # answers[t][a][b]
@@ -27,22 +27,25 @@ def test_cotrain_evaluate_team_hand_computed(monkeypatch):
         [["1", "2", "3"], ["9", "2", "3"]],  # turn 2: agent 0 right on all; agent 1 wrong on q0
     ]
     # every debate response on q0, q1, q2 is 1, 2, 5 tokens: 4 responses -> budgets 4, 8, 20 tokens
-    debate_rollout = [[dict(response_mask=mask(3, [1, 2, 5]), query_mask=mask(3, [6, 6, 6]))] * 2] * 2
+    response = dict(response_mask=mask(3, [1, 2, 5]), query_mask=mask(3, [6, 6, 6]))
+    debate_rollout = [[response] * 2] * 2
     # the control: agent 0's turn-1 policy, 4 (= A x T) seats per round, 2 tokens per answer
-    rounds = {("q0", "q1", "q2"): [["1", "2", "3"], ["7", "2", "4"], ["7", "5", None], [None, "5", None]],
+    rounds = {("q0", "q1", "q2"): [["1", "2", "3"], ["7", "2", "4"], ["7", "5", None],
+                                   [None, "5", None]],
               ("q2",): [["3"], ["3"], ["9"], ["9"]]}  # [seat][question]
     calls, draws = [], []
 
-    def fake_debate(recs, models, tokenizers, adapter_names, max_new_tokens, greedy=False, temperature=None,
-                    **kwargs):
-        calls.append(dict(greedy=greedy, questions=tuple(r["question"] for r in recs), names=adapter_names,
-                          temperature=temperature))
+    def fake_debate(recs, models, tokenizers, adapter_names, max_new_tokens, greedy=False,
+                    temperature=None, **kwargs):
+        calls.append(dict(greedy=greedy, questions=tuple(r["question"] for r in recs),
+                          names=adapter_names, temperature=temperature))
         if greedy:
             return dict(answers=answers, rollout=debate_rollout)
         draws.append(torch.rand(1).item())  # sampling uses the global random state
         seats, b = rounds[calls[-1]["questions"]], len(recs)
         return dict(answers=[seats], responses=[[["text"] * b for _ in seats]],
-                    rollout=[[dict(response_mask=mask(b, [2] * b), query_mask=mask(b, [5] * b)) for _ in seats]])
+                    rollout=[[dict(response_mask=mask(b, [2] * b), query_mask=mask(b, [5] * b))
+                              for _ in seats]])
 
     monkeypatch.setattr(cotrain, "run_debate", fake_debate)
     team = type("T", (), dict(models=lambda self: [None, None], agent_tokenizers=lambda self: [None, None],
@@ -54,8 +57,8 @@ def test_cotrain_evaluate_team_hand_computed(monkeypatch):
     assert torch.equal(torch.get_rng_state(), state)  # the training's random state is untouched
     torch.manual_seed(5)
     assert draws[0] == torch.rand(1).item()  # the control samples from --seed
-    assert [(c["greedy"], c["questions"]) for c in calls] == [(True, ("q0", "q1", "q2")),
-                                                             (False, ("q0", "q1", "q2")), (False, ("q2",))]
+    assert [(c["greedy"], c["questions"]) for c in calls] == [
+        (True, ("q0", "q1", "q2")), (False, ("q0", "q1", "q2")), (False, ("q2",))]
     assert calls[1]["names"] == [["a0"] * 4] and calls[1]["temperature"] == args.temperature
     # majority vote with tie expectation: turn 1 q0 {1,1} -> 1; q1 {9,2} tie -> 0.5; q2 {None,3} -> 1
     assert m["eval/turn1/accuracy"] == pytest.approx((1 + 0.5 + 1) / 3)
@@ -69,8 +72,8 @@ def test_cotrain_evaluate_team_hand_computed(monkeypatch):
     # each agent: accuracy per turn, and its transitions as fractions of the 3 questions
     assert [m[f"eval/turn{t}/agent{a}/accuracy"] for t in (1, 2) for a in (0, 1)] == pytest.approx(
         [1 / 3, 1, 1, 2 / 3])
-    assert [m[f"eval/turn2/agent{a}/{k}"] for a in (0, 1) for k in ("wrong_to_right", "right_to_wrong")] \
-        == pytest.approx([2 / 3, 0, 0, 1 / 3])
+    assert [m[f"eval/turn2/agent{a}/{k}"] for a in (0, 1)
+            for k in ("wrong_to_right", "right_to_wrong")] == pytest.approx([2 / 3, 0, 0, 1 / 3])
     # the debate's tokens per question: 4 responses of 1, 2, 5 tokens; 4 prompts of 6
     assert m["eval/tokens_per_question"] == pytest.approx((4 + 8 + 20) / 3)
     assert m["eval/prompt_tokens_per_question"] == pytest.approx(24)
@@ -81,8 +84,9 @@ def test_cotrain_evaluate_team_hand_computed(monkeypatch):
     assert m["eval/sc/sample_accuracy"] == pytest.approx((1 / 4 + 2 / 4 + 1 / 4) / 3)
     assert m["eval/sc/invalid_rate"] == pytest.approx((1 / 4 + 0 + 2 / 4) / 3)
     assert m["eval/sc/tokens_per_question"] == 8 and m["eval/sc/prompt_tokens_per_question"] == 20
-    # within the debate's tokens (2 per answer): q0 budget 4 -> 2 answers [1, 7]: 0.5; q1 budget 8 -> 4
-    # answers: 0.5; q2 budget 20: a second round, capped at 8 answers (16 tokens, short of 20) with three 3s: 1
+    # within the debate's tokens (2 per answer): q0 budget 4 -> 2 answers [1, 7]: 0.5; q1 budget
+    # 8 -> 4 answers: 0.5; q2 budget 20: a second round, capped at 8 answers (16 tokens, short of
+    # 20) with three 3s: 1
     assert m["eval/sc/budget_vote_accuracy"] == pytest.approx((0.5 + 0.5 + 1) / 3)
     assert m["eval/sc/budget_samples"] == pytest.approx((2 + 4 + 8) / 3)
     assert m["eval/sc/budget_tokens_per_question"] == pytest.approx((4 + 8 + 16) / 3)
@@ -91,8 +95,8 @@ def test_cotrain_evaluate_team_hand_computed(monkeypatch):
     assert m["eval/num_questions"] == 3 and m["timing/eval_s"] >= m["timing/eval_sc_s"] >= 0
     # --no-eval-self-consistency: the debate alone
     calls.clear()
-    off = cotrain.evaluate_team(team, cotrain.Args(num_agents=2, num_turns=2, eval_self_consistency=False),
-                                records, scorer=None)
+    args = cotrain.Args(num_agents=2, num_turns=2, eval_self_consistency=False)
+    off = cotrain.evaluate_team(team, args, records, scorer=None)
     assert len(calls) == 1 and not any(k.startswith("eval/sc/") for k in off)
     assert off["eval/tokens_per_question"] == m["eval/tokens_per_question"]
 
@@ -123,20 +127,24 @@ def test_cotrain_cli_logs_eval_rows_before_and_after(tmp_path):
         assert {"eval/turn1/accuracy", "eval/turn2/accuracy", "eval/turn2/wrong_to_right"} <= set(r)
         assert r["eval/num_questions"] == 4 and 0 <= r["eval/turn2/accuracy"] <= 1
     assert all("eval/turn2/agent_accuracy" in r for r in rows)
-    assert all({"eval/turn2/agent1/accuracy", "eval/turn2/agent0/right_to_wrong", "eval/sc/vote_accuracy",
-                "eval/sc/budget_vote_accuracy", "eval/tokens_per_question"} <= set(r) for r in rows)
-    assert all(r["eval/sc/num_samples"] == 4 and 0 < r["eval/sc/tokens_per_question"] <= 4 * 8 for r in rows)
+    assert all({"eval/turn2/agent1/accuracy", "eval/turn2/agent0/right_to_wrong",
+                "eval/sc/vote_accuracy", "eval/sc/budget_vote_accuracy",
+                "eval/tokens_per_question"} <= set(r) for r in rows)
+    assert all(r["eval/sc/num_samples"] == 4 and 0 < r["eval/sc/tokens_per_question"] <= 4 * 8
+               for r in rows)
     # the headline is the last turn's mean agent accuracy; the authors' vote stays in the table
     assert "held-out evaluation" in out.stdout and "eval/turn2/agent_accuracy:" in out.stdout
     assert "eval/turn2/accuracy:" not in out.stdout and " eval/turn2/accuracy |" in out.stdout
     assert " eval/sc/vote_accuracy | eval/sc/budget_vote_accuracy |" in out.stdout
-    # the control samples from its own random state: without it, training is the same, number for number
+    # the control samples from its own random state: without it, training is the same, number for
+    # number
     alone = tmp_path / "alone"
-    run_script(["cotrain.py", "--model", "tiny", "--max-steps", "2", "--max-new-tokens", "8", "--eval-questions", "4",
-                "--eval-every", "1", "--questions-per-update", "2", "--ppo-epochs", "1", "--output-dir", str(alone),
-                "--no-eval-self-consistency"])
+    run_script(["cotrain.py", "--model", "tiny", "--max-steps", "2", "--max-new-tokens", "8",
+                "--eval-questions", "4", "--eval-every", "1", "--questions-per-update", "2",
+                "--ppo-epochs", "1", "--output-dir", str(alone), "--no-eval-self-consistency"])
     same = [json.loads(line) for line in (alone / "metrics.jsonl").read_text().splitlines()]
-    strip = lambda r: {k: v for k, v in r.items() if not k.startswith(("timing/", "eval/sc/"))}  # noqa: E731
+    strip = lambda r: {k: v for k, v in r.items()  # noqa: E731
+                       if not k.startswith(("timing/", "eval/sc/"))}
     assert [strip(r) for r in same] == [strip(r) for r in rows]
     assert not any(k.startswith("eval/sc/") for r in same for k in r)
 
