@@ -88,17 +88,18 @@ def test_mean_agent_accuracy_leads_and_an_unparsable_partner_cannot_raise_it(tmp
     honest = evaluate.debate_metrics([[["5", "7"], ["5", "7"]]], ["5"])
     gamed.update(answers_per_question=4, tokens_per_question=30.5, prompt_tokens_per_question=80.0)
     lines = evaluate.debate_table(dict(gamed=gamed, honest=honest)).splitlines()
-    assert lines[0] == ("| method | turn 1 | turn 2 | vote turn 1 | vote turn 2 | W→R / R→W 1→2 | answers / q "
-                        "| tokens / q | prompt tokens / q |")
+    assert lines[0] == ("| method | turn 1 | turn 2 | vote turn 1 | vote turn 2 | W→R / R→W 1→2 "
+                        "| answers / q | tokens / q | prompt tokens / q |")
     # pooled transitions of gamed: agent 1 on q1 W→R, nothing R→W, of 4 (question, agent) pairs
     assert lines[2] == "| gamed | 25.0 | 50.0 | 25.0 | 75.0 | 25.0 / 0.0 | 4 | 30.5 | 80.0 |"
     assert lines[3] == "| honest | 50.0 | 50.0 | 50.0 | 50.0 | 0.0 / 0.0 |  |  |  |"
     assert "mean agent accuracy" in lines[5] and "the authors' rule" in lines[5]
-    # each agent of gamed: agent 0 [5, 4] -> [5, 4]: 50 / 50, no change; agent 1 [7, 4] -> [None, 3]:
-    # 0 / 50, W→R on q1 (1 of 2 questions)
+    # each agent of gamed: agent 0 [5, 4] -> [5, 4]: 50 / 50, no change; agent 1 [7, 4] ->
+    # [None, 3]: 0 / 50, W→R on q1 (1 of 2 questions)
     agents = evaluate.agents_table(dict(gamed=gamed)).splitlines()
     assert agents[0] == "| method | agent | turn 1 | turn 2 | W→R / R→W 1→2 |"
-    assert agents[2:4] == ["| gamed | 0 | 50.0 | 50.0 | 0.0 / 0.0 |", "| gamed | 1 | 0.0 | 50.0 | 50.0 / 0.0 |"]
+    assert agents[2:4] == ["| gamed | 0 | 50.0 | 50.0 | 0.0 / 0.0 |",
+                           "| gamed | 1 | 0.0 | 50.0 | 50.0 / 0.0 |"]
     pytest.importorskip("matplotlib", reason="plots are optional")
     paths = evaluate.plot_debate(dict(gamed=gamed, honest=honest), tmp_path)
     assert [p.name for p in paths] == ["accuracy_per_turn.png", "transitions.png"]
@@ -411,7 +412,8 @@ def test_debate_seats_from_runs(tmp_path, tiny_model_dir):
     assert [[len(debate[k][t][a]) for t in range(3) for a in range(3)] for k in ("responses", "answers", "prompts")] \
         == [[2] * 9] * 3
     assert 0 < tokens <= 6 * 3 * 3 * 2 and seconds > 0
-    # and per question: the tokens generated (summing to the total) and read, over 3 agents x 3 turns
+    # and per question: the tokens generated (summing to the total) and read, over 3 agents x 3
+    # turns
     assert len(debate["tokens"]) == 2 and sum(debate["tokens"]) == tokens
     assert len(debate["prompt_tokens"]) == 2 and min(debate["prompt_tokens"]) > 9
 
@@ -421,8 +423,6 @@ def test_sft_baseline_trains_on_kept_debates(monkeypatch, tiny_model_dir):
 
     import torch
 
-    pass
-
     def canned_debate(records, models, tokenizers, adapter_names, *a, **kw):
         assert all(n == "__base__" for turn in adapter_names for n in turn)  # collected off the shelf
         T, A, B = len(adapter_names), len(models), len(records)
@@ -430,8 +430,8 @@ def test_sft_baseline_trains_on_kept_debates(monkeypatch, tiny_model_dir):
                    for _ in range(T)]  # even questions: every agent right; odd: every agent wrong
         return dict(answers=answers, prompts=[[[f"Q{b} t{t}" for b in range(B)] for _ in range(A)] for t in range(T)],
                     responses=[[[f"Answer: \\boxed{{{b}}}" for b in range(B)] for _ in range(A)] for _ in range(T)],
-                    rollout=[[dict(response_mask=torch.ones(B, 3), query_mask=torch.ones(B, 5)) for _ in range(A)]
-                             for _ in range(T)])
+                    rollout=[[dict(response_mask=torch.ones(B, 3), query_mask=torch.ones(B, 5))
+                              for _ in range(A)] for _ in range(T)])
 
     monkeypatch.setattr(evaluate.cotrain, "run_debate", canned_debate)
     args = SimpleNamespace(model="tiny", dtype="float32", quant="none", dataset="arith", sft_questions=4, seed=0,
@@ -478,21 +478,27 @@ def test_debate_mode_smoke(tmp_path, tiny_model_dir):
         assert m["control_of"] == pair and m["num_samples"] == 6 and len(m["vote_at_k"]) == 6
         assert 0 < m["tokens_per_question"] <= 6 * 6 and m["max_samples"] == 24
         assert m["budget_per_question"] == methods[pair]["tokens_per_question"]
-        assert m["budget_tokens_per_question"] <= m["budget_per_question"] or m["budget_samples"] == 1
+        assert (m["budget_tokens_per_question"] <= m["budget_per_question"]
+                or m["budget_samples"] == 1)
     assert [q["id"] for q in results["questions"]] == ["arith/test/0", "arith/test/1"]
     assert results["dataset_source"] == dict(dataset="arith:digits", split="test", seed=0, limit=2)
     table = (out / "results.md").read_text().splitlines()
     assert table[0].startswith("| method | turn 1 | turn 2 | vote turn 1 | vote turn 2 |")
     n = len(evaluate.DEBATE_METHODS) - len(evaluate.SC_PAIRS)
-    assert [row.split("|")[1].strip() for row in table[2:2 + n]] == list(evaluate.DEBATE_METHODS)[:n]
+    assert ([row.split("|")[1].strip() for row in table[2:2 + n]]
+            == list(evaluate.DEBATE_METHODS)[:n])
     assert table[2 + n] == "" and "the authors' rule" in table[3 + n]
-    controls = table.index(next(line for line in table if line.startswith("| control | one answer |")))
-    assert [(row.split("|")[1], row.split("|")[10]) for row in table[controls + 2:controls + 4]] == [
-        (" sc-base ", " offtheshelf "), (" sc-maporl ", " maporl ")]
+    controls = table.index(next(line for line in table
+                                if line.startswith("| control | one answer |")))
+    assert [(row.split("|")[1], row.split("|")[10])
+            for row in table[controls + 2:controls + 4]] == [(" sc-base ", " offtheshelf "),
+                                                             (" sc-maporl ", " maporl ")]
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 7 * 2
-    assert all(len(r["answers"]) == 2 and len(r["answers"][0]) == 3 for r in rows if r["method"] not in evaluate.SC_PAIRS)
-    assert all(len(r["answers"]) == 1 and len(r["answers"][0]) >= 6 for r in rows if r["method"] in evaluate.SC_PAIRS)
+    assert all(len(r["answers"]) == 2 and len(r["answers"][0]) == 3
+               for r in rows if r["method"] not in evaluate.SC_PAIRS)
+    assert all(len(r["answers"]) == 1 and len(r["answers"][0]) >= 6
+               for r in rows if r["method"] in evaluate.SC_PAIRS)
     pytest.importorskip("matplotlib", reason="plots are optional")
     assert (out / "accuracy_per_turn.png").stat().st_size > 0 and (out / "transitions.png").stat().st_size > 0
     assert "results:" in result.stdout
@@ -532,7 +538,8 @@ def test_choose_methods_follows_the_flags():
     with pytest.raises(SystemExit, match="--methods: method sc-maporl needs --run"):
         evaluate.choose_methods(args("--methods", "sc-maporl"))
     with pytest.raises(SystemExit, match="--sc-max-samples"):
-        evaluate.check_args(args("--sc-max-samples", "5"))  # fewer than the 3 x 3 answers per question
+        # fewer than the 3 x 3 answers per question
+        evaluate.check_args(args("--sc-max-samples", "5"))
     assert evaluate.choose_methods(args("--mode", "magrpo")) == ["single", "parallel", "pipeline", "discussion"]
     assert evaluate.choose_methods(args("--mode", "magrpo", "--mt-run", "M"))[-1] == "mt-magrpo"
     with pytest.raises(SystemExit, match="--methods: method maporl needs --run"):
@@ -575,12 +582,13 @@ def test_answer_shapes_classifies_and_counts_an_evaluate_samples_file(tmp_path, 
     assert lines[3] == "| maporl | 2 | 0.0 % | 0.0 % | 50.0 % | 50.0 % | 50.0 % |"
 
 
-# ---------------------------------------------------------------------------------------------- the controls
+# ------------------------------------------------------------------------------------ the controls
 
 
 def test_within_budget():
     from nanomarl.self_consistency import within_budget
-    assert [within_budget([3, 3, 3], b) for b in (10, 9, 8, 3, 2)] == [3, 3, 2, 1, 1]  # at least one answer
+    # at least one answer
+    assert [within_budget([3, 3, 3], b) for b in (10, 9, 8, 3, 2)] == [3, 3, 2, 1, 1]
     assert within_budget([10, 1], 5) == 1  # in sampling order: the first answer alone exceeds it
 
 
@@ -595,10 +603,13 @@ def test_self_consistency_metrics_hand_computed():
     assert m["vote_at_k"] == pytest.approx([0.5, 1.0, 0.75])
     assert m["sample_accuracy"] == pytest.approx((2 / 3 + 1 / 3) / 2)
     assert m["invalid_rate"] == pytest.approx((0 + 1 / 3) / 2)
-    assert m["tokens_per_question"] == pytest.approx((9 + 14) / 2) and m["prompt_tokens_per_question"] == 15
-    # budgets: q0 7 tokens -> 2 answers [5, 5]: 1 (6 tokens); q1 5 -> its first answer alone (10 tokens): 0
+    assert m["tokens_per_question"] == pytest.approx((9 + 14) / 2)
+    assert m["prompt_tokens_per_question"] == 15
+    # budgets: q0 7 tokens -> 2 answers [5, 5]: 1 (6 tokens); q1 5 -> its first answer alone (10
+    # tokens): 0
     assert m["budget_vote_accuracy"] == pytest.approx(0.5)
-    assert m["budget_samples"] == pytest.approx(1.5) and m["budget_tokens_per_question"] == pytest.approx(8)
+    assert m["budget_samples"] == pytest.approx(1.5)
+    assert m["budget_tokens_per_question"] == pytest.approx(8)
     assert m["budget_per_question"] == 6 and m["budget_short"] == 0
     assert m["num_samples"] == 3 and m["num_questions"] == 2
     # the answers ran out below a larger budget: short
@@ -606,50 +617,57 @@ def test_self_consistency_metrics_hand_computed():
     assert "budget_vote_accuracy" not in self_consistency_metrics(samples, ["5", "-2"], 3)
     # the controls table: the control beside the debate it matches
     m.update(control_of="offtheshelf", temperature=0.3)
-    debate = dict(accuracy=dict(mean_agent=[0.25, 0.5], majority=[0.5, 0.75]), answers_per_question=4,
-                  tokens_per_question=12.0)
+    debate = dict(accuracy=dict(mean_agent=[0.25, 0.5], majority=[0.5, 0.75]),
+                  answers_per_question=4, tokens_per_question=12.0)
     lines = evaluate.controls_table({"sc-base": m}, {"offtheshelf": debate}).splitlines()
-    assert lines[2] == ("| sc-base | 50.0 | 75.0 | 3 | 11.5 | 50.0 | 1.5 | 8.0 | 0.0 % | offtheshelf | 50.0 | 75.0 "
-                        "| 4 | 12.0 |")
+    assert lines[2] == ("| sc-base | 50.0 | 75.0 | 3 | 11.5 | 50.0 | 1.5 | 8.0 | 0.0 % "
+                        "| offtheshelf | 50.0 | 75.0 | 4 | 12.0 |")
     assert "sampled at T = 0.3" in lines[4]
-    assert evaluate.controls_table({"sc-base": m}, {}).splitlines()[2].endswith("| offtheshelf | not evaluated |  |  |  |")
-    assert evaluate.control_summary(m) == ("one answer 0.500 | vote of 3 0.750 | tokens/question 11.5 | within "
-                                           "offtheshelf's 6.0 tokens/question: vote 0.500 of 1.5 answers")
+    assert evaluate.controls_table({"sc-base": m}, {}).splitlines()[2].endswith(
+        "| offtheshelf | not evaluated |  |  |  |")
+    assert evaluate.control_summary(m) == (
+        "one answer 0.500 | vote of 3 0.750 | tokens/question 11.5 | within offtheshelf's 6.0 "
+        "tokens/question: vote 0.500 of 1.5 answers")
 
 
 def test_play_self_consistency_chunks_and_token_budgets(monkeypatch):
-    """3 questions in chunks of --batch-size 2, 2 answers a round (A x T = 2 x 1), 2 tokens an answer: q0 (budget
-    4) and q1 (budget 1) stop after one round, q2 (budget 6) takes a second."""
+    """3 questions in chunks of --batch-size 2, 2 answers a round (A x T = 2 x 1), 2 tokens an
+    answer: q0 (budget 4) and q1 (budget 1) stop after one round, q2 (budget 6) takes a second."""
     from types import SimpleNamespace
 
     import torch
     calls = []
 
-    def fake_debate(recs, models, tokenizers, adapter_names, max_new_tokens, temperature=None, greedy=False,
-                    prompt_style=None, generate_batch_size=0):
-        calls.append(dict(questions=[r["id"] for r in recs], seats=len(models), names=adapter_names, greedy=greedy,
-                          temperature=temperature, rows=generate_batch_size, model=models[0]))
+    def fake_debate(recs, models, tokenizers, adapter_names, max_new_tokens, temperature=None,
+                    greedy=False, prompt_style=None, generate_batch_size=0):
+        calls.append(dict(questions=[r["id"] for r in recs], seats=len(models),
+                          names=adapter_names, greedy=greedy, temperature=temperature,
+                          rows=generate_batch_size, model=models[0]))
         b, k = len(recs), len(calls)
         return dict(answers=[[[f"{r['id']}-{k}-{s}" for r in recs] for s in range(2)]],
                     responses=[[["text"] * b for _ in range(2)]],
-                    rollout=[[dict(response_mask=torch.ones(b, 2), query_mask=torch.ones(b, 7))] * 2])
+                    rollout=[[dict(response_mask=torch.ones(b, 2),
+                                   query_mask=torch.ones(b, 7))] * 2])
 
     monkeypatch.setattr(evaluate.cotrain, "run_debate", fake_debate)
     bases = SimpleNamespace(model=lambda base: f"model of {base}", tokenizers={"tiny": "tok"})
     args = SimpleNamespace(sc_samples=0, sc_max_samples=0, num_agents=2, num_turns=1, batch_size=2,
                            max_new_tokens=8, temperature=0.3, prompt_style="short")
-    records = [dict(id=f"q{i}", question=f"{i} + 1?", answer=str(i + 1), task="math") for i in range(3)]
-    samples, seconds = evaluate.play_self_consistency(bases, ("tiny", ["r0_agent0"]), records, args, [4, 1, 6])
+    records = [dict(id=f"q{i}", question=f"{i} + 1?", answer=str(i + 1), task="math")
+               for i in range(3)]
+    samples, seconds = evaluate.play_self_consistency(bases, ("tiny", ["r0_agent0"]), records, args,
+                                                      [4, 1, 6])
     assert [c["questions"] for c in calls] == [["q0", "q1"], ["q2"], ["q2"]]
-    assert all(c["seats"] == 2 and c["names"] == [["r0_agent0"] * 2] and not c["greedy"] and c["temperature"] == 0.3
-               and c["rows"] == 4 and c["model"] == "model of tiny" for c in calls)
+    assert all(c["seats"] == 2 and c["names"] == [["r0_agent0"] * 2] and not c["greedy"]
+               and c["temperature"] == 0.3 and c["rows"] == 4 and c["model"] == "model of tiny"
+               for c in calls)
     assert samples["answers"] == [["q0-1-0", "q0-1-1"], ["q1-1-0", "q1-1-1"],
                                   ["q2-2-0", "q2-2-1", "q2-3-0", "q2-3-1"]]
     assert samples["tokens"] == [[2, 2], [2, 2], [2] * 4] and samples["prompt_tokens"][2] == [7] * 4
     assert seconds >= 0
 
 
-# ---------------------------------------------------------------------------------------------- reasoning-gym
+# ----------------------------------------------------------------------------------- reasoning-gym
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -675,34 +693,40 @@ def test_reasoning_gym_missing_is_one_clear_line(monkeypatch, capsys):
     with pytest.raises(SystemExit) as stop:
         load_task("reasoning-gym:basic_arithmetic", "test", 5)
     assert stop.value.code == 2
-    assert capsys.readouterr().err == ("error: --dataset: reasoning-gym:basic_arithmetic needs the optional package "
-                                       "reasoning-gym (pip install reasoning-gym)\n")
+    assert capsys.readouterr().err == (
+        "error: --dataset: reasoning-gym:basic_arithmetic needs the optional package reasoning-gym "
+        "(pip install reasoning-gym)\n")
 
 
 def test_reasoning_gym_questions_are_the_librarys():
-    """Each question and answer is the library's item at its source_index, with the settings that match
-    arith:digits; splits are disjoint; --dataset-config changes the settings; bad settings are refused."""
+    """Each question and answer is the library's item at its source_index, with the settings that
+    match arith:digits; splits are disjoint; --dataset-config changes the settings; bad settings
+    are refused."""
     import re
 
     rg = pytest.importorskip("reasoning_gym", reason="optional: pip install reasoning-gym")
     from nanomarl.tasks.debate import REASONING_GYM_DEFAULTS, hash_split, load_task
     name = "reasoning-gym:basic_arithmetic"
     records = load_task(name, "test", 30, seed=3)
-    data = rg.create_dataset("basic_arithmetic", seed=3, size=5000, **REASONING_GYM_DEFAULTS["basic_arithmetic"])
+    data = rg.create_dataset("basic_arithmetic", seed=3, size=5000,
+                             **REASONING_GYM_DEFAULTS["basic_arithmetic"])
     assert len(records) == 30 and len({r["question"] for r in records}) == 30
     for r in records:
         item = data[r["source_index"]]
         assert (r["question"], r["answer"], r["task"]) == (item["question"], item["answer"], "math")
-        m = re.fullmatch(r"(?:What is|Solve|Compute|Evaluate:) (\d+) ([+-]) (\d+)[?.]", r["question"])
+        m = re.fullmatch(r"(?:What is|Solve|Compute|Evaluate:) (\d+) ([+-]) (\d+)[?.]",
+                         r["question"])
         a, op, b = int(m[1]), m[2], int(m[3])
         assert a <= 10 and b <= 10 and int(r["answer"]) == (a + b if op == "+" else a - b)
         assert hash_split(r["question"]) == "test"
     assert any(int(r["answer"]) < 0 for r in records)  # a difference may be negative
     assert load_task(name, "test", 30, seed=3) == records  # the same questions again
     train = load_task(name, "train", 200, seed=3)
-    assert len(train) == 200 and not {r["question"] for r in train} & {r["question"] for r in records}
+    assert len(train) == 200
+    assert not {r["question"] for r in train} & {r["question"] for r in records}
     sums = load_task(name, "test", 10, seed=3, config="operators=+,min_digits=2,max_digits=2")
-    assert len(sums) == 10 and all(" + " in r["question"] and " - " not in r["question"] for r in sums)
+    assert len(sums) == 10
+    assert all(" + " in r["question"] and " - " not in r["question"] for r in sums)
     for bad in ("min_terms=x", "colour=red", "allow_negation=maybe", "min_terms=3", "seed=1"):
         with pytest.raises(SystemExit, match="--dataset-config"):
             load_task(name, "test", 5, config=bad)
@@ -716,13 +740,15 @@ def test_debate_mode_on_reasoning_gym_saves_its_questions(tmp_path, tiny_model_d
 
     from nanomarl.tasks.debate import load_task
     out = tmp_path / "eval"
-    run_script(["evaluate.py", "--model", "tiny", "--limit", "3", "--num-agents", "2", "--num-turns", "2",
-                "--max-new-tokens", "6", "--methods", "offtheshelf,sc-base", "--dataset",
+    run_script(["evaluate.py", "--model", "tiny", "--limit", "3", "--num-agents", "2",
+                "--num-turns", "2", "--max-new-tokens", "6", "--methods", "offtheshelf,sc-base",
+                "--dataset",
                 "reasoning-gym:basic_arithmetic", "--dataset-config", "operators=+", "--seed", "4",
                 "--output-dir", str(out)], timeout=300)
     results = json.loads((out / "results.json").read_text())
     expected = load_task("reasoning-gym:basic_arithmetic", "test", 3, seed=4, config="operators=+")
-    assert results["questions"] == [dict(id=r["id"], question=r["question"], answer=r["answer"]) for r in expected]
+    assert results["questions"] == [dict(id=r["id"], question=r["question"], answer=r["answer"])
+                                    for r in expected]
     source = results["dataset_source"]
     assert source["library"] == "reasoning-gym" and source["version"] and source["seed"] == 4
     assert source["settings"]["operators"] == ["+"] and source["settings"]["max_digits"] == 1
