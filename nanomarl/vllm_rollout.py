@@ -45,15 +45,12 @@ import torch
 from nanomarl.cli import arg_error
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
-# modules vLLM's LoRA layers do not cover (only linear layers take LoRA there)
-UNSUPPORTED_TARGETS = ("lm_head", "embed_tokens", "wte", "wpe", "embed_in", "embed_out")
 
 
 def check_vllm_args(args):
     """Refuse, in one line naming the flag, what the vLLM path cannot do; call it from the scripts'
     argument checks (nothing heavy is imported). Reads from args what it has of: quant, model,
-    models, device, lora_r, vllm_max_lora_rank, full_finetune, target_modules; WORLD_SIZE from
-    torchrun."""
+    models, device, lora_r, full_finetune; WORLD_SIZE from torchrun."""
     quant = getattr(args, "quant", "none")
     if quant != "none":
         arg_error("--quant", f"{quant} loads the base through bitsandbytes, which the vLLM path "
@@ -75,17 +72,9 @@ def check_vllm_args(args):
         arg_error("--full-finetune", "--use-vllm serves LoRA adapters on one base, not whole "
                                      "copies of the model; drop one of the two")
     lora_r = int(getattr(args, "lora_r", 8))
-    max_rank = int(getattr(args, "vllm_max_lora_rank", 0) or lora_rank_bound(lora_r))
-    if max_rank not in VLLM_LORA_RANKS:
-        arg_error("--vllm-max-lora-rank", f"vLLM accepts {', '.join(map(str, VLLM_LORA_RANKS))}; "
-                                          f"got {max_rank}")
-    if lora_r > max_rank:
-        arg_error("--lora-r", f"{lora_r} is above vLLM's max_lora_rank {max_rank}")
-    targets = getattr(args, "target_modules", "all-linear")
-    bad = [] if targets == "all-linear" else [t for t in targets if t in UNSUPPORTED_TARGETS]
-    if bad:
-        arg_error("--target-modules", f"vLLM puts LoRA on linear layers only; {','.join(bad)} "
-                                      f"cannot be served")
+    if lora_r > VLLM_LORA_RANKS[-1]:
+        arg_error("--lora-r", f"{lora_r} is above vLLM's largest max_lora_rank "
+                              f"{VLLM_LORA_RANKS[-1]}")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         arg_error("--use-vllm", "one process only: under torchrun each rank would start an engine "
                                 "of its own; run without torchrun")

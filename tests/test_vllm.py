@@ -287,9 +287,6 @@ def test_refusals_name_the_flag(monkeypatch):
         (dict(model="/models/base.Q4_1.gguf"), "--model"),
         (dict(full_finetune=True), "--full-finetune"),
         (dict(lora_r=600), "--lora-r"),
-        (dict(lora_r=64, vllm_max_lora_rank=32), "--lora-r"),
-        (dict(vllm_max_lora_rank=12), "--vllm-max-lora-rank"),
-        (dict(target_modules=["q_proj", "lm_head"]), "--target-modules"),
     ]
     for change, flag in refused:
         with pytest.raises(ArgError) as error:
