@@ -56,7 +56,7 @@ the closing line; a line counts only if well formed, with a test index below the
 
 Why this way. Kernel mechanisms rather than checks in Python, because a program can undo anything
 Python-level in its own process; an allow-list rather than a deny-list, because the known attacks
-(F_SETOWN, TIOCSTI, prctl, setpriority) were all calls a deny-list had not thought of; a second
+(F_SETOWN, TIOCSTI, prctl, setpriority) are all calls a deny-list easily leaves out; a second
 process for the verdict, because every in-process guard of a verdict has a bypass. The namespaces
 are set up with a few libc calls (unshare, mount, pivot_root) instead of bubblewrap or nsjail: the
 same kernel mechanism and no system package to install, and the seccomp filter must be installed by
