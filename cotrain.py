@@ -633,13 +633,13 @@ def learning_rate(args: Args, step: int) -> float:
 
 @torch.no_grad()
 def evaluate_team(team: Team, args: Args, records: list[dict], scorer) -> dict:
-    """The team debates the held-out questions greedily: per turn the majority vote's accuracy (Sec.
-    4.1), the mean agent's, the unparsable rate, the W->R / R->W changes; and the controls."""
+    """The team debates the held-out questions greedily: per-turn metrics (Sec. 4.1), controls."""
     t0 = time.time()
     debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names,
                         args.max_new_tokens, greedy=True, prompt_style=args.prompt_style,
-                        scorer=scorer if args.feedback_in_prompt else None, feedback_in_prompt=
-                        args.feedback_in_prompt, generate_batch_size=args.generate_batch_size)
+                        scorer=scorer if args.feedback_in_prompt else None,
+                        feedback_in_prompt=args.feedback_in_prompt,
+                        generate_batch_size=args.generate_batch_size)
     answers = [[[debate["answers"][t][a][b] for a in range(args.num_agents)]
                 for t in range(args.num_turns)] for b in range(len(records))]
     numbers = debate_metrics(answers, [r["answer"] for r in records])

@@ -738,9 +738,12 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
                                                      verifier_batch_size=args.batch_size), device)
     # every adapter is loaded first
     plans = {m: method_agents(m, bases, args) for m in methods if m != "sft"}
-    if args.use_vllm:  # one base (check_vllm_args); an adapter trained later joins at first use
-        from nanomarl import vllm_rollout
-        vllm_rollout.start(bases.model(next(iter(bases.models))), max_loras=8)
+    if args.use_vllm:  # one base (check_vllm_args), a peft model: an adapter trained later (sft)
+        from nanomarl import vllm_rollout  # is added to it and joins the engine at first use
+
+        base = next(iter(bases.models), args.model)
+        bases.models[base] = with_peft(bases.model(base))
+        vllm_rollout.start(bases.models[base], max_loras=8)
     if args.run:
         info = read_debate_run(args.run, "--run")
         for key in ("prompt_style", "feedback_in_prompt"):

@@ -84,7 +84,7 @@ class Args:
     max_length: int = 550  # tokens of [prompt ; answer], cut at the prompt's start (authors: 550)
     # ---- questions ----
     dataset: str = "arith"  # gsm8k | anli[:r1|r2|r3] | jsonl:PATH | arith (offline): train split
-    dataset_config: str = ""  # hub id only: the dataset's configuration (e.g. main)
+    dataset_config: str = ""  # hub id: its configuration (main); reasoning-gym:NAME: key=value,...
     question_field: str = "question"  # hub id or local file: the column holding the question
     answer_field: str = "answer"  # hub id or local file: the column holding the gold answer
     dataset_task: Literal["math", "nli"] = "math"  # hub id or local file: how the gold answer reads

@@ -44,11 +44,12 @@ up these layers, each closing most holes on its own (one missing layer leaves th
      terminal injection (TIOCSTI);
   4. PR_SET_PDEATHSIG (each process dies with its parent) and rlimits: CPU time, address space, file
      size (caps the output), no processes, no core dumps, 32 file descriptors;
-  5. on Linux x86_64 a seccomp ALLOW-list of the 85 system calls a pure-Python program needs, 5 with
-     argument rules: open/openat read-only, fcntl without F_SETOWN/F_SETSIG/F_SETPIPE_SZ/O_ASYNC,
-     ioctl only TCGETS/TIOCGWINSZ/FIONBIO/FIOCLEX/FIONCLEX, prlimit64 only to read. Everything else
-     (fork, clone, exec, kill, ptrace, sockets, pipes, memfd, prctl, mount, file writes, ...) fails
-     (EPERM).
+  5. on Linux x86_64 a seccomp ALLOW-list of the 86 system calls a pure-Python program needs
+     (wait4: the test process reaps the program's; a process that cannot fork waits for nothing),
+     5 with argument rules: open/openat read-only, fcntl without F_SETOWN/F_SETSIG/F_SETPIPE_SZ/
+     O_ASYNC, ioctl only TCGETS/TIOCGWINSZ/FIONBIO/FIOCLEX/FIONCLEX, prlimit64 only to read.
+     Everything else (fork, clone, exec, kill, ptrace, sockets, pipes, memfd, prctl, mount, file
+     writes, ...) fails (EPERM).
 Each test has a wall-clock alarm in the test process (a program that ignores its own alarm only
 loses the test); the trainer SIGKILLs the group at an overall deadline. The trainer reads the test
 process's report only up to the size its tests can need (it kills the group beyond that) and up to
@@ -228,6 +229,11 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
                 report += chunk
     finally:
         os.close(report_read)
+        if report.endswith(closing):  # a finished run reaps its program's process, then exits
+            try:
+                proc.wait(timeout=max(0.0, min(1.0, start + wall - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                pass
         try:  # the group's leader is not reaped yet, so its pid cannot have been reused
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

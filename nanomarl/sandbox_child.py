@@ -7,7 +7,7 @@ program's process (program_side: runs the program, answers requests for values),
 tests and runs them (test_side: decides every verdict, never runs the program's code, writes the
 report). It imports only modules that are built in or cheap to load (no json, signal or site:
 their imports would cost each run more than the fork)."""
-import _json, _signal, _sitebuiltins, builtins, marshal, os, select, sys
+import _json, _signal, _sitebuiltins, builtins, marshal, os, select, sys, time
 
 from sandbox_layers import confine, die_with_parent, drop_privileges, isolate  # sandbox.py's BOOT
 
@@ -310,9 +310,9 @@ def program_side(job, requests, answers):
     os._exit(0)
 
 
-def test_side(job, fds, layers, scope, context):
+def test_side(job, fds, layers, scope, context, child):
     """The test process: reads the tests, waits for the program to load, runs each test (after
-    the context, run before the fork), writes the report."""
+    the context, run before the fork), writes the report, and reaps the program's process."""
     job_fd, report_fd, requests, answers = fds
     layers.append(b"seccomp " + (b"1" if confine(job) else b"0"))
     tests_job, timeout = marshal.loads(read_exactly(job_fd, 1 << 40)), job["timeout"]
@@ -344,7 +344,23 @@ def test_side(job, fds, layers, scope, context):
     report = b"\n".join(lines) + b"\n" + nonce + b" done\n"
     while report:
         report = report[os.write(report_fd, report):]
+    os.close(requests)  # the program's process reads the end of its requests and exits
+    reap(child, 0.5)
     os._exit(0)
+
+
+def reap(child, seconds):
+    """Wait, at most `seconds`, for the program's process to end, so that no zombie is left to an
+    init that does not reap (a trainer that is pid 1 of a container); one still running then
+    (a program that ignores the end of its requests) is killed with the group by the trainer."""
+    deadline = time.monotonic() + seconds
+    while child > 0 and time.monotonic() < deadline:
+        try:
+            if os.waitpid(child, os.WNOHANG)[0]:
+                return
+        except ChildProcessError:
+            return
+        time.sleep(0.002)
 
 
 def read_exactly(fd, size):
@@ -388,7 +404,7 @@ def main():
     os.close(requests[0])
     os.close(answers[1])
     layers = [b"namespaces " + isolated, b"unprivileged " + (b"1" if unprivileged else b"0")]
-    test_side(job, (job_fd, report_fd, requests[1], answers[0]), layers, scope, context)
+    test_side(job, (job_fd, report_fd, requests[1], answers[0]), layers, scope, context, child)
 
 
 if __name__ == "__main__":

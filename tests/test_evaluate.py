@@ -655,8 +655,8 @@ def test_play_self_consistency_chunks_and_token_budgets(monkeypatch):
                            max_new_tokens=8, temperature=0.3, prompt_style="short")
     records = [dict(id=f"q{i}", question=f"{i} + 1?", answer=str(i + 1), task="math")
                for i in range(3)]
-    samples, seconds = evaluate.play_self_consistency(bases, ("tiny", ["r0_agent0"]), records, args,
-                                                      [4, 1, 6])
+    samples, _ = evaluate.play_self_consistency(bases, ("tiny", ["r0_agent0"]), records, args,
+                                                [4, 1, 6])
     assert [c["questions"] for c in calls] == [["q0", "q1"], ["q2"], ["q2"]]
     assert all(c["seats"] == 2 and c["names"] == [["r0_agent0"] * 2] and not c["greedy"]
                and c["temperature"] == 0.3 and c["rows"] == 4 and c["model"] == "model of tiny"
@@ -664,7 +664,6 @@ def test_play_self_consistency_chunks_and_token_budgets(monkeypatch):
     assert samples["answers"] == [["q0-1-0", "q0-1-1"], ["q1-1-0", "q1-1-1"],
                                   ["q2-2-0", "q2-2-1", "q2-3-0", "q2-3-1"]]
     assert samples["tokens"] == [[2, 2], [2, 2], [2] * 4] and samples["prompt_tokens"][2] == [7] * 4
-    assert seconds >= 0
 
 
 # ----------------------------------------------------------------------------------- reasoning-gym

@@ -622,3 +622,32 @@ def test_bench_sandbox_part_runs_the_canonical_solutions(tmp_path):
     assert report["sandbox"]["programs_per_s"] == pytest.approx(4 / report["sandbox"]["seconds"]["median"])
     assert report["slowdown"] == pytest.approx(report["bare"]["programs_per_s"] / report["sandbox"]["programs_per_s"])
     assert set(report["layers"]) == {"namespaces", "unprivileged", "seccomp"}
+
+
+def test_no_zombie_left_to_a_trainer_that_reaps_nothing():
+    """A trainer that is pid 1 of a container (or a child subreaper) inherits every orphan and
+    reaps none: each run must end with its processes waited for, the program's included."""
+    script = textwrap.dedent("""
+        import ctypes, os, sys
+        from pathlib import Path
+        sys.path.insert(0, os.getcwd())
+        from nanomarl.sandbox import run_tests_in_sandbox
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER: orphans come here
+        for _ in range(4):
+            result = run_tests_in_sandbox("def f(x):\\n    return x", ["assert f(1) == 1"])
+            assert result["passed"] == [True], result
+        zombies = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] == "Z" and int(fields[1]) == os.getpid():
+                zombies.append(stat.parent.name)
+        print(len(zombies))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "0"
