@@ -211,7 +211,8 @@ def test_sft_baseline_uses_the_runs_base_and_never_the_eval_questions(tmp_path, 
         return dict(answers=[[[r["answer"] for r in records] for _ in range(A)] for _ in range(T)],
                     prompts=[[[f"Q{b}" for b in range(B)] for _ in range(A)] for _ in range(T)],
                     responses=[[[f"\\boxed{{{b}}}" for b in range(B)] for _ in range(A)] for _ in range(T)],
-                    rollout=[[dict(response_mask=torch.ones(B, 3)) for _ in range(A)] for _ in range(T)])
+                    rollout=[[dict(response_mask=torch.ones(B, 3), query_mask=torch.ones(B, 5))
+                              for _ in range(A)] for _ in range(T)])
 
     monkeypatch.setattr(evaluate.cotrain, "run_debate", canned_debate)
     from types import SimpleNamespace
