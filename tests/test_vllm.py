@@ -396,6 +396,27 @@ def test_cotrain_and_magrpo_run_with_use_vllm(team, tmp_path):
         assert [r["step"] for r in rows] == [0, 1, 2]
         evals[flag] = {k: v for k, v in rows[0].items() if k.startswith("eval/turn")}
     assert evals["--use-vllm"] == evals["--no-use-vllm"]
+    results = {}
+    for flag in ("--use-vllm", "--no-use-vllm"):  # evaluate.py: the trained team and the base
+        out = tmp_path / f"eval{flag}"
+        run_script(["evaluate.py", "--run", str(tmp_path / "cotrain--use-vllm"), flag, "--methods",
+                    "offtheshelf,maporl", "--greedy", "--limit", "4", "--max-new-tokens", "12",
+                    "--num-agents", "2", "--num-turns", "2", "--output-dir", str(out)], timeout=600)
+        results[flag] = accuracies(json.loads((out / "results.json").read_text()))
+    assert results["--use-vllm"] and results["--use-vllm"] == results["--no-use-vllm"]
+
+
+def accuracies(tree, path: str = "") -> dict:
+    """Every accuracy, unparsable rate and W->R / R->W number of a results.json, by its path
+    (timings and token counts differ between the two paths' runs)."""
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items()
+                for k, v in accuracies(sub, f"{path}/{key}").items()}
+    if isinstance(tree, list):
+        return {k: v for i, sub in enumerate(tree)
+                for k, v in accuracies(sub, f"{path}/{i}").items()}
+    keep = any(w in path for w in ("accuracy", "invalid", "wrong_to_right", "right_to_wrong"))
+    return {path: tree} if keep else {}
     run = tmp_path / "magrpo"
     run_script(["magrpo.py", "--model", folder, "--use-vllm", "--max-steps", "1",
                 "--max-new-tokens", "12", "--num-generations", "2", "--eval-problems", "2",
