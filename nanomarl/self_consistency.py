@@ -16,14 +16,10 @@ from common import majority_vote_accuracy
 def debate_tokens(debate: dict) -> tuple[list[int], list[int]]:
     """Per question, the tokens a cotrain.run_debate spent over every turn and agent: (generated,
     read in prompts)."""
-    batch = len(debate["answers"][0][0])
-    generated, read = [0] * batch, [0] * batch
-    for turn in debate["rollout"]:
-        for ro in turn:
-            for b in range(batch):
-                generated[b] += int(ro["response_mask"][b].sum())
-                read[b] += int(ro["query_mask"][b].sum())
-    return generated, read
+    rollouts = [ro for turn in debate["rollout"] for ro in turn]
+    generated = sum(ro["response_mask"].sum(1) for ro in rollouts)
+    read = sum(ro["query_mask"].sum(1) for ro in rollouts)
+    return [int(x) for x in generated], [int(x) for x in read]
 
 
 def sample_answers(play, model, tokenizer, adapter: str, records: list[dict], n: int,
@@ -41,11 +37,12 @@ def sample_answers(play, model, tokenizer, adapter: str, records: list[dict], n:
                       **generation)
         for seat in range(n):
             ro = debate["rollout"][0][seat]
+            tokens, read = ro["response_mask"].sum(1).tolist(), ro["query_mask"].sum(1).tolist()
             for i, q in enumerate(todo):
                 out["answers"][q].append(debate["answers"][0][seat][i])
                 out["responses"][q].append(debate["responses"][0][seat][i])
-                out["tokens"][q].append(int(ro["response_mask"][i].sum()))
-                out["prompt_tokens"][q].append(int(ro["query_mask"][i].sum()))
+                out["tokens"][q].append(int(tokens[i]))
+                out["prompt_tokens"][q].append(int(read[i]))
         todo = [q for q in todo if budgets is not None and sum(out["tokens"][q]) < budgets[q]
                 and len(out["tokens"][q]) + n <= max_samples]
     return out
