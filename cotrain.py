@@ -19,7 +19,7 @@ Simplifications and differences from the paper and the authors' code (docs/mapor
   * The CPU default: arith:digits; a per-question baseline over K = 4 debates (--advantage group)
     instead of GAE; the score evaluation counts (unparsable = wrong = 0) instead of -10 / -1. The
     paper's: --advantage gae --samples-per-question 1 --format-penalty -10 --missing-eos-penalty -1.
-  * π_old is the log-probs the tokens were sampled with (--old-logprobs recompute: a forward).
+  * π_old: the log-probs the tokens were sampled with in fp32, else a forward (--old-logprobs).
   * --value-model shared (the gae default): the value heads read the policy adapter's hidden
     states; separate: the paper's critic adapter.
   * Generation stops at EOS; one temperature samples and recomputes; the verifier runs in-process.
@@ -40,7 +40,7 @@ from tqdm import tqdm
 
 from common import (ValueHead, adapter_parameters, add_adapters, allreduce_sum, chat_prompt,
                     debate_metrics, extract_answer, forward_responses, generate, hidden_size,
-                    is_well_formed, load_model, majority_vote_accuracy, masked_whiten)
+                    is_well_formed, load_model, masked_whiten)
 from nanomarl import vllm_rollout
 from nanomarl.cli import DataArgs, ModelArgs, RunArgs, parse_args
 from nanomarl.cotrain_run import (add_minibatch_stats, agent_models, check_questions, custom_scorer,
@@ -65,7 +65,7 @@ class Args(RunArgs, ModelArgs, DataArgs):  # and the run's, the base model's and
     models: str = ""  # one base per agent, comma-separated (overrides --model)
     policy_sharing: Literal["agent", "agent-turn", "shared"] = "agent"  # LoRA per agent|turn|one
     value_model: Literal["shared", "separate"] = "shared"  # critic: heads on the policy | own LoRA
-    old_logprobs: Literal["sampling", "recompute"] = "sampling"  # π_old: as sampled | a forward
+    old_logprobs: Literal["auto", "sampling", "recompute"] = "auto"  # sampled in fp32, else forward
     conversation_forward: bool = True  # one forward per agent and debate covers all its turns
     critic_per_agent: bool = False  # one value head per (turn, agent) instead of one per turn
     critic_history: bool = True  # the separate critic sees the discussion (no: turn 1 only)
@@ -354,16 +354,11 @@ def build_team(args: Args, device: str) -> Team:
 # 4-5. Experience: reference log-probs (and values), KL-shaped rewards, advantages ----------------
 
 
-def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """Per-token KL estimate log π - log π_ref (Schulman's k1, unbiased under π's samples)."""
-    return logprobs - ref_logprobs
-
-
 def kl_shaped_rewards(logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
                       response_mask: torch.Tensor, final_reward: torch.Tensor, kl_coef: float):
     """Per-token rewards of one (turn, agent) (Sec. 3.2, r_θ): -kl_coef · KL at every valid token,
     plus the final R + b at the last one. Returns (rewards, kl) [B, L], 0 on padding."""
-    kl = kl_k1(logprobs, ref_logprobs) * response_mask
+    kl = (logprobs - ref_logprobs) * response_mask  # log π - log π_ref: Schulman's k1, unbiased
     rewards = -kl_coef * kl
     last = (response_mask.sum(dim=1).long() - 1).clamp(min=0)  # the mask is a contiguous prefix
     rewards[torch.arange(rewards.shape[0]), last] += final_reward.to(rewards.dtype)
@@ -457,19 +452,28 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
                            critic_query_mask=critic["query_mask"], entropy=ro["entropy"])
     one_forward = one_conversation(team, exp, args)
     fit_values, shared = args.advantage == "gae", args.value_model == "shared"
-    recompute, n = args.old_logprobs == "recompute", len(debate["records"])
+    recompute, n = args.old_logprobs == "recompute", len(debate["records"])  # auto: settle_args
     size = args.forward_batch_size
     for i, agents, batches in forward_groups(team, exp, one_forward):
         names = [team.adapter_names[max(batches)][a] for a in agents for _ in range(n)]
-        # 4. the reference: the same rows on the base alone; --old-logprobs recompute: π_old from
-        # a forward on each row's adapter; values: the heads on the policy's hidden states
-        # (--value-model shared) or on the critic adapter's (separate)
+        # 4. the reference: the same rows on the base alone; π_old, recomputed; values: the heads
+        # on the policy's hidden states (--value-model shared) or on the critic adapter's (separate)
         base = team.bases[i]
         ref = forward_turns(base, batches, ["__base__"] * len(names), args, one_forward, size)
         policy = {}
-        if recompute or (fit_values and shared):
+        if recompute:  # in ppo_loss's shapes, as bf16 rounds by them: --micro-batch-questions
+            # debates at a time, each adapter's rows alone (the rows: agent- to debate-major)
+            order = torch.arange(len(names)).view(-1, n).T.reshape(-1)
+            part = {t: {k: b[k][order] for k in RESPONSE_KEYS} for t, b in batches.items()}
+            micro = (args.micro_batch_questions or n) * len(agents)
+            out = forward_turns(base, part, [names[j] for j in order], args, one_forward, micro,
+                                group_by_adapter=True, output_entropy=True,
+                                output_hidden=fit_values and shared)
+            policy = {t: {k: v if v is None else v[order.argsort()] for k, v in o.items()}
+                      for t, o in out.items()}
+        elif fit_values and shared:
             policy = forward_turns(base, batches, names, args, one_forward, size,
-                                   output_entropy=recompute, output_hidden=fit_values and shared)
+                                   output_hidden=True)
         for tt, tb in batches.items():
             old_logprobs, entropy = tb["old_logprobs"], tb["entropy"]
             if recompute:
@@ -574,8 +578,8 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
     Multi-process: question g and its K debates sit on rank g % world; the losses are divided by the
     minibatch's GLOBAL token count and the gradients summed: the step equals one process's."""
     world = world_info()[1]
-    device = next(iter(exp.values()))["response_mask"].device
-    n_global = next(iter(exp.values()))["response_mask"].shape[0] * world
+    first = next(iter(exp.values()))["response_mask"]
+    device, n_global = first.device, first.shape[0] * world
     mb_size = args.minibatch_questions or n_global
     micro = min(args.micro_batch_questions or mb_size, mb_size)
     params = {name: [p for g in opt.param_groups for p in g["params"]]
@@ -584,8 +588,7 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
     keys = [*RESPONSE_KEYS, "critic_query_ids", "critic_query_mask", "old_logprobs", "old_values",
             "advantages", "returns"]
     one_forward = one_conversation(team, exp, args)
-    stats = {key: [] for key in exp}
-    stats.update(skipped=0, conversation_forward=float(one_forward),
+    stats = dict({key: [] for key in exp}, skipped=0, conversation_forward=float(one_forward),
                  **{f"grad_norm/{name}": [] for name in team.optimizers})
     for epoch in range(args.ppo_epochs):
         perm = torch.randperm(n_global, generator=shuffle)
@@ -657,9 +660,6 @@ def rollout_step(team: Team, args: Args, records: list[dict], scorer,
                         feedback_in_prompt=args.feedback_in_prompt, prompt_style=args.prompt_style,
                         generate_batch_size=args.generate_batch_size)
     debate["records"], debate["generate_s"] = records, time.time() - t0
-    debate["vote_accuracy"] = [  # each turn's majority vote, for the log
-        sum(majority_vote_accuracy([turn[a][b] for a in range(args.num_agents)], r["answer"])
-            for b, r in enumerate(records)) / len(records) for turn in debate["answers"]]
     # 2. score the answers; penalise a bad format and a missing EOS
     scores = debate["scores"]
     good, truncated = (torch.zeros_like(scores, dtype=torch.bool) for _ in range(2))

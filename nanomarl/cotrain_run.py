@@ -14,6 +14,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from common import majority_vote_accuracy
+
 from nanomarl.cli import arg_error, check_numbers, load_function, parse_int_list
 from nanomarl.distributed import (
     allreduce_sum,
@@ -226,12 +228,14 @@ def debate_samples(step: int, debate: dict, scores: torch.Tensor, penalized: tor
 
 def rollout_metrics(debate: dict, scores: torch.Tensor, penalized: torch.Tensor,
                     rewards: torch.Tensor, bonus: torch.Tensor) -> dict:
-    """Per turn and per (agent, turn): majority-vote accuracy (debate["vote_accuracy"]),
-    correctness, scores, rewards, bonuses, lengths."""
-    metrics = {}
+    """Per turn: the majority vote's accuracy (the authors' rule); per (agent, turn): correctness,
+    scores, rewards, bonuses, lengths."""
+    metrics, records = {}, debate["records"]
     num_turns, num_agents = scores.shape[1], scores.shape[2]
     for t in range(num_turns):
-        metrics[f"turn{t + 1}/accuracy"] = debate["vote_accuracy"][t]
+        metrics[f"turn{t + 1}/accuracy"] = sum(majority_vote_accuracy(
+            [debate["answers"][t][a][b] for a in range(num_agents)], r["answer"])
+            for b, r in enumerate(records)) / len(records)
         for a in range(num_agents):
             ro = debate["rollout"][t][a]
             p = f"agent{a}/turn{t + 1}/"
@@ -471,4 +475,7 @@ def settle_args(args, score_fn=None):
         args = resumed_args(args, "cotrain", RESUME_MUST_MATCH)
     check_args(args)
     args.lr_decay_steps = args.lr_decay_steps or args.max_steps  # a longer resume keeps it
+    if args.old_logprobs == "auto":  # below fp32 the sampling pass rounds apart from the update
+        fp32 = (args.dtype, args.quant) == ("float32", "none")
+        args.old_logprobs = "sampling" if fp32 else "recompute"
     return args, user_scorer(args, score_fn)

@@ -95,13 +95,18 @@ def test_masked_stats_edge_cases():
 
 
 def test_kl_estimators():
-    logp, ref = torch.tensor([-1.0, -2.0, -0.5]), torch.tensor([-1.5, -1.0, -0.5])
-    torch.testing.assert_close(cotrain.kl_k1(logp, ref), torch.tensor([0.5, -1.0, 0.0]))
+    logp, ref = torch.tensor([[-1.0, -2.0, -0.5]]), torch.tensor([[-1.5, -1.0, -0.5]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    rewards, kl = cotrain.kl_shaped_rewards(logp, ref, mask, torch.tensor([2.0]), 0.1)
+    torch.testing.assert_close(kl, torch.tensor([[0.5, -1.0, 0.0]]))  # k1 = log π - log π_ref
+    torch.testing.assert_close(rewards, torch.tensor([[-0.05, 0.1 + 2.0, 0.0]]))
     # k1 is an unbiased estimate of KL(p||q) when sampling from p: check on a 3-way categorical
     # exactly (magrpo.py's k3 is tested in test_magrpo.py)
     p, q = torch.tensor([0.2, 0.5, 0.3]), torch.tensor([0.4, 0.4, 0.2])
     kl = (p * (p / q).log()).sum()
-    torch.testing.assert_close((p * cotrain.kl_k1(p.log(), q.log())).sum(), kl)
+    _, k1 = cotrain.kl_shaped_rewards(p.log()[None], q.log()[None], torch.ones(1, 3),
+                                      torch.zeros(1), 0.0)
+    torch.testing.assert_close((p * k1[0]).sum(), kl)
 
 
 # ---------------------------------------------------------------------------------------------- models

@@ -319,6 +319,36 @@ def test_ratio_is_one_on_first_minibatch(sharing):
         assert later["max_abs_logratio"] > 1e-3, key
 
 
+@pytest.mark.parametrize("flags", [[], ["--policy-sharing", "shared"],
+                                   ["--no-conversation-forward", "--micro-batch-questions", "2"]])
+def test_bf16_first_epoch_ratio_is_one(flags):
+    """bf16 rounds by a batch's shape: the sampling pass (a KV cache, a token at a time) gives other
+    log-probs than the update's forward. --old-logprobs auto recomputes π_old below fp32, in the
+    update's own shapes (a micro-batch at a time, each adapter's rows alone), so with the weights
+    unchanged (lr 0) every minibatch of the first epoch sees a ratio of 1; as sampled it is not."""
+    from nanomarl.cotrain_run import settle_args
+
+    worst = {}
+    for mode in ("auto", "sampling"):
+        args, _ = settle_args(tiny_args(
+            "--dtype", "bfloat16", "--old-logprobs", mode, "--samples-per-question", "2",
+            "--micro-batch-questions", "1", "--minibatch-questions", "2", "--ppo-epochs", "1",
+            "--max-new-tokens", "12", "--temperature", "0.3", *flags))
+        assert args.old_logprobs == ("recompute" if mode == "auto" else "sampling")
+        args.lr = 0.0  # every minibatch then sees the policy that sampled
+        torch.manual_seed(0)
+        team = cotrain.build_team(args, "cpu")
+        records = [r for r in load_task("arith", "train", limit=2) for _ in range(2)]
+        _, exp, _ = cotrain.rollout_step(team, args, records, ascii_fraction)
+        stats = cotrain.ppo_update(team, exp, args)
+        assert all(len(stats[key]) >= 2 for key in exp)  # several minibatches, several micro
+        worst[mode] = max(s["max_abs_logratio"] for key in exp for s in stats[key])
+    assert worst["auto"] < 1e-3, worst
+    assert worst["sampling"] > 1e-3, worst  # the check can fail: the sampled π_old is off
+    fp32, _ = settle_args(tiny_args())
+    assert fp32.old_logprobs == "sampling"  # fp32: as sampled, within 1e-5 (test_fast_paths.py)
+
+
 def test_one_update_changes_only_own_adapters():
     # two epochs = two optimiser steps: the zero-initialised value heads pass no gradient to the critic LoRA
     # on the first step (dV/dh = w = 0), only from the second on. The paper's separate critic adapter here; the
