@@ -69,7 +69,8 @@ def plain_forward_chunks(model, batch: dict, names: list[str], size: int, temper
 @torch.no_grad()
 def plain_make_experience(team, debate, final_rewards, args):
     """make_experience for --advantage gae --value-model separate --old-logprobs recompute, written
-    out: a policy, a critic and a reference forward per (turn, base)."""
+    out: per (turn, base) a critic and a reference forward, and the policy's in the update's shapes
+    (a micro-batch of debates at a time, one agent's rows per forward)."""
     exp = {}
     for t in sorted({t for t, _ in team.trained}):
         for i, agents in turn_groups(team, t):
@@ -84,8 +85,16 @@ def plain_make_experience(team, debate, final_rewards, args):
             model, n, size = team.bases[i], len(debate["records"]), args.forward_batch_size
             batch = concat_rows(exp, t, agents, None, list(exp[(t, agents[0])]))
             names = [team.adapter_names[t][a] for a in agents for _ in range(n)]
-            policy = plain_forward_chunks(model, batch, names, size, args.temperature, False,
-                                          output_entropy=True)
+            # π_old in the update's shapes: a micro-batch of debates at a time, each agent's rows alone
+            micro = args.micro_batch_questions or n
+            parts = [(rows, plain_forward(model, {k: v[rows] for k, v in batch.items()},
+                                          [names[int(rows[0])]] * len(rows), args.temperature,
+                                          False, output_entropy=True))
+                     for s in range(0, n, micro) for k in range(len(agents))
+                     for rows in [torch.arange(k * n + s, k * n + min(s + micro, n))]]
+            order = torch.cat([rows for rows, _ in parts]).argsort()
+            policy = {key: torch.cat([out[key] for _, out in parts])[order]
+                      for key in ("logprobs", "entropy")}
             hidden = plain_forward_chunks(model, batch, ["critic"] * len(names), size,
                                           args.temperature, True, output_hidden=True)["hidden"]
             old_logprobs, entropy = policy["logprobs"], policy["entropy"]
@@ -348,12 +357,12 @@ def test_forward_and_backward_counts_per_update(monkeypatch):
     backward calls per update:
 
                 experience          PPO (4 epochs x 2 micro-batches x 2 turns)      total calls
-      plain     6 calls (24 rows)   48 calls (64 rows): 2 policy + 1 critic, 32 backward    54
-      separate  6 calls (24 rows)   48 calls (64 rows), 16 backward                         54
-      shared    4 calls (16 rows)   32 calls (32 rows): 2 policy, 16 backward               36
-    (per turn the experience forwards the reference, the policy and, separate, the critic; a
-    per-adapter forward under autograd carries one agent's rows: 1 row per agent and
-    micro-batch)."""
+      plain     12 calls (24 rows)  48 calls (64 rows): 2 policy + 1 critic, 32 backward    60
+      separate  12 calls (24 rows)  48 calls (64 rows), 16 backward                         60
+      shared    10 calls (16 rows)  32 calls (32 rows): 2 policy, 16 backward               42
+    (per turn the experience forwards the reference and, separate, the critic in one call each,
+    and π_old in the update's own shapes: one call per agent and micro-batch of one debate, as
+    a per-adapter forward under autograd carries one agent's rows)."""
     records = load_task("arith", "train", limit=2)
     counts = {}
     for label, value_model in (("plain", "separate"), ("separate", "separate"),
@@ -371,6 +380,6 @@ def test_forward_and_backward_counts_per_update(monkeypatch):
             experience = counter.take()
             update(team, exp, args)
             counts[label] = dict(experience=experience, ppo=counter.take())
-    assert counts["plain"] == dict(experience=(6, 24, 0), ppo=(48, 64, 32))
-    assert counts["separate"] == dict(experience=(6, 24, 0), ppo=(48, 64, 16))
-    assert counts["shared"] == dict(experience=(4, 16, 0), ppo=(32, 32, 16))
+    assert counts["plain"] == dict(experience=(12, 24, 0), ppo=(48, 64, 32))
+    assert counts["separate"] == dict(experience=(12, 24, 0), ppo=(48, 64, 16))
+    assert counts["shared"] == dict(experience=(10, 16, 0), ppo=(32, 32, 16))
