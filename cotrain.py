@@ -465,11 +465,11 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
             # debates at a time, each adapter's rows alone (the rows: agent- to debate-major)
             order = torch.arange(len(names)).view(-1, n).T.reshape(-1)
             part = {t: {k: b[k][order] for k in RESPONSE_KEYS} for t, b in batches.items()}
-            micro = (args.micro_batch_questions or n) * len(agents)
+            micro, back = (args.micro_batch_questions or n) * len(agents), order.argsort()
             out = forward_turns(base, part, [names[j] for j in order], args, one_forward, micro,
                                 group_by_adapter=True, output_entropy=True,
                                 output_hidden=fit_values and shared)
-            policy = {t: {k: v if v is None else v[order.argsort()] for k, v in o.items()}
+            policy = {t: {k: v if v is None else v[back] for k, v in o.items()}
                       for t, o in out.items()}
         elif fit_values and shared:
             policy = forward_turns(base, batches, names, args, one_forward, size,
