@@ -100,6 +100,7 @@ class Args(RunArgs, ModelArgs, DataArgs):  # and the run's, the base model's and
     questions_per_update: int = 2  # B, questions per rollout (global under torchrun; authors: 256)
     samples_per_question: int = 4  # K, debates per question (group compares them; authors: 1)
     advantage: Literal["group", "gae"] = "group"  # reward less its question's mean | GAE, values
+    advantage_std: bool = False  # group: divide each (turn, agent)'s advantages by their std
     minibatch_questions: int = 0  # debates per optimiser step (0: all B x K, one step per epoch)
     micro_batch_questions: int = 1  # debates per forward/backward (gradient accumulation)
     ppo_epochs: int = 2  # passes over each rollout (authors: 4)
@@ -258,12 +259,9 @@ def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: 
         majority W->R, own(t) W: +β0      majority W->R, own(t) R: +β1
 
     The authors' code swaps the W->R α values and flips Table 2's signs (spec decision a)."""
-    c = correct.float()
-    num_agents = c.shape[-1]
-    if num_agents > 1:  # [..., T, A]: mean correctness of the others
-        others = (c.sum(dim=-1, keepdim=True) - c) / (num_agents - 1)
-    else:
-        others = torch.full_like(c, 0.5)  # no other agent: a tie, no incentive
+    c, num_agents = correct.float(), correct.shape[-1]
+    others = ((c.sum(dim=-1, keepdim=True) - c) / (num_agents - 1) if num_agents > 1
+              else torch.full_like(c, 0.5))  # the others' mean correctness; no other: a tie
     maj_right, maj_wrong = others > 0.5, others < 0.5
     own_right, own_wrong = c > 0.5, c < 0.5
     bonus = torch.zeros_like(c)
@@ -383,12 +381,14 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
     return advantages, (advantages + values) * mask
 
 
-def group_advantages(sequence_rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+def group_advantages(sequence_rewards: torch.Tensor, group_size: int, std: bool = False):
     """--advantage group: A_i = R_i - mean_j R_j over the K debates of one question (rows q*K ..
     q*K+K-1), the sample included: (K-1)/K of RLOO's leave-one-out advantage, and one baseline per
-    question at every turn, not MAGRPO's per node (Eq. 1); no std division (Dr. GRPO)."""
+    question at every turn, not MAGRPO's per node (Eq. 1); no std division (Dr. GRPO) unless std
+    (--advantage-std): then over the std of the rows given, on every rank (one (turn, agent)'s)."""
     grouped = sequence_rewards.reshape(-1, group_size)
-    return (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
+    adv = (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
+    return masked_whiten(adv, torch.ones_like(adv), all_ranks=True) if std else adv
 
 
 def one_conversation(team: Team, exp: dict, args: Args) -> bool:
@@ -450,10 +450,9 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
         exp[(t, a)] = {k: ro[k] for k in RESPONSE_KEYS}
         exp[(t, a)].update(critic_query_ids=critic["query_ids"], old_logprobs=ro["logprobs"],
                            critic_query_mask=critic["query_mask"], entropy=ro["entropy"])
-    one_forward = one_conversation(team, exp, args)
+    one_forward, size = one_conversation(team, exp, args), args.forward_batch_size
     fit_values, shared = args.advantage == "gae", args.value_model == "shared"
     recompute, n = args.old_logprobs == "recompute", len(debate["records"])  # auto: settle_args
-    size = args.forward_batch_size
     for i, agents, batches in forward_groups(team, exp, one_forward):
         names = [team.adapter_names[max(batches)][a] for a in agents for _ in range(n)]
         # 4. the reference: the same rows on the base alone; π_old, recomputed; values: the heads
@@ -494,7 +493,8 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
                     advantages = masked_whiten(advantages, mask, all_ranks=True)
                 else:  # group: the response's summed reward against its question's K debates
                     values = returns = torch.zeros_like(rewards)
-                    advantages = group_advantages(rewards.sum(dim=1), args.samples_per_question)
+                    advantages = group_advantages(rewards.sum(dim=1), args.samples_per_question,
+                                                  args.advantage_std)
                     advantages = advantages[:, None] * mask
                 exp[(tt, a)].update({key: tb[key][rows] for key in tb})  # without padding columns
                 exp[(tt, a)].update(old_logprobs=old_logprobs[rows], entropy=entropy[rows],

@@ -90,6 +90,8 @@ def check_args(args):
         arg_error("--critic-per-agent", "chooses the value heads, which --advantage group does "
                                         "not have (use --advantage gae, or drop "
                                         "--critic-per-agent)")
+    if args.advantage_std and args.advantage != "group":
+        arg_error("--advantage-std", "scales --advantage group's advantages (gae whitens its own)")
     if not args.critic_history and args.value_model == "shared":
         arg_error("--no-critic-history", "needs --value-model separate (shared value heads read "
                                          "the policy's own forward)")

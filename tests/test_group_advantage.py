@@ -27,6 +27,33 @@ def test_group_advantages_hand_computed():
     assert cotrain.group_advantages(torch.randn(12), 3).reshape(4, 3).sum(1).abs().max() < 1e-6
 
 
+def test_group_advantages_divided_by_their_std_by_hand():
+    """--advantage-std: the advantages above over their (unbiased) std; a batch of ties stays 0."""
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, -1.0, 0.0])
+    plain = torch.tensor([0.75, -0.25, -0.25, -0.25, 0.75, 0.75, -1.25, -0.25])
+    std = math.sqrt((3 * 0.75 ** 2 + 4 * 0.25 ** 2 + 1.25 ** 2) / 7)  # the mean is 0: sum of squares
+    torch.testing.assert_close(cotrain.group_advantages(rewards, 4, std=True), plain / std)
+    assert cotrain.group_advantages(torch.ones(4), 2, std=True).tolist() == [0.0] * 4
+
+
+def test_advantage_std_scales_each_turn_and_agent_to_unit_std():
+    """In the experience main() builds, each (turn, agent)'s advantages are its plain group advantages over
+    their own std: a turn whose debates differ little is raised to the same scale as one that differs a lot."""
+    torch.manual_seed(0)
+    args = tiny_args("--advantage", "group", "--samples-per-question", "2", "--temperature", "1.0",
+                     "--advantage-std")
+    team = cotrain.build_team(args, "cpu")
+    records = [r for r in load_task("arith", "train", limit=2) for _ in range(2)]
+    _, exp, _ = cotrain.rollout_step(team, args, records, ascii_fraction)
+    for (t, a), e in exp.items():
+        sequence = e["rewards"].sum(1)
+        plain = sequence - sequence.reshape(2, 2).mean(1).repeat_interleave(2)
+        expected = plain / plain.std() if plain.abs().max() > 0 else plain
+        torch.testing.assert_close(e["advantages"][:, 0], expected)
+        assert e["advantages"][:, 0].std() == pytest.approx(1.0, abs=1e-4) or plain.abs().max() == 0
+    assert any(e["advantages"].abs().sum() > 0 for e in exp.values())
+
+
 def test_group_experience_and_update():
     """The experience of K = 2 debates per question: every valid token carries (R_i - kl_coef * sum KL_i) less the
     mean of its question's K responses, padding 0; PPO's first ratio is one; an update moves the policy adapters
@@ -135,6 +162,7 @@ def test_group_learning_raises_a_synthetic_score(tmp_path):
     (["--advantage", "group", "--samples-per-question", "2", "--value-model", "separate"], "--value-model"),
     (["--samples-per-question", "0"], "--samples-per-question"),
     (["--critic-per-agent"], "--critic-per-agent"),  # the default is group: no value heads to choose
+    (["--advantage", "gae", "--samples-per-question", "1", "--advantage-std"], "--advantage-std"),
 ])
 def test_group_refusals(flags, named, capsys):
     with pytest.raises(SystemExit) as stop:
