@@ -99,6 +99,7 @@ class Args:
     temperature_max: float = 1.5  # (authors: 1.5)
     top_p: float = 0.9  # nucleus sampling (authors: 0.9)
     max_new_tokens: int = 300  # answer length limit (authors: 300 GSM8K, 100 ANLI)
+    prompt_style: Literal["short", "default", "phi3"] = "default"  # turn-1 prompt: cotrain.py's
     generate_batch_size: int = 32  # answers generated per call
     data_cache: str = ""  # JSONL of labelled answers (default RUN_DIR/verifier_data.jsonl)
     # ---- balancing ----
@@ -205,7 +206,7 @@ def label_answer(answer: str, gold: str, task: str) -> tuple[int, bool]:
     return int(extracted is not None and extracted == gold), extracted is not None
 
 
-def read_cache(path: Path, generator: str) -> dict[str, list[dict]]:
+def read_cache(path: Path, generator: str, style: str = "default") -> dict[str, list[dict]]:
     """question text -> its cached samples. A truncated last line (a killed write) is skipped."""
     if not path.exists():
         return {}
@@ -219,6 +220,10 @@ def read_cache(path: Path, generator: str) -> dict[str, list[dict]]:
             raise SystemExit(f"error: --data-cache {path} holds answers sampled from "
                              f"{row['generator']!r}, not from --model {generator!r}; pass another "
                              "--data-cache (or delete that file)")
+        if row.get("prompt_style", "default") != style:
+            raise SystemExit(f"error: --data-cache {path} holds answers to --prompt-style "
+                             f"{row.get('prompt_style', 'default')}, not {style}; pass another "
+                             "--data-cache (or delete that file)")
         by_question.setdefault(row["question"], []).append(row)
     return by_question
 
@@ -227,7 +232,7 @@ def sample_answers(model, tokenizer, records: list[dict], args: Args,
                    cache_path: Path) -> dict[str, list[dict]]:
     """K answers per question from the base model (no adapter), at T ~ U(min, max) per batch and
     top-p. Questions already in the cache are reused; missing answers are sampled and appended."""
-    cache = read_cache(cache_path, args.model)
+    cache = read_cache(cache_path, args.model, args.prompt_style)
     missing = [(r, args.samples_per_question - len(cache.get(r["question"], []))) for r in records]
     missing = [(r, k) for r, k in missing if k > 0]
     rng = random.Random(f"temperature-{args.seed}-{len(cache)}")
@@ -240,7 +245,8 @@ def sample_answers(model, tokenizer, records: list[dict], args: Args,
         batch = todo[start:start + args.generate_batch_size]
         temperature = rng.uniform(args.temperature_min, args.temperature_max)
         prompts = [chat_prompt(tokenizer, [{"role": "user",
-                                            "content": turn1_prompt(r["question"], r["task"])}])
+                                            "content": turn1_prompt(r["question"], r["task"],
+                                                                    args.prompt_style)}])
                    for r in batch]
         out = generate(model, tokenizer, prompts, None, args.max_new_tokens,
                        temperature=temperature, top_p=args.top_p)
@@ -250,7 +256,7 @@ def sample_answers(model, tokenizer, records: list[dict], args: Args,
             label, parsed = label_answer(answer, record["answer"], record["task"])
             row = dict(question=record["question"], task=record["task"], gold=record["answer"],
                        answer=answer, label=label, parsed=parsed, temperature=round(temperature, 4),
-                       generator=args.model)
+                       generator=args.model, prompt_style=args.prompt_style)
             cache.setdefault(record["question"], []).append(row)
             lines.append(json.dumps(row) + "\n")
         with open(cache_path, "a", encoding="utf-8") as f:  # per batch: a kill loses one batch
@@ -356,14 +362,14 @@ class Verifier:
 
 
 def encode_pairs(tokenizer, questions: list[str], answers: list[str], tasks: list[str],
-                 max_length: int, device) -> dict[str, torch.Tensor]:
-    """Render each pair as the chat [user: turn1_prompt(q), assistant: a]. The query is the prompt
+                 max_length: int, device, style: str = "default") -> dict[str, torch.Tensor]:
+    """Render each pair as the chat [user: turn1_prompt(q, style), assistant: a]. The query: prompt
     up to the assistant header (left-padded); the response is the assistant turn as the template
     renders it, i.e. the answer and its end-of-turn tokens (right-padded). A pair over max_length
     loses tokens from the query's start first."""
     queries, responses = [], []
     for question, answer, task in zip(questions, answers, tasks):
-        user = [{"role": "user", "content": turn1_prompt(question, task)}]
+        user = [{"role": "user", "content": turn1_prompt(question, task, style)}]
         prompt = chat_prompt(tokenizer, user)
         full = tokenizer.apply_chat_template(user + [{"role": "assistant", "content": answer}],
                                              tokenize=False)
@@ -437,7 +443,8 @@ def score(verifier: Verifier, questions: list[str], answers: list[str], batch_si
     for i in range(0, len(questions), batch_size):
         batch = encode_pairs(verifier.tokenizer, questions[i:i + batch_size],
                              answers[i:i + batch_size], tasks[i:i + batch_size],
-                             verifier.max_length, device)
+                             verifier.max_length, device,
+                             verifier.args.get("prompt_style", "default"))
         adapter_names = [ADAPTER] * batch["query_ids"].shape[0]
         logits = verifier_logits(verifier.model, verifier.head, batch, adapter_names)
         probs.append(torch.sigmoid(last_token_logits(logits, batch["response_mask"])).float().cpu())
@@ -500,7 +507,7 @@ def train_step(verifier: Verifier, optimizer, scheduler, rows: list[dict], args:
         micro = rows[start:start + args.micro_batch_size]
         batch = encode_pairs(verifier.tokenizer, [r["question"] for r in micro],
                              [r["answer"] for r in micro], [r["task"] for r in micro],
-                             args.max_length, device)
+                             args.max_length, device, args.prompt_style)
         labels = torch.tensor([r["label"] for r in micro], device=device)
         # the only adapter is active (and 4-bit safe): no per-row adapter names
         logits = verifier_logits(verifier.model, verifier.head, batch, None)

@@ -97,6 +97,27 @@ def test_encode_pairs_truncates_the_prompt_first(tiny_verifier):
     assert tokenizer.decode(batch["response_ids"][0]).endswith("yyy<|im_end|>\n")  # its end (and the score) kept
 
 
+def test_prompt_style_renders_the_prompt_the_answers_were_sampled_for(tiny_verifier):
+    """--prompt-style: the pair is rendered with cotrain.py's turn-1 prompt of that style, and score() reads the
+    style from the verifier's saved args, so a verifier trained on 'short' answers scores them as trained."""
+    from nanomarl.tasks.debate_prompts import turn1_prompt
+    model, tokenizer, head = tiny_verifier
+    question, answer = "What is 2 plus 3?", "2 + 3 = 5. \\boxed{5}"
+    for style in ("short", "default"):
+        batch = tv.encode_pairs(tokenizer, [question], [answer], ["math"], 550, "cpu", style)
+        query = tokenizer.decode(batch["query_ids"][0][batch["query_mask"][0].bool()])
+        assert turn1_prompt(question, "math", style) in query
+    assert turn1_prompt(question, "math", "short") != turn1_prompt(question, "math", "default")
+    verifier = tv.Verifier(model=model, tokenizer=tokenizer, head=head, task="math", max_length=550,
+                           args={"prompt_style": "short"})
+    batch = tv.encode_pairs(tokenizer, [question], [answer], ["math"], 550, "cpu", "short")
+    logits = tv.verifier_logits(model, head, batch, [tv.ADAPTER])
+    last = int(batch["response_mask"][0].sum()) - 1
+    torch.testing.assert_close(tv.score(verifier, [question], [answer]), torch.sigmoid(logits[:, last]).float().cpu())
+    verifier.args = {}  # a verifier saved without the flag: the authors' prompt
+    assert not torch.allclose(tv.score(verifier, [question], [answer]), torch.sigmoid(logits[:, last]).float().cpu())
+
+
 # ----------------------------------------------------------------------------------------------
 # data: labels, balancing, the question split
 # ----------------------------------------------------------------------------------------------
@@ -322,6 +343,9 @@ def test_bad_flags_and_stale_cache_name_the_flag(tmp_path):
     cache.write_text(json.dumps(dict(question="q", answer="a", label=0, parsed=False, generator="tiny")) + "\n")
     with pytest.raises(SystemExit, match="--data-cache"):
         tv.read_cache(cache, "smollm2-135m")
+    with pytest.raises(SystemExit, match="--prompt-style default, not short"):  # sampled for another prompt
+        tv.read_cache(cache, "tiny", "short")
+    assert list(tv.read_cache(cache, "tiny")) == ["q"]
     with pytest.raises(SystemExit, match="no saved verifier"):
         tv.load_verifier(tmp_path)
 
