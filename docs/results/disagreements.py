@@ -1,0 +1,57 @@
+"""disagreements.py: what each agent does at turn 2 with its partner's turn-1 answer, from an
+evaluate.py --mode debate samples.jsonl of a two-agent, two-turn debate.
+
+Discussion can only pay where the agents disagree at turn 1 and one of them is right; there it
+pays when the agent keeps its own right answer or adopts its partner's right one. For every agent
+and question this sorts the turn-1 situation (both right, both wrong, own right and the partner
+wrong, own wrong and the partner right: an unparsable answer counts as wrong) and what the agent
+answered at turn 2 (its own answer again, the partner's, or another), per method:
+
+  python docs/results/disagreements.py runs/eval-RUN/samples.jsonl [more files]
+"""
+import json
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+SITUATIONS = ["both right", "both wrong", "own right, partner wrong", "own wrong, partner right"]
+
+
+def situation(own_right: bool, partner_right: bool) -> str:
+    if own_right == partner_right:
+        return "both right" if own_right else "both wrong"
+    return "own right, partner wrong" if own_right else "own wrong, partner right"
+
+
+def main(paths: list[str]):
+    counts = defaultdict(Counter)  # (method, situation) -> what happened at turn 2
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            row = json.loads(line)
+            (first, second), gold = row["answers"][:2], row["gold"]
+            if len(first) != 2:
+                sys.exit(f"{path}: {len(first)} agents; this reads two-agent debates")
+            for a in (0, 1):
+                own, partner, after = first[a], first[1 - a], second[a]
+                key = (row["method"], situation(own == gold, partner == gold))
+                kept = "kept own" if after == own and after is not None else (
+                    "took partner's" if after == partner and after is not None else "other")
+                counts[key][kept] += 1
+                counts[key]["right at turn 2"] += after == gold
+                counts[key]["agents"] += 1
+    print("| method | turn 1 | agents | kept own | took partner's | other | right at turn 2 |")
+    print("|---|---|---|---|---|---|---|")
+    for method in dict.fromkeys(m for m, _ in counts):
+        for s in SITUATIONS:
+            c = counts[(method, s)]
+            if c["agents"]:
+                share = lambda k: f"{c[k]} ({100 * c[k] / c['agents']:.0f} %)"  # noqa: E731
+                print(f"| {method} | {s} | {c['agents']} | {share('kept own')} | "
+                      f"{share('took partner' + chr(39) + 's')} | {share('other')} | "
+                      f"{share('right at turn 2')} |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: python docs/results/disagreements.py SAMPLES.jsonl [...]")
+    main(sys.argv[1:])
