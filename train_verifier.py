@@ -796,6 +796,9 @@ def rl_records(args, records: list[dict]) -> list[dict]:
     if trained.get("dataset") != args.dataset:
         print(f"note: the verifier was trained on {trained.get('dataset')}, RL runs on "
               f"{args.dataset}")
+    if trained.get("prompt_style", "default") != args.prompt_style:
+        print(f"note: the verifier learned answers to the {trained.get('prompt_style', 'default')}"
+              f" turn-1 prompt; the debate uses --prompt-style {args.prompt_style}")
     return kept
 
 

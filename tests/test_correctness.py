@@ -52,7 +52,8 @@ def _questions_and_cache(folder, n_questions=40, k=4):
 # ---------------------------------------------------------------------------------------------- the verifier
 
 
-def test_verifier_questions_never_reach_rl_and_the_verifier_shares_the_base(tmp_path, tiny_model_dir, monkeypatch):
+def test_verifier_questions_never_reach_rl_and_the_verifier_shares_the_base(tmp_path, tiny_model_dir, monkeypatch,
+                                                                            capsys):
     """A verifier trained with a non-default split (fraction 0.5, split seed 7), then cotrain.py --scorer verifier
     given only the verifier's folder: (1) no question PPO trains on is a verifier train or held-out question, and
     the RL questions are exactly the rest; (4) the base is loaded once and the verifier, an adapter on the
@@ -94,7 +95,10 @@ def test_verifier_questions_never_reach_rl_and_the_verifier_shares_the_base(tmp_
                                      "--verifier", str(vdir), "--questions-per-update", "4", "--num-turns", "1",
                                      "--max-steps", "3", "--ppo-epochs", "1", "--eval-questions", "0",
                                      "--output-dir", str(tmp_path / "rl")])
+    capsys.readouterr()
     assert tv.rl_records(args, records) == [r for r in records if r["question"] not in verifier_qs]
+    # the verifier learned answers to the authors' prompt (its default); the debate asks with the short one
+    assert "learned answers to the default turn-1 prompt; the debate uses --prompt-style short" in capsys.readouterr().out
     cotrain.main(args)
     monkeypatch.undo()
     seen = {q for questions, _, _ in scored for q in questions}
