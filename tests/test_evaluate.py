@@ -582,6 +582,53 @@ def test_answer_shapes_classifies_and_counts_an_evaluate_samples_file(tmp_path, 
     assert lines[3] == "| maporl | 2 | 0.0 % | 0.0 % | 50.0 % | 50.0 % | 50.0 % |"
 
 
+def _docs_script(name: str):
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        name, Path(__file__).resolve().parents[1] / "docs" / "results" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_disagreements_sorts_each_agent_by_its_turn1_situation(tmp_path, capsys):
+    """docs/results/disagreements.py (docs/results.md's split table): each agent's turn-1 situation and what it
+    answered at turn 2, counted by hand on two debates; an unparsable answer is wrong and never 'kept'."""
+    rows = [dict(method="maporl", gold="9", answers=[["9", "8"], ["8", "9"]]),  # a split; each takes the other's
+            dict(method="maporl", gold="9", answers=[[None, "7"], [None, "9"]])]  # both wrong: other, then fixed
+    (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _docs_script("disagreements").main([str(tmp_path / "samples.jsonl")])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "| method | turn 1 | agents | kept own | took partner's | other | right at turn 2 |"
+    assert lines[2:] == [
+        "| maporl | both wrong | 2 | 0 (0 %) | 0 (0 %) | 2 (100 %) | 1 (50 %) |",
+        "| maporl | own right, partner wrong | 1 | 0 (0 %) | 1 (100 %) | 0 (0 %) | 0 (0 %) |",
+        "| maporl | own wrong, partner right | 1 | 0 (0 %) | 1 (100 %) | 0 (0 %) | 1 (100 %) |"]
+
+
+def test_helper_use_counts_calls_and_a_right_aux_apart(tmp_path, capsys):
+    """docs/results/helper_use.py (the MAGRPO cooperation evidence): main calling aux, aux right on its own
+    docstring example (run in the sandbox) and both, per method, on minicode joint answers written by hand."""
+    from nanomarl.tasks.minicode import minicode_problems
+    use = _docs_script("helper_use")
+    problem = next(p for p in minicode_problems("eval") if p["id"] == "minicode/binary/count_ones")
+    assert use.aux_example_test(problem["aux_spec"]) == "assert aux(6) == '110'"
+    right_aux = "def aux(n: int) -> str:\n    return bin(n)[2:]\n"
+    caller = "def count_ones(n: int) -> int:\n    return aux(n).count('1')\n"
+    alone = "def count_ones(n: int) -> int:\n    return bin(n).count('1')\n"
+    rows = [dict(method="magrpo", problem=problem["id"], texts=[right_aux, caller], levels=dict(tests_passed=9)),
+            dict(method="magrpo", problem=problem["id"], texts=["def aux(n):\n    return 5\n", caller],
+                 levels=dict(tests_passed=0)),
+            dict(method="single", problem=problem["id"], texts=["", alone], levels=dict(tests_passed=9))]
+    assert use.helper_use(rows[0], problem) == {"main calls aux": True, "aux right": True, "both": True,
+                                                "a test passed": True}
+    (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    use.main([str(tmp_path / "samples.jsonl")])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2:] == ["| magrpo | 2 | 2 | 1 | 1 | 1 |", "| single | 1 | 0 | 0 | 0 | 1 |"]
+
+
 # ------------------------------------------------------------------------------------ the controls
 
 

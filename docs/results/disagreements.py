@@ -39,16 +39,15 @@ def main(paths: list[str]):
                 counts[key][kept] += 1
                 counts[key]["right at turn 2"] += after == gold
                 counts[key]["agents"] += 1
-    print("| method | turn 1 | agents | kept own | took partner's | other | right at turn 2 |")
-    print("|---|---|---|---|---|---|---|")
+    columns = ["kept own", "took partner's", "other", "right at turn 2"]
+    print("| method | turn 1 | agents | " + " | ".join(columns) + " |")
+    print("|---|---|---|" + "---|" * len(columns))
     for method in dict.fromkeys(m for m, _ in counts):
         for s in SITUATIONS:
             c = counts[(method, s)]
             if c["agents"]:
-                share = lambda k: f"{c[k]} ({100 * c[k] / c['agents']:.0f} %)"  # noqa: E731
-                print(f"| {method} | {s} | {c['agents']} | {share('kept own')} | "
-                      f"{share('took partner' + chr(39) + 's')} | {share('other')} | "
-                      f"{share('right at turn 2')} |")
+                shares = [f"{c[k]} ({100 * c[k] / c['agents']:.0f} %)" for k in columns]
+                print(f"| {method} | {s} | {c['agents']} | " + " | ".join(shares) + " |")
 
 
 if __name__ == "__main__":
