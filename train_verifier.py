@@ -220,9 +220,10 @@ def read_cache(path: Path, generator: str, style: str = "default") -> dict[str, 
             raise SystemExit(f"error: --data-cache {path} holds answers sampled from "
                              f"{row['generator']!r}, not from --model {generator!r}; pass another "
                              "--data-cache (or delete that file)")
-        if row.get("prompt_style", "default") != style:
+        cached_style = row.get("prompt_style", "default")  # a cache from before the flag: default
+        if cached_style != style:
             raise SystemExit(f"error: --data-cache {path} holds answers to --prompt-style "
-                             f"{row.get('prompt_style', 'default')}, not {style}; pass another "
+                             f"{cached_style}, not {style}; pass another "
                              "--data-cache (or delete that file)")
         by_question.setdefault(row["question"], []).append(row)
     return by_question
@@ -796,9 +797,10 @@ def rl_records(args, records: list[dict]) -> list[dict]:
     if trained.get("dataset") != args.dataset:
         print(f"note: the verifier was trained on {trained.get('dataset')}, RL runs on "
               f"{args.dataset}")
-    if trained.get("prompt_style", "default") != args.prompt_style:
-        print(f"note: the verifier learned answers to the {trained.get('prompt_style', 'default')}"
-              f" turn-1 prompt; the debate uses --prompt-style {args.prompt_style}")
+    style = trained.get("prompt_style", "default")
+    if style != args.prompt_style:
+        print(f"note: the verifier learned answers to the {style} turn-1 prompt; the debate uses "
+              f"--prompt-style {args.prompt_style}")
     return kept
 
 

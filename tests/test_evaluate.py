@@ -559,15 +559,21 @@ def test_write_results_and_tables(tmp_path):
     assert md_path.read_text() == table
 
 
-def test_answer_shapes_classifies_and_counts_an_evaluate_samples_file(tmp_path, capsys):
-    """docs/results/answer_shapes.py (docs/results.md uses its tables): the four shapes by hand, and the
-    per-(method, turn) percentages of a samples.jsonl in evaluate.py's format."""
+def _docs_script(name: str):
+    """A script of docs/results/ (not a package) loaded as a module."""
     import importlib.util
     from pathlib import Path
     spec = importlib.util.spec_from_file_location(
-        "answer_shapes", Path(__file__).resolve().parents[1] / "docs" / "results" / "answer_shapes.py")
-    shapes = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(shapes)
+        name, Path(__file__).resolve().parents[1] / "docs" / "results" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_answer_shapes_classifies_and_counts_an_evaluate_samples_file(tmp_path, capsys):
+    """docs/results/answer_shapes.py (docs/results.md uses its tables): the four shapes by hand, and the
+    per-(method, turn) percentages of a samples.jsonl in evaluate.py's format."""
+    shapes = _docs_script("answer_shapes")
     assert shapes.shape("The answer is 9.\nAva has 4 + 5 = 9.", "9") == "answer first"  # first, even when right
     assert shapes.shape("Ava has 4 + 5 = 9 pencils.", "9") == "unparsable"
     assert shapes.shape("4 + 5 = 9.\nThe answer is 9.", "9") == "computed, right"
@@ -580,16 +586,6 @@ def test_answer_shapes_classifies_and_counts_an_evaluate_samples_file(tmp_path, 
     lines = capsys.readouterr().out.splitlines()
     assert lines[2] == "| maporl | 1 | 50.0 % | 0.0 % | 50.0 % | 0.0 % | 100.0 % |"
     assert lines[3] == "| maporl | 2 | 0.0 % | 0.0 % | 50.0 % | 50.0 % | 50.0 % |"
-
-
-def _docs_script(name: str):
-    import importlib.util
-    from pathlib import Path
-    spec = importlib.util.spec_from_file_location(
-        name, Path(__file__).resolve().parents[1] / "docs" / "results" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_disagreements_sorts_each_agent_by_its_turn1_situation(tmp_path, capsys):

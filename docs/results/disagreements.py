@@ -34,9 +34,9 @@ def main(paths: list[str]):
             for a in (0, 1):
                 own, partner, after = first[a], first[1 - a], second[a]
                 key = (row["method"], situation(own == gold, partner == gold))
-                kept = "kept own" if after == own and after is not None else (
-                    "took partner's" if after == partner and after is not None else "other")
-                counts[key][kept] += 1
+                outcome = ("other" if after is None else "kept own" if after == own
+                           else "took partner's" if after == partner else "other")
+                counts[key][outcome] += 1
                 counts[key]["right at turn 2"] += after == gold
                 counts[key]["agents"] += 1
     columns = ["kept own", "took partner's", "other", "right at turn 2"]

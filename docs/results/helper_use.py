@@ -12,7 +12,6 @@ counts the attempt and its parts apart, per method, over every joint answer in t
   python docs/results/helper_use.py runs/eval-magrpo-RUN/samples.jsonl [more files]
 """
 import json
-import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -31,7 +30,7 @@ def aux_example_test(aux_spec: str) -> str:
 
 
 def helper_use(row: dict, problem: dict) -> dict:
-    aux = extract_function(row["texts"][0], "aux") if row["texts"][0] else ""
+    aux = extract_function(row["texts"][0], "aux")  # '' when the method writes no aux (single)
     main = extract_function(row["texts"][1], problem["entry_point"])
     aux_right = bool(aux) and all(run_tests_in_sandbox(
         aux, [aux_example_test(problem["aux_spec"])], timeout=3.0)["passed"])
@@ -57,6 +56,6 @@ def main(paths: list[str]):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or not all(re.search(r"\.jsonl$", p) for p in sys.argv[1:]):
+    if len(sys.argv) < 2 or not all(p.endswith(".jsonl") for p in sys.argv[1:]):
         sys.exit("usage: python docs/results/helper_use.py SAMPLES.jsonl [...]")
     main(sys.argv[1:])
