@@ -625,6 +625,35 @@ def test_helper_use_counts_calls_and_a_right_aux_apart(tmp_path, capsys):
     assert lines[2:] == ["| magrpo | 2 | 2 | 1 | 1 | 1 |", "| single | 1 | 0 | 0 | 0 | 1 |"]
 
 
+def test_merge_adapter_saves_base_plus_adapter_as_a_model_folder(tmp_path, tiny_model_dir):
+    """docs/results/merge_adapter.py (the heterogeneous team's stronger base): a run's trained adapter
+    folded into its base loads as a plain model folder whose logits equal base + adapter's."""
+    import torch
+    from common import add_adapters, load_model
+    model = add_adapters(load_model(str(tiny_model_dir)), ["agent0", "agent1"])
+    torch.manual_seed(0)
+    for name, p in model.named_parameters():
+        if "lora_B.agent1" in name:  # a trained adapter: B no longer zero
+            p.data.normal_(0, 0.5)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "args.json").write_text(json.dumps({"model": str(tiny_model_dir)}))
+    save_adapters(model, ["agent0", "agent1"], run / "adapters")
+    _docs_script("merge_adapter").merge_adapter(str(run / "adapters" / "agent1"),
+                                                str(tmp_path / "strong"))
+    ids = torch.tensor([[1, 5, 9, 12, 3]])
+    model.set_adapter("agent1")
+    with torch.no_grad():
+        expected = model(ids).logits
+        with model.disable_adapter():
+            base = model(ids).logits
+        merged = load_model(str(tmp_path / "strong"))(ids).logits
+    assert (expected - base).abs().max() > 1e-2  # the adapter changes the outputs
+    torch.testing.assert_close(merged, expected, atol=1e-5, rtol=1e-5)
+    assert load_tokenizer(str(tmp_path / "strong")).encode("12 + 3") == \
+        load_tokenizer(str(tiny_model_dir)).encode("12 + 3")
+
+
 # ------------------------------------------------------------------------------------ the controls
 
 
