@@ -601,6 +601,13 @@ def test_disagreements_sorts_each_agent_by_its_turn1_situation(tmp_path, capsys)
         "| maporl | both wrong | 2 | 0 (0 %) | 0 (0 %) | 2 (100 %) | 1 (50 %) |",
         "| maporl | own right, partner wrong | 1 | 0 (0 %) | 1 (100 %) | 0 (0 %) | 0 (0 %) |",
         "| maporl | own wrong, partner right | 1 | 0 (0 %) | 1 (100 %) | 0 (0 %) | 1 (100 %) |"]
+    _docs_script("disagreements").main([str(tmp_path / "samples.jsonl")], per_agent=True)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2:] == [  # agent 0: right then wrong in debate 1; agent 1 fixed in debate 2
+        "| maporl agent 0 | both wrong | 1 | 0 (0 %) | 0 (0 %) | 1 (100 %) | 0 (0 %) |",
+        "| maporl agent 0 | own right, partner wrong | 1 | 0 (0 %) | 1 (100 %) | 0 (0 %) | 0 (0 %) |",
+        "| maporl agent 1 | both wrong | 1 | 0 (0 %) | 0 (0 %) | 1 (100 %) | 1 (100 %) |",
+        "| maporl agent 1 | own wrong, partner right | 1 | 0 (0 %) | 1 (100 %) | 0 (0 %) | 1 (100 %) |"]
 
 
 def test_helper_use_counts_calls_and_a_right_aux_apart(tmp_path, capsys):

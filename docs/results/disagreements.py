@@ -5,9 +5,10 @@ Discussion can only pay where the agents disagree at turn 1 and one of them is r
 pays when the agent keeps its own right answer or adopts its partner's right one. For every agent
 and question this sorts the turn-1 situation (both right, both wrong, own right and the partner
 wrong, own wrong and the partner right: an unparsable answer counts as wrong) and what the agent
-answered at turn 2 (its own answer again, the partner's, or another), per method:
+answered at turn 2 (its own answer again, the partner's, or another), per method, or per method
+and agent with --per-agent (a heterogeneous pair, whose agents differ):
 
-  python docs/results/disagreements.py runs/eval-RUN/samples.jsonl [more files]
+  python docs/results/disagreements.py [--per-agent] runs/eval-RUN/samples.jsonl [more files]
 """
 import json
 import sys
@@ -23,8 +24,8 @@ def situation(own_right: bool, partner_right: bool) -> str:
     return "own right, partner wrong" if own_right else "own wrong, partner right"
 
 
-def main(paths: list[str]):
-    counts = defaultdict(Counter)  # (method, situation) -> what happened at turn 2
+def main(paths: list[str], per_agent: bool = False):
+    counts = defaultdict(Counter)  # (method[ agent], situation) -> what happened at turn 2
     for path in paths:
         for line in Path(path).read_text().splitlines():
             row = json.loads(line)
@@ -33,7 +34,8 @@ def main(paths: list[str]):
                 sys.exit(f"{path}: {len(first)} agents; this reads two-agent debates")
             for a in (0, 1):
                 own, partner, after = first[a], first[1 - a], second[a]
-                key = (row["method"], situation(own == gold, partner == gold))
+                name = f"{row['method']} agent {a}" if per_agent else row["method"]
+                key = (name, situation(own == gold, partner == gold))
                 outcome = ("other" if after is None else "kept own" if after == own
                            else "took partner's" if after == partner else "other")
                 counts[key][outcome] += 1
@@ -51,6 +53,7 @@ def main(paths: list[str]):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit("usage: python docs/results/disagreements.py SAMPLES.jsonl [...]")
-    main(sys.argv[1:])
+    files = [arg for arg in sys.argv[1:] if arg != "--per-agent"]
+    if not files:
+        sys.exit("usage: python docs/results/disagreements.py [--per-agent] SAMPLES.jsonl [...]")
+    main(files, per_agent="--per-agent" in sys.argv[1:])
