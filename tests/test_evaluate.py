@@ -605,9 +605,11 @@ def test_disagreements_sorts_each_agent_by_its_turn1_situation(tmp_path, capsys)
     lines = capsys.readouterr().out.splitlines()
     assert lines[2:] == [  # agent 0: right then wrong in debate 1; agent 1 fixed in debate 2
         "| maporl agent 0 | both wrong | 1 | 0 (0 %) | 0 (0 %) | 1 (100 %) | 0 (0 %) |",
-        "| maporl agent 0 | own right, partner wrong | 1 | 0 (0 %) | 1 (100 %) | 0 (0 %) | 0 (0 %) |",
+        "| maporl agent 0 | own right, partner wrong | 1 | 0 (0 %) | 1 (100 %) | 0 (0 %) "
+        "| 0 (0 %) |",
         "| maporl agent 1 | both wrong | 1 | 0 (0 %) | 0 (0 %) | 1 (100 %) | 1 (100 %) |",
-        "| maporl agent 1 | own wrong, partner right | 1 | 0 (0 %) | 1 (100 %) | 0 (0 %) | 1 (100 %) |"]
+        "| maporl agent 1 | own wrong, partner right | 1 | 0 (0 %) | 1 (100 %) | 0 (0 %) "
+        "| 1 (100 %) |"]
 
 
 def test_helper_use_counts_calls_and_a_right_aux_apart(tmp_path, capsys):
@@ -633,8 +635,8 @@ def test_helper_use_counts_calls_and_a_right_aux_apart(tmp_path, capsys):
 
 
 def test_merge_adapter_saves_base_plus_adapter_as_a_model_folder(tmp_path, tiny_model_dir):
-    """docs/results/merge_adapter.py (the heterogeneous team's stronger base): a run's trained adapter
-    folded into its base loads as a plain model folder whose logits equal base + adapter's."""
+    """docs/results/merge_adapter.py (the heterogeneous team's stronger base): a run's trained
+    adapter folded into its base loads as a plain model folder, its logits base + adapter's."""
     import torch
     from common import add_adapters, load_model
     model = add_adapters(load_model(str(tiny_model_dir)), ["agent0", "agent1"])
