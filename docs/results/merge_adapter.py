@@ -15,19 +15,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 from common import load_model  # noqa: E402
-from nanomarl.models import load_tokenizer  # noqa: E402
+from nanomarl.models import load_adapters, load_tokenizer  # noqa: E402
 
 
 def merge_adapter(adapter_dir: str, out_dir: str) -> None:
     """Save base + adapter (W + B A alpha / r in every adapted layer) to out_dir, with the
     adapter folder's tokenizer."""
-    from peft import PeftModel
-
     adapter = Path(adapter_dir)
     if not (adapter / "adapter_config.json").exists():
         raise SystemExit(f"error: {adapter} holds no adapter_config.json")
     base = json.loads((adapter.parents[1] / "args.json").read_text())["model"]
-    merged = PeftModel.from_pretrained(load_model(base), adapter).merge_and_unload()
+    merged = load_adapters(load_model(base), adapter.parent, [adapter.name]).merge_and_unload()
     merged.save_pretrained(out_dir)
     load_tokenizer(str(adapter)).save_pretrained(out_dir)
 
