@@ -71,3 +71,20 @@ def no_models(monkeypatch):
         monkeypatch.setattr(module, "load_tokenizer", refuse)
     monkeypatch.setattr(cotrain, "build_team", refuse)
     monkeypatch.setattr(magrpo, "build_agents", refuse)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The installed versions beside the ones in constraints.txt (the versions the suite was run with), printed
+    at the end of every run, -q included."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    locked = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
+                  if "==" in line and not line.startswith("#"))
+    lines = []
+    for name in ("torch", "transformers", "peft", "accelerate", "datasets", "tokenizers", "numpy", "gguf"):
+        try:
+            installed = version(name)
+        except PackageNotFoundError:
+            installed = "missing"
+        lines.append(f"{name} {installed} (locked {locked.get(name, '2.13.0' if name == 'torch' else '-')})")
+    terminalreporter.write_line("versions: " + ", ".join(lines))
