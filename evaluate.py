@@ -90,7 +90,7 @@ from common import (adapter_parameters, add_adapters, debate_metrics, forward_re
                     majority_vote_accuracy, masked_mean, tokenize_prompts)
 from nanomarl.cli import arg_error, check_numbers, given_fields, parse_args, parse_int_list
 from nanomarl.distributed import default_device, seed_everything
-from nanomarl.models import check_model_name, load_tokenizer
+from nanomarl.models import check_device, check_model_name, load_tokenizer
 from nanomarl.runs import format_metrics, set_torch_threads
 from nanomarl.sandbox import parallel_map
 from nanomarl.self_consistency import debate_tokens, sample_answers, self_consistency_metrics
@@ -1492,6 +1492,7 @@ def check_args(args):
                                 "sandbox_workers", "sc_samples", "sc_max_samples", "sc_agent"),
                   unit_interval=("top_p",))
     check_model_name(args.model, "--model")
+    check_device(args.device)
     for flag in ("run", "mt_run", "single_run", "verifier"):
         if getattr(args, flag) and not Path(getattr(args, flag)).is_dir():
             arg_error("--" + flag.replace("_", "-"),

@@ -56,8 +56,8 @@ from common import (ValueHead, adapter_parameters, add_adapters, chat_prompt, ex
                     generate, hidden_size, load_model, masked_mean)
 from nanomarl.cli import arg_error, check_numbers, parse_args
 from nanomarl.distributed import default_device, is_main_process, seed_everything
-from nanomarl.models import (adapter_state_dict, check_model_name, load_adapter_state_dict,
-                             load_adapters, load_tokenizer, save_adapters)
+from nanomarl.models import (adapter_state_dict, check_device, check_model_name,
+                             load_adapter_state_dict, load_adapters, load_tokenizer, save_adapters)
 from nanomarl.runs import (clean_exits, format_metrics, load_checkpoint, log_metrics, resumed_args,
                            rng_state, save_checkpoint, set_rng_state, set_torch_threads, start_run)
 from nanomarl.tasks.debate import dataset_options, load_task, read_jsonl, step_indices
@@ -130,6 +130,7 @@ def check_args(args: Args):
                   non_negative=("num_questions", "max_steps", "warmup_steps", "max_grad_norm",
                                 "sample_every", "eval_every"), unit_interval=("top_p",))
     check_model_name(args.model, "--model")
+    check_device(args.device)
     if not 0 < args.verifier_fraction < 1:
         arg_error("--verifier-fraction", f"must be in (0, 1), got {args.verifier_fraction}")
     if not 0 < args.heldout_fraction < 1:

@@ -25,6 +25,7 @@ from nanomarl.distributed import (
 )
 from nanomarl.models import (
     adapter_state_dict,
+    check_device,
     check_model_name,
     load_adapter_state_dict,
     save_adapters,
@@ -62,6 +63,7 @@ def check_args(args):
                   unit_interval=("lr_end_factor", "influence_gamma", "gae_gamma", "gae_lambda"))
     for model in agent_models(args):
         check_model_name(model, "--models" if args.models else "--model")
+    check_device(args.device)
     if args.use_vllm:
         from nanomarl.vllm_rollout import check_vllm_args
         check_vllm_args(args)

@@ -12,7 +12,8 @@ import math
 from tqdm import tqdm
 
 from nanomarl.cli import arg_error, check_numbers
-from nanomarl.models import adapter_state_dict, check_model_name, load_adapter_state_dict
+from nanomarl.models import (adapter_state_dict, check_device, check_model_name,
+                             load_adapter_state_dict)
 from nanomarl.tasks.problems import load_problems
 
 # the settings that fix the checkpoint's shapes: --resume refuses to change them
@@ -34,6 +35,7 @@ def check_args(args):
                                 "sample_every"),
                   unit_interval=("discount", "top_p"))
     check_model_name(args.model, "--model")
+    check_device(args.device)
     if args.num_agents < 1:  # main() checks it against the task's roles
         arg_error("--num-agents", f"must be >= 1, got {args.num_agents}")
     if args.adv_mode == "rloo" and args.num_generations < 2:

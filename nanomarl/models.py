@@ -8,6 +8,7 @@ common.load_model and the trainers call these. A learner may skip this module.
 """
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 import re
@@ -252,7 +253,8 @@ def load_tokenizer(name: str):
 
 def check_model_name(name: str, flag: str):
     """A model flag before anything loads: tiny, smollm2-135m, a model folder (with config.json) or
-    a hub id."""
+    a hub id owner/name that is in the local hub cache or on a reachable hub. When the hub cannot
+    be reached, hub libraries go offline for this process (HF_HUB_OFFLINE=1): no retries."""
     if name in (TINY_ALIAS, SMOLLM2_ALIAS):
         return
     path = Path(name).expanduser()
@@ -260,16 +262,84 @@ def check_model_name(name: str, flag: str):
         if not (path / "config.json").is_file():
             arg_error(flag, f"{name} has no config.json: not a model folder")
         return
-    hub_id = re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name) and not name.startswith(".")
-    if not hub_id:
-        arg_error(flag, f"{name} does not exist (give a model folder, a hub id owner/name, tiny or "
-                        f"smollm2-135m)")
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", ""):
-        from huggingface_hub import try_to_load_from_cache
+    choices = f"the aliases {TINY_ALIAS}, {SMOLLM2_ALIAS}; a model folder; or a hub id owner/name"
+    if name.startswith(("/", ".", "~")) or name.count("/") > 1:
+        arg_error(flag, f"{name} does not exist (give {choices})")
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", name):
+        close = difflib.get_close_matches(name, [TINY_ALIAS, SMOLLM2_ALIAS], n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        arg_error(flag, f"{name} is not a model: give {choices}{hint}")
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "")
+    unreachable = "" if offline else hub_unreachable()
+    if unreachable:
+        go_offline()
+    from huggingface_hub import try_to_load_from_cache
 
-        if not isinstance(try_to_load_from_cache(name, "config.json"), str):
-            arg_error(flag, f"{name} is not in the local hub cache and HF_HUB_OFFLINE is set "
-                            f"(download it once online)")
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        if unreachable:
+            print(f"note: {unreachable}: {name} loads from the local hub cache, offline")
+        return
+    if offline or unreachable:
+        why = "HF_HUB_OFFLINE is set" if offline else unreachable
+        arg_error(flag, f"{name} is not in the local hub cache and {why} (download it once "
+                        f"online, or give {choices})")
+    from huggingface_hub import model_info
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    try:
+        model_info(name, timeout=10)
+    except GatedRepoError:
+        arg_error(flag, f"{name} is gated on the hub: accept its licence on its page and log in "
+                        f"(hf auth login)")
+    except RepositoryNotFoundError:
+        arg_error(flag, f"{name} is not a model on the hub (give {choices})")
+    except Exception:  # a slow or failing hub: from_pretrained says what it finds
+        pass
+
+
+def hub_unreachable(timeout: float = 3.0) -> str:
+    """'' when a TCP connection to the hub (HF_ENDPOINT, default huggingface.co) opens within
+    `timeout` seconds, else what failed, in words."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=timeout).close()
+        return ""
+    except OSError as e:
+        return f"the hub ({url.hostname}:{port}) cannot be reached ({e.strerror or e})"
+
+
+def go_offline():
+    """HF_HUB_OFFLINE=1 for this process (and huggingface_hub's constant, if it is imported):
+    from_pretrained and peft then read the local cache without asking the hub."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        constants.HF_HUB_OFFLINE = True
+
+
+def check_device(device: str, flag: str = "--device"):
+    """A device flag before anything loads: '' (the default), cpu, cuda, cuda:N (a GPU this torch
+    sees) or mps."""
+    if device in ("", "cpu"):
+        return
+    if device == "mps":
+        if not torch.backends.mps.is_available():
+            arg_error(flag, "mps is not available here (use --device cpu)")
+        return
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        arg_error(flag, f"expected cpu, cuda, cuda:N or mps, got {device!r}")
+    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+        arg_error(flag, f"{device}, but torch {torch.__version__} is a CPU build (use --device "
+                        f"cpu, or install torch's CUDA build on a GPU machine)")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if index >= count:
+        arg_error(flag, f"{device}, but this machine shows torch {count} GPU(s) "
+                        f"(use --device cpu{', or cuda:0' if count else ''})")
 
 
 def quantization_kwargs(quant: str, torch_dtype, device: str) -> dict:

@@ -6,6 +6,7 @@ version is refused. Also: --config files and Literal choices. In-process calls g
 parse_args -> main, as `python script.py ...` does; two rows run as real subprocesses for the exit
 code and the output of the process itself."""
 import json
+import os
 import subprocess
 import sys
 
@@ -95,6 +96,12 @@ def refusal_rows(tmp_path, c, m):
         ("magrpo", ["--resume", str(m), "--max-steps", "0"], "--max-steps", "> 0"),
         ("magrpo", [*TINY, "--output-dir", new, "--temperature", "0"], "--temperature", "> 0"),
         ("magrpo", ["--model", "/no/such/dir", "--output-dir", new], "--model", "does not exist"),
+        ("magrpo", ["--model", "smollm2-1.7b", "--output-dir", new], "--model",
+         "the aliases tiny, smollm2-135m; a model folder; or a hub id owner/name"),
+        ("cotrain", ["--model", "tiny", "--device", "cuda:99", "--output-dir", new], "--device",
+         "(use --device cpu"),
+        ("magrpo", ["--model", "tiny", "--device", "gpu", "--output-dir", new], "--device",
+         "expected cpu, cuda, cuda:N or mps, got 'gpu'"),
         ("magrpo", [*TINY, "--output-dir", new, "--adv-mode", "loo"], "--adv-mode", "rloo"),
     ]
 
@@ -144,6 +151,36 @@ def resume(run, *flags):
                         RESUME_MUST_MATCH)
     start_run(args, "cotrain")
     return args
+
+
+def test_a_hub_model_offline_is_refused_at_once_or_read_from_the_cache(monkeypatch, capsys):
+    """The hub unreachable (HF_ENDPOINT on a closed local port, HF_HUB_OFFLINE unset): a hub id not
+    in the local cache is refused in one line within seconds (no retries); one in the cache loads
+    from it with a note, and the process goes offline (HF_HUB_OFFLINE=1): nothing retries later."""
+    import time
+
+    import huggingface_hub
+
+    from nanomarl.models import check_model_name
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    start_time = time.monotonic()
+    with pytest.raises(SystemExit) as refused:
+        check_model_name("Qwen/Qwen2.5-Coder-3B", "--model")
+    assert time.monotonic() - start_time < 10
+    assert refused.value.code == 2
+    assert str(refused.value).startswith("error: --model: Qwen/Qwen2.5-Coder-3B is not in the "
+                                         "local hub cache and the hub (127.0.0.1:9) cannot be "
+                                         "reached")
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache",
+                        lambda *a, **k: "/cache/config.json")
+    capsys.readouterr()
+    check_model_name("Qwen/Qwen2.5-Coder-3B", "--model")
+    assert "loads from the local hub cache, offline" in capsys.readouterr().out
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
 
 
 def test_resume_means_what_was_typed_and_layers_every_resume(runs):
