@@ -28,6 +28,7 @@ from nanomarl.cli import arg_error
 from nanomarl.distributed import allreduce_sum
 from nanomarl.fast import (first_used_column, read_responses_inside, stackable_lora,
                            stacked_lora_routing, used_width)
+from nanomarl.fast_decode import fast_decoder
 from nanomarl.models import (hide_bitsandbytes_unless_quantised, prepare_quantized,
                              quantization_kwargs, resolve_model)
 from nanomarl.tasks.debate import normalize_label, normalize_number
@@ -167,10 +168,10 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
     softmax at the temperature (what forward_responses recomputes), and sampling_logprobs of q,
     what each token was drawn from (after top-k/top-p; greedy: 0). log q - log π = -log(the mass
     top-k/top-p kept) >= 0; updates through log π treat q's samples as π's (docs/magrpo.md)."""
-    if getattr(model, "vllm_engine", None) is not None:  # --use-vllm: nanomarl/vllm_rollout.py
-        return model.vllm_engine.generate(tokenizer, prompts, adapter_names, max_new_tokens,
-                                          temperature, top_p, top_k, min_new_tokens, greedy,
-                                          batch_size)
+    engine = getattr(model, "vllm_engine", None) or fast_decoder(model, adapter_names)
+    if engine is not None:  # --use-vllm: nanomarl/vllm_rollout.py; CUDA: nanomarl/fast_decode.py
+        return engine.generate(tokenizer, prompts, adapter_names, max_new_tokens, temperature,
+                               top_p, top_k, min_new_tokens, greedy, batch_size)
     if lora_routing not in ("stacked", "peft"):
         raise ValueError(f"lora_routing must be 'stacked' or 'peft', got {lora_routing!r}")
     device = next(model.parameters()).device
@@ -436,8 +437,7 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
     mean = masked_mean(x, mask)
     var = masked_mean((x - mean) ** 2, mask)
     if unbiased:
-        n = mask.sum()
-        var = var * n / (n - 1).clamp(min=1)
+        var = var * mask.sum() / (mask.sum() - 1).clamp(min=1)
     return var
 
 

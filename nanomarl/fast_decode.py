@@ -1,0 +1,437 @@
+"""fast_decode.py: generation on a GPU with a static KV cache and a captured decoding step.
+
+common.generate hands a CUDA model's rollouts and evaluations here (fast_decoder(); flag
+--no-fast-decode turns it off); the plain path is common.generate's own loop through transformers,
+and tests/test_fast_decode.py checks that both give the same tokens and log-probs. The decoding
+loop is short, in the spirit of nanochat's engine:
+
+  1. prefill   one forward over the left-padded prompts writes every layer's keys and values into
+               a preallocated cache [rows, kv heads, columns, head dim] (static: no growth, no
+               copies) and gives the first token's logits;
+  2. decode    one token per row per step, at cache column prompt length + step. The step reads
+               its inputs (token, position, column) from fixed buffers, so on CUDA it is captured
+               once in a CUDA graph and replayed: one launch per step instead of thousands. Each
+               layer's step is compiled by torch.compile (inductor, its pointwise work fused);
+               all layers share one compiled function, so a new shape costs one layer's compile;
+  3. sampling  outside the graph, on the real rows only, with transformers' processors in their
+               order (min_new_tokens, temperature, top-k, top-p), so a seeded run draws the same
+               tokens as the plain path.
+
+Each row runs on its own LoRA adapter ('__base__': none) the way nanomarl/fast.py's stacked
+routing does it: y = W x + B_cat ((A_cat x) ⊙ s_row), with A_cat, B_cat every adapter's weights
+stacked along the rank (copied into fixed buffers before each call, so the graph sees the weights
+of the latest update) and s_row each row's scaling on its adapter's block.
+
+Shapes are bucketed: rows to a power of two (at least 8), cache columns to a multiple of 256, so a
+run captures and compiles a handful of times. Applies to Llama, Qwen2 and Qwen3 architectures with
+full attention, unquantised, with plain LoRA adapters (stackable_lora); anything else, and every
+CPU model, keeps the plain path. On CPU the same code runs eagerly (the tests).
+A learner may skip this module."""
+from __future__ import annotations
+
+import contextlib
+import weakref
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from nanomarl.fast import stackable_lora
+
+ENABLED = True  # --fast-decode (configure_device); read by fast_decoder
+ARCHITECTURES = ("llama", "qwen2", "qwen3")
+ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # positions alone set the angles
+ROW_BUCKET_MIN, COLUMN_BUCKET = 8, 256
+_DECODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def fast_decoder(model, adapter_names: list[str] | None):
+    """The model's FastDecoder when the fast path serves these rows: fast decoding on (--fast-decode),
+    the model on CUDA, a supported architecture and adapters (supports); else None (plain path)."""
+    if not ENABLED or next(model.parameters()).device.type != "cuda":
+        return None
+    if not supports(model, adapter_names):
+        return None
+    if model not in _DECODERS:
+        _DECODERS[model] = FastDecoder(model)
+    return _DECODERS[model]
+
+
+def supports(model, adapter_names: list[str] | None) -> bool:
+    """Llama/Qwen2/Qwen3 with full attention, SiLU MLPs, a bias-free linear head, unquantised; rows on
+    named adapters that stacked routing serves (a peft model: every row named; no peft: none or
+    '__base__')."""
+    from peft import PeftModel
+
+    peft = isinstance(model, PeftModel)
+    base = model.get_base_model() if peft else model
+    config = base.config
+    head = base.get_output_embeddings()
+    if (config.model_type not in ARCHITECTURES or getattr(config, "quantization_config", None)
+            or getattr(config, "use_sliding_window", False) or config.hidden_act != "silu"
+            or any(t != "full_attention" for t in getattr(config, "layer_types", None) or [])
+            or type(head) is not nn.Linear or head.bias is not None
+            or not hasattr(getattr(base, "model", None), "layers") or model.training
+            or getattr(base.model.rotary_emb, "rope_type", "default") not in ROPE_TYPES):
+        return False
+    if peft:
+        return adapter_names is not None and stackable_lora(model, list(adapter_names))
+    return adapter_names is None or set(adapter_names) == {"__base__"}
+
+
+def bucket(n: int, minimum: int) -> int:
+    """The next power of two >= n (at least minimum): the rows of a captured step."""
+    size = minimum
+    while size < n:
+        size *= 2
+    return size
+
+
+def rms_norm(x, weight, eps: float):
+    """transformers' Llama/Qwen2 RMSNorm, written out: fp32 statistics, the weight in x's dtype."""
+    dtype = x.dtype
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(dtype)
+
+
+def lora_linear(x, lin):
+    """y = W x + b (+ B_cat ((A_cat x) ⊙ s_row), the stacked LoRA of nanomarl/fast.py)."""
+    weight, bias, a_cat, b_cat, scale = lin
+    y = F.linear(x, weight, bias)
+    if a_cat is None:
+        return y
+    return y + F.linear(F.linear(x.to(a_cat.dtype), a_cat) * scale, b_cat).to(y.dtype)
+
+
+def rotate(x, cos, sin):
+    """Rotary position embedding (transformers' apply_rotary_pos_emb on [B, H, T, D])."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def layer_forward(x, cos, sin, mask, cols, k_cache, v_cache, weights, dims):
+    """One decoder layer over T new tokens at cache columns cols [T]: its keys and values are
+    written into the cache, its queries attend over every column that mask [B, 1, T, C] allows.
+    weights: (input norm, q, k, v, o, post norm, gate, up, down, q norm, k norm), each linear a
+    lora_linear tuple; dims: (heads, kv heads, head dim, eps). Grouped-query attention without
+    repeating the cache: the G query heads of one kv head attend as G x T queries."""
+    ln1, q_lin, k_lin, v_lin, o_lin, ln2, gate, up, down, q_norm, k_norm = weights
+    heads, kv_heads, head_dim, eps = dims
+    b, t, _ = x.shape
+    group = heads // kv_heads
+    h = rms_norm(x, ln1, eps)
+    q = lora_linear(h, q_lin).view(b, t, heads, head_dim)
+    k = lora_linear(h, k_lin).view(b, t, kv_heads, head_dim)
+    v = lora_linear(h, v_lin).view(b, t, kv_heads, head_dim).transpose(1, 2)
+    if q_norm is not None:  # Qwen3: an RMSNorm on each head's queries and keys
+        q, k = rms_norm(q, q_norm, eps), rms_norm(k, k_norm, eps)
+    q, k = rotate(q.transpose(1, 2), cos, sin), rotate(k.transpose(1, 2), cos, sin)
+    k_cache.index_copy_(2, cols, k.to(k_cache.dtype))
+    v_cache.index_copy_(2, cols, v.to(v_cache.dtype))
+    q = q.reshape(b, kv_heads, group * t, head_dim)  # query head kv·G + g: repeat_kv's order
+    attn = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask.repeat(1, 1, group, 1),
+                                          scale=head_dim ** -0.5)
+    attn = attn.view(b, heads, t, head_dim).transpose(1, 2).reshape(b, t, heads * head_dim)
+    x = x + lora_linear(attn, o_lin)
+    h = rms_norm(x, ln2, eps)
+    return x + lora_linear(F.silu(lora_linear(h, gate)) * lora_linear(h, up), down)
+
+
+class FastDecoder:
+    """One model's fast generation: the stacked LoRA buffers, and per (rows, columns) bucket a
+    static cache with its captured step (Slot). generate() has common.generate's signature and
+    returns its dict."""
+
+    def __init__(self, model, compile: bool | None = None, graphs: bool | None = None):
+        from peft import PeftModel
+
+        self.model = model
+        self.peft = isinstance(model, PeftModel)
+        self.base = model.get_base_model() if self.peft else model
+        self.config = self.base.config
+        on_cuda = next(model.parameters()).device.type == "cuda"
+        self.compile = on_cuda if compile is None else compile
+        self.graphs = on_cuda if graphs is None else graphs
+        self.layer_step = None
+        if self.compile:  # one dynamic-shape compile serves every layer and bucket
+            config = torch._dynamo.config
+            for limit in ("recompile_limit", "cache_size_limit"):
+                if hasattr(config, limit):
+                    setattr(config, limit, max(getattr(config, limit), 64))
+            self.layer_step = torch.compile(layer_forward, fullgraph=True, dynamic=True)
+        head = self.base.get_output_embeddings().weight
+        self.head = head if head.dtype == torch.float32 else head.float()  # as common.fp32_head
+        self.slots: dict = {}
+        self.adapters = None  # the adapter set the LoRA buffers were built for
+
+    # -- the LoRA buffers: every adapter's A and B stacked along the rank, in fixed storage --
+    def _lora_plan(self):
+        from peft.tuners.lora import LoraLayer
+
+        names = tuple(self.model.peft_config) if self.peft else ()
+        if names == self.adapters:
+            return
+        self.adapters, self.lora, self.signatures, self.versions = names, {}, {}, None
+        for module in self.base.modules():
+            if not isinstance(module, LoraLayer):
+                continue
+            used = [n for n in names if n in module.lora_A]
+            if not used:
+                continue
+            signature = tuple((n, module.r[n], float(module.scaling[n])) for n in used)
+            a = torch.cat([module.lora_A[n].weight for n in used]).detach().clone()
+            self.signatures[signature] = a.dtype
+            b = torch.cat([module.lora_B[n].weight for n in used], dim=1).detach().clone()
+            self.lora[module] = (a, b, signature, used)
+        self.slots = {}  # captured steps read the old buffers: capture again
+
+    def _refresh_lora(self):
+        """Copy the adapters' current weights into the buffers (skipped when no weight changed)."""
+        params = [(module, n) for module, (_, _, _, used) in self.lora.items() for n in used]
+        versions = tuple(m.lora_A[n].weight._version + m.lora_B[n].weight._version
+                         + id(m.lora_A[n].weight) for m, n in params)
+        if versions == self.versions:
+            return
+        for module, (a, b, _, used) in self.lora.items():
+            row = 0
+            for n in used:
+                r = module.r[n]
+                a[row:row + r].copy_(module.lora_A[n].weight)
+                b[:, row:row + r].copy_(module.lora_B[n].weight)
+                row += r
+        self.versions = versions
+
+    def _row_scales(self, slot, adapter_names: list[str]):
+        """Each row's LoRA scaling on its adapter's block (0 elsewhere, and for '__base__' and the
+        bucket's padding rows), one buffer per distinct layer signature."""
+        for signature, buffer in slot.scales.items():
+            values = []
+            for name in list(adapter_names) + ["__base__"] * (slot.rows - len(adapter_names)):
+                values.append(torch.cat([torch.full((r,), s if n == name else 0.0)
+                                         for n, r, s in signature]))
+            buffer.copy_(torch.stack(values)[:, None, :])
+
+    def _weights(self, slot):
+        """Per layer, layer_forward's weights (LoRA linears with this slot's scale buffers)."""
+        def linear(module):
+            lora = self.lora.get(module)
+            layer = module.base_layer if hasattr(module, "base_layer") else module
+            if lora is None:
+                return (layer.weight, layer.bias, None, None, None)
+            return (layer.weight, layer.bias, lora[0], lora[1], slot.scales[lora[2]])
+
+        out = []
+        for layer in self.base.model.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+            out.append((layer.input_layernorm.weight, linear(attn.q_proj), linear(attn.k_proj),
+                        linear(attn.v_proj), linear(attn.o_proj),
+                        layer.post_attention_layernorm.weight, linear(mlp.gate_proj),
+                        linear(mlp.up_proj), linear(mlp.down_proj),
+                        None if q_norm is None else q_norm.weight,
+                        None if k_norm is None else k_norm.weight))
+        return out
+
+    def _slot(self, rows: int, columns: int):
+        key = (rows, columns)
+        if key not in self.slots:
+            if len(self.slots) >= 8:  # bound the memory: drop the oldest shape
+                self.slots.pop(next(iter(self.slots)))
+            self.slots[key] = Slot(self, rows, columns)
+        return self.slots[key]
+
+    # -- the forward (prefill: eager; decode: the captured step) --
+    def forward(self, slot, ids, pos, cols, step: bool):
+        """Logits [rows, V] (fp32 head, as common.fp32_head) of the last of the T tokens ids [rows, T]
+        at positions pos [rows, T] written at cache columns cols [T]."""
+        config, model = self.config, self.base.model
+        x = model.embed_tokens(ids)
+        cos, sin = model.rotary_emb(x, pos)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        column = torch.arange(slot.columns, device=ids.device)
+        allowed = (column[None, :] <= cols[:, None])[None]  # causal, by cache column
+        mask = (allowed & (slot.key_valid[:, None, :] | (column[None, :] == cols[:, None])[None]))
+        mask = mask[:, None]  # [B, 1, T, C]; a padding query sees itself (no empty softmax)
+        heads = config.num_attention_heads
+        dims = (heads, config.num_key_value_heads,
+                getattr(config, "head_dim", None) or config.hidden_size // heads, config.rms_norm_eps)
+        run = self.layer_step if step and self.layer_step is not None else layer_forward
+        for i, weights in enumerate(slot.weights):
+            x = run(x, cos, sin, mask, cols, slot.k[i], slot.v[i], weights, dims)
+        x = rms_norm(x[:, -1], model.norm.weight, model.norm.variance_epsilon)
+        return F.linear(x.float(), self.head)
+
+    @torch.no_grad()
+    def generate(self, tokenizer, prompts: list, adapter_names: list[str] | None,
+                 max_new_tokens: int, temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0,
+                 min_new_tokens: int = 0, greedy: bool = False, batch_size: int | None = None):
+        """common.generate's outputs (same keys, shapes and meaning), batch_size rows per call."""
+        import common
+
+        batch_size = batch_size or len(prompts)
+        chunks = [self._generate_chunk(tokenizer, prompts[i:i + batch_size],
+                                       None if adapter_names is None
+                                       else list(adapter_names[i:i + batch_size]),
+                                       max_new_tokens, temperature, top_p, top_k, min_new_tokens,
+                                       greedy) for i in range(0, len(prompts), batch_size)]
+        pad = {"query_ids": tokenizer.pad_token_id, "response_ids": tokenizer.pad_token_id}
+        out = {k: common._pad_cat([c[k] for c in chunks], pad.get(k, 0), left=k.startswith("query"))
+               for k in chunks[0] if k != "truncated"}
+        return dict(out, truncated=torch.cat([c["truncated"] for c in chunks]))
+
+    def _generate_chunk(self, tokenizer, prompts, names, max_new_tokens, temperature, top_p, top_k,
+                        min_new_tokens, greedy):
+        import common
+
+        device = next(self.model.parameters()).device
+        stops = common.stop_token_ids(tokenizer, self.model)
+        query_ids, query_mask = common.tokenize_prompts(tokenizer, prompts, device)
+        n, q_len = query_ids.shape
+        self._lora_plan()
+        self._refresh_lora()
+        slot = self._slot(bucket(n, ROW_BUCKET_MIN),
+                          -(-(q_len + max_new_tokens) // COLUMN_BUCKET) * COLUMN_BUCKET)
+        self._row_scales(slot, names or ["__base__"] * n)
+        # 1. prefill: the prompts (bucket rows: one padding token each, masked) into the cache
+        ids = torch.full((slot.rows, q_len), tokenizer.pad_token_id, device=device)
+        mask = torch.zeros((slot.rows, q_len), dtype=torch.long, device=device)
+        ids[:n], mask[:n] = query_ids, query_mask
+        pos = (mask.cumsum(1) - 1).clamp(min=0)
+        slot.key_valid.zero_()
+        slot.key_valid[:, :q_len] = mask.bool()
+        logits = self.forward(slot, ids, pos, torch.arange(q_len, device=device), step=False)[:n]
+        slot.pos.copy_(pos[:, -1:] + 1)
+        slot.col.fill_(q_len)
+        # 2. decode, 3. sample
+        stop_ids = torch.tensor(stops, device=device)
+        tokens = torch.full((n, max_new_tokens), tokenizer.pad_token_id, device=device)
+        logprobs, sampled, entropy = (torch.zeros((n, max_new_tokens), device=device)
+                                      for _ in range(3))
+        unfinished = torch.ones(n, dtype=torch.bool, device=device)
+        steps = max_new_tokens
+        for t in range(max_new_tokens):
+            if t > 0:
+                logits = slot.step()[:n]
+            scaled = logits / (1.0 if greedy else temperature)
+            all_logprobs = F.log_softmax(scaled, dim=-1)
+            scores = process_scores(scaled, t, min_new_tokens, stop_ids, greedy, top_k, top_p)
+            token = (scores.argmax(-1) if greedy
+                     else torch.multinomial(F.softmax(scores, dim=-1), num_samples=1).squeeze(1))
+            token = torch.where(unfinished, token, tokenizer.pad_token_id)
+            tokens[:, t] = token
+            logprobs[:, t] = all_logprobs.gather(1, token[:, None]).squeeze(1)
+            entropy[:, t] = -(all_logprobs.exp() * all_logprobs).sum(-1)
+            if not greedy:
+                sampled[:, t] = (scores.gather(1, token[:, None]).squeeze(1)
+                                 - scores.logsumexp(-1))
+            unfinished &= ~torch.isin(token, stop_ids)
+            if t + 1 < max_new_tokens:
+                slot.ids[:n, 0] = token
+            if (t + 1) % 8 == 0 and not bool(unfinished.any()):
+                steps = t + 1
+                break
+        # the plain path stops at the first step where every row has finished: the same width
+        done = torch.isin(tokens[:, :steps], stop_ids)
+        if bool(done.any(1).all()):
+            steps = int(done.float().argmax(1).max()) + 1
+        response_ids = tokens[:, :steps]
+        response_mask, truncated = common.response_mask_from_ids(response_ids, stops)
+        response_ids = response_ids.masked_fill(response_mask == 0, tokenizer.pad_token_id)
+        return dict(query_ids=query_ids, query_mask=query_mask, response_ids=response_ids,
+                    response_mask=response_mask, logprobs=logprobs[:, :steps] * response_mask,
+                    sampling_logprobs=sampled[:, :steps].where(response_mask.bool(), 0.0),
+                    entropy=entropy[:, :steps] * response_mask, truncated=truncated)
+
+
+def process_scores(scores, step: int, min_new_tokens: int, stop_ids, greedy: bool, top_k: int,
+                   top_p: float):
+    """transformers' logits processors in generate's order, on the logits / temperature: EOS
+    banned before min_new_tokens, then (sampling) top-k and top-p, -inf where they cut."""
+    if step < min_new_tokens:
+        scores = scores.index_fill(1, stop_ids, float("-inf"))
+    if greedy:
+        return scores
+    if top_k:
+        kth = torch.topk(scores, min(top_k, scores.shape[-1]))[0][..., -1, None]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=False)
+        cut = sorted_scores.softmax(dim=-1).cumsum(dim=-1) <= (1 - top_p)
+        cut[..., -1:] = False
+        scores = scores.masked_fill(cut.scatter(1, order, cut), float("-inf"))
+    return scores
+
+
+class Slot:
+    """One (rows, columns) bucket: the static cache, the step's input buffers (token, position,
+    column) and, on CUDA, the step captured in a CUDA graph."""
+
+    def __init__(self, decoder: FastDecoder, rows: int, columns: int):
+        config, base = decoder.config, decoder.base
+        p = next(base.parameters())
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        shape = (rows, config.num_key_value_heads, columns, head_dim)
+        self.decoder, self.rows, self.columns = decoder, rows, columns
+        self.k = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in base.model.layers]
+        self.v = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in base.model.layers]
+        self.key_valid = torch.zeros((rows, columns), dtype=torch.bool, device=p.device)
+        self.ids = torch.zeros((rows, 1), dtype=torch.long, device=p.device)
+        self.pos = torch.zeros((rows, 1), dtype=torch.long, device=p.device)
+        self.col = torch.zeros(1, dtype=torch.long, device=p.device)
+        self.scales = {s: torch.zeros((rows, 1, sum(r for _, r, _ in s)), dtype=dtype,
+                                      device=p.device) for s, dtype in decoder.signatures.items()}
+        self.weights = decoder._weights(self)
+        self.logits = torch.zeros((rows, decoder.head.shape[0]), device=p.device)
+        self.graph = None
+        if decoder.graphs:
+            self._capture()
+
+    def _step_eager(self):
+        self.key_valid.index_fill_(1, self.col, True)
+        self.logits.copy_(self.decoder.forward(self, self.ids, self.pos, self.col, step=True))
+        self.pos += 1
+        self.col += 1
+
+    def step(self) -> torch.Tensor:
+        """Feed self.ids at self.col: the next logits [rows, V]; advances position and column."""
+        if self.graph is None:
+            self._step_eager()
+        else:
+            self.graph.replay()
+        return self.logits
+
+    def _capture(self):
+        """Warm up (compiles) on a side stream, then capture one step; the buffers are reset by the
+        prefill of each call."""
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            try:
+                for _ in range(2):
+                    self._step_eager()
+            except Exception as e:  # a compiler failure costs speed, never the run
+                if self.decoder.layer_step is None:
+                    raise
+                print(f"fast_decode: torch.compile failed ({type(e).__name__}: {e}); "
+                      f"the captured step runs uncompiled")
+                self.decoder.layer_step = None
+                for _ in range(2):
+                    self._step_eager()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self._step_eager()
+
+
+@contextlib.contextmanager
+def disabled():
+    """The plain path inside the block (bench.py's comparisons)."""
+    global ENABLED
+    saved, ENABLED = ENABLED, False
+    try:
+        yield
+    finally:
+        ENABLED = saved

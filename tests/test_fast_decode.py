@@ -1,0 +1,112 @@
+"""nanomarl/fast_decode.py (the GPU's generation: a static KV cache and a captured decoding step) against the
+plain path, common.generate through transformers, on the tiny model on CPU. The fast path runs eagerly here
+(no CUDA graph; torch.compile only in the test that asks for it): the same code the GPU captures, so the
+greedy tokens must be equal token for token, the log-probs within 1e-5, and a seeded sampling run the same
+tokens (one multinomial draw per step over the real rows, as transformers draws)."""
+import pytest
+import torch
+
+import common
+from nanomarl import fast_decode
+from nanomarl.fast_decode import FastDecoder
+from nanomarl.models import load_tokenizer
+
+ADAPTERS = {"a0": (8, 16), "a1": (4, 32)}
+ROWS = ["a0", "__base__", "a1", "a0", "a1"]  # 5 rows: the bucket (8) adds 3 padding rows
+TEXTS = ["2+2?", "a longer question about apples and pears, twice as long", "hi", "count to five", "x"]
+KEYS = ("response_ids", "response_mask", "truncated", "query_ids", "query_mask")
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir):
+    return load_tokenizer("tiny")
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir):
+    model = common.load_model("tiny")
+    for name, (r, alpha) in ADAPTERS.items():
+        model = common.add_adapters(model, [name], r=r, alpha=alpha)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # random B (peft starts it at 0): every adapter moves the logits
+        for n, p in model.named_parameters():
+            if ".lora_" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    return model
+
+
+def prompts(tok):
+    return [common.chat_prompt(tok, [{"role": "user", "content": t}]) for t in TEXTS]
+
+
+def assert_same(fast, plain, logprob_tol=1e-5):
+    for key in KEYS:
+        assert torch.equal(fast[key], plain[key]), key
+    for key in ("logprobs", "entropy", "sampling_logprobs"):
+        torch.testing.assert_close(fast[key], plain[key], atol=logprob_tol, rtol=0, msg=key)
+
+
+def test_greedy_tokens_and_logprobs_equal_the_plain_path(model, tok):
+    kwargs = dict(max_new_tokens=12, greedy=True)
+    plain = common.generate(model, tok, prompts(tok), ROWS, **kwargs)
+    fast = FastDecoder(model).generate(tok, prompts(tok), ROWS, **kwargs)
+    assert_same(fast, plain)
+    assert plain["response_mask"].sum() > 20  # something to compare
+
+
+@pytest.mark.parametrize("sampling", [dict(temperature=0.7), dict(temperature=0.5, top_p=0.9, top_k=50)])
+def test_seeded_sampling_draws_the_same_tokens(model, tok, sampling):
+    kwargs = dict(max_new_tokens=10, min_new_tokens=3, **sampling)
+    torch.manual_seed(3)
+    plain = common.generate(model, tok, prompts(tok), ROWS, **kwargs)
+    torch.manual_seed(3)
+    fast = FastDecoder(model).generate(tok, prompts(tok), ROWS, **kwargs)
+    assert_same(fast, plain)
+
+
+def test_one_adapter_base_model_and_batch_size(model, tok):
+    """Rows on one adapter (the plain path: peft's set_adapter), on the base, and in chunks of 2 rows."""
+    decoder = FastDecoder(model)
+    for names, batch_size in ((["a1"] * 5, None), (["__base__"] * 5, 2), (ROWS, 2)):
+        plain = common.generate(model, tok, prompts(tok), names, max_new_tokens=8, greedy=True,
+                                batch_size=batch_size)
+        fast = decoder.generate(tok, prompts(tok), names, max_new_tokens=8, greedy=True, batch_size=batch_size)
+        assert_same(fast, plain)
+
+
+def test_an_update_reaches_the_next_call(model, tok):
+    """The decoder's stacked LoRA buffers follow the adapters' weights (copied when a weight changed)."""
+    decoder = FastDecoder(model)
+    before = decoder.generate(tok, prompts(tok), ROWS, max_new_tokens=6, greedy=True)
+    weight = dict(model.named_parameters())[next(n for n, _ in model.named_parameters() if "lora_B.a1" in n)]
+    saved = weight.detach().clone()
+    try:
+        with torch.no_grad():
+            weight.add_(0.5)
+        plain = common.generate(model, tok, prompts(tok), ROWS, max_new_tokens=6, greedy=True)
+        after = decoder.generate(tok, prompts(tok), ROWS, max_new_tokens=6, greedy=True)
+        assert_same(after, plain)
+        assert not torch.allclose(after["logprobs"][2], before["logprobs"][2])  # row 2 is on a1
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)
+
+
+def test_plain_path_on_cpu_and_where_unsupported(model, tok):
+    """common.generate takes the fast path only on CUDA: on CPU fast_decoder is None whatever the flag."""
+    assert fast_decode.ENABLED and fast_decode.fast_decoder(model, ROWS) is None
+    assert fast_decode.supports(model, ROWS)
+    assert not fast_decode.supports(model, None)  # a peft model: every row names its adapter
+    assert not fast_decode.supports(model, ["nope"] * 5)
+
+
+def test_compiled_layer_step_equals_the_plain_path(model, tok):
+    """torch.compile (inductor on CPU: needs a C++ compiler) of the decoding step's layer function."""
+    pytest.importorskip("torch._inductor")
+    import shutil
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        pytest.skip("no C++ compiler: inductor cannot compile on this CPU")
+    kwargs = dict(max_new_tokens=6, greedy=True)
+    plain = common.generate(model, tok, prompts(tok), ROWS, **kwargs)
+    fast = FastDecoder(model, compile=True).generate(tok, prompts(tok), ROWS, **kwargs)
+    assert_same(fast, plain)
