@@ -381,14 +381,25 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
     return advantages, (advantages + values) * mask
 
 
-def group_advantages(sequence_rewards: torch.Tensor, group_size: int, std: bool = False):
+def group_advantages(final_rewards: torch.Tensor, group_size: int, std: bool = False,
+                     kl_penalty: torch.Tensor | None = None):
     """--advantage group: A_i = R_i - mean_j R_j over the K debates of one question (rows q*K ..
     q*K+K-1), the sample included: (K-1)/K of RLOO's leave-one-out advantage, and one baseline per
-    question at every turn, not MAGRPO's per node (Eq. 1); no std division (Dr. GRPO) unless std
-    (--advantage-std): then over the std of the rows given, on every rank (one (turn, agent)'s)."""
-    grouped = sequence_rewards.reshape(-1, group_size)
-    adv = (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
-    return masked_whiten(adv, torch.ones_like(adv), all_ranks=True) if std else adv
+    question at every turn, not MAGRPO's per node (Eq. 1). R: the final reward R + b, plus the
+    response's summed -kl_coef·KL (kl_penalty), as r_θ sums them. No std division (Dr. GRPO)
+    unless std (--advantage-std): then the final rewards' part only, over its std on the rows given,
+    on every rank (one (turn, agent)'s); the KL part keeps its size, so where the final rewards tie
+    the advantages stay the KL's, not its noise scaled to 1. A group of ties gives exactly 0."""
+    def centred(x):
+        grouped = x.reshape(-1, group_size)
+        ties = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)
+        return (grouped - grouped.mean(dim=1, keepdim=True)).masked_fill(ties, 0.0).reshape(-1)
+
+    adv = centred(final_rewards)
+    if std:
+        adv = masked_whiten(adv, torch.ones_like(adv), all_ranks=True)
+    return adv if kl_penalty is None else adv + centred(kl_penalty)
+
 
 
 def one_conversation(team: Team, exp: dict, args: Args) -> bool:
@@ -493,8 +504,8 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
                     advantages = masked_whiten(advantages, mask, all_ranks=True)
                 else:  # group: the response's summed reward against its question's K debates
                     values = returns = torch.zeros_like(rewards)
-                    advantages = group_advantages(rewards.sum(dim=1), args.samples_per_question,
-                                                  args.advantage_std)
+                    advantages = group_advantages(final, args.samples_per_question,
+                                                  args.advantage_std, -args.kl_coef * kl.sum(dim=1))
                     advantages = advantages[:, None] * mask
                 exp[(tt, a)].update({key: tb[key][rows] for key in tb})  # without padding columns
                 exp[(tt, a)].update(old_logprobs=old_logprobs[rows], entropy=entropy[rows],

@@ -108,6 +108,7 @@ class Args:
     dataset: str = ""  # as cotrain.py / magrpo.py ('' = the --run's, else the mode's CPU default)
     output_dir: str = ""  # results folder (default runs/evaluate-<mode>-<time>)
     seed: int = 0  # seeds sampling (re-seeded before every method) and the SFT baseline
+    question_seed: int = 0  # draws the debate questions (arith, reasoning-gym) and the SFT ones
     device: str = ""  # cpu | cuda | cuda:N (default: cuda if available, else cpu)
     threads: int = 0  # torch CPU threads (0: OMP_NUM_THREADS, else the cores left free)
     # ---- model and trained agents ----
@@ -668,7 +669,7 @@ def train_sft_baseline(bases: Bases, args, scorer, exclude: set[str] = frozenset
     (prompt, response) pairs with a masked NLL. Every agent then plays with it. Questions in
     `exclude` (the evaluation's) are never trained on. Returns its statistics."""
     base = sft_base(args)
-    loaded = load_task(args.dataset, "train", args.sft_questions, args.seed,
+    loaded = load_task(args.dataset, "train", args.sft_questions, args.question_seed,
                        **dataset_options(args))
     records = [r for r in loaded if r["question"] not in exclude]
     if len(records) < len(loaded):
@@ -718,8 +719,8 @@ def train_overlap(records: list[dict], run_dir: str) -> int | None:
 def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[dict]]:
     """Debate mode: every method's A-agent, T-turn debates on the eval questions, and their
     metrics."""
-    records = load_task(args.dataset, args.split, args.limit or None, args.seed,
-                        **dataset_options(args))
+    records = load_task(args.dataset, args.split, args.limit or None, args.question_seed,
+                        **dataset_options(args))  # --seed: the same questions, other samples
     if not records:
         arg_error("--dataset", f"{args.dataset} {args.split} has no questions")
     if "sft" in methods:
@@ -1534,9 +1535,10 @@ def use_run_data(args):
 
 
 def dataset_source(args) -> dict:
-    """How to make the evaluated questions again: the dataset, split, seed, limit, and for
+    """How to make the evaluated questions again: the dataset, split, question seed, limit, and for
     reasoning-gym:NAME the library's version and every generator setting."""
-    source = dict(dataset=args.dataset, split=args.split, seed=args.seed, limit=args.limit)
+    source = dict(dataset=args.dataset, split=args.split, question_seed=args.question_seed,
+                  limit=args.limit)
     if args.dataset.startswith("reasoning-gym:"):
         import importlib.metadata
         source.update(library="reasoning-gym", version=importlib.metadata.version("reasoning-gym"),

@@ -422,9 +422,11 @@ def finish_run(run_dir: Path, args):
     """The closing lines: where everything is, the held-out table (per turn the authors' majority
     vote and the mean agent accuracy, the headline), the plot; trackers and the process group
     closed."""
-    print(f"done. metrics: {run_dir / 'metrics.jsonl'} | adapters: {run_dir / 'adapters'} "
-          f"(agents and turns: {run_dir / 'debate.json'}) | checkpoint: "
-          f"{run_dir / 'checkpoint.pt'}")
+    bases = len(dict.fromkeys(agent_models(args)))  # save_state: a folder per distinct base
+    folders = ["adapters"] if bases == 1 else [f"adapters_base{i}" for i in range(bases)]
+    print(f"done. metrics: {run_dir / 'metrics.jsonl'} | adapters: "
+          f"{', '.join(str(run_dir / f) for f in folders)} (agents and turns: "
+          f"{run_dir / 'debate.json'}) | checkpoint: {run_dir / 'checkpoint.pt'}")
     # per turn the vote, then the mean agent accuracy: the last column, the headline
     sc = [f"eval/sc/{k}vote_accuracy" for k in ("", "budget_") if args.eval_self_consistency]
     print_eval_table(run_dir, [f"eval/turn{t}/{k}" for t in range(2, args.num_turns + 1)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+_JOINED = False  # init_distributed made this process's group (finish_distributed destroys it)
 
 
 def is_main_process() -> bool:
@@ -40,11 +41,13 @@ def init_distributed(device: str = "") -> tuple[int, int, str]:
     gloo on CPU or with --device cpu) and silence the stdout of every rank but 0 (errors still reach
     stderr). Returns (rank, world_size, device); (0, 1, device or default_device()) for a plain
     `python script.py`."""
+    global _JOINED
     if "RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return 0, 1, device or default_device()
     use_cuda = torch.cuda.is_available() and not device.startswith("cpu")
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group(backend="nccl" if use_cuda else "gloo")
+        _JOINED = True
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if use_cuda:
         torch.cuda.set_device(local_rank)
@@ -94,10 +97,14 @@ def allreduce_sum(x: torch.Tensor) -> torch.Tensor:
 
 
 def finish_distributed():
-    """Leave the process group at the end of a torchrun script (else gloo aborts at exit)."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
+    """Leave the process group at the end of a torchrun script (else gloo aborts at exit): only the
+    one init_distributed joined. A group someone else made (a vLLM engine in this process makes one
+    of its own) is theirs to destroy, at their exit, after their subgroups."""
+    global _JOINED
+    if _JOINED and torch.distributed.is_initialized():
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
+    _JOINED = False
 
 
 def default_device() -> str:

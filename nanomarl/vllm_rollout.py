@@ -15,9 +15,10 @@ after top-k/top-p) is vLLM's own. The sampling settings map one to one (temperat
 min/max new tokens, greedy, the same stop tokens); the model's generation_config is ignored, as
 common.generate resets it.
 
-Freshness: generate compares each adapter's version (its tensors' in-place write counters, which
-an optimiser step or a resume's load_state_dict raises) with the version it served, and reloads the
-changed ones first, so no script can forget the sync. An adapter is reloaded under the same id only
+Freshness: generate compares each adapter's weights with the copy of the weights it served, and
+reloads the changed ones first, so no script can forget the sync. The contents, not the tensors'
+in-place write counters: a fused optimiser step, a write through .data or vector_to_parameters
+leaves those counters as they were. An adapter is reloaded under the same id only
 with LoRARequest(load_inplace=True); the prefix cache keys blocks by the adapter's name, so
 sync_adapters also empties it (else prompts seen before the update would reuse key/value blocks
 computed with the old adapter).
@@ -97,7 +98,7 @@ class Engine:
     folder: Path  # each adapter as a peft folder, rewritten by sync_adapters
     max_loras: int  # distinct adapters one generate call may use
     requests: dict = field(default_factory=dict)  # adapter name -> vllm LoRARequest
-    versions: dict = field(default_factory=dict)  # adapter name -> adapter_version when served
+    served: dict = field(default_factory=dict)  # adapter name -> the weights served (CPU copy)
 
     def generate(self, *args, **kwargs) -> dict:  # common.generate's hook: generate(self, ...)
         return generate(self, *args, **kwargs)
@@ -160,34 +161,48 @@ def sync_adapters(engine: Engine, adapter_names: list[str] | None = None):
 
     names = list(adapter_names if adapter_names is not None else engine.requests)
     for name in names:
-        path = save_adapter(engine.model, name, engine.folder / name)
+        weights = adapter_weights(engine.model, name)
+        path = save_adapter(engine.model, name, weights, engine.folder / name)
         lora_id = (list(engine.requests).index(name) + 1 if name in engine.requests
                    else len(engine.requests) + 1)
         engine.requests[name] = LoRARequest(name, lora_id, str(path))
         engine.llm.llm_engine.add_lora(LoRARequest(name, lora_id, str(path), load_inplace=True))
-        engine.versions[name] = adapter_version(engine.model, name)
+        engine.served[name] = weights
     engine.llm.reset_prefix_cache()
 
 
-def adapter_version(model, name: str) -> int:
-    """A number that grows whenever adapter `name`'s weights are written in place (an optimiser
-    step, load_state_dict on resume): the sum of its tensors' version counters."""
-    return sum(p._version for n, p in model.named_parameters() if f".{name}." in n)
-
-
-def save_adapter(model, name: str, folder: Path) -> Path:
-    """Adapter `name` of a peft model as a peft folder (adapter_config.json and
-    adapter_model.safetensors), the weights copied to the CPU."""
+def adapter_weights(model, name: str) -> dict[str, torch.Tensor]:
+    """Adapter `name`'s weights as peft saves them, copied to the CPU."""
     from peft import get_peft_model_state_dict
+
+    return {k: v.detach().to("cpu", copy=True).contiguous()
+            for k, v in get_peft_model_state_dict(model, adapter_name=name).items()}
+
+
+def stale_adapters(engine: Engine, names) -> list[str]:
+    """The adapters among `names` the engine serves whose weights are no longer the ones it
+    served, compared value for value."""
+    from peft import get_peft_model_state_dict
+
+    def changed(name):
+        now = get_peft_model_state_dict(engine.model, adapter_name=name)
+        served = engine.served[name]
+        return now.keys() != served.keys() or not all(
+            torch.equal(v.detach().to("cpu"), served[k]) for k, v in now.items())
+
+    return sorted(n for n in set(names) & set(engine.served) if changed(n))
+
+
+def save_adapter(model, name: str, weights: dict, folder: Path) -> Path:
+    """Adapter `name` of a peft model as a peft folder (adapter_config.json and
+    adapter_model.safetensors holding `weights`, adapter_weights' CPU copy)."""
     from safetensors.torch import save_file
 
-    state = get_peft_model_state_dict(model, adapter_name=name)
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     model.peft_config[name].save_pretrained(str(tmp))
-    save_file({k: v.detach().to("cpu").contiguous() for k, v in state.items()},
-              str(tmp / "adapter_model.safetensors"))
+    save_file(weights, str(tmp / "adapter_model.safetensors"))
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
     return folder
@@ -229,8 +244,7 @@ def generate(engine: Engine, tokenizer, prompts: list, adapter_names: list[str] 
     # adapters the model gained after start() (e.g. one trained since), and every adapter whose
     # weights changed since it was served (an optimiser step, a resume): the engine never samples
     # from an old policy, whether or not the script called sync_adapters
-    stale = new + sorted(n for n in set(names) & set(engine.versions)
-                         if engine.versions[n] != adapter_version(model, n))
+    stale = new + stale_adapters(engine, names)
     if stale:
         sync_adapters(engine, stale)
     if len(set(names) - {"__base__"}) > engine.max_loras:

@@ -221,8 +221,9 @@ def test_sft_baseline_uses_the_runs_base_and_never_the_eval_questions(tmp_path, 
     monkeypatch.setattr(evaluate.cotrain, "run_debate", canned_debate)
     from types import SimpleNamespace
     args = SimpleNamespace(model="not-the-runs-base", run=str(run), dtype="float32", quant="none",
-                           dataset=f"jsonl:{path}", sft_questions=0, seed=0, num_agents=2, num_turns=1, batch_size=64,
-                           max_new_tokens=8, temperature=1.0, feedback_in_prompt=False, prompt_style="default",
+                           dataset=f"jsonl:{path}", sft_questions=0, seed=0, question_seed=0,
+                           num_agents=2, num_turns=1, batch_size=64, max_new_tokens=8,
+                           temperature=1.0, feedback_in_prompt=False, prompt_style="default",
                            lora_r=4, lora_alpha=8, sft_epochs=1, sft_lr=1e-3, sft_batch_size=64,
                            dataset_config="", question_field="question", answer_field="answer",
                            dataset_task="math")

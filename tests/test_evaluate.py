@@ -435,8 +435,9 @@ def test_sft_baseline_trains_on_kept_debates(monkeypatch, tiny_model_dir):
 
     monkeypatch.setattr(evaluate.cotrain, "run_debate", canned_debate)
     args = SimpleNamespace(model="tiny", dtype="float32", quant="none", dataset="arith", sft_questions=4, seed=0,
-                           num_agents=2, num_turns=2, batch_size=4, max_new_tokens=16, temperature=1.0,
-                           feedback_in_prompt=False, prompt_style="default", lora_r=4, lora_alpha=8, sft_epochs=2,
+                           question_seed=0, num_agents=2, num_turns=2, batch_size=4,
+                           max_new_tokens=16, temperature=1.0, feedback_in_prompt=False,
+                           prompt_style="default", lora_r=4, lora_alpha=8, sft_epochs=2,
                            sft_lr=1e-2, sft_batch_size=4, question_field="question", answer_field="answer",
                            dataset_config="", dataset_task="math")
     bases = evaluate.Bases(args, "cpu")
@@ -481,7 +482,8 @@ def test_debate_mode_smoke(tmp_path, tiny_model_dir):
         assert (m["budget_tokens_per_question"] <= m["budget_per_question"]
                 or m["budget_samples"] == 1)
     assert [q["id"] for q in results["questions"]] == ["arith/test/0", "arith/test/1"]
-    assert results["dataset_source"] == dict(dataset="arith:digits", split="test", seed=0, limit=2)
+    assert results["dataset_source"] == dict(dataset="arith:digits", split="test", question_seed=0,
+                                             limit=2)
     table = (out / "results.md").read_text().splitlines()
     assert table[0].startswith("| method | turn 1 | turn 2 | vote turn 1 | vote turn 2 |")
     n = len(evaluate.DEBATE_METHODS) - len(evaluate.SC_PAIRS)
@@ -823,14 +825,16 @@ def test_debate_mode_on_reasoning_gym_saves_its_questions(tmp_path, tiny_model_d
     run_script(["evaluate.py", "--model", "tiny", "--limit", "3", "--num-agents", "2",
                 "--num-turns", "2", "--max-new-tokens", "6", "--methods", "offtheshelf,sc-base",
                 "--dataset",
-                "reasoning-gym:basic_arithmetic", "--dataset-config", "operators=+", "--seed", "4",
+                "reasoning-gym:basic_arithmetic", "--dataset-config", "operators=+",
+                "--question-seed", "4",
                 "--output-dir", str(out)], timeout=300)
     results = json.loads((out / "results.json").read_text())
     expected = load_task("reasoning-gym:basic_arithmetic", "test", 3, seed=4, config="operators=+")
     assert results["questions"] == [dict(id=r["id"], question=r["question"], answer=r["answer"])
                                     for r in expected]
     source = results["dataset_source"]
-    assert source["library"] == "reasoning-gym" and source["version"] and source["seed"] == 4
+    assert source["library"] == "reasoning-gym" and source["version"]
+    assert source["question_seed"] == 4
     assert source["settings"]["operators"] == ["+"] and source["settings"]["max_digits"] == 1
     assert list(results["methods"]) == ["offtheshelf", "sc-base"]
     assert results["methods"]["sc-base"]["num_samples"] == 4

@@ -37,20 +37,21 @@ def test_group_advantages_divided_by_their_std_by_hand():
 
 
 def test_advantage_std_scales_each_turn_and_agent_to_unit_std():
-    """In the experience main() builds, each (turn, agent)'s advantages are its plain group advantages over
-    their own std: a turn whose debates differ little is raised to the same scale as one that differs a lot."""
+    """In the experience main() builds, each (turn, agent)'s advantages are its final rewards' group
+    advantages over their own std, plus the KL penalty's group advantages at their own size: a turn
+    whose debates differ little is raised to the same scale as one that differs a lot."""
     torch.manual_seed(0)
     args = tiny_args("--advantage", "group", "--samples-per-question", "2", "--temperature", "1.0",
                      "--advantage-std")
     team = cotrain.build_team(args, "cpu")
     records = [r for r in load_task("arith", "train", limit=2) for _ in range(2)]
-    _, exp, _ = cotrain.rollout_step(team, args, records, ascii_fraction)
+    _, exp, r = cotrain.rollout_step(team, args, records, ascii_fraction)
+    centred = lambda x: x - x.reshape(2, 2).mean(1).repeat_interleave(2)  # noqa: E731
     for (t, a), e in exp.items():
-        sequence = e["rewards"].sum(1)
-        plain = sequence - sequence.reshape(2, 2).mean(1).repeat_interleave(2)
-        expected = plain / plain.std() if plain.abs().max() > 0 else plain
+        plain = centred(r["rewards"][:, t, a])
+        expected = (plain / plain.std() if plain.abs().max() > 0 else plain) \
+            + centred(-args.kl_coef * e["kl"].sum(1))
         torch.testing.assert_close(e["advantages"][:, 0], expected)
-        assert e["advantages"][:, 0].std() == pytest.approx(1.0, abs=1e-4) or plain.abs().max() == 0
     assert any(e["advantages"].abs().sum() > 0 for e in exp.values())
 
 

@@ -197,7 +197,7 @@ def test_sync_serves_the_updated_adapters(team):
     of the updated adapter and differ from the old ones, without an explicit sync (generate
     reloads every adapter whose weights were written). The same prompts before and after: a stale
     prefix cache would show too."""
-    from nanomarl.vllm_rollout import adapter_version, generate, sync_adapters
+    from nanomarl.vllm_rollout import generate, stale_adapters, sync_adapters
 
     model, tok, engine, _ = team
     questions = QUESTIONS + [LONG]
@@ -208,7 +208,7 @@ def test_sync_serves_the_updated_adapters(team):
     assert torch.equal(generate(engine, tok, prompts, names, 16, greedy=True)["response_ids"],
                        old["response_ids"])
     params = [p for n, p in model.named_parameters() if ".lora_" in n]
-    optimiser = torch.optim.AdamW(params, lr=0.05)
+    optimiser = torch.optim.AdamW(params, lr=0.05, fused=True)  # no version counter moves
     optimiser.zero_grad(set_to_none=True)
     try:
         # one step away from the old greedy answers, every adapter at once
@@ -220,11 +220,11 @@ def test_sync_serves_the_updated_adapters(team):
         for a in range(len(NAMES)):
             rows_a = slice(a * len(questions), (a + 1) * len(questions))
             assert not torch.equal(new["response_ids"][rows_a], old["response_ids"][rows_a]), a
-        # the step raised every adapter's version: the next call reloads them itself
-        assert all(engine.versions[n] != adapter_version(model, n) for n in NAMES)
+        # the step changed every adapter's weights: the next call reloads them itself
+        assert stale_adapters(engine, NAMES) == NAMES
         fresh = generate(engine, tok, prompts, names, 16, greedy=True)
         assert_same_rollout(fresh, new)
-        assert all(engine.versions[n] == adapter_version(model, n) for n in NAMES)
+        assert stale_adapters(engine, NAMES) == []
         sync_adapters(engine)  # an explicit sync of what is served changes nothing
         assert_same_rollout(generate(engine, tok, prompts, names, 16, greedy=True), new)
     finally:
@@ -355,27 +355,55 @@ def test_an_adapter_added_later_is_served_and_evicted_ones_reload(team):
         common.make_lora_trainable(model)
 
 
-def test_adapter_version_rises_on_every_write_and_only_then(tiny_model_dir):
-    """The freshness check without vLLM: an adapter's version rises on an optimiser step and on
-    load_state_dict (a resume), and stays on a forward, a backward and another adapter's step."""
-    from nanomarl.vllm_rollout import adapter_version
+def test_a_changed_adapter_is_stale_however_it_was_written(tiny_model_dir, tmp_path):
+    """The freshness check without vLLM (an engine without its LLM): an adapter is stale after
+    every kind of write, its values compared with the copy served: a fused AdamW step, a write
+    through .data, vector_to_parameters (none of which moves a version counter), load_state_dict
+    (a resume), a tensor replaced; and only then: not after a forward, a backward, another
+    adapter's step, nor a write of the values it already holds."""
+    from nanomarl.vllm_rollout import Engine, adapter_weights, stale_adapters
 
     model = common.add_adapters(common.load_model(str(tiny_model_dir), "float32", "none", "cpu"),
                                 ["a0", "a1"], r=4, alpha=8)
-    versions = lambda: [adapter_version(model, n) for n in ("a0", "a1")]  # noqa: E731
-    before = versions()
-    ids = torch.tensor([[1, 2, 3, 4]])
+    randomise_adapters(model, seed=2)
+    engine = Engine(llm=None, model=model, folder=tmp_path, max_loras=2)
+
+    def serve():  # what sync_adapters records
+        engine.served = {n: adapter_weights(model, n) for n in ("a0", "a1")}
+
+    serve()
+    params = dict(model.named_parameters())
+    a0 = [p for n, p in params.items() if ".a0." in n]
+    a1 = [p for n, p in params.items() if ".a1." in n]
     with common.single_adapter(model, "a0"):
-        loss = model(input_ids=ids).logits.float().pow(2).mean()
-    loss.backward()
-    assert versions() == before
-    optimiser = torch.optim.AdamW(common.adapter_parameters(model, "a0"), lr=1e-3)
-    optimiser.step()
-    after_step = versions()
-    assert after_step[0] > before[0] and after_step[1] == before[1]
-    a1 = {n: p.detach().clone() for n, p in model.named_parameters() if ".a1." in n}
-    model.load_state_dict(a1, strict=False)
-    assert versions()[0] == after_step[0] and versions()[1] > after_step[1]
+        model(input_ids=torch.tensor([[1, 2, 3, 4]])).logits.float().pow(2).mean().backward()
+    assert stale_adapters(engine, ["a0", "a1", "__base__"]) == []
+    versions = [p._version for p in a0]
+    torch.optim.AdamW(a0, lr=1e-2, fused=True).step()
+    assert [p._version for p in a0] == versions  # what a sum of counters misses
+    assert stale_adapters(engine, ["a0", "a1", "__base__"]) == ["a0"]
+    serve()
+    a1[0].data.add_(1.0)
+    assert stale_adapters(engine, ["a0", "a1"]) == ["a1"]
+    serve()
+    torch.nn.utils.vector_to_parameters(torch.nn.utils.parameters_to_vector(a0) * 0.5, a0)
+    assert stale_adapters(engine, ["a0", "a1"]) == ["a0"]
+    serve()
+    model.load_state_dict({n: torch.zeros_like(p) for n, p in params.items() if ".a1." in n},
+                          strict=False)
+    assert stale_adapters(engine, ["a0", "a1"]) == ["a1"]
+    serve()
+    # one tensor written in place, another replaced by a fresh one: the counters could cancel
+    lora_a = next(m for m in model.modules() if hasattr(m, "lora_A") and "a0" in m.lora_A)
+    with torch.no_grad():
+        a0[-1].add_(1.0)
+    lora_a.lora_A["a0"].weight = torch.nn.Parameter(lora_a.lora_A["a0"].weight.detach() + 1.0)
+    assert stale_adapters(engine, ["a0", "a1"]) == ["a0"]
+    serve()
+    with torch.no_grad():
+        for p in a0 + a1:
+            p.copy_(p.detach().clone())  # the same values written again
+    assert stale_adapters(engine, ["a0", "a1"]) == []
 
 
 def test_cotrain_and_magrpo_run_with_use_vllm(team, tmp_path):
@@ -388,10 +416,11 @@ def test_cotrain_and_magrpo_run_with_use_vllm(team, tmp_path):
     folder = str(team[0].config.name_or_path)
     common_flags = ["--model", folder, "--max-steps", "2", "--eval-questions", "4",
                     "--max-new-tokens", "12", "--no-eval-self-consistency"]
-    evals = {}
+    evals, outputs = {}, []
     for flag in ("--use-vllm", "--no-use-vllm"):
         run = tmp_path / f"cotrain{flag}"
-        run_script(["cotrain.py", *common_flags, flag, "--output-dir", str(run)], timeout=600)
+        outputs.append(run_script(["cotrain.py", *common_flags, flag, "--output-dir", str(run)],
+                                  timeout=600))
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in rows] == [0, 1, 2]
         evals[flag] = {k: v for k, v in rows[0].items() if k.startswith("eval/turn")}
@@ -404,21 +433,41 @@ def test_cotrain_and_magrpo_run_with_use_vllm(team, tmp_path):
                     "--num-agents", "2", "--num-turns", "2", "--output-dir", str(out)], timeout=600)
         results[flag] = accuracies(json.loads((out / "results.json").read_text()))
     assert results["--use-vllm"] and results["--use-vllm"] == results["--no-use-vllm"]
+    kinds = ("accuracy", "invalid", "W→R", "R→W")
+    assert all(any(k in path for path in results["--use-vllm"]) for k in kinds)  # each compared
+    run = tmp_path / "magrpo"
+    result = run_script(["magrpo.py", "--model", folder, "--use-vllm", "--max-steps", "1",
+                         "--max-new-tokens", "12", "--num-generations", "2", "--eval-problems", "2",
+                         "--sandbox-workers", "1", "--output-dir", str(run)], timeout=600)
+    assert (run / "metrics.jsonl").read_text().count("\n") == 2
+    outputs.append(result)
+    for result in outputs:  # a run that succeeded ends cleanly, vLLM's teardown included
+        assert "Traceback" not in result.stdout + result.stderr, result.stderr[-3000:]
 
 
 def accuracies(tree, path: str = "") -> dict:
-    """Every accuracy, unparsable rate and W->R / R->W number of a results.json, by its path
-    (timings and token counts differ between the two paths' runs)."""
+    """Every accuracy, unparsable rate and W→R / R→W number (counts and fractions) of a
+    results.json, by its path (timings and token counts differ between the two paths' runs)."""
     if isinstance(tree, dict):
         return {k: v for key, sub in tree.items()
                 for k, v in accuracies(sub, f"{path}/{key}").items()}
     if isinstance(tree, list):
         return {k: v for i, sub in enumerate(tree)
                 for k, v in accuracies(sub, f"{path}/{i}").items()}
-    keep = any(w in path for w in ("accuracy", "invalid", "wrong_to_right", "right_to_wrong"))
+    keep = any(w in path for w in ("accuracy", "invalid", "W→R", "R→W"))
     return {path: tree} if keep else {}
-    run = tmp_path / "magrpo"
-    run_script(["magrpo.py", "--model", folder, "--use-vllm", "--max-steps", "1",
-                "--max-new-tokens", "12", "--num-generations", "2", "--eval-problems", "2",
-                "--sandbox-workers", "1", "--output-dir", str(run)], timeout=600)
-    assert (run / "metrics.jsonl").read_text().count("\n") == 2
+
+
+def test_accuracies_keeps_every_transition_results_json_writes():
+    """The comparison above on a hand-made debate's metrics, as results.json holds them: the
+    accuracies, the unparsable rate and the W→R / R→W counts and fractions, nothing else."""
+    # 2 questions (gold 1, 2), 2 turns, 2 agents; agent 0 goes W→R on question 0
+    metrics = common.debate_metrics([[["0", "1"], ["1", "1"]], [["2", None], ["2", "2"]]],
+                                    ["1", "2"])
+    kept = accuracies(dict(methods=dict(maporl=dict(**metrics, tokens_per_question=9.0))))
+    assert kept["/methods/maporl/transitions/0/pooled/W→R"] == 2  # agent 0 on q0, agent 1 on q1
+    assert kept["/methods/maporl/transitions/0/pooled_fractions/W→R"] == 0.5
+    assert kept["/methods/maporl/transitions/0/agents/0/R→W"] == 0
+    assert kept["/methods/maporl/accuracy/mean_agent/1"] == 1.0
+    assert kept["/methods/maporl/invalid_rate/0"] == 0.25
+    assert not any("tokens" in path or "R→R" in path for path in kept)

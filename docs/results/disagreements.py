@@ -6,7 +6,8 @@ pays when the agent keeps its own right answer or adopts its partner's right one
 and question this sorts the turn-1 situation (both right, both wrong, own right and the partner
 wrong, own wrong and the partner right: an unparsable answer counts as wrong) and what the agent
 answered at turn 2 (its own answer again, the partner's, or another), per method, or per method
-and agent with --per-agent (a heterogeneous pair, whose agents differ):
+and agent with --per-agent (a heterogeneous pair, whose agents differ). The rows of the controls
+(sc-base, sc-maporl: one 'turn' of one agent's answers, no partner) are left out:
 
   python docs/results/disagreements.py [--per-agent] runs/eval-RUN/samples.jsonl [more files]
 """
@@ -29,6 +30,8 @@ def main(paths: list[str], per_agent: bool = False):
     for path in paths:
         for line in Path(path).read_text().splitlines():
             row = json.loads(line)
+            if len(row["answers"]) == 1:  # a control's row: no second turn, no partner
+                continue
             (first, second), gold = row["answers"][:2], row["gold"]
             if len(first) != 2:
                 sys.exit(f"{path}: {len(first)} agents; this reads two-agent debates")

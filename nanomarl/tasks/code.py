@@ -240,8 +240,25 @@ def extract_tests(test_code: str, entry_point: str, extraction: str = "ast") -> 
     return [test for _, test in check_statements(test_code, entry_point)]
 
 
-def calls_aux(main_code: str) -> bool:
-    return re.search(r"\baux\s*\(", main_code) is not None
+def calls_aux(main_code: str, extraction: str = "ast") -> bool:
+    """main calls the helper: a call `aux(...)` in its syntax tree, where main does not bind the
+    name aux itself (a parameter, an assignment, a nested def, an import). A mention in a comment,
+    a docstring or a string is no call. The one definition behind the reward's cooperation level,
+    cooperation_rate, MaxCoop and helper_use.py; authors: their regex on the text."""
+    if extraction == "authors":
+        return re.search(r"\baux\s*\(", main_code) is not None
+    try:
+        tree = ast.parse(main_code)
+    except SyntaxError:
+        return False
+    nodes = list(ast.walk(tree))
+    binds = any((isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id == "aux")
+                or (isinstance(n, ast.arg) and n.arg == "aux")
+                or (isinstance(n, ast.alias) and (n.asname or n.name) == "aux")
+                or (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                    and n.name == "aux") for n in nodes)
+    return not binds and any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                             and n.func.id == "aux" for n in nodes)
 
 
 def is_thin_wrapper(main_code: str) -> bool:
@@ -325,7 +342,7 @@ def analyze_code(aux_text: str, main_text: str, problem: dict, tests: list[str] 
                   aux_defined=bool(aux) and re.search(r"return\s+", aux) is not None,
                   main_defined=bool(main) and re.search(r"return\s+", main) is not None,
                   syntax_ok=False, syntax_error=None, syntax_message="", tests=[], passed=[],
-                  errors=[], loaded=False, load_error="", calls_aux=calls_aux(main),
+                  errors=[], loaded=False, load_error="", calls_aux=calls_aux(main, extraction),
                   aux_unused=aux_result_unused(main), wrapper=is_thin_wrapper(main))
     report["aux_message"] = ("Aux function properly defined with return statement"
                              if report["aux_defined"] else "Aux function missing return statement"
