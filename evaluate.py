@@ -136,6 +136,8 @@ class Args:
     num_agents: int = 3  # A (the paper trains with 2 and evaluates with 3)
     num_turns: int = 3  # T
     batch_size: int = 16  # debates per generate call (each call holds batch_size x A rows)
+    generate_batch_size: int = 0  # rows per generate call (0: a chunk's debates in one call, a
+    # control's A x --batch-size rows)
     prompt_style: Literal["short", "default", "phi3"] = "short"  # debate prompts, as cotrain.py
     feedback_in_prompt: bool = False  # agents read a verifier's scores of earlier answers
     verifier: str = ""  # train_verifier.py run folder, for --feedback-in-prompt
@@ -551,7 +553,8 @@ def play_debates(bases: Bases, agents: list[tuple[str, list[str]]], records: lis
         debate = cotrain.run_debate(chunk, models, tokenizers, adapter_names, args.max_new_tokens,
                                     args.temperature, greedy=greedy, scorer=scorer,
                                     feedback_in_prompt=args.feedback_in_prompt,
-                                    prompt_style=args.prompt_style)
+                                    prompt_style=args.prompt_style,
+                                    generate_batch_size=args.generate_batch_size)
         seconds += time.perf_counter() - t0
         generated, read = debate_tokens(debate)
         tokens += sum(generated)
@@ -584,7 +587,8 @@ def play_self_consistency(bases: Bases, agent: tuple[str, list[str]], records: l
                              records[chunk], n, budgets[chunk] if budgets else None,
                              args.sc_max_samples or 4 * n, max_new_tokens=args.max_new_tokens,
                              temperature=args.temperature, prompt_style=args.prompt_style,
-                             generate_batch_size=args.batch_size * args.num_agents)
+                             generate_batch_size=(args.generate_batch_size
+                                                  or args.batch_size * args.num_agents))
         seconds += time.perf_counter() - t0
         samples = out if samples is None else {k: samples[k] + out[k] for k in samples}
     return samples, seconds
@@ -1534,6 +1538,57 @@ def use_run_data(args):
         args.dataset = value
 
 
+# evaluate.py's flag <- the cotrain.py run's setting that its held-out evaluation used
+RUN_EVAL_SETTINGS = dict(num_agents="num_agents", num_turns="num_turns",
+                         max_new_tokens="max_new_tokens", prompt_style="prompt_style",
+                         feedback_in_prompt="feedback_in_prompt", verifier="verifier",
+                         temperature="temperature", seed="seed", split="eval_split",
+                         limit="eval_questions", dataset_config="dataset_config",
+                         question_field="question_field", answer_field="answer_field",
+                         dataset_task="dataset_task")
+
+
+def use_run_settings(args):
+    """Debate mode with a cotrain.py --run: what is not typed follows the run's own held-out
+    evaluation (its agents, turns, tokens, prompts, questions, greedy debates, one generate call per
+    turn, its controls' samples; methods offtheshelf and maporl, and the controls if it had them):
+    the numbers the training printed. A typed flag that differs gets a note."""
+    if args.mode != "debate" or not args.run or not (Path(args.run) / "args.json").is_file():
+        return
+    run, given = read_run(args.run, "--run"), given_fields(args)
+    if run.get("script", "cotrain") != "cotrain":
+        return
+    run_values = {flag: run[key] for flag, key in RUN_EVAL_SETTINGS.items() if key in run}
+    run_values["greedy"] = True
+    if not run_values.get("limit"):  # a run without a held-out evaluation: its training questions
+        run_values.pop("limit", None)
+        run_values.pop("split", None)
+    if run.get("model") and not run.get("models") and "model" not in given:
+        args.model = run["model"]  # the base its agents were trained on (offtheshelf's either way)
+    for flag, value in run_values.items():
+        if flag not in given:
+            setattr(args, flag, value)
+        elif getattr(args, flag) != value:
+            print(f"note: {args.run}'s held-out evaluation used --{flag.replace('_', '-')} "
+                  f"{value}; evaluating with {getattr(args, flag)} (typed)")
+    n = args.sc_samples or args.num_agents * args.num_turns
+    if "limit" not in given and "batch_size" not in given:  # all questions in one call, as it did
+        args.batch_size = max(args.limit, 1)
+    if "generate_batch_size" not in given:  # its 0: a whole turn, or a round of answers, at once
+        args.generate_batch_size = run.get("generate_batch_size") or args.batch_size * n
+    if "sc_max_samples" not in given:
+        args.sc_max_samples = 2 * n
+    if "methods" not in given:
+        controls = ",sc-base,sc-maporl" if run.get("eval_self_consistency", True) else ""
+        args.methods = "offtheshelf,maporl" + controls
+    settings = " ".join(f"--{f.replace('_', '-')} {getattr(args, f)}" for f in
+                        ("num_agents", "num_turns", "max_new_tokens", "limit", "split", "seed")
+                        if f not in given)
+    print(f"evaluating as {args.run}'s held-out evaluation: {settings}"
+          f"{' --greedy' if 'greedy' not in given else ''} --methods {args.methods} (typed flags "
+          f"override; --methods adds sft, single, mix)")
+
+
 def dataset_source(args) -> dict:
     """How to make the evaluated questions again: the dataset, split, question seed, limit, and for
     reasoning-gym:NAME the library's version and every generator setting."""
@@ -1548,6 +1603,7 @@ def dataset_source(args) -> dict:
 
 def main(args: Args):
     use_run_data(args)
+    use_run_settings(args)
     check_args(args)
     methods = choose_methods(args)
     if not args.max_new_tokens:

@@ -164,6 +164,35 @@ def test_adapters_load_with_auto_peft_and_their_tokenizer(cotrain_run, tiny_mode
     assert tokenizer.chat_template == reference.chat_template
 
 
+def test_evaluate_run_repeats_the_runs_held_out_evaluation(cotrain_run, tmp_path):
+    """`python evaluate.py --run RUN`, nothing else typed: the run's own held-out setting (its
+    agents, turns, 6 tokens, 2 questions, greedy, the untrained and trained teams and their
+    controls, not evaluate.py's 3 x 3, 300 tokens, sampled, with an SFT baseline) and so the
+    numbers the training logged before its first update and after its last."""
+    from conftest import run_script
+
+    out = run_script(["evaluate.py", "--run", str(cotrain_run["run"]), "--output-dir",
+                      str(tmp_path / "eval")], timeout=300).stdout
+    assert f"evaluating as {cotrain_run['run']}'s held-out evaluation" in out
+    results = json.loads((tmp_path / "eval" / "results.json").read_text())
+    used = results["args"]
+    assert (used["model"], used["num_agents"], used["num_turns"], used["max_new_tokens"],
+            used["limit"], used["split"], used["greedy"]) == ("tiny", 2, 2, 6, 2, "test", True)
+    methods = results["methods"]
+    assert list(methods) == ["offtheshelf", "maporl", "sc-base", "sc-maporl"]
+    evals = [row for row in cotrain_run["metrics"] if "eval/tokens_per_question" in row]
+    assert [row["step"] for row in evals] == [0, 2]
+    for (debate, control), row in zip((("offtheshelf", "sc-base"), ("maporl", "sc-maporl")), evals):
+        m, sc = methods[debate], methods[control]
+        assert m["accuracy"]["mean_agent"] == [row[f"eval/turn{t}/agent_accuracy"] for t in (1, 2)]
+        assert m["accuracy"]["majority"] == [row[f"eval/turn{t}/accuracy"] for t in (1, 2)]
+        assert m["tokens_per_question"] == row["eval/tokens_per_question"] <= 2 * 2 * 6
+        assert m["prompt_tokens_per_question"] == row["eval/prompt_tokens_per_question"]
+        for key in ("vote_accuracy", "tokens_per_question", "budget_vote_accuracy",
+                    "budget_samples"):
+            assert sc[key] == row[f"eval/sc/{key}"], (control, key)
+
+
 def test_base_model_id_names_the_hub_model_behind_an_alias():
     local_smollm2 = str(CACHE_DIR / "smollm2-135m-instruct")  # the folder _smollm2_folder() writes
     assert base_model_id(local_smollm2) == "HuggingFaceTB/SmolLM2-135M-Instruct"

@@ -402,7 +402,7 @@ def test_debate_seats_from_runs(tmp_path, tiny_model_dir):
         evaluate.method_agents("mix", bases, SimpleNamespace(**{**vars(args), "agents": "base,base"}))
     # the loaded adapters are used: a greedy debate with them differs from the off-the-shelf one
     play = SimpleNamespace(num_turns=3, batch_size=1, max_new_tokens=6, temperature=1.0, feedback_in_prompt=False,
-                           prompt_style="default")
+                           prompt_style="default", generate_batch_size=0)
     records = [dict(id=f"q{i}", question=f"What is 2 + {i}?", answer=str(2 + i), task="math") for i in range(2)]
     debates = {m: evaluate.play_debates(bases, evaluate.method_agents(m, bases, args), records, play, None, True)
                for m in ("offtheshelf", "single")}
@@ -457,7 +457,9 @@ def test_debate_mode_smoke(tmp_path, tiny_model_dir):
     out = tmp_path / "eval"
     result = run_script(["evaluate.py", "--model", "tiny", "--limit", "2", "--num-agents", "3", "--num-turns", "2",
                          "--max-new-tokens", "6", "--run", str(pair), "--single-run", str(alone), "--agents",
-                         f"{pair},base,{alone}", "--sft-questions", "2", "--output-dir", str(out)], timeout=300)
+                         f"{pair},base,{alone}", "--sft-questions", "2", "--output-dir", str(out),
+                         "--methods", ",".join(evaluate.DEBATE_METHODS), "--sc-max-samples", "24"],
+                        timeout=300)
     results = json.loads((out / "results.json").read_text())
     methods = results["methods"]
     assert list(methods) == list(evaluate.DEBATE_METHODS)
@@ -735,7 +737,8 @@ def test_play_self_consistency_chunks_and_token_budgets(monkeypatch):
     monkeypatch.setattr(evaluate.cotrain, "run_debate", fake_debate)
     bases = SimpleNamespace(model=lambda base: f"model of {base}", tokenizers={"tiny": "tok"})
     args = SimpleNamespace(sc_samples=0, sc_max_samples=0, num_agents=2, num_turns=1, batch_size=2,
-                           max_new_tokens=8, temperature=0.3, prompt_style="short")
+                           max_new_tokens=8, temperature=0.3, prompt_style="short",
+                           generate_batch_size=0)
     records = [dict(id=f"q{i}", question=f"{i} + 1?", answer=str(i + 1), task="math")
                for i in range(3)]
     samples, _ = evaluate.play_self_consistency(bases, ("tiny", ["r0_agent0"]), records, args,
