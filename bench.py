@@ -16,6 +16,8 @@ being compared runs in the same process on the same model, prompts and number of
   peers       7. the same MAGRPO step in magrpo.py, CoMLRL and TRL's GRPOTrainer (when installed)
   threads     8. a default update on an idle machine and beside a busy process, with the thread
                  count set_torch_threads chooses and with one thread per core
+  gpu         9. the GPU path: rollout tokens/s plain vs fast decoding against the HBM roofline,
+                 and cotrain.py/magrpo.py updates both ways (nanomarl/bench_gpu.py)
 What each part measures exactly, and how to read it: docs/bench_parts.md.
 
 python bench.py                                        # tiny and smollm2-135m on CPU
@@ -25,6 +27,7 @@ python bench.py --parts end-to-end --end-to-end-scripts cotrain.py \\
 python bench.py --models qwen2.5-1.5b --random-init --device cuda --dtype bfloat16   # GPU
 python bench.py --models smollm2-135m --parts peers    # needs pip install comlrl trl
 python bench.py --parts threads                        # a default cotrain.py update, idle and busy
+python bench.py --device cuda --parts gpu              # the GPU path (--gpu-smoke: a dry run)
 """
 from __future__ import annotations
 
@@ -64,7 +67,8 @@ class Args:
     lora_r: int = 8  # LoRA rank of every adapter
     repeats: int = 3  # timed repeats per figure (median, min, max) after one untimed warm-up
     # ---- what to run
-    parts: str = "speed,memory,end-to-end"  # of speed, memory, end-to-end, sandbox, peers, threads
+    parts: str = "speed,memory,end-to-end"  # speed memory end-to-end sandbox peers threads gpu
+    gpu_smoke: bool = False  # gpu part: tiny models and sizes (runs on CPU too), a dry run
     end_to_end_updates: int = 2  # timed updates per end-to-end run (after one untimed warm-up)
     end_to_end_scripts: str = "cotrain.py,magrpo.py"  # the scripts the end-to-end part runs
     sandbox_programs: int = 164  # sandbox part: the first N HumanEval problems (164 = all)
@@ -793,7 +797,7 @@ def bench_threads(args) -> dict:
 # Main
 # ----------------------------------------------------------------------------------------------
 
-PARTS = ("speed", "memory", "end-to-end", "sandbox", "peers", "threads")
+PARTS = ("speed", "memory", "end-to-end", "sandbox", "peers", "threads", "gpu")
 
 
 def main(args):
@@ -812,7 +816,7 @@ def main(args):
     parts = set(args.parts.split(","))
     if not parts or parts - set(PARTS):
         arg_error("--parts", f"{args.parts!r}: give a comma-separated subset of speed, "
-                                    "memory, end-to-end, sandbox, peers, threads")
+                                    "memory, end-to-end, sandbox, peers, threads, gpu")
     if "peers" in parts and args.random_init:
         arg_error("--random-init",
                          "the peers part loads each model by its name (drop --random-init)")
@@ -843,6 +847,9 @@ def main(args):
         report["models"].setdefault(name, {})["peers"] = bench_peers(args, name)
     if "threads" in parts:
         report["threads"] = bench_threads(args)
+    if "gpu" in parts:  # fast decoding against the plain path: nanomarl/bench_gpu.py
+        from nanomarl.bench_gpu import bench_gpu
+        report["gpu"] = bench_gpu(args, device, RANDOM_INIT_CONFIGS["qwen2.5-1.5b"])
     if "end-to-end" in parts:
         report["end_to_end"] = bench_end_to_end(args)
         print("end to end:", json.dumps(report["end_to_end"]))

@@ -81,6 +81,7 @@ class Args(RunArgs):  # and the run's flags (seed, output folder, resume, thread
     lora_r: int = 8  # LoRA rank of each agent's adapter
     lora_alpha: int = 16  # LoRA alpha
     use_vllm: bool = False  # rollouts on one vLLM engine holding every adapter (docs/usage.md)
+    fast_decode: bool = True  # CUDA: static KV cache, captured decoding step (docs/speed.md)
     lr: float = 2e-4  # AdamW learning rate, constant
     max_grad_norm: float = 0.0  # clip each agent's gradient norm (0 = no clipping)
     # --- MAGRPO ---

@@ -23,6 +23,7 @@ from nanomarl.distributed import (
     is_main_process,
     world_info,
 )
+from nanomarl.fast_decode import configure_device
 from nanomarl.models import (
     adapter_state_dict,
     check_device,
@@ -480,6 +481,9 @@ def settle_args(args, score_fn=None):
     if args.resume:
         args = resumed_args(args, "cotrain", RESUME_MUST_MATCH)
     check_args(args)
+    # fast decoding on or off; on a GPU, debates per forward from its free memory
+    configure_device(args, "micro_batch_questions", args.num_agents,
+                     256 + args.num_turns * args.num_agents * args.max_new_tokens)
     args.lr_decay_steps = args.lr_decay_steps or args.max_steps  # a longer resume keeps it
     if args.old_logprobs == "auto":  # below fp32 the sampling pass rounds apart from the update
         fp32 = (args.dtype, args.quant) == ("float32", "none")

@@ -46,8 +46,9 @@ _DECODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def fast_decoder(model, adapter_names: list[str] | None):
-    """The model's FastDecoder when the fast path serves these rows: fast decoding on (--fast-decode),
-    the model on CUDA, a supported architecture and adapters (supports); else None (plain path)."""
+    """The model's FastDecoder when the fast path serves these rows: fast decoding on
+    (--fast-decode), the model on CUDA, a supported architecture and adapters (supports); else
+    None (the plain path)."""
     if not ENABLED or next(model.parameters()).device.type != "cuda":
         return None
     if not supports(model, adapter_names):
@@ -58,9 +59,9 @@ def fast_decoder(model, adapter_names: list[str] | None):
 
 
 def supports(model, adapter_names: list[str] | None) -> bool:
-    """Llama/Qwen2/Qwen3 with full attention, SiLU MLPs, a bias-free linear head, unquantised; rows on
-    named adapters that stacked routing serves (a peft model: every row named; no peft: none or
-    '__base__')."""
+    """Llama/Qwen2/Qwen3 with full attention, SiLU MLPs, a bias-free linear head, unquantised;
+    rows on named adapters that stacked routing serves (a peft model: every row named; no peft:
+    none or '__base__')."""
     from peft import PeftModel
 
     peft = isinstance(model, PeftModel)
@@ -131,7 +132,8 @@ def layer_forward(x, cos, sin, mask, cols, k_cache, v_cache, weights, dims):
     k_cache.index_copy_(2, cols, k.to(k_cache.dtype))
     v_cache.index_copy_(2, cols, v.to(v_cache.dtype))
     q = q.reshape(b, kv_heads, group * t, head_dim)  # query head kv·G + g: repeat_kv's order
-    attn = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask.repeat(1, 1, group, 1),
+    attn = F.scaled_dot_product_attention(q, k_cache, v_cache,
+                                          attn_mask=mask.repeat(1, 1, group, 1),
                                           scale=head_dim ** -0.5)
     attn = attn.view(b, heads, t, head_dim).transpose(1, 2).reshape(b, t, heads * head_dim)
     x = x + lora_linear(attn, o_lin)
@@ -244,8 +246,8 @@ class FastDecoder:
 
     # -- the forward (prefill: eager; decode: the captured step) --
     def forward(self, slot, ids, pos, cols, step: bool):
-        """Logits [rows, V] (fp32 head, as common.fp32_head) of the last of the T tokens ids [rows, T]
-        at positions pos [rows, T] written at cache columns cols [T]."""
+        """Logits [rows, V] (fp32 head, as common.fp32_head) of the last of the T tokens ids
+        [rows, T] at positions pos [rows, T] written at cache columns cols [T]."""
         config, model = self.config, self.base.model
         x = model.embed_tokens(ids)
         cos, sin = model.rotary_emb(x, pos)
@@ -255,8 +257,8 @@ class FastDecoder:
         mask = (allowed & (slot.key_valid[:, None, :] | (column[None, :] == cols[:, None])[None]))
         mask = mask[:, None]  # [B, 1, T, C]; a padding query sees itself (no empty softmax)
         heads = config.num_attention_heads
-        dims = (heads, config.num_key_value_heads,
-                getattr(config, "head_dim", None) or config.hidden_size // heads, config.rms_norm_eps)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        dims = (heads, config.num_key_value_heads, head_dim, config.rms_norm_eps)
         run = self.layer_step if step and self.layer_step is not None else layer_forward
         for i, weights in enumerate(slot.weights):
             x = run(x, cos, sin, mask, cols, slot.k[i], slot.v[i], weights, dims)
@@ -424,6 +426,46 @@ class Slot:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self._step_eager()
+
+
+def configure_device(args, field: str, rows_per_unit: int, tokens_per_row: int):
+    """A run's device settings, before its model loads (cotrain's settle_args, magrpo's
+    check_args): fast decoding on or off (--fast-decode), and on CUDA the micro-batch flag `field`,
+    unless typed, as many units (rows_per_unit rows of about tokens_per_row tokens each) as fit in
+    half the GPU's free memory (micro_batch_units). On CPU the flag keeps its default."""
+    global ENABLED
+    from nanomarl.cli import given_fields
+
+    ENABLED = bool(getattr(args, "fast_decode", True))
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if not device.startswith("cuda") or field in given_fields(args):
+        return
+    try:
+        from transformers import AutoConfig
+
+        from nanomarl.models import resolve_model
+        config = AutoConfig.from_pretrained(resolve_model(args.model))
+    except Exception as e:  # no config to size by: the default stays
+        print(f"micro-batches: --{field.replace('_', '-')} stays {getattr(args, field)} ({e})")
+        return
+    free = torch.cuda.mem_get_info(torch.device(device))[0]
+    units = micro_batch_units(config, args.dtype, free, rows_per_unit, tokens_per_row)
+    setattr(args, field, units)
+    print(f"micro-batches: --{field.replace('_', '-')} {units} ({free / 2**30:.0f} GiB free "
+          f"on {device}; typing the flag overrides it)")
+
+
+def micro_batch_units(config, dtype: str, free_bytes: int, rows_per_unit: int,
+                      tokens_per_row: int) -> int:
+    """How many units of rows_per_unit rows fit one forward and backward in half of free_bytes.
+    Per token: the fp32 logits and their copies (log-softmax, its gradient: 16 bytes x vocabulary)
+    and each layer's saved activations (about 17 x hidden values, Korthikanti et al. 2022 without
+    the attention matrix, which SDPA does not keep). A documented estimate, on the safe side."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    size = 4 if dtype == "float32" else 2
+    per_token = 16 * text.vocab_size + text.num_hidden_layers * 17 * text.hidden_size * size
+    rows = int(0.5 * free_bytes) // (per_token * max(tokens_per_row, 1))
+    return max(1, rows // max(rows_per_unit, 1))
 
 
 @contextlib.contextmanager

@@ -1,8 +1,9 @@
-"""nanomarl/fast_decode.py (the GPU's generation: a static KV cache and a captured decoding step) against the
-plain path, common.generate through transformers, on the tiny model on CPU. The fast path runs eagerly here
-(no CUDA graph; torch.compile only in the test that asks for it): the same code the GPU captures, so the
-greedy tokens must be equal token for token, the log-probs within 1e-5, and a seeded sampling run the same
-tokens (one multinomial draw per step over the real rows, as transformers draws)."""
+"""nanomarl/fast_decode.py (the GPU's generation: a static KV cache and a captured decoding step)
+against the plain path, common.generate through transformers, on the tiny model on CPU. The fast
+path runs eagerly here (no CUDA graph, which needs a GPU; torch.compile only in the test that asks
+for it): the code the GPU captures, so the greedy tokens must be equal token for token, the
+log-probs within 1e-5, and a seeded sampling run the same tokens (one multinomial draw per step over
+the real rows, as transformers draws)."""
 import pytest
 import torch
 
@@ -13,7 +14,8 @@ from nanomarl.models import load_tokenizer
 
 ADAPTERS = {"a0": (8, 16), "a1": (4, 32)}
 ROWS = ["a0", "__base__", "a1", "a0", "a1"]  # 5 rows: the bucket (8) adds 3 padding rows
-TEXTS = ["2+2?", "a longer question about apples and pears, twice as long", "hi", "count to five", "x"]
+TEXTS = ["2+2?", "a longer question about apples and pears, twice as long", "hi", "count to five",
+         "x"]
 KEYS = ("response_ids", "response_mask", "truncated", "query_ids", "query_mask")
 
 
@@ -54,7 +56,8 @@ def test_greedy_tokens_and_logprobs_equal_the_plain_path(model, tok):
     assert plain["response_mask"].sum() > 20  # something to compare
 
 
-@pytest.mark.parametrize("sampling", [dict(temperature=0.7), dict(temperature=0.5, top_p=0.9, top_k=50)])
+@pytest.mark.parametrize("sampling", [dict(temperature=0.7),
+                                      dict(temperature=0.5, top_p=0.9, top_k=50)])
 def test_seeded_sampling_draws_the_same_tokens(model, tok, sampling):
     kwargs = dict(max_new_tokens=10, min_new_tokens=3, **sampling)
     torch.manual_seed(3)
@@ -65,20 +68,21 @@ def test_seeded_sampling_draws_the_same_tokens(model, tok, sampling):
 
 
 def test_one_adapter_base_model_and_batch_size(model, tok):
-    """Rows on one adapter (the plain path: peft's set_adapter), on the base, and in chunks of 2 rows."""
+    """Rows on one adapter (the plain path: peft's set_adapter), on the base, in chunks of 2."""
     decoder = FastDecoder(model)
     for names, batch_size in ((["a1"] * 5, None), (["__base__"] * 5, 2), (ROWS, 2)):
         plain = common.generate(model, tok, prompts(tok), names, max_new_tokens=8, greedy=True,
                                 batch_size=batch_size)
-        fast = decoder.generate(tok, prompts(tok), names, max_new_tokens=8, greedy=True, batch_size=batch_size)
+        fast = decoder.generate(tok, prompts(tok), names, max_new_tokens=8, greedy=True,
+                                batch_size=batch_size)
         assert_same(fast, plain)
 
 
 def test_an_update_reaches_the_next_call(model, tok):
-    """The decoder's stacked LoRA buffers follow the adapters' weights (copied when a weight changed)."""
+    """The decoder's stacked LoRA buffers follow the adapters' weights (copied when one changed)."""
     decoder = FastDecoder(model)
     before = decoder.generate(tok, prompts(tok), ROWS, max_new_tokens=6, greedy=True)
-    weight = dict(model.named_parameters())[next(n for n, _ in model.named_parameters() if "lora_B.a1" in n)]
+    weight = next(p for n, p in model.named_parameters() if "lora_B.a1" in n)
     saved = weight.detach().clone()
     try:
         with torch.no_grad():
@@ -93,7 +97,7 @@ def test_an_update_reaches_the_next_call(model, tok):
 
 
 def test_plain_path_on_cpu_and_where_unsupported(model, tok):
-    """common.generate takes the fast path only on CUDA: on CPU fast_decoder is None whatever the flag."""
+    """common.generate takes the fast path only on CUDA: on CPU fast_decoder is None."""
     assert fast_decode.ENABLED and fast_decode.fast_decoder(model, ROWS) is None
     assert fast_decode.supports(model, ROWS)
     assert not fast_decode.supports(model, None)  # a peft model: every row names its adapter
@@ -101,7 +105,7 @@ def test_plain_path_on_cpu_and_where_unsupported(model, tok):
 
 
 def test_compiled_layer_step_equals_the_plain_path(model, tok):
-    """torch.compile (inductor on CPU: needs a C++ compiler) of the decoding step's layer function."""
+    """torch.compile (inductor; on CPU it needs a C++ compiler) of the step's layer function."""
     pytest.importorskip("torch._inductor")
     import shutil
     if shutil.which("g++") is None and shutil.which("c++") is None:
