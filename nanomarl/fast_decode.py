@@ -389,7 +389,12 @@ class Slot:
         self.logits = torch.zeros((rows, decoder.head.shape[0]), device=p.device)
         self.graph = None
         if decoder.graphs:
-            self._capture()
+            try:
+                self._capture()
+            except Exception as e:  # loud, but the run goes on uncaptured
+                print(f"fast_decode: CUDA GRAPH CAPTURE FAILED ({type(e).__name__}: {e}); "
+                      f"decoding steps run uncaptured")
+                self.graph, decoder.graphs = None, False
 
     def _step_eager(self):
         self.key_valid.index_fill_(1, self.col, True)
