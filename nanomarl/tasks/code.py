@@ -109,7 +109,9 @@ def code_blocks(text: str) -> list[str]:
     defs = [indent(line) for line in lines if re.match(r"\s*(async\s+)?def\s+\w+\s*\(", line)]
     if not defs:
         return []
-    base = min(defs)  # the completion's top level (a model may indent all of its code)
+    # the completion's top level (a model may indent all of its code): its outermost def or class
+    classes = [indent(line) for line in lines if re.match(r"\s*class\s+\w+\s*[:(]", line)]
+    base = min(defs + classes)
     starts = [i for i, line in enumerate(lines)
               if indent(line) == base and BLOCK_START.match(line[base:])]
     dedent = lambda rows: "\n".join(row[base:] if not row[:base].strip() else row.lstrip()
@@ -160,8 +162,8 @@ def cleanup_code(text: str, extraction: str = "ast") -> str:
 
 
 def extract_function(text: str, name: str, extraction: str = "ast") -> str:
-    """The whole top-level `def name(...)` of a completion (its last one, as Python would keep), ''
-    if none."""
+    """The whole top-level `def name(...)` (or `class name`: an entry point may be a class) of a
+    completion (its last one, as Python would keep), '' if none."""
     if extraction == "authors":
         return extract_function_authors(text, name)
     for block in reversed(code_blocks(text)):
@@ -194,7 +196,7 @@ def prompt_context(prompt: str, entry_point: str) -> str:
     lines = prompt.encode().split(b"\n")
     return "\n".join(
         node_source(lines, node, {}) for node in tree.body
-        if not (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if not (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
                 and node.name == entry_point)
         and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)))
 
@@ -376,8 +378,10 @@ def analyze_code(aux_text: str, main_text: str, problem: dict, tests: list[str] 
                   else {t: s for s, t in check_statements(problem["test"], entry)})
         runs = [setups[t] + "\n" + t if setups.get(t) else t for t in report["tests"]]
         # the authors exec the program with `math` already in its globals
+        # the tests may ask the program for these names only (never for one of their own)
+        names = [entry, "aux"] + [str(name) for name in problem.get("names", ())]
         result = run_tests_in_sandbox("import math\n" + program, runs, timeout, memory_mb,
-                                      context=context)
+                                      context=context, names=names)
         for key in ("passed", "errors", "loaded", "load_error"):
             report[key] = result[key]
     return report
