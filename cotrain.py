@@ -44,8 +44,8 @@ from common import (ValueHead, adapter_parameters, add_adapters, allreduce_sum, 
 from nanomarl import vllm_rollout
 from nanomarl.cli import DataArgs, ModelArgs, RunArgs, parse_args
 from nanomarl.cotrain_run import (add_minibatch_stats, agent_models, check_questions, custom_scorer,
-                                  eval_due, eval_metrics, finish_run, load_state, log_update,
-                                  ppo_metrics, rollout_metrics, save_state, settle_args,
+                                  eval_due, eval_metrics, eval_started, finish_run, load_state,
+                                  log_update, ppo_metrics, rollout_metrics, save_state, settle_args,
                                   stop_if_kl_exceeds, train_turn_indices)
 from nanomarl.distributed import (allreduce_gradients, init_distributed, rank_rows, seed_everything,
                                   seed_sampling_per_rank, world_info)
@@ -648,7 +648,7 @@ def learning_rate(args: Args, step: int) -> float:
 @torch.no_grad()
 def evaluate_team(team: Team, args: Args, records: list[dict], scorer) -> dict:
     """The team debates the held-out questions greedily: per-turn metrics (Sec. 4.1), controls."""
-    t0 = time.time()
+    t0 = eval_started(args, records)
     debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names,
                         args.max_new_tokens, greedy=True, prompt_style=args.prompt_style,
                         scorer=scorer if args.feedback_in_prompt else None,

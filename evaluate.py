@@ -539,14 +539,15 @@ def method_agents(method: str, bases: Bases, args) -> list[tuple[str, list[str]]
 
 
 def play_debates(bases: Bases, agents: list[tuple[str, list[str]]], records: list[dict], args,
-                 scorer, greedy: bool) -> tuple[dict, float, int]:
-    """cotrain.run_debate over the records in chunks of --batch-size. Returns (the debate's
-    responses, answers and prompts [T][A][B] and per question the tokens generated and read
-    [B], wall-clock seconds, generated tokens)."""
+                 scorer, greedy: bool, desc: str = "debates") -> tuple[dict, float, int]:
+    """cotrain.run_debate over the records in chunks of --batch-size (a bar over the questions).
+    Returns (the debate's responses, answers and prompts [T][A][B] and per question the tokens
+    generated and read [B], wall-clock seconds, generated tokens)."""
     models = [bases.model(base) for base, _ in agents]
     tokenizers = [bases.tokenizers[base] for base, _ in agents]
     adapter_names = [[names[t] for _, names in agents] for t in range(args.num_turns)]
     merged, seconds, tokens = None, 0.0, 0
+    bar = tqdm(total=len(records), desc=desc, unit="question")
     for start in range(0, len(records), args.batch_size):
         chunk = records[start:start + args.batch_size]
         t0 = time.perf_counter()
@@ -568,6 +569,8 @@ def play_debates(bases: Bases, agents: list[tuple[str, list[str]]], records: lis
                         turn[a] = turn[a] + debate[k][t][a]
         merged["tokens"] += generated
         merged["prompt_tokens"] += read
+        bar.update(len(chunk))
+    bar.close()
     return merged, seconds, tokens
 
 
@@ -580,6 +583,7 @@ def play_self_consistency(bases: Bases, agent: tuple[str, list[str]], records: l
     [question][sample], wall-clock seconds)."""
     (base, (adapter,)), n = agent, args.sc_samples or args.num_agents * args.num_turns
     samples, seconds = None, 0.0
+    bar = tqdm(total=len(records), desc="control", unit="question")
     for start in range(0, len(records), args.batch_size):
         chunk = slice(start, start + args.batch_size)
         t0 = time.perf_counter()
@@ -591,6 +595,8 @@ def play_self_consistency(bases: Bases, agent: tuple[str, list[str]], records: l
                                                   or args.batch_size * args.num_agents))
         seconds += time.perf_counter() - t0
         samples = out if samples is None else {k: samples[k] + out[k] for k in samples}
+        bar.update(len(records[chunk]))
+    bar.close()
     return samples, seconds
 
 
@@ -769,13 +775,19 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
             extra["sft"] = train_sft_baseline(bases, args, scorer, exclude=exclude)
             plans[method] = method_agents(method, bases, args)
         seed_everything(args.seed)  # every method starts from the same random state
+        print(f"{method}: {len(records)} questions, " + (
+            f"one agent alone, {args.sc_samples or args.num_agents * args.num_turns} sampled "
+            f"answers each (more within {SC_PAIRS[method]}'s tokens)" if method in SC_PAIRS else
+            f"{args.num_agents} agents x {args.num_turns} turns, "
+            f"{'greedy' if args.greedy else f'T = {args.temperature}'}")
+            + f", up to {args.max_new_tokens} tokens an answer")
         if method in SC_PAIRS:
             results[method], method_rows = evaluate_self_consistency(
                 method, bases, plans[method][0], records, args, spent.get(SC_PAIRS[method]))
             rows += method_rows
             continue
         debate, seconds, tokens = play_debates(bases, plans[method], records, args, scorer,
-                                               args.greedy)
+                                               args.greedy, desc=method)
         spent[method] = debate["tokens"]
         answers = [[[debate["answers"][t][a][b] for a in range(args.num_agents)]
                     for t in range(args.num_turns)]

@@ -1,14 +1,15 @@
 """cotrain_run.py: cotrain.py's run machinery, which a reader of the algorithm may skip: the
 settings a run trains with (settle_args: --resume's saved ones, RESUME_MUST_MATCH, the refusals of
 check_args, agent_models, train_turn_indices), your scorer (user_scorer, custom_scorer), the
-held-out questions and when to evaluate on them (heldout_records, eval_due, eval_metrics; the
-controls beside them: self_consistency.eval_controls),
-checkpoints (save_state, load_state), the --max-kl stop (stop_if_kl_exceeds), printed samples and
-the logged metrics (rollout_metrics, ppo_metrics, add_minibatch_stats, log_update) and the closing
-lines (finish_run). Nothing here changes what is trained."""
+held-out questions and when to evaluate on them (heldout_records, eval_due, eval_started,
+eval_metrics; the controls beside them: self_consistency.eval_controls), checkpoints (save_state,
+load_state), the --max-kl stop (stop_if_kl_exceeds), printed samples and the logged metrics
+(rollout_metrics, ppo_metrics, add_minibatch_stats, log_update) and the closing lines (finish_run).
+Nothing here changes what is trained."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import torch
@@ -358,6 +359,14 @@ def eval_due(args, step: int) -> bool:
     return bool(args.eval_questions) and is_main_process() and (
         step == 0 or step == args.max_steps
         or bool(args.eval_every and step % args.eval_every == 0))
+
+
+def eval_started(args, records: list[dict]) -> float:
+    """One line on what the held-out evaluation runs (minutes on a CPU, no bar); its start time."""
+    control = "; then agent 0 alone (the control)" if args.eval_self_consistency else ""
+    tqdm.write(f"held-out evaluation: {len(records)} questions, {args.num_agents} agents x "
+               f"{args.num_turns} turns, greedy, up to {args.max_new_tokens} tokens{control}")
+    return time.time()
 
 
 def eval_metrics(numbers: dict) -> dict:

@@ -171,9 +171,15 @@ def test_evaluate_run_repeats_the_runs_held_out_evaluation(cotrain_run, tmp_path
     numbers the training logged before its first update and after its last."""
     from conftest import run_script
 
-    out = run_script(["evaluate.py", "--run", str(cotrain_run["run"]), "--output-dir",
-                      str(tmp_path / "eval")], timeout=300).stdout
+    result = run_script(["evaluate.py", "--run", str(cotrain_run["run"]), "--output-dir",
+                         str(tmp_path / "eval")], timeout=300)
+    out = result.stdout
     assert f"evaluating as {cotrain_run['run']}'s held-out evaluation" in out
+    # each method first says what it runs, then a bar counts its questions
+    assert "maporl: 2 questions, 2 agents x 2 turns, greedy, up to 6 tokens an answer" in out
+    assert "sc-maporl: 2 questions, one agent alone, 4 sampled answers each" in out
+    assert "maporl: 100%" in result.stderr and "control: 100%" in result.stderr
+    assert "2/2 [" in result.stderr
     results = json.loads((tmp_path / "eval" / "results.json").read_text())
     used = results["args"]
     assert (used["model"], used["num_agents"], used["num_turns"], used["max_new_tokens"],

@@ -122,6 +122,9 @@ def test_cotrain_cli_logs_eval_rows_before_and_after(tmp_path):
                       "--eval-every", "1", "--questions-per-update", "2", "--ppo-epochs", "1", "--output-dir", str(run)])
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]  # every step exactly once; step 0 = before any update
+    # each evaluation first says what it runs (minutes on a CPU with no bar moving)
+    said = "held-out evaluation: 4 questions, 2 agents x 2 turns, greedy, up to 8 tokens; then agent 0"
+    assert out.stdout.count(said) == 3
     assert "objective/scores" not in rows[0] and all("objective/scores" in r for r in rows[1:])
     for r in rows:
         assert {"eval/turn1/accuracy", "eval/turn2/accuracy", "eval/turn2/wrong_to_right"} <= set(r)
