@@ -429,7 +429,7 @@ class Slot:
                     self._step_eager()
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self._step_eager()
 
 
@@ -442,7 +442,7 @@ def configure_device(args, field: str, rows_per_unit: int, tokens_per_row: int):
     from nanomarl.cli import given_fields
 
     ENABLED = bool(getattr(args, "fast_decode", True))
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = getattr(args, "device", "") or ("cuda" if torch.cuda.is_available() else "cpu")
     if not device.startswith("cuda") or field in given_fields(args):
         return
     try:

@@ -114,3 +114,18 @@ def test_compiled_layer_step_equals_the_plain_path(model, tok):
     plain = common.generate(model, tok, prompts(tok), ROWS, **kwargs)
     fast = FastDecoder(model, compile=True).generate(tok, prompts(tok), ROWS, **kwargs)
     assert_same(fast, plain)
+
+
+def test_the_gpu_bench_runs_at_tiny_sizes_on_cpu(tiny_model_dir, tmp_path):
+    """bench.py --parts gpu's preflight and rollout figures (nanomarl/bench_gpu.py) at --gpu-smoke
+    sizes on CPU: the one GPU run must not die of a Python error (the update figures: the whole
+    `bench.py --device cpu --parts gpu --gpu-smoke`, about 2 minutes)."""
+    from nanomarl import bench_gpu
+
+    tok = load_tokenizer("tiny")
+    info = bench_gpu.preflight("cpu", tok, smoke=True)
+    assert info["tiny_agreement"]["rows_identical"] == info["tiny_agreement"]["rows"]
+    out = bench_gpu.rollout("llama-smoke", bench_gpu.SMOKE["llama-smoke"], (2,), 4, 1, "cpu",
+                            torch.float32, tok, None)
+    assert out[2]["fast"]["tokens"] == out[2]["plain"]["tokens"] == 8
+    assert out[2]["greedy_agreement"]["rows_identical"] == 2
