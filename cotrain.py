@@ -53,10 +53,11 @@ from nanomarl.fast import agent_rows, conversation_forward, conversation_forward
 from nanomarl.models import load_tokenizer
 from nanomarl.runs import clean_exits, log_metrics, set_torch_threads, start_run
 from nanomarl.self_consistency import eval_controls
+from nanomarl.split_controls import split_controls
 from nanomarl.tasks.debate import dataset_options, load_task, step_indices
-from nanomarl.tasks.debate_prompts import (continue_chat, discussion_message,
-                                           has_degenerate_repetition, sampled_conversation,
-                                           turn1_prompt)
+from nanomarl.tasks.debate_prompts import (agent_question, continue_chat, discussion_message,
+                                           has_degenerate_repetition, neutral_message,
+                                           sampled_conversation, turn1_prompt)
 from train_verifier import rl_records, verifier_scorer
 
 
@@ -131,11 +132,13 @@ RESPONSE_KEYS = ("query_ids", "query_mask", "response_ids", "response_mask")  # 
 def run_debate(records: list[dict], models: list, tokenizers: list, adapter_names: list[list[str]],
                max_new_tokens: int, temperature: float = 0.7, greedy: bool = False, scorer=None,
                feedback_in_prompt: bool = False, prompt_style: str = "default",
-               generate_batch_size: int = 0) -> dict:
+               generate_batch_size: int = 0, silent: bool = False) -> dict:
     """Play a T-turn debate between A agents on B questions (Sec. 3.1, Du et al. 2024). Turn 1:
     each agent answers turn1_prompt(question); at turn t > 1 its chat gets the others' answers of
-    turn t-1 (discussion_message). Agents on one base (the SAME model object) are generated in one
-    call, each row on its own adapter ('__base__': none). scorer: optional, for feedback_in_prompt.
+    turn t-1 (discussion_message). A record with "views" (arith:split) shows agent a only its own
+    part (agent_question). silent (a control): every partner's answer is shown as neutral_message.
+    Agents on one base (the SAME model object) are generated in one call, each row on its own
+    adapter ('__base__': none). scorer: optional, for feedback_in_prompt.
     Returns responses, answers, prompts [T][A][B]; correct and scores [B, T, A]; rollout [T][A]:
     generate()'s tensors for B rows (query/response ids and masks, logprobs, entropy, truncated)."""
     from peft import PeftModel  # after load_model, which hides bitsandbytes unless quantising
@@ -144,8 +147,9 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
     if feedback_in_prompt and scorer is None:
         raise ValueError("feedback_in_prompt needs a scorer")
     # chats[a][b]: the conversation agent a has seen on question b
-    chats = [[[{"role": "user", "content": turn1_prompt(r["question"], r["task"], prompt_style)}]
-              for r in records] for _ in range(num_agents)]
+    chats = [[[{"role": "user", "content": turn1_prompt(agent_question(r, a), r["task"],
+                                                         prompt_style)}]
+              for r in records] for a in range(num_agents)]
     groups: dict[int, list[int]] = {}  # agents that share one model object, generated together
     for a, model in enumerate(models):
         groups.setdefault(id(model), []).append(a)
@@ -158,8 +162,10 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
         for a, b in ((a, b) for a in range(num_agents if t > 0 else 0) for b in range(batch)):
             others = [j for j in range(num_agents) if j != a]  # their answers (and scores) at t-1
             fb, is_math = feedback_in_prompt, records[b]["task"] == "math"
+            said = [(j, neutral_message(responses[t - 1][j][b]) if silent
+                     else responses[t - 1][j][b]) for j in others]
             chats[a][b].append({"role": "user", "content": discussion_message(
-                records[b]["question"], [(j, responses[t - 1][j][b]) for j in others],
+                agent_question(records[b], a), said,
                 prompt_style=prompt_style if is_math else "default",
                 other_scores=[float(scores[b, t - 1, j]) for j in others] if fb else None,
                 own_score=float(scores[b, t - 1, a]) if fb else None)})
@@ -381,25 +387,14 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
     return advantages, (advantages + values) * mask
 
 
-def group_advantages(final_rewards: torch.Tensor, group_size: int, std: bool = False,
-                     kl_penalty: torch.Tensor | None = None):
+def group_advantages(rewards: torch.Tensor, group_size: int, std: bool = False):
     """--advantage group: A_i = R_i - mean_j R_j over the K debates of one question (rows q*K ..
-    q*K+K-1), the sample included: (K-1)/K of RLOO's leave-one-out advantage, and one baseline per
-    question at every turn, not MAGRPO's per node (Eq. 1). R: the final reward R + b, plus the
-    response's summed -kl_coef·KL (kl_penalty), as r_θ sums them. No std division (Dr. GRPO)
-    unless std (--advantage-std): then the final rewards' part only, over its std on the rows given,
-    on every rank (one (turn, agent)'s); the KL part keeps its size, so where the final rewards tie
-    the advantages stay the KL's, not its noise scaled to 1. A group of ties gives exactly 0."""
-    def centred(x):
-        grouped = x.reshape(-1, group_size)
-        ties = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)
-        return (grouped - grouped.mean(dim=1, keepdim=True)).masked_fill(ties, 0.0).reshape(-1)
-
-    adv = centred(final_rewards)
-    if std:
-        adv = masked_whiten(adv, torch.ones_like(adv), all_ranks=True)
-    return adv if kl_penalty is None else adv + centred(kl_penalty)
-
+    q*K+K-1; (K-1)/K of RLOO's), one baseline per question at every turn, not MAGRPO's per node
+    (Eq. 1); 0 in a group of ties. std (--advantage-std; Dr. GRPO has none): over the rows' std."""
+    grouped = rewards.reshape(-1, group_size)
+    ties = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)
+    adv = (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
+    return masked_whiten(adv, torch.ones_like(adv), all_ranks=True) if std else adv
 
 
 def one_conversation(team: Team, exp: dict, args: Args) -> bool:
@@ -502,11 +497,11 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
                     advantages, returns = gae(rewards, values, mask, args.gae_gamma,
                                               args.gae_lambda)
                     advantages = masked_whiten(advantages, mask, all_ranks=True)
-                else:  # group: the response's summed reward against its question's K debates
+                else:  # group: R + b against its question's K debates, plus the summed KL's (r_θ)
                     values = returns = torch.zeros_like(rewards)
-                    advantages = group_advantages(final, args.samples_per_question,
-                                                  args.advantage_std, -args.kl_coef * kl.sum(dim=1))
-                    advantages = advantages[:, None] * mask
+                    k, penalty = args.samples_per_question, -args.kl_coef * kl.sum(dim=1)
+                    advantages = group_advantages(final, k, args.advantage_std)  # std: R + b only
+                    advantages = (advantages + group_advantages(penalty, k))[:, None] * mask
                 exp[(tt, a)].update({key: tb[key][rows] for key in tb})  # without padding columns
                 exp[(tt, a)].update(old_logprobs=old_logprobs[rows], entropy=entropy[rows],
                                     ref_logprobs=ref[tt]["logprobs"][rows], old_values=values,
@@ -657,7 +652,9 @@ def evaluate_team(team: Team, args: Args, records: list[dict], scorer) -> dict:
     answers = [[[debate["answers"][t][a][b] for a in range(args.num_agents)]
                 for t in range(args.num_turns)] for b in range(len(records))]
     numbers = debate_metrics(answers, [r["answer"] for r in records])
-    return dict(eval_metrics(numbers), **eval_controls(run_debate, team, args, records, debate, t0))
+    controls = split_controls(run_debate, team, args, records, debate)  # arith:split only
+    return dict(eval_metrics(numbers), **controls,
+                **eval_controls(run_debate, team, args, records, debate, t0))
 
 
 def rollout_step(team: Team, args: Args, records: list[dict], scorer,

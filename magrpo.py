@@ -60,6 +60,7 @@ from nanomarl.tasks.code_prompts import aux_prompt, level_feedback, main_prompt,
 from nanomarl.tasks.debate import step_indices
 from nanomarl.tasks.pipeline import PIPELINE_ROLES, pipeline_prompts, pipeline_reward
 from nanomarl.tasks.problems import load_problems
+from nanomarl.tasks.teamwork import TEAMWORK_ROLES, teamwork_prompts, teamwork_reward
 from nanomarl.tasks.writing import writing_prompts, writing_reward
 from nanomarl.trackers import finish_tracker, plot_run
 
@@ -68,7 +69,7 @@ from nanomarl.trackers import finish_tracker, plot_run
 class Args(RunArgs):  # and the run's flags (seed, output folder, resume, threads, ...)
     # --- run ---
     model: str = "smollm2-135m"  # hub id, local path, `tiny` (random, for tests) or `smollm2-135m`
-    dataset: str = "minicode"  # minicode|humaneval|coophumaneval|tldr|arxiv|pipeline|jsonl:PATH
+    dataset: str = "minicode"  # minicode|humaneval|...|pipeline|teamwork|jsonl:PATH
     reward_fn: str = ""  # your joint reward MODULE:FUNCTION, fn(problem, completions) -> reward
     train_limit: int = 0  # keep the first N training problems (0 = all)
     max_steps: int = 15  # optimiser steps
@@ -135,7 +136,8 @@ class Task:
 
 # the roles of each built-in problem kind (agent i plays ROLES[kind][i])
 ROLES = {"code": ["aux", "main"], "tldr": ["summary", "elaboration"],
-         "arxiv": ["background", "method"], "pipeline": PIPELINE_ROLES}
+         "arxiv": ["background", "method"], "pipeline": PIPELINE_ROLES,
+         "teamwork": TEAMWORK_ROLES}
 
 
 def format_prompts(problem: dict) -> list[str]:
@@ -144,6 +146,8 @@ def format_prompts(problem: dict) -> list[str]:
         return [aux_prompt(problem), main_prompt(problem)]
     if problem["kind"] == "pipeline":
         return pipeline_prompts(problem)
+    if problem["kind"] == "teamwork":
+        return teamwork_prompts(problem)
     return writing_prompts(problem)
 
 
@@ -154,6 +158,8 @@ def joint_reward(problem: dict, texts: list[str], timeout: float = 3.0, memory_m
         return code_reward(texts[0], texts[1], problem, timeout, memory_mb, extraction)
     if problem["kind"] == "pipeline":
         return pipeline_reward(problem, texts, timeout, memory_mb)
+    if problem["kind"] == "teamwork":
+        return teamwork_reward(problem, texts)
     return writing_reward(texts[0], texts[1], problem["kind"])
 
 
@@ -589,6 +595,8 @@ def evaluate_team(agents: Agents, tokenizer, problems: list[dict], task: Task, a
     elif kind == "pipeline" and "pipeline" in all_levels[0]:
         solved = [lv["pipeline"] >= 1.2 - 1e-9 for lv in all_levels]
         metrics["eval/pass_rate"] = sum(solved) / len(results)
+    elif kind == "teamwork" and "solved" in all_levels[0]:
+        metrics["eval/pass_rate"] = sum(lv["solved"] for lv in all_levels) / len(results)
     metrics.update({"eval/num_questions": len(problems), "timing/eval_s": time.time() - t0})
     return metrics
 
@@ -685,7 +693,7 @@ def main(args: Args):
           f"{run_dir / ('adapters' if agents.names is not None else 'agents')}")
     print(f"checkpoint: {run_dir / 'checkpoint.pt'} "
           f"(continue with --resume {run_dir} --max-steps N)")
-    coding = eval_problems and eval_problems[0]["kind"] in ("code", "pipeline")
+    coding = eval_problems and eval_problems[0]["kind"] in ("code", "pipeline", "teamwork")
     pass_rate = ["eval/pass_rate"] if coding else []
     print_eval_table(run_dir, pass_rate + ["eval/reward/mean"])  # held-out: before -> after
     plot_run(run_dir)  # training_curves.png (needs matplotlib)

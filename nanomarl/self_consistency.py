@@ -11,6 +11,7 @@ import time
 import torch
 
 from common import majority_vote_accuracy
+from nanomarl.split_controls import whole_question
 
 
 def debate_tokens(debate: dict) -> tuple[list[int], list[int]]:
@@ -89,7 +90,7 @@ def self_consistency_metrics(samples: dict, golds: list[str], n: int,
 
 def eval_controls(play, team, args, records: list[dict], debate: dict, t0: float) -> dict:
     """Beside the held-out debate: its tokens per question, and (--eval-self-consistency) agent 0's
-    turn-1 policy alone answering each question A x T times (sampled at --temperature from --seed,
+    turn-1 policy alone answering each (whole) question A x T times (sampled at --temperature from --seed,
     the training's random state untouched), its answers voted (self_consistency_metrics: the same
     number of answers, and within the debate's generated tokens, up to 2 A x T answers); then the
     evaluation's size and seconds since t0. play: cotrain.run_debate."""
@@ -100,8 +101,9 @@ def eval_controls(play, team, args, records: list[dict], debate: dict, t0: float
         t1, n = time.time(), args.num_agents * args.num_turns
         with torch.random.fork_rng(devices=range(torch.cuda.device_count())):
             torch.manual_seed(args.seed)
+            whole = [whole_question(r) for r in records]  # split information: it sees it all
             samples = sample_answers(play, team.models()[0], team.agent_tokenizers()[0],
-                                     team.adapter_names[0][0], records, n, spent, 2 * n,
+                                     team.adapter_names[0][0], whole, n, spent, 2 * n,
                                      max_new_tokens=args.max_new_tokens,
                                      temperature=args.temperature, prompt_style=args.prompt_style,
                                      generate_batch_size=args.generate_batch_size)

@@ -10,6 +10,7 @@ learner may skip this module: a record is {id, question, answer, task}.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import random
@@ -170,6 +171,57 @@ def arith_records(n: int, split: str, seed: int = 0, name: str = "arith") -> lis
             for i, (q, a) in enumerate(problems)]
 
 
+SPLIT_VIEW = ("You and your partner each hold one number; together you must find {goal}. "
+              "Your number is {own}. Your partner knows the other number and you do not. "
+              "Say your number first, then your best answer.")  # an agent's own part
+SPLIT_GOALS = {"sum": "the sum of the two numbers",
+               "difference": "the difference of the two numbers (the larger minus the smaller)"}
+
+
+def split_of_problem(key: str) -> str:
+    """A split problem's split from a hash of its kind and numbers: 30 % held out for test
+    (40 two-agent problems, the default --eval-questions), a tenth for validation."""
+    bucket = zlib.crc32(key.encode()) % 20
+    return "test" if bucket < 6 else "validation" if bucket < 8 else "train"
+
+
+def split_problem(kind: str, parts: tuple[int, ...]) -> int:
+    """The gold of a split question: the sum of every agent's number, or (two agents) the larger
+    minus the smaller."""
+    return sum(parts) if kind == "sum" else max(parts) - min(parts)
+
+
+def arith_split_records(n: int, split: str, seed: int = 0, num_agents: int = 2) -> list[dict]:
+    """arith:split, information split between the agents: a sum (or, with two agents, a
+    difference) of one one-digit number per agent, where agent a's view shows only its own number
+    (the record's "views", one turn-1 question per agent) and "question" shows them all (the
+    control of one agent that sees everything). The gold is the full result. A question's split
+    is a hash of its kind and numbers, so the held-out splits share no sum with training in any
+    wording (split_of_problem); n training records are drawn with repetition from the training
+    problems, the held-out splits hold each problem once (seeded order)."""
+    if split not in ("train", "test", "validation"):
+        arg_error("--dataset", f"arith:split has splits train, test, validation; got {split!r}")
+    kinds = ["sum", "difference"] if num_agents == 2 else ["sum"]
+    problems = [(kind, parts) for kind in kinds
+                for parts in itertools.product(range(1, 10), repeat=num_agents)
+                if split_of_problem(f"{kind}{parts}") == split]
+    if split != "train":  # held out: each problem once, in an order no training seed changes
+        random.Random(f"arith:split-{split}-{num_agents}").shuffle(problems)
+        problems = problems[:n]
+    else:
+        rng = random.Random(f"arith:split-{seed}-{num_agents}")
+        problems = [rng.choice(problems) for _ in range(n)]
+    records = []
+    for i, (kind, parts) in enumerate(problems):
+        goal = SPLIT_GOALS[kind].replace("two", str(num_agents) if num_agents > 2 else "two")
+        numbers = ", ".join(map(str, parts))
+        records.append(dict(
+            id=f"arith:split/{split}/{i}", task="math", answer=str(split_problem(kind, parts)),
+            question=f"The numbers are {numbers}. Find {goal}.", parts=list(parts),
+            views=[SPLIT_VIEW.format(goal=goal, own=x) for x in parts]))
+    return records
+
+
 # reasoning-gym:NAME (pip install reasoning-gym, optional): a third party's phrasing of a skill.
 # basic_arithmetic's settings match arith:digits: one sum or difference of two one-digit numbers
 # (the library draws operands 0-10 and lets a difference go negative; arith:digits: 2-9 and 1-9,
@@ -315,20 +367,23 @@ def dataset_records(name: str, split: str, limit: int | None, skip_bad_rows: boo
 
 
 def dataset_options(args) -> dict:
-    """--dataset-config/--question-field/--answer-field/--dataset-task as load_task's keywords."""
+    """--dataset-config/--question-field/--answer-field/--dataset-task (and --num-agents, for
+    arith:split) as load_task's keywords."""
     return dict(question_field=args.question_field, answer_field=args.answer_field,
-                config=args.dataset_config, task=args.dataset_task)
+                config=args.dataset_config, task=args.dataset_task,
+                num_agents=getattr(args, "num_agents", 2))
 
 
 def load_task(name: str, split: str = "train", limit: int | None = None, seed: int = 0,
               skip_bad_rows: bool = False, question_field: str = "question",
-              answer_field: str = "answer", config: str = "", task: str = "math") -> list[dict]:
+              answer_field: str = "answer", config: str = "", task: str = "math",
+              num_agents: int = 2) -> list[dict]:
     """Records {id, question, answer (normalised gold), task ('math'|'nli'), ...} for a dataset
     name: gsm8k (hub openai/gsm8k), anli / anli:r1|r2|r3 (hub facebook/anli, default r3 as the
     authors), jsonl:PATH (local, fixed fields), arith (built-in offline generator), or any hub id /
     local data file, read with question_field, answer_field, config and task (math|nli) by
     dataset_records; reasoning-gym:NAME (optional package; settings: --dataset-config). `limit`
-    keeps the first N."""
+    keeps the first N. arith:split: one number per agent (num_agents), arith_split_records."""
     if name.startswith("reasoning-gym:"):
         for flag, value, default in (("--question-field", question_field, "question"),
                                      ("--answer-field", answer_field, "answer"),
@@ -336,7 +391,7 @@ def load_task(name: str, split: str = "train", limit: int | None = None, seed: i
             if value != default:
                 arg_error(flag, f"applies to a hub id or a local file, not to {name}")
         return reasoning_gym_records(name, split, limit or None, seed, config, skip_bad_rows)
-    builtin = (name in ("arith", "arith:easy", "arith:digits", "gsm8k", "anli")
+    builtin = (name in ("arith", "arith:easy", "arith:digits", "arith:split", "gsm8k", "anli")
                or name.startswith(("anli:", "jsonl:")))
     options = (("--question-field", question_field, "question"),
                ("--answer-field", answer_field, "answer"),
@@ -351,6 +406,8 @@ def load_task(name: str, split: str = "train", limit: int | None = None, seed: i
                                config, task)
     if name in ARITH_KINDS:
         return arith_records(limit or 1000, split, seed, name)
+    if name == "arith:split":
+        return arith_split_records(limit or 1000, split, seed, num_agents)
     if name.startswith("jsonl:"):
         path = name[len("jsonl:"):]
         rows, skipped = read_jsonl(path, ("question", "answer"), skip_bad_rows, jsonl_record)
@@ -385,8 +442,8 @@ def load_task(name: str, split: str = "train", limit: int | None = None, seed: i
         if skipped:
             print(f"skipped {skipped} bad rows in {name} {split}")
         return records
-    arg_error("--dataset", f"unknown dataset {name!r} (arith, arith:easy, arith:digits, gsm8k, "
-                           f"anli[:r1|r2|r3], jsonl:PATH, reasoning-gym:NAME, a hub id owner/name, "
+    arg_error("--dataset", f"unknown dataset {name!r} (arith, arith:easy, arith:digits, "
+                           f"arith:split, gsm8k, anli[:r1|r2|r3], jsonl:PATH, reasoning-gym:NAME, a hub id owner/name, "
                            f"or a local .json/.jsonl/.csv/.parquet file or folder)")
 
 

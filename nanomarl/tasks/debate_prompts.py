@@ -39,6 +39,12 @@ NLI_BOX = ("\n\nAt the end, write your final answer in the following format:\n\n
            "\\boxed{LABEL}\n\nwhere LABEL is entailment, neutral or contradiction.")
 
 
+def agent_question(record: dict, agent: int) -> str:
+    """The question agent `agent` is shown: its own view where the record splits the information
+    between the agents (arith:split's "views"), else the question every agent shares."""
+    return record["views"][agent] if "views" in record else record["question"]
+
+
 def turn1_prompt(question: str, task: str, style: str = "default") -> str:
     """The first user message: the question wrapped in the authors' instruction to answer in
     \\boxed{}. task: 'math' or 'nli' (a load_task record's task; nli questions already hold the ANLI
@@ -113,6 +119,17 @@ def discussion_message(question: str, other_answers: list[tuple[int, str]],
     if own_score is not None:
         message = verifier_feedback(own_score) + "\n\n" + message
     return message
+
+
+NEUTRAL_WORDS = "I have read the question and I am still thinking about it".split()
+
+
+def neutral_message(text: str) -> str:
+    """The silent-partner control's stand-in for a partner's answer: a neutral sentence cycled to
+    as many words as the answer had, so the turn keeps its shape and about its length but carries
+    nothing."""
+    n = max(1, len(text.split()))
+    return " ".join(NEUTRAL_WORDS[k % len(NEUTRAL_WORDS)] for k in range(n)) + "."
 
 
 def has_degenerate_repetition(token_ids: list[int], max_period: int = 20, max_repeats: int = 3,

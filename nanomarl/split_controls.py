@@ -1,0 +1,62 @@
+"""The controls of a debate on split information (arith:split: each agent sees only its own
+number), which say whether a gain is communication: the silent partner (every partner message
+replaced by a neutral one of about the same length: if the team's gain is talking, it falls back to
+about its turn-1 level), the ceiling (one agent that sees the whole question), and how often an
+agent's message carries its own number (the channel in use). cotrain.py's held-out evaluation and
+evaluate.py report them beside the debate. A learner may skip this module.
+"""
+from __future__ import annotations
+
+import re
+
+import torch
+
+
+def whole_question(record: dict) -> dict:
+    """The record as one agent that sees everything gets it: its views dropped, so every agent's
+    question is the whole one."""
+    return {key: value for key, value in record.items() if key != "views"}
+
+
+def carries_number(text: str, number: int) -> bool:
+    """True when the text writes `number` as a whole number (7 in "My number is 7.", not in
+    "17")."""
+    return re.search(rf"(?<!\d){number}(?!\d)", text) is not None
+
+
+def informative_rates(debate: dict, records: list[dict]) -> list[float]:
+    """Per turn, the fraction of the agents' messages that carry the agent's own number."""
+    rates = []
+    for turn in debate["responses"]:
+        said = [carries_number(turn[a][b], r["parts"][a])
+                for a in range(len(turn)) for b, r in enumerate(records)]
+        rates.append(sum(said) / len(said))
+    return rates
+
+
+def mean_agent_accuracy(debate: dict) -> list[float]:
+    """Per turn, the agents' mean accuracy (correct is [B, T, A])."""
+    return debate["correct"].float().mean(dim=(0, 2)).tolist()
+
+
+@torch.no_grad()
+def split_controls(play, team, args, records: list[dict], debate: dict) -> dict:
+    """The held-out debate's channel (eval/turn{t}/informative), the same team with silent partners
+    (eval/silent/turn{t}/agent_accuracy, greedy) and agent 0's turn-1 policy answering the whole
+    question alone, greedily (eval/ceiling/accuracy). play: cotrain.run_debate; debate: its greedy
+    held-out debate on records. Empty for records without views."""
+    if not records or "views" not in records[0]:
+        return {}
+    common = dict(greedy=True, prompt_style=args.prompt_style,
+                  generate_batch_size=args.generate_batch_size)
+    metrics = {f"eval/turn{t + 1}/informative": rate
+               for t, rate in enumerate(informative_rates(debate, records))}
+    silent = play(records, team.models(), team.agent_tokenizers(), team.adapter_names,
+                  args.max_new_tokens, silent=True, **common)
+    metrics.update({f"eval/silent/turn{t + 1}/agent_accuracy": acc
+                    for t, acc in enumerate(mean_agent_accuracy(silent))})
+    alone = play([whole_question(r) for r in records], team.models()[:1],
+                 team.agent_tokenizers()[:1], [team.adapter_names[0][:1]], args.max_new_tokens,
+                 **common)
+    metrics["eval/ceiling/accuracy"] = mean_agent_accuracy(alone)[0]
+    return metrics

@@ -1,0 +1,94 @@
+"""teamwork.py: a MAGRPO task that needs a division of labour (ours, offline). Two agents together
+list every item of a short sequence (the numbers from 13 to 20, the letters from D to K, the even
+numbers from 4 to 18), each agent writing its own half, every item exactly once between them. Each
+half is easy for the base model alone; the joint answer is right only when the two halves are
+complementary, so the one thing the team has to learn is who writes which half.
+
+Both agents read the same prompt but for their seat ("You are agent 1 of 2."), and they never see
+each other's answer (MAGRPO's decentralised execution). The joint reward (max 1.0) is the fraction
+of the sequence covered, less the items written twice and the items outside it; a problem is
+solved when the two answers together hold every item exactly once and nothing else.
+
+Held out: a problem's split is a hash of its family, start and length, so the held-out sequences
+start elsewhere and many have another length than any training one.
+"""
+from __future__ import annotations
+
+import random
+import re
+import string
+import zlib
+
+TEAMWORK_ROLES = ["first", "second"]  # seat names (the prompts say only "agent 1" / "agent 2")
+
+FAMILIES = {  # family -> (the items from a start, the words the prompt uses for them)
+    "numbers": (lambda start, n: [str(start + i) for i in range(n)], "numbers"),
+    "even": (lambda start, n: [str(2 * start + 2 * i) for i in range(n)], "even numbers"),
+    "letters": (lambda start, n: list(string.ascii_uppercase[start:start + n]), "letters"),
+}
+STARTS = {"numbers": range(1, 60), "even": range(1, 30), "letters": range(0, 17)}
+HALVES = (3, 4, 5)  # items per agent: sequences of 6, 8 or 10
+
+TEAMWORK_PROMPT = (
+    "You are agent {seat} of 2. Together with the other agent you must write every one of the "
+    "{words} from {first} to {last} ({total} in all), each of them exactly once between you. "
+    "You write {half} of them and the other agent writes the other {half}; you cannot see what "
+    "the other agent writes. Write only your {half} {words}, separated by commas.")
+
+
+def teamwork_split(family: str, start: int, half: int) -> str:
+    """'eval' for about a quarter of the sequences (a hash of family, start and length), else
+    'train'."""
+    return "eval" if zlib.crc32(f"{family}-{start}-{half}".encode()) % 4 == 0 else "train"
+
+
+def teamwork_problems(split: str) -> list[dict]:
+    """Every sequence of the split in a fixed shuffled order (the first few cover every family):
+    {id, kind 'teamwork', family, words, items, half}."""
+    problems = []
+    for family, (items_of, words) in FAMILIES.items():
+        for start in STARTS[family]:
+            for half in HALVES:
+                if teamwork_split(family, start, half) == split:
+                    items = items_of(start, 2 * half)
+                    problems.append(dict(id=f"teamwork/{family}/{start}/{2 * half}", words=words,
+                                         kind="teamwork", family=family, items=items, half=half))
+    random.Random(f"teamwork-{split}").shuffle(problems)
+    return problems
+
+
+def teamwork_prompts(problem: dict) -> list[str]:
+    """The two agents' prompts: the same words but for the seat number."""
+    items = problem["items"]
+    return [TEAMWORK_PROMPT.format(seat=seat, words=problem["words"], first=items[0],
+                                   last=items[-1], total=len(items), half=problem["half"])
+            for seat in (1, 2)]
+
+
+def listed_items(text: str, family: str) -> list[str]:
+    """The items an answer writes, in order: whole numbers, or single capital letters standing
+    alone (the letters family)."""
+    if family == "letters":
+        return re.findall(r"(?<![A-Za-z])[A-Z](?![A-Za-z])", text)
+    return re.findall(r"(?<!\d)\d+(?!\d)", text)
+
+
+def teamwork_reward(problem: dict, texts: list[str]) -> tuple[float, dict]:
+    """The joint reward of one answer per agent: (coverage - repeats - extras) / items, floored at
+    -1, where coverage counts the sequence's items written at least once, repeats every further
+    writing of an item (by either agent) and extras the items outside the sequence. Levels:
+    coverage, overlap (items both agents wrote), repeats, extras, solved (1: every item exactly
+    once, nothing else)."""
+    target = problem["items"]
+    written = [listed_items(text, problem["family"]) for text in texts]
+    every = [item for items in written for item in items]
+    counts = {item: every.count(item) for item in set(every)}
+    covered = sum(item in counts for item in target)
+    repeats = sum(c - 1 for c in counts.values())
+    extras = sum(c for item, c in counts.items() if item not in target)
+    both = len(set(written[0]) & set(written[1])) if len(written) > 1 else 0
+    n = len(target)
+    solved = float(covered == n and repeats == 0 and extras == 0)
+    reward = max(-1.0, (covered - repeats - extras) / n)
+    return reward, dict(coverage=covered / n, overlap=both / n, repeats=repeats / n,
+                        extras=extras / n, solved=solved)

@@ -1,0 +1,138 @@
+"""Tasks that need a partner: arith:split (each debate agent sees only its own number), its controls
+(silent partner, ceiling, informative messages), and MAGRPO's teamwork task (a division of labour),
+its reward on hand-made answers, cross-play and swapped roles."""
+import re
+
+import pytest
+import torch
+
+import cotrain
+from common import load_model
+from nanomarl.models import load_tokenizer
+from nanomarl.split_controls import carries_number, informative_rates, whole_question
+from nanomarl.tasks.debate import load_task
+from nanomarl.tasks.debate_prompts import neutral_message
+from nanomarl.tasks.teamwork import listed_items, teamwork_prompts, teamwork_problems, teamwork_reward
+
+
+# ---------------------------------------------------------------- arith:split
+
+
+@pytest.mark.parametrize("num_agents", [2, 3])
+def test_split_views_hold_only_their_own_number_and_the_gold_is_right(num_agents):
+    records = load_task("arith:split", "train", limit=200, seed=3, num_agents=num_agents)
+    assert len(records) == 200
+    for r in records:
+        parts = r["parts"]
+        assert len(parts) == len(r["views"]) == num_agents and all(1 <= x <= 9 for x in parts)
+        difference = "difference" in r["question"]
+        assert r["answer"] == str(max(parts) - min(parts) if difference else sum(parts))
+        for a, view in enumerate(r["views"]):
+            goal = f"the {num_agents} numbers" if num_agents > 2 else "the two numbers"
+            assert goal in view and f"Your number is {parts[a]}." in view
+            # no other number than its own (the goal's count aside): no partner's number
+            assert re.findall(r"\d+", view.replace(goal, "")) == [str(parts[a])]
+        assert r["question"].startswith(f"The numbers are {', '.join(map(str, parts))}.")
+
+
+def test_split_held_out_problems_are_disjoint_from_training_and_fixed():
+    train = load_task("arith:split", "train", limit=1000, seed=0)
+    test = load_task("arith:split", "test", limit=40, seed=0)
+    assert len(test) == 40 and len({r["question"] for r in test}) == 40  # each problem once
+    assert not {r["question"] for r in test} & {r["question"] for r in train}
+    # the held-out questions do not depend on the training seed; the training draw does
+    assert [r["question"] for r in load_task("arith:split", "test", limit=40, seed=7)] == \
+        [r["question"] for r in test]
+    assert [r["question"] for r in load_task("arith:split", "train", limit=20, seed=7)] != \
+        [r["question"] for r in train[:20]]
+
+
+def test_carries_number_and_informative_rates_by_hand():
+    assert carries_number("My number is 7. The answer is 12.", 7)
+    assert not carries_number("The answer is 17.", 7)
+    records = [dict(parts=[3, 5]), dict(parts=[8, 1])]
+    debate = dict(responses=[[["I have 3.", "no idea"], ["5 is mine", "it is 1"]],  # turn 1
+                             [["3+5=8", "8 - 1 = 7"], ["The answer is 8.", "7"]]])  # turn 2
+    # turn 1: agent 0 says 3 (yes) and not 8 (no); agent 1 says 5 (yes) and 1 (yes): 3 of 4
+    # turn 2: agent 0: "3+5=8" has 3, "8 - 1 = 7" has 8; agent 1: "The answer is 8." lacks 5, "7" lacks 1
+    assert informative_rates(debate, records) == [0.75, 0.5]
+
+
+def test_neutral_message_keeps_the_length_and_carries_nothing():
+    text = "My number is 7. The answer is 7 + 5 = 12."
+    silent = neutral_message(text)
+    assert len(silent.split()) == len(text.split()) and not re.search(r"\d", silent)
+
+
+def test_run_debate_shows_each_agent_its_own_view_and_silent_changes_only_partner_messages():
+    tok, model = load_tokenizer("tiny"), load_model("tiny")
+    records = load_task("arith:split", "test", limit=2, num_agents=2)
+    kwargs = dict(max_new_tokens=6, greedy=True, prompt_style="short")
+    names = [["__base__"] * 2] * 2
+    debate = cotrain.run_debate(records, [model] * 2, [tok] * 2, names, **kwargs)
+    silent = cotrain.run_debate(records, [model] * 2, [tok] * 2, names, silent=True, **kwargs)
+    for b, r in enumerate(records):
+        for a in range(2):
+            first = debate["prompts"][0][a][b]
+            assert r["views"][a] in first and r["views"][1 - a] not in first
+            assert silent["prompts"][0][a][b] == first  # turn 1: untouched
+            # turn 2: the agent's own view, turn and answer are the same; only the partner's message
+            own_answer = debate["responses"][0][a][b]
+            partner = debate["responses"][0][1 - a][b]
+            heard, quiet = debate["prompts"][1][a][b], silent["prompts"][1][a][b]
+            assert f"```{partner}```" in heard and f"```{neutral_message(partner)}```" in quiet
+            assert quiet == heard.replace(f"```{partner}```", f"```{neutral_message(partner)}```")
+            assert r["views"][a] in quiet and own_answer in quiet
+    assert torch.equal(debate["correct"][:, 0], silent["correct"][:, 0])  # the same turn 1
+
+
+def test_split_controls_in_the_held_out_evaluation(tmp_path):
+    from test_cotrain import ascii_fraction, tiny_args
+    import json
+
+    args = tiny_args("--max-steps", "1", "--dataset", "arith:split", "--eval-questions", "4",
+                     "--output-dir", str(tmp_path / "run"), "--prompt-style", "short")
+    run = cotrain.main(args, score_fn=ascii_fraction)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "eval/turn2/agent_accuracy" in r]
+    assert len(evals) == 2  # before and after
+    for row in evals:
+        for key in ("eval/turn1/informative", "eval/turn2/informative", "eval/ceiling/accuracy",
+                    "eval/silent/turn1/agent_accuracy", "eval/silent/turn2/agent_accuracy"):
+            assert 0.0 <= row[key] <= 1.0, key
+        # turn 1 of the silent run is the same greedy turn 1
+        assert row["eval/silent/turn1/agent_accuracy"] == row["eval/turn1/agent_accuracy"]
+
+
+def test_whole_question_drops_only_the_views():
+    r = load_task("arith:split", "test", limit=1)[0]
+    whole = whole_question(r)
+    assert "views" not in whole and {k: v for k, v in r.items() if k != "views"} == whole
+
+
+# ---------------------------------------------------------------- MAGRPO teamwork
+
+
+def test_teamwork_reward_on_hand_made_answers():
+    p = dict(family="numbers", items=[str(x) for x in range(13, 21)], half=4)
+    assert teamwork_reward(p, ["13, 14, 15, 16", "17, 18, 19, 20"]) == (1.0, dict(
+        coverage=1.0, overlap=0.0, repeats=0.0, extras=0.0, solved=1.0))
+    reward, levels = teamwork_reward(p, ["13, 14, 15, 16", "13, 14, 15, 16"])
+    assert reward == 0.0 and levels["coverage"] == 0.5 and levels["overlap"] == 0.5  # 4 - 4 = 0
+    reward, levels = teamwork_reward(p, ["13, 14, 15, 16, 17", "17, 18, 19, 20, 21"])
+    assert reward == (8 - 1 - 1) / 8 and levels["solved"] == 0.0  # 17 twice, 21 outside
+    assert teamwork_reward(p, ["13, 14, 15, 16", ""])[0] == 0.5
+    letters = dict(family="letters", items=list("DEFGHI"), half=3)
+    assert listed_items("D, E and F. I am agent 1", "letters") == ["D", "E", "F", "I"]
+    assert teamwork_reward(letters, ["D, E, F", "G, H, I"])[1]["solved"] == 1.0
+
+
+def test_teamwork_prompts_differ_only_by_the_seat_and_held_out_is_disjoint():
+    train, held = teamwork_problems("train"), teamwork_problems("eval")
+    assert not {p["id"] for p in train} & {p["id"] for p in held}
+    assert {p["family"] for p in held[:16]} == {"numbers", "even", "letters"}
+    first, second = teamwork_prompts(held[0])
+    assert first.replace("agent 1 of 2", "agent 2 of 2") == second
+    # held-out sequences are not training ones shifted: some lengths and starts are new pairs
+    assert {(p["family"], p["items"][0], len(p["items"])) for p in held}.isdisjoint(
+        {(p["family"], p["items"][0], len(p["items"])) for p in train})
