@@ -221,17 +221,22 @@ def check_statements(test_code: str, entry_point: str) -> list[tuple[str, str]]:
                                and n.value.func.id == "check")
     setup = [node_source(lines, n, rename) for n in tree.body
              if n is not check and not is_check_call(n)]
-    out, seen = [], set()
+    # candidate's names: candidate, and what a statement that uses it binds (`s = candidate()`,
+    # an entry point that is a class: its asserts are about the instance)
+    out, seen, made = [], set(), set(rename)
     for node in check.body:
         source = node_source(lines, node, rename)
         walk = list(ast.walk(node))
-        if any(isinstance(n, ast.Assert) for n in walk) and any(
-                isinstance(n, ast.Name) and n.id in rename for n in walk):
+        uses = any(isinstance(n, ast.Name) and n.id in made for n in walk)
+        if any(isinstance(n, ast.Assert) for n in walk) and uses:
             if source not in seen:
                 seen.add(source)
                 out.append(("\n".join(setup), source))
         else:
             setup.append(source)
+            if uses and isinstance(node, (ast.Assign, ast.AnnAssign, ast.With, ast.For)):
+                made |= {n.id for n in walk if isinstance(n, ast.Name)
+                         and isinstance(n.ctx, ast.Store)}
     return out
 
 
