@@ -337,7 +337,8 @@ def test_sampling_old_logprobs_equal_a_recompute(monkeypatch, flags):
                     ref = reference_logprobs(team.bases[0], ro["query_ids"], ro["query_mask"],
                                              ro["response_ids"], ro["response_mask"],
                                              args.temperature)
-                torch.testing.assert_close(e["ref_logprobs"], ref[:, :width], atol=1e-6, rtol=0)
+                # make_experience forwards the reference rows in other batches: fp32 noise
+                torch.testing.assert_close(e["ref_logprobs"], ref[:, :width], **CLOSE)
                 torch.testing.assert_close(e["kl"], (e["old_logprobs"] - e["ref_logprobs"]) * mask,
                                            atol=1e-6, rtol=0)
                 assert e["kl"].abs().max() > 1e-3, (t, a)  # the policy is not the base

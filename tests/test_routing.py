@@ -50,7 +50,9 @@ def test_logits_equal_peft_mixed_forward(model, tok):
     peft_logits = model(**inputs, adapter_names=ROWS).logits
     with common.stacked_lora_routing(model, ROWS):
         stacked_logits = model(**inputs).logits
-    torch.testing.assert_close(stacked_logits, peft_logits, atol=1e-5, rtol=0)
+    # peft runs each adapter's rows as a batch of their own: other shapes, so other rounding on some
+    # CPUs (~1e-6); a row on the wrong adapter moves its logits by more than 1e-2 (below)
+    torch.testing.assert_close(stacked_logits, peft_logits, atol=1e-4, rtol=0)
     with common.adapters_disabled(model):
         base_logits = model(**inputs).logits
     for i, name in enumerate(ROWS):  # base rows are the base model; adapter rows really move the logits
@@ -71,7 +73,8 @@ def test_generate_stacked_equals_peft(model, tok, greedy):
         outs[routing] = generate(model, tok, prompts(tok, len(ROWS)), ROWS, max_new_tokens=12, min_new_tokens=12,
                                  temperature=1.0, greedy=greedy, lora_routing=routing)
     assert torch.equal(outs["stacked"]["response_ids"], outs["peft"]["response_ids"])
-    torch.testing.assert_close(outs["stacked"]["logprobs"], outs["peft"]["logprobs"], atol=1e-5, rtol=0)
+    # other batch shapes (peft: one batch per adapter); a wrong adapter moves them by > 1e-3 (below)
+    torch.testing.assert_close(outs["stacked"]["logprobs"], outs["peft"]["logprobs"], atol=1e-4, rtol=0)
     torch.manual_seed(0)  # and the rows differ from the base model's, so the adapters were applied
     base = generate(model, tok, prompts(tok, len(ROWS)), ["__base__"] * len(ROWS), max_new_tokens=12,
                     min_new_tokens=12, temperature=1.0, greedy=greedy)
