@@ -393,7 +393,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, std: bool = False):
     (Eq. 1); 0 in a group of ties. std (--advantage-std; Dr. GRPO has none): over the rows' std."""
     grouped = rewards.reshape(-1, group_size)
     ties = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)
-    adv = (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
+    adv = (grouped - grouped.mean(dim=1, keepdim=True)).masked_fill(ties, 0.0).reshape(-1)
     return masked_whiten(adv, torch.ones_like(adv), all_ranks=True) if std else adv
 
 

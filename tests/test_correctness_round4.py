@@ -148,22 +148,48 @@ def test_merge_adapter_refuses_a_run_that_names_another_base(tmp_path, tiny_mode
 # ---------------------------------------- --advantage-std: the final rewards' spread, not the KL's
 
 
+def test_group_advantages_of_ties_are_exactly_zero():
+    """Whatever the group mean rounds to (3 x 0.7 does not sum to 2.1 exactly in float32), and
+    with --advantage-std (a whole batch of ties: 0, not 0 over the std 0)."""
+    ties = torch.full((6,), 0.7)
+    assert cotrain.group_advantages(ties, 3).tolist() == [0.0] * 6
+    assert cotrain.group_advantages(ties, 3, std=True).tolist() == [0.0] * 6
+    mixed = cotrain.group_advantages(torch.tensor([0.7, 0.7, 0.7, 1.0, 0.0, 0.5]), 3)
+    assert mixed[:3].tolist() == [0.0] * 3
+    torch.testing.assert_close(mixed[3:], torch.tensor([0.5, -0.5, 0.0]))
+
+
 def test_advantage_std_leaves_the_kl_penalty_at_its_size():
-    """Tied final rewards: the advantages are the KL penalty's own, centred per question (not its
-    ~1e-4 noise divided by its std, ~1); untied ones: the final part over its std, plus the KL."""
-    kl = torch.tensor([3e-4, -1e-4, 2e-4, 0.0])  # -kl_coef · summed KL of each response
-    tied = cotrain.group_advantages(torch.ones(4), 2, std=True, kl_penalty=kl)
-    torch.testing.assert_close(tied, torch.tensor([2e-4, -2e-4, 1e-4, -1e-4]), atol=1e-9, rtol=0)
-    kl = torch.tensor([0.01, 0.0, 0.0, 0.02])
-    adv = cotrain.group_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), 2, std=True, kl_penalty=kl)
-    # final part [0.5, -0.5, 0, 0], unbiased std sqrt(0.5 / 3); KL part [0.005, -0.005, -0.01, 0.01]
-    scale = 0.5 / math.sqrt(0.5 / 3)
-    torch.testing.assert_close(adv, torch.tensor([scale + 0.005, -scale - 0.005, -0.01, 0.01]))
-    # without --advantage-std: the sum's group advantage, as before
-    plain = cotrain.group_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), 2, kl_penalty=kl)
-    torch.testing.assert_close(plain, torch.tensor([0.505, -0.505, -0.01, 0.01]))
-    # a group of ties is exactly 0, whatever its mean rounds to
-    assert cotrain.group_advantages(torch.full((6,), 0.7), 3, std=True).tolist() == [0.0] * 6
+    """make_experience with --advantage-std on debates whose final rewards all tie (a constant
+    score): the advantages are each response's summed KL penalty less its question's mean, ~1e-4,
+    not that noise over its own std (~1); and with a score that differs, the final rewards' part
+    over its std plus the KL part unscaled, by hand from the experience's own tensors."""
+    from test_cotrain import ascii_fraction, tiny_args
+
+    torch.manual_seed(0)
+    args = tiny_args("--advantage", "group", "--samples-per-question", "2", "--temperature", "1.0",
+                     "--advantage-std", "--kl-coef", "0.05")
+    team = cotrain.build_team(args, "cpu")
+    records = [r for r in load_task("arith", "train", limit=2) for _ in range(2)]
+    with torch.no_grad():  # the adapters away from the base: a KL to the reference that is not 0
+        for name, p in team.bases[0].named_parameters():
+            if ".lora_B." in name:
+                p.normal_(0, 0.05)
+    centred = lambda x: x - x.reshape(2, 2).mean(1).repeat_interleave(2)  # noqa: E731
+    constant = lambda recs, responses: torch.full((len(responses),), 0.5)  # noqa: E731
+    _, exp, r = cotrain.rollout_step(team, args, records, constant)
+    for (t, a), e in exp.items():
+        assert r["rewards"][:, t, a].unique().numel() == 1  # every final reward ties
+        kl = centred(-args.kl_coef * e["kl"].sum(1))
+        assert 0 < kl.abs().max() < 0.05
+        torch.testing.assert_close(e["advantages"][:, 0], kl, atol=1e-6, rtol=0)
+    torch.manual_seed(1)
+    _, exp, r = cotrain.rollout_step(team, args, records, ascii_fraction)
+    for (t, a), e in exp.items():
+        final = centred(r["rewards"][:, t, a])
+        scaled = final / final.std() if final.abs().max() > 0 else final
+        expected = scaled + centred(-args.kl_coef * e["kl"].sum(1))
+        torch.testing.assert_close(e["advantages"][:, 0], expected, atol=1e-5, rtol=1e-4)
 
 
 # ---------------------------------------------- disagreements.py on a file with the controls' rows
