@@ -429,8 +429,9 @@ def test_answered(message):
                 refill(numbered[write[0]], write[1])
             except Exception:
                 pass
-    if type(extra.get("o")) is str:
-        sys.stdout.write(extra["o"])
+    for key, stream in (("o", "stdout"), ("e", "stderr")):
+        if type(extra.get(key)) is str:
+            getattr(sys, stream).write(extra[key])
     if "rs" in extra and type(extra["rs"]) is tuple:
         random = sys.modules.get("random")
         try:
@@ -530,6 +531,8 @@ def ask(op, target, a=None, b=None, args=None):
         extra["l"] = LINK["limit_sent"] = sys.getrecursionlimit()
     if sys.stdout is not LINK["stdout"]:
         extra["o"] = 1
+    if sys.stderr is not LINK["stderr"]:
+        extra["e"] = 1
     if LINK["seeded"]:
         state = sys.modules["random"].getstate()
         if state != LINK["rs"]:
@@ -562,7 +565,8 @@ class Remote:
     """A program object, by its handle in the program's process: the test asks that process for
     its attributes, calls, items, length, truth, text, iteration (drawn lazily: one item at a time,
     then up to 256 ahead) and its comparisons and arithmetic with other program objects; one with
-    a test value is refused (it would let an object equal to everything decide a verdict)."""
+    a test value is refused (it would let an object equal to everything decide a verdict), but for
+    `in`, which draws its items and compares them here (Python's way without __contains__)."""
     __slots__ = ("__handle", "__buffer", "__drawn", "__end", "__weakref__")
     __hash__ = unary("hash")
     __bool__, __len__, __str__ = unary("bool"), unary("len"), unary("str")
@@ -575,8 +579,7 @@ class Remote:
     __mul__, __truediv__, __floordiv__ = binary("mul"), binary("truediv"), binary("floordiv")
     __mod__, __pow__, __and__, __or__ = binary("mod"), binary("pow"), binary("and_"), binary("or_")
     __xor__, __lshift__, __rshift__ = binary("xor"), binary("lshift"), binary("rshift")
-    __matmul__, __contains__, __instancecheck__ = binary("matmul"), binary("contains"), binary(
-        "isinstance")
+    __matmul__, __instancecheck__ = binary("matmul"), binary("isinstance")
     __radd__ = __rsub__ = __rmul__ = __rtruediv__ = __rfloordiv__ = __rmod__ = __rpow__ = refused
 
     def __init__(self, handle):
@@ -603,6 +606,11 @@ class Remote:
 
     def __iter__(self):
         return ask("op", self.__handle, "iter", [])
+
+    def __contains__(self, item):  # as Python does without __contains__: by iteration, here
+        if type(item) is Remote:
+            return ask("op", self.__handle, "contains", item)
+        return any(x is item or x == item for x in self)
 
     def __next__(self):
         if not self.__buffer and self.__end is None:
@@ -747,11 +755,15 @@ def program_side(job, requests, answers):
             random_sent[0] = extra["rs"]
         if extra.get("o"):
             sys.stdout = __import__("io").StringIO()
+        if extra.get("e"):
+            sys.stderr = __import__("io").StringIO()
 
     def after(extra):
         reply = {}
         if extra.get("o") and type(sys.stdout).__name__ == "StringIO":
             reply["o"], sys.stdout = sys.stdout.getvalue(), outputs[0]
+        if extra.get("e") and type(sys.stderr).__name__ == "StringIO":
+            reply["e"], sys.stderr = sys.stderr.getvalue(), outputs[1]
         if random_sent[0] is not None and "random" in sys.modules:
             state = sys.modules["random"].getstate()
             if state != random_sent[0]:
@@ -859,7 +871,8 @@ def test_side(job, fds, layers, child):
                 ops=test_ops, next=test_next, answered=test_answered, mine={}, ids={},
                 answer=answer, before=lambda extra: None, after=lambda extra: {},
                 remotes={}, names=set(job["names"]),
-                limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, seeded=False, rs=None)
+                limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, stderr=sys.stderr,
+                seeded=False, rs=None)
     if "random" in sys.modules:  # imported before the fork: its state is the program's too
         sys.modules["random"].seed()
     scope = Scope(__name__="__main__", __builtins__=test_builtins())

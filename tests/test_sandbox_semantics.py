@@ -167,8 +167,8 @@ def test_no_zombie_left_when_the_program_is_busy_as_its_test_process_ends():
         sys.path.insert(0, os.getcwd())
         from nanomarl.sandbox import run_tests_in_sandbox
         assert ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
-        busy = "import signal\\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\\n" \\
-               "def f():\\n    while True:\\n        pass\\n"
+        busy = "import signal\\ndef f():\\n    signal.signal(signal.SIGALRM, signal.SIG_IGN)\\n" \\
+               "    while True:\\n        pass\\n"
         for _ in range(3):
             result = run_tests_in_sandbox(busy, ["f()"], timeout=0.3)
             assert result["errors"] == ["Timeout: test timed out"], result
@@ -202,10 +202,23 @@ COLLIDING = "k * (2 ** 61 - 1)"  # every one of these ints hashes to 0
 
 
 def test_an_answer_of_colliding_hashes_is_interrupted_by_the_alarm():
-    """A set answer whose elements all share one hash is built in chunks: the test times out at
-    its alarm instead of the test process spending quadratic time; the next test still runs."""
-    result = run(f"def f():\n    return {{{COLLIDING} for k in range(1, 40000)}}\n",
-                 ["assert f() == set()", "assert 1 == 1"])
+    """A set answer whose elements all share one hash (forged as JSON text, cheap to write, on
+    every descriptor the program holds) is built in chunks: the test times out at its alarm
+    instead of the test process spending quadratic time; the next test still runs."""
+    program = f"""\
+        import os, time
+        def f():
+            items = ",".join(str({COLLIDING}) for k in range(1, 45000))
+            line = "".join("\\n[%d,\\"a\\",\\"v\\",{{\\"s\\":[%s]}},{{\\"d\\":[]}}]\\n" % (seq, items)
+                           for seq in (1, 2, 3))
+            for fd in range(3, 32):
+                try:
+                    os.write(fd, line.encode())
+                except OSError:
+                    pass
+            time.sleep(5)
+        """
+    result = run(program, ["assert f() == set()", "assert 1 == 1"])
     assert result["passed"] == [False, True] and result["errors"][0] == "Timeout: test timed out"
     assert result["seconds"] < 3 * LIMITS["timeout"] + 1.0, result["seconds"]
 
@@ -296,7 +309,9 @@ def test_program_objects_are_used_by_reference():
              "list(range(1000))",
              "g = naturals()\nassert next(g) == 0 and next(g) == 1 and next(iter(g)) == 2",
              "it = fails_after(2)\nassert next(it) == 0\ntry:\n    list(it)\n    assert False\n"
-             "except ValueError as e:\n    assert str(e) == 'done'"]
+             "except ValueError as e:\n    assert str(e) == 'done'",
+             "assert 5 in naturals() and 1 in fails_after(3)",
+             "assert make_point(1, 2) in [make_point(0, 0), make_point(1, 2)]"]
     result = run(program, tests)
     assert result["passed"] == [True] * len(tests), result["errors"]
 
@@ -357,6 +372,9 @@ def test_exceptions_seeds_recursion_limits_and_redirected_output_behave_as_in_on
             return 0 if n == 0 else 1 + depth(n - 1)
         def greet(name):
             print("hello", name)
+        def warn(text):
+            import sys
+            print("warning:", text, file=sys.stderr)
         """
     tests = ["try:\n    check(-1)\n    assert False\nexcept ValueError as e:\n"
              "    assert type(e).__name__ == 'InvalidInput' and str(e) == 'negative'",
@@ -367,10 +385,12 @@ def test_exceptions_seeds_recursion_limits_and_redirected_output_behave_as_in_on
              "import sys\nsys.setrecursionlimit(5000)\nassert depth(3000) == 3000",
              "import contextlib, io\nbuffer = io.StringIO()\n"
              "with contextlib.redirect_stdout(buffer):\n    greet('bob')\n"
-             "assert buffer.getvalue() == 'hello bob\\n'"]
+             "assert buffer.getvalue() == 'hello bob\\n'",
+             "buffer = io.StringIO()\nwith contextlib.redirect_stderr(buffer):\n    warn('x')\n"
+             "assert buffer.getvalue() == 'warning: x\\n'"]
     result = run(program, tests)
     assert result["passed"] == [True] * len(tests), result["errors"]
-    assert result["stdout"] == ""  # the redirected print went to the test's buffer only
+    assert result["stdout"] == result["stderr"] == ""  # (the redirected prints: only in buffers)
 
 
 STACK = dict(id="toy/stack", kind="code", entry_point="Stack",
@@ -395,11 +415,12 @@ def test_a_class_as_the_entry_point_gets_its_credit_through_the_reward_path():
 # ----------------------------------------------------------------------------------------------
 
 def test_gap_a_program_object_is_not_compared_with_a_test_value():
-    """Plain Python would ask the program object's own __eq__ (or __add__, __contains__); here
+    """Plain Python would ask the program object's own __eq__ (or __add__, __lt__, ...); here
     that is refused, because the test's value may be an expected one and an object equal to
-    everything would match it. A right program whose answer is a custom number or a
-    list-like class compared with a literal loses the test; program objects compare with each
-    other, and subclasses of int, str, list, dict, ... travel as their base type's value."""
+    everything would match it. A right program whose answer is a custom number compared with a
+    literal loses the test; program objects compare with each other, `in` draws the object's items
+    and compares them in the test process, and subclasses of int, str, list, dict, ... travel as
+    their base type's value."""
     program = """\
         class Num:
             def __init__(self, v):
