@@ -43,12 +43,13 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 import common
 from nanomarl.cli import arg_error, parse_args, parse_int_list
 from nanomarl.distributed import default_device, seed_everything
-from nanomarl.models import load_tokenizer, resolve_model
-from nanomarl.runs import atomic_write_text, set_torch_threads
+from nanomarl.models import check_device, load_tokenizer, resolve_model
+from nanomarl.runs import atomic_write_text, set_torch_threads, writable_dir
 from nanomarl.tasks.debate import load_task
 
 
@@ -807,6 +808,7 @@ def main(args):
     if args.peer_run:
         return peer_run(args)
     print(threads)
+    check_device(args.device)
     device = args.device or default_device()
     seed_everything(args.seed)
     machine = (torch.cuda.get_device_name() if device.startswith("cuda") else
@@ -826,13 +828,26 @@ def main(args):
     if "threads" in parts and args.threads_script not in ("cotrain.py", "magrpo.py"):
         arg_error("--threads-script",
                          f"cotrain.py or magrpo.py, got {args.threads_script!r}")
-    for name in args.models.split(",") if parts & {"speed", "memory"} else []:
-        print(f"== {name}")
+    out = writable_dir(args.output_dir)  # before the benchmark, so its results are never lost
+    models = args.models.split(",")
+    count = (len(models) * (len(parts & {"speed", "memory"}) + ("peers" in parts))
+             + len(parts & {"sandbox", "threads", "gpu", "end-to-end"}))
+    bar = tqdm(total=count, desc="bench", unit="part")
+
+    def run_part(label: str, measure):
+        """One part: its name above the bar, then the measurement, then the bar moves on."""
+        tqdm.write(f"== {label}")
+        bar.set_postfix_str(label)
+        result = measure()
+        bar.update()
+        return result
+
+    for name in models if parts & {"speed", "memory"} else []:
         entry = report["models"][name] = {}
         if "speed" in parts:
-            entry.update(bench_speed(args, name, device))
+            entry.update(run_part(f"speed on {name}", lambda: bench_speed(args, name, device)))
         if "memory" in parts:
-            entry["memory_mb"] = m = bench_memory(args, name)
+            entry["memory_mb"] = m = run_part(f"memory on {name}", lambda: bench_memory(args, name))
             print("memory (peak MB during a training step; model alone "
                   f"{m['one-adapter']['loaded_mb']:.0f}): 1 adapter "
                   f"{m['one-adapter']['peak_mb']:.0f}, A x T adapters + critic + heads "
@@ -841,20 +856,20 @@ def main(args):
                   f"{m['full-copies']['peak_mb']:.0f} (x{m['full_copies_vs_adapters']:.2f} of the "
                   "adapters)")
     if "sandbox" in parts:
-        report["sandbox"] = bench_sandbox(args)
-    for name in args.models.split(",") if "peers" in parts else []:
-        print(f"== peers on {name}")
-        report["models"].setdefault(name, {})["peers"] = bench_peers(args, name)
+        report["sandbox"] = run_part("sandbox", lambda: bench_sandbox(args))
+    for name in models if "peers" in parts else []:
+        peers = run_part(f"peers on {name}", lambda: bench_peers(args, name))
+        report["models"].setdefault(name, {})["peers"] = peers
     if "threads" in parts:
-        report["threads"] = bench_threads(args)
+        report["threads"] = run_part("threads", lambda: bench_threads(args))
     if "gpu" in parts:  # fast decoding against the plain path: nanomarl/bench_gpu.py
         from nanomarl.bench_gpu import bench_gpu
-        report["gpu"] = bench_gpu(args, device, RANDOM_INIT_CONFIGS["qwen2.5-1.5b"])
+        report["gpu"] = run_part("gpu", lambda: bench_gpu(args, device,
+                                                          RANDOM_INIT_CONFIGS["qwen2.5-1.5b"]))
     if "end-to-end" in parts:
-        report["end_to_end"] = bench_end_to_end(args)
+        report["end_to_end"] = run_part("end to end", lambda: bench_end_to_end(args))
         print("end to end:", json.dumps(report["end_to_end"]))
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    bar.close()
     atomic_write_text(out / "bench.json", json.dumps(report, indent=2))
     print(f"wrote {out / 'bench.json'}")
 

@@ -91,7 +91,7 @@ from common import (adapter_parameters, add_adapters, debate_metrics, forward_re
 from nanomarl.cli import arg_error, check_numbers, given_fields, parse_args, parse_int_list
 from nanomarl.distributed import default_device, seed_everything
 from nanomarl.models import check_device, check_model_name, load_tokenizer
-from nanomarl.runs import format_metrics, set_torch_threads
+from nanomarl.runs import format_metrics, set_torch_threads, writable_dir
 from nanomarl.sandbox import parallel_map
 from nanomarl.self_consistency import debate_tokens, sample_answers, self_consistency_metrics
 from nanomarl.tasks.code import extract_function
@@ -1622,9 +1622,8 @@ def main(args: Args):
         args.max_new_tokens = 300 if args.mode == "debate" else 256
     device = args.device or default_device()
     print(set_torch_threads(args.threads))
-    out_dir = Path(args.output_dir or f"runs/evaluate-{args.mode}-"
-                                      f"{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out_dir = writable_dir(args.output_dir or f"runs/evaluate-{args.mode}-{stamp}")
     print(f"evaluate.py --mode {args.mode}: methods {', '.join(methods)} -> {out_dir}")
     start = time.time()
     if args.mode == "magrpo":

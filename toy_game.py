@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from nanomarl.cli import arg_error, parse_args
+from nanomarl.runs import writable_dir
 
 
 @dataclass
@@ -54,7 +55,7 @@ class Args:
     average_rewards: bool = False  # scale stage rewards (and every-turn synergy) by 1/T
     select: str = "learn"  # equilibrium of a stage game with several: learn | low | high
     seed: int = 0  # seed of the reward draws
-    output_dir: str = "runs/toy_game"  # folder for fig5.csv, fig5.md, fig5.png (or learn.md)
+    output_dir: str = ""  # for fig5.{csv,md,png} or learn.md (default: runs/toy_game-<time>)
     learn: bool = False  # run the learning dynamics instead of the sweep
     learn_horizon: int = 5  # --learn: horizon T of the instance
     learn_threshold: int = 3  # --learn: threshold C of the instance
@@ -593,8 +594,7 @@ def run_learning(args: Args) -> list[dict]:
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(Args, argv)
     check_args(args)
-    out_dir = Path(args.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = writable_dir(args.output_dir or f"runs/toy_game-{time.strftime('%Y%m%d-%H%M%S')}")
     settings = out_dir / ("args_learn.json" if args.learn else "args.json")
     settings.write_text(json.dumps(asdict(args), indent=2))
     started = time.time()

@@ -125,6 +125,18 @@ def restore_rng_state(states: list[dict]):
 _RUN = dict(script="", run_dir=None, step=None)  # this process's run and last checkpoint, for _stop
 
 
+def writable_dir(folder: str | Path, flag: str = "--output-dir") -> Path:
+    """The folder, made (parents too) and checked by writing a file in it, before any work: one line
+    naming the flag when it cannot be written."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        arg_error(flag, f"cannot write to {folder}: {e.strerror or e} (pick a writable folder)")
+    return folder
+
+
 def start_run(args, script: str) -> Path:
     """The run folder: a new runs/<script>-<time> (or --output-dir), or --resume's folder (checked
     by resumed_args). A new run writes args.json (its settings and the script's name). A resume
@@ -149,11 +161,7 @@ def start_run(args, script: str) -> Path:
     _RUN.update(script=script, run_dir=run_dir, step=None)
     if not is_main_process():
         return run_dir
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=run_dir).close()
-    except OSError as e:
-        arg_error(flag, f"cannot write to {run_dir}: {e.strerror or e} (pick a writable folder)")
+    writable_dir(run_dir, flag)
     start_tracker(getattr(args, "report_to", "none"), run_dir, dataclasses.asdict(args))
     settings = json.dumps({"script": script, **dataclasses.asdict(args)}, indent=2)
     if not resume:

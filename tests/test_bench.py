@@ -12,8 +12,13 @@ from conftest import run_script
 
 def test_bench_speed_and_memory_on_the_tiny_model(tmp_path):
     out = tmp_path / "bench"
-    run_script(["bench.py", "--models", "tiny", "--parts", "speed,memory", "--agents", "2", "--questions", "2",
-                "--max-new-tokens", "4", "--turns", "2", "--repeats", "1", "--output-dir", str(out)], timeout=300)
+    result = run_script(["bench.py", "--models", "tiny", "--parts", "speed,memory", "--agents", "2", "--questions",
+                         "2", "--max-new-tokens", "4", "--turns", "2", "--repeats", "1", "--output-dir", str(out)],
+                        timeout=300)
+    # each part says what it measures, and a bar counts the parts
+    assert "== speed on tiny" in result.stdout + result.stderr
+    assert "== memory on tiny" in result.stdout + result.stderr
+    assert "2/2 [" in result.stderr and "bench: 100%" in result.stderr
     report = json.loads((out / "bench.json").read_text())
     entry = report["models"]["tiny"]
     rollout, training = entry["rollout"][0], entry["training"][0]
@@ -47,3 +52,13 @@ def test_bench_rejects_unknown_parts(repo_root):
     done = subprocess.run([sys.executable, "bench.py", "--parts", "speed,sped"], cwd=repo_root, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode != 0 and "--parts" in done.stderr and "'speed,sped'" in done.stderr
+
+
+def test_bench_refuses_an_unwritable_output_dir_before_measuring(repo_root):
+    done = subprocess.run([sys.executable, "bench.py", "--parts", "sandbox", "--output-dir",
+                           "/proc/nanomarl-no/bench"], cwd=repo_root, capture_output=True, text=True,
+                          timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: --output-dir: cannot write to /proc/nanomarl-no/bench")
+    assert "== sandbox" not in done.stdout + done.stderr  # nothing was measured

@@ -554,6 +554,21 @@ def test_choose_methods_follows_the_flags():
         evaluate.check_args(args("--feedback-in-prompt"))
 
 
+def test_an_unwritable_output_dir_is_refused_before_a_model_loads(monkeypatch, capsys):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the unwritable folder was reported")
+
+    monkeypatch.setattr(evaluate, "load_model", refuse)
+    monkeypatch.setattr(evaluate, "load_tokenizer", refuse)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:
+        evaluate.main(parse_args(evaluate.Args, ["--model", "tiny", "--limit", "2", "--output-dir",
+                                                 "/proc/nanomarl-no/eval"]))
+    assert refused.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --output-dir: cannot write to /proc/nanomarl-no")
+
+
 def test_write_results_and_tables(tmp_path):
     methods = {"a": dict(x=0.5, y=float("nan")), "b": dict(x=1 / 3)}
     table = evaluate.samples_table(methods, ["x", "y", "z"])

@@ -292,3 +292,18 @@ def test_sweep_without_matplotlib(tmp_path, monkeypatch, capsys):
 def test_bad_flags_name_the_flag(argv, flag, tmp_path):
     with pytest.raises(SystemExit, match=flag):
         tg.main(argv + ["--output-dir", str(tmp_path)])
+
+
+def test_output_folder_is_a_new_run_folder_or_refused_at_once(tmp_path, monkeypatch, capsys):
+    """Without --output-dir a sweep writes to a folder of its own, runs/toy_game-<time>, so a second
+    sweep never overwrites the first; an unwritable one is refused in one line before any work."""
+    monkeypatch.chdir(tmp_path)
+    tg.main(["--horizons", "3", "--num-samples", "10"])
+    folders = list((tmp_path / "runs").iterdir())
+    assert len(folders) == 1 and folders[0].name.startswith("toy_game-")
+    assert (folders[0] / "fig5.csv").is_file() and (folders[0] / "args.json").is_file()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:
+        tg.main(["--horizons", "3", "--output-dir", "/proc/nanomarl-no/run"])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err.strip().startswith("error: --output-dir: cannot write to ")
