@@ -40,3 +40,60 @@ def test_readme_test_line_is_the_one_ci_runs_with_the_locked_versions():
     assert "pip install -c constraints.txt -r requirements.txt" in line, line
     assert line.endswith("python -m pytest tests -q"), line
     assert code_lines(readme).index(line) > 1  # after the install and the one-minute check
+
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+RESULT_FILE = re.compile(r"`([^`\s]*-[^`\s]*\.(?:md|jsonl|json|png|csv))`")  # run files: name-label.ext
+
+
+def prose(path: Path) -> str:
+    """A markdown file without its fenced code blocks."""
+    return re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+
+
+def expand(name: str) -> list[str]:
+    """`metrics-seed{0,1,2}.jsonl` -> the three names."""
+    brace = re.search(r"\{([^{}]*)\}", name)
+    if not brace:
+        return [name]
+    return [full for alternative in brace.group(1).split(",")
+            for full in expand(name[:brace.start()] + alternative + name[brace.end():])]
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a markdown file's headings."""
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            for heading in re.findall(r"^#+ (.+)$", prose(path), flags=re.M)}
+
+
+def test_every_results_file_a_doc_cites_exists():
+    """A run file named in the docs (`metrics-seed{0,1,2}.jsonl`, `eval-tt2-s0-reasoning-gym.md`,
+    `training_curves-seed*.png`) is a file under docs/results/; a placeholder name is not."""
+    files = [p.name for p in (ROOT / "docs" / "results").rglob("*") if p.is_file()]
+    cited, missing = 0, []
+    for doc in DOCS:
+        for token in RESULT_FILE.findall(prose(doc)):
+            for name in expand(token):
+                cited += 1
+                pattern = re.escape(name.split("/")[-1]).replace(r"\*", ".*")
+                if not any(re.fullmatch(pattern, file) for file in files):
+                    missing.append(f"{doc.relative_to(ROOT)}: {name}")
+    assert cited > 50, f"only {cited} results files cited: the pattern no longer finds them"
+    assert not missing, "cited but not under docs/results/: " + "; ".join(missing)
+
+
+def test_every_link_of_the_docs_reaches_its_file_and_heading():
+    links, dead = 0, []
+    for doc in DOCS:
+        for target in re.findall(r"\]\(([^)\s]+)\)", prose(doc)):
+            if re.match(r"[a-z]+:", target):
+                continue
+            links += 1
+            file, _, anchor = target.partition("#")
+            path = (doc.parent / file) if file else doc
+            if not path.exists():
+                dead.append(f"{doc.relative_to(ROOT)}: {target}")
+            elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+                dead.append(f"{doc.relative_to(ROOT)}: {target} (no such heading)")
+    assert links > 100, f"only {links} links found: the pattern no longer finds them"
+    assert not dead, "dead links: " + "; ".join(dead)
