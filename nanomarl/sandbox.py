@@ -86,8 +86,8 @@ return the right values. (b) Its process is shared by all tests, so it may keep 
 tests/test_sandbox_semantics.py: a program object compared or combined with a test value fails
 (its own __eq__ would let it match any expected value); one container passed twice in one call
 arrives as two; a generator is drawn ahead of the test after its 8th item; each call costs a
-round trip (~0.1 ms), so a test of 100,000s of calls times out; a test cannot name the program's
-classes in `except`. (d) The test process trusts the tests and `context`; a program can still
+round trip (~0.1 ms), so a test of 100,000s of calls times out; a program class is no class in
+the test process (a test cannot subclass it or name it in `except`). (d) The test process trusts the tests and `context`; a program can still
 cost the test process some CPU (e.g. a list of colliding hashes the test turns into a set), up to
 the test's CPU watchdog. (e) Where a layer is
 unavailable (no namespaces in a container that forbids them, no seccomp off Linux x86_64, a root

@@ -462,8 +462,9 @@ def test_resolve(tag, item):
 
 def test_refer(value, aliases):
     """A test object the program's process may use: a program object back as its reference, a
-    builtin or module function by name, a function, class, instance or iterator the tests made, or
-    a bound method of a test list, dict or set, as a reference; else the test fails (Abort)."""
+    builtin or module function by name, a function, class, instance or iterator the tests made, a
+    bound method of a test list, dict or set, an itemgetter or attrgetter, as a reference; else the
+    test fails (Abort)."""
     kind = type(value)
     if kind is Remote:
         return '{"r":%d}' % value._Remote__handle
@@ -484,6 +485,7 @@ def test_refer(value, aliases):
     if (test_made(value) or kind.__name__ in ("generator", "function") and test_code(value)
             or kind.__name__ == "method" and test_made(self)
             or kind.__name__ == "builtin_function_or_method" and type(self) in (list, dict, set)
+            or kind.__module__ == "operator" and kind.__name__ in ("itemgetter", "attrgetter")
             or hasattr(kind, "__next__") and hasattr(kind, "__iter__")):
         if id(value) not in LINK["ids"]:
             LINK["ids"][id(value)] = len(LINK["mine"])
@@ -586,7 +588,7 @@ class Remote:
         self.__handle, self.__buffer, self.__drawn, self.__end = handle, [], 0, None
 
     def __getattr__(self, name):
-        if name.startswith("__"):
+        if name.startswith(("__", "_Remote__")):  # (a slot not set yet is no attribute to ask)
             raise AttributeError(name)
         return ask("attr", self.__handle, name)
 
@@ -630,7 +632,9 @@ class Remote:
         return ask("op", self.__handle, "repr", [])
 
     def __del__(self):
-        LINK["released"].append(self.__handle)
+        handle = getattr(self, "_Remote__handle", None)  # (None: its __init__ failed)
+        if handle is not None:
+            LINK["released"].append(handle)
 
 
 def remote(handle):

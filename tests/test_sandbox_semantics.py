@@ -471,3 +471,23 @@ def test_gap_the_program_is_asked_only_for_declared_names():
                  ["assert f() == 3", "assert LIMIT == 3"])
     assert result["passed"] == [True, False]
     assert result["errors"][1] == "NameError: name 'LIMIT' is not defined"
+
+
+def test_gap_a_program_class_is_not_a_class_in_the_test_process():
+    """A program class is a reference: a test can call it, compare and isinstance with it, but
+    not subclass it or name it in `except` (its exceptions arrive as the nearest builtin class's
+    subclass: `except ValueError` catches them)."""
+    program = """\
+        class Box:
+            def __init__(self, v):
+                self.v = v
+        class Invalid(ValueError):
+            pass
+        def f():
+            raise Invalid("no")
+        """
+    result = run(program, ["assert Box(3).v == 3", "class Sub(Box):\n    pass",
+                           "try:\n    f()\nexcept Invalid:\n    pass",
+                           "try:\n    f()\nexcept ValueError:\n    pass"])
+    assert result["passed"] == [True, False, False, True]
+    assert result["stderr"] == ""
