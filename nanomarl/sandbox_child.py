@@ -86,13 +86,15 @@ def run(code, scope):
 BIG = 1 << 8000  # ints from here on travel as hex (decimal text of over 4300 digits is refused)
 IMMUTABLE = {str, int, float, bool, type(None), tuple, frozenset, bytes, complex}
 COLLECTIONS = ("Counter", "OrderedDict", "defaultdict", "deque")
+VIEWS = {"dict_keys": "K", "dict_values": "V", "dict_items": "I"}
 
 
 def dump(value, refer, aliases=None):
     """value as JSON text: None, bool, float, str, small ints and lists as JSON; tuples "t",
     sets "s", frozensets "f", dicts "d" (a list of pairs), big ints "i" (hex), bytes "b",
     bytearrays "y" (hex), complex "c", Counter "C", OrderedDict "O", defaultdict "D", deque "Q",
-    NamedTuple "n", Fraction "F", Decimal "E"; anything else is refer(value) (a reference, or
+    NamedTuple "n", Fraction "F", Decimal "E", range "R", dict views "K" "V" "I", datetime's
+    date, datetime, time and timedelta "T"; anything else is refer(value) (a reference, or
     Abort). aliases {id: (k, object)}: the call's argument containers, sent as {"a": k}."""
     kind = type(value)
     if kind is str:
@@ -118,7 +120,16 @@ def dump(value, refer, aliases=None):
         return '{"%s":"%s"}' % ("b" if kind is bytes else "y", value.hex())
     if kind is complex:
         return '{"c":[' + dump(value.real, refer) + "," + dump(value.imag, refer) + "]}"
+    if kind is range:
+        return '{"R":[%s,%s,%s]}' % (dump(value.start, refer), dump(value.stop, refer),
+                                     dump(value.step, refer))
     module, name = kind.__module__, kind.__name__
+    if module == "builtins" and name in VIEWS:
+        return '{"%s":%s}' % (VIEWS[name], dump(list(value), refer, aliases))
+    if module == "datetime" and name in ("date", "datetime", "time", "timedelta"):
+        text = value.isoformat() if name != "timedelta" else [value.days, value.seconds,
+                                                             value.microseconds]
+        return '{"T":[%s,%s]}' % (dump(name, refer), dump(text, refer))
     if module == "collections" and name in COLLECTIONS:
         if name == "deque":
             inner = "[" + dump(list(value), refer, aliases) + "," + dump(value.maxlen, refer) + "]"
@@ -167,6 +178,16 @@ def hook(tagged, resolve):
             return chunked({}, item)
         if tag == "c" and len(item) == 2:
             return complex(*[float(x) for x in item])
+        if tag == "R" and len(item) == 3 and all(type(x) is int for x in item):
+            return range(*item)
+        if tag == "K" or tag == "I":
+            pairs = item if tag == "I" else [(k, None) for k in item]
+            return (chunked({}, pairs).keys if tag == "K" else chunked({}, pairs).items)()
+        if tag == "V":
+            return dict(enumerate(item)).values()
+        if tag == "T" and len(item) == 2 and item[0] in ("date", "datetime", "time", "timedelta"):
+            kind = getattr(__import__("datetime"), item[0])
+            return kind(*item[1]) if item[0] == "timedelta" else kind.fromisoformat(item[1])
     if kind is str:
         if tag == "i":
             return int(item, 16)

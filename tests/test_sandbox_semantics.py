@@ -209,8 +209,8 @@ def test_an_answer_of_colliding_hashes_is_interrupted_by_the_alarm():
         import os, time
         def f():
             items = ",".join(str({COLLIDING}) for k in range(1, 45000))
-            line = "".join("\\n[%d,\\"a\\",\\"v\\",{{\\"s\\":[%s]}},{{\\"d\\":[]}}]\\n" % (seq, items)
-                           for seq in (1, 2, 3))
+            answer = "\\n[%d,\\"a\\",\\"v\\",{{\\"s\\":[%s]}},{{\\"d\\":[]}}]\\n"
+            line = "".join(answer % (seq, items) for seq in (1, 2, 3))
             for fd in range(3, 32):
                 try:
                     os.write(fd, line.encode())
@@ -239,9 +239,10 @@ def test_c_work_the_alarm_cannot_interrupt_is_stopped_by_the_cpu_watchdog():
 
 def test_richer_values_travel_as_themselves():
     """Counter, NamedTuple, bytes, bytearray, complex, ints over 4,300 digits, frozenset, deque,
-    OrderedDict, defaultdict (its factory kept), Fraction, Decimal and answers over 1 MiB."""
+    OrderedDict, defaultdict (its factory kept), Fraction, Decimal, range, dict views, dates and
+    answers over 1 MiB, both ways (a test's arguments too)."""
     program = """\
-        import collections, decimal, fractions
+        import collections, datetime, decimal, fractions
         from typing import NamedTuple
         class P(NamedTuple):
             x: int
@@ -249,9 +250,13 @@ def test_richer_values_travel_as_themselves():
         VALUES = [collections.Counter("aab"), P(1, 2), b"ab", bytearray(b"c"), 1 + 2j,
                   10 ** 5000, frozenset({1}), collections.deque([1, 2], 5),
                   collections.OrderedDict(a=1), collections.defaultdict(list, a=[1]),
-                  fractions.Fraction(1, 3), decimal.Decimal("1.10"), list(range(300000))]
+                  fractions.Fraction(1, 3), decimal.Decimal("1.10"), list(range(300000)),
+                  range(1, 9, 2), {"a": 1}.items(), datetime.date(2024, 2, 29),
+                  datetime.timedelta(days=1, seconds=2)]
         def f(k):
             return VALUES[k]
+        def echo(*args):
+            return [type(a).__name__ for a in args], args
         """
     tests = ["assert f(0) == {'a': 2, 'b': 1} and f(0).most_common(1) == [('a', 2)]",
              "assert f(1) == (1, 2) and f(1).y == 2 and type(f(1)).__name__ == 'P'",
@@ -263,7 +268,15 @@ def test_richer_values_travel_as_themselves():
              "assert f(8) == {'a': 1} and type(f(8)).__name__ == 'OrderedDict'",
              "d = f(9)\nassert d['b'] == [] and d['a'] == [1]",
              "import fractions\nassert f(10) == fractions.Fraction(1, 3)",
-             "assert str(f(11)) == '1.10'", "assert f(12) == list(range(300000))"]
+             "assert str(f(11)) == '1.10'", "assert f(12) == list(range(300000))",
+             "assert f(13) == range(1, 9, 2) and f(14) == {('a', 1)}",
+             "import datetime\nassert f(15) == datetime.date(2024, 2, 29) and "
+             "f(16) == datetime.timedelta(days=1, seconds=2)",
+             "import collections\nd = {'a': 1}\nnames, back = echo(range(3), d.keys(), d.values(), "
+             "collections.Counter('ab'), b'x', 2 ** 20000, datetime.time(1, 2))\n"
+             "assert names == ['range', 'dict_keys', 'dict_values', 'Counter', 'bytes', 'int', "
+             "'time']\nassert back[:2] == (range(3), {'a'}) and list(back[2]) == [1] and "
+             "back[5] == 2 ** 20000"]
     result = run(program, tests, timeout=3.0)  # (2 MB of JSON each way on a loaded machine)
     assert result["passed"] == [True] * len(tests), result["errors"]
 
