@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -178,13 +179,19 @@ def base_model_id(path: str) -> str:
     return local_copies.get(Path(path), path) if path else path
 
 
+ALIAS_FOLDERS = {CACHE_DIR / "smollm2-135m-instruct": SMOLLM2_ALIAS,  # the folders the aliases load
+                 CACHE_DIR / "tiny-qwen2": TINY_ALIAS}
+
+
 def save_adapters(model, names: list[str], out_dir: str | Path):
     """Write each adapter as a peft folder out_dir/<name>/ (adapter_config.json + safetensors + the
     tokenizer), atomically (a temporary folder swapped into place), so that on any machine
     AutoPeftModelForCausalLM.from_pretrained(out_dir/<name>) and
     AutoTokenizer.from_pretrained(out_dir/<name>) load it: the config names the base by
     base_model_id (smollm2-135m's copy is the dequantised Q4_1 GGUF of that hub model, so the hub's
-    weights differ from the trained-on ones by the Q4_1 rounding). Only rank 0 writes."""
+    weights differ from the trained-on ones by the Q4_1 rounding), and trained_on.json names the
+    base actually trained on (its alias and folder). No hub lookup: peft's check of a resized
+    vocabulary is skipped (LoRA on the linear layers never resizes it). Only rank 0 writes."""
     if not is_main_process():
         return
     out_dir = Path(out_dir)
@@ -198,12 +205,17 @@ def save_adapters(model, names: list[str], out_dir: str | Path):
             loaded_from = config.base_model_name_or_path
             config.base_model_name_or_path = base_model_id(loaded_from)
             try:
-                model.save_pretrained(tmp / "_peft", selected_adapters=[name])
+                model.save_pretrained(tmp / "_peft", selected_adapters=[name],
+                                      save_embedding_layers=False)
             finally:
                 config.base_model_name_or_path = loaded_from
             produced = tmp / "_peft" / name if (tmp / "_peft" / name).exists() else tmp / "_peft"
             shutil.move(str(produced), str(tmp / name))
             shutil.rmtree(tmp / "_peft", ignore_errors=True)
+            base = ALIAS_FOLDERS.get(Path(loaded_from), loaded_from) if loaded_from else ""
+            trained_on = dict(base=base, folder=loaded_from,
+                              adapter_config_base=base_model_id(loaded_from))
+            (tmp / name / "trained_on.json").write_text(json.dumps(trained_on, indent=2) + "\n")
             if loaded_from and loaded_from not in tokenizers:
                 tokenizers[loaded_from] = load_tokenizer(loaded_from)
             if loaded_from:

@@ -162,6 +162,37 @@ def test_adapters_load_with_auto_peft_and_their_tokenizer(cotrain_run, tiny_mode
     assert tokenizer("2 + 3 = 5")["input_ids"] == reference("2 + 3 = 5")["input_ids"]
     assert tokenizer.pad_token == reference.pad_token
     assert tokenizer.chat_template == reference.chat_template
+    trained_on = json.loads((folder / "trained_on.json").read_text())
+    assert trained_on == dict(base="tiny", folder=str(tiny_model_dir),
+                              adapter_config_base=str(tiny_model_dir))
+
+
+def test_saving_adapters_of_a_hub_named_base_asks_the_hub_nothing(tmp_path, monkeypatch,
+                                                                  tiny_model_dir):
+    """An adapter whose config names a hub id (smollm2-135m's copy names its hub model): saved
+    without a hub lookup and without a warning, and trained_on.json records the folder trained on."""
+    import warnings
+
+    import peft.utils.save_and_load
+
+    import common
+    from nanomarl import models
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError("save_adapters asked the hub")
+
+    monkeypatch.setattr(peft.utils.save_and_load, "check_file_exists_on_hf_hub", no_hub)
+    monkeypatch.setattr(models, "base_model_id", lambda path: "HuggingFaceTB/SmolLM2-135M-Instruct")
+    model = common.add_adapters(common.load_model("tiny"), ["agent0"], r=4, alpha=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        models.save_adapters(model, ["agent0"], tmp_path / "adapters")
+    folder = tmp_path / "adapters" / "agent0"
+    config = json.loads((folder / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert json.loads((folder / "trained_on.json").read_text()) == dict(
+        base="tiny", folder=str(tiny_model_dir),
+        adapter_config_base="HuggingFaceTB/SmolLM2-135M-Instruct")
 
 
 def test_evaluate_run_repeats_the_runs_held_out_evaluation(cotrain_run, tmp_path):
