@@ -59,7 +59,8 @@ from nanomarl.distributed import default_device, is_main_process, seed_everythin
 from nanomarl.models import (adapter_state_dict, check_device, check_model_name,
                              load_adapter_state_dict, load_adapters, load_tokenizer, save_adapters)
 from nanomarl.runs import (clean_exits, format_metrics, load_checkpoint, log_metrics, resumed_args,
-                           rng_state, save_checkpoint, set_rng_state, set_torch_threads, start_run)
+                           rng_state, save_checkpoint, set_restart_note, set_rng_state,
+                           set_torch_threads, start_run)
 from nanomarl.tasks.debate import dataset_options, load_task, read_jsonl, step_indices
 from nanomarl.tasks.debate_prompts import turn1_prompt
 from nanomarl.trackers import finish_tracker, plot_run
@@ -814,7 +815,13 @@ def main(args: Args):
     if args.resume:  # the run's settings + the flags typed now; the checkpoint's shape is fixed
         args = resumed_args(args, "train_verifier",
                             ("model", "lora_r", "lora_alpha", "dataset", "num_questions",
-                             "verifier_fraction", "heldout_fraction", "split_seed"))
+                             "verifier_fraction", "heldout_fraction", "split_seed"),
+                            checkpoint=False)
+        if not (Path(args.resume) / "checkpoint.pt").is_file():  # stopped before its first one:
+            print(f"{args.resume} has no checkpoint yet: starting it again there, with the answers "
+                  f"it sampled")  # the same folder again, its cached answers reused
+            (Path(args.resume) / "metrics.jsonl").unlink(missing_ok=True)
+            args.output_dir, args.resume = args.resume, ""
     check_args(args)
     device = args.device or default_device()
     print(set_torch_threads(args.threads))
@@ -829,6 +836,8 @@ def main(args: Args):
     tokenizer = load_tokenizer(args.model)
     model = load_model(args.model, args.dtype, args.quant, device)
     cache_path = Path(args.data_cache) if args.data_cache else run_dir / "verifier_data.jsonl"
+    set_restart_note(f"the answers sampled so far stay in {cache_path}: python train_verifier.py "
+                     f"--resume {run_dir} samples only the missing ones")
     train_rows, heldout_rows, data_stats = build_data(model, tokenizer, parts, args, cache_path)
 
     # 4. the verifier: a LoRA adapter on the same base and a linear head, AdamW over those two

@@ -122,7 +122,8 @@ def restore_rng_state(states: list[dict]):
 
 # ---------------------------------------------------------------------- the run folder
 
-_RUN = dict(script="", run_dir=None, step=None)  # this process's run and last checkpoint, for _stop
+# this process's run, its last checkpoint and how to continue before the first, for _stop
+_RUN = dict(script="", run_dir=None, step=None, restart="")
 
 
 def writable_dir(folder: str | Path, flag: str = "--output-dir") -> Path:
@@ -158,7 +159,7 @@ def start_run(args, script: str) -> Path:
                                   f"--resume {run_dir} or pick a new folder")
     if resume and not (run_dir / "checkpoint.pt").is_file():
         arg_error("--resume", f"{run_dir} has no checkpoint.pt to resume from")
-    _RUN.update(script=script, run_dir=run_dir, step=None)
+    _RUN.update(script=script, run_dir=run_dir, step=None, restart="")
     if not is_main_process():
         return run_dir
     writable_dir(run_dir, flag)
@@ -182,20 +183,26 @@ def start_run(args, script: str) -> Path:
     return run_dir
 
 
-def resumed_args(args, script: str, must_match: tuple[str, ...] = ()):
+def set_restart_note(note: str):
+    """What a stop before the first checkpoint says to do (default: start again in a new folder)."""
+    _RUN["restart"] = note
+
+
+def resumed_args(args, script: str, must_match: tuple[str, ...] = (), checkpoint: bool = True):
     """--resume RUN: the settings of the run, layered in the order they were given: the first run's
     args.json, then the flags given at each earlier resume (RUN/resumes.jsonl), then the flags typed
     on this command line (typed, not "differs from the default", so --lr 1e-5 counts even when 1e-5
     is the default). Refused before any model loads, with one line: a folder without args.json or
-    checkpoint.pt, a run of another script, a run saved by another version of this script (its
-    settings are not exactly this version's flags), and a changed flag of must_match (what the
-    checkpoint's tensors depend on: models, agents, turns, adapters, dataset)."""
+    checkpoint.pt (checkpoint=False: a script that restarts such a run itself), a run of another
+    script, a run saved by another version of this script (its settings are not exactly this
+    version's flags), and a changed flag of must_match (what the checkpoint's tensors depend on:
+    models, agents, turns, adapters, dataset)."""
     run_dir, cls = Path(args.resume), type(args)
     if not (run_dir / "args.json").is_file():
         arg_error("--resume", f"{run_dir} has no args.json: not a run folder (give the folder of "
                               f"the run to continue)")
     saved = json.loads((run_dir / "args.json").read_text())
-    if not (run_dir / "checkpoint.pt").is_file():
+    if checkpoint and not (run_dir / "checkpoint.pt").is_file():
         arg_error("--resume", f"{run_dir} has no checkpoint.pt: the run stopped before its first "
                               f"checkpoint (start it again in a new folder)")
     owner = saved.pop("script", None)
@@ -381,7 +388,8 @@ def _stop(signum: int):
     if run_dir is None:
         note = ""
     elif step is None:
-        note = f": no checkpoint was written yet in {run_dir} (start the run again in a new folder)"
+        note = (f": no checkpoint was written yet in {run_dir} "
+                f"({_RUN['restart'] or 'start the run again in a new folder'})")
     else:
         note = (f": the checkpoint in {run_dir} is at step {step}; continue with "
                 f"python {script}.py --resume {run_dir}")

@@ -295,6 +295,40 @@ def test_cli_resume_continues_and_reuses_the_data(cli_run):
     assert json.loads((run_dir / "args_resume.json").read_text())["max_steps"] == 5
 
 
+def test_a_stop_while_sampling_says_resume_and_the_resume_samples_only_the_rest(tmp_path, capsys,
+                                                                              monkeypatch):
+    """Ctrl-C after the first batch of sampled answers: the note says --resume (not "start again in a
+    new folder"), and the resume keeps that batch, samples only the rest, and trains to the end."""
+    import signal
+
+    from nanomarl import runs
+    from nanomarl.cli import parse_args
+
+    run_dir, sampled, real = tmp_path / "run", [], tv.generate
+
+    def generate(model, tokenizer, prompts, *args, **kwargs):
+        if len(sampled) == 1 and stop_after_one:
+            runs._stop(signal.SIGINT)  # what clean_exits' handler does on Ctrl-C
+        sampled.append(len(prompts))
+        return real(model, tokenizer, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(tv, "generate", generate)
+    stop_after_one = True
+    with pytest.raises(SystemExit) as stopped:
+        tv.main(parse_args(tv.Args, [*CLI[1:], "--max-steps", "2", "--generate-batch-size", "8",
+                                     "--output-dir", str(run_dir)]))
+    assert stopped.value.code == 128 + signal.SIGINT and sampled == [8]
+    note = capsys.readouterr().err
+    assert f"--resume {run_dir} samples only the missing ones" in note and "new folder" not in note
+    assert len((run_dir / "verifier_data.jsonl").read_text().splitlines()) == 8
+    stop_after_one, sampled[:] = False, []
+    report = tv.main(parse_args(tv.Args, ["--resume", str(run_dir)]))
+    cached = (run_dir / "verifier_data.jsonl").read_text().splitlines()
+    assert sum(sampled) == len(cached) - 8 > 0  # the first 8 answers were not sampled again
+    assert report["step"] == 2 and (run_dir / "checkpoint.pt").is_file()
+    assert json.loads((run_dir / "args.json").read_text())["generate_batch_size"] == 8
+
+
 def _heldout_rows(run_dir):
     args = json.loads((run_dir / "args.json").read_text())
     cache = [json.loads(line) for line in (run_dir / "verifier_data.jsonl").read_text().splitlines()]
