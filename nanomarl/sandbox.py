@@ -87,9 +87,10 @@ tests/test_sandbox_semantics.py: a program object compared or combined with a te
 (its own __eq__ would let it match any expected value); one container passed twice in one call
 arrives as two; a generator is drawn ahead of the test after its 8th item; each call costs a
 round trip (~0.1 ms), so a test of 100,000s of calls times out; a program class is no class in
-the test process (a test cannot subclass it or name it in `except`). (d) The test process trusts the tests and `context`; a program can still
-cost the test process some CPU (e.g. a list of colliding hashes the test turns into a set), up to
-the test's CPU watchdog. (e) Where a layer is
+the test process (a test cannot subclass it or name it in `except`); a test object's attribute
+reaches the program as a copy (appending to it is not seen; setting it is). (d) The test process
+trusts the tests and `context`; a program can still cost the test process some CPU (e.g. a list of
+colliding hashes the test turns into a set), up to the test's CPU watchdog. (e) Where a layer is
 unavailable (no namespaces in a container that forbids them, no seccomp off Linux x86_64, a root
 trainer whose standard library other users cannot read) it is skipped with a warning and what it
 guarded is open (without seccomp and namespaces the program's process could signal or trace the test

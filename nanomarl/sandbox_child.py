@@ -283,6 +283,8 @@ def describe(error):
     """'Name: message' of an exception (an answer's as the other process gave it)."""
     if type(error) is Abort:
         return str(error)
+    if any(type(arg).__name__ == "Remote" for arg in getattr(error, "args", ())):
+        return type(error).__name__ + ": <program object>"  # (its text would ask the program)
     try:
         return getattr(error, "program_text", None) or type(error).__name__ + ": " + str(error)
     except BaseException:
@@ -450,10 +452,10 @@ def test_answered(message):
                 refill(numbered[write[0]], write[1])
             except Exception:
                 pass
-    for key, stream in (("o", "stdout"), ("e", "stderr")):
-        if type(extra.get(key)) is str:
+    for key, stream in (("o", "stdout"), ("e", "stderr")):  # only into a test's redirection
+        if type(extra.get(key)) is str and getattr(sys, stream) is not LINK[stream]:
             getattr(sys, stream).write(extra[key])
-    if "rs" in extra and type(extra["rs"]) is tuple:
+    if LINK["seeded"] and type(extra.get("rs")) is tuple:  # only once a test has seeded
         random = sys.modules.get("random")
         try:
             random.setstate(extra["rs"])
@@ -534,8 +536,11 @@ def test_ops(op, target, a, b, extra):
         raise TypeError("no such test object")
     if op == "call" and callable(value) and type(a) is list and type(b) is dict:
         return value(*a, **{str(k): v for k, v in b.items()})
-    if op in ("attr", "setattr") and type(a) is str and not a.startswith("_") and test_made(value):
-        return getattr(value, a) if op == "attr" else setattr(value, a, b)
+    if op == "attr" and type(a) is str and not a.startswith("_") and test_made(value):
+        return getattr(value, a)
+    if (op == "setattr" and type(a) is str and not a.startswith("_") and test_made(value)
+            and not hasattr(type(value), a)):  # data, never a method or property of the class
+        return setattr(value, a, b)
     if op == "next" and hasattr(type(value), "__next__"):
         return next(value)
     if op in ("len", "iter", "bool", "str", "repr", "getitem", "contains") and test_made(value):

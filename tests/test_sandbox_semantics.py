@@ -153,6 +153,24 @@ def test_mutation_in_place_is_visible_and_a_returned_argument_is_the_tests_own()
     assert run(program, tests)["passed"] == [False, False, True, True, True]
 
 
+def test_the_program_cannot_replace_a_test_objects_methods():
+    """A test object passed to the program is read, called and given data attributes in the test
+    process; a method or property of its class is never replaced (the checker a test consults
+    after the call stays the test's); unsolicited output is not written into a test's buffer."""
+    program = """\
+        def cheat(checker):
+            checker.ok = lambda: True
+        def fill(checker):
+            checker.seen = [1, 2]
+        """
+    tests = ["class Checker:\n    def __init__(self):\n        self.seen = []\n"
+             "    def ok(self):\n        return self.seen == [1, 2]\n"
+             "c = Checker()\ntry:\n    cheat(c)\nexcept TypeError:\n    pass\nassert c.ok()",
+             "c = Checker()\nfill(c)\nassert c.ok() and c.seen == [1, 2]"]
+    result = run(program, tests)
+    assert result["passed"] == [False, True], result["errors"]
+
+
 # ----------------------------------------------------------------------------------------------
 # Harm
 # ----------------------------------------------------------------------------------------------
@@ -484,6 +502,16 @@ def test_gap_the_program_is_asked_only_for_declared_names():
                  ["assert f() == 3", "assert LIMIT == 3"])
     assert result["passed"] == [True, False]
     assert result["errors"][1] == "NameError: name 'LIMIT' is not defined"
+
+
+def test_gap_a_test_objects_attribute_arrives_as_a_copy():
+    """The program reads a test object's attribute as a value: appending to it changes the
+    program's copy only (setting the attribute is seen)."""
+    program = ("def f(box):\n    items = box.items\n    items.append(1)\n"
+               "    box.count = len(items)\n")
+    result = run(program, ["class Box:\n    def __init__(self):\n        self.items = []\n"
+                           "b = Box()\nf(b)\nassert b.items == [] and b.count == 1"])
+    assert result["passed"] == [True]
 
 
 def test_gap_a_program_class_is_not_a_class_in_the_test_process():
