@@ -608,7 +608,7 @@ def evaluate_team(agents: Agents, tokenizer, problems: list[dict], task: Task, a
 
 def main(args: Args):
     if args.resume:  # the run's settings + the flags typed now; a change of shape is refused
-        args = resumed_args(args, "magrpo", RESUME_MUST_MATCH)
+        args = resumed_args(args, "magrpo", RESUME_MUST_MATCH, ("eval_problems",))
     check_args(args)
     reward_fn = load_function(args.reward_fn, "--reward-fn") if args.reward_fn else None
     problems = load_problems(args.dataset, "train", args.train_limit)

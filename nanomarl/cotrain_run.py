@@ -488,7 +488,7 @@ def settle_args(args, score_fn=None):
     change refused), every refusal before anything heavy loads, the decay length saved with the
     run, and your scorer (--reward-fn) imported."""
     if args.resume:
-        args = resumed_args(args, "cotrain", RESUME_MUST_MATCH)
+        args = resumed_args(args, "cotrain", RESUME_MUST_MATCH, ("eval_questions", "eval_split"))
     check_args(args)
     # fast decoding on or off; on a GPU, debates per forward from its free memory
     configure_device(args, "micro_batch_questions", args.num_agents,

@@ -64,6 +64,10 @@ def refusal_rows(tmp_path, c, m):
          "trained with --num-agents 2"),
         ("cotrain", ["--resume", str(c), "--lora-r", "16"], "--lora-r", "--lora-r 8"),
         ("cotrain", ["--resume", str(c), "--num-turns", "3"], "--num-turns", "--num-turns 2"),
+        ("cotrain", ["--resume", str(c), "--eval-questions", "4"], "--eval-questions",
+         "evaluated before its first update with --eval-questions 40"),
+        ("cotrain", ["--resume", str(c), "--eval-split", "train"], "--eval-split",
+         "--eval-split test; a resumed run evaluates the same questions"),
         ("cotrain", ["--resume", str(m)], "--resume", "python magrpo.py --resume"),
         ("cotrain", ["--resume", str(c), "--ppo-epochs", "-1"], "--ppo-epochs", "-1"),
         ("cotrain", [*TINY, "--output-dir", new, "--ppo-epochs", "-1"], "--ppo-epochs", "> 0"),
@@ -94,6 +98,8 @@ def refusal_rows(tmp_path, c, m):
         ("magrpo", ["--resume", str(m), "--dataset", "minicode"], "--dataset",
          "trained with --dataset jsonl:"),
         ("magrpo", ["--resume", str(m), "--max-steps", "0"], "--max-steps", "> 0"),
+        ("magrpo", ["--resume", str(m), "--eval-problems", "4"], "--eval-problems",
+         "evaluated before its first update with --eval-problems 16"),
         ("magrpo", [*TINY, "--output-dir", new, "--temperature", "0"], "--temperature", "> 0"),
         ("magrpo", ["--model", "/no/such/dir", "--output-dir", new], "--model", "does not exist"),
         ("magrpo", ["--model", "smollm2-1.7b", "--output-dir", new], "--model",
@@ -197,6 +203,18 @@ def test_resume_means_what_was_typed_and_layers_every_resume(runs):
     assert resume(c).max_steps == 7
     assert json.loads((c / "args_resume.json").read_text())["max_steps"] == 7
     assert json.loads((c / "args.json").read_text())["lr"] == 1e-4  # the first run's settings stay
+
+
+def test_a_resume_evaluates_the_first_runs_questions_or_none(runs):
+    """The final before -> after line compares the evaluation before the first update with the last:
+    a resume may turn it off (0) and on again, never change its questions (the refusal: above)."""
+    from nanomarl.cotrain_run import settle_args
+
+    c, _ = runs
+    for typed, expected in (("0", 0), ("40", 40)):  # off, then on again: the first run's 40
+        args, _ = settle_args(parse_args(cotrain.Args, ["--resume", str(c), "--eval-questions", typed]))
+        start_run(args, "cotrain")
+        assert args.eval_questions == expected
 
 
 def test_resume_trims_metrics_to_the_checkpoint(runs):
