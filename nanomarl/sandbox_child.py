@@ -607,7 +607,7 @@ class Remote:
     __mul__, __truediv__, __floordiv__ = binary("mul"), binary("truediv"), binary("floordiv")
     __mod__, __pow__, __and__, __or__ = binary("mod"), binary("pow"), binary("and_"), binary("or_")
     __xor__, __lshift__, __rshift__ = binary("xor"), binary("lshift"), binary("rshift")
-    __matmul__, __instancecheck__ = binary("matmul"), binary("isinstance")
+    __matmul__ = binary("matmul")
     __radd__ = __rsub__ = __rmul__ = __rtruediv__ = __rfloordiv__ = __rmod__ = __rpow__ = refused
 
     def __init__(self, handle):
@@ -634,6 +634,9 @@ class Remote:
 
     def __iter__(self):
         return ask("op", self.__handle, "iter", [])
+
+    def __instancecheck__(self, instance):  # a test's value is no instance of a program class
+        return type(instance) is Remote and ask("op", self.__handle, "isinstance", instance)
 
     def __contains__(self, item):  # as Python does without __contains__: by iteration, here
         if type(item) is Remote:
