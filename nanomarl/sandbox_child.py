@@ -486,8 +486,8 @@ def test_resolve(tag, item):
 def test_refer(value, aliases):
     """A test object the program's process may use: a program object back as its reference, a
     builtin or module function by name, a function, class, instance or iterator the tests made, a
-    bound method of a test list, dict or set, an itemgetter or attrgetter, as a reference; else the
-    test fails (Abort)."""
+    bound method of a test list, dict or set, an itemgetter, attrgetter or unittest.mock object, as
+    a reference; else the test fails (Abort)."""
     kind = type(value)
     if kind is Remote:
         return '{"r":%d}' % value._Remote__handle
@@ -509,6 +509,7 @@ def test_refer(value, aliases):
             or kind.__name__ == "method" and test_made(self)
             or kind.__name__ == "builtin_function_or_method" and type(self) in (list, dict, set)
             or kind.__module__ == "operator" and kind.__name__ in ("itemgetter", "attrgetter")
+            or kind.__module__ == "unittest.mock" and callable(value)
             or hasattr(kind, "__next__") and hasattr(kind, "__iter__")):
         if id(value) not in LINK["ids"]:
             LINK["ids"][id(value)] = len(LINK["mine"])

@@ -348,9 +348,9 @@ def test_program_objects_are_used_by_reference():
 
 
 def test_callbacks_and_test_objects_reach_the_program():
-    """Functions, builtins, bound methods of a test's list, a test's generator and instances of a
-    test's own class passed to the program: it calls, reads, sets and draws them in the test
-    process."""
+    """Functions, builtins, bound methods of a test's list, a test's generator, instances of a
+    test's own class and a mock passed to the program: it calls, reads, sets and draws them in the
+    test process."""
     program = """\
         def apply_twice(f, x):
             return f(f(x))
@@ -377,7 +377,9 @@ def test_callbacks_and_test_objects_reach_the_program():
              "assert to_list(Node(1, Node(2))) == [1, 2]",
              "out = []\neach([1, 2], out.append)\nassert out == [1, 2]",
              "n = Node(1)\nassert relabel(n, 5) is n and n.val == 5",
-             "def gen():\n    yield 2\n    yield 1\nassert sort_by(gen()) == [1, 2]"]
+             "def gen():\n    yield 2\n    yield 1\nassert sort_by(gen()) == [1, 2]",
+             "from unittest import mock\ncallback = mock.Mock(return_value=4)\n"
+             "assert apply_twice(callback, 1) == 4\ncallback.assert_called_with(4)"]
     result = run(program, tests)
     assert result["passed"] == [True] * len(tests), result["errors"]
 
