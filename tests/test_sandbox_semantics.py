@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 from nanomarl.sandbox import run_tests_in_sandbox
+from nanomarl.tasks import code
 from nanomarl.tasks.code import code_reward
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +51,22 @@ def test_a_test_never_reads_a_name_from_the_program():
     assert result["errors"][1] == "NameError: name 'x' is not defined"
     _, levels = code_reward("", right, ADD, **LIMITS)  # ast: the loop runs as written
     assert (levels["tests_passed"], levels["tests_total"]) == (2, 2), levels
+
+
+def test_the_reward_asks_the_program_for_the_entry_point_aux_and_the_problems_names_only():
+    """code_reward's names: the entry point, aux, and the names a problem declares (a class its
+    tests build); any other program name is the tests' NameError."""
+    problem = dict(id="toy/shift", kind="code", entry_point="shift",
+                   prompt='def shift(p):\n    """p moved one to the right."""\n',
+                   test="def check(candidate):\n    assert candidate(Point(1, 2)) == Point(2, 2)\n")
+    main = ("class Point:\n    def __init__(self, x, y):\n        self.x, self.y = x, y\n"
+            "    def __eq__(self, other):\n"
+            "        return (self.x, self.y) == (other.x, other.y)\n\n"
+            "def shift(p):\n    return Point(p.x + 1, p.y)\n")
+    report = code.analyze_code("", main, problem, **LIMITS)
+    assert report["passed"] == [False] and report["errors"][0].startswith("NameError")
+    report = code.analyze_code("", main, dict(problem, names=["Point"]), **LIMITS)
+    assert report["passed"] == [True], report["errors"]
 
 
 def test_a_declared_name_wins_over_the_builtin_and_is_never_the_builtin():
