@@ -32,19 +32,9 @@ from nanomarl.models import (
     load_adapter_state_dict,
     save_adapters,
 )
-from nanomarl.runs import (
-    all_rng_states,
-    atomic_write_text,
-    finish_writes_first,
-    format_metrics,
-    load_checkpoint,
-    log_metrics,
-    log_samples,
-    print_eval_table,
-    restore_rng_state,
-    resumed_args,
-    save_checkpoint,
-)
+from nanomarl.runs import (all_rng_states, atomic_write_text, finish_writes_first, format_metrics,
+                           load_checkpoint, log_metrics, log_samples, print_eval_table,
+                           restore_rng_state, resumed_args, save_checkpoint)
 from nanomarl.tasks.debate import dataset_options, load_task
 from nanomarl.trackers import finish_tracker, plot_run
 
@@ -137,6 +127,9 @@ def heldout_records(args, train_records: list[dict]) -> list[dict]:
     if not records:
         arg_error("--eval-split", f"{args.dataset} has no questions in split {args.eval_split!r} "
                                   f"(or --eval-questions 0 to skip)")
+    if len(records) < args.eval_questions:  # a small file: say so, a noisy measure
+        print(f"note: --eval-questions {args.eval_questions}, but split {args.eval_split!r} of "
+              f"{args.dataset} holds {len(records)}: the held-out evaluation has {len(records)}")
     return records
 
 

@@ -182,9 +182,38 @@ def test_local_nli_labels_folder_splits_and_every_error(tmp_path):
              "^error: --dataset: .* has no usable rows")]:
         with pytest.raises(SystemExit, match=message):
             call()
-    with pytest.raises(BadRow, match="row 3: unparsable gold answer 'lots'"):
+    with pytest.raises(BadRow, match=r"mine\.jsonl:4: unparsable gold answer 'lots'"):  # file, line
         load_task(str(mine), question_field="problem", answer_field="solution")
     assert len(load_task(str(mine), question_field="problem", answer_field="solution", skip_bad_rows=True)) == 3
+
+
+def test_a_local_jsonl_file_reads_one_way_with_or_without_jsonl(tmp_path):
+    """`jsonl:PATH` and `PATH` read a JSONL file the same way (only their splits differ: the rows'
+    own or a hash of the question, and 'train'): a bad row named by file and line (and the flag of
+    a field it lacks), a field that no row has by its flag, an empty file by the file."""
+    good, lacking, unparsable = ({"problem": f"{i} + 1?", "solution": str(i + 1), "split": "train"}
+                                 for i in range(3))
+    del lacking["solution"]
+    unparsable["solution"] = "lots"
+    fields = dict(question_field="problem", answer_field="solution")
+    data = write_rows(tmp_path / "f.jsonl", [good, lacking, unparsable])
+    for name in (f"jsonl:{data}", str(data)):
+        with pytest.raises(BadRow, match=r"f\.jsonl:2: no field 'solution' \(--answer-field names"):
+            load_task(name, **fields)
+        with pytest.raises(SystemExit, match=r"^error: --question-field: .*f\.jsonl has no column "
+                                             r"'question' \(its columns: problem, solution, split\)"):
+            load_task(name)
+        assert [(r["question"], r["answer"]) for r in load_task(name, skip_bad_rows=True, **fields)] \
+            == [("0 + 1?", "1")]
+    data = write_rows(tmp_path / "g.jsonl", [good, good, unparsable])
+    for name in (f"jsonl:{data}", str(data)):
+        with pytest.raises(BadRow, match=r"g\.jsonl:3: unparsable gold answer 'lots'"):
+            load_task(name, **fields)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    for name in (f"jsonl:{empty}", str(empty)):
+        with pytest.raises(SystemExit, match=r"^error: --dataset: .*empty\.jsonl has no usable rows"):
+            load_task(name)
 
 
 def test_hub_id_goes_through_load_dataset(tmp_path, monkeypatch):

@@ -116,6 +116,17 @@ def test_cotrain_heldout_questions_never_train(tmp_path):
                                 load_task(f"jsonl:{data}", "train"))
 
 
+def test_a_small_file_held_out_says_how_many_it_holds(tmp_path, capsys):
+    """60 rows: the hash split holds out a few, not --eval-questions 40, and the run says so."""
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(dict(question=f"{i} + 1?", answer=i + 1)) + "\n"
+                            for i in range(60)))
+    held = heldout_records(cotrain.Args(dataset=f"jsonl:{data}"), load_task(f"jsonl:{data}"))
+    assert 0 < len(held) < 40
+    assert (f"note: --eval-questions 40, but split 'test' of jsonl:{data} holds {len(held)}: the "
+            f"held-out evaluation has {len(held)}") in capsys.readouterr().out
+
+
 def test_cotrain_cli_logs_eval_rows_before_and_after(tmp_path):
     run = tmp_path / "run"
     out = run_script(["cotrain.py", "--model", "tiny", "--max-steps", "2", "--max-new-tokens", "8", "--eval-questions", "4",

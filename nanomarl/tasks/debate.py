@@ -3,15 +3,14 @@ GSM8K, ANLI, a local JSONL file, any hub dataset or local data file, or makes th
 arithmetic word problems or a reasoning-gym generator's questions (optional package); each record
 holds a question and its normalised gold answer.
 
-Also the answer normalisers (numbers, ANLI labels), the seeded split of a question by a hash of its
-text, and step_indices (which questions a step trains on, so a resumed run continues exactly). A
-learner may skip this module: a record is {id, question, answer, task}.
+Also the answer normalisers (numbers, ANLI labels), local JSONL files read one way (local_jsonl, on
+nanomarl/tasks/local_data.py), and step_indices (which questions a step trains on, so a resumed run
+continues exactly). A learner may skip this module: a record is {id, question, answer, task}.
 """
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import random
 import re
@@ -20,6 +19,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from nanomarl.cli import BadRow, arg_error
+from nanomarl.tasks.local_data import hash_split, jsonl_split, read_jsonl
 
 ANLI_LABELS = ["entailment", "neutral", "contradiction"]
 
@@ -28,39 +28,6 @@ ANLI_PROMPT = (  # the authors' ANLI prompt
     "the premise and hypothesis. Choose one of the following: 'entailment', 'neutral', or "
     "'contradiction'. Start with a concise reasoning for your choice, and conclude with your final "
     "answer. You do not need to restate the premise and hypothesis.")
-
-
-def read_jsonl(path: str | Path, required: tuple[str, ...], skip_bad_rows: bool = False,
-               convert=None, flag: str = "--dataset") -> tuple[list[dict], int]:
-    """Read a JSONL file; each row must be a JSON object with the `required` keys, and
-    `convert(row)` (if given) may raise ValueError for rows it cannot use. A bad row raises
-    BadRow("path:line: why") unless skip_bad_rows, which skips it. Returns (rows, number_skipped). A
-    missing or unreadable file: one line naming `flag`, exit code 2."""
-    path = Path(path)
-    if not path.exists():
-        arg_error(flag, f"data file {path} does not exist")
-    rows, skipped = [], 0
-    try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
-    except (UnicodeDecodeError, IsADirectoryError) as e:
-        arg_error(flag, f"cannot read data file {path}: {e}")
-    for line_no, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            if not isinstance(row, dict):
-                raise ValueError("not a JSON object")
-            missing = [k for k in required if k not in row]
-            if missing:
-                raise ValueError(f"missing field(s) {', '.join(missing)}")
-            rows.append(convert(row) if convert else row)
-        except ValueError as e:  # json.JSONDecodeError is a ValueError
-            if not skip_bad_rows:
-                raise BadRow(f"{path}:{line_no}: {e} (use --skip-bad-rows to skip such rows)") \
-                    from None
-            skipped += 1
-    return rows, skipped
 
 
 def gsm8k_record(row: dict, index: int, split: str) -> dict:
@@ -84,35 +51,53 @@ def anli_record(row: dict, index: int, split: str) -> dict:
                 answer=ANLI_LABELS[row["label"]], task="nli")
 
 
-def jsonl_record(row: dict) -> dict:
-    """Local JSONL: {"question", "answer", optional "id", "task" ('math' default or 'nli'), extra
-    fields kept}."""
-    task = row.get("task", "math")
+def jsonl_record(row: dict, question_field: str = "question", answer_field: str = "answer",
+                 task: str = "math") -> dict:
+    """A local JSONL row -> record: the question and the gold answer from their fields, the answer
+    normalised as `task` (a row's own "task" field wins: 'math' or 'nli', where 0/1/2 are
+    ANLI_LABELS); optional "id", extra fields kept. ValueError names a missing field's flag."""
+    for field, flag in ((question_field, "--question-field"), (answer_field, "--answer-field")):
+        if field not in row:
+            raise ValueError(f"no field {field!r} ({flag} names it; the row has "
+                             f"{', '.join(map(repr, row)) or 'none'})")
+    task, answer = row.get("task", task), row[answer_field]
     if task not in ("math", "nli"):
         raise ValueError(f"task must be 'math' or 'nli', got {task!r}")
-    normalize = normalize_number if task == "math" else normalize_label
-    gold = normalize(str(row["answer"]))
-    if gold is None:
-        raise ValueError(f"unparsable gold answer {row['answer']!r}")
-    return {**row, "question": str(row["question"]), "answer": gold, "task": task}
+    if task == "nli" and type(answer) is int and answer in (0, 1, 2):
+        answer = ANLI_LABELS[answer]
+    gold = (normalize_number if task == "math" else normalize_label)(str(answer))
+    if gold is None or not str(row[question_field] or "").strip():
+        raise ValueError("empty question" if gold else f"unparsable gold answer {answer!r}")
+    return {**row, "question": str(row[question_field]), "answer": gold, "task": task}
 
 
-def hash_split(question: str) -> str:
-    """The split of a question without a split of its own, from a hash of its text (arith_records
-    too): crc32 % 10 = 0 test, 1 validation, 2-9 train. The same text always gets the same
-    split."""
-    bucket = zlib.crc32(question.encode()) % 10
-    return "test" if bucket == 0 else "validation" if bucket == 1 else "train"
-
-
-def jsonl_split(rows: list[dict], split: str, path: str) -> list[dict]:
-    """The rows of one split of a local JSONL file: a row's own "split" field where it has one,
-    else hash_split(question). So training and evaluation never share a question unless the file
-    says so."""
-    found = {str(row.get("split") or hash_split(row["question"])) for row in rows}
-    if split not in found | {"train", "validation", "test"}:
-        arg_error("--dataset", f"{path} has the splits {', '.join(sorted(found))}, not {split!r}")
-    return [row for row in rows if str(row.get("split") or hash_split(row["question"])) == split]
+def local_jsonl(name: str, split: str, limit: int | None, skip_bad_rows: bool,
+                question_field: str, answer_field: str, task: str) -> list[dict]:
+    """A local JSONL file, named jsonl:PATH (its splits: each row's "split" field, else hash_split)
+    or PATH (one split, 'train'), read one way: read_jsonl and jsonl_record, so a bad row is named
+    by file and line, and a file without a usable row is refused in one line."""
+    path, hashed = name.removeprefix("jsonl:"), name.startswith("jsonl:")
+    if task not in ("math", "nli"):
+        arg_error("--dataset-task", f"expected math or nli, got {task!r}")
+    if not hashed and split != "train":
+        arg_error("--dataset", f"{name} has no split {split!r}, only train (a single file is "
+                               f"the split 'train'; a folder takes its split names from its file "
+                               f"names)")
+    fields = list(dict.fromkeys(k for row in read_jsonl(path, (), True)[0] for k in row))
+    for field, flag in ((question_field, "--question-field"), (answer_field, "--answer-field")):
+        if fields and field not in fields:  # in no row: the flag, not the rows, is wrong
+            arg_error(flag, f"{path} has no column {field!r} (its columns: {', '.join(fields)})")
+    rows, skipped = read_jsonl(path, (), skip_bad_rows,
+                               lambda row: jsonl_record(row, question_field, answer_field, task))
+    if skipped:
+        print(f"skipped {skipped} bad rows in {path}")
+    if not rows:
+        arg_error("--dataset", f"{path} has no usable rows" + (" (--skip-bad-rows skipped "
+                                                              f"{skipped})" if skipped else ""))
+    for i, row in enumerate(rows):
+        row.setdefault("id", f"{Path(path).stem}/{i}" if hashed else f"{Path(path).stem}/train/{i}")
+    rows = jsonl_split(rows, split, path) if hashed else rows  # a split field, else a text hash
+    return rows[:limit] if limit else rows
 
 
 _ARITH_NAMES = ["Ava", "Ben", "Cara", "Dan", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jin", "Kai",
@@ -306,12 +291,12 @@ DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parque
 def dataset_records(name: str, split: str, limit: int | None, skip_bad_rows: bool,
                     question_field: str, answer_field: str, config: str, task: str) -> list[dict]:
     """Records of any hub dataset (owner/name: datasets.load_dataset(name, config, split=split)) or
-    local data: a .json/.jsonl/.csv/.parquet file (datasets names its one split 'train') or a folder
-    (split names from the file names, e.g. train.jsonl, test.jsonl). The question and the gold
-    answer are read from question_field and answer_field; the answer is normalised as the built-in
-    tasks do: math -> normalize_number (the last number, so GSM8K's '... #### 72' gives '72'), nli
-    -> normalize_label (0/1/2 also map to ANLI_LABELS). Checked here, before any model loads: the
-    fields exist and the split has at least one usable row."""
+    local data: a .json/.csv/.parquet file (datasets names its one split 'train'; a .jsonl file is
+    local_jsonl's) or a folder (split names from the file names, e.g. train.jsonl). The question
+    and the gold answer are read from question_field and answer_field; the answer is normalised as
+    the built-in tasks do: math -> normalize_number (the last number, so GSM8K's '... #### 72'
+    gives '72'), nli -> normalize_label (0/1/2 also map to ANLI_LABELS). Checked here, before any
+    model loads: the fields exist and the split has at least one usable row."""
     if task not in ("math", "nli"):
         arg_error("--dataset-task", f"expected math or nli, got {task!r}")
     from datasets import load_dataset
@@ -392,14 +377,15 @@ def load_task(name: str, split: str = "train", limit: int | None = None, seed: i
                 arg_error(flag, f"applies to a hub id or a local file, not to {name}")
         return reasoning_gym_records(name, split, limit or None, seed, config, skip_bad_rows)
     builtin = (name in ("arith", "arith:easy", "arith:digits", "arith:split", "gsm8k", "anli")
-               or name.startswith(("anli:", "jsonl:")))
+               or name.startswith("anli:"))
     options = (("--question-field", question_field, "question"),
                ("--answer-field", answer_field, "answer"),
                ("--dataset-config", config, ""), ("--dataset-task", task, "math"))
     given = [flag for flag, value, default in options if value != default]
     if builtin and given:
-        arg_error(given[0], f"applies to a hub id or a local file, not to the built-in {name!r} "
-                            f"(for a local JSONL with other fields pass its path without 'jsonl:')")
+        arg_error(given[0], f"applies to a hub id or a local file, not to the built-in {name!r}")
+    if name.startswith("jsonl:") or (name.endswith(".jsonl") and not Path(name).is_dir()):
+        return local_jsonl(name, split, limit, skip_bad_rows, question_field, answer_field, task)
     data_file = Path(name).suffix in DATA_FILE_BUILDERS or Path(name).exists()
     if not builtin and ("/" in name or data_file):
         return dataset_records(name, split, limit, skip_bad_rows, question_field, answer_field,
@@ -408,15 +394,6 @@ def load_task(name: str, split: str = "train", limit: int | None = None, seed: i
         return arith_records(limit or 1000, split, seed, name)
     if name == "arith:split":
         return arith_split_records(limit or 1000, split, seed, num_agents)
-    if name.startswith("jsonl:"):
-        path = name[len("jsonl:"):]
-        rows, skipped = read_jsonl(path, ("question", "answer"), skip_bad_rows, jsonl_record)
-        if skipped:
-            print(f"skipped {skipped} bad rows in {path}")
-        for i, row in enumerate(rows):
-            row.setdefault("id", f"{Path(path).stem}/{i}")
-        rows = jsonl_split(rows, split, path)  # a split column, else a hash of the question text
-        return rows[:limit] if limit else rows
     if name == "gsm8k" or name.startswith("anli"):
         from datasets import load_dataset
 
