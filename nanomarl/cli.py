@@ -44,6 +44,37 @@ def _field_comments(cls) -> dict[str, str]:
     return comments
 
 
+def _field_groups(cls, own: str) -> dict[str, str]:
+    """Each field's --help group: a `# ---- title ----` banner above it in its class, else the class
+    that declares it (`own` for cls, a shared dataclass titled by its docstring)."""
+    groups = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        doc = (klass.__doc__ or "").split("(")[0].split(".")[0].strip()
+        title = own if klass is cls or not doc else doc[0].lower() + doc[1:]
+        try:
+            lines = textwrap.dedent(inspect.getsource(klass)).splitlines()
+        except (OSError, TypeError):
+            lines = []
+        for line in lines:
+            banner = re.match(r"^\s+# -+ (.+?) -+\s*$", line)
+            field = re.match(r"^\s+(\w+)\s*:", line)
+            if banner:
+                title = banner.group(1)
+            elif field and field.group(1) in getattr(klass, "__annotations__", {}):
+                groups[field.group(1)] = title
+    return groups
+
+
+def _examples(module) -> str:
+    """The command lines of a script's docstring (lines that start with python or torchrun), for
+    the end of --help."""
+    lines = [line.strip() for line in (getattr(module, "__doc__", "") or "").splitlines()
+             if line.strip().startswith(("python ", "torchrun "))]
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines) if lines else ""
+
+
 def _field_type(cls, name: str):
     typ = typing.get_type_hints(cls)[name]
     if typing.get_origin(typ) in (typing.Union, getattr(types, "UnionType", None)):
@@ -67,6 +98,12 @@ class _Parser(argparse.ArgumentParser):
             hint = f" (did you mean {close[0]}?)" if close else " (see --help)"
             arg_error(flag, "not a flag of this script" + hint)
         named = re.match(r"argument ([^:/ ]+)(?:/\S+)?: (.*)", message)
+        if named and named.group(2) == "expected one argument":  # --lr -1e-4: read as a flag
+            argv = getattr(self, "argv", [])
+            after = argv[argv.index(named.group(1)) + 1:][:1] if named.group(1) in argv else []
+            if after and re.fullmatch(r"-[\d.]+(e[-+]?\d+)?", after[0], re.IGNORECASE):
+                arg_error(named.group(1), f"{after[0]} reads as a flag; write "
+                                          f"{named.group(1)}={after[0]}")
         arg_error(*(named.groups() if named else ("arguments", message)))
 
 
@@ -79,29 +116,38 @@ def parse_args(cls, argv: list[str] | None = None):
     the config file): given_fields()."""
     comments = _field_comments(cls)
     module = sys.modules.get(cls.__module__)
-    doc = (module.__doc__ or "").strip().split("\n")[0] if module else ""
+    doc = (module.__doc__ or "").strip().split("\n\n")[0] if module else ""  # its first paragraph
     # no defaults in the namespace: what comes back was typed; the dataclass fills in the rest
-    parser = _Parser(description=doc, allow_abbrev=False, argument_default=argparse.SUPPRESS)
+    script = Path(getattr(module, "__file__", "") or "script").stem
+    parser = _Parser(prog=f"{script}.py", description=doc, allow_abbrev=False,
+                     argument_default=argparse.SUPPRESS,
+                     usage="%(prog)s [--flag VALUE ...]  (the flags below, by group)",
+                     epilog=_examples(module), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", metavar="FILE",
                         help="a YAML or JSON file of settings {flag name: value} (a recipe in "
                              "recipes/, or a run's args.json); flags typed on the command line "
                              "override it")
-    for f in dataclasses.fields(cls):
+    titles, groups = _field_groups(cls, f"{script}.py"), {}
+    own = [f for f in dataclasses.fields(cls) if f.name in vars(cls).get("__annotations__", {})]
+    for f in own + [f for f in dataclasses.fields(cls) if f not in own]:  # the script's first
         typ = _field_type(cls, f.name)
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         shown = default if default != "" else repr("")
-        help_text = f"{comments.get(f.name, '')} (default: {shown})".replace("%", "%%")
-        flag, kind = flag_name(f.name), dict(dest=f.name, help=help_text)
+        comment = comments.get(f.name, "")
+        help_text = (comment if "default" in comment else f"{comment} (default: {shown})")
+        title = titles.get(f.name, f"{script}.py")
+        group = groups.setdefault(title, parser.add_argument_group(title))
+        flag, kind = flag_name(f.name), dict(dest=f.name, help=help_text.replace("%", "%%"))
         if typ is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kind)
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, **kind)
         elif typing.get_origin(typ) is typing.Literal:
-            parser.add_argument(flag, choices=typing.get_args(typ), **kind)
+            group.add_argument(flag, choices=typing.get_args(typ), **kind)
         elif typ not in (int, float, str):
             raise TypeError(f"parse_args: {cls.__name__}.{f.name}: unsupported type {typ!r} "
                             f"(use str and parse it)")
         else:
-            parser.add_argument(flag, type=typ, metavar=typ.__name__.upper(), **kind)
-    argv = sys.argv[1:] if argv is None else list(argv)
+            group.add_argument(flag, type=typ, metavar=typ.__name__.upper(), **kind)
+    argv = parser.argv = sys.argv[1:] if argv is None else list(argv)
     typed = vars(parser.parse_args(argv))
     values = load_config(cls, typed.pop("config")) if "config" in typed else {}
     values.update(typed)

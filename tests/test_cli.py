@@ -76,6 +76,8 @@ def refusal_rows(tmp_path, c, m):
          "> 0"),
         ("cotrain", [*TINY, "--output-dir", new, "--temperature", "0"], "--temperature", "> 0"),
         ("cotrain", [*TINY, "--output-dir", new, "--lr", "-1"], "--lr", "> 0"),
+        ("cotrain", [*TINY, "--output-dir", new, "--lr", "-1e-4"], "--lr",
+         "-1e-4 reads as a flag; write --lr=-1e-4"),
         ("cotrain", [*TINY, "--output-dir", new, "--train-limit", "-5"], "--train-limit", ">= 0"),
         ("cotrain", ["--model", "/no/such/dir", "--output-dir", new], "--model", "does not exist"),
         ("cotrain", [*TINY, "--output-dir", new, "--dataset", "gsm8K"], "--dataset",
@@ -264,6 +266,24 @@ def test_help_lists_choices(capsys):
         parse_args(magrpo.Args, ["--help"])
     text = capsys.readouterr().out
     assert "--joint-mode {aligned,cross}" in text and "--adv-mode {mean,std,rloo,max,raw}" in text
+
+
+def test_help_is_grouped_with_one_default_each_and_the_examples_last(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(cotrain.Args, ["--help"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "usage: cotrain.py [--flag VALUE ...]  (the flags below, by group)"
+    groups = [line for line in lines if line and not line.startswith(" ") and line.endswith(":")]
+    assert groups == ["options:", "cotrain.py:", "the flags that read questions from a hub dataset or "
+                      "a local file:", "the base model and its LoRA adapters:", "the flags of a "
+                      "training run and its machine, shared by the trainers:", "examples:"]
+    assert lines[lines.index("cotrain.py:") + 1].startswith("  --models STR")  # its own flags first
+    examples = lines[lines.index("examples:") + 1:]
+    assert "  python cotrain.py --model tiny --max-steps 2    # every stage once, in about a minute" \
+        in examples and not any(line.lstrip().startswith("--") for line in examples)
+    flags = [i for i, line in enumerate(lines) if line.startswith("  --")] + [lines.index("examples:")]
+    for start, end in zip(flags, flags[1:]):  # each flag's help says its default once
+        assert " ".join(lines[start:end]).count("(default") <= 1, lines[start:end]
 
 
 def test_clean_exits_stop_with_a_note_after_the_write(tmp_path, monkeypatch, capsys):
