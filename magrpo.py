@@ -55,13 +55,10 @@ from nanomarl.runs import (all_rng_states, clean_exits, finish_writes_first, for
                            restore_rng_state, resumed_args, save_checkpoint, set_torch_threads,
                            start_run)
 from nanomarl.sandbox import parallel_map, run_tests_in_sandbox
-from nanomarl.tasks.code import code_reward
-from nanomarl.tasks.code_prompts import aux_prompt, level_feedback, main_prompt, plain_feedback
+from nanomarl.tasks.code_prompts import level_feedback, plain_feedback
 from nanomarl.tasks.debate import step_indices
-from nanomarl.tasks.pipeline import PIPELINE_ROLES, pipeline_prompts, pipeline_reward
+from nanomarl.tasks.kinds import ROLES, SOLVABLE_KINDS, format_prompts, joint_reward, pass_rate
 from nanomarl.tasks.problems import load_problems
-from nanomarl.tasks.teamwork import TEAMWORK_ROLES, teamwork_prompts, teamwork_reward
-from nanomarl.tasks.writing import writing_prompts, writing_reward
 from nanomarl.trackers import finish_tracker, plot_run
 
 
@@ -132,35 +129,6 @@ class Task:
     reward: object  # (problem, one completion per agent) -> (joint reward, levels dict)
     feedback: object = None  # (problem, prompt_history, response_history) -> next prompts
     roles: list[str] = field(default_factory=list)  # agent i plays roles[i]
-
-
-# the roles of each built-in problem kind (agent i plays ROLES[kind][i])
-ROLES = {"code": ["aux", "main"], "tldr": ["summary", "elaboration"],
-         "arxiv": ["background", "method"], "pipeline": PIPELINE_ROLES,
-         "teamwork": TEAMWORK_ROLES}
-
-
-def format_prompts(problem: dict) -> list[str]:
-    """The first-turn prompt of each agent (raw text, before any chat template)."""
-    if problem["kind"] == "code":
-        return [aux_prompt(problem), main_prompt(problem)]
-    if problem["kind"] == "pipeline":
-        return pipeline_prompts(problem)
-    if problem["kind"] == "teamwork":
-        return teamwork_prompts(problem)
-    return writing_prompts(problem)
-
-
-def joint_reward(problem: dict, texts: list[str], timeout: float = 3.0, memory_mb: int = 512,
-                 extraction: str = "ast") -> tuple[float, dict]:
-    """The task's joint reward of one joint action (one completion per agent): (total, levels)."""
-    if problem["kind"] == "code":
-        return code_reward(texts[0], texts[1], problem, timeout, memory_mb, extraction)
-    if problem["kind"] == "pipeline":
-        return pipeline_reward(problem, texts, timeout, memory_mb)
-    if problem["kind"] == "teamwork":
-        return teamwork_reward(problem, texts)
-    return writing_reward(texts[0], texts[1], problem["kind"])
 
 
 def make_task(args, kind: str = "code", reward_fn=None) -> Task:
@@ -588,15 +556,9 @@ def evaluate_team(agents: Agents, tokenizer, problems: list[dict], task: Task, a
     for key in results[0][1]:
         if all(isinstance(levels.get(key), (int, float)) for _, levels in results):
             metrics[f"eval/reward/{key}"] = sum(levels[key] for _, levels in results) / len(results)
-    kind, all_levels = problems[0]["kind"], [levels for _, levels in results]
-    if kind == "code" and "tests_total" in all_levels[0]:  # (a --reward-fn may log other levels)
-        solved = [0 < lv.get("tests_total", 0) == lv.get("tests_passed") for lv in all_levels]
-        metrics["eval/pass_rate"] = sum(solved) / len(results)
-    elif kind == "pipeline" and "pipeline" in all_levels[0]:
-        solved = [lv["pipeline"] >= 1.2 - 1e-9 for lv in all_levels]
-        metrics["eval/pass_rate"] = sum(solved) / len(results)
-    elif kind == "teamwork" and "solved" in all_levels[0]:
-        metrics["eval/pass_rate"] = sum(lv["solved"] for lv in all_levels) / len(results)
+    solved = pass_rate(problems[0]["kind"], [levels for _, levels in results])
+    if solved is not None:
+        metrics["eval/pass_rate"] = solved
     metrics.update({"eval/num_questions": len(problems), "timing/eval_s": time.time() - t0})
     return metrics
 
@@ -681,10 +643,7 @@ def main(args: Args):
             log_samples(run_dir, tree_samples(step + 1, roots))
         if (step + 1) % args.save_every == 0 or step + 1 == args.max_steps:
             checkpoint(step + 1)
-    if agents.names is not None:  # the last checkpoint() wrote them, unless no step was left
-        if start_step >= args.max_steps:  # (a --resume at or past --max-steps)
-            save_adapters(agents.models[0], agents.names, run_dir / "adapters")
-    elif is_main_process():
+    if agents.names is None and is_main_process():  # LoRA agents: the last checkpoint() wrote them
         for i, model in enumerate(agents.models):
             model.save_pretrained(run_dir / "agents" / f"agent{i}")
             tokenizer.save_pretrained(run_dir / "agents" / f"agent{i}")
@@ -693,7 +652,7 @@ def main(args: Args):
           f"{run_dir / ('adapters' if agents.names is not None else 'agents')}")
     print(f"checkpoint: {run_dir / 'checkpoint.pt'} "
           f"(continue with --resume {run_dir} --max-steps N)")
-    coding = eval_problems and eval_problems[0]["kind"] in ("code", "pipeline", "teamwork")
+    coding = eval_problems and eval_problems[0]["kind"] in SOLVABLE_KINDS
     pass_rate = ["eval/pass_rate"] if coding else []
     print_eval_table(run_dir, pass_rate + ["eval/reward/mean"])  # held-out: before -> after
     plot_run(run_dir)  # training_curves.png (needs matplotlib)

@@ -159,6 +159,11 @@ def start_run(args, script: str) -> Path:
                                   f"--resume {run_dir} or pick a new folder")
     if resume and not (run_dir / "checkpoint.pt").is_file():
         arg_error("--resume", f"{run_dir} has no checkpoint.pt to resume from")
+    done = checkpoint_step(run_dir / "checkpoint.pt") if resume else 0
+    if resume and 0 < getattr(args, "max_steps", 0) <= done:  # a finished run: nothing rewritten
+        arg_error("--max-steps", f"{run_dir} is already at step {done} of --max-steps "
+                                 f"{args.max_steps}: nothing to train (a longer run: --resume "
+                                 f"{run_dir} --max-steps N, N > {done})")
     _RUN.update(script=script, run_dir=run_dir, step=None, restart="")
     if not is_main_process():
         return run_dir
@@ -168,7 +173,7 @@ def start_run(args, script: str) -> Path:
     if not resume:
         atomic_write_text(run_dir / "args.json", settings)
         return run_dir
-    _RUN["step"] = checkpoint_step(run_dir / "checkpoint.pt")
+    _RUN["step"] = done
     for leftover in [*run_dir.glob("*.tmp"), *run_dir.glob(".tmp-*"), *run_dir.glob("*.old")]:
         if leftover.suffix == ".old" and not leftover.with_suffix("").exists():
             continue  # X.old without X: the copy load_adapters falls back to

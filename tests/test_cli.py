@@ -100,6 +100,11 @@ def refusal_rows(tmp_path, c, m):
         ("magrpo", ["--resume", str(m), "--dataset", "minicode"], "--dataset",
          "trained with --dataset jsonl:"),
         ("magrpo", ["--resume", str(m), "--max-steps", "0"], "--max-steps", "> 0"),
+        ("magrpo", ["--resume", str(m), "--max-steps", "1"], "--max-steps",
+         "is already at step 1 of --max-steps 1: nothing to train"),
+        ("cotrain", ["--resume", str(c), "--max-steps", "2"], "--max-steps",
+         f"is already at step 2 of --max-steps 2: nothing to train (a longer run: --resume {c} "
+         f"--max-steps N, N > 2)"),
         ("magrpo", ["--resume", str(m), "--eval-problems", "4"], "--eval-problems",
          "evaluated before its first update with --eval-problems 16"),
         ("magrpo", [*TINY, "--output-dir", new, "--temperature", "0"], "--temperature", "> 0"),
