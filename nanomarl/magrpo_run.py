@@ -52,8 +52,8 @@ def check_args(args):
 
 
 def check_task(args, problems: list[dict], task):
-    """The refusals that need the task: one agent per role, and more than one turn only for the
-    aux/main coding tasks (their feedback)."""
+    """The refusals that need the task: one agent per role, more than one turn only for the
+    aux/main coding tasks (their feedback), and a --reward-fn that cannot take a problem."""
     if args.num_agents != len(task.roles):
         arg_error("--num-agents", f"--dataset {args.dataset} has {len(task.roles)} roles "
                                   f"({', '.join(task.roles)}): pass --num-agents "
@@ -61,6 +61,14 @@ def check_task(args, problems: list[dict], task):
     if args.turns > 1 and problems[0]["kind"] != "code":
         arg_error("--turns", f"--dataset {args.dataset} is single-turn (multi-turn feedback is "
                              f"defined for the aux/main coding tasks)")
+    if args.reward_fn:  # one call before any model loads: a cotrain.py scorer fails here
+        try:
+            task.reward(problems[0], [""] * len(task.roles))
+        except (TypeError, KeyError, AttributeError, IndexError) as e:
+            arg_error("--reward-fn", f"{args.reward_fn} failed on --dataset's first problem and "
+                                     f"empty completions ({type(e).__name__}: {e}): magrpo.py calls "
+                                     f"fn(problem, completions) -> reward; cotrain.py's scorers are "
+                                     f"fn(records, responses) -> scores")
 
 
 def held_out_problems(args, problems: list[dict]) -> list[dict]:

@@ -116,6 +116,9 @@ def refusal_rows(tmp_path, c, m):
         ("magrpo", ["--model", "tiny", "--device", "gpu", "--output-dir", new], "--device",
          "expected cpu, cuda, cuda:N or mps, got 'gpu'"),
         ("magrpo", [*TINY, "--output-dir", new, "--adv-mode", "loo"], "--adv-mode", "rloo"),
+        ("magrpo", [*TINY, "--output-dir", new, "--reward-fn",
+                    "examples/my_reward.py:correct_and_brief"], "--reward-fn",
+         "magrpo.py calls fn(problem, completions) -> reward; cotrain.py's scorers are"),
     ]
 
 
