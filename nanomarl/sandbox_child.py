@@ -140,7 +140,7 @@ def dump(value, refer, aliases=None):
             inner = dump(dict(value), refer, aliases)
         return '{"%s":%s}' % ({"Counter": "C", "OrderedDict": "O", "defaultdict": "D",
                                "deque": "Q"}[name], inner)
-    if isinstance(value, tuple) and type(getattr(kind, "_fields", None)) is tuple:  # NamedTuple
+    if issubclass(kind, tuple) and type(getattr(kind, "_fields", None)) is tuple:  # NamedTuple
         return ('{"n":[' + dump(name, refer) + "," + dump(list(kind._fields), refer) + ","
                 + dump(list(value), refer, aliases) + "]}")
     if module == "fractions" and name == "Fraction":
@@ -245,7 +245,7 @@ def containers(values, out):
             out.append(value)
             if kind is not set and kind is not bytearray:
                 containers(value.values() if isinstance(value, dict) else value, out)
-        elif kind is tuple or (isinstance(value, tuple) and hasattr(kind, "_fields")):
+        elif kind is tuple or (issubclass(kind, tuple) and hasattr(kind, "_fields")):
             containers(value, out)
     return out
 
@@ -347,7 +347,8 @@ OPS = dict(len=len, bool=bool, str=str, repr=repr, hash=hash, iter=iter, int=int
            truediv=lambda a, b: a / b, floordiv=lambda a, b: a // b, mod=lambda a, b: a % b,
            pow=lambda a, b: a ** b, and_=lambda a, b: a & b, or_=lambda a, b: a | b,
            xor=lambda a, b: a ^ b, lshift=lambda a, b: a << b, rshift=lambda a, b: a >> b,
-           matmul=lambda a, b: a @ b)
+           matmul=lambda a, b: a @ b,
+           type=lambda a: [type(a).__module__, type(a).__qualname__])
 BINARY = {"eq", "ne", "lt", "le", "gt", "ge", "add", "sub", "mul", "truediv", "floordiv", "mod",
           "pow", "and_", "or_", "xor", "lshift", "rshift", "matmul", "contains", "isinstance"}
 
@@ -525,7 +526,7 @@ def test_code(function):
 
 def test_made(value):
     """A class the tests (or the context) define, or an instance of one."""
-    kind = value if isinstance(value, type) else type(value)
+    kind = value if issubclass(type(value), type) else type(value)
     return kind.__module__ == "__main__" and not issubclass(kind, BaseException)
 
 
@@ -660,6 +661,17 @@ class Remote:
 
     def __repr__(self):
         return ask("op", self.__handle, "repr", [])
+
+    @property
+    def __class__(self):  # isinstance(x, types.GeneratorType) asks this of a Remote
+        module, name = ask("op", self.__handle, "type", [])
+        if module == "builtins":
+            types = __import__("types")
+            for kind in [getattr(builtins, name, None)] + list(vars(types).values()):
+                if isinstance(kind, type) and kind.__module__ == "builtins" and (
+                        kind.__qualname__ == name):
+                    return kind
+        return Remote
 
     def __del__(self):
         handle = getattr(self, "_Remote__handle", None)  # (None: its __init__ failed)

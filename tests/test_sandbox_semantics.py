@@ -320,7 +320,8 @@ def test_richer_values_travel_as_themselves():
 def test_program_objects_are_used_by_reference():
     """A class instance's methods, length, text and attributes, equality between two program
     objects (a dataclass), isinstance with a program class; generators drawn lazily (an infinite
-    one through islice), their exceptions raised where plain Python raises them."""
+    one through islice), their exceptions raised where plain Python raises them, and instances of
+    types.GeneratorType."""
     program = """\
         from dataclasses import dataclass
         class Stack:
@@ -360,7 +361,9 @@ def test_program_objects_are_used_by_reference():
              "it = fails_after(2)\nassert next(it) == 0\ntry:\n    list(it)\n    assert False\n"
              "except ValueError as e:\n    assert str(e) == 'done'",
              "assert 5 in naturals() and 1 in fails_after(3)",
-             "assert make_point(1, 2) in [make_point(0, 0), make_point(1, 2)]"]
+             "assert make_point(1, 2) in [make_point(0, 0), make_point(1, 2)]",
+             "import inspect, types\nassert isinstance(naturals(), types.GeneratorType) and "
+             "inspect.isgenerator(naturals()) and not inspect.isgenerator(Stack())"]
     result = run(program, tests)
     assert result["passed"] == [True] * len(tests), result["errors"]
 
