@@ -1406,7 +1406,7 @@ def plot_debate(methods: dict[str, dict], out_dir: Path,
     for i, (name, m) in enumerate((controls or {}).items(), start=len(methods)):
         ax.axhline(100 * m["vote_accuracy"], color=f"C{i}", linestyle=":",
                    label=f"{name}: vote of {m['num_samples']} answers")
-    ax.set(xlabel="turn", ylabel="accuracy (%)", title="Accuracy per turn")
+    ax.set(xlabel="turn", ylabel="accuracy (%)", title="Accuracy per turn", ylim=(0, 100))
     ax.set_xticks(range(1, n_turns + 1))
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.savefig(paths[0], dpi=120, bbox_inches="tight")
@@ -1442,17 +1442,24 @@ def plot_magrpo(methods: dict[str, dict], out_dir: Path, code: bool) -> list[Pat
                   key=lambda key: int(key[5:])) if code else ["reward"]
     paths = [out_dir / "quality_vs_time.png"]
     fig, ax = plt.subplots(figsize=(5, 3.5))
+    scale = 100 if code else 1  # pass@k in %
     for i, key in enumerate(keys):  # one marker per k, one point per method
-        points = [(name, m["time_per_problem_s"], m[key]) for name, m in methods.items()
+        points = [(name, m["time_per_problem_s"], scale * m[key]) for name, m in methods.items()
                   if m.get(key) is not None]
         ax.scatter([x for _, x, _ in points], [y for _, _, y in points], marker="os^Dv<>p*"[i % 9],
                    label=key)
+        xs, ys, placed = [x for _, x, _ in points] or [0], [y for _, _, y in points] or [0], []
+        near_x = 0.08 * (max(xs) - min(xs) or 1)  # names closer than this stack, not overlap
+        near_y = 0.08 * (100 if code else max(ys) - min(ys) or 1)
         for name, x, y in points if i == 0 else []:  # a method's points share x: its name once
-            ax.annotate(name, (x, y), fontsize=8, xytext=(3, 3), textcoords="offset points")
+            stack = sum(abs(x - px) <= near_x and abs(y - py) <= near_y for px, py in placed)
+            placed.append((x, y))
+            ax.annotate(name, (x, y), fontsize=8, xytext=(3, 3 + 10 * stack),
+                        textcoords="offset points")
     if code:
         ax.legend(fontsize=8)
-    ax.set(xlabel="generation wall-clock per problem (s)", ylabel="pass@k" if code else "reward",
-           title="Quality against latency")
+    ax.set(xlabel="generation wall-clock per problem (s)", title="Quality against latency",
+           ylabel="pass@k (%)" if code else "reward", **(dict(ylim=(0, 100)) if code else {}))
     fig.tight_layout()
     fig.savefig(paths[0], dpi=120)
     plt.close(fig)

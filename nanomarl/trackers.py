@@ -82,13 +82,15 @@ def finish_tracker():
 
 
 # the panels of training_curves.png: (title, the metrics it draws as a regex); empty ones left out
-CURVE_PANELS = [
+CURVE_PANELS = [  # (title, the metrics it draws); a title with (%) draws fractions as 0-100 %
     ("reward", r"objective/scores|objective/rewards|reward/mean"),
-    ("training accuracy", r"turn\d+/accuracy|train/accuracy"),
+    ("training accuracy (%)", r"turn\d+/accuracy|train/accuracy"),
     ("KL to the reference (nats)", r"objective/kl"),
     ("loss", r"loss/policy|loss/value|agent\d+/loss|train/loss"),
-    ("held-out evaluation (step 0: untrained)",
-     r"eval/turn\d+/accuracy|eval/reward/mean|eval/pass_rate|eval/(accuracy|auroc|brier|ece)"),
+    ("held-out mean agent accuracy (%; step 0: untrained)", r"eval/turn\d+/agent_accuracy"),
+    ("held-out vote, the authors' tie rule (%)", r"eval/turn\d+/accuracy"),
+    ("held-out pass rate, accuracy (%; step 0: untrained)", r"eval/pass_rate|eval/accuracy"),
+    ("held-out reward, calibration (step 0: untrained)", r"eval/reward/mean|eval/(auroc|brier|ece)"),
     ("held-out reward levels", r"eval/reward/(?!mean$).+"),
 ]
 
@@ -143,10 +145,12 @@ def plot_run(run_dir: str | Path) -> Path | None:
     for ax in axes.flat[len(curves):]:
         ax.set_axis_off()
     for ax, (title, series) in zip(axes.flat, curves.items()):
+        scale = 100 if "(%" in title else 1
         for key, (steps, values) in series.items():
             marker = "o" if len(steps) <= 30 else None
-            ax.plot(steps, values, marker=marker, markersize=3, label=key)
-        ax.set(title=title, xlabel="step")
+            ax.plot(steps, [v * scale for v in values], marker=marker, markersize=3, label=key)
+        ax.set(xlabel="step", **(dict(ylim=(0, 100)) if scale == 100 else {}))
+        ax.set_title(title, fontsize=9)
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

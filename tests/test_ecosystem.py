@@ -136,9 +136,10 @@ def test_training_curves_png_of_a_run(cotrain_run):
     curves = run_curves(metrics)
     scores = [m["objective/scores"] for m in metrics if "objective/scores" in m]
     assert curves["reward"]["objective/scores"] == ([1, 2], scores)
-    assert set(curves["training accuracy"]) == {"turn1/accuracy", "turn2/accuracy"}
-    assert curves["held-out evaluation (step 0: untrained)"]["eval/turn2/accuracy"] == (
-        [0, 2], [m["eval/turn2/accuracy"] for m in metrics if "eval/turn2/accuracy" in m])
+    assert set(curves["training accuracy (%)"]) == {"turn1/accuracy", "turn2/accuracy"}
+    headline = curves["held-out mean agent accuracy (%; step 0: untrained)"]
+    key = "eval/turn2/agent_accuracy"
+    assert headline[key] == ([0, 2], [m[key] for m in metrics if key in m])
 
 
 def test_adapters_load_with_auto_peft_and_their_tokenizer(cotrain_run, tiny_model_dir):
@@ -356,14 +357,16 @@ def synthetic_rows() -> list[dict]:
     leave out."""
     return [
         {"step": 0, "eval/turn1/accuracy": 0.2, "eval/turn2/accuracy": 0.25,
-         "eval/num_questions": 50, "eval/turn2/wrong_to_right": 0.1, "timing/eval_s": 9.0},
+         "eval/turn2/agent_accuracy": 0.3, "eval/num_questions": 50,
+         "eval/turn2/wrong_to_right": 0.1, "timing/eval_s": 9.0},
         {"step": 1, "objective/scores": 0.1, "objective/rewards": -1.0, "turn1/accuracy": 0.0,
          "turn2/accuracy": 0.5, "objective/kl": 0.0, "loss/policy": 0.3, "loss/value": 2.0,
          "timing/step_s": 4.0, "lr": 1e-5},
         {"step": 2, "objective/scores": 0.4, "objective/rewards": float("nan"),
          "turn1/accuracy": 0.5, "turn2/accuracy": 1.0, "objective/kl": 0.02, "loss/policy": "n/a",
          "loss/value": 1.5},
-        {"step": 2, "eval/turn1/accuracy": 0.3, "eval/turn2/accuracy": 0.45},
+        {"step": 2, "eval/turn1/accuracy": 0.3, "eval/turn2/accuracy": 0.45,
+         "eval/turn2/agent_accuracy": 0.5},
         {"objective/scores": 9.0},  # no step: left out
         {"step": 3, "reward/mean": 0.5, "eval/reward/mean": 0.7, "eval/reward/syntax": 1.0,
          "eval/pass_rate": 0.25, "agent0/loss": -0.1, "reward/max": 2.0},
@@ -372,33 +375,50 @@ def synthetic_rows() -> list[dict]:
 
 def test_run_curves_extracts_the_series():
     curves = run_curves(synthetic_rows())
-    assert list(curves) == ["reward", "training accuracy", "KL to the reference (nats)", "loss",
-                            "held-out evaluation (step 0: untrained)", "held-out reward levels"]
+    held_out = ["held-out mean agent accuracy (%; step 0: untrained)",
+                "held-out vote, the authors' tie rule (%)",
+                "held-out pass rate, accuracy (%; step 0: untrained)",
+                "held-out reward, calibration (step 0: untrained)", "held-out reward levels"]
+    assert list(curves) == ["reward", "training accuracy (%)", "KL to the reference (nats)", "loss",
+                            *held_out]
     assert curves["reward"] == {"objective/scores": ([1, 2], [0.1, 0.4]),
                                 "objective/rewards": ([1], [-1.0]), "reward/mean": ([3], [0.5])}
-    assert curves["training accuracy"] == {"turn1/accuracy": ([1, 2], [0.0, 0.5]),
+    assert curves["training accuracy (%)"] == {"turn1/accuracy": ([1, 2], [0.0, 0.5]),
                                            "turn2/accuracy": ([1, 2], [0.5, 1.0])}
     assert curves["KL to the reference (nats)"] == {"objective/kl": ([1, 2], [0.0, 0.02])}
     assert curves["loss"] == {"loss/policy": ([1], [0.3]), "loss/value": ([1, 2], [2.0, 1.5]),
                               "agent0/loss": ([3], [-0.1])}
-    assert curves["held-out evaluation (step 0: untrained)"] == {
-        "eval/turn1/accuracy": ([0, 2], [0.2, 0.3]), "eval/turn2/accuracy": ([0, 2], [0.25, 0.45]),
-        "eval/reward/mean": ([3], [0.7]), "eval/pass_rate": ([3], [0.25])}
+    # the headline first (the mean agent), the vote beside it; rates apart from rewards
+    assert curves[held_out[0]] == {"eval/turn2/agent_accuracy": ([0, 2], [0.3, 0.5])}
+    assert curves[held_out[1]] == {"eval/turn1/accuracy": ([0, 2], [0.2, 0.3]),
+                                   "eval/turn2/accuracy": ([0, 2], [0.25, 0.45])}
+    assert curves[held_out[2]] == {"eval/pass_rate": ([3], [0.25])}
+    assert curves[held_out[3]] == {"eval/reward/mean": ([3], [0.7])}
     assert curves["held-out reward levels"] == {"eval/reward/syntax": ([3], [1.0])}
     assert run_curves([{"step": 1, "timing/step_s": 1.0}]) == {}
 
 
-def test_plot_run_and_plot_cli_draw_the_png(tmp_path):
+def test_plot_run_and_plot_cli_draw_the_png(tmp_path, monkeypatch):
     plt = pytest.importorskip("matplotlib.pyplot", reason="plots need matplotlib")
+    import matplotlib.figure
+
     run = tmp_path / "run"
     run.mkdir()
     torn = '{"step": 4, "tor'
     rows = "".join(json.dumps(r) + "\n" for r in synthetic_rows())
     (run / "metrics.jsonl").write_text(rows + torn)
+    drawn, savefig = [], matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
+                        lambda fig, *args, **kw: drawn.append(fig) or savefig(fig, *args, **kw))
     path = plot_run(run)
+    axes = {ax.get_title(): ax for ax in drawn[0].axes if ax.get_title()}
+    headline = axes["held-out mean agent accuracy (%; step 0: untrained)"]
+    assert headline.get_ylim() == (0, 100)  # accuracy in %, the axis pinned to 0-100
+    assert list(headline.lines[0].get_ydata()) == pytest.approx([30, 50])
+    assert axes["loss"].get_ylim() != (0, 100)
     assert path == run / "training_curves.png"
     image = plt.imread(path)
-    assert image.shape[:2] == (720, 1500)  # 6 panels: 2 rows x 3 columns of 5 x 3.6 in at 100 dpi
+    assert image.shape[:2] == (1080, 1500)  # 9 panels: 3 rows x 3 columns of 5 x 3.6 in, 100 dpi
     assert image[..., :3].std() > 0.05  # not blank
     path.unlink()
     out = subprocess.run([sys.executable, "plot.py", "--run", str(run)], cwd=ROOT,

@@ -569,6 +569,29 @@ def test_an_unwritable_output_dir_is_refused_before_a_model_loads(monkeypatch, c
     assert len(err) == 1 and err[0].startswith("error: --output-dir: cannot write to /proc/nanomarl-no")
 
 
+def test_plots_pin_accuracy_to_0_100_and_keep_method_names_apart(tmp_path, monkeypatch):
+    """quality_vs_time.png: pass@k in % on a 0-100 axis, and methods at (nearly) the same point get
+    their names stacked, not printed over each other; accuracy_per_turn.png: 0-100 too."""
+    pytest.importorskip("matplotlib", reason="plots are optional")
+    import matplotlib.figure
+
+    drawn, savefig = [], matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
+                        lambda fig, *args, **kw: drawn.append(fig) or savefig(fig, *args, **kw))
+    same = dict(time_per_problem_s=2.0, **{"pass@1": 0.0, "pass@3": 0.0})
+    methods = {"single": same, "parallel": dict(same, time_per_problem_s=2.05),
+               "pipeline": dict(time_per_problem_s=4.0, **{"pass@1": 0.5, "pass@3": 0.75})}
+    evaluate.plot_magrpo(methods, tmp_path, code=True)
+    ax = drawn[0].axes[0]
+    assert ax.get_ylim() == (0, 100) and ax.get_ylabel() == "pass@k (%)"
+    offsets = {text.get_text(): text.xyann for text in ax.texts}
+    assert offsets == {"single": (3, 3), "parallel": (3, 13), "pipeline": (3, 3)}
+    debate = dict(num_turns=2, accuracy=dict(mean_agent=[0.4, 0.5], majority=[0.45, 0.5]),
+                  transitions=[dict(pooled_fractions={"W→R": 0.1, "R→W": 0.05})])
+    evaluate.plot_debate({"maporl": debate}, tmp_path)
+    assert drawn[-2].axes[0].get_ylim() == (0, 100)
+
+
 def test_write_results_and_tables(tmp_path):
     methods = {"a": dict(x=0.5, y=float("nan")), "b": dict(x=1 / 3)}
     table = evaluate.samples_table(methods, ["x", "y", "z"])
