@@ -13,13 +13,15 @@ any untrusted code runs, runs the program and then answers the test process's re
 pipes ("the value of name", "call this object", "its attribute", "its next items", ...). A value
 crosses as JSON of exact types (None, bool, int of any size, float, complex, str, bytes,
 bytearray, list, tuple, set, frozenset, dict, Counter, OrderedDict, defaultdict, deque, NamedTuple,
-Fraction, Decimal; tagged where JSON has no type, so that they stay distinct); any other object
+Fraction, Decimal, range, dict views, datetime's types; tagged where JSON has no type, so that they
+stay distinct; a subclass of one travels as its base's value); any other object
 crosses as a reference, whose operations the other process performs: a program object (a class
 instance, a generator, a function) is called, read, iterated (drawn lazily), measured, printed and
 compared with other program objects by the program's process; a test object (a callback, an
 instance of a test's class, an iterator) is called, read and drawn by the test process. The rule
 for names: a test may ask the program for the names it is given (`names`: the entry point, aux, a
-problem's declared names) and no other; those win over the builtins (an entry point named `pow` is
+problem's declared names; by default the program's top-level defs and classes, for a program that
+brings its own check()) and no other; those win over the builtins (an entry point named `pow` is
 the program's), and a name the program does not define is a NameError, never a builtin or a
 capture of the test's own variable. After a call, the program's process sends back the new
 contents of the argument containers it changed (the test sees mutation in place), and a returned
@@ -31,11 +33,11 @@ job after the fork, the context runs after it in the test process only, and the 
 write-only there), and nothing the program does to its own interpreter (replaced builtins, `-O`
 via _testinternalcapi or ctypes, gc, settrace and frame jumps, closure cells, __del__ or metaclass
 code in an except clause, audit hooks, ctypes patches of int.__eq__, an object whose __eq__ is
-always True) reaches the test process: what crosses is bytes
-on a pipe, read line by line up to a cap, decoded by json into plain values or else ignored. Both
-processes compile their code before running it (optimize=0, dont_inherit=True); the context's
-modules are imported before the fork (the program's process inherits them; random is reseeded in
-the test process), the context itself runs in the test process only.
+always True) reaches the test process: what crosses is bytes on a pipe, read line by line up to a
+cap, decoded by json into values and references or else ignored. Both processes compile their
+code before running it (optimize=0, dont_inherit=True); the context's modules are imported before
+the fork (the program's process inherits them; random is reseeded in the test process), the
+context itself runs in the test process only.
 
 Isolation. Each run is a fresh `python -I -S -B` process which, before any untrusted code runs, puts
 up these layers, each closing most holes on its own (one missing layer leaves the others standing):
