@@ -19,6 +19,7 @@ from nanomarl.cotrain_run import custom_scorer
 from nanomarl.distributed import seed_everything
 from nanomarl.models import load_tokenizer
 from nanomarl.tasks.debate import dataset_options, load_task
+from nanomarl.tasks.pipeline import PIPELINE_ROLES
 
 
 @pytest.fixture(autouse=True)
@@ -262,7 +263,7 @@ def test_pipeline_problems_and_reward_by_hand():
     assert [len(problem["tests"][k]) for k in ("parse", "transform", "aggregate", "pipeline")] == [3, 3, 3, 3]
     prompts = M.format_prompts(problem)
     assert len(prompts) == 3 and all("solve(text) = aggregate(transform(parse(text)))" in p for p in prompts)
-    assert [p.split("You write ONLY the function ")[1].split(";")[0] for p in prompts] == M.PIPELINE_ROLES
+    assert [p.split("You write ONLY the function ")[1].split(";")[0] for p in prompts] == PIPELINE_ROLES
 
     total, levels = M.joint_reward(problem, [PARSE, SQUARE, FIRST_TWO])
     assert total == pytest.approx(3.0) and levels["pipeline"] == pytest.approx(1.2)

@@ -21,6 +21,7 @@ from nanomarl.tasks.code import extract_function
 from nanomarl.tasks.code_prompts import CODE_RULES
 
 PIPELINE_ROLES = ["parse", "transform", "aggregate"]
+PIPELINE_WEIGHT = 1.2  # the end-to-end level's maximum: every pipeline assert passed
 PIPELINE_SIGNATURES = ["parse(text)", "transform(numbers)", "aggregate(numbers)"]
 # (specification, reference, how a test input is written from a list of integers)
 PIPELINE_PARSE = [
@@ -125,7 +126,7 @@ def pipeline_reward(problem: dict, texts: list[str], timeout: float = 3.0,
         fraction = sum(passed[start:start + count]) / count
         start += count
         if role == "pipeline":
-            levels["pipeline"] = 1.2 * fraction
+            levels["pipeline"] = PIPELINE_WEIGHT * fraction
         else:
             levels[f"{role}_tests"] = fraction
             levels["unit_tests"] += 0.4 * fraction
