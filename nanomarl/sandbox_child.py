@@ -205,7 +205,8 @@ def hook(tagged, resolve):
             return collections.defaultdict(item[0], item[1])
         if tag == "Q" and kind is list and len(item) == 2 and type(item[0]) is list:
             return collections.deque(item[0], item[1])
-    if tag == "n" and kind is list and len(item) == 3 and type(item[0]) is str:
+    if tag == "n" and kind is list and len(item) == 3 and type(item[0]) is str and (
+            type(item[1]) is list and len(item[1]) <= 256):
         key = (item[0], tuple(item[1]))
         if key not in NAMEDTUPLES:
             if len(NAMEDTUPLES) > 100:
