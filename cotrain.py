@@ -20,8 +20,6 @@ Simplifications and differences from the paper and the authors' code (docs/mapor
     instead of GAE; the score evaluation counts (unparsable = wrong = 0) instead of -10 / -1. The
     paper's: --advantage gae --samples-per-question 1 --format-penalty -10 --missing-eos-penalty -1.
   * π_old: the log-probs the tokens were sampled with in fp32, else a forward (--old-logprobs).
-  * --value-model shared (the gae default): the value heads read the policy adapter's hidden
-    states; separate: the paper's critic adapter.
   * Generation stops at EOS; one temperature samples and recomputes; the verifier runs in-process.
   * The summed (turn, agent) losses step each optimiser once per minibatch.
 """
@@ -68,7 +66,6 @@ class Args(RunArgs, ModelArgs, DataArgs):  # and the run's, the base model's and
     value_model: Literal["shared", "separate"] = "shared"  # critic: heads on the policy | own LoRA
     old_logprobs: Literal["auto", "sampling", "recompute"] = "auto"  # sampled in fp32, else forward
     conversation_forward: bool = True  # one forward per agent and debate covers all its turns
-    critic_per_agent: bool = False  # one value head per (turn, agent) instead of one per turn
     critic_history: bool = True  # the separate critic sees the discussion (no: turn 1 only)
     dataset: str = "arith:digits"  # arith[:digits|:easy], gsm8k, anli[:rN], jsonl:PATH, hub id
     dataset_split: str = "train"  # the split to train on (a single local file is 'train')
@@ -264,7 +261,7 @@ def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: 
         majority R->W, own(t) R: -β1      majority R->W, own(t) W: -β0
         majority W->R, own(t) W: +β0      majority W->R, own(t) R: +β1
 
-    The authors' code swaps the W->R α values and flips Table 2's signs (spec decision a)."""
+    The authors' code swaps the W->R α values and flips Table 2's signs (docs/maporl.md)."""
     c, num_agents = correct.float(), correct.shape[-1]
     others = ((c.sum(dim=-1, keepdim=True) - c) / (num_agents - 1) if num_agents > 1
               else torch.full_like(c, 0.5))  # the others' mean correctness; no other: a tie
@@ -334,8 +331,7 @@ def build_team(args: Args, device: str) -> Team:
     fit_values = args.advantage == "gae"  # --advantage group reads no values: no heads
     head_keys, heads = {}, nn.ModuleDict()
     for t, a in (trained if fit_values else []):
-        by = (f"_agent{a}" if args.critic_per_agent
-              else "" if len(bases) == 1 else f"_base{agent_base[a]}")
+        by = "" if len(bases) == 1 else f"_base{agent_base[a]}"
         head_keys[(t, a)] = key = f"turn{t + 1}{by}"
         if key not in heads:
             heads[key] = ValueHead(hidden_size(bases[agent_base[a]])).to(device)
@@ -397,14 +393,6 @@ def group_advantages(rewards: torch.Tensor, group_size: int, std: bool = False):
     return masked_whiten(adv, torch.ones_like(adv), all_ranks=True) if std else adv
 
 
-def one_conversation(team: Team, exp: dict, args: Args) -> bool:
-    """--conversation-forward: one forward per agent and debate over its last trained turn gives all
-    its turns, when its prompts hold them (nanomarl/fast.py) and no separate critic is forwarded."""
-    separate_critic = args.advantage == "gae" and args.value_model == "separate"
-    return (args.conversation_forward and not separate_critic
-            and conversation_forward_applies(team.trained, team.adapter_names, exp))
-
-
 def forward_groups(team: Team, exp: dict, one_forward: bool, rows=None, keys=None):
     """What one forward covers: (base, its trained agents, {turn: their rows, concatenated}), one
     turn at a time, or every trained turn at once (one_forward)."""
@@ -437,8 +425,11 @@ def forward_turns(model, batches: dict, names: list[str], args: Args, one_forwar
                 for k in ("logprobs", "entropy", "hidden")} for t in batches}
 
 
-def critic_hidden(model, batch: dict, args: Args, chunk: int = 0) -> torch.Tensor:
-    """--value-model separate: the critic adapter's hidden states, on the critic's own prompts."""
+def value_states(model, batch: dict, policy_out: dict | None, args: Args, chunk: int = 0):
+    """What the value heads read: the policy forward's own hidden states (--value-model shared), or
+    the critic adapter's, on the critic's own prompts (separate: the paper's critic)."""
+    if args.value_model == "shared":
+        return policy_out["hidden"]
     critic = (batch["critic_query_ids"], batch["critic_query_mask"], batch["response_ids"],
               batch["response_mask"])
     return forward_turns(model, {0: dict(zip(RESPONSE_KEYS, critic))}, ["critic"] * len(critic[0]),
@@ -456,7 +447,8 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
         exp[(t, a)] = {k: ro[k] for k in RESPONSE_KEYS}
         exp[(t, a)].update(critic_query_ids=critic["query_ids"], old_logprobs=ro["logprobs"],
                            critic_query_mask=critic["query_mask"], entropy=ro["entropy"])
-    one_forward, size = one_conversation(team, exp, args), args.forward_batch_size
+    one_forward = conversation_forward_applies(team, exp, args)
+    size = args.forward_batch_size
     fit_values, shared = args.advantage == "gae", args.value_model == "shared"
     recompute, n = args.old_logprobs == "recompute", len(debate["records"])  # auto: settle_args
     for i, agents, batches in forward_groups(team, exp, one_forward):
@@ -483,9 +475,7 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
             old_logprobs, entropy = tb["old_logprobs"], tb["entropy"]
             if recompute:
                 old_logprobs, entropy = policy[tt]["logprobs"], policy[tt]["entropy"]
-            hidden = policy[tt]["hidden"] if fit_values and shared else None
-            if fit_values and not shared:
-                hidden = critic_hidden(base, tb, args, size)
+            hidden = value_states(base, tb, policy.get(tt), args, size) if fit_values else None
             for k, a in enumerate(agents):
                 rows, mask = slice(k * n, (k + 1) * n), tb["response_mask"][k * n:(k + 1) * n]
                 # 5. per-token rewards: -kl_coef x KL at every token, R + b at the last
@@ -561,9 +551,7 @@ def ppo_loss(team: Team, base: int, agents: list[int], batches: dict, num_tokens
                         output_hidden=fit_values and shared)
     loss = 0.0
     for tt, tb in batches.items():
-        hidden = out[tt]["hidden"]
-        if fit_values and not shared:
-            hidden = critic_hidden(team.bases[base], tb, args)
+        hidden = value_states(team.bases[base], tb, out[tt], args) if fit_values else None
         for k, a in enumerate(agents):
             r, mask = slice(k * n, (k + 1) * n), tb["response_mask"][k * n:(k + 1) * n]
             pg_loss, s = policy_loss(out[tt]["logprobs"][r], tb["old_logprobs"][r],
@@ -593,7 +581,7 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
     shuffle = torch.Generator().manual_seed(shuffle_seed)  # the same order on every rank
     keys = [*RESPONSE_KEYS, "critic_query_ids", "critic_query_mask", "old_logprobs", "old_values",
             "advantages", "returns"]
-    one_forward = one_conversation(team, exp, args)
+    one_forward = conversation_forward_applies(team, exp, args)
     stats = dict({key: [] for key in exp}, skipped=0, conversation_forward=float(one_forward),
                  **{f"grad_norm/{name}": [] for name in team.optimizers})
     for epoch in range(args.ppo_epochs):

@@ -80,10 +80,6 @@ def check_args(args):
     if args.advantage == "group" and args.value_model == "separate":
         arg_error("--value-model", "separate trains a critic adapter, which --advantage group "
                                    "never reads (use --advantage gae, or drop --value-model)")
-    if args.advantage == "group" and args.critic_per_agent:
-        arg_error("--critic-per-agent", "chooses the value heads, which --advantage group does "
-                                        "not have (use --advantage gae, or drop "
-                                        "--critic-per-agent)")
     if args.advantage_std and args.advantage != "group":
         arg_error("--advantage-std", "scales --advantage group's advantages (gae whitens its own)")
     if not args.critic_history and args.value_model == "shared":
@@ -327,7 +323,7 @@ def ppo_metrics(exp: dict, stats: dict, num_agents: int) -> dict:
 
 
 RESUME_MUST_MATCH = ("model", "models", "num_agents", "num_turns", "train_turns", "policy_sharing",
-                     "value_model", "critic_per_agent", "lora_r", "lora_alpha", "dataset")
+                     "value_model", "lora_r", "lora_alpha", "dataset")
 
 
 def user_scorer(args, score_fn=None):

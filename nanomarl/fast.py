@@ -156,16 +156,20 @@ def conversation_holds(pairs: list[tuple[dict, dict]]) -> bool:
     return bool(allreduce_sum(torch.tensor(float(not holds), device=device)) == 0)
 
 
-def conversation_forward_applies(trained: list[tuple[int, int]], adapter_names: list[list[str]],
-                                 exp: dict) -> bool:
-    """Can one forward per agent over its LAST trained turn give every trained (turn, agent)'s
-    outputs? Yes when each agent plays its trained turns on one adapter and every earlier turn's
-    prompt and sampled response start the last turn's prompt token for token (conversation_holds).
-    exp: {(turn, agent): generate()-shaped batch}."""
+def conversation_forward_applies(team, exp: dict, args) -> bool:
+    """--conversation-forward: can one forward per agent over its LAST trained turn give every
+    trained (turn, agent)'s outputs? Yes when no separate critic is forwarded, each agent plays its
+    trained turns on one adapter, and every earlier turn's prompt and sampled response start the
+    last turn's prompt token for token (conversation_holds). exp: {(turn, agent): generate()'s
+    batch}; team: cotrain.Team."""
+    trained, adapter_names = team.trained, team.adapter_names
     turns = sorted({t for t, _ in trained})
     last = turns[-1]
-    if len(turns) < 2 or not all((last, a) in exp and adapter_names[t][a] == adapter_names[last][a]
-                                 for t, a in trained):
+    separate_critic = args.advantage == "gae" and args.value_model == "separate"
+    if not args.conversation_forward or separate_critic or len(turns) < 2:
+        return False
+    if not all((last, a) in exp and adapter_names[t][a] == adapter_names[last][a]
+               for t, a in trained):
         return False
     return conversation_holds([(exp[(t, a)], exp[(last, a)]) for t, a in trained if t != last])
 

@@ -21,6 +21,7 @@ from common import tokenize_prompts
 from magrpo import reference_logprobs
 from conftest import PAPER_PPO
 from nanomarl.cli import parse_args
+from nanomarl.fast import conversation_forward_applies
 from nanomarl.tasks.debate import load_task
 from nanomarl.tasks.debate_prompts import sampled_conversation
 
@@ -144,7 +145,7 @@ def test_forward_turns_one_forward_equals_one_forward_per_turn(monkeypatch, flag
     debate, _ = debate_and_rewards(team, args, load_task("arith", "train", limit=2))
     debate = as_one_conversation(debate, team.agent_tokenizers()[0])
     exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
-    assert cotrain.one_conversation(team, exp, args)  # the fast path applies
+    assert conversation_forward_applies(team, exp, args)  # the fast path applies
     turns = sorted({t for t, _ in team.trained})
     assert turns == ([1, 2] if "--train-turns" in flags else list(range(args.num_turns)))
     keys = ["query_ids", "query_mask", "response_ids", "response_mask"]  # both agents' rows
@@ -285,13 +286,13 @@ def test_conversation_forward_falls_back_when_a_prompt_does_not_hold_the_earlier
             debate = as_one_conversation(debate, team.agent_tokenizers()[0])
             exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
             holds = mode == "--conversation-forward" and case == "one row"
-            assert cotrain.one_conversation(team, exp, args) == holds
+            assert conversation_forward_applies(team, exp, args) == holds
             if case == "one row":  # agent 1, question 1: a token of its turn-1 response differs
                 second = debate["rollout"][1][1]
                 n = int(debate["rollout"][0][1]["query_mask"][1].sum())
                 first_real = int((second["query_mask"][1] == 0).sum())
                 second["query_ids"][1, first_real + n] += 1
-                assert not cotrain.one_conversation(team, exp, args)
+                assert not conversation_forward_applies(team, exp, args)
             exp = cotrain.make_experience(team, debate, rewards, args)
             stats = cotrain.ppo_update(team, exp, args)
             results[mode] = (exp, stats, trainables(team))

@@ -162,7 +162,6 @@ def test_group_learning_raises_a_synthetic_score(tmp_path):
     (["--advantage", "group", "--samples-per-question", "1"], "--samples-per-question"),
     (["--advantage", "group", "--samples-per-question", "2", "--value-model", "separate"], "--value-model"),
     (["--samples-per-question", "0"], "--samples-per-question"),
-    (["--critic-per-agent"], "--critic-per-agent"),  # the default is group: no value heads to choose
     (["--advantage", "gae", "--samples-per-question", "1", "--advantage-std"], "--advantage-std"),
 ])
 def test_group_refusals(flags, named, capsys):
