@@ -180,7 +180,7 @@ def bench_rollout(args, model, tokenizer, num_agents, device):
 
     tokens = len(rows) * args.max_new_tokens
     mixed = [a for a, _ in rows]
-    t_mixed = timed(lambda: all_rows(mixed), args.repeats, device)  # common.stacked_lora_routing
+    t_mixed = timed(lambda: all_rows(mixed), args.repeats, device)  # fast.py:stacked_lora_routing
     t_mixed_peft = timed(lambda: all_rows(mixed, "peft"), args.repeats, device)  # peft's routing
     t_per_agent = timed(per_agent, args.repeats, device)
     t_ceiling = timed(decode_ceiling, args.repeats, device)

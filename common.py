@@ -137,7 +137,7 @@ def response_mask_from_ids(response_ids: torch.Tensor, stop_ids: list[int]):
 
 def tokenize_prompts(tokenizer, prompts: list, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded ids and mask. A prompt is a text, or a list of token ids taken as they are (a
-    chat continued token by token, cotrain.continue_chat)."""
+    chat continued token by token, nanomarl/tasks/debate_prompts.py:continue_chat)."""
     if all(isinstance(p, str) for p in prompts):
         enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left",
                         add_special_tokens=False)
@@ -511,7 +511,7 @@ def is_well_formed(text: str, task: str) -> bool:
 
 
 def majority_vote_accuracy(answers: list[str | None], gold: str) -> float:
-    """Majority vote with tie expectation (MAPoRL Sec. 4.1; the authors' `stat_all`, spec §1.9).
+    """Majority vote with tie expectation (MAPoRL Sec. 4.1; the authors' `stat_all`).
 
     The tie set is the answers with the top vote count. An unparsable answer (None) leaves the tie
     set when other answers are in it. Score = 1/|tie set| if the gold is in the tie set, else 0: the

@@ -95,7 +95,7 @@ from nanomarl.runs import format_metrics, set_torch_threads, writable_dir
 from nanomarl.sandbox import parallel_map
 from nanomarl.self_consistency import debate_tokens, sample_answers, self_consistency_metrics
 from nanomarl.tasks.code import extract_function
-from nanomarl.tasks.code_prompts import CODE_RULES, function_params
+from nanomarl.tasks.code_prompts import CODE_RULES, function_params, main_prompt
 from nanomarl.tasks.debate import dataset_options, load_task, reasoning_gym_config
 
 
@@ -901,7 +901,7 @@ def pipeline_prompt(problem: dict, first_output: str) -> str:
     """Agent 2's prompt in the sequential pipeline: it sees agent 1's output."""
     if problem["kind"] == "code":
         aux = extract_function(first_output, "aux") or first_output
-        return (magrpo.main_prompt(problem)
+        return (main_prompt(problem)
                 + f"\nThe helper function aux, written by another agent:\n{aux}\n")
     if problem["kind"] == "tldr":
         return ("Create a detailed summary that expands on the following concise summary.\n\n"

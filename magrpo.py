@@ -42,44 +42,34 @@ from tqdm import tqdm
 from common import (adapter_parameters, adapters_disabled, add_adapters, chat_prompt,
                     forward_responses, generate, load_model)
 from nanomarl import vllm_rollout
-from nanomarl.cli import RunArgs, arg_error, load_function, parse_args
-from nanomarl.distributed import (allreduce_gradients, allreduce_sum, finish_distributed,
-                                  init_distributed, is_main_process, seed_everything,
+from nanomarl.cli import ModelArgs, RunArgs, arg_error, load_function, parse_args
+from nanomarl.distributed import (allreduce_gradients, allreduce_sum, init_distributed,
+                                  is_main_process, seed_everything,
                                   seed_sampling_per_rank)
-from nanomarl.magrpo_run import (RESUME_MUST_MATCH, agent_states, check_args, check_task,
-                                 custom_reward, held_out_problems, load_agent_states, print_sample,
-                                 tree_samples)
-from nanomarl.models import load_tokenizer, save_adapters
-from nanomarl.runs import (all_rng_states, clean_exits, finish_writes_first, format_metrics,
-                           load_checkpoint, log_metrics, log_samples, print_eval_table,
-                           restore_rng_state, resumed_args, save_checkpoint, set_torch_threads,
-                           start_run)
+from nanomarl.magrpo_run import (RESUME_MUST_MATCH, check_args, check_task, custom_reward,
+                                 finish_run, held_out_problems, load_state, print_sample,
+                                 rollout_metrics, save_state, team_means, tree_samples)
+from nanomarl.models import load_tokenizer
+from nanomarl.runs import (clean_exits, format_metrics, log_metrics, log_samples, resumed_args,
+                           set_torch_threads, start_run)
 from nanomarl.sandbox import parallel_map, run_tests_in_sandbox
 from nanomarl.tasks.code_prompts import level_feedback, plain_feedback
 from nanomarl.tasks.debate import step_indices
-from nanomarl.tasks.kinds import ROLES, SOLVABLE_KINDS, format_prompts, joint_reward, pass_rate
+from nanomarl.tasks.kinds import ROLES, format_prompts, joint_reward, pass_rate
 from nanomarl.tasks.problems import load_problems
-from nanomarl.trackers import finish_tracker, plot_run
 
 
 @dataclass
-class Args(RunArgs):  # and the run's flags (seed, output folder, resume, threads, ...)
+class Args(RunArgs, ModelArgs):  # and the run's and the base model's flags
     # --- run ---
-    model: str = "smollm2-135m"  # hub id, local path, `tiny` (random, for tests) or `smollm2-135m`
     dataset: str = "minicode"  # minicode|humaneval|...|pipeline|teamwork|jsonl:PATH
     reward_fn: str = ""  # your joint reward MODULE:FUNCTION, fn(problem, completions) -> reward
     train_limit: int = 0  # keep the first N training problems (0 = all)
     max_steps: int = 15  # optimiser steps
     problems_per_step: int = 1  # rollout trees per step (under torchrun: over all processes)
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # dtype of the base model
-    quant: Literal["none", "4bit", "8bit"] = "none"  # QLoRA base (LoRA agents only)
     # --- agents ---
     num_agents: int = 2  # agents n, one per role of the task (pipeline: 3)
     full_finetune: bool = False  # a full model copy per agent instead of LoRA adapters on one base
-    lora_r: int = 8  # LoRA rank of each agent's adapter
-    lora_alpha: int = 16  # LoRA alpha
-    use_vllm: bool = False  # rollouts on one vLLM engine holding every adapter (docs/usage.md)
-    fast_decode: bool = True  # CUDA: static KV cache, captured decoding step (docs/speed.md)
     lr: float = 2e-4  # AdamW learning rate, constant
     max_grad_norm: float = 0.0  # clip each agent's gradient norm (0 = no clipping)
     # --- MAGRPO ---
@@ -248,12 +238,13 @@ class Node:
     levels: list[dict] = field(default_factory=list)  # the reward's levels of each
     children: list[Node | None] = field(default_factory=list)  # child node of each (None: leaf)
     returns: list[float] = field(default_factory=list)  # return of each joint action
+    credits: torch.Tensor | None = None  # [agent, G]: credit of each completion
     advantages: torch.Tensor | None = None  # [agent, G]: advantage of each completion
 
 
 def rollout(agents: Agents, tokenizer, problems: list[dict], task: Task,
             args) -> tuple[list[Node], list[list[dict]]]:
-    """Grow one tree per problem, one turn at a time (spec §2.4). Returns (roots, batches) with
+    """Grow one tree per problem, one turn at a time. Returns (roots, batches) with
     batches[t][i] agent i's sampled rows at turn t: G consecutive rows per node, nodes in
     nodes_by_turn order."""
     n, G = args.num_agents, args.num_generations
@@ -452,7 +443,7 @@ def accumulate_agent_loss(agents: Agents, agent: int, batch: dict, advantages: t
 def magrpo_update(agents: Agents, roots: list[Node], batches: list[list[dict]], args) -> dict:
     """Stages 5-7 on grown trees (rollout's output): returns, advantages, then every agent's update,
     deepest turn first. Multi-process: each rank passes its own trees; every rank must call it.
-    Returns the metrics."""
+    Returns each agent's loss statistics and gradient norm."""
     n, G = args.num_agents, args.num_generations
     # 5. returns bottom-up, 6. credits and group-relative advantages (one group per node and agent)
     turns = nodes_by_turn(roots)
@@ -461,7 +452,8 @@ def magrpo_update(agents: Agents, roots: list[Node], batches: list[list[dict]], 
     all_nodes = [node for nodes in turns for node in nodes]
     credits = torch.stack([completion_credits(node, n, G) for node in all_nodes])  # [nodes, n, G]
     advantages = group_advantages(credits.reshape(-1, G), args.adv_mode).reshape(-1, n, G)
-    for node, adv in zip(all_nodes, advantages):
+    for node, credit, adv in zip(all_nodes, credits, advantages):
+        node.credits = credit
         node.advantages = adv
     # 7. the policy-gradient update, deepest turn first; each agent steps its own optimiser once
     metrics, device = {}, agents.params[0][0].device
@@ -488,30 +480,6 @@ def magrpo_update(agents: Agents, roots: list[Node], batches: list[list[dict]], 
             agents.optimizers[agent].step()
             agents.optimizers[agent].zero_grad(set_to_none=True)
             metrics[prefix + "grad_norm"] = float(grad_norm)
-    # metrics (TRL/CleanRL-style names; per agent prefixed agentI/)
-    for turn, nodes in enumerate(turns):
-        rewards = [r for node in nodes for r in node.rewards]
-        key = "reward" if turn == 0 else f"turn{turn}/reward"
-        metrics[f"{key}/mean"] = sum(rewards) / len(rewards)
-        metrics[f"{key}/max"] = max(rewards)
-        for level in nodes[0].levels[0]:
-            metrics[f"{key}/{level}"] = sum(lv[level] for node in nodes
-                                            for lv in node.levels) / len(rewards)
-        for agent in range(n):
-            batch = batches[turn][agent]
-            mask, truncated = batch["response_mask"], batch["truncated"]
-            prefix = f"agent{agent}/" if turn == 0 else f"agent{agent}/turn{turn}_"
-            metrics[prefix + "mean_length"] = mask.sum(1).float().mean().item()
-            metrics[prefix + "clipped_ratio"] = truncated.float().mean().item()
-    metrics["return/mean"] = (sum(r for root in roots for r in root.returns)
-                              / sum(len(root.returns) for root in roots))
-    zero_std = (credits.std(dim=2) < 1e-8).float().mean().item() if G > 1 else 1.0
-    metrics["frac_reward_zero_std"] = zero_std  # groups with nothing to learn from
-    for name, key in (("completions/mean_length", "mean_length"),
-                      ("completions/clipped_ratio", "clipped_ratio"),
-                      ("objective/entropy", "entropy"), ("objective/kl", "kl")):
-        metrics[name] = sum(metrics[f"agent{i}/{key}"] for i in range(n)) / n
-    metrics["tree/nodes"] = len(all_nodes)
     return metrics
 
 
@@ -523,6 +491,8 @@ def magrpo_step(agents: Agents, tokenizer, problems: list[dict], task: Task,
     roots, batches = rollout(agents, tokenizer, problems, task, args)
     t_rollout = time.time() - t0
     metrics = magrpo_update(agents, roots, batches, args)
+    metrics.update(rollout_metrics(nodes_by_turn(roots), roots, batches, args.num_generations))
+    metrics.update(team_means(metrics, args.num_agents))
     metrics["timing/rollout_s"] = t_rollout
     metrics["timing/step_s"] = time.time() - t0
     return metrics, roots
@@ -533,10 +503,11 @@ def magrpo_step(agents: Agents, tokenizer, problems: list[dict], task: Task,
 # ------------------------------------------------------------------------------------------------
 
 
-def eval_due(args, step: int) -> bool:
-    """Evaluate before the first step (step 0), every --eval-every steps and after the last one."""
+def eval_due(args, eval_problems: list[dict], step: int) -> bool:
+    """Evaluate (when there are held-out problems) before the first step (step 0), every
+    --eval-every steps and after the last one."""
     every = bool(args.eval_every and step % args.eval_every == 0)
-    return bool(args.eval_problems) and is_main_process() and (
+    return bool(eval_problems) and is_main_process() and (
         step == 0 or step == args.max_steps or every)
 
 
@@ -591,15 +562,7 @@ def main(args: Args):
     tokenizer = load_tokenizer(args.model)
     agents = build_agents(args, device)  # the same initial agents on every rank (same seed)
     seed_sampling_per_rank(args.seed)  # every rank samples different completions
-    start_step = 0
-    if args.resume:
-        state = load_checkpoint(run_dir / "checkpoint.pt")
-        load_agent_states(agents, state["agents"])
-        for optimizer, saved in zip(agents.optimizers, state["optimizers"]):
-            optimizer.load_state_dict(saved)
-        restore_rng_state(state["rng"])  # this rank's
-        start_step = state["step"]
-        print(f"resumed {run_dir} at step {start_step}")
+    start_step = load_state(run_dir, agents) if args.resume else 0
     if args.use_vllm:  # rollouts on vLLM; it reloads an adapter whenever its weights change
         vllm_rollout.start(agents.models[0], agents.names)
     print(f"MAGRPO on {args.dataset}: {len(problems)} problems, {args.num_agents} agents "
@@ -607,19 +570,9 @@ def main(args: Args):
           f"{args.model}), G={args.num_generations}, {args.joint_mode} joint actions, "
           f"{args.turns} turn(s), {args.max_steps} steps"
           + (f", reward {args.reward_fn}" if args.reward_fn else ""))
-
-    def checkpoint(step: int):  # every rank calls it (the RNG states are gathered); rank 0 writes
-        rngs = all_rng_states()
-        with finish_writes_first():  # Ctrl-C waits for both; each is written atomically
-            save_checkpoint(run_dir / "checkpoint.pt",
-                            dict(step=step, agents=agent_states(agents), rng=rngs,
-                                 optimizers=[o.state_dict() for o in agents.optimizers]))
-            if agents.names is not None:  # the LoRA agents in peft format at every checkpoint
-                save_adapters(agents.models[0], agents.names, run_dir / "adapters")
-
     if problems[0]["kind"] in ("code", "pipeline"):
         run_tests_in_sandbox("x = 1", [])  # a missing sandbox layer is reported now, once
-    if start_step == 0 and eval_problems and eval_due(args, 0):  # 0. the untrained team, held out
+    if start_step == 0 and eval_due(args, eval_problems, 0):  # 0. the untrained team, held out
         metrics = evaluate_team(agents, tokenizer, eval_problems, task, args)
         log_metrics(run_dir, {"step": 0, **metrics})
     bar = tqdm(range(start_step, args.max_steps), desc="magrpo", initial=start_step,
@@ -629,7 +582,7 @@ def main(args: Args):
                              drop_last=world > 1)
         batch = [problems[i] for i in order][rank::world]  # this rank's problems
         metrics, roots = magrpo_step(agents, tokenizer, batch, task, args)
-        if eval_problems and eval_due(args, step + 1):  # the team after this step, held out
+        if eval_due(args, eval_problems, step + 1):  # the team after this step, held out
             metrics.update(evaluate_team(agents, tokenizer, eval_problems, task, args))
         log_metrics(run_dir, {"step": step + 1, **metrics})  # rank 0 writes its own trees' metrics
         bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}")
@@ -642,22 +595,8 @@ def main(args: Args):
             print_sample(step + 1, roots)
             log_samples(run_dir, tree_samples(step + 1, roots))
         if (step + 1) % args.save_every == 0 or step + 1 == args.max_steps:
-            checkpoint(step + 1)
-    if agents.names is None and is_main_process():  # LoRA agents: the last checkpoint() wrote them
-        for i, model in enumerate(agents.models):
-            model.save_pretrained(run_dir / "agents" / f"agent{i}")
-            tokenizer.save_pretrained(run_dir / "agents" / f"agent{i}")
-    print(f"metrics: {run_dir / 'metrics.jsonl'}")
-    print(f"{'adapters' if agents.names is not None else 'agent models'}: "
-          f"{run_dir / ('adapters' if agents.names is not None else 'agents')}")
-    print(f"checkpoint: {run_dir / 'checkpoint.pt'} "
-          f"(continue with --resume {run_dir} --max-steps N)")
-    coding = eval_problems and eval_problems[0]["kind"] in SOLVABLE_KINDS
-    pass_rate = ["eval/pass_rate"] if coding else []
-    print_eval_table(run_dir, pass_rate + ["eval/reward/mean"])  # held-out: before -> after
-    plot_run(run_dir)  # training_curves.png (needs matplotlib)
-    finish_tracker()  # --report-to: flush and close
-    finish_distributed()  # leave the process group (without it gloo aborts at exit)
+            save_state(run_dir, agents, step + 1)
+    finish_run(run_dir, agents, tokenizer, eval_problems)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """magrpo_run.py: the parts of magrpo.py's run a learner may skip: the refusals of bad settings,
-the check of a --reward-fn's output, the held-out problems, the agents' checkpoint state, and the
-joint actions a step prints and saves to samples.jsonl.
+the check of a --reward-fn's output, the held-out problems, the checkpoint (save and resume), a
+step's metrics, and the joint actions a step prints and saves to samples.jsonl.
 
 The functions take magrpo.py's objects (Args, Agents, the rollout tree's Nodes) by their fields;
 this module does not import magrpo.py.
@@ -8,14 +8,21 @@ this module does not import magrpo.py.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
 from nanomarl.cli import arg_error, check_numbers
+from nanomarl.distributed import finish_distributed, is_main_process
 from nanomarl.fast_decode import configure_device
 from nanomarl.models import (adapter_state_dict, check_device, check_model_name,
-                             load_adapter_state_dict)
+                             load_adapter_state_dict, save_adapters)
+from nanomarl.runs import (all_rng_states, finish_writes_first, load_checkpoint, print_eval_table,
+                           restore_rng_state, save_checkpoint)
+from nanomarl.tasks.kinds import SOLVABLE_KINDS
 from nanomarl.tasks.problems import load_problems
+from nanomarl.trackers import finish_tracker, plot_run
 
 # the settings that fix the checkpoint's shapes: --resume refuses to change them
 RESUME_MUST_MATCH = ("model", "dataset", "num_agents", "turns", "full_finetune", "lora_r",
@@ -146,3 +153,84 @@ def tree_samples(step: int, roots: list) -> list[dict]:
                              **{"return": node.returns[j]}))
         stack += [child for child in node.children if child is not None]
     return rows
+
+
+def load_state(run_dir: Path, agents) -> int:
+    """--resume: the agents' weights, their optimisers and this rank's RNG state from
+    checkpoint.pt. Returns the step to continue from."""
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    load_agent_states(agents, state["agents"])
+    for optimizer, saved in zip(agents.optimizers, state["optimizers"]):
+        optimizer.load_state_dict(saved)
+    restore_rng_state(state["rng"])  # this rank's
+    print(f"resumed {run_dir} at step {state['step']}")
+    return state["step"]
+
+
+def save_state(run_dir: Path, agents, step: int):
+    """checkpoint.pt (and the LoRA agents in peft format): every rank calls it (the RNG states are
+    gathered), rank 0 writes."""
+    rngs = all_rng_states()
+    with finish_writes_first():  # Ctrl-C waits for both; each is written atomically
+        save_checkpoint(run_dir / "checkpoint.pt",
+                        dict(step=step, agents=agent_states(agents), rng=rngs,
+                             optimizers=[o.state_dict() for o in agents.optimizers]))
+        if agents.names is not None:
+            save_adapters(agents.models[0], agents.names, run_dir / "adapters")
+
+
+def rollout_metrics(turns: list[list], roots: list, batches: list[list[dict]],
+                    num_generations: int) -> dict:
+    """The rollout's metrics (TRL/CleanRL-style names; per agent prefixed agentI/): rewards and
+    their levels per turn, completion lengths, returns, the groups with nothing to learn from."""
+    metrics = {}
+    num_agents = len(batches[0])
+    for turn, nodes in enumerate(turns):
+        rewards = [r for node in nodes for r in node.rewards]
+        key = "reward" if turn == 0 else f"turn{turn}/reward"
+        metrics[f"{key}/mean"] = sum(rewards) / len(rewards)
+        metrics[f"{key}/max"] = max(rewards)
+        for level in nodes[0].levels[0]:
+            metrics[f"{key}/{level}"] = sum(lv[level] for node in nodes
+                                            for lv in node.levels) / len(rewards)
+        for agent in range(num_agents):
+            batch = batches[turn][agent]
+            mask, truncated = batch["response_mask"], batch["truncated"]
+            prefix = f"agent{agent}/" if turn == 0 else f"agent{agent}/turn{turn}_"
+            metrics[prefix + "mean_length"] = mask.sum(1).float().mean().item()
+            metrics[prefix + "clipped_ratio"] = truncated.float().mean().item()
+    metrics["return/mean"] = (sum(r for root in roots for r in root.returns)
+                              / sum(len(root.returns) for root in roots))
+    credits = torch.stack([node.credits for nodes in turns for node in nodes])  # [nodes, n, G]
+    zero_std = (credits.std(dim=2) < 1e-8).float().mean().item() if num_generations > 1 else 1.0
+    metrics["frac_reward_zero_std"] = zero_std
+    metrics["tree/nodes"] = sum(len(nodes) for nodes in turns)
+    return metrics
+
+
+def team_means(metrics: dict, num_agents: int) -> dict:
+    """The agents' means of their per-agent metrics, under TRL's names."""
+    return {name: sum(metrics[f"agent{i}/{key}"] for i in range(num_agents)) / num_agents
+            for name, key in (("completions/mean_length", "mean_length"),
+                              ("completions/clipped_ratio", "clipped_ratio"),
+                              ("objective/entropy", "entropy"), ("objective/kl", "kl"))}
+
+
+def finish_run(run_dir: Path, agents, tokenizer, eval_problems: list[dict]):
+    """The end of a run: full-copy agents saved whole (the LoRA agents: the last save_state wrote
+    them), where everything is, the held-out before -> after table, the plots, the trackers."""
+    if agents.names is None and is_main_process():
+        for i, model in enumerate(agents.models):
+            model.save_pretrained(run_dir / "agents" / f"agent{i}")
+            tokenizer.save_pretrained(run_dir / "agents" / f"agent{i}")
+    print(f"metrics: {run_dir / 'metrics.jsonl'}")
+    print(f"{'adapters' if agents.names is not None else 'agent models'}: "
+          f"{run_dir / ('adapters' if agents.names is not None else 'agents')}")
+    print(f"checkpoint: {run_dir / 'checkpoint.pt'} "
+          f"(continue with --resume {run_dir} --max-steps N)")
+    coding = eval_problems and eval_problems[0]["kind"] in SOLVABLE_KINDS
+    pass_rate = ["eval/pass_rate"] if coding else []
+    print_eval_table(run_dir, pass_rate + ["eval/reward/mean"])  # held-out: before -> after
+    plot_run(run_dir)  # training_curves.png (needs matplotlib)
+    finish_tracker()  # --report-to: flush and close
+    finish_distributed()  # leave the process group (without it gloo aborts at exit)

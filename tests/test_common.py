@@ -500,7 +500,7 @@ def test_generate_when_pad_equals_eos(tiny):
 
 
 def test_values_read_the_state_before_each_response_token(tiny):
-    """hidden[:, i] is the last layer's state at the position that predicts response token i (spec §6)."""
+    """hidden[:, i] is the last layer's state at the position that predicts response token i."""
     tok, _ = tiny
     model = make_peft()
     q = torch.tensor([[tok.pad_token_id, 10, 11, 12]])

@@ -19,7 +19,7 @@ from nanomarl.cotrain_run import custom_scorer
 from nanomarl.distributed import seed_everything
 from nanomarl.models import load_tokenizer
 from nanomarl.tasks.debate import dataset_options, load_task
-from nanomarl.tasks.pipeline import PIPELINE_ROLES
+from nanomarl.tasks.pipeline import PIPELINE_ROLES, pipeline_prompts, pipeline_reward
 
 
 @pytest.fixture(autouse=True)
@@ -305,10 +305,10 @@ def test_three_agents_rollout_reward_update_and_isolation():
     problem = M.load_problems("pipeline", "train", limit=1)[0]
     roots, batches = M.rollout(agents, tokenizer, [problem], task, args)
     root = roots[0]
-    assert root.prompts == M.pipeline_prompts(problem) and len(root.texts) == 3 and len(batches[0]) == 3
+    assert root.prompts == pipeline_prompts(problem) and len(root.texts) == 3 and len(batches[0]) == 3
     for action, reward in zip(root.joint, root.rewards):
         texts = [root.texts[i][k] for i, k in enumerate(action)]
-        assert reward == pytest.approx(M.pipeline_reward(problem, texts)[0] + 1.0)
+        assert reward == pytest.approx(pipeline_reward(problem, texts)[0] + 1.0)
     model = agents.models[0]
     base_before = {n: p.clone() for n, p in model.named_parameters() if ".lora_" not in n}
     adapters_before = [[p.clone() for p in adapter_parameters(model, name)] for name in agents.names]
@@ -326,7 +326,7 @@ def test_three_agents_rollout_reward_update_and_isolation():
         assert metrics[f"agent{i}/grad_norm"] > 0
         assert any(not torch.equal(a, b) for a, b in zip(adapters_before[i], adapter_parameters(model, name))), name
     assert all(torch.equal(base_before[n], p) for n, p in model.named_parameters() if ".lora_" not in n)
-    assert metrics["reward/mean"] == pytest.approx(sum(root.rewards) / len(root.rewards))
+    assert M.rollout_metrics([[root]], roots, batches, 2)["reward/mean"] == pytest.approx(sum(root.rewards) / len(root.rewards))
 
 
 def test_three_agents_from_the_command_line_with_the_builtin_and_a_custom_reward(tmp_path, capsys):

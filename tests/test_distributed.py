@@ -23,6 +23,7 @@ from conftest import PAPER_PPO, run_script  # noqa: E402
 from nanomarl.cli import parse_args
 from nanomarl import distributed
 from nanomarl.distributed import finish_distributed, init_distributed, rank_rows, seed_everything
+from nanomarl.magrpo_run import agent_states
 from nanomarl.models import adapter_state_dict, load_tokenizer
 from nanomarl.tasks.debate import load_task
 
@@ -177,14 +178,14 @@ def magrpo_update(saved: dict, loss_agg: str, max_grad_norm: float, rank: int, w
     roots, batches = magrpo_shard(saved["roots"], saved["batches"], args.num_generations, rank, world)
     metrics = M.magrpo_update(agents, roots, batches, args)
     assert not max_grad_norm or metrics["agent0/grad_norm"] > max_grad_norm  # the clip binds
-    return {f"{name}/{k}": v for name, state in zip(agents.names, M.agent_states(agents)) for k, v in state.items()}
+    return {f"{name}/{k}": v for name, state in zip(agents.names, agent_states(agents)) for k, v in state.items()}
 
 
 def test_magrpo_two_ranks_equal_one_process(tmp_path):
     args = magrpo_args()
     seed_everything(0)
     agents = M.build_agents(args, "cpu")
-    initial = M.agent_states(agents)
+    initial = agent_states(agents)
     task = M.Task(prompts=lambda p: [p["text"] + " a", p["text"] + " b"], reward=toy_reward, feedback=echo_feedback)
     problems = [dict(id=f"toy/{i}", kind="toy", text=f"Q{i}:") for i in range(4)]
     roots, batches = M.rollout(agents, load_tokenizer("tiny"), problems, task, args)

@@ -1,4 +1,4 @@
-"""code.py: coding tasks: code cleanup, test extraction and the 4-level aux/main reward (spec §5).
+"""code.py: coding tasks: code cleanup, test extraction and the 4-level aux/main reward.
 
 Two ways to turn completions and a problem into the program and tests the sandbox runs
 (magrpo.py --code-extraction):
@@ -394,7 +394,7 @@ def analyze_code(aux_text: str, main_text: str, problem: dict, tests: list[str] 
 
 def code_reward(aux_text: str, main_text: str, problem: dict, timeout: float = 3.0,
                 memory_mb: int = 512, extraction: str = "ast") -> tuple[float, dict]:
-    """The authors' execution_reward_aux (max 4.0; spec §5.4), gated level by level:
+    """The authors' execution_reward_aux (max 4.0), gated level by level:
       1 structure (1.0): aux defined with a return +0.4 (optional); main defined with a return +0.6,
                          else stop;
       2 syntax (0.5):    the combined program parses, else stop;

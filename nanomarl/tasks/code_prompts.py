@@ -1,5 +1,5 @@
-"""code_prompts.py: the aux/main coding agents' prompts: the first turn's (spec §5.1-5.2) and the
-multi-turn external feedback that writes the next turn's (spec §3).
+"""code_prompts.py: the aux/main coding agents' prompts: the first turn's and the
+multi-turn external feedback that writes the next turn's.
 
 A feedback function is the external transition T: feedback(problem, prompt_history,
 response_history) -> the next prompt of every agent, where prompt_history[i] / response_history[i]

@@ -1,4 +1,4 @@
-"""debate_prompts.py: the words of the MAPoRL debate (spec §1.3): the turn-1 instruction of each
+"""debate_prompts.py: the words of the MAPoRL debate: the turn-1 instruction of each
 --prompt-style (turn1_prompt), the discussion message of turn t > 1 with the optional verifier
 feedback (discussion_message, verifier_feedback), the chat continued token for token
 (sampled_conversation: a row's prompt and sampled response without padding; continue_chat: the
@@ -12,7 +12,7 @@ import torch
 from nanomarl.cli import arg_error
 
 
-# The debate's turn-1 instruction (the authors' wrappers, spec §1.3 item 1), shared by cotrain.py
+# The debate's turn-1 instruction (the authors' wrappers), shared by cotrain.py
 # (the agents' first turn), train_verifier.py (the verifier must see the prompt the agents
 # answered) and evaluate.py.
 TURN1_MATH = {

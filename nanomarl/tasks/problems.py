@@ -18,7 +18,7 @@ from nanomarl.tasks.minicode import minicode_problems
 from nanomarl.tasks.pipeline import pipeline_problems
 from nanomarl.tasks.teamwork import teamwork_problems
 
-# (start, stop) of the train and eval slices of each dataset in the authors' configs (spec §2.7)
+# (start, stop) of the train and eval slices of each dataset in the authors' configs
 SPLITS = {"humaneval": {"train": (33, 163), "eval": (0, 32)},
           "coophumaneval": {"train": (16, None), "eval": (0, 16)},
           "tldr": {"train": (0, 1100), "eval": (0, 1100)},

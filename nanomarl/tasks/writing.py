@@ -1,5 +1,5 @@
 """writing.py: the writing tasks (TLDR, arXiv): the two agents' prompts and the gated writing
-reward (max 3.0; spec §4).
+reward (max 3.0).
 
 TLDR: agent 0 writes a concise summary of a post, agent 1 a longer, richer one. arXiv: agent 0 the
 background and motivation of an abstract's introduction, agent 1 its methodology and implications.
