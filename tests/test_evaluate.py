@@ -438,7 +438,8 @@ def test_sft_baseline_trains_on_kept_debates(monkeypatch, tiny_model_dir):
                            question_seed=0, num_agents=2, num_turns=2, batch_size=4,
                            max_new_tokens=16, temperature=1.0, feedback_in_prompt=False,
                            prompt_style="default", lora_r=4, lora_alpha=8, sft_epochs=2,
-                           sft_lr=1e-2, sft_batch_size=4, question_field="question", answer_field="answer",
+                           generate_batch_size=0, sft_lr=1e-2, sft_batch_size=4,
+                           question_field="question", answer_field="answer",
                            dataset_config="", dataset_task="math")
     bases = evaluate.Bases(args, "cpu")
     stats = evaluate.train_sft_baseline(bases, args, None)
