@@ -123,23 +123,25 @@ def frame(data: bytes) -> bytes:
     return len(data).to_bytes(8, "big") + data
 
 
-# the code run inside the sandbox, compiled once here (a child would compile it on every run)
+# the code run inside the sandbox, compiled once here (a child would compile it on every run):
+# each module after the ones it imports; the last one's main() runs the sandbox
+MODULES = ("sandbox_layers", "sandbox_values", "sandbox_link", "sandbox_verdicts", "sandbox_child")
 CHILD_CODE = b"".join(frame(marshal.dumps(compile(path.read_text(), str(path), "exec",
                                                   dont_inherit=True, optimize=0)))
-                      for path in (Path(__file__).with_name("sandbox_layers.py"),
-                                   Path(__file__).with_name("sandbox_child.py")))
+                      for path in (Path(__file__).with_name(name + ".py") for name in MODULES))
 BOOT = """import marshal, os, sys
 def read(size):
     data = b""
     while len(data) < size and (chunk := os.read(int(sys.argv[1]), size - len(data))):
         data += chunk
     return data
-layers = sys.modules["sandbox_layers"] = type(sys)("sandbox_layers")
-exec(marshal.loads(read(int.from_bytes(read(8), "big"))), layers.__dict__)
-child = {"__name__": "sandbox_child"}  # (the tests' own classes are those of "__main__")
-exec(marshal.loads(read(int.from_bytes(read(8), "big"))), child)
-child["main"]()
-"""
+for name in MODULES:  # (the tests' own classes are those of "__main__")
+    module = sys.modules[name] = type(sys)(name)
+    exec(marshal.loads(read(int.from_bytes(read(8), "big"))), module.__dict__)
+for name in MODULES[1:]:  # imported: gone from sys.modules, test_refer sends no harness object
+    del sys.modules[name]
+module.main()
+""".replace("MODULES", repr(MODULES))
 
 
 WARNINGS = {"namespaces": "no Linux namespaces ({why}): generated code can read every file its "

@@ -1,0 +1,358 @@
+"""sandbox_link.py: the link between the two processes of a sandboxed run: the alarm under which
+either runs code, requests and answers both ways, and the proxies of the other side's objects.
+
+Executed inside the sandbox as the module `sandbox_link` (sandbox.py's BOOT). The two processes
+talk in lines of JSON, either way: a request [seq, "q", op, target, a, b, extra] or an answer
+[seq, "a", status, payload, extra] (the test process numbers its requests upwards, the program's
+process downwards). While one side waits for an answer it serves the other's requests (a callback
+from a test calling the program again). A value travels as JSON of exact types (sandbox_values.py);
+an object that is not a value travels as a reference (a program object {"r": n}, a test object
+{"x": n}) whose operations the other side asks for: in the test process a Remote stands for a
+program object, in the program's process a TestObject for a test object. LINK holds the state of
+the side this process is (sandbox_verdicts.py:test_side and sandbox_child.py:program_side fill
+it)."""
+import _signal, _weakref, builtins, os, sys
+
+from sandbox_values import (Abort, ProgramError, containers, describe, dump, error_payload,
+                            program_error)  # sandbox.py's BOOT
+
+READ, WRITE, EXIT = os.read, os.write, os._exit  # before any program code (it may replace them)
+
+
+class TestTimeout(BaseException):  # not an Exception: `except Exception` does not swallow it
+    pass
+
+
+ALARM = [False]  # armed: the alarm raises TestTimeout only inside attempt()
+
+
+def on_alarm(signum, frame):
+    if ALARM[0]:
+        raise TestTimeout()
+
+
+def attempt(fn, seconds):
+    """fn() under a wall-clock alarm -> ("v", its value) | ("t", None) | ("e", the exception).
+    Inside another attempt (a request served while waiting for an answer) the outer alarm goes on
+    and its TestTimeout passes through."""
+    if ALARM[0]:
+        try:
+            return "v", fn()
+        except (TestTimeout, Abort):
+            raise
+        except BaseException as e:
+            return "e", e
+    _signal.signal(_signal.SIGALRM, on_alarm)
+    _signal.setitimer(_signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        ALARM[0] = True
+        value = fn()
+        ALARM[0] = False
+        return "v", value
+    except TestTimeout:
+        return "t", None
+    except BaseException as e:
+        return "e", e
+    finally:
+        ALARM[0] = False
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
+
+
+def compiled(source, name):
+    """The code object, compiled before anything runs (no flag changed later applies), or the
+    compiler's error (SyntaxError, ValueError for a null byte, ...)."""
+    try:
+        return compile(source, name, "exec", dont_inherit=True, optimize=0)
+    except BaseException as e:
+        return e
+
+
+def run(code, scope):
+    if isinstance(code, BaseException):
+        raise code
+    exec(code, scope, scope)
+
+
+def read_line(fd, buffer, limit):
+    """The next line (without its newline) from fd; None at the end or past limit bytes."""
+    start = 0
+    while (end := buffer.find(b"\n", start)) < 0:
+        if len(buffer) > limit or not (chunk := READ(fd, 1 << 16)):
+            return None
+        start = len(buffer)
+        buffer += chunk
+    line = bytes(buffer[:end])
+    del buffer[:end + 1]
+    return line
+
+
+def read_exactly(fd, size):
+    """size bytes from fd (fewer if it ends first)."""
+    data = bytearray()
+    while len(data) < size and (chunk := os.read(fd, min(size - len(data), 1 << 16))):
+        data += chunk
+    return bytes(data)
+
+
+LINK = dict(seq=0, gone="has not started", buffer=bytearray(), failed="", args=[], released=[])
+OPS = dict(len=len, bool=bool, str=str, repr=repr, hash=hash, iter=iter, int=int, float=float,
+           index=lambda a: a.__index__(), abs=abs, neg=lambda a: -a, pos=lambda a: +a,
+           invert=lambda a: ~a, format=format, round=round, reversed=reversed,
+           getitem=lambda a, b: a[b], contains=lambda a, b: b in a,
+           isinstance=lambda a, b: isinstance(b, a),
+           eq=lambda a, b: a == b, ne=lambda a, b: a != b, lt=lambda a, b: a < b,
+           le=lambda a, b: a <= b, gt=lambda a, b: a > b, ge=lambda a, b: a >= b,
+           add=lambda a, b: a + b, sub=lambda a, b: a - b, mul=lambda a, b: a * b,
+           truediv=lambda a, b: a / b, floordiv=lambda a, b: a // b, mod=lambda a, b: a % b,
+           pow=lambda a, b: a ** b, and_=lambda a, b: a & b, or_=lambda a, b: a | b,
+           xor=lambda a, b: a ^ b, lshift=lambda a, b: a << b, rshift=lambda a, b: a >> b,
+           matmul=lambda a, b: a @ b,
+           type=lambda a: [type(a).__module__, type(a).__qualname__])
+BINARY = {"eq", "ne", "lt", "le", "gt", "ge", "add", "sub", "mul", "truediv", "floordiv", "mod",
+          "pow", "and_", "or_", "xor", "lshift", "rshift", "matmul", "contains", "isinstance"}
+
+
+def write_all(fd, data):
+    sent = 0
+    try:
+        while sent < len(data):
+            sent += WRITE(fd, data[sent:])
+    except OSError:
+        if LINK.get("side") == "test":
+            raise abort(gone("has ended")) from None
+        EXIT(0)  # the program's process: the test process is gone
+    finally:
+        if 0 < sent < len(data) and LINK.get("side") == "test":
+            gone("stopped reading")  # interrupted mid-request: the stream is out of step
+
+
+def request(op, target, a=None, b=None, extra=None):
+    """Sends a request to the other process and returns its answer (a value, or the exception it
+    reported raised here); serves the other process's requests meanwhile."""
+    if LINK["gone"]:
+        raise abort(gone(""))
+    step = 1 if LINK["side"] == "test" else -1
+    LINK["seq"] = seq = LINK["seq"] + step
+    line = "[%d,\"q\",%s,%s,%s,%s,%s]\n" % (seq, dump(op, None), dump(target, None),
+                                           dump(a, LINK["refer"]), dump(b, LINK["refer"]),
+                                           dump(extra or {}, LINK["refer"]))
+    write_all(LINK["out"], line.encode())
+    while True:
+        message = LINK["next"]()
+        if message[1] == "q":
+            serve(message)
+        elif message[0] == seq:
+            return LINK["answered"](message)
+
+
+def serve(message):
+    """Answers one request of the other process (its op run by LINK["ops"], under the alarm the
+    request's time gives, or the one already running)."""
+    seq, _, op, target, a, b, extra = message
+    LINK["before"](extra)
+    status, payload = attempt(lambda: LINK["ops"](op, target, a, b, extra), extra.get("s", 1.0))
+    LINK["answer"](seq, status, payload, LINK["after"](extra))
+
+
+def answer(seq, status, payload, extra):
+    """Writes an answer line (status "v" value, "e" exception, "t" timed out)."""
+    try:
+        if status == "e":
+            payload = error_payload(payload)
+        data = '[%d,"a",%s,%s,%s]' % (seq, dump(status, None),
+                                      dump(payload, LINK["refer"]),
+                                      dump(extra, LINK["refer"]))
+    except TestTimeout:
+        data = '[%d,"a","t",null,{"d":[]}]' % seq
+    except BaseException as e:
+        data = '[%d,"a","e",%s,{"d":[]}]' % (seq, dump(error_payload(e), None))
+    if len(data) > LINK["limit"]:
+        data = '[%d,"a","e",%s,{"d":[]}]' % (seq, dump(["ValueError", f"an answer of {len(data)}"
+                                                         " bytes", "ValueError"], None))
+    write_all(LINK["out"], b"\n" + data.encode() + b"\n")  # a line of its own, after any output
+
+
+def abort(error):
+    LINK["failed"] = LINK["failed"] or describe(error)
+    return Abort(LINK["failed"])
+
+
+def gone(why):
+    LINK["gone"] = LINK["gone"] or why
+    return ProgramError("the program's process " + LINK["gone"])
+
+
+def ask(op, target, a=None, b=None, args=None):
+    """A request of the test process: `args` (a call's arguments) are numbered for the answer's
+    write-backs and identity; the program's process gets the time this test has left, the
+    recursion limit, random's state once a test has seeded it, and whether output is redirected."""
+    extra = {"s": _signal.getitimer(_signal.ITIMER_REAL)[0] or LINK["timeout"]}
+    if LINK["released"]:
+        extra["f"], LINK["released"] = LINK["released"], []
+    if sys.getrecursionlimit() != LINK["limit_sent"]:
+        extra["l"] = LINK["limit_sent"] = sys.getrecursionlimit()
+    if sys.stdout is not LINK["stdout"]:
+        extra["o"] = 1
+    if sys.stderr is not LINK["stderr"]:
+        extra["e"] = 1
+    if LINK["seeded"]:
+        state = sys.modules["random"].getstate()
+        if state != LINK["rs"]:
+            extra["rs"] = LINK["rs"] = state
+    numbered = containers(args, []) if args else []
+    LINK["args"].append(numbered)
+    try:
+        return request(op, target, a, b, extra)
+    finally:
+        LINK["args"].pop()
+
+
+def refused(self, *other):
+    raise abort(TypeError("a program object compared or combined with a test value"))
+
+
+def binary(name):
+    def method(self, other):
+        if type(other) is not Remote and not (other is None and name in ("eq", "ne")):
+            refused(self)  # the test's value (maybe an expected one) never reaches the program
+        return ask("op", self._Remote__handle, name, other)
+    return method
+
+
+def unary(name):
+    return lambda self, *a: ask("op", self._Remote__handle, name, list(a))
+
+
+class Remote:
+    """A program object, by its handle in the program's process: the test asks that process for
+    its attributes, calls, items, length, truth, text, iteration (drawn lazily: one item at a time,
+    then up to 256 ahead) and its comparisons and arithmetic with other program objects; one with
+    a test value is refused (it would let an object equal to everything decide a verdict), but for
+    `in`, which draws its items and compares them here (Python's way without __contains__)."""
+    __slots__ = ("__handle", "__buffer", "__drawn", "__end", "__weakref__")
+    __hash__ = unary("hash")
+    __bool__, __len__, __str__ = unary("bool"), unary("len"), unary("str")
+    __index__ = unary("index")
+    __int__, __float__, __abs__, __neg__ = unary("int"), unary("float"), unary("abs"), unary("neg")
+    __pos__, __invert__, __round__ = unary("pos"), unary("invert"), unary("round")
+    __reversed__, __format__ = unary("reversed"), unary("format")
+    __eq__, __ne__, __lt__, __le__ = binary("eq"), binary("ne"), binary("lt"), binary("le")
+    __gt__, __ge__, __add__, __sub__ = binary("gt"), binary("ge"), binary("add"), binary("sub")
+    __mul__, __truediv__, __floordiv__ = binary("mul"), binary("truediv"), binary("floordiv")
+    __mod__, __pow__, __and__, __or__ = binary("mod"), binary("pow"), binary("and_"), binary("or_")
+    __xor__, __lshift__, __rshift__ = binary("xor"), binary("lshift"), binary("rshift")
+    __matmul__ = binary("matmul")
+    __radd__ = __rsub__ = __rmul__ = __rtruediv__ = __rfloordiv__ = __rmod__ = __rpow__ = refused
+
+    def __init__(self, handle):
+        self.__handle, self.__buffer, self.__drawn, self.__end = handle, [], 0, None
+
+    def __getattr__(self, name):
+        if name.startswith(("__", "_Remote__")):  # (a slot not set yet is no attribute to ask)
+            raise AttributeError(name)
+        return ask("attr", self.__handle, name)
+
+    def __setattr__(self, name, value):
+        if name.startswith("_Remote__"):
+            return object.__setattr__(self, name, value)
+        ask("setattr", self.__handle, name, value, [value])
+
+    def __call__(self, *args, **kwargs):
+        return ask("call", self.__handle, list(args), kwargs, [*args, *kwargs.values()])
+
+    def __getitem__(self, key):
+        return ask("op", self.__handle, "getitem", key)
+
+    def __setitem__(self, key, value):
+        ask("op", self.__handle, "setitem", [key, value], [key, value])
+
+    def __iter__(self):
+        return ask("op", self.__handle, "iter", [])
+
+    def __instancecheck__(self, instance):  # a test's value is no instance of a program class
+        return type(instance) is Remote and ask("op", self.__handle, "isinstance", instance)
+
+    def __contains__(self, item):  # as Python does without __contains__: by iteration, here
+        if type(item) is Remote:
+            return ask("op", self.__handle, "contains", item)
+        return any(x is item or x == item for x in self)
+
+    def __next__(self):
+        if not self.__buffer and self.__end is None:
+            got = ask("next", self.__handle, 1 if self.__drawn < 8 else min(self.__drawn, 256))
+            if type(got) is not list or len(got) != 2 or type(got[0]) is not list:
+                raise abort(ProgramError("a malformed answer"))
+            self.__buffer, self.__end = got[0][::-1], got[1]
+            self.__drawn += len(got[0])
+        if self.__buffer:
+            return self.__buffer.pop()
+        end = self.__end
+        if type(end) is list and len(end) == 3 and all(type(p) is str for p in end):
+            raise program_error(*end)
+        raise StopIteration
+
+    def __repr__(self):
+        return ask("op", self.__handle, "repr", [])
+
+    @property
+    def __class__(self):  # isinstance(x, types.GeneratorType) asks this of a Remote
+        module, name = ask("op", self.__handle, "type", [])
+        if module == "builtins":
+            types = __import__("types")
+            for kind in [getattr(builtins, name, None)] + list(vars(types).values()):
+                if isinstance(kind, type) and kind.__module__ == "builtins" and (
+                        kind.__qualname__ == name):
+                    return kind
+        return Remote
+
+    def __del__(self):
+        handle = getattr(self, "_Remote__handle", None)  # (None: its __init__ failed)
+        if handle is not None:
+            LINK["released"].append(handle)
+
+
+def remote(handle):
+    """The one Remote of a handle (so `is` holds between two answers naming the same object)."""
+    ref = LINK["remotes"].get(handle)
+    found = ref() if ref is not None else None
+    if found is None:
+        found = Remote(handle)
+        LINK["remotes"][handle] = _weakref.ref(found)
+        if handle in LINK["released"]:  # collected, but the program still holds it: keep it
+            LINK["released"].remove(handle)
+    return found
+
+
+class TestObject:
+    """A test object (a callback, a test class or its instance, an iterator), by its handle in
+    the test process: calls, attribute reads and writes and draws are asked of that process."""
+    __slots__ = ("handle",)
+
+    def __init__(self, handle):
+        object.__setattr__(self, "handle", handle)
+
+    def __call__(self, *args, **kwargs):
+        return request("call", self.handle, list(args), kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return request("attr", self.handle, name)
+
+    def __setattr__(self, name, value):
+        request("setattr", self.handle, name, value)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return request("next", self.handle)
+
+    def __len__(self):
+        return request("len", self.handle)
+
+    def __getitem__(self, key):
+        return request("getitem", self.handle, key)
+
+    def __repr__(self):
+        return "<test object %d>" % self.handle

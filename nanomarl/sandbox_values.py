@@ -1,0 +1,255 @@
+"""sandbox_values.py: what crosses between the two processes of a sandboxed run (sandbox.py's
+docstring has the threat model; sandbox_link.py carries it).
+
+Executed inside the sandbox as the module `sandbox_values` (sandbox.py's BOOT). A value travels as
+JSON of exact types, tagged where JSON has none (dump; Decoder and hook read it back, chunked so
+that the alarm can interrupt); anything else travels as a reference, made by the `refer` and read
+by the `resolve` each side passes in. The mutable containers of a call's arguments are numbered
+alike on both sides (containers) and written back after the call (snapshot, refill). An exception
+travels as [name, message, nearest builtin ancestor] (error_payload) and is raised on the other
+side as an exception of that name (program_error)."""
+import _json, builtins
+
+
+BIG = 1 << 8000  # ints from here on travel as hex (decimal text of over 4300 digits is refused)
+IMMUTABLE = {str, int, float, bool, type(None), tuple, frozenset, bytes, complex}
+COLLECTIONS = ("Counter", "OrderedDict", "defaultdict", "deque")
+VIEWS = {"dict_keys": "K", "dict_values": "V", "dict_items": "I"}
+
+
+def dump(value, refer, aliases=None):
+    """value as JSON text: None, bool, float, str, small ints and lists as JSON; tuples "t",
+    sets "s", frozensets "f", dicts "d" (a list of pairs), big ints "i" (hex), bytes "b",
+    bytearrays "y" (hex), complex "c", Counter "C", OrderedDict "O", defaultdict "D", deque "Q",
+    NamedTuple "n", Fraction "F", Decimal "E", range "R", dict views "K" "V" "I", datetime's
+    date, datetime, time and timedelta "T"; anything else is refer(value) (a reference, or
+    Abort). aliases {id: (k, object)}: the call's argument containers, sent as {"a": k}."""
+    kind = type(value)
+    if kind is str:
+        return _json.encode_basestring_ascii(value)
+    if kind is int:
+        return repr(value) if -BIG < value < BIG else '{"i":"%x"}' % value
+    if value is None or kind is bool:
+        return "null" if value is None else "true" if value else "false"
+    if kind is float:
+        text = repr(value)
+        return {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}.get(text, text)
+    if aliases and kind not in IMMUTABLE and id(value) in aliases:
+        return '{"a":%d}' % aliases[id(value)][0]
+    if kind is list:
+        return "[" + ",".join([dump(v, refer, aliases) for v in value]) + "]"
+    if kind is tuple or kind is set or kind is frozenset:
+        return ('{"%s":[' % ("t" if kind is tuple else "s" if kind is set else "f")
+                + ",".join([dump(v, refer, aliases) for v in value]) + "]}")
+    if kind is dict:
+        return '{"d":[' + ",".join(["[" + dump(k, refer, aliases) + "," + dump(v, refer, aliases)
+                                    + "]" for k, v in value.items()]) + "]}"
+    if kind is bytes or kind is bytearray:
+        return '{"%s":"%s"}' % ("b" if kind is bytes else "y", value.hex())
+    if kind is complex:
+        return '{"c":[' + dump(value.real, refer) + "," + dump(value.imag, refer) + "]}"
+    if kind is range:
+        return '{"R":[%s,%s,%s]}' % (dump(value.start, refer), dump(value.stop, refer),
+                                     dump(value.step, refer))
+    module, name = kind.__module__, kind.__name__
+    if module == "builtins" and name in VIEWS:
+        return '{"%s":%s}' % (VIEWS[name], dump(list(value), refer, aliases))
+    if module == "datetime" and name in ("date", "datetime", "time", "timedelta"):
+        text = value.isoformat() if name != "timedelta" else [value.days, value.seconds,
+                                                             value.microseconds]
+        return '{"T":[%s,%s]}' % (dump(name, refer), dump(text, refer))
+    if module == "collections" and name in COLLECTIONS:
+        if name == "deque":
+            inner = "[" + dump(list(value), refer, aliases) + "," + dump(value.maxlen, refer) + "]"
+        elif name == "defaultdict":
+            inner = ("[" + dump(value.default_factory, refer, aliases) + ","
+                     + dump(dict(value), refer, aliases) + "]")
+        else:
+            inner = dump(dict(value), refer, aliases)
+        return '{"%s":%s}' % ({"Counter": "C", "OrderedDict": "O", "defaultdict": "D",
+                               "deque": "Q"}[name], inner)
+    if issubclass(kind, tuple) and type(getattr(kind, "_fields", None)) is tuple:  # NamedTuple
+        return ('{"n":[' + dump(name, refer) + "," + dump(list(kind._fields), refer) + ","
+                + dump(list(value), refer, aliases) + "]}")
+    if module == "fractions" and name == "Fraction":
+        return '{"F":[' + dump(value.numerator, refer) + "," + dump(value.denominator, refer) + "]}"
+    if module == "decimal" and name == "Decimal":
+        return '{"E":' + dump(str(value), refer) + "}"
+    return refer(value, aliases)
+
+
+NAMEDTUPLES = {}
+
+
+def chunked(out, items):
+    """out (a set or dict) filled 32 items at a time: the alarm can interrupt between chunks (a
+    set of colliding hashes costs quadratic time inside one update)."""
+    for i in range(0, len(items), 32):
+        out.update(items[i:i + 32])
+    return out
+
+
+def hook(tagged, resolve):
+    """The JSON decoder's object hook: a tagged value (see dump), or resolve(tag, payload) for a
+    reference; ValueError for anything else."""
+    if len(tagged) != 1:
+        raise ValueError("malformed value")
+    (tag, item), = tagged.items()
+    kind = type(item)
+    if kind is list:
+        if tag == "t":
+            return tuple(item)
+        if tag == "s" or tag == "f":
+            out = chunked(set(), item)
+            return out if tag == "s" else frozenset(out)
+        if tag == "d":
+            return chunked({}, item)
+        if tag == "c" and len(item) == 2:
+            return complex(*[float(x) for x in item])
+        if tag == "R" and len(item) == 3 and all(type(x) is int for x in item):
+            return range(*item)
+        if tag == "K" or tag == "I":
+            pairs = item if tag == "I" else [(k, None) for k in item]
+            return (chunked({}, pairs).keys if tag == "K" else chunked({}, pairs).items)()
+        if tag == "V":
+            return dict(enumerate(item)).values()
+        if tag == "T" and len(item) == 2 and item[0] in ("date", "datetime", "time", "timedelta"):
+            kind = getattr(__import__("datetime"), item[0])
+            return kind(*item[1]) if item[0] == "timedelta" else kind.fromisoformat(item[1])
+    if kind is str:
+        if tag == "i":
+            return int(item, 16)
+        if tag == "b" or tag == "y":
+            return (bytes if tag == "b" else bytearray).fromhex(item)
+        if tag == "E":
+            return __import__("decimal").Decimal(item)
+    if tag in ("C", "O", "D", "Q"):
+        collections = __import__("collections")
+        if tag == "C" and kind is dict:
+            return collections.Counter(item)
+        if tag == "O" and kind is dict:
+            return collections.OrderedDict(item)
+        if tag == "D" and kind is list and len(item) == 2 and type(item[1]) is dict:
+            return collections.defaultdict(item[0], item[1])
+        if tag == "Q" and kind is list and len(item) == 2 and type(item[0]) is list:
+            return collections.deque(item[0], item[1])
+    if tag == "n" and kind is list and len(item) == 3 and type(item[0]) is str and (
+            type(item[1]) is list and len(item[1]) <= 256):
+        key = (item[0], tuple(item[1]))
+        if key not in NAMEDTUPLES:
+            if len(NAMEDTUPLES) > 100:
+                NAMEDTUPLES.clear()
+            NAMEDTUPLES[key] = __import__("collections").namedtuple(*key)
+        return NAMEDTUPLES[key]._make(item[2])
+    if tag == "F" and kind is list and len(item) == 2 and all(type(x) is int for x in item):
+        return __import__("fractions").Fraction(*item)
+    return resolve(tag, item)
+
+
+class Decoder:
+    """JSON text -> values (json.loads with `object_hook`, on json's own C scanner)."""
+    strict, object_pairs_hook, parse_float, parse_int = True, None, float, int
+    parse_constant = {"NaN": float("nan"), "Infinity": float("inf"),
+                      "-Infinity": float("-inf")}.__getitem__
+
+    def __init__(self, resolve):
+        self.object_hook = lambda tagged: hook(tagged, resolve)
+        self.scan = _json.make_scanner(self)
+
+    def __call__(self, line):
+        text = line.decode()
+        value, end = self.scan(text, 0)
+        if end != len(text):
+            raise ValueError("extra data")
+        return value
+
+
+def containers(values, out):
+    """The mutable containers in values (lists, dicts, sets, bytearrays, Counters, deques, ...),
+    depth first: both processes number a call's arguments alike, for write-back and identity."""
+    for value in values:
+        kind = type(value)
+        if kind is list or kind is dict or kind is set or kind is bytearray or (
+                kind.__module__ == "collections" and kind.__name__ in COLLECTIONS):
+            out.append(value)
+            if kind is not set and kind is not bytearray:
+                containers(value.values() if isinstance(value, dict) else value, out)
+        elif kind is tuple or (issubclass(kind, tuple) and hasattr(kind, "_fields")):
+            containers(value, out)
+    return out
+
+
+def snapshot(value):
+    """What a container holds now, to tell later whether a call changed it."""
+    return list(value.items()) if isinstance(value, dict) else (
+        bytes(value) if type(value) is bytearray else set(value) if type(value) is set
+        else list(value))
+
+
+def refill(container, content):
+    """container's contents replaced in place by content (the program's copy after a call)."""
+    if isinstance(container, (dict, set)) or type(container).__name__ == "deque":
+        container.clear()
+        (container.extend if type(container).__name__ == "deque" else container.update)(content)
+    else:
+        container[:] = content
+
+
+class Abort(BaseException):
+    """The harness refused something (an argument it cannot send, a program object compared with a
+    test value, the program's process gone): the test fails whatever it catches (the failure is
+    noted in LINK["failed"], sandbox_link.py)."""
+
+
+def describe(error):
+    """'Name: message' of an exception (an answer's as the other process gave it)."""
+    if type(error) is Abort:
+        return str(error)
+    if any(type(arg).__name__ == "Remote" for arg in getattr(error, "args", ())):
+        return type(error).__name__ + ": <program object>"  # (its text would ask the program)
+    try:
+        return getattr(error, "program_text", None) or type(error).__name__ + ": " + str(error)
+    except BaseException:
+        return type(error).__name__
+
+
+class ProgramError(Exception):
+    """The program's exception (or the end of its process), raised in the test process."""
+
+
+def builtin_exception(name):
+    kind = getattr(builtins, name, None) if type(name) is str and name.isidentifier() else None
+    if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(
+            kind, (StopIteration, StopAsyncIteration)):
+        return kind
+    return None
+
+
+EXCEPTIONS = {}
+
+
+def program_error(name, message, base=""):
+    """The exception of that name (a builtin Exception but StopIteration; else a class of that
+    name derived from `base`, its nearest builtin ancestor: a ValueError subclass is caught by
+    `except ValueError`; else a ProgramError), described as the other process described it."""
+    kind = builtin_exception(name)
+    if kind is None and builtin_exception(base) and name.isidentifier():
+        if (name, base) not in EXCEPTIONS:
+            if len(EXCEPTIONS) > 100:
+                EXCEPTIONS.clear()
+            EXCEPTIONS[name, base] = type(name, (builtin_exception(base),),
+                                          {"__module__": "program"})
+        kind = EXCEPTIONS[name, base]
+    try:
+        error = (kind or ProgramError)(message)
+    except Exception:
+        error = ProgramError(message)
+    error.program_text = name[:100] + ": " + message[:300]
+    return error
+
+
+def error_payload(error):
+    """[name, message, nearest builtin ancestor's name] of an exception."""
+    base = next((k.__name__ for k in type(error).__mro__ if getattr(builtins, k.__name__, None)
+                 is k), "Exception")
+    return [type(error).__name__, describe(error).partition(": ")[2][:300], base]

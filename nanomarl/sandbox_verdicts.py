@@ -1,0 +1,259 @@
+"""sandbox_verdicts.py: the test process of a sandboxed run, which decides every verdict
+(sandbox.py's docstring has the threat model).
+
+Executed inside the sandbox as the module `sandbox_verdicts` (sandbox.py's BOOT). test_side reads
+the tests, runs the context and the tests, and writes the report; it never runs the program's code:
+the program's objects are Remotes (sandbox_link.py), whose operations the program's process
+performs. What the program's process may ask of a test object is test_ops; what may be sent to it,
+test_refer."""
+import builtins, marshal, os, sys, time
+
+from sandbox_layers import confine  # sandbox.py's BOOT
+from sandbox_link import (LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt, compiled,
+                          gone, read_exactly, read_line, remote, run)
+from sandbox_values import Abort, Decoder, ProgramError, describe, dump, program_error, refill
+
+
+def test_next():
+    """The next well-formed message from the program's process (malformed lines are skipped)."""
+    while True:
+        line = read_line(LINK["in"], LINK["buffer"], LINK["limit"])
+        if line is None:
+            raise abort(gone("has ended or sent an over-long answer"))
+        try:
+            message = LINK["decode"](line)
+        except Exception:
+            continue
+        if (type(message) is list and len(message) in (5, 7) and type(message[0]) is int
+                and message[1] in ("q", "a") and len(message) == (7 if message[1] == "q" else 5)
+                and type(message[-1]) is dict):
+            return message
+
+
+def test_answered(message):
+    """An answer of the program's process: its write-backs applied to the call's arguments, its
+    output printed where the test's is going; its value, or its exception raised."""
+    _, _, status, payload, extra = message
+    numbered = LINK["args"][-1] if LINK["args"] else []
+    for write in extra.get("w", ()):
+        if type(write) is list and len(write) == 2 and type(write[0]) is int and (
+                0 <= write[0] < len(numbered)):
+            try:
+                refill(numbered[write[0]], write[1])
+            except Exception:
+                pass
+    for key, stream in (("o", "stdout"), ("e", "stderr")):  # only into a test's redirection
+        if type(extra.get(key)) is str and getattr(sys, stream) is not LINK[stream]:
+            getattr(sys, stream).write(extra[key])
+    if LINK["seeded"] and type(extra.get("rs")) is tuple:  # only once a test has seeded
+        random = sys.modules.get("random")
+        try:
+            random.setstate(extra["rs"])
+            LINK["rs"] = extra["rs"]
+        except Exception:
+            pass
+    if status == "v":
+        return payload
+    if status == "t":
+        LINK["failed"] = LINK["failed"] or "Timeout: test timed out"
+        raise TestTimeout()
+    if status == "e" and type(payload) is list and len(payload) == 3 and all(
+            type(p) is str for p in payload):
+        raise program_error(*payload)
+    raise abort(ProgramError("a malformed answer"))
+
+
+def test_resolve(tag, item):
+    if tag == "r" and type(item) is int:
+        return remote(item)
+    if tag == "x" and type(item) is int and item in LINK["mine"]:
+        return LINK["mine"][item]
+    if tag == "a" and type(item) is int and LINK["args"] and 0 <= item < len(LINK["args"][-1]):
+        return LINK["args"][-1][item]
+    raise ValueError("malformed value")
+
+
+def test_refer(value, aliases):
+    """A test object the program's process may use: a program object back as its reference, a
+    builtin or module function by name, a function, class, instance or iterator the tests made, a
+    bound method of a test list, dict or set, an itemgetter, attrgetter or unittest.mock object, as
+    a reference; else the test fails (Abort)."""
+    kind = type(value)
+    if kind is Remote:
+        return '{"r":%d}' % value._Remote__handle
+    name = getattr(value, "__qualname__", None)
+    module = getattr(value, "__module__", None) or "builtins"
+    if type(name) is str and module in sys.modules and callable(value) and module != "__main__":
+        try:
+            found = sys.modules[module]
+            for part in name.split("."):
+                found = getattr(found, part)
+        except AttributeError:
+            found = None
+        if found is value:
+            return '{"M":[%s,%s]}' % (dump(module, None), dump(name, None))
+    if kind is type(sys) and sys.modules.get(value.__name__) is value:
+        return '{"M":[%s,""]}' % dump(value.__name__, None)
+    self = getattr(value, "__self__", None)
+    if (test_made(value) or kind.__name__ in ("generator", "function") and test_code(value)
+            or kind.__name__ == "method" and test_made(self)
+            or kind.__name__ == "builtin_function_or_method" and type(self) in (list, dict, set)
+            or kind.__module__ == "operator" and kind.__name__ in ("itemgetter", "attrgetter")
+            or kind.__module__ == "unittest.mock" and callable(value)
+            or hasattr(kind, "__next__") and hasattr(kind, "__iter__")):
+        if id(value) not in LINK["ids"]:
+            LINK["ids"][id(value)] = len(LINK["mine"])
+            LINK["mine"][len(LINK["mine"])] = value
+        return '{"x":%d}' % LINK["ids"][id(value)]
+    raise abort(ProgramError("this argument cannot be sent to the program: " + kind.__name__))
+
+
+def test_code(function):
+    code = getattr(function, "__code__", None) or getattr(function, "gi_code", None)
+    return code is not None and code.co_filename.startswith(("<test", "<context>"))
+
+
+def test_made(value):
+    """A class the tests (or the context) define, or an instance of one."""
+    kind = value if issubclass(type(value), type) else type(value)
+    return kind.__module__ == "__main__" and not issubclass(kind, BaseException)
+
+
+def test_ops(op, target, a, b, extra):
+    """What the program's process may do with a test object: call it, read or set its public
+    attributes (an instance or class the tests define), draw from it (an iterator)."""
+    value = LINK["mine"].get(target) if type(target) is int else None
+    if value is None:
+        raise TypeError("no such test object")
+    if op == "call" and callable(value) and type(a) is list and type(b) is dict:
+        return value(*a, **{str(k): v for k, v in b.items()})
+    if op == "attr" and type(a) is str and not a.startswith("_") and test_made(value):
+        return getattr(value, a)
+    if (op == "setattr" and type(a) is str and not a.startswith("_") and test_made(value)
+            and not hasattr(type(value), a)):  # data, never a method or property of the class
+        return setattr(value, a, b)
+    if op == "next" and hasattr(type(value), "__next__"):
+        return next(value)
+    if op in ("len", "iter", "bool", "str", "repr", "getitem", "contains") and test_made(value):
+        return OPS[op](value, *([a] if op in ("getitem", "contains") else []))
+    raise TypeError("the program may not " + str(op)[:20] + " a test object")
+
+
+class Scope(dict):
+    """The tests' globals: a name in `names` (the entry point, aux, a problem's declared names) is
+    the program's, before the builtins (a program object kept as its Remote); any other name the
+    tests and the context do not define is a builtin or a NameError, never the program's."""
+
+    def __missing__(self, name):
+        if name not in LINK["names"]:
+            raise KeyError(name)
+        value = ask("get", name)
+        if type(value) is Remote:
+            self[name] = value
+        return value
+
+
+def test_side(job, fds, layers, child):
+    """The test process: reads the tests, runs the context, waits for the program to load, runs
+    each test, writes the report, and reaps the program's process."""
+    job_fd, report_fd, requests, answers = fds
+    layers.append(b"seccomp " + (b"1" if confine(job) else b"0"))
+    tests_job, timeout = marshal.loads(read_exactly(job_fd, 1 << 40)), job["timeout"]
+    os.close(job_fd)
+    nonce = tests_job["nonce"].encode()
+    LINK.update(side="test", out=requests, **{"in": answers}, timeout=timeout,
+                limit=job["answer_bytes"], decode=Decoder(test_resolve), gone="", refer=test_refer,
+                ops=test_ops, next=test_next, answered=test_answered, mine={}, ids={},
+                answer=answer, before=lambda extra: None, after=lambda extra: {},
+                remotes={}, names=set(job["names"]),
+                limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, stderr=sys.stderr,
+                seeded=False, rs=None)
+    if "random" in sys.modules:  # imported before the fork: its state is the program's too
+        sys.modules["random"].seed()
+    scope = Scope(__name__="__main__", __builtins__=test_builtins())
+    context = attempt(lambda: run(compiled(job["context"], "<context>"), scope), timeout)
+    for name in LINK["names"]:  # the program's names are the program's, not the context's
+        scope.pop(name, None)
+    tests = [compiled(test, "<test %d>" % i) for i, test in enumerate(tests_job["tests"])]
+    verdicts = {"v": b"1", "e": b"0", "t": b"T"}
+
+    def message(status, error):
+        text = describe(error) if status == "e" else "Timeout: test timed out" * (status == "t")
+        text = text[:300].encode("utf-8", "backslashreplace")[:tests_job["message_bytes"]]
+        return text.replace(b"\n", b" ").replace(b"\r", b" ")
+
+    def loaded():  # the program's load: its answer 0
+        while (message := test_next())[1] != "a" or message[0] != 0:
+            pass
+        return test_answered(message)
+
+    lines = [nonce + b" " + layer for layer in layers]
+    status, error = attempt(loaded, timeout)
+    LINK["failed"] = ""
+    lines.append(nonce + b" load %s %s" % (verdicts[status], message(status, error)))
+    if status == "v":
+        budget = tests_job["max_timeouts"] * timeout  # wall time of all tests together
+        cpu = __import__("resource")
+        for i, test in enumerate(tests):
+            if budget <= 0:
+                break
+            if context[0] != "v":
+                test = ProgramError("context: " + message(*context).decode())
+            used = sum(os.times()[:2])
+            hard = cpu.getrlimit(cpu.RLIMIT_CPU)[1]
+            try:  # a watchdog for C code the alarm cannot interrupt (a set of colliding hashes)
+                cpu.setrlimit(cpu.RLIMIT_CPU, (min(hard, int(used + timeout) + 1), hard))
+            except (ValueError, OSError):
+                pass
+            LINK["failed"], start = "", time.monotonic()
+            status, error = attempt(lambda: run(test, scope), min(timeout, budget))
+            if LINK["failed"]:  # the harness's own failure, whatever the test caught
+                status, error = ("t", None) if LINK["failed"].startswith("Timeout") else (
+                    "e", Abort(LINK["failed"]))
+            budget -= timeout if status == "t" else time.monotonic() - start
+            lines.append(nonce + b" test %d %s %s" % (i, verdicts[status], message(status, error)))
+    report = b"\n".join(lines) + b"\n" + nonce + b" done\n"
+    while report:
+        report = report[os.write(report_fd, report):]
+    os.close(requests)  # the program's process reads the end of its requests and exits
+    reap(child, 0.5)
+    os._exit(0)
+
+
+def test_builtins():
+    """The builtins of the tests, whose __import__ notes a test's random.seed (from then on the
+    program's random follows the test's: one generator, as in one process)."""
+    names = dict(builtins.__dict__)
+    real = builtins.__import__
+
+    def seeding(*args):
+        LINK["seeded"] = True
+
+    def importing(name, *args, **kwargs):
+        module = real(name, *args, **kwargs)
+        random = sys.modules.get("random")
+        if random is not None and not getattr(random, "_nanomarl_watched", False):
+            for method in ("seed", "setstate"):
+                original = getattr(random, method)
+                setattr(random, method, lambda *a, _original=original, **k: (
+                    seeding(), _original(*a, **k))[1])
+            random._nanomarl_watched = True
+        return module
+
+    names["__import__"] = importing
+    return names
+
+
+def reap(child, seconds):
+    """Wait, at most `seconds`, for the program's process to end, so that no zombie is left to an
+    init that does not reap (a trainer that is pid 1 of a container); one still running then
+    (a program that ignores the end of its requests) is killed with the group by the trainer,
+    which reaps it."""
+    deadline = time.monotonic() + seconds
+    while child > 0 and time.monotonic() < deadline:
+        try:
+            if os.waitpid(child, os.WNOHANG)[0]:
+                return
+        except ChildProcessError:
+            return
+        time.sleep(0.002)
