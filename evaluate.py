@@ -32,6 +32,10 @@ changes them); the questions evaluated are saved in results.json.
   discussion   both answer, then each revises after seeing the other's answer (one round)
   magrpo       the agents of a single-turn magrpo.py run (--run)
   mt-magrpo    the agents of a multi-turn magrpo.py run (--mt-run), with its feedback
+--runs A,B,C (alone): cross-play and swapped roles of magrpo.py runs, one per seed
+(nanomarl/crossplay.py): agent 0 of run i with agent 1 of run j, each team's agents swapped.
+--dataset arith:split: each debate also reports nanomarl/split_controls.py's silent partner, ceiling
+and informative messages, as cotrain.py's held-out evaluation.
 Coding: pass@k (the paper's and the unbiased one), accuracy@k, MaxCoop@k, cooperation rate and
 the cooperation scheme of every passing (aux, main) pair; writing: the reward and its levels. Every
 method: generation wall-clock, generated tokens and sequential generations per problem.
@@ -89,11 +93,13 @@ import magrpo
 from common import (adapter_parameters, add_adapters, debate_metrics, forward_responses, load_model,
                     majority_vote_accuracy, masked_mean, tokenize_prompts)
 from nanomarl.cli import arg_error, check_numbers, given_fields, parse_args, parse_int_list
+from nanomarl.crossplay import crossplay, crossplay_table, summarize
 from nanomarl.distributed import default_device, seed_everything
 from nanomarl.models import check_device, check_model_name, load_tokenizer
 from nanomarl.runs import format_metrics, set_torch_threads, writable_dir
 from nanomarl.sandbox import parallel_map
 from nanomarl.self_consistency import debate_tokens, sample_answers, self_consistency_metrics
+from nanomarl.split_controls import split_controls
 from nanomarl.tasks.code import extract_function
 from nanomarl.tasks.code_prompts import CODE_RULES, function_params, main_prompt
 from nanomarl.tasks.debate import dataset_options, load_task, reasoning_gym_config
@@ -117,6 +123,7 @@ class Args:
     quant: Literal["none", "4bit", "8bit"] = "none"  # quantised base (bitsandbytes)
     run: str = ""  # the trained run (debate: cotrain.py; magrpo: a single-turn magrpo.py run)
     mt_run: str = ""  # magrpo: a multi-turn magrpo.py run (--turns 2), method mt-magrpo
+    runs: str = ""  # magrpo: magrpo.py runs A,B,... (one per seed): cross-play and swapped roles
     single_run: str = ""  # debate: a cotrain.py run with --num-agents 1, method single
     agents: str = ""  # debate method mix, one per seat: base | base:MODEL | RUN_DIR | RUN_DIR:K
     # ---- generation ----
@@ -807,7 +814,24 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
                  for b, r in enumerate(records)]
         print(f"{method}: " + accuracy_summary(results[method]["accuracy"])
               + f" | tokens/question {results[method]['tokens_per_question']:.1f}")
+        if "views" in records[0]:  # arith:split: the silent partner, the ceiling, the channel
+            controls = debate_split_controls(bases, plans[method], records, args, debate)
+            results[method]["split_controls"] = controls
+            print(f"{method}: " + format_metrics(controls, list(controls)))
     return {m: results[m] for m in methods}, rows, records
+
+
+def debate_split_controls(bases: Bases, agents: list[tuple[str, list[str]]], records: list[dict],
+                          args, debate: dict) -> dict:
+    """The controls of cotrain.py's held-out evaluation on split information, for one method's team
+    (nanomarl/split_controls.py, greedy): eval/silent/turn{t}/agent_accuracy,
+    eval/ceiling/accuracy (its agent 0's turn-1 policy alone, on the whole question) and
+    eval/turn{t}/informative (of the debate just played)."""
+    team = SimpleNamespace(models=lambda: [bases.model(base) for base, _ in agents],
+                           agent_tokenizers=lambda: [bases.tokenizers[base] for base, _ in agents],
+                           adapter_names=[[names[t] for _, names in agents]
+                                          for t in range(args.num_turns)])
+    return split_controls(cotrain.run_debate, team, args, records, debate)
 
 
 def evaluate_self_consistency(method: str, bases: Bases, agent: tuple[str, list[str]],
@@ -1237,6 +1261,50 @@ def evaluate_magrpo(args, device: str, methods: list[str]) -> tuple[dict, list[d
     return results, rows
 
 
+def evaluate_crossplay(args, device: str) -> dict:
+    """--runs: cross-play and swapped roles (nanomarl/crossplay.py). Every run's two adapters on one
+    base, as s<k>_agent0 and s<k>_agent1; each pairing answers the held-out problems greedily and is
+    scored as magrpo.py's in-training evaluation (magrpo.evaluate_team). What is not typed
+    (--dataset, --limit, --max-new-tokens, --chat-template) follows the first run's settings."""
+    runs, given = [r.strip() for r in args.runs.split(",") if r.strip()], given_fields(args)
+    first = read_run(runs[0], "--runs")
+    args.model = args.model if "model" in given else first.get("model", args.model)
+    model, teams = load_model(args.model, args.dtype, args.quant, device), []
+    for k, run_dir in enumerate(runs):
+        model, names, _ = load_run_adapters(model, run_dir, "--runs", args, f"s{k}_")
+        if names != [f"s{k}_agent0", f"s{k}_agent1"]:
+            arg_error("--runs", f"{run_dir}: expected the adapters agent0 and agent1, found "
+                                f"{[n[len(f's{k}_'):] for n in names]}")
+        teams.append(names)
+    settings = dict(dataset="dataset", limit="eval_problems", max_new_tokens="max_new_tokens",
+                    chat_template="chat_template")
+    ours = {key: getattr(args, flag) if flag in given or key not in first else first[key]
+            for flag, key in settings.items()}
+    eval_args = SimpleNamespace(**{**first, **ours, "test_timeout": args.test_timeout,
+                                   "sandbox_memory_mb": args.sandbox_memory_mb,
+                                   "sandbox_workers": args.sandbox_workers,
+                                   "generate_batch_size": args.generate_batch_size})
+    problems = magrpo.load_problems(eval_args.dataset, "eval", eval_args.eval_problems or None)
+    if not problems:
+        arg_error("--dataset", f"{eval_args.dataset} has no eval problems")
+    task = magrpo.make_task(eval_args, problems[0]["kind"])
+    tokenizer = load_tokenizer(args.model)
+    print(f"cross-play: {len(runs)} runs, {len(runs) ** 2 + len(runs)} teams x {len(problems)} "
+          f"held-out {eval_args.dataset} problems, greedy, up to {eval_args.max_new_tokens} tokens")
+
+    def play(names):
+        team = magrpo.Agents(models=[model, model], names=names)
+        metrics = magrpo.evaluate_team(team, tokenizer, problems, task, eval_args)
+        print(f"  seat 0 {names[0]}, seat 1 {names[1]}: "
+              + format_metrics(metrics, [k for k in ("eval/pass_rate", "eval/reward/mean")
+                                         if k in metrics]))
+        return metrics
+
+    played = crossplay(play, teams)
+    return dict(**summarize(played, runs), played=played, dataset=eval_args.dataset,
+                problems=[p["id"] for p in problems], max_new_tokens=eval_args.max_new_tokens)
+
+
 # ----------------------------------------------------------------------------------------------
 # 5. Outputs: results.json (every number), results.md (tables), PNG plots (matplotlib optional)
 # ----------------------------------------------------------------------------------------------
@@ -1337,6 +1405,30 @@ def controls_table(controls: dict[str, dict], debates: dict[str, dict]) -> str:
             "many answers as the debate's (same answers) or over the answers, in sampling order, "
             "whose generated tokens do not exceed the debate's on that question (same tokens; at "
             "least one; short: the questions where the answers ran out first).\n")
+
+
+def split_table(debates: dict[str, dict]) -> str:
+    """Markdown: the split-information controls of each debate method that has them (%): its last
+    turn's mean agent accuracy, the same with silent partners, the one-agent ceiling, and per turn
+    the messages that carry the agent's own number."""
+    chosen = {name: m for name, m in debates.items() if "split_controls" in m}
+    if not chosen:
+        return ""
+    T = max(m["num_turns"] for m in chosen.values())
+    head = (["method", f"turn {T}", f"silent turn {T}", "ceiling"]
+            + [f"informative turn {t + 1}" for t in range(T)])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, m in chosen.items():
+        c = m["split_controls"]
+        keys = ([f"eval/silent/turn{T}/agent_accuracy", "eval/ceiling/accuracy"]
+                + [f"eval/turn{t + 1}/informative" for t in range(T)])
+        cells = [f"{100 * m['accuracy']['mean_agent'][-1]:.1f}"] + [
+            f"{100 * c[k]:.1f}" if k in c else "" for k in keys]
+        lines.append("| " + " | ".join([name] + cells) + " |")
+    return ("\n".join(lines) + "\n\nSplit information (each agent sees its own number): the mean "
+            "agent accuracy; the same team, greedy, with every partner message replaced by a neutral "
+            "one (silent); agent 0's turn-1 policy alone on the whole question (ceiling); the "
+            "messages that carry the agent's own number (informative).\n")
 
 
 def samples_table(methods: dict[str, dict], columns: list[str]) -> str:
@@ -1527,6 +1619,12 @@ def check_args(args):
     if args.sc_max_samples and args.sc_max_samples < sc_samples:
         arg_error("--sc-max-samples", f"must be >= the answers per question ({sc_samples}), got "
                                       f"{args.sc_max_samples}")
+    if args.runs and (args.mode != "magrpo" or args.run or args.mt_run or args.methods):
+        arg_error("--runs", "evaluates the cross-play of magrpo.py runs alone: --mode magrpo, "
+                            "without --run, --mt-run and --methods")
+    for run_dir in args.runs.split(",") if args.runs else []:
+        if not Path(run_dir.strip()).is_dir():
+            arg_error("--runs", f"{run_dir.strip()} is not a folder (give magrpo.py run folders)")
     if args.mode == "magrpo" and args.num_samples < 1:
         arg_error("--num-samples", f"must be >= 1, got {args.num_samples}")
     if args.mode == "magrpo" and args.dataset == "pipeline":  # the methods here play 2 agents
@@ -1631,9 +1729,15 @@ def main(args: Args):
     print(set_torch_threads(args.threads))
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir = writable_dir(args.output_dir or f"runs/evaluate-{args.mode}-{stamp}")
-    print(f"evaluate.py --mode {args.mode}: methods {', '.join(methods)} -> {out_dir}")
+    print(f"evaluate.py --mode {args.mode}: "
+          + (f"cross-play of {args.runs}" if args.runs else f"methods {', '.join(methods)}")
+          + f" -> {out_dir}")
     start = time.time()
-    if args.mode == "magrpo":
+    if args.runs:  # cross-play and swapped roles alone
+        results, rows, pngs = {}, [], []
+        extra = dict(crossplay=evaluate_crossplay(args, device))
+        table = crossplay_table(extra["crossplay"])
+    elif args.mode == "magrpo":
         results, rows = evaluate_magrpo(args, device, methods)
         code = "structure_rate" in next(iter(results.values()))
         k_values = parse_int_list(args.k_values, "--k-values")
@@ -1646,6 +1750,8 @@ def main(args: Args):
         controls = {m: r for m, r in results.items() if m in SC_PAIRS}
         table = (debate_table(debates) + "\n" + agents_table(debates) if debates else "") \
             + ("\n" + controls_table(controls, debates) if controls else "")
+        split = split_table(debates)  # arith:split's controls
+        table += "\n" + split if split else ""
         pngs = plot_debate(debates, out_dir, controls) if debates else []
         extra = dict(questions=[dict(id=r["id"], question=r["question"], answer=r["answer"])
                                 for r in records], dataset_source=dataset_source(args))
