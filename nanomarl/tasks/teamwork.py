@@ -1,10 +1,10 @@
 """teamwork.py: a MAGRPO task that needs a division of labour (ours, offline). Two agents together
-list every item of a short sequence (the numbers from 13 to 20, the letters from D to K, the even
-numbers from 4 to 18), each agent writing its own half, every item exactly once between them. Each
+list every item of a short sequence (the numbers from 13 to 20, the letters from D to I), each
+agent writing its own half, every item exactly once between them. Each
 half is easy for the base model alone; the joint answer is right only when the two halves are
 complementary, so the one thing the team has to learn is who writes which half.
 
-Both agents read the same prompt but for their seat ("You are agent 1 of 2."), and they never see
+Both agents read the same prompt but for their seat ("You are writer 1."), and they never see
 each other's answer (MAGRPO's decentralised execution). The joint reward (max 1.0) is the fraction
 of the sequence covered, less the items written twice and the items outside it; a problem is
 solved when the two answers together hold every item exactly once and nothing else.
@@ -23,17 +23,15 @@ TEAMWORK_ROLES = ["first", "second"]  # seat names (the prompts say only "agent 
 
 FAMILIES = {  # family -> (the items from a start, the words the prompt uses for them)
     "numbers": (lambda start, n: [str(start + i) for i in range(n)], "numbers"),
-    "even": (lambda start, n: [str(2 * start + 2 * i) for i in range(n)], "even numbers"),
     "letters": (lambda start, n: list(string.ascii_uppercase[start:start + n]), "letters"),
 }
-STARTS = {"numbers": range(1, 60), "even": range(1, 30), "letters": range(0, 17)}
-HALVES = (3, 4, 5)  # items per agent: sequences of 6, 8 or 10
+STARTS = {"numbers": range(1, 41), "letters": range(0, 10)}
+HALVES = (2, 3, 4)  # items per agent: sequences of 4, 6 or 8
 
-TEAMWORK_PROMPT = (
-    "You are agent {seat} of 2. Together with the other agent you must write every one of the "
-    "{words} from {first} to {last} ({total} in all), each of them exactly once between you. "
-    "You write {half} of them and the other agent writes the other {half}; you cannot see what "
-    "the other agent writes. Write only your {half} {words}, separated by commas.")
+TEAMWORK_PROMPT = (  # the task first: a seat named first sends SmolLM2-135M into role play
+    "Write {half} of the {words} from {first} to {last}, separated by commas. Another writer "
+    "writes the other {half}; between you every one of the {total} must appear exactly once. "
+    "(You are writer {seat}.)")
 
 
 def teamwork_split(family: str, start: int, half: int) -> str:
