@@ -119,9 +119,15 @@ def test_teamwork_reward_on_hand_made_answers():
         coverage=1.0, overlap=0.0, repeats=0.0, extras=0.0, solved=1.0))
     reward, levels = teamwork_reward(p, ["13, 14, 15, 16", "13, 14, 15, 16"])
     assert reward == 0.0 and levels["coverage"] == 0.5 and levels["overlap"] == 0.5  # 4 - 4 = 0
+    # shares are the first 4 each: 13-16 and 17-20 cover all; 17 and 21 are past a share: 2 extras
     reward, levels = teamwork_reward(p, ["13, 14, 15, 16, 17", "17, 18, 19, 20, 21"])
-    assert reward == (8 - 1 - 1) / 8 and levels["solved"] == 0.0  # 17 twice, 21 outside
+    assert reward == (8 - 0 - 2) / 8 and levels["solved"] == 0.0 and levels["coverage"] == 1.0
+    reward, levels = teamwork_reward(p, ["13, 14, 15, 15", "17, 18, 19, 21"])  # 15 twice, 21 out
+    assert reward == (6 - 1 - 1) / 8 and levels["repeats"] == 1 / 8 and levels["extras"] == 1 / 8
     assert teamwork_reward(p, ["13, 14, 15, 16", ""])[0] == 0.5
+    # one agent writing the whole list is no division of labour: its 4 items past its share count
+    reward, levels = teamwork_reward(p, ["", "13, 14, 15, 16, 17, 18, 19, 20"])
+    assert reward == (4 - 0 - 4) / 8 and levels["solved"] == 0.0
     letters = dict(family="letters", items=list("DEFGHI"), half=3)
     assert listed_items("D, E and F. I am agent 1", "letters") == ["D", "E", "F", "I"]
     assert teamwork_reward(letters, ["D, E, F", "G, H, I"])[1]["solved"] == 1.0

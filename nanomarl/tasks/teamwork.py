@@ -6,8 +6,9 @@ complementary, so the one thing the team has to learn is who writes which half.
 
 Both agents read the same prompt but for their seat ("You are writer 1."), and they never see
 each other's answer (MAGRPO's decentralised execution). The joint reward (max 1.0) is the fraction
-of the sequence covered, less the items written twice and the items outside it; a problem is
-solved when the two answers together hold every item exactly once and nothing else.
+of the sequence covered, less the items written twice, the items outside it and the items an agent
+writes past its half; a problem is solved when each agent writes its half and the halves together
+hold every item exactly once.
 
 Held out: a problem's split is a hash of its family, start and length, so the held-out sequences
 start elsewhere and many have another length than any training one.
@@ -73,18 +74,21 @@ def listed_items(text: str, family: str) -> list[str]:
 
 def teamwork_reward(problem: dict, texts: list[str]) -> tuple[float, dict]:
     """The joint reward of one answer per agent: (coverage - repeats - extras) / items, floored at
-    -1, where coverage counts the sequence's items written at least once, repeats every further
-    writing of an item (by either agent) and extras the items outside the sequence. Levels:
-    coverage, overlap (items both agents wrote), repeats, extras, solved (1: every item exactly
-    once, nothing else)."""
-    target = problem["items"]
+    -1. An agent's share is the first `half` items it writes; every item past it is an extra (one
+    agent writing the whole list is no division of labour). coverage counts the sequence's items in
+    the shares, repeats every further writing of an item (by either agent), extras the items outside
+    the sequence and past a share. Levels: coverage, overlap (items in both shares), repeats,
+    extras, solved (1: the two shares hold every item exactly once, and nothing else is written)."""
+    target, half = problem["items"], problem["half"]
     written = [listed_items(text, problem["family"]) for text in texts]
-    every = [item for items in written for item in items]
+    shares = [items[:half] for items in written]
+    every = [item for share in shares for item in share]
     counts = {item: every.count(item) for item in set(every)}
     covered = sum(item in counts for item in target)
     repeats = sum(c - 1 for c in counts.values())
-    extras = sum(c for item, c in counts.items() if item not in target)
-    both = len(set(written[0]) & set(written[1])) if len(written) > 1 else 0
+    extras = (sum(c for item, c in counts.items() if item not in target)
+              + sum(len(items) - len(share) for items, share in zip(written, shares)))
+    both = len(set(shares[0]) & set(shares[1])) if len(shares) > 1 else 0
     n = len(target)
     solved = float(covered == n and repeats == 0 and extras == 0)
     reward = max(-1.0, (covered - repeats - extras) / n)
