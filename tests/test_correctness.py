@@ -222,7 +222,7 @@ def test_sft_baseline_uses_the_runs_base_and_never_the_eval_questions(tmp_path, 
     from types import SimpleNamespace
     args = SimpleNamespace(model="not-the-runs-base", run=str(run), dtype="float32", quant="none",
                            dataset=f"jsonl:{path}", sft_questions=0, seed=0, question_seed=0,
-                           num_agents=2, num_turns=1, batch_size=64, max_new_tokens=8,
+                           num_agents=2, num_turns=1, batch_size=64, max_new_tokens=8, generate_batch_size=0,
                            temperature=1.0, feedback_in_prompt=False, prompt_style="default",
                            lora_r=4, lora_alpha=8, sft_epochs=1, sft_lr=1e-3, sft_batch_size=64,
                            dataset_config="", question_field="question", answer_field="answer",
@@ -263,5 +263,5 @@ def test_every_k_is_plotted_and_tabulated(tmp_path, monkeypatch):
     monkeypatch.setattr(Axes, "scatter", lambda self, x, y, *a, **k: drawn.append((k.get("label"), list(x), list(y)))
                         or original(self, x, y, *a, **k))
     evaluate.plot_magrpo(methods, tmp_path, code=True)
-    assert drawn == [("pass@3", [1.0, 2.0], [0.4, 0.5]), ("pass@5", [1.0, 2.0], [0.6, 0.7])]
+    assert drawn == [("pass@3", [1.0, 2.0], [40.0, 50.0]), ("pass@5", [1.0, 2.0], [60.0, 70.0])]  # in %
     assert (tmp_path / "quality_vs_time.png").stat().st_size > 0
