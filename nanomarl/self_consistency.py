@@ -90,10 +90,10 @@ def self_consistency_metrics(samples: dict, golds: list[str], n: int,
 
 def eval_controls(play, team, args, records: list[dict], debate: dict, t0: float) -> dict:
     """Beside the held-out debate: its tokens per question, and (--eval-self-consistency) agent 0's
-    turn-1 policy alone answering each (whole) question A x T times (sampled at --temperature from --seed,
-    the training's random state untouched), its answers voted (self_consistency_metrics: the same
-    number of answers, and within the debate's generated tokens, up to 2 A x T answers); then the
-    evaluation's size and seconds since t0. play: cotrain.run_debate."""
+    turn-1 policy alone answering each (whole) question A x T times (sampled at --temperature from
+    --seed, the training's random state untouched), its answers voted (self_consistency_metrics:
+    the same number of answers, and within the debate's generated tokens, up to 2 A x T answers);
+    then the evaluation's size and seconds since t0. play: cotrain.run_debate."""
     spent, read = debate_tokens(debate)
     metrics = {"eval/tokens_per_question": sum(spent) / len(records),
                "eval/prompt_tokens_per_question": sum(read) / len(records)}

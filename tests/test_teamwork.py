@@ -12,7 +12,8 @@ from nanomarl.models import load_tokenizer
 from nanomarl.split_controls import carries_number, informative_rates, whole_question
 from nanomarl.tasks.debate import load_task
 from nanomarl.tasks.debate_prompts import neutral_message
-from nanomarl.tasks.teamwork import listed_items, teamwork_prompts, teamwork_problems, teamwork_reward
+from nanomarl.tasks.teamwork import (listed_items, teamwork_problems, teamwork_prompts,
+                                     teamwork_reward)
 
 
 # ---------------------------------------------------------------- arith:split
@@ -54,7 +55,8 @@ def test_carries_number_and_informative_rates_by_hand():
     debate = dict(responses=[[["I have 3.", "no idea"], ["5 is mine", "it is 1"]],  # turn 1
                              [["3+5=8", "8 - 1 = 7"], ["The answer is 8.", "7"]]])  # turn 2
     # turn 1: agent 0 says 3 (yes) and not 8 (no); agent 1 says 5 (yes) and 1 (yes): 3 of 4
-    # turn 2: agent 0: "3+5=8" has 3, "8 - 1 = 7" has 8; agent 1: "The answer is 8." lacks 5, "7" lacks 1
+    # turn 2: agent 0: "3+5=8" has 3, "8 - 1 = 7" has 8;
+    # agent 1: "The answer is 8." lacks 5, "7" lacks 1
     assert informative_rates(debate, records) == [0.75, 0.5]
 
 

@@ -1,6 +1,6 @@
-"""The untrained team on arith:split's TRAINING split with another turn-1 view (a candidate message format),
-sampled: the per-turn accuracy that says whether RL has something to climb (the issue's >= 5 % at the last
-turn). Never the held-out questions.
+"""The untrained team on arith:split's TRAINING split with another turn-1 view (a candidate
+message format), sampled: the per-turn accuracy that says whether RL has something to climb
+(>= 5 % at the last turn). Never the held-out questions.
 
     python docs/results/split_prompt_probe.py
 """
@@ -16,9 +16,9 @@ import nanomarl.tasks.debate as debate  # noqa: E402
 from common import load_model  # noqa: E402
 from nanomarl.models import load_tokenizer  # noqa: E402
 
-VIEW = ("You and your partner each hold one number; together you must find {goal}. Your number is {own}. "
-        "Your partner knows the other number. Start with \"My number is {own}.\" Then read your partner's "
-        "number and compute the answer.")
+VIEW = ("You and your partner each hold one number; together you must find {goal}. Your number "
+        "is {own}. Your partner knows the other number. Start with \"My number is {own}.\" Then "
+        "read your partner's number and compute the answer.")
 
 if __name__ == "__main__":
     torch.manual_seed(0)

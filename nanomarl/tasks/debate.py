@@ -420,7 +420,8 @@ def load_task(name: str, split: str = "train", limit: int | None = None, seed: i
             print(f"skipped {skipped} bad rows in {name} {split}")
         return records
     arg_error("--dataset", f"unknown dataset {name!r} (arith, arith:easy, arith:digits, "
-                           f"arith:split, gsm8k, anli[:r1|r2|r3], jsonl:PATH, reasoning-gym:NAME, a hub id owner/name, "
+                           f"arith:split, gsm8k, anli[:r1|r2|r3], jsonl:PATH, reasoning-gym:NAME, "
+                           f"a hub id owner/name, "
                            f"or a local .json/.jsonl/.csv/.parquet file or folder)")
 
 
