@@ -159,7 +159,7 @@ def arith_records(n: int, split: str, seed: int = 0, name: str = "arith") -> lis
 SPLIT_VIEW = ("You and your partner each hold one number; together you must find {goal}. "
               "Your number is {own}. Your partner knows the other number and you do not. "
               "Say your number first, then your best answer.")  # an agent's own part
-SPLIT_GOALS = {"sum": "the sum of the two numbers",
+SPLIT_GOALS = {"sum": "the sum of the {count} numbers",
                "difference": "the difference of the two numbers (the larger minus the smaller)"}
 
 
@@ -198,7 +198,7 @@ def arith_split_records(n: int, split: str, seed: int = 0, num_agents: int = 2) 
         problems = [rng.choice(problems) for _ in range(n)]
     records = []
     for i, (kind, parts) in enumerate(problems):
-        goal = SPLIT_GOALS[kind].replace("two", str(num_agents) if num_agents > 2 else "two")
+        goal = SPLIT_GOALS[kind].format(count="two" if num_agents == 2 else num_agents)
         numbers = ", ".join(map(str, parts))
         records.append(dict(
             id=f"arith:split/{split}/{i}", task="math", answer=str(split_problem(kind, parts)),
