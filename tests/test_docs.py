@@ -38,7 +38,7 @@ def test_readme_test_line_is_the_one_ci_runs_with_the_locked_versions():
     assert len(matches) == 1, f"{len(matches)} README lines match .ci/run's pattern"
     line = next(line for line in readme.splitlines() if CI_LINE.match(line))
     assert "pip install -c constraints.txt -r requirements.txt" in line, line
-    assert line.endswith("python -m pytest tests -q"), line
+    assert line.endswith("python -m pytest tests -q -n 2"), line
     assert code_lines(readme).index(line) > 1  # after the install and the one-minute check
 
 
