@@ -88,7 +88,7 @@ def teamwork_reward(problem: dict, texts: list[str]) -> tuple[float, dict]:
     repeats = sum(c - 1 for c in counts.values())
     extras = (sum(c for item, c in counts.items() if item not in target)
               + sum(len(items) - len(share) for items, share in zip(written, shares)))
-    both = len(set(shares[0]) & set(shares[1])) if len(shares) > 1 else 0
+    both = len(set(shares[0]) & set(shares[1]))  # two writers, always
     n = len(target)
     solved = float(covered == n and repeats == 0 and extras == 0)
     reward = max(-1.0, (covered - repeats - extras) / n)
