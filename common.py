@@ -258,9 +258,7 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
             return _forward_by_adapter_groups(model, query_ids, query_mask, response_ids,
                                               response_mask, adapter_names, temperature,
                                               output_hidden, output_entropy, earlier)
-    # columns no row uses (left padding of the prompts, right padding of the responses) cost a full
-    # forward each and change nothing: drop them, and give the outputs their full width back (zeros)
-    # at the end
+    # columns no row uses (left padding of the prompts, right padding of the responses): dropped
     full_width = response_ids.shape[1]
     first, width = first_used_column(query_mask), used_width(response_mask)
     query_ids, query_mask = query_ids[:, first:], query_mask[:, first:]
@@ -280,8 +278,7 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
         hidden = out.hidden_states[-1][:, q_len - 1: q_len + r_len - 1] if output_hidden else None
         result = _response_outputs(logits, hidden, response_ids, response_mask, output_entropy)
         return _pad_outputs(result, full_width)
-    # --conversation-forward: the same forward also reads responses inside the queries
-    # (nanomarl/fast.py)
+    # --conversation-forward: the same forward also reads the responses inside the queries
     with fp32_head(model):
         parts = read_responses_inside(model, inputs, query_mask, response_ids, response_mask,
                                       earlier, output_hidden)
@@ -437,7 +434,8 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
     mean = masked_mean(x, mask)
     var = masked_mean((x - mean) ** 2, mask)
     if unbiased:
-        var = var * mask.sum() / (mask.sum() - 1).clamp(min=1)
+        n = mask.sum()
+        var = var * n / (n - 1).clamp(min=1)
     return var
 
 
@@ -468,7 +466,8 @@ def last_boxed(text: str) -> str | None:
     it is unclosed."""
     starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
     for start in reversed(starts):
-        depth, i = 1, start
+        depth = 1
+        i = start
         while i < len(text) and depth:
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             i += 1

@@ -9,10 +9,11 @@ policy is the base with every adapter disabled. One update, in the stages number
 debate, 2 score and penalise, 3 rewards, 4 reference log-probs (and values), 5 KL-shaped rewards and
 advantages, 6 PPO, 7 evaluate on held-out questions.
 
-    python cotrain.py                               # the CPU default: SmolLM2-135M, ~13 minutes
+    python cotrain.py                               # SmolLM2-135M on CPU, ~13 min
     python cotrain.py --model tiny --max-steps 2    # every stage once, in about a minute
-    python cotrain.py --config recipes/maporl-gsm8k-phi3.yaml               # paper scale, a GPU
-    torchrun --standalone --nproc_per_node 2 cotrain.py --model tiny --questions-per-update 4
+    python cotrain.py --config recipes/maporl-gsm8k-phi3.yaml  # paper scale, GPU
+    torchrun --standalone --nproc_per_node 2 \\
+        cotrain.py --model tiny --questions-per-update 4
 
 Simplifications and differences from the paper and the authors' code (docs/maporl.md says why):
   * Incentives follow the paper's Tables 1-2 (the code swaps two α and flips the β signs).
@@ -158,14 +159,14 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
     for t in range(num_turns):
         for a, b in ((a, b) for a in range(num_agents if t > 0 else 0) for b in range(batch)):
             others = [j for j in range(num_agents) if j != a]  # their answers (and scores) at t-1
-            fb, is_math = feedback_in_prompt, records[b]["task"] == "math"
             said = [(j, neutral_message(responses[t - 1][j][b]) if silent
                      else responses[t - 1][j][b]) for j in others]
             chats[a][b].append({"role": "user", "content": discussion_message(
                 agent_question(records[b], a), said,
-                prompt_style=prompt_style if is_math else "default",
-                other_scores=[float(scores[b, t - 1, j]) for j in others] if fb else None,
-                own_score=float(scores[b, t - 1, a]) if fb else None)})
+                prompt_style=prompt_style if records[b]["task"] == "math" else "default",
+                other_scores=([float(scores[b, t - 1, j]) for j in others]
+                              if feedback_in_prompt else None),
+                own_score=float(scores[b, t - 1, a]) if feedback_in_prompt else None)})
         for agents in groups.values():  # one generate call per base, each row on its own adapter
             model, tok = models[agents[0]], tokenizers[agents[0]]
             texts = [chat_prompt(tok, chats[a][b]) for a in agents for b in range(batch)]
@@ -262,7 +263,8 @@ def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: 
         majority W->R, own(t) W: +β0      majority W->R, own(t) R: +β1
 
     The authors' code swaps the W->R α values and flips Table 2's signs (docs/maporl.md)."""
-    c, num_agents = correct.float(), correct.shape[-1]
+    c = correct.float()
+    num_agents = c.shape[-1]
     others = ((c.sum(dim=-1, keepdim=True) - c) / (num_agents - 1) if num_agents > 1
               else torch.full_like(c, 0.5))  # the others' mean correctness; no other: a tie
     maj_right, maj_wrong = others > 0.5, others < 0.5
@@ -412,7 +414,8 @@ def forward_turns(model, batches: dict, names: list[str], args: Args, one_forwar
     """forward_responses over each turn's batch ({turn: batch}, the same rows at every turn; names:
     each row's adapter) in chunks of `chunk` rows (0: all): {turn: outputs}. The plain path is one
     forward per turn; one_forward, one over the last turn (nanomarl/fast.py): the same outputs."""
-    size, pieces = chunk or len(names), []
+    size = chunk or len(names)
+    pieces = []
     for s in range(0, len(names), size):
         part = {t: tuple(b[k][s:s + size] for k in RESPONSE_KEYS) for t, b in batches.items()}
         if one_forward:
@@ -430,10 +433,9 @@ def value_states(model, batch: dict, policy_out: dict | None, args: Args, chunk:
     the critic adapter's, on the critic's own prompts (separate: the paper's critic)."""
     if args.value_model == "shared":
         return policy_out["hidden"]
-    critic = (batch["critic_query_ids"], batch["critic_query_mask"], batch["response_ids"],
-              batch["response_mask"])
-    return forward_turns(model, {0: dict(zip(RESPONSE_KEYS, critic))}, ["critic"] * len(critic[0]),
-                         args, False, chunk, output_hidden=True)[0]["hidden"]
+    critic = dict(batch, query_ids=batch["critic_query_ids"], query_mask=batch["critic_query_mask"])
+    return forward_turns(model, {0: critic}, ["critic"] * len(critic["query_ids"]), args, False,
+                         chunk, output_hidden=True)[0]["hidden"]
 
 
 @torch.no_grad()
@@ -449,12 +451,13 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
                            critic_query_mask=critic["query_mask"], entropy=ro["entropy"])
     one_forward = conversation_forward_applies(team, exp, args)
     size = args.forward_batch_size
-    fit_values, shared = args.advantage == "gae", args.value_model == "shared"
-    recompute, n = args.old_logprobs == "recompute", len(debate["records"])  # auto: settle_args
+    fit_values = args.advantage == "gae"
+    shared = args.value_model == "shared"
+    recompute = args.old_logprobs == "recompute"  # auto: settle_args
+    n = len(debate["records"])
     for i, agents, batches in forward_groups(team, exp, one_forward):
         names = [team.adapter_names[max(batches)][a] for a in agents for _ in range(n)]
-        # 4. the reference: the same rows on the base alone; π_old, recomputed; values: the heads
-        # on the policy's hidden states (--value-model shared) or on the critic adapter's (separate)
+        # 4. the reference: these rows on the base alone; π_old, recomputed; values (value_states)
         base = team.bases[i]
         ref = forward_turns(base, batches, ["__base__"] * len(names), args, one_forward, size)
         policy = {}
@@ -462,7 +465,8 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
             # debates at a time, each adapter's rows alone (the rows: agent- to debate-major)
             order = torch.arange(len(names)).view(-1, n).T.reshape(-1)
             part = {t: {k: b[k][order] for k in RESPONSE_KEYS} for t, b in batches.items()}
-            micro, back = (args.micro_batch_questions or n) * len(agents), order.argsort()
+            micro = (args.micro_batch_questions or n) * len(agents)
+            back = order.argsort()
             out = forward_turns(base, part, [names[j] for j in order], args, one_forward, micro,
                                 group_by_adapter=True, output_entropy=True,
                                 output_hidden=fit_values and shared)
@@ -489,9 +493,10 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
                     advantages = masked_whiten(advantages, mask, all_ranks=True)
                 else:  # group: R + b against its question's K debates, plus the summed KL's (r_θ)
                     values = returns = torch.zeros_like(rewards)
-                    k, penalty = args.samples_per_question, -args.kl_coef * kl.sum(dim=1)
-                    advantages = group_advantages(final, k, args.advantage_std)  # std: R + b only
-                    advantages = (advantages + group_advantages(penalty, k))[:, None] * mask
+                    K = args.samples_per_question  # debates per question
+                    penalty = -args.kl_coef * kl.sum(dim=1)
+                    advantages = group_advantages(final, K, args.advantage_std)  # std: R + b only
+                    advantages = (advantages + group_advantages(penalty, K))[:, None] * mask
                 exp[(tt, a)].update({key: tb[key][rows] for key in tb})  # without padding columns
                 exp[(tt, a)].update(old_logprobs=old_logprobs[rows], entropy=entropy[rows],
                                     ref_logprobs=ref[tt]["logprobs"][rows], old_values=values,
@@ -525,11 +530,10 @@ def policy_loss(new_logprobs, old_logprobs, advantages, response_mask, num_token
     return token_mean(pg_loss_per_token, response_mask, num_tokens), stats
 
 
-def value_loss(new_values, old_values, returns, response_mask, num_tokens, cliprange_value: float):
+def value_loss(new_values, old_values, returns, response_mask, num_tokens, cliprange: float):
     """Clipped value loss (Sec. 3.2, L_Value; TRL's form): 0.5 · max((V - G)², (clip(V, V_old ± c)
     - G)²) per token, G = the GAE returns. Returns (loss, stats)."""
-    clip = cliprange_value
-    values_clipped = old_values + torch.clamp(new_values - old_values, -clip, clip)
+    values_clipped = old_values + torch.clamp(new_values - old_values, -cliprange, cliprange)
     vf_losses, vf_losses_clipped = (new_values - returns) ** 2, (values_clipped - returns) ** 2
     vf_loss_per_token = 0.5 * torch.max(vf_losses, vf_losses_clipped)
     with torch.no_grad():
@@ -544,11 +548,11 @@ def ppo_loss(team: Team, base: int, agents: list[int], batches: dict, num_tokens
     """The loss of one forward (the agents' rows on one base, each on its own adapter): each (turn,
     agent)'s clipped surrogate and, with --advantage gae, vf_coef x its value loss (the heads read
     this forward's hidden states, training the policy adapter too; separate: the critic's own)."""
-    fit_values, shared = args.advantage == "gae", args.value_model == "shared"
+    fit_values = args.advantage == "gae"
     n = len(batches[max(batches)]["response_mask"]) // len(agents)
     names = [team.adapter_names[max(batches)][a] for a in agents for _ in range(n)]
     out = forward_turns(team.bases[base], batches, names, args, one_forward,
-                        output_hidden=fit_values and shared)
+                        output_hidden=fit_values and args.value_model == "shared")
     loss = 0.0
     for tt, tb in batches.items():
         hidden = value_states(team.bases[base], tb, out[tt], args) if fit_values else None
@@ -561,7 +565,8 @@ def ppo_loss(team: Team, base: int, agents: list[int], batches: dict, num_tokens
                 new_values = team.heads[team.head_keys[(tt, a)]](hidden[r]) * mask
                 vf_loss, vs = value_loss(new_values, tb["old_values"][r], tb["returns"][r], mask,
                                          num_tokens[(tt, a)], args.cliprange_value)
-                loss, s = loss + args.vf_coef * vf_loss, {**s, **vs}
+                loss = loss + args.vf_coef * vf_loss
+                s = {**s, **vs}
             stats[(tt, a)].append(s)
     return loss
 
@@ -573,7 +578,7 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
     minibatch's GLOBAL token count and the gradients summed: the step equals one process's."""
     world = world_info()[1]
     first = next(iter(exp.values()))["response_mask"]
-    device, n_global = first.device, first.shape[0] * world
+    n_global = first.shape[0] * world
     mb_size = args.minibatch_questions or n_global
     micro = min(args.micro_batch_questions or mb_size, mb_size)
     params = {name: [p for g in opt.param_groups for p in g["params"]]
@@ -587,12 +592,11 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
     for epoch in range(args.ppo_epochs):
         perm = torch.randperm(n_global, generator=shuffle)
         for start in range(0, n_global, mb_size):
-            # one process's rows perm[...]: this rank's share of them
             minibatch = rank_rows(perm[start:start + mb_size], args.samples_per_question)
-            # every loss's denominator: the minibatch's tokens of each (turn, agent), all ranks
             num_tokens = {key: allreduce_sum(e["response_mask"][minibatch].sum())
                           for key, e in exp.items()}
-            mb_stats, finite = {key: [] for key in exp}, True
+            mb_stats = {key: [] for key in exp}
+            finite = True
             for opt in team.optimizers.values():
                 opt.zero_grad(set_to_none=True)
             for m_start in range(0, len(minibatch), micro):
@@ -605,7 +609,7 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
                         loss.backward()
             # multi-process: sum all ranks' gradients; skip the step on all if a loss is not finite
             allreduce_gradients([p for group in params.values() for p in group], "sum")
-            finite = bool(allreduce_sum(torch.tensor(float(not finite), device=device)) == 0)
+            finite = bool(allreduce_sum(torch.tensor(float(not finite), device=first.device)) == 0)
             norms = {name: float(torch.nn.utils.clip_grad_norm_(group, args.max_grad_norm))
                      for name, group in params.items()}
             if not finite or not all(math.isfinite(v) for v in norms.values()):
@@ -655,13 +659,13 @@ def rollout_step(team: Team, args: Args, records: list[dict], scorer,
                         args.max_new_tokens, temperature=args.temperature, scorer=scorer,
                         feedback_in_prompt=args.feedback_in_prompt, prompt_style=args.prompt_style,
                         generate_batch_size=args.generate_batch_size)
-    debate["records"], debate["generate_s"] = records, time.time() - t0
+    debate.update(records=records, generate_s=time.time() - t0)
     # 2. score the answers; penalise a bad format and a missing EOS
     scores = debate["scores"]
     good, truncated = (torch.zeros_like(scores, dtype=torch.bool) for _ in range(2))
     for t in range(args.num_turns):
-        for a in range(args.num_agents):
-            ro, tok = debate["rollout"][t][a], team.agent_tokenizers()[a]
+        for a, tok in enumerate(team.agent_tokenizers()):
+            ro = debate["rollout"][t][a]
             truncated[:, t, a] = ro["truncated"].cpu()
             for b, text in enumerate(debate["responses"][t][a]):
                 ids = ro["response_ids"][b][ro["response_mask"][b].bool()].tolist()

@@ -51,24 +51,27 @@ Choices of ours (the papers' evaluation code is not public, or does not cover th
 Details, outputs and the exact method definitions: docs/evaluation_details.md.
 
 CPU smoke runs with the tiny random model (it cannot answer, so every number is 0):
-python evaluate.py --model tiny --limit 4 --max-new-tokens 16 --sft-questions 4
-python evaluate.py --model tiny --limit 4 --max-new-tokens 16 --methods offtheshelf,sc-base \\
-    --dataset reasoning-gym:basic_arithmetic
-python evaluate.py --mode magrpo --model tiny --limit 2 --num-samples 2 --k-values 1,2 \\
-    --max-new-tokens 16
+python evaluate.py --model tiny --limit 4 --max-new-tokens 16 \\
+    --sft-questions 4
+python evaluate.py --model tiny --limit 4 --max-new-tokens 16 \\
+    --methods offtheshelf,sc-base --dataset reasoning-gym:basic_arithmetic
+python evaluate.py --mode magrpo --model tiny --limit 2 --num-samples 2 \\
+    --k-values 1,2 --max-new-tokens 16
 
 Before and after training, SmolLM2-135M on the offline arithmetic task:
-python evaluate.py --run runs/cotrain-RUN --single-run runs/cotrain-A1-RUN --limit 100 \\
-    --max-new-tokens 96
-python evaluate.py --mode magrpo --run runs/magrpo-RUN --mt-run runs/magrpo-MT-RUN \\
-    --max-new-tokens 96 --top-p 0.9 --top-k 50
+python evaluate.py --run runs/cotrain-RUN --single-run runs/cotrain-A1-RUN \\
+    --limit 100 --max-new-tokens 96
+python evaluate.py --mode magrpo --run runs/magrpo-RUN \\
+    --mt-run runs/magrpo-MT-RUN --max-new-tokens 96 --top-p 0.9 --top-k 50
 
 GPU, paper scale: Phi-3 on GSM8K, 3 agents x 3 turns, greedy; CoopHumanEval with 15 samples:
-python evaluate.py --model microsoft/Phi-3-mini-128k-instruct --quant 4bit --dtype bfloat16 \\
-    --prompt-style phi3 --dataset gsm8k --limit 0 --run runs/cotrain-RUN --greedy --batch-size 64
-python evaluate.py --mode magrpo --model Qwen/Qwen2.5-Coder-3B --dtype bfloat16 \\
-    --dataset coophumaneval --no-chat-template --num-samples 15 --k-values 1,3,5,10 \\
-    --temperature 0.6 --top-p 0.6 --run runs/magrpo-RUN
+python evaluate.py --model microsoft/Phi-3-mini-128k-instruct --quant 4bit \\
+    --dtype bfloat16 --prompt-style phi3 --dataset gsm8k --limit 0 \\
+    --run runs/cotrain-RUN --greedy --batch-size 64
+python evaluate.py --mode magrpo --model Qwen/Qwen2.5-Coder-3B \\
+    --dtype bfloat16 --dataset coophumaneval --no-chat-template \\
+    --num-samples 15 --k-values 1,3,5,10 --temperature 0.6 --top-p 0.6 \\
+    --run runs/magrpo-RUN
 """
 from __future__ import annotations
 

@@ -22,11 +22,12 @@ Differences from the paper and the authors' code (docs/magrpo.md lists them all)
   * prompts go through the chat template (--no-chat-template: raw text, as the authors);
   * multi-turn feedback is the offline level_feedback (the paper used an expert LLM).
 
-  python magrpo.py                                                   # SmolLM2-135M, minicode, CPU
-  python magrpo.py --model tiny --max-steps 4 --max-new-tokens 32    # smoke run, seconds
-  python magrpo.py --turns 2 --joint-mode cross --max-steps 5        # two turns, level feedback
-  python magrpo.py --dataset pipeline --num-agents 3 --max-steps 5   # three agents
-  torchrun --standalone --nproc_per_node 2 magrpo.py --model tiny --problems-per-step 2
+  python magrpo.py  # SmolLM2-135M, minicode, CPU
+  python magrpo.py --model tiny --max-steps 4 --max-new-tokens 32  # smoke run
+  python magrpo.py --turns 2 --joint-mode cross --max-steps 5  # level feedback
+  python magrpo.py --dataset pipeline --num-agents 3 --max-steps 5  # 3 roles
+  torchrun --standalone --nproc_per_node 2 \\
+      magrpo.py --model tiny --problems-per-step 2
 """
 from __future__ import annotations
 
@@ -164,10 +165,12 @@ def build_agents(args, device: str, base=None) -> Agents:
             model.requires_grad_(True)
             model.eval()  # dropout off: the update's log-probs are those of the sampling policy
         params = [list(model.parameters()) for model in models]
-        ref_model, names = (base if args.beta > 0 else None), None
+        ref_model = base if args.beta > 0 else None
+        names = None
     else:
         model = add_adapters(base, names, r=args.lora_r, alpha=args.lora_alpha)
-        models, ref_model = [model] * args.num_agents, None
+        models = [model] * args.num_agents
+        ref_model = None
         params = [adapter_parameters(model, nm) for nm in names]
     # one optimiser per agent over its own parameters; a constant learning rate, as the authors
     optimizers = [torch.optim.AdamW(p, lr=args.lr, weight_decay=0.0) for p in params]
@@ -187,7 +190,8 @@ def generate_joint_action(agents: Agents, tokenizer, prompts: list[list[str]], n
     samples `num_samples` completions of it. With LoRA agents this is ONE generate call (in chunks
     of `batch_size` rows if given), each row on its agent's adapter; with copies one call per agent.
     Returns dict(texts [p][i][g], batches [i]: agent i's common.generate output, rows p-major)."""
-    n, P = len(agents.models), len(prompts)
+    n = len(agents.models)
+    P = len(prompts)
     rendered = [[render_prompt(tokenizer, prompts[p][i], chat_template) for i in range(n)]
                 for p in range(P)]
     sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
@@ -247,11 +251,13 @@ def rollout(agents: Agents, tokenizer, problems: list[dict], task: Task,
     """Grow one tree per problem, one turn at a time. Returns (roots, batches) with
     batches[t][i] agent i's sampled rows at turn t: G consecutive rows per node, nodes in
     nodes_by_turn order."""
-    n, G = args.num_agents, args.num_generations
+    n = args.num_agents
+    G = args.num_generations
     frontier = [Node(problem=p, turn=0, prompts=task.prompts(p),
                      prompt_history=[[] for _ in range(n)], response_history=[[] for _ in range(n)])
                 for p in problems]
-    roots, batches = list(frontier), []
+    roots = list(frontier)
+    batches = []
     for turn in range(args.turns):
         # 1. generate: every agent's G completions at every node of this turn, in one batched call
         out = generate_joint_action(agents, tokenizer, [node.prompts for node in frontier], G,
@@ -261,7 +267,8 @@ def rollout(agents: Agents, tokenizer, problems: list[dict], task: Task,
         batches.append(out["batches"])
         # 2. joint actions: aligned (G per node) or cross (G^n per node)
         for node, texts in zip(frontier, out["texts"]):
-            node.texts, node.joint = texts, joint_actions(G, n, args.joint_mode)
+            node.texts = texts
+            node.joint = joint_actions(G, n, args.joint_mode)
         # 3. one joint reward per joint action (code runs in sandboxed subprocesses, in parallel)
         jobs = [(node.problem, [node.texts[i][k] for i, k in enumerate(action)])
                 for node in frontier for action in node.joint]
@@ -349,7 +356,8 @@ def group_advantages(rewards: torch.Tensor, mode: str = "mean") -> torch.Tensor:
 
 def nodes_by_turn(roots: list[Node]) -> list[list[Node]]:
     """All nodes of the trees, grouped by turn, in the order the rollout created them."""
-    turns, frontier = [], list(roots)
+    turns = []
+    frontier = list(roots)
     while frontier:
         turns.append(frontier)
         frontier = [child for node in frontier for child in node.children if child is not None]
@@ -407,7 +415,8 @@ def accumulate_agent_loss(agents: Agents, agent: int, batch: dict, advantages: t
         chunk = {k: v[start:start + args.micro_batch_size] for k, v in batch.items()
                  if k != "truncated"}
         rows = slice(start, start + args.micro_batch_size)
-        mask, adv, w = chunk["response_mask"], advantages[rows], weights[rows]
+        mask = chunk["response_mask"]
+        adv, w = advantages[rows], weights[rows]
         names = None if agents.names is None else [agents.names[agent]] * mask.shape[0]
         query_ids, query_mask, response_ids = (chunk["query_ids"], chunk["query_mask"],
                                                chunk["response_ids"])
@@ -444,7 +453,8 @@ def magrpo_update(agents: Agents, roots: list[Node], batches: list[list[dict]], 
     """Stages 5-7 on grown trees (rollout's output): returns, advantages, then every agent's update,
     deepest turn first. Multi-process: each rank passes its own trees; every rank must call it.
     Returns each agent's loss statistics and gradient norm."""
-    n, G = args.num_agents, args.num_generations
+    n = args.num_agents
+    G = args.num_generations
     # 5. returns bottom-up, 6. credits and group-relative advantages (one group per node and agent)
     turns = nodes_by_turn(roots)
     for root in roots:
@@ -456,7 +466,8 @@ def magrpo_update(agents: Agents, roots: list[Node], batches: list[list[dict]], 
         node.credits = credit
         node.advantages = adv
     # 7. the policy-gradient update, deepest turn first; each agent steps its own optimiser once
-    metrics, device = {}, agents.params[0][0].device
+    metrics = {}
+    device = agents.params[0][0].device
     for turn in reversed(range(args.turns)):
         nodes = turns[turn] if turn < len(turns) else []  # another rank's trees may go deeper
         # the loss normalisation's denominators: this turn's nodes and each agent's valid tokens,

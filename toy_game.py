@@ -25,9 +25,9 @@ Simplifications and differences from the paper:
   3) a stage game can have three equilibria: --select picks one (default: the one that damped
      learning from p = 0.5 reaches), and the sweep reports all three.
 
-python toy_game.py                                  # Figure 5 with the spec defaults
-python toy_game.py --synergy-timing every_turn      # one sensitivity variant
-python toy_game.py --learn                          # the learning dynamics on a small instance
+python toy_game.py                              # Figure 5, the spec defaults
+python toy_game.py --synergy-timing every_turn  # one sensitivity variant
+python toy_game.py --learn                      # learning on a small instance
 """
 import csv
 import json

@@ -22,16 +22,19 @@ Simplifications and differences from the authors' pipeline:
 Details, and how to read the measurements: docs/verifier.md.
 
 CPU smoke run (the tiny random model cannot answer; --unparsable-wrong makes those the wrong ones):
-python train_verifier.py --model tiny --num-questions 40 --samples-per-question 4 \\
-    --max-new-tokens 32 --heldout-fraction 0.3 --max-steps 10 --unparsable-wrong
+python train_verifier.py --model tiny --num-questions 40 \\
+    --samples-per-question 4 --max-new-tokens 32 --heldout-fraction 0.3 \\
+    --max-steps 10 --unparsable-wrong
 
 CPU, SmolLM2-135M, offline arithmetic (sampled at T = 0.7: at the authors' T ~ 1.4 it babbles):
-python train_verifier.py --num-questions 60 --samples-per-question 6 --max-new-tokens 128 \\
-    --temperature-min 0.7 --temperature-max 0.7 --heldout-fraction 0.3 --max-steps 20 --batch-size 4
+python train_verifier.py --num-questions 60 --samples-per-question 6 \\
+    --max-new-tokens 128 --temperature-min 0.7 --temperature-max 0.7 \\
+    --heldout-fraction 0.3 --max-steps 20 --batch-size 4
 
 GPU, paper scale (QLoRA Phi-3 on GSM8K, 100 samples per question as the authors):
-python train_verifier.py --model microsoft/Phi-3-mini-128k-instruct --quant 4bit --dtype bfloat16 \\
-    --dataset gsm8k --samples-per-question 100 --generate-batch-size 100 --epochs 1
+python train_verifier.py --model microsoft/Phi-3-mini-128k-instruct \\
+    --quant 4bit --dtype bfloat16 --dataset gsm8k --samples-per-question 100 \\
+    --generate-batch-size 100 --epochs 1
 """
 from __future__ import annotations
 

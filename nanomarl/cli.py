@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import functools
 import importlib.util
 import inspect
 import io
 import json
 import os
 import re
+import shutil
 import sys
 import textwrap
 import tokenize
@@ -68,10 +70,15 @@ def _field_groups(cls, own: str) -> dict[str, str]:
 
 
 def _examples(module) -> str:
-    """The command lines of a script's docstring (lines that start with python or torchrun), for
-    the end of --help."""
-    lines = [line.strip() for line in (getattr(module, "__doc__", "") or "").splitlines()
-             if line.strip().startswith(("python ", "torchrun "))]
+    """The command lines of a script's docstring (lines that start with python or torchrun, and the
+    lines that continue one after a trailing backslash), for the end of --help."""
+    lines = []
+    continued = False
+    for line in (getattr(module, "__doc__", "") or "").splitlines():
+        line = line.strip()
+        if continued or line.startswith(("python ", "torchrun ")):
+            lines.append(("    " if continued else "") + line)
+            continued = line.endswith("\\")
     return "examples:\n" + "\n".join(f"  {line}" for line in lines) if lines else ""
 
 
@@ -117,12 +124,16 @@ def parse_args(cls, argv: list[str] | None = None):
     comments = _field_comments(cls)
     module = sys.modules.get(cls.__module__)
     doc = (module.__doc__ or "").strip().split("\n\n")[0] if module else ""  # its first paragraph
+    # --help fits 80 columns, also in a wider terminal (argparse keeps 2 of them free)
+    width = min(shutil.get_terminal_size().columns, 80) - 2
     # no defaults in the namespace: what comes back was typed; the dataclass fills in the rest
     script = Path(getattr(module, "__file__", "") or "script").stem
-    parser = _Parser(prog=f"{script}.py", description=doc, allow_abbrev=False,
-                     argument_default=argparse.SUPPRESS,
+    parser = _Parser(prog=f"{script}.py", description=textwrap.fill(" ".join(doc.split()), width),
+                     allow_abbrev=False, argument_default=argparse.SUPPRESS,
                      usage="%(prog)s [--flag VALUE ...]  (the flags below, by group)",
-                     epilog=_examples(module), formatter_class=argparse.RawDescriptionHelpFormatter)
+                     epilog=_examples(module),
+                     formatter_class=functools.partial(argparse.RawDescriptionHelpFormatter,
+                                                       width=width))
     parser.add_argument("--config", metavar="FILE",
                         help="a YAML or JSON file of settings {flag name: value} (a recipe in "
                              "recipes/, or a run's args.json); flags typed on the command line "
