@@ -337,9 +337,10 @@ RECIPES = {  # recipe -> (script, settings it must give: the paper-scale command
     "magrpo-coophumaneval": (magrpo, dict(dataset="coophumaneval", turns=2, temperature=0.6,
                                           max_steps=528)),
     # the CPU demonstrations of tasks that need a partner
-    "maporl-split": (cotrain, dict(dataset="arith:split", max_new_tokens=24, min_response_tokens=4,
+    "maporl-split": (cotrain, dict(dataset="arith:split", max_new_tokens=40, min_response_tokens=4,
                                    eval_self_consistency=False)),
-    "magrpo-teamwork": (magrpo, dict(dataset="teamwork", max_new_tokens=16, eval_problems=37)),
+    "magrpo-teamwork": (magrpo, dict(dataset="teamwork", max_new_tokens=16, eval_problems=40,
+                                      joint_mode="cross")),
 }
 
 

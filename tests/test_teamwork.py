@@ -116,31 +116,38 @@ def test_whole_question_drops_only_the_views():
 
 
 def test_teamwork_reward_on_hand_made_answers():
-    p = dict(family="numbers", items=[str(x) for x in range(13, 21)], half=4)
-    assert teamwork_reward(p, ["13, 14, 15, 16", "17, 18, 19, 20"]) == (1.0, dict(
-        coverage=1.0, overlap=0.0, repeats=0.0, extras=0.0, solved=1.0))
-    reward, levels = teamwork_reward(p, ["13, 14, 15, 16", "13, 14, 15, 16"])
-    assert reward == 0.0 and levels["coverage"] == 0.5 and levels["overlap"] == 0.5  # 4 - 4 = 0
-    # shares are the first 4 each: 13-16 and 17-20 cover all; 17 and 21 are past a share: 2 extras
-    reward, levels = teamwork_reward(p, ["13, 14, 15, 16, 17", "17, 18, 19, 20, 21"])
-    assert reward == (8 - 0 - 2) / 8 and levels["solved"] == 0.0 and levels["coverage"] == 1.0
-    reward, levels = teamwork_reward(p, ["13, 14, 15, 15", "17, 18, 19, 21"])  # 15 twice, 21 out
-    assert reward == (6 - 1 - 1) / 8 and levels["repeats"] == 1 / 8 and levels["extras"] == 1 / 8
-    assert teamwork_reward(p, ["13, 14, 15, 16", ""])[0] == 0.5
-    # one agent writing the whole list is no division of labour: its 4 items past its share count
-    reward, levels = teamwork_reward(p, ["", "13, 14, 15, 16, 17, 18, 19, 20"])
-    assert reward == (4 - 0 - 4) / 8 and levels["solved"] == 0.0
-    letters = dict(family="letters", items=list("DEFGHI"), half=3)
-    assert listed_items("D, E and F. I am agent 1", "letters") == ["D", "E", "F", "I"]
-    assert teamwork_reward(letters, ["D, E, F", "G, H, I"])[1]["solved"] == 1.0
+    p = dict(family="numbers", items=["30", "57"])
+    assert teamwork_reward(p, ["You choose 30.", "57"]) == (1.0, dict(
+        coverage=1.0, overlap=0.0, extras=0.0, solved=1.0))
+    assert teamwork_reward(p, ["57", "30"])[1]["solved"] == 1.0  # either convention solves it
+    # the same item twice: half the pair taken, and no worse than keeping quiet
+    assert teamwork_reward(p, ["30", "30"]) == (0.5, dict(coverage=0.5, overlap=1.0, extras=0.0,
+                                                          solved=0.0))
+    assert teamwork_reward(p, ["30", "I pass."]) == (0.5, dict(coverage=0.5, overlap=0.0,
+                                                               extras=0.0, solved=0.0))
+    # the choice is the first item written; the rest are extras (naming both is no choice)
+    reward, levels = teamwork_reward(p, ["30 or 57", "57"])
+    assert reward == (2 - 1) / 2 and levels == dict(coverage=1.0, overlap=0.0, extras=0.5,
+                                                    solved=0.0)
+    # a choice outside the pair is an extra too (the seat's "1" here), and so is the 30 after it
+    assert teamwork_reward(p, ["I am player 1: 30", "57"])[0] == (1 - 2) / 2
+    assert teamwork_reward(p, ["1 2 3 4", "5 6 7 8"])[0] == -1.0  # floored
+    letters = dict(family="letters", items=["D", "K"])
+    assert listed_items("D. I am agent 1, K", "letters") == ["D", "I", "K"]
+    assert teamwork_reward(letters, ["D", "My choice: K"])[1]["solved"] == 1.0
+    colours = dict(family="colours", items=["red", "blue"])
+    assert listed_items("Red! Not bluegreen, blue", "colours") == ["red", "blue"]
+    assert teamwork_reward(colours, ["Blue.", "red"])[1]["solved"] == 1.0
 
 
 def test_teamwork_prompts_differ_only_by_the_seat_and_held_out_is_disjoint():
     train, held = teamwork_problems("train"), teamwork_problems("eval")
-    assert not {p["id"] for p in train} & {p["id"] for p in held}
-    assert {p["family"] for p in held[:16]} == {"numbers", "letters"}
+    pairs = lambda problems: {frozenset(p["items"]) for p in problems}  # noqa: E731
+    assert not pairs(train) & pairs(held)  # no held-out pair in training, in either order
+    assert len(pairs(held)) == len(held) == 110 and len(train) == 295
+    assert {p["family"] for p in held[:40]} == {"numbers", "letters", "colours"}
+    assert teamwork_problems("eval") == held  # fixed, whatever the seed
     first, second = teamwork_prompts(held[0])
-    assert first.replace("writer 1.", "writer 2.") == second != first
-    # held-out sequences are not training ones shifted: some lengths and starts are new pairs
-    assert {(p["family"], p["items"][0], len(p["items"])) for p in held}.isdisjoint(
-        {(p["family"], p["items"][0], len(p["items"])) for p in train})
+    a, b = held[0]["items"]
+    assert first.startswith(f"Choose one: {a} or {b}?")
+    assert first.replace("player 1.", "player 2.") == second != first

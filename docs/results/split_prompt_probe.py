@@ -1,6 +1,6 @@
-"""The untrained team on arith:split's TRAINING split with another turn-1 view (a candidate
-message format), sampled: the per-turn accuracy that says whether RL has something to climb
-(>= 5 % at the last turn). Never the held-out questions.
+"""The untrained team on arith:split's TRAINING split with its turn-1 view (the message format
+"My number is N.", probed here first), sampled: the per-turn accuracy that says whether RL has
+something to climb (>= 5 % at the last turn). Never the held-out questions.
 
     python docs/results/split_prompt_probe.py
 """
@@ -16,15 +16,10 @@ import nanomarl.tasks.debate as debate  # noqa: E402
 from common import load_model  # noqa: E402
 from nanomarl.models import load_tokenizer  # noqa: E402
 
-VIEW = ("You and your partner each hold one number; together you must find {goal}. Your number "
-        "is {own}. Your partner knows the other number. Start with \"My number is {own}.\" Then "
-        "read your partner's number and compute the answer.")
-
 if __name__ == "__main__":
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model, tok = load_model("smollm2-135m"), load_tokenizer("smollm2-135m")
-    debate.SPLIT_VIEW = VIEW  # the candidate view, for this probe only
     questions = list({r["question"]: r for r in debate.load_task("arith:split", "train", limit=400,
                                                                   seed=5)}.values())[:16]
     rows = [r for r in questions for _ in range(4)]  # 4 sampled debates per question

@@ -157,8 +157,8 @@ def arith_records(n: int, split: str, seed: int = 0, name: str = "arith") -> lis
 
 
 SPLIT_VIEW = ("You and your partner each hold one number; together you must find {goal}. "
-              "Your number is {own}. Your partner knows the other number and you do not. "
-              "Say your number first, then your best answer.")  # an agent's own part
+              "Your number is {own}. Your partner knows the other number. Start with \"My number "
+              "is {own}.\" Then read your partner's number and compute the answer.")  # own part
 SPLIT_GOALS = {"sum": "the sum of the {count} numbers",
                "difference": "the difference of the two numbers (the larger minus the smaller)"}
 
