@@ -10,7 +10,7 @@ debate, 2 score and penalise, 3 rewards, 4 reference log-probs (and values), 5 K
 advantages, 6 PPO, 7 evaluate on held-out questions.
 
     python cotrain.py                               # SmolLM2-135M on CPU, ~13 min
-    python cotrain.py --model tiny --max-steps 2    # every stage once, in about a minute
+    python cotrain.py --model tiny --max-steps 2    # each stage once, ~1 minute
     python cotrain.py --config recipes/maporl-gsm8k-phi3.yaml  # paper scale, GPU
     torchrun --standalone --nproc_per_node 2 \\
         cotrain.py --model tiny --questions-per-update 4
