@@ -20,7 +20,10 @@ loop is short, in the spirit of nanochat's engine:
 Each row runs on its own LoRA adapter ('__base__': none) the way nanomarl/fast.py's stacked
 routing does it: y = W x + B_cat ((A_cat x) ⊙ s_row), with A_cat, B_cat every adapter's weights
 stacked along the rank (copied into fixed buffers before each call, so the graph sees the weights
-of the latest update) and s_row each row's scaling on its adapter's block.
+of the latest update) and s_row each row's scaling on its adapter's block. The step is bound by
+its number of kernels more than by its bytes, so the linears that read one input share their
+LoRA products (lora_linears: q, k and v, whose base weights are also copied into one matrix;
+gate and up), and the head reads its bf16 weights into fp32 logits (head_logits).
 
 Shapes are bucketed: rows to a power of two (at least 8), cache columns to a multiple of 256, so a
 run captures and compiles a handful of times. Applies to Llama, Qwen2 and Qwen3 architectures with
@@ -42,6 +45,10 @@ ENABLED = True  # --fast-decode (configure_device); read by fast_decoder
 ARCHITECTURES = ("llama", "qwen2", "qwen3")
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # positions alone set the angles
 ROW_BUCKET_MIN, COLUMN_BUCKET = 8, 256
+# the linears of a decoder layer by input, in layer_forward's order; True: one base matrix
+GROUPS = ((("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), True),
+          (("self_attn.o_proj",), False), (("mlp.gate_proj", "mlp.up_proj"), False),
+          (("mlp.down_proj",), False))
 _DECODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -96,13 +103,43 @@ def rms_norm(x, weight, eps: float):
     return weight * h.to(dtype)
 
 
-def lora_linear(x, lin):
-    """y = W x + b (+ B_cat ((A_cat x) ⊙ s_row), the stacked LoRA of nanomarl/fast.py)."""
-    weight, bias, a_cat, b_cat, scale = lin
-    y = F.linear(x, weight, bias)
-    if a_cat is None:
-        return y
-    return y + F.linear(F.linear(x.to(a_cat.dtype), a_cat) * scale, b_cat).to(y.dtype)
+def lora_linears(x, group):
+    """The outputs of the linears that read x, y_i = W_i x + b_i (+ its rows of
+    B_g ((A_g x) ⊙ s_row)): the stacked LoRA of nanomarl/fast.py for a group of linears in three
+    products, not three per linear. group: (bases, A_g, B_g, s_row), bases ((W_i, b_i), ...);
+    A_g every member's A_cat stacked along the rank, B_g block-diagonal (each member's B_cat on
+    its own output rows and ranks, zeros elsewhere: they add exact zeros)."""
+    bases, a_g, b_g, scale = group
+    ys = [F.linear(x, weight, bias) for weight, bias in bases]
+    if a_g is None:
+        return ys
+    delta = F.linear(F.linear(x.to(a_g.dtype), a_g) * scale, b_g)
+    parts = delta.split([y.shape[-1] for y in ys], dim=-1)
+    return [y + d.to(y.dtype) for y, d in zip(ys, parts)]
+
+
+def head_logits(x, weight):
+    """Logits [rows, V] in fp32 of the final hidden states x [rows, H] (common.fp32_head's values):
+    an fp32 weight (FastDecoder keeps an fp32 copy where the next line is unavailable) in fp32; a
+    bf16/fp16 weight in one product with fp32 accumulation and output (torch.mm's out_dtype, CUDA),
+    reading 2 bytes per weight, not 4: bf16 x bf16 products are exact in fp32, so only the order
+    of the sums differs from the fp32 head's."""
+    if weight.dtype == torch.float32:
+        return F.linear(x.float(), weight)
+    return torch.mm(x.to(weight.dtype), weight.t(), out_dtype=torch.float32)
+
+
+def mixed_head_works(weight) -> bool:
+    """Does head_logits' mixed product run here and agree with the fp32 head? (The head's first
+    rows against themselves: no random draw, so seeded runs keep their numbers.)"""
+    if weight.dtype == torch.float32:
+        return True
+    try:
+        x, rows = weight[:4], weight[:64]
+        expected = F.linear(x.float(), rows.float())
+        return bool((head_logits(x, rows) - expected).abs().max() <= 1e-4 * expected.abs().max())
+    except Exception:  # no mm.dtype for this device or dtype: the fp32 copy
+        return False
 
 
 def rotate(x, cos, sin):
@@ -114,31 +151,34 @@ def rotate(x, cos, sin):
 
 def layer_forward(x, cos, sin, mask, cols, k_cache, v_cache, weights, dims):
     """One decoder layer over T new tokens at cache columns cols [T]: its keys and values are
-    written into the cache, its queries attend over every column that mask [B, 1, T, C] allows.
-    weights: (input norm, q, k, v, o, post norm, gate, up, down, q norm, k norm), each linear a
-    lora_linear tuple; dims: (heads, kv heads, head dim, eps). Grouped-query attention without
-    repeating the cache: the G query heads of one kv head attend as G x T queries."""
-    ln1, q_lin, k_lin, v_lin, o_lin, ln2, gate, up, down, q_norm, k_norm = weights
+    written into the cache, its queries attend over every column that mask allows (additive,
+    [B, 1, G x T, C], attention_mask's). weights: (input norm, qkv, o, post norm, gate-up, down,
+    q norm, k norm), the linears as lora_linears groups; dims: (heads, kv heads, head dim, eps).
+    Grouped-query attention without repeating the cache: the G query heads of one kv head attend
+    as G x T queries."""
+    ln1, qkv, o_lin, ln2, gate_up, down, q_norm, k_norm = weights
     heads, kv_heads, head_dim, eps = dims
     b, t, _ = x.shape
     group = heads // kv_heads
     h = rms_norm(x, ln1, eps)
-    q = lora_linear(h, q_lin).view(b, t, heads, head_dim)
-    k = lora_linear(h, k_lin).view(b, t, kv_heads, head_dim)
-    v = lora_linear(h, v_lin).view(b, t, kv_heads, head_dim).transpose(1, 2)
+    q, k, v = lora_linears(h, qkv)[0].split(
+        [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+    q = q.reshape(b, t, heads, head_dim)
+    k = k.reshape(b, t, kv_heads, head_dim)
+    v = v.reshape(b, t, kv_heads, head_dim).transpose(1, 2)
     if q_norm is not None:  # Qwen3: an RMSNorm on each head's queries and keys
         q, k = rms_norm(q, q_norm, eps), rms_norm(k, k_norm, eps)
     q, k = rotate(q.transpose(1, 2), cos, sin), rotate(k.transpose(1, 2), cos, sin)
     k_cache.index_copy_(2, cols, k.to(k_cache.dtype))
     v_cache.index_copy_(2, cols, v.to(v_cache.dtype))
     q = q.reshape(b, kv_heads, group * t, head_dim)  # query head kv·G + g: repeat_kv's order
-    attn = F.scaled_dot_product_attention(q, k_cache, v_cache,
-                                          attn_mask=mask.repeat(1, 1, group, 1),
+    attn = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask,
                                           scale=head_dim ** -0.5)
     attn = attn.view(b, heads, t, head_dim).transpose(1, 2).reshape(b, t, heads * head_dim)
-    x = x + lora_linear(attn, o_lin)
+    x = x + lora_linears(attn, o_lin)[0]
     h = rms_norm(x, ln2, eps)
-    return x + lora_linear(F.silu(lora_linear(h, gate)) * lora_linear(h, up), down)
+    gate, up = lora_linears(h, gate_up)
+    return x + lora_linears(F.silu(gate) * up, down)[0]
 
 
 class FastDecoder:
@@ -164,46 +204,85 @@ class FastDecoder:
                     setattr(config, limit, max(getattr(config, limit), 64))
             self.layer_step = torch.compile(layer_forward, fullgraph=True, dynamic=True)
         head = self.base.get_output_embeddings().weight
-        self.head = head if head.dtype == torch.float32 else head.float()  # as common.fp32_head
+        # head_logits' operand: the weight itself where its mixed product runs, else an fp32 copy
+        self.head = head if mixed_head_works(head) else head.float()
         self.slots: dict = {}
         self.adapters = None  # the adapter set the LoRA buffers were built for
 
-    # -- the LoRA buffers: every adapter's A and B stacked along the rank, in fixed storage --
+    # -- the fixed buffers: per layer and group of linears (GROUPS), every member's adapters'
+    # A and B stacked (lora_linears), and q, k, v's base weights in one matrix --
     def _lora_plan(self):
         from peft.tuners.lora import LoraLayer
 
         names = tuple(self.model.peft_config) if self.peft else ()
         if names == self.adapters:
             return
-        self.adapters, self.lora, self.signatures, self.versions = names, {}, {}, None
-        for module in self.base.modules():
-            if not isinstance(module, LoraLayer):
-                continue
-            used = [n for n in names if n in module.lora_A]
-            if not used:
-                continue
-            signature = tuple((n, module.r[n], float(module.scaling[n])) for n in used)
-            a = torch.cat([module.lora_A[n].weight for n in used]).detach().clone()
-            self.signatures[signature] = a.dtype
-            b = torch.cat([module.lora_B[n].weight for n in used], dim=1).detach().clone()
-            self.lora[module] = (a, b, signature, used)
+        self.adapters, self.signatures, self.versions = names, {}, None
+        self.groups = []  # per layer: [(members, base copy or None, A_g, B_g, signature)]
+        for layer in self.base.model.layers:
+            groups = []
+            for paths, join in GROUPS:
+                modules = [layer.get_submodule(path) for path in paths]
+                members, rank, out = [], 0, 0  # (module, base, adapters, first rank, first row)
+                for module in modules:
+                    base = module.base_layer if hasattr(module, "base_layer") else module
+                    used = ([n for n in names if n in module.lora_A]
+                            if isinstance(module, LoraLayer) else [])
+                    members.append((module, base, used, rank, out))
+                    rank += sum(module.r[n] for n in used)
+                    out += base.out_features
+                joined = None
+                if join:  # one base matrix (and bias) for the group: a copy, refreshed below
+                    bases = [m[1] for m in members]
+                    joined = (torch.cat([b.weight.detach() for b in bases]),
+                              None if all(b.bias is None for b in bases) else
+                              torch.cat([torch.zeros(b.out_features, dtype=b.weight.dtype,
+                                                     device=b.weight.device)
+                                         if b.bias is None else b.bias.detach() for b in bases]))
+                a_g = b_g = signature = None
+                if rank:
+                    signature = tuple((n, m.r[n], float(m.scaling[n]))
+                                      for m, _, used, _, _ in members for n in used)
+                    weights = [m.lora_A[n].weight for m, _, used, _, _ in members for n in used]
+                    dtype, device = weights[0].dtype, weights[0].device
+                    a_g = torch.zeros((rank, members[0][1].in_features), dtype=dtype,
+                                      device=device)
+                    b_g = torch.zeros((out, rank), dtype=dtype, device=device)
+                    self.signatures[signature] = dtype
+                groups.append((members, joined, a_g, b_g, signature))
+            self.groups.append(groups)
         self.slots = {}  # captured steps read the old buffers: capture again
 
     def _refresh_lora(self):
-        """Copy the adapters' current weights into the buffers (skipped when no weight changed)."""
-        params = [(module, n) for module, (_, _, _, used) in self.lora.items() for n in used]
-        versions = tuple(m.lora_A[n].weight._version + m.lora_B[n].weight._version
-                         + id(m.lora_A[n].weight) for m, n in params)
+        """Copy the adapters' current weights (and the joined base weights) into the buffers,
+        skipped when no weight changed."""
+        versions = tuple(w._version + id(w) for w in self._sources())
         if versions == self.versions:
             return
-        for module, (a, b, _, used) in self.lora.items():
-            row = 0
-            for n in used:
-                r = module.r[n]
-                a[row:row + r].copy_(module.lora_A[n].weight)
-                b[:, row:row + r].copy_(module.lora_B[n].weight)
-                row += r
+        for groups in self.groups:
+            for members, joined, a_g, b_g, _ in groups:
+                for module, base, used, rank, out in members:
+                    rows = slice(out, out + base.out_features)
+                    if joined is not None:
+                        joined[0][rows].copy_(base.weight)
+                        if joined[1] is not None and base.bias is not None:
+                            joined[1][rows].copy_(base.bias)
+                    for n in used:
+                        r = module.r[n]
+                        a_g[rank:rank + r].copy_(module.lora_A[n].weight)
+                        b_g[rows, rank:rank + r].copy_(module.lora_B[n].weight)
+                        rank += r
         self.versions = versions
+
+    def _sources(self):
+        """The weights the buffers copy: every used A and B, and the joined groups' bases."""
+        for groups in self.groups:
+            for members, joined, _, _, _ in groups:
+                for module, base, used, _, _ in members:
+                    if joined is not None:
+                        yield from (w for w in (base.weight, base.bias) if w is not None)
+                    for n in used:
+                        yield from (module.lora_A[n].weight, module.lora_B[n].weight)
 
     def _row_scales(self, slot, adapter_names: list[str]):
         """Each row's LoRA scaling on its adapter's block (0 elsewhere, and for '__base__' and the
@@ -216,22 +295,18 @@ class FastDecoder:
             buffer.copy_(torch.stack(values)[:, None, :])
 
     def _weights(self, slot):
-        """Per layer, layer_forward's weights (LoRA linears with this slot's scale buffers)."""
-        def linear(module):
-            lora = self.lora.get(module)
-            layer = module.base_layer if hasattr(module, "base_layer") else module
-            if lora is None:
-                return (layer.weight, layer.bias, None, None, None)
-            return (layer.weight, layer.bias, lora[0], lora[1], slot.scales[lora[2]])
+        """Per layer, layer_forward's weights (lora_linears groups, this slot's scale buffers)."""
+        def group(members, joined, a_g, b_g, signature):
+            bases = ((joined,) if joined is not None
+                     else tuple((base.weight, base.bias) for _, base, _, _, _ in members))
+            return (bases, a_g, b_g, None if signature is None else slot.scales[signature])
 
         out = []
-        for layer in self.base.model.layers:
-            attn, mlp = layer.self_attn, layer.mlp
+        for layer, (qkv, o, gate_up, down) in zip(self.base.model.layers, self.groups):
+            attn = layer.self_attn
             q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
-            out.append((layer.input_layernorm.weight, linear(attn.q_proj), linear(attn.k_proj),
-                        linear(attn.v_proj), linear(attn.o_proj),
-                        layer.post_attention_layernorm.weight, linear(mlp.gate_proj),
-                        linear(mlp.up_proj), linear(mlp.down_proj),
+            out.append((layer.input_layernorm.weight, group(*qkv), group(*o),
+                        layer.post_attention_layernorm.weight, group(*gate_up), group(*down),
                         None if q_norm is None else q_norm.weight,
                         None if k_norm is None else k_norm.weight))
         return out
@@ -246,8 +321,8 @@ class FastDecoder:
 
     # -- the forward (prefill: eager; decode: the captured step) --
     def forward(self, slot, ids, pos, cols, step: bool):
-        """Logits [rows, V] (fp32 head, as common.fp32_head) of the last of the T tokens ids
-        [rows, T] at positions pos [rows, T] written at cache columns cols [T]."""
+        """Logits [rows, V] (fp32, as common.fp32_head: head_logits) of the last of the T tokens
+        ids [rows, T] at positions pos [rows, T] written at cache columns cols [T]."""
         config, model = self.config, self.base.model
         x = model.embed_tokens(ids)
         cos, sin = model.rotary_emb(x, pos)
@@ -255,15 +330,17 @@ class FastDecoder:
         column = torch.arange(slot.columns, device=ids.device)
         allowed = (column[None, :] <= cols[:, None])[None]  # causal, by cache column
         mask = (allowed & (slot.key_valid[:, None, :] | (column[None, :] == cols[:, None])[None]))
-        mask = mask[:, None]  # [B, 1, T, C]; a padding query sees itself (no empty softmax)
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         dims = (heads, config.num_key_value_heads, head_dim, config.rms_norm_eps)
+        # [B, 1, G x T, C], once for every layer; a padding query sees itself (no empty softmax)
+        mask = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill(
+            ~mask, float("-inf"))[:, None].repeat(1, 1, heads // dims[1], 1)
         run = self.layer_step if step and self.layer_step is not None else layer_forward
         for i, weights in enumerate(slot.weights):
             x = run(x, cos, sin, mask, cols, slot.k[i], slot.v[i], weights, dims)
         x = rms_norm(x[:, -1], model.norm.weight, model.norm.variance_epsilon)
-        return F.linear(x.float(), self.head)
+        return head_logits(x, self.head)
 
     @torch.no_grad()
     def generate(self, tokenizer, prompts: list, adapter_names: list[str] | None,

@@ -96,6 +96,36 @@ def test_an_update_reaches_the_next_call(model, tok):
             weight.copy_(saved)
 
 
+def test_adapters_on_different_linears(tiny_model_dir, tok):
+    """Adapters on some linears only (a group's member without LoRA adds zero ranks, a group
+    without any adds nothing): the grouped LoRA products of lora_linears."""
+    model = common.load_model("tiny")
+    for name, modules in (("a0", ["q_proj", "v_proj"]), ("a1", ["o_proj", "up_proj"])):
+        model = common.add_adapters(model, [name], r=4, alpha=8, target_modules=modules)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if ".lora_" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    kwargs = dict(max_new_tokens=8, greedy=True)
+    plain = common.generate(model, tok, prompts(tok), ROWS, **kwargs)
+    fast = FastDecoder(model).generate(tok, prompts(tok), ROWS, **kwargs)
+    assert_same(fast, plain)
+
+
+def test_head_logits_are_the_fp32_heads():
+    """head_logits: fp32 logits from a bf16 head (its mixed product where the device has one, on
+    CPU the fp32 copy FastDecoder keeps) equal to the fp32 head's up to the order of the sums."""
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn((300, 64), generator=g).bfloat16()
+    x = torch.randn((5, 64), generator=g).bfloat16()
+    expected = torch.nn.functional.linear(x.float(), weight.float())
+    operand = weight if fast_decode.mixed_head_works(weight) else weight.float()
+    logits = fast_decode.head_logits(x, operand)
+    assert logits.dtype == torch.float32
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_plain_path_on_cpu_and_where_unsupported(model, tok):
     """common.generate takes the fast path only on CUDA: on CPU fast_decoder is None."""
     assert fast_decode.ENABLED and fast_decode.fast_decoder(model, ROWS) is None
