@@ -171,7 +171,7 @@ class FastDecoder:
     def _refresh_lora(self):
         """Copy the adapters' current weights (and the joined base weights) into the buffers,
         skipped when no weight changed."""
-        versions = tuple(w._version + id(w) for w in self._sources())
+        versions = tuple((id(w), w._version) for w in self._sources())  # which tensor, which write
         if versions == self.versions:
             return
         for groups in self.groups:
