@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
 FILE_BUDGETS = {"README.md": 250, "cotrain.py": 750, "magrpo.py": 700, "common.py": 600}
+README_WORDS = 1500
 SUPPORT_MODULE_BUDGET = 500
 LONG_LINE = 100
 LONG_LINE_SHARE = 0.02
@@ -42,6 +43,12 @@ def test_readme_and_teaching_files_within_their_line_budgets():
     over = [f"{name}: {line_count(ROOT / name)} lines > {limit}" for name, limit in FILE_BUDGETS.items()
             if line_count(ROOT / name) > limit]
     assert not over, "over budget: " + "; ".join(over)
+
+
+def test_readme_within_1500_words():
+    """A 5-minute read: detail goes to docs/, the README links to it."""
+    words = len((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert words <= README_WORDS, f"README.md: {words} words > {README_WORDS}: move detail to docs/"
 
 
 def test_every_support_module_within_500_lines():
