@@ -132,10 +132,18 @@ def request(op, target, a=None, b=None, extra=None):
     if LINK["gone"]:
         raise abort(gone(""))
     step = 1 if LINK["side"] == "test" else -1
+    try:
+        line = "[%d,\"q\",%s,%s,%s,%s,%s]\n" % (LINK["seq"] + step, dump(op, None),
+                                               dump(target, None), dump(a, LINK["refer"]),
+                                               dump(b, LINK["refer"]),
+                                               dump(extra or {}, LINK["refer"]))
+    except (TestTimeout, Abort):
+        raise
+    except BaseException as e:  # (a cyclic or too deep argument): the harness's failure
+        if LINK["side"] != "test":
+            raise
+        raise unsendable(e) from None
     LINK["seq"] = seq = LINK["seq"] + step
-    line = "[%d,\"q\",%s,%s,%s,%s,%s]\n" % (seq, dump(op, None), dump(target, None),
-                                           dump(a, LINK["refer"]), dump(b, LINK["refer"]),
-                                           dump(extra or {}, LINK["refer"]))
     write_all(LINK["out"], line.encode())
     while True:
         message = LINK["next"]()
@@ -177,6 +185,13 @@ def abort(error):
     return Abort(LINK["failed"])
 
 
+def unsendable(error):
+    """The harness's failure for a test's argument it cannot send (never a TypeError or
+    RecursionError a test could catch)."""
+    return abort(ProgramError("this argument cannot be sent to the program: "
+                              + type(error).__name__))
+
+
 def gone(why):
     LINK["gone"] = LINK["gone"] or why
     return ProgramError("the program's process " + LINK["gone"])
@@ -199,7 +214,12 @@ def ask(op, target, a=None, b=None, args=None):
         state = sys.modules["random"].getstate()
         if state != LINK["rs"]:
             extra["rs"] = LINK["rs"] = state
-    numbered = containers(args, []) if args else []
+    try:
+        numbered = containers(args, []) if args else []
+    except (TestTimeout, Abort):
+        raise
+    except BaseException as e:  # a cyclic argument
+        raise unsendable(e) from None
     LINK["args"].append(numbered)
     try:
         return request(op, target, a, b, extra)
@@ -296,7 +316,10 @@ class Remote:
 
     @property
     def __class__(self):  # isinstance(x, types.GeneratorType) asks this of a Remote
-        module, name = ask("op", self.__handle, "type", [])
+        found = ask("op", self.__handle, "type", [])
+        if type(found) is not list or len(found) != 2 or not all(type(p) is str for p in found):
+            raise abort(ProgramError("a malformed answer"))
+        module, name = found
         if module == "builtins":
             types = __import__("types")
             for kind in [getattr(builtins, name, None)] + list(vars(types).values()):
