@@ -27,14 +27,16 @@ capture of the test's own variable. After a call, the program's process sends ba
 contents of the argument containers it changed (the test sees mutation in place), and a returned
 argument is the test's own object (`f(a) is a` holds). What the harness refuses (an argument it
 cannot send, a program object compared or combined with a test value, the program's process
-gone, its timeout) fails the test whatever the test catches. So the expected values, the test
-source, the report and its nonce never enter the program's process (the tests are read from the
-job after the fork, the context runs after it in the test process only, and the output files are
-write-only there), and nothing the program does to its own interpreter (replaced builtins, `-O`
-via _testinternalcapi or ctypes, gc, settrace and frame jumps, closure cells, __del__ or metaclass
-code in an except clause, audit hooks, ctypes patches of int.__eq__, an object whose __eq__ is
-always True) reaches the test process: what crosses is bytes on a pipe, read line by line up to a
-cap, decoded by json into values and references or else ignored. Both processes compile their
+gone, its timeout, a malformed answer) fails the test whatever the test catches. So the expected
+values, the test source, the report and its nonce never enter the program's process (the tests
+are read from the job after the fork, the context runs after it in the test process only, the
+output files are write-only there and the program's process writes to files of its own, and the
+test process is not dumpable: where /proc is visible, its fd and mem do not open), and nothing
+the program does to its own interpreter (replaced builtins, `-O` via _testinternalcapi or ctypes,
+gc, settrace and frame jumps, closure cells, __del__ or metaclass code in an except clause, audit
+hooks, ctypes patches of int.__eq__, an object whose __eq__ is always True) reaches the test
+process: what crosses is bytes on a pipe, read line by line up to a cap, decoded by json into
+values and references or else ignored. Both processes compile their
 code before running it (optimize=0, dont_inherit=True); the context's modules are imported before
 the fork (the program's process inherits them; random is reseeded in the test process), the
 context itself runs in the test process only.
@@ -90,13 +92,15 @@ tests/test_sandbox_semantics.py: a program object compared or combined with a te
 arrives as two; a generator is drawn ahead of the test after its 8th item; each call costs a
 round trip (~0.1 ms), so a test of 100,000s of calls times out; a program class is no class in
 the test process (a test cannot subclass it or name it in `except`); a test object's attribute
-reaches the program as a copy (appending to it is not seen; setting it is). (d) The test process
+reaches the program as a copy (appending to it is not seen; setting it is); a cyclic or very
+deep argument cannot be sent (the test fails). (d) The test process
 trusts the tests and `context`; a program can still cost the test process some CPU (e.g. a list of
 colliding hashes the test turns into a set), up to the test's CPU watchdog. (e) Where a layer is
 unavailable (no namespaces in a container that forbids them, no seccomp off Linux x86_64, a root
 trainer whose standard library other users cannot read) it is skipped with a warning and what it
-guarded is open (without seccomp and namespaces the program's process could signal or trace the test
-process): run_tests_in_sandbox reports which layers were active. (f) CPU and memory are rationed per
+guarded is open (without seccomp and namespaces the program's process could signal or trace the
+test process; without namespaces alone, read the trainer's /proc/PID/mem where ptrace rules allow
+it): run_tests_in_sandbox reports which layers were active. (f) CPU and memory are rationed per
 process, not in total: parallel programs share the machine (sandbox_workers bounds them).
 """
 from __future__ import annotations
@@ -207,8 +211,9 @@ def top_level(source: str) -> tuple[list[str], list[str]]:
 
 def output_file() -> tuple[int, int]:
     """(write-only, read-only) descriptors of a fresh unlinked temporary file: the sandbox writes
-    its output through the first and cannot read it back (what the test process prints, expected
-    values included, stays out of the program's reach)."""
+    its output through the first and cannot read it back; the program's process writes to files
+    of its own (what the test process prints, expected values included, stays out of the program's
+    reach even where /proc/self/fd could reopen a file)."""
     fd, path = tempfile.mkstemp()
     try:
         return os.open(path, os.O_WRONLY | os.O_APPEND), fd
@@ -245,7 +250,8 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
     Returns dict(passed [bool per test], errors [str per test], loaded (the program ran without an
     exception), load_error, completed (the test process reported: False = killed or crashed:
     everything failed), timed_out (killed at the overall deadline), namespaces, unprivileged,
-    seccomp (which layers were active), returncode, stdout, stderr (first 4 KB each), seconds, pid
+    seccomp (which layers were active), returncode, stdout, stderr (the first 4 KB of each: the
+    program's process's output, then the test process's), seconds, pid
     (the test process's, also the process group's)). The first time a layer is missing, a warning
     says so on stderr."""
     nonce = secrets.token_hex(16)
@@ -266,20 +272,24 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
     job_read, job_write = os.pipe()
     report_read, report_write = os.pipe()
     stdin = os.open(os.devnull, os.O_WRONLY)  # reading it fails (EBADF): input() raises
+    # the output files: the test process's (stdout, stderr), then the program's process's own
     (stdout, stdout_read), (stderr, stderr_read) = output_file(), output_file()
+    (program_out, out_read), (program_err, err_read) = output_file(), output_file()
     start = time.monotonic()
     try:
         proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", "-c", BOOT, str(job_read),
-                                 str(report_write), str(os.getpid())], stdin=stdin, stdout=stdout,
-                                stderr=stderr, cwd="/", env=env, pass_fds=(job_read, report_write),
-                                start_new_session=True)
+                                 str(report_write), str(os.getpid()), str(program_out),
+                                 str(program_err)], stdin=stdin, stdout=stdout, stderr=stderr,
+                                cwd="/", env=env, start_new_session=True,
+                                pass_fds=(job_read, report_write, program_out, program_err))
     except BaseException:
         for fd in (job_read, job_write, report_read, report_write, stdin, stdout, stderr,
-                   stdout_read, stderr_read):
+                   stdout_read, stderr_read, program_out, program_err, out_read, err_read):
             os.close(fd)
         raise
-    for fd in (job_read, report_write, stdin, stdout, stderr):  # the report pipe now ends when
-        os.close(fd)                                            # the group exits
+    # the report pipe now ends when the group exits
+    for fd in (job_read, report_write, stdin, stdout, stderr, program_out, program_err):
+        os.close(fd)
     report, timed_out = bytearray(), False
     try:
         try:
@@ -314,9 +324,11 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
         returncode = proc.wait()
         reap_group(proc.pid)
     outputs = []
-    for fd in (stdout_read, stderr_read):
-        outputs.append(os.pread(fd, 4096, 0).decode("utf-8", "replace"))
-        os.close(fd)
+    for program_fd, test_fd in ((out_read, stdout_read), (err_read, stderr_read)):
+        text = os.pread(program_fd, 4096, 0) + os.pread(test_fd, 4096, 0)
+        outputs.append(text[:4096].decode("utf-8", "replace"))
+        os.close(program_fd)
+        os.close(test_fd)
     result = dict(passed=[False] * len(tests), errors=["not run"] * len(tests), loaded=False,
                   load_error="", completed=False, timed_out=timed_out, namespaces=False,
                   unprivileged=False, seccomp=False, returncode=returncode, stdout=outputs[0],

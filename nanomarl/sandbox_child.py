@@ -181,6 +181,7 @@ def program_answered(message):
 
 def main():
     job_fd, report_fd, parent = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    outputs = int(sys.argv[4]), int(sys.argv[5])  # the program's process's stdout and stderr
     size = int.from_bytes(read_exactly(job_fd, 8), "big")
     job = marshal.loads(read_exactly(job_fd, size))  # the program's part; the tests after the fork
     for name in ("exit", "quit"):  # as a normal interpreter's site module (-S skipped it)
@@ -204,13 +205,15 @@ def main():
     except OSError:  # no program's process: the test process reads the end of its answers
         child = -1
     if child == 0:  # the program's process: pid 1 of the new PID namespace
-        for fd in (job_fd, report_fd, requests[1], answers[0]):
+        for fd, target in zip(outputs, (1, 2)):  # not the files the test process writes
+            os.dup2(fd, target)
+        for fd in (job_fd, report_fd, requests[1], answers[0], *outputs):
             os.close(fd)
         try:
             program_side(job, requests[0], answers[1])
         finally:  # never back into the test process's code
             os._exit(1)
-    os.close(requests[0])
-    os.close(answers[1])
+    for fd in (requests[0], answers[1], *outputs):
+        os.close(fd)
     layers = [b"namespaces " + isolated, b"unprivileged " + (b"1" if unprivileged else b"0")]
     test_side(job, (job_fd, report_fd, requests[1], answers[0]), layers, child)

@@ -75,7 +75,9 @@ def isolate():
 
 
 def drop_privileges(isolated):
-    """Root: a fresh uid/gid (2e9 + pid) without supplementary groups; everyone: no capabilities."""
+    """Root: a fresh uid/gid (2e9 + pid) without supplementary groups; everyone: no capabilities,
+    and not dumpable (the program's process, of the same uid, cannot open the test process's
+    /proc/PID/fd or mem where /proc is visible)."""
     def others_can_read(path):  # without namespaces the new uid must still reach the stdlib
         ancestors = [path[:i] or "/" for i in range(len(path)) if path[i] == "/"]
         return (os.stat(path).st_mode & 0o005 == 0o005
@@ -89,6 +91,7 @@ def drop_privileges(isolated):
         os.setresuid(ident, ident, ident)
     header = struct.pack("Ii", 0x20080522, 0)
     check(libc.syscall(126, header, bytes(24)), "capset")  # no capabilities left
+    check(libc.prctl(4, 0, 0, 0, 0), "prctl")  # PR_SET_DUMPABLE 0 (the fork keeps it)
     return os.geteuid() != 0
 
 
