@@ -242,7 +242,7 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     no row uses are not computed (the outputs keep the full width, zeros there). The logits at p
     predict token p+1: the response's log-probs come from positions [Lq-1, Lq+Lr-1).
     earlier: responses that sit INSIDE the queries, each (ids [B, L], mask [B, L], start [B]), read
-    by the same forward (nanomarl/fast.py; cotrain.py's --conversation-forward); their outputs are
+    by the same forward (nanomarl/fast.py; cotrain.py's conversation forward); their outputs are
     returned under "earlier"."""
     if adapter_names is not None and len(set(adapter_names)) == 1:
         # one adapter for every row: peft's ordinary forward (its mixed path would gather and
@@ -278,7 +278,7 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
         hidden = out.hidden_states[-1][:, q_len - 1: q_len + r_len - 1] if output_hidden else None
         result = _response_outputs(logits, hidden, response_ids, response_mask, output_entropy)
         return _pad_outputs(result, full_width)
-    # --conversation-forward: the same forward also reads the responses inside the queries
+    # the conversation forward: the same forward also reads the responses inside the queries
     with fp32_head(model):
         parts = read_responses_inside(model, inputs, query_mask, response_ids, response_mask,
                                       earlier, output_hidden)

@@ -43,9 +43,10 @@ from common import (ValueHead, adapter_parameters, add_adapters, allreduce_sum, 
 from nanomarl import vllm_rollout
 from nanomarl.cli import DataArgs, ModelArgs, RunArgs, parse_args
 from nanomarl.cotrain_run import (add_minibatch_stats, agent_models, check_questions, custom_scorer,
-                                  eval_due, eval_metrics, eval_started, finish_run, load_state,
-                                  log_update, ppo_metrics, rollout_metrics, save_state, settle_args,
-                                  stop_if_kl_exceeds, train_turn_indices)
+                                  eval_due, eval_metrics, eval_started, finish_run,
+                                  incentive_values, load_state, log_update, ppo_metrics,
+                                  rollout_metrics, save_state, settle_args, stop_if_kl_exceeds,
+                                  train_turn_indices)
 from nanomarl.distributed import (allreduce_gradients, init_distributed, rank_rows, seed_everything,
                                   seed_sampling_per_rank, world_info)
 from nanomarl.fast import agent_rows, conversation_forward, conversation_forward_applies
@@ -66,11 +67,7 @@ class Args(RunArgs, ModelArgs, DataArgs):  # and the run's, the base model's and
     policy_sharing: Literal["agent", "agent-turn", "shared"] = "agent"  # LoRA per agent|turn|one
     value_model: Literal["shared", "separate"] = "shared"  # critic: heads on the policy | own LoRA
     old_logprobs: Literal["auto", "sampling", "recompute"] = "auto"  # sampled in fp32, else forward
-    conversation_forward: bool = True  # one forward per agent and debate covers all its turns
-    critic_history: bool = True  # the separate critic sees the discussion (no: turn 1 only)
     dataset: str = "arith:digits"  # arith[:digits|:easy], gsm8k, anli[:rN], jsonl:PATH, hub id
-    dataset_split: str = "train"  # the split to train on (a single local file is 'train')
-    train_limit: int = 1000  # use the first N training questions (0: all)
     num_agents: int = 2  # A, agents in the debate
     num_turns: int = 2  # T, turns of the debate (the paper trains with 3)
     train_turns: str = ""  # turns to train, 1-based, comma-separated (default all; others: base)
@@ -79,10 +76,9 @@ class Args(RunArgs, ModelArgs, DataArgs):  # and the run's, the base model's and
     max_new_tokens: int = 48  # response length limit (authors: 300)
     temperature: float = 0.3  # sampling temperature, also for every log-prob (authors: 0.7)
     generate_batch_size: int = 0  # rows per generate call (0: a whole turn in one call)
-    forward_batch_size: int = 8  # rows per no-grad forward (reference log-probs, values)
+    forward_batch_size: int = 8  # rows per no-grad forward (ref log-probs, values, verifier)
     scorer: Literal["ground-truth", "verifier"] = "ground-truth"  # 0/1, or a verifier's probability
     verifier: str = ""  # a train_verifier.py run folder (with --scorer verifier)
-    verifier_batch_size: int = 8  # answers per verifier forward
     reward_fn: str = ""  # your scorer MODULE:FUNCTION, fn(records, responses) -> scores in [0, 1]
     reward_fn_rules: bool = False  # with --reward-fn: also apply the penalties and incentives
     penalize_format: bool = True  # a badly formatted answer's score becomes --format-penalty
@@ -91,10 +87,7 @@ class Args(RunArgs, ModelArgs, DataArgs):  # and the run's, the base model's and
     missing_eos_penalty: float = 0.0  # added to a response cut at --max-new-tokens (authors: -1)
     reward_rule: Literal["influence", "current", "final-mean"] = "influence"  # Def. 1 | own | last
     influence_gamma: float = 0.3  # γ of the influence-aware reward (authors: 0.3)
-    alpha0: float = 0.5  # Table 1: W->R against a wrong majority (+), R->W with a wrong one (-)
-    alpha1: float = 0.5  # Table 1: W->R with a right majority (+), R->W against a right one (-)
-    beta0: float = 0.3  # Table 2: own answer wrong, the others' majority goes W->R (+) or R->W (-)
-    beta1: float = 0.3  # Table 2: own answer right, the others' majority goes W->R (+) or R->W (-)
+    incentives: str = "0.5,0.5,0.3,0.3"  # α0,α1,β0,β1 of Tables 1-2 (incentive_bonus; 0s: none)
     max_steps: int = 10  # updates: each a rollout and --ppo-epochs passes over it
     questions_per_update: int = 2  # B, questions per rollout (global under torchrun; authors: 256)
     samples_per_question: int = 4  # K, debates per question (group compares them; authors: 1)
@@ -104,17 +97,12 @@ class Args(RunArgs, ModelArgs, DataArgs):  # and the run's, the base model's and
     micro_batch_questions: int = 1  # debates per forward/backward (gradient accumulation)
     ppo_epochs: int = 2  # passes over each rollout (authors: 4)
     lr: float = 2e-4  # AdamW learning rate of every adapter and head (authors: 1e-5)
-    lr_end_factor: float = 0.1  # linear decay from lr to lr * this (authors: 0.1)
-    lr_decay_steps: int = 0  # updates the decay lasts (0: --max-steps)
-    weight_decay: float = 0.01  # AdamW weight decay
+    lr_decay_steps: int = 0  # updates the linear decay to lr / 10 lasts (0: --max-steps)
     max_grad_norm: float = 1.0  # clip each optimiser's gradient norm to this
     kl_coef: float = 0.002  # per-token KL penalty to the reference (authors: 0.002)
-    cliprange: float = 0.2  # PPO ratio clip ε
-    cliprange_value: float = 0.2  # value clip around the old values
+    cliprange: float = 0.2  # PPO clip ε of the ratio, and of the values around the old ones
     vf_coef: float = 0.1  # weight of the value loss
-    gae_gamma: float = 1.0  # GAE discount within a response
-    gae_lambda: float = 0.95  # GAE λ
-    max_kl: float = 50.0  # stop (checkpoint kept) when an agent's mean KL per response exceeds this
+    gae_lambda: float = 0.95  # GAE λ (γ = 1 within a response)
     eval_questions: int = 40  # held-out questions debated greedily before and after (0: off)
     eval_every: int = 0  # also evaluate every N updates (0: before the first and after the last)
     eval_split: str = "test"  # split of the held-out questions (disjoint from the training split)
@@ -122,6 +110,9 @@ class Args(RunArgs, ModelArgs, DataArgs):  # and the run's, the base model's and
 
 
 RESPONSE_KEYS = ("query_ids", "query_mask", "response_ids", "response_mask")  # what is forwarded
+LR_END_FACTOR = 0.1  # the lr decays linearly to lr x this (the authors' LinearLR)
+WEIGHT_DECAY = 0.01  # AdamW's, of every adapter and head (torch's default, the authors')
+GAE_GAMMA = 1.0  # no discount within a response (TRL's and the authors' γ)
 
 
 # 1. The debate (Sec. 3.1) -------------------------------------------------------------------------
@@ -141,7 +132,9 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
     generate()'s tensors for B rows (query/response ids and masks, logprobs, entropy, truncated)."""
     from peft import PeftModel  # after load_model, which hides bitsandbytes unless quantising
 
-    num_turns, num_agents, batch = len(adapter_names), len(models), len(records)
+    num_turns = len(adapter_names)
+    num_agents = len(models)
+    batch = len(records)
     if feedback_in_prompt and scorer is None:
         raise ValueError("feedback_in_prompt needs a scorer")
     # chats[a][b]: the conversation agent a has seen on question b
@@ -151,8 +144,10 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
     groups: dict[int, list[int]] = {}  # agents that share one model object, generated together
     for a, model in enumerate(models):
         groups.setdefault(id(model), []).append(a)
-    responses, answers, prompts, rollout = ([[None] * num_agents for _ in range(num_turns)]
-                                            for _ in range(4))
+    responses = [[None] * num_agents for _ in range(num_turns)]  # [T][A], each B rows
+    answers = [[None] * num_agents for _ in range(num_turns)]
+    prompts = [[None] * num_agents for _ in range(num_turns)]
+    rollout = [[None] * num_agents for _ in range(num_turns)]
     sampled = [[None] * batch for _ in range(num_agents)]  # agent a's last prompt + response ids
     correct = torch.zeros(batch, num_turns, num_agents)
     scores = torch.zeros(batch, num_turns, num_agents) if scorer is not None else None
@@ -168,7 +163,8 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
                               if feedback_in_prompt else None),
                 own_score=float(scores[b, t - 1, a]) if feedback_in_prompt else None)})
         for agents in groups.values():  # one generate call per base, each row on its own adapter
-            model, tok = models[agents[0]], tokenizers[agents[0]]
+            model = models[agents[0]]
+            tok = tokenizers[agents[0]]
             texts = [chat_prompt(tok, chats[a][b]) for a in agents for b in range(batch)]
             inputs = [texts[k * batch + b] if t == 0
                       else continue_chat(tok, sampled[a][b], texts[k * batch + b])
@@ -267,20 +263,24 @@ def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: 
     num_agents = c.shape[-1]
     others = ((c.sum(dim=-1, keepdim=True) - c) / (num_agents - 1) if num_agents > 1
               else torch.full_like(c, 0.5))  # the others' mean correctness; no other: a tie
-    maj_right, maj_wrong = others > 0.5, others < 0.5
-    own_right, own_wrong = c > 0.5, c < 0.5
+    maj_right = others > 0.5
+    maj_wrong = others < 0.5
+    own_right = c > 0.5
+    own_wrong = c < 0.5
     bonus = torch.zeros_like(c)
     # Table 1: own change t -> t+1 against the others' majority at t; paid at t+1
     went_wrong = own_right[..., :-1, :] & own_wrong[..., 1:, :]
     went_right = own_wrong[..., :-1, :] & own_right[..., 1:, :]
-    mr, mw = maj_right[..., :-1, :], maj_wrong[..., :-1, :]
+    mr = maj_right[..., :-1, :]
+    mw = maj_wrong[..., :-1, :]
     table1 = (-alpha1 * (went_wrong & mr) - alpha0 * (went_wrong & mw)
               + alpha0 * (went_right & mw) + alpha1 * (went_right & mr))
     bonus[..., 1:, :] += table1
     # Table 2: the others' majority changes t -> t+1, given the agent's own answer at t; paid at t
     maj_went_wrong = maj_right[..., :-1, :] & maj_wrong[..., 1:, :]
     maj_went_right = maj_wrong[..., :-1, :] & maj_right[..., 1:, :]
-    own_r, own_w = own_right[..., :-1, :], own_wrong[..., :-1, :]
+    own_r = own_right[..., :-1, :]
+    own_w = own_wrong[..., :-1, :]
     table2 = (-beta1 * (maj_went_wrong & own_r) - beta0 * (maj_went_wrong & own_w)
               + beta0 * (maj_went_right & own_w) + beta1 * (maj_went_right & own_r))
     bonus[..., :-1, :] += table2
@@ -324,14 +324,14 @@ def build_team(args: Args, device: str) -> Team:
     models = [load_model(name, args.dtype, args.quant, device) for name in base_names]
     tokenizers = [load_tokenizer(name) for name in base_names]
     seed_everything(args.seed)  # after loading: building `tiny` the first time reseeds torch
-    bases, base_adapters = [], []
-    for i, model in enumerate(models):
-        own = sorted({adapter_names[t][a] for t, a in trained if agent_base[a] == i})
-        own += ["critic"] if args.value_model == "separate" else []
-        bases.append(add_adapters(model, own, r=args.lora_r, alpha=args.lora_alpha))
-        base_adapters.append(own)
+    base_adapters = [sorted({adapter_names[t][a] for t, a in trained if agent_base[a] == i})
+                     + (["critic"] if args.value_model == "separate" else [])
+                     for i in range(len(models))]
+    bases = [add_adapters(model, own, r=args.lora_r, alpha=args.lora_alpha)
+             for model, own in zip(models, base_adapters)]
     fit_values = args.advantage == "gae"  # --advantage group reads no values: no heads
-    head_keys, heads = {}, nn.ModuleDict()
+    head_keys = {}
+    heads = nn.ModuleDict()
     for t, a in (trained if fit_values else []):
         by = "" if len(bases) == 1 else f"_base{agent_base[a]}"
         head_keys[(t, a)] = key = f"turn{t + 1}{by}"
@@ -345,10 +345,10 @@ def build_team(args: Args, device: str) -> Team:
         for name in base_adapters[i]:  # the critic adapter steps with its heads
             params = adapter_parameters(model, name) + (own_heads if name == "critic" else [])
             optimizers[prefix + name] = torch.optim.AdamW(params, lr=args.lr,
-                                                          weight_decay=args.weight_decay)
+                                                          weight_decay=WEIGHT_DECAY)
         if fit_values and args.value_model == "shared":  # the heads alone, on the policies' states
             optimizers[prefix + "value_heads"] = torch.optim.AdamW(own_heads, lr=args.lr,
-                                                                  weight_decay=args.weight_decay)
+                                                                  weight_decay=WEIGHT_DECAY)
     return Team(base_names, bases, tokenizers, agent_base, adapter_names, trained, base_adapters,
                 heads, head_keys, optimizers)
 
@@ -430,11 +430,10 @@ def forward_turns(model, batches: dict, names: list[str], args: Args, one_forwar
 
 def value_states(model, batch: dict, policy_out: dict | None, args: Args, chunk: int = 0):
     """What the value heads read: the policy forward's own hidden states (--value-model shared), or
-    the critic adapter's, on the critic's own prompts (separate: the paper's critic)."""
+    the critic adapter's on the same rows (separate: the paper's critic; it sees the discussion)."""
     if args.value_model == "shared":
         return policy_out["hidden"]
-    critic = dict(batch, query_ids=batch["critic_query_ids"], query_mask=batch["critic_query_mask"])
-    return forward_turns(model, {0: critic}, ["critic"] * len(critic["query_ids"]), args, False,
+    return forward_turns(model, {0: batch}, ["critic"] * len(batch["query_ids"]), args, False,
                          chunk, output_hidden=True)[0]["hidden"]
 
 
@@ -445,10 +444,8 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
     exp = {}
     for t, a in team.trained:  # the tensors as sampled; π_old: the log-probs they were sampled with
         ro = debate["rollout"][t][a]
-        critic = ro if args.critic_history else debate["rollout"][0][a]  # authors: turn 1 only
         exp[(t, a)] = {k: ro[k] for k in RESPONSE_KEYS}
-        exp[(t, a)].update(critic_query_ids=critic["query_ids"], old_logprobs=ro["logprobs"],
-                           critic_query_mask=critic["query_mask"], entropy=ro["entropy"])
+        exp[(t, a)].update(old_logprobs=ro["logprobs"], entropy=ro["entropy"])
     one_forward = conversation_forward_applies(team, exp, args)
     size = args.forward_batch_size
     fit_values = args.advantage == "gae"
@@ -476,20 +473,19 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
             policy = forward_turns(base, batches, names, args, one_forward, size,
                                    output_hidden=True)
         for tt, tb in batches.items():
-            old_logprobs, entropy = tb["old_logprobs"], tb["entropy"]
-            if recompute:
-                old_logprobs, entropy = policy[tt]["logprobs"], policy[tt]["entropy"]
+            old_logprobs = policy[tt]["logprobs"] if recompute else tb["old_logprobs"]
+            entropy = policy[tt]["entropy"] if recompute else tb["entropy"]
             hidden = value_states(base, tb, policy.get(tt), args, size) if fit_values else None
             for k, a in enumerate(agents):
-                rows, mask = slice(k * n, (k + 1) * n), tb["response_mask"][k * n:(k + 1) * n]
+                rows = slice(k * n, (k + 1) * n)
+                mask = tb["response_mask"][rows]
                 # 5. per-token rewards: -kl_coef x KL at every token, R + b at the last
                 final = final_rewards[:, tt, a].to(mask.device)
                 rewards, kl = kl_shaped_rewards(old_logprobs[rows], ref[tt]["logprobs"][rows], mask,
                                                 final, args.kl_coef)
                 if fit_values:  # GAE within each response, whitened over this (turn, agent)
                     values = team.heads[team.head_keys[(tt, a)]](hidden[rows]) * mask
-                    advantages, returns = gae(rewards, values, mask, args.gae_gamma,
-                                              args.gae_lambda)
+                    advantages, returns = gae(rewards, values, mask, GAE_GAMMA, args.gae_lambda)
                     advantages = masked_whiten(advantages, mask, all_ranks=True)
                 else:  # group: R + b against its question's K debates, plus the summed KL's (r_θ)
                     values = returns = torch.zeros_like(rewards)
@@ -531,10 +527,11 @@ def policy_loss(new_logprobs, old_logprobs, advantages, response_mask, num_token
 
 
 def value_loss(new_values, old_values, returns, response_mask, num_tokens, cliprange: float):
-    """Clipped value loss (Sec. 3.2, L_Value; TRL's form): 0.5 · max((V - G)², (clip(V, V_old ± c)
+    """Clipped value loss (Sec. 3.2, L_Value; TRL's form): 0.5 · max((V - G)², (clip(V, V_old ± ε)
     - G)²) per token, G = the GAE returns. Returns (loss, stats)."""
     values_clipped = old_values + torch.clamp(new_values - old_values, -cliprange, cliprange)
-    vf_losses, vf_losses_clipped = (new_values - returns) ** 2, (values_clipped - returns) ** 2
+    vf_losses = (new_values - returns) ** 2
+    vf_losses_clipped = (values_clipped - returns) ** 2
     vf_loss_per_token = 0.5 * torch.max(vf_losses, vf_losses_clipped)
     with torch.no_grad():
         m = response_mask
@@ -557,14 +554,15 @@ def ppo_loss(team: Team, base: int, agents: list[int], batches: dict, num_tokens
     for tt, tb in batches.items():
         hidden = value_states(team.bases[base], tb, out[tt], args) if fit_values else None
         for k, a in enumerate(agents):
-            r, mask = slice(k * n, (k + 1) * n), tb["response_mask"][k * n:(k + 1) * n]
+            r = slice(k * n, (k + 1) * n)
+            mask = tb["response_mask"][r]
             pg_loss, s = policy_loss(out[tt]["logprobs"][r], tb["old_logprobs"][r],
                                      tb["advantages"][r], mask, num_tokens[(tt, a)], args.cliprange)
             loss = loss + pg_loss
             if fit_values:
                 new_values = team.heads[team.head_keys[(tt, a)]](hidden[r]) * mask
                 vf_loss, vs = value_loss(new_values, tb["old_values"][r], tb["returns"][r], mask,
-                                         num_tokens[(tt, a)], args.cliprange_value)
+                                         num_tokens[(tt, a)], args.cliprange)
                 loss = loss + args.vf_coef * vf_loss
                 s = {**s, **vs}
             stats[(tt, a)].append(s)
@@ -584,8 +582,7 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
     params = {name: [p for g in opt.param_groups for p in g["params"]]
               for name, opt in team.optimizers.items()}
     shuffle = torch.Generator().manual_seed(shuffle_seed)  # the same order on every rank
-    keys = [*RESPONSE_KEYS, "critic_query_ids", "critic_query_mask", "old_logprobs", "old_values",
-            "advantages", "returns"]
+    keys = [*RESPONSE_KEYS, "old_logprobs", "old_values", "advantages", "returns"]
     one_forward = conversation_forward_applies(team, exp, args)
     stats = dict({key: [] for key in exp}, skipped=0, conversation_forward=float(one_forward),
                  **{f"grad_norm/{name}": [] for name in team.optimizers})
@@ -624,9 +621,9 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
 
 
 def learning_rate(args: Args, step: int) -> float:
-    """Linear decay from lr to lr * lr_end_factor over --lr-decay-steps, then constant."""
+    """Linear decay from lr to lr * LR_END_FACTOR over --lr-decay-steps, then constant."""
     decay = args.lr_decay_steps or args.max_steps
-    return args.lr * (1.0 - (1.0 - args.lr_end_factor) * min(step, decay) / max(1, decay))
+    return args.lr * (1.0 - (1.0 - LR_END_FACTOR) * min(step, decay) / max(1, decay))
 
 
 # 7. Held-out evaluation; the stages of one update; main ------------------------------------------
@@ -662,7 +659,8 @@ def rollout_step(team: Team, args: Args, records: list[dict], scorer,
     debate.update(records=records, generate_s=time.time() - t0)
     # 2. score the answers; penalise a bad format and a missing EOS
     scores = debate["scores"]
-    good, truncated = (torch.zeros_like(scores, dtype=torch.bool) for _ in range(2))
+    good = torch.zeros_like(scores, dtype=torch.bool)
+    truncated = torch.zeros_like(scores, dtype=torch.bool)
     for t in range(args.num_turns):
         for a, tok in enumerate(team.agent_tokenizers()):
             ro = debate["rollout"][t][a]
@@ -674,9 +672,10 @@ def rollout_step(team: Team, args: Args, records: list[dict], scorer,
     penalized = apply_penalties(scores, good, truncated, args.format_penalty if args.penalize_format
                                 else None, args.missing_eos_penalty)
     # 3. influence-aware reward (Definition 1) + incentives (Tables 1-2, on 0/1 correctness)
-    bonus = incentive_bonus(debate["correct"], args.alpha0, args.alpha1, args.beta0, args.beta1)
+    bonus = incentive_bonus(debate["correct"], *incentive_values(args))  # α0, α1, β0, β1
     if not builtin_rules:  # your scorer without --reward-fn-rules: its scores alone
-        penalized, bonus = scores.clone(), torch.zeros_like(scores)
+        penalized = scores.clone()
+        bonus = torch.zeros_like(scores)
     rewards = turn_rewards(penalized, args.reward_rule, args.influence_gamma) + bonus
     # 4-5. reference log-probs and values; KL-shaped per-token rewards; advantages
     exp = make_experience(team, debate, rewards, args)
@@ -701,8 +700,8 @@ def main(args: Args, score_fn=None) -> Path:
     args, score_fn = settle_args(args, score_fn)  # --resume, every refusal, --reward-fn
     rank, world, device = init_distributed(args.device)  # multi-process: torchrun's process group
     print(set_torch_threads(args.threads))
-    records = load_task(args.dataset, args.dataset_split, limit=args.train_limit or None,
-                        seed=args.seed, skip_bad_rows=args.skip_bad_rows, **dataset_options(args))
+    records = load_task(args.dataset, "train", seed=args.seed, skip_bad_rows=args.skip_bad_rows,
+                        **dataset_options(args))
     if args.scorer == "verifier":  # never the questions the verifier trained or was measured on
         records = rl_records(args, records)
     eval_records = check_questions(args, records, world)  # held out: never trained on
@@ -732,7 +731,7 @@ def main(args: Args, score_fn=None) -> Path:
         t1 = time.time()
         stop_if_kl_exceeds(run_dir, team, step, exp, args)
         stats = ppo_update(team, exp, args, shuffle_seed=1_000_003 * args.seed + step)  # 6. PPO
-        metrics = dict(step=step + 1, lr=lr, **rollout_metrics(debate, *r.values()),
+        metrics = dict(step=step + 1, lr=lr, **rollout_metrics(debate, **r),
                        **ppo_metrics(exp, stats, args.num_agents), **{
                            "timing/generate_s": debate["generate_s"], "timing/rollout_s": t1 - t0,
                            "timing/update_s": time.time() - t1, "timing/step_s": time.time() - t0})

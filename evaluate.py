@@ -716,8 +716,8 @@ def train_sft_baseline(bases: Bases, args, scorer, exclude: set[str] = frozenset
 
 def train_overlap(records: list[dict], run_dir: str) -> int | None:
     """How many of the evaluation records are questions the cotrain.py run in run_dir loaded for
-    training (read again from its args.json: dataset, split, limit, seed); None when they cannot be
-    read."""
+    training (its dataset's split 'train', read again with the seed of its args.json); None when
+    they cannot be read."""
     path = Path(run_dir) / "args.json"
     if not path.exists():
         return None
@@ -726,8 +726,8 @@ def train_overlap(records: list[dict], run_dir: str) -> int | None:
                ("config", "dataset_config"), ("task", "dataset_task"))
     fields = {k: run[v] for k, v in options if v in run}
     try:
-        trained = load_task(run["dataset"], run["dataset_split"], run["train_limit"] or None,
-                            run["seed"], skip_bad_rows=True, **fields)
+        trained = load_task(run["dataset"], "train", None, run["seed"], skip_bad_rows=True,
+                            **fields)
     except (SystemExit, Exception) as e:  # e.g. a hub dataset that is not cached
         print(f"note: could not read the training questions of {run_dir} to check the overlap "
               f"({e})")
@@ -756,7 +756,7 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
     scorer = None
     if args.feedback_in_prompt:  # agents read a verifier's scores of earlier answers
         scorer = cotrain.make_scorer(SimpleNamespace(scorer="verifier", verifier=args.verifier,
-                                                     verifier_batch_size=args.batch_size), device)
+                                                     forward_batch_size=args.batch_size), device)
     # every adapter is loaded first
     plans = {m: method_agents(m, bases, args) for m in methods if m != "sft"}
     if args.use_vllm:  # one base (check_vllm_args), a peft model: an adapter trained later (sft)

@@ -788,7 +788,7 @@ def verifier_scorer(args, device: str, team=None):
                                     if (name, args.dtype, args.quant) == key]
     verifier = load_verifier(args.verifier, device, base_model=same[0] if same else None)
     return lambda records, responses: score(verifier, [r["question"] for r in records], responses,
-                                            batch_size=args.verifier_batch_size)
+                                            batch_size=args.forward_batch_size)
 
 
 def rl_records(args, records: list[dict]) -> list[dict]:

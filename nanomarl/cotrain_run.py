@@ -3,7 +3,7 @@ settings a run trains with (settle_args: --resume's saved ones, RESUME_MUST_MATC
 check_args, agent_models, train_turn_indices), your scorer (user_scorer, custom_scorer), the
 held-out questions and when to evaluate on them (heldout_records, eval_due, eval_started,
 eval_metrics; the controls beside them: self_consistency.eval_controls), checkpoints (save_state,
-load_state), the --max-kl stop (stop_if_kl_exceeds), printed samples and the logged metrics
+load_state), the runaway-KL stop (stop_if_kl_exceeds), printed samples and the logged metrics
 (rollout_metrics, ppo_metrics, add_minibatch_stats, log_update) and the closing lines (finish_run).
 Nothing here changes what is trained."""
 from __future__ import annotations
@@ -38,6 +38,8 @@ from nanomarl.runs import (all_rng_states, atomic_write_text, finish_writes_firs
 from nanomarl.tasks.debate import dataset_options, load_task
 from nanomarl.trackers import finish_tracker, plot_run
 
+MAX_KL = 50.0  # an agent's mean KL per response to the reference that stops the run (runaway)
+
 
 def check_args(args):
     """The refusals of settings, before anything heavy loads: one line `error: --flag: ...`, exit
@@ -45,14 +47,13 @@ def check_args(args):
     too; heldout_records refuses what needs the data, user_scorer what needs --reward-fn."""
     check_numbers(args, positive=("num_agents", "num_turns", "lora_r", "lora_alpha",
                                   "max_new_tokens", "temperature", "forward_batch_size",
-                                  "verifier_batch_size", "max_steps", "questions_per_update",
-                                  "samples_per_question", "ppo_epochs", "lr", "cliprange",
-                                  "cliprange_value", "max_kl"),
-                  non_negative=("train_limit", "generate_batch_size", "min_response_tokens",
-                                "minibatch_questions", "micro_batch_questions", "lr_decay_steps",
-                                "weight_decay", "max_grad_norm", "kl_coef", "vf_coef", "log_every",
-                                "sample_every", "save_every", "eval_questions", "eval_every"),
-                  unit_interval=("lr_end_factor", "influence_gamma", "gae_gamma", "gae_lambda"))
+                                  "max_steps", "questions_per_update", "samples_per_question",
+                                  "ppo_epochs", "lr", "cliprange"),
+                  non_negative=("generate_batch_size", "min_response_tokens", "minibatch_questions",
+                                "micro_batch_questions", "lr_decay_steps", "max_grad_norm",
+                                "kl_coef", "vf_coef", "log_every", "sample_every", "save_every",
+                                "eval_questions", "eval_every"),
+                  unit_interval=("influence_gamma", "gae_lambda"))
     for model in agent_models(args):
         check_model_name(model, "--models" if args.models else "--model")
     check_device(args.device)
@@ -82,10 +83,8 @@ def check_args(args):
                                    "never reads (use --advantage gae, or drop --value-model)")
     if args.advantage_std and args.advantage != "group":
         arg_error("--advantage-std", "scales --advantage group's advantages (gae whitens its own)")
-    if not args.critic_history and args.value_model == "shared":
-        arg_error("--no-critic-history", "needs --value-model separate (shared value heads read "
-                                         "the policy's own forward)")
     train_turn_indices(args)
+    incentive_values(args)
 
 
 def check_questions(args, train_records: list[dict], world: int) -> list[dict]:
@@ -379,17 +378,17 @@ def eval_metrics(numbers: dict) -> dict:
 
 
 def stop_if_kl_exceeds(run_dir: Path, team, step: int, exp: dict, args):
-    """--max-kl: stop (checkpoint kept) when a (turn, agent)'s mean KL per response, over all ranks'
-    responses, exceeds it; every rank takes the same decision."""
+    """Stop (checkpoint kept) when a (turn, agent)'s mean KL per response, over all ranks'
+    responses, exceeds MAX_KL: the policy has run away; every rank takes the same decision."""
     world = world_info()[1]
     kl = {key: (allreduce_sum(e["kl"].sum()) / (e["kl"].shape[0] * world)).item()
           for key, e in exp.items()}
     worst = max(kl, key=kl.get)
-    if kl[worst] > args.max_kl:
+    if kl[worst] > MAX_KL:
         save_state(run_dir, team, step, args)
         finish_distributed()
         raise SystemExit(f"stopped at update {step}: turn {worst[0] + 1} agent {worst[1]} has KL "
-                         f"{kl[worst]:.2f} > --max-kl {args.max_kl} to the reference. The "
+                         f"{kl[worst]:.2f} > {MAX_KL} to the reference. The "
                          f"checkpoint of update {step} is kept in {run_dir}; lower --lr or raise "
                          f"--kl-coef.")
 
@@ -460,6 +459,18 @@ def train_turn_indices(args) -> list[int]:
     if any(not 0 <= t < args.num_turns for t in turns):
         arg_error("--train-turns", f"turns are 1..{args.num_turns}, got {args.train_turns!r}")
     return sorted(set(turns))
+
+
+def incentive_values(args) -> list[float]:
+    """--incentives as incentive_bonus's four numbers: α0, α1, β0, β1 (the paper's Tables 1-2)."""
+    try:
+        values = [float(x) for x in args.incentives.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 4:
+        arg_error("--incentives", f"expected four comma-separated numbers α0,α1,β0,β1, got "
+                                  f"{args.incentives!r}")
+    return values
 
 
 def add_minibatch_stats(stats: dict, mb_stats: dict):

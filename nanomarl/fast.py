@@ -5,7 +5,7 @@ script that calls it, and a test that both agree (tests/test_fast_paths.py, test
     per LoRA layer instead of peft's per-adapter gather and scatter (common.generate);
   * padding columns no row uses are not computed (common.forward_responses, cotrain.py's batches);
   * the conversation forward: one forward over a debate's last turn also reads the earlier turns'
-    responses, which its prompt holds (cotrain.py --conversation-forward).
+    responses, which its prompt holds (cotrain.py, whenever conversation_forward_applies).
 A learner may skip this module."""
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def read_responses_inside(model, inputs: dict, query_mask, response_ids, respons
     """One forward that reads the response after the query AND responses that sit inside the query.
 
     In a multi-turn chat a later turn's prompt holds an earlier turn's prompt and response, so one
-    forward over the last turn gives every turn's log-probs (cotrain.py --conversation-forward).
+    forward over the last turn gives every turn's log-probs (cotrain.py's conversation forward).
     earlier: one (response_ids [B, L], response_mask [B, L], start [B]) per earlier response, row
     b's tokens beginning start[b] real tokens into its query. The logits at position p predict token
     p + 1, so response token j is read at position (first real query column) + start + j - 1; the
@@ -157,7 +157,7 @@ def conversation_holds(pairs: list[tuple[dict, dict]]) -> bool:
 
 
 def conversation_forward_applies(team, exp: dict, args) -> bool:
-    """--conversation-forward: can one forward per agent over its LAST trained turn give every
+    """The conversation forward: can one forward per agent over its LAST trained turn give every
     trained (turn, agent)'s outputs? Yes when no separate critic is forwarded, each agent plays its
     trained turns on one adapter, and every earlier turn's prompt and sampled response start the
     last turn's prompt token for token (conversation_holds). exp: {(turn, agent): generate()'s
@@ -166,7 +166,7 @@ def conversation_forward_applies(team, exp: dict, args) -> bool:
     turns = sorted({t for t, _ in trained})
     last = turns[-1]
     separate_critic = args.advantage == "gae" and args.value_model == "separate"
-    if not args.conversation_forward or separate_critic or len(turns) < 2:
+    if separate_critic or len(turns) < 2:
         return False
     if not all((last, a) in exp and adapter_names[t][a] == adapter_names[last][a]
                for t, a in trained):
@@ -207,12 +207,12 @@ def agent_rows(exp: dict, t: int, agents: list[int], rows: torch.Tensor | None,
     the columns no row uses."""
     out = {k: torch.cat([exp[(t, a)][k] if rows is None else exp[(t, a)][k][rows] for a in agents])
            for k in keys}
-    for q_ids, q_mask in (("query_ids", "query_mask"), ("critic_query_ids", "critic_query_mask")):
-        if q_mask in out:  # left padding
-            first = first_used_column(out[q_mask])
-            out[q_ids], out[q_mask] = out[q_ids][:, first:], out[q_mask][:, first:]
+    if "query_mask" in out:  # left padding
+        first = first_used_column(out["query_mask"])
+        out["query_ids"] = out["query_ids"][:, first:]
+        out["query_mask"] = out["query_mask"][:, first:]
     width = used_width(out["response_mask"])  # right padding
     for k in keys:
-        if not k.startswith(("query", "critic_query")) and out[k].dim() == 2:
+        if not k.startswith("query") and out[k].dim() == 2:
             out[k] = out[k][:, :width]
     return out

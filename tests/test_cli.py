@@ -78,7 +78,8 @@ def refusal_rows(tmp_path, c, m):
         ("cotrain", [*TINY, "--output-dir", new, "--lr", "-1"], "--lr", "> 0"),
         ("cotrain", [*TINY, "--output-dir", new, "--lr", "-1e-4"], "--lr",
          "-1e-4 reads as a flag; write --lr=-1e-4"),
-        ("cotrain", [*TINY, "--output-dir", new, "--train-limit", "-5"], "--train-limit", ">= 0"),
+        ("cotrain", [*TINY, "--output-dir", new, "--incentives", "0.5,0.5"], "--incentives",
+         "four comma-separated numbers"),
         ("cotrain", ["--model", "/no/such/dir", "--output-dir", new], "--model", "does not exist"),
         ("cotrain", [*TINY, "--output-dir", new, "--dataset", "gsm8K"], "--dataset",
          "unknown dataset"),
@@ -236,7 +237,7 @@ def test_resume_trims_metrics_to_the_checkpoint(runs):
 
 def test_extending_updates_keeps_the_learning_rate_schedule(runs):
     """The run decays over its 3 updates (lr_decay_steps was saved as 3); a resume to 5 updates
-    keeps every lr of the first 3 and continues at lr * lr_end_factor, where recomputing over 5
+    keeps every lr of the first 3 and continues at lr * LR_END_FACTOR, where recomputing over 5
     would jump at the checkpoint."""
     c, _ = runs
     saved = json.loads((c / "args.json").read_text())
@@ -251,10 +252,10 @@ def test_extending_updates_keeps_the_learning_rate_schedule(runs):
 def test_config_files_recipes_and_run_settings(tmp_path, runs, capsys):
     c, _ = runs
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("model: tiny\nnum-turns: 3\nlr: 3.0e-4\ncritic_history: false\n"
+    recipe.write_text("model: tiny\nnum-turns: 3\nlr: 3.0e-4\npenalize_format: false\n"
                       "policy_sharing: agent-turn\n")
     args = parse_args(cotrain.Args, ["--config", str(recipe), "--lr", "1e-3"])
-    assert (args.model, args.num_turns, args.lr, args.critic_history, args.policy_sharing) == (
+    assert (args.model, args.num_turns, args.lr, args.penalize_format, args.policy_sharing) == (
         "tiny", 3, 1e-3, False, "agent-turn")  # the command line overrides the file
     again = parse_args(cotrain.Args, ["--config", str(c / "args.json")])  # a run's own args.json
     assert (again.lr, again.max_steps, again.output_dir) == (1e-4, 3, "")

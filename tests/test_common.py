@@ -366,7 +366,7 @@ def test_per_adapter_forwards_under_autograd_equal_the_mixed_batch(tiny):
 
 def two_turn_rows(tok, model, adapters, seed=0):
     """A two-turn chat per row, built token by token the way the prefix check of cotrain.py's
-    --conversation-forward demands: turn 2's prompt = turn 1's prompt + its response + more tokens."""
+    conversation forward demands: turn 2's prompt = turn 1's prompt + its response + more tokens."""
     torch.manual_seed(seed)
     questions = ["one", "a much longer second question", "3", "four"][:len(adapters)]
     first = generate(model, tok, chat(tok, questions), adapters, max_new_tokens=6, temperature=1.0)
@@ -638,7 +638,7 @@ class _Args:
     num_agents: int = 2  # how many agents debate
     lr: float = 1e-5  # learning rate
     dataset: str = "arith"  # gsm8k | anli | jsonl:PATH | arith
-    critic_history: bool = True  # critic sees the discussion
+    penalize_format: bool = True  # a bad format scores --format-penalty
 
 
 @dataclasses.dataclass
@@ -668,14 +668,14 @@ def test_parse_args_edge_cases(capsys):
 
 
 def test_parse_args_flags_types_bools_and_help(capsys):
-    args = parse_args(_Args, ["--num-agents", "3", "--lr", "0.5", "--no-critic-history"])
-    assert args == _Args(num_agents=3, lr=0.5, dataset="arith", critic_history=False)
+    args = parse_args(_Args, ["--num-agents", "3", "--lr", "0.5", "--no-penalize-format"])
+    assert args == _Args(num_agents=3, lr=0.5, dataset="arith", penalize_format=False)
     assert parse_args(_Args, []) == _Args()
     with pytest.raises(SystemExit):
         parse_args(_Args, ["--help"])
     help_text = capsys.readouterr().out
     assert "--num-agents" in help_text and "how many agents debate" in help_text
-    assert "--no-critic-history" in help_text
+    assert "--no-penalize-format" in help_text
     with pytest.raises(SystemExit):
         parse_args(_Args, ["--num-agents", "two"])
     assert "--num-agents" in capsys.readouterr().err

@@ -203,8 +203,7 @@ def test_sft_baseline_uses_the_runs_base_and_never_the_eval_questions(tmp_path, 
     run = tmp_path / "run"
     run.mkdir()
     (run / "debate.json").write_text(json.dumps(dict(models=["tiny", "tiny"])))
-    (run / "args.json").write_text(json.dumps(dict(dataset=f"jsonl:{path}", dataset_split="train",
-                                                   train_limit=0, seed=0)))
+    (run / "args.json").write_text(json.dumps(dict(dataset=f"jsonl:{path}", seed=0)))
     eval_records = load_task(f"jsonl:{path}", "test") + load_task(f"jsonl:{path}", "train")[:2]
     assert eval_records and evaluate.train_overlap(eval_records, str(run)) == 2
     debated = []

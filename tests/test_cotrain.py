@@ -320,14 +320,18 @@ def test_ratio_is_one_on_first_minibatch(sharing):
         assert later["max_abs_logratio"] > 1e-3, key
 
 
-@pytest.mark.parametrize("flags", [[], ["--policy-sharing", "shared"],
-                                   ["--no-conversation-forward", "--micro-batch-questions", "2"]])
-def test_bf16_first_epoch_ratio_is_one(flags):
+@pytest.mark.parametrize("flags,per_turn", [([], False), (["--policy-sharing", "shared"], False),
+                                            (["--micro-batch-questions", "2"], True)])
+def test_bf16_first_epoch_ratio_is_one(flags, per_turn, monkeypatch):
     """bf16 rounds by a batch's shape: the sampling pass (a KV cache, a token at a time) gives other
     log-probs than the update's forward. --old-logprobs auto recomputes π_old below fp32, in the
     update's own shapes (a micro-batch at a time, each adapter's rows alone), so with the weights
-    unchanged (lr 0) every minibatch of the first epoch sees a ratio of 1; as sampled it is not."""
+    unchanged (lr 0) every minibatch of the first epoch sees a ratio of 1; as sampled it is not.
+    per_turn: the plain path, one forward per turn (the conversation forward off)."""
     from nanomarl.cotrain_run import settle_args
+
+    if per_turn:
+        monkeypatch.setattr(cotrain, "conversation_forward_applies", lambda *args: False)
 
     worst = {}
     for mode in ("auto", "sampling"):
@@ -403,14 +407,17 @@ def test_non_finite_loss_skips_the_update(tmp_path):
             assert all(v.abs().sum() == 0 for k, v in tensors.items() if "lora_B" in k), name  # never stepped
 
 
-def test_max_kl_stops_with_a_checkpoint(tmp_path):
-    """The stop fires after a step and not before it. Update 1 starts at the reference, so its KL is 0 up to the
-    forward's rounding (the recompute path forwards rows in other batch shapes than the reference's, and some
-    CPUs' kernels round by shape: ~1e-7 per response here); one step at lr 1e-2 moves it to ~0.1. A 1e-3 limit
-    sits between the two, far from both."""
-    args = tiny_args("--max-steps", "4", "--max-kl", "1e-3", "--lr", "1e-2", "--output-dir", str(tmp_path / "run"),
+def test_max_kl_stops_with_a_checkpoint(tmp_path, monkeypatch):
+    """The runaway-KL stop (cotrain_run.MAX_KL) fires after a step and not before it. Update 1 starts at the
+    reference, so its KL is 0 up to the forward's rounding (the recompute path forwards rows in other batch shapes
+    than the reference's, and some CPUs' kernels round by shape: ~1e-7 per response here); one step at lr 1e-2
+    moves it to ~0.1. A 1e-3 limit sits between the two, far from both."""
+    from nanomarl import cotrain_run
+
+    monkeypatch.setattr(cotrain_run, "MAX_KL", 1e-3)
+    args = tiny_args("--max-steps", "4", "--lr", "1e-2", "--output-dir", str(tmp_path / "run"),
                      "--old-logprobs", "recompute", "--log-every", "1")
-    with pytest.raises(SystemExit, match="--max-kl") as stop:
+    with pytest.raises(SystemExit, match="> 0.001 to the reference") as stop:
         cotrain.main(args, score_fn=ascii_fraction)
     stopped_at = int(str(stop.value).split("stopped at update ")[1].split(":")[0])
     assert 1 <= stopped_at < 4
@@ -440,7 +447,7 @@ def test_cli_smoke_and_resume(tmp_path):
     """2 updates, then --resume for a 3rd: the step counter and metrics.jsonl continue, and the 3rd update is
     exactly the one an uninterrupted 3-update run makes (adapters, heads, optimisers and RNG restored)."""
     flags = ["--model", "tiny", "--device", "cpu", *PAPER_PPO, "--questions-per-update", "2", "--max-new-tokens", "6",
-             "--ppo-epochs", "1", "--lr", "1e-3", "--lr-end-factor", "1.0", "--sample-every", "1", "--eval-questions", "4"]
+             "--ppo-epochs", "1", "--lr", "1e-3", "--lr-decay-steps", "3", "--sample-every", "1", "--eval-questions", "4"]
     run = tmp_path / "run"
     out = run_script(["cotrain.py", *flags, "--output-dir", str(run), "--max-steps", "2"], timeout=300)
     assert "sample debate" in out.stdout and "metrics:" in out.stdout

@@ -1,7 +1,7 @@
 """Your own reward, your own data, n agents: --reward-fn MODULE:FUNCTION for cotrain.py
 (a scorer; the built-in penalties and incentives off unless --reward-fn-rules) and magrpo.py (a joint reward), with
 examples/my_reward.py; --dataset as a hub id or a local json/jsonl/csv/parquet file with --question-field /
---answer-field / --dataset-split, checked before any model loads; MAGRPO with three agents on the built-in
+--answer-field, checked before any model loads; MAGRPO with three agents on the built-in
 pipeline task, end to end on the tiny model."""
 import csv
 import json

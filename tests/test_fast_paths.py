@@ -1,12 +1,13 @@
 """Each fast path of cotrain.py's update equals the plain path beside it, on the tiny model (fp32):
 
-  * forward_turns(one_forward=True) (--conversation-forward: one forward over the last trained turn
-    also reads the earlier turns' responses, nanomarl/fast.read_responses_inside) equals one forward
-    per turn: log-probs, entropies, hidden states and gradients, for 2 and 3 turns and --train-turns
-    2,3, with and without autograd;
-  * make_experience and ppo_update with --conversation-forward equal --no-conversation-forward:
-    every experience tensor, every PPO statistic and the trained adapters and heads; and where the
-    conversations do not hold it falls back to one forward per turn, bit for bit;
+  * forward_turns(one_forward=True) (the conversation forward: one forward over the last trained
+    turn also reads the earlier turns' responses, nanomarl/fast.read_responses_inside) equals one
+    forward per turn: log-probs, entropies, hidden states and gradients, for 2 and 3 turns and
+    --train-turns 2,3, with and without autograd;
+  * make_experience and ppo_update with the conversation forward equal the plain path (plain_path:
+    one forward per turn): every experience tensor, every PPO statistic and the trained adapters
+    and heads; and where the conversations do not hold it falls back to one forward per turn, bit
+    for bit;
   * --old-logprobs sampling (π_old as generate() sampled it) is within 1e-5 of a recompute.
 
 The stacked-LoRA routing of generate() against peft's routing: tests/test_routing.py. The shared
@@ -30,15 +31,26 @@ CLOSE = dict(atol=1e-5, rtol=0)  # fp32 noise: the same sums, padded or batched 
 
 def tiny_args(*flags):
     """2 agents x 2 turns, 2 questions, 4 PPO epochs, micro-batches of one question, forward
-    batches of 8 rows, π_old recomputed, one forward per turn, on the tiny model; penalties off
-    (the tiny model never writes an answer). The tiny model's random bytes often include a special
-    token that the chat drops, so some of its turn-2 prompts fall back to the text: the
-    --conversation-forward tests make the conversations hold first (as_one_conversation)."""
+    batches of 8 rows, π_old recomputed, on the tiny model; penalties off (the tiny model never
+    writes an answer). The tiny model's random bytes often include a special token that the chat
+    drops, so some of its turn-2 prompts fall back to the text: the conversation-forward tests make
+    the conversations hold first (as_one_conversation)."""
     return parse_args(cotrain.Args, [
         "--model", "tiny", "--device", "cpu", "--max-new-tokens", "6", *PAPER_PPO,
         "--questions-per-update", "2", "--ppo-epochs", "4", "--eval-questions", "0",
-        "--old-logprobs", "recompute", "--no-conversation-forward", "--no-penalize-format",
-        "--missing-eos-penalty", "0", "--sample-every", "0", "--log-every", "0", *flags])
+        "--old-logprobs", "recompute", "--no-penalize-format", "--missing-eos-penalty", "0",
+        "--sample-every", "0", "--log-every", "0", *flags])
+
+
+def plain_path(patch):
+    """cotrain.py's plain path: one forward per turn (the conversation forward never applies)."""
+    patch.setattr(cotrain, "conversation_forward_applies", lambda *args: False)
+
+
+@pytest.fixture(autouse=True)
+def one_forward_per_turn(monkeypatch):
+    """The tests here run the plain path; a conversation-forward test turns the fast path on."""
+    plain_path(monkeypatch)
 
 
 def ascii_fraction(records, responses):
@@ -137,7 +149,7 @@ def test_forward_turns_one_forward_equals_one_forward_per_turn(monkeypatch, flag
     entropies and hidden states from ONE forward over the last turn (a third of the forwards for 3
     turns), equal to one forward per turn to fp32 noise; in chunks of 3 rows too (no gradients)
     and, under autograd, with the same gradients on every adapter."""
-    args = tiny_args(*flags, "--conversation-forward")
+    args = tiny_args(*flags)
     team = cotrain.build_team(args, "cpu")
     torch.manual_seed(2)
     trained_looking(team, heads=False)
@@ -198,7 +210,7 @@ def test_forward_turns_one_forward_equals_one_forward_per_turn(monkeypatch, flag
         assert moved == {"agent0", "agent1"}  # both adapters have gradients to compare
 
 
-# ---------------------------------------------------------------- --conversation-forward
+# ---------------------------------------------------------------- the conversation forward
 
 
 @pytest.mark.parametrize("flags", [
@@ -209,7 +221,7 @@ def test_forward_turns_one_forward_equals_one_forward_per_turn(monkeypatch, flag
     ["--advantage", "group", "--samples-per-question", "2", "--num-turns", "3"],
     ["--advantage", "gae", "--num-turns", "3", "--train-turns", "2,3"]])
 def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, flags):
-    """--conversation-forward: the turn-2 forward also gives turn 1's log-probs, entropies and
+    """The conversation forward: the turn-2 forward also gives turn 1's log-probs, entropies and
     hidden states (turn 2's prompt holds turn 1's prompt and response), so the experience pass and
     every PPO micro-batch forward half the rows (three turns: a third); the experience, the PPO
     statistics and the trained adapters and heads equal those of one forward per turn to fp32
@@ -218,8 +230,8 @@ def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, f
     group = "group" in flags
     records = [r for r in load_task("arith", "train", limit=2) for _ in range(2 if group else 1)]
     results = {}
-    for mode in ("--no-conversation-forward", "--conversation-forward"):
-        args = tiny_args("--ppo-epochs", "2", *flags, mode)
+    for mode in ("per turn", "conversation"):
+        args = tiny_args("--ppo-epochs", "2", *flags)
         team = cotrain.build_team(args, "cpu")
         torch.manual_seed(2)
         trained_looking(team)
@@ -228,6 +240,8 @@ def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, f
         debate = as_one_conversation(debate, team.agent_tokenizers()[0])
         before = trainables(team)
         with monkeypatch.context() as patch:
+            if mode == "conversation":  # the fast path on (it applies: the conversations hold)
+                patch.setattr(cotrain, "conversation_forward_applies", conversation_forward_applies)
             counter = Counter(team.bases[0], patch)
             exp = cotrain.make_experience(team, debate, rewards, args)
             experience = counter.take()
@@ -235,7 +249,8 @@ def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, f
             ppo = counter.take()
         results[mode] = dict(exp=exp, stats=stats, before=before, after=trainables(team),
                              counts=(experience, ppo))
-    separate, one = results["--no-conversation-forward"], results["--conversation-forward"]
+    separate = results["per turn"]
+    one = results["conversation"]
     assert separate["stats"]["conversation_forward"] == 0.0
     assert one["stats"]["conversation_forward"] == 1.0
     (exp_calls, exp_rows, _), (ppo_calls, ppo_rows, ppo_backwards) = separate["counts"]
@@ -269,32 +284,36 @@ def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, f
     assert moved > 0  # the update changed something to compare
 
 
-def test_conversation_forward_falls_back_when_a_prompt_does_not_hold_the_earlier_turn():
+def test_conversation_forward_falls_back_when_a_prompt_does_not_hold_the_earlier_turn(
+        monkeypatch):
     """One row whose turn-2 prompt does not start with its turn-1 prompt + response (a
     re-tokenisation that differs), a per-(turn, agent) adapter, or the paper's separate critic:
-    one forward per turn, bit for bit the --no-conversation-forward update."""
+    one forward per turn, bit for bit the plain path's update."""
     records = load_task("arith", "train", limit=2)
     cases = {"one row": [], "agent-turn": ["--policy-sharing", "agent-turn"],
              "separate": ["--value-model", "separate"]}
     for case, flags in cases.items():
         results = {}
-        for mode in ("--no-conversation-forward", "--conversation-forward"):
-            args = tiny_args("--ppo-epochs", "1", *flags, mode)
+        for mode in ("per turn", "conversation"):
+            args = tiny_args("--ppo-epochs", "1", *flags)
             team = cotrain.build_team(args, "cpu")
             torch.manual_seed(1)
             debate, rewards = debate_and_rewards(team, args, records)
             debate = as_one_conversation(debate, team.agent_tokenizers()[0])
             exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
-            holds = mode == "--conversation-forward" and case == "one row"
-            assert conversation_forward_applies(team, exp, args) == holds
+            assert conversation_forward_applies(team, exp, args) == (case == "one row")
             if case == "one row":  # agent 1, question 1: a token of its turn-1 response differs
                 second = debate["rollout"][1][1]
                 n = int(debate["rollout"][0][1]["query_mask"][1].sum())
                 first_real = int((second["query_mask"][1] == 0).sum())
                 second["query_ids"][1, first_real + n] += 1
                 assert not conversation_forward_applies(team, exp, args)
-            exp = cotrain.make_experience(team, debate, rewards, args)
-            stats = cotrain.ppo_update(team, exp, args)
+            with monkeypatch.context() as patch:
+                if mode == "conversation":  # the fast path on: it finds it does not apply
+                    patch.setattr(cotrain, "conversation_forward_applies",
+                                  conversation_forward_applies)
+                exp = cotrain.make_experience(team, debate, rewards, args)
+                stats = cotrain.ppo_update(team, exp, args)
             results[mode] = (exp, stats, trainables(team))
         (exp0, stats0, after0), (exp1, stats1, after1) = results.values()
         assert stats1["conversation_forward"] == 0.0, case

@@ -24,7 +24,7 @@ from nanomarl.runs import checkpoint_step
 TINY = ["--model", "tiny", "--device", "cpu", "--save-every", "1"]
 COTRAIN = [*TINY, *PAPER_PPO, "--num-turns", "1", "--questions-per-update", "1",
            "--max-new-tokens", "4", "--ppo-epochs", "1", "--lr", "1e-2", "--sample-every", "0",
-           "--train-limit", "20", "--max-steps", "12", "--eval-questions", "0"]
+           "--max-steps", "12", "--eval-questions", "0"]
 MAGRPO = [*TINY, "--num-generations", "2", "--max-new-tokens", "6", "--sandbox-workers", "1",
           "--adv-mode", "raw", "--reward-shift", "1.0", "--lr", "0.01", "--sample-every", "100",
           "--max-steps", "12", "--eval-problems", "0"]

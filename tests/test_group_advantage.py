@@ -108,7 +108,7 @@ def test_main_samples_each_question_k_times_in_a_row(tmp_path):
 def test_group_run_saves_no_value_heads_and_resumes_as_one_run(tmp_path):
     """A group run's folder holds no value heads (checkpoint.pt, value_heads.pt) and logs no value metric. Resumed
     after 2 of 3 updates, its 3rd update is the one an uninterrupted run makes (adapters and AdamW states)."""
-    flags = ["--advantage", "group", "--samples-per-question", "2", "--lr", "1e-2", "--lr-end-factor", "1.0",
+    flags = ["--advantage", "group", "--samples-per-question", "2", "--lr", "1e-2", "--lr-decay-steps", "3",
              "--ppo-epochs", "1", "--temperature", "1.0"]
     run, straight = tmp_path / "run", tmp_path / "straight"
     cotrain.main(tiny_args(*flags, "--max-steps", "2", "--output-dir", str(run)), score_fn=ascii_fraction)

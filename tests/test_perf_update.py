@@ -8,8 +8,8 @@
     experience and every PPO micro-batch need no critic forward;
   * counting model forwards and backwards shows what each design costs per update.
 
-The fast paths that fork the algorithm (--conversation-forward, --old-logprobs sampling) against
-their plain paths: tests/test_fast_paths.py."""
+The fast paths that fork the algorithm (the conversation forward, --old-logprobs sampling) against
+their plain paths: tests/test_fast_paths.py; here cotrain.py runs its plain path (plain_path)."""
 import math
 
 import pytest
@@ -20,7 +20,14 @@ from common import adapter_parameters, batched, forward_responses, masked_whiten
 from magrpo import reference_logprobs
 from cotrain import gae, kl_shaped_rewards, policy_loss, value_loss
 from nanomarl.tasks.debate import load_task
-from test_fast_paths import Counter, ascii_fraction, debate_and_rewards, tiny_args, trainables
+from test_fast_paths import (Counter, ascii_fraction, debate_and_rewards, plain_path, tiny_args,
+                             trainables)
+
+
+@pytest.fixture(autouse=True)
+def one_forward_per_turn(monkeypatch):
+    """The update written out below forwards one turn at a time: cotrain.py's plain path."""
+    plain_path(monkeypatch)
 
 # ---------------------------------------------------------------- the plain update (the reference)
 
@@ -37,31 +44,28 @@ def concat_rows(exp: dict, t: int, agents: list[int], rows, keys: list[str]) -> 
     the columns that no row uses (left of the prompts, right of the responses)."""
     out = {k: torch.cat([exp[(t, a)][k] if rows is None else exp[(t, a)][k][rows] for a in agents])
            for k in keys}
-    for ids, mask in (("query_ids", "query_mask"), ("critic_query_ids", "critic_query_mask")):
-        if mask in out:
-            first = int(out[mask].any(0).float().argmax())
-            out[ids], out[mask] = out[ids][:, first:], out[mask][:, first:]
+    first = int(out["query_mask"].any(0).float().argmax())
+    out["query_ids"] = out["query_ids"][:, first:]
+    out["query_mask"] = out["query_mask"][:, first:]
     used = out["response_mask"].any(0).nonzero()
     width = int(used.max()) + 1 if len(used) else 1
     for k in keys:
-        if not k.startswith(("query", "critic_query")) and out[k].dim() == 2:
+        if not k.startswith("query") and out[k].dim() == 2:
             out[k] = out[k][:, :width]
     return out
 
 
-def plain_forward(model, batch: dict, names: list[str], temperature: float, critic: bool,
-                  **kwargs) -> dict:
-    """forward_responses on the batch's policy prompts, or (critic) on its critic prompts."""
-    q = "critic_query" if critic else "query"
-    return forward_responses(model, batch[f"{q}_ids"], batch[f"{q}_mask"], batch["response_ids"],
+def plain_forward(model, batch: dict, names: list[str], temperature: float, **kwargs) -> dict:
+    """forward_responses on the batch's prompts and responses (the policy's, or the critic's)."""
+    return forward_responses(model, batch["query_ids"], batch["query_mask"], batch["response_ids"],
                              batch["response_mask"], names, temperature, **kwargs)
 
 
 def plain_forward_chunks(model, batch: dict, names: list[str], size: int, temperature: float,
-                         critic: bool, **kwargs) -> dict:
+                         **kwargs) -> dict:
     """plain_forward over chunks of `size` rows, outputs concatenated."""
     outs = [plain_forward(model, {k: v[s:s + size] for k, v in batch.items()}, names[s:s + size],
-                          temperature, critic, **kwargs) for s in range(0, len(names), size)]
+                          temperature, **kwargs) for s in range(0, len(names), size)]
     return {k: torch.cat([o[k] for o in outs]) for k in ("logprobs", "entropy", "hidden")
             if outs[0][k] is not None}
 
@@ -76,12 +80,9 @@ def plain_make_experience(team, debate, final_rewards, args):
         for i, agents in turn_groups(team, t):
             for a in agents:
                 ro = debate["rollout"][t][a]
-                critic_src = ro if args.critic_history else debate["rollout"][0][a]
                 exp[(t, a)] = dict(query_ids=ro["query_ids"], query_mask=ro["query_mask"],
                                    response_ids=ro["response_ids"],
-                                   response_mask=ro["response_mask"],
-                                   critic_query_ids=critic_src["query_ids"],
-                                   critic_query_mask=critic_src["query_mask"])
+                                   response_mask=ro["response_mask"])
             model, n, size = team.bases[i], len(debate["records"]), args.forward_batch_size
             batch = concat_rows(exp, t, agents, None, list(exp[(t, agents[0])]))
             names = [team.adapter_names[t][a] for a in agents for _ in range(n)]
@@ -89,14 +90,14 @@ def plain_make_experience(team, debate, final_rewards, args):
             micro = args.micro_batch_questions or n
             parts = [(rows, plain_forward(model, {k: v[rows] for k, v in batch.items()},
                                           [names[int(rows[0])]] * len(rows), args.temperature,
-                                          False, output_entropy=True))
+                                          output_entropy=True))
                      for s in range(0, n, micro) for k in range(len(agents))
                      for rows in [torch.arange(k * n + s, k * n + min(s + micro, n))]]
             order = torch.cat([rows for rows, _ in parts]).argsort()
             policy = {key: torch.cat([out[key] for _, out in parts])[order]
                       for key in ("logprobs", "entropy")}
             hidden = plain_forward_chunks(model, batch, ["critic"] * len(names), size,
-                                          args.temperature, True, output_hidden=True)["hidden"]
+                                          args.temperature, output_hidden=True)["hidden"]
             old_logprobs, entropy = policy["logprobs"], policy["entropy"]
             keys = ("query_ids", "query_mask", "response_ids", "response_mask")
             ref_logprobs = batched(lambda **rows: reference_logprobs(model, **rows,
@@ -109,7 +110,8 @@ def plain_make_experience(team, debate, final_rewards, args):
                 final = final_rewards[:, t, a].to(mask.device)
                 rewards, kl = kl_shaped_rewards(old_logprobs[rows], ref_logprobs[rows], mask, final,
                                                 args.kl_coef)
-                advantages, returns = gae(rewards, values, mask, args.gae_gamma, args.gae_lambda)
+                advantages, returns = gae(rewards, values, mask, cotrain.GAE_GAMMA,
+                                          args.gae_lambda)
                 e = exp[(t, a)]
                 e.update({key: batch[key][rows] for key in batch})
                 e.update(old_logprobs=old_logprobs[rows], ref_logprobs=ref_logprobs[rows],
@@ -126,8 +128,8 @@ def plain_ppo_update(team, exp, args, shuffle_seed=0):
     mb_size = args.minibatch_questions or n
     micro = min(args.micro_batch_questions or mb_size, mb_size)
     shuffle = torch.Generator().manual_seed(shuffle_seed)
-    keys = ["query_ids", "query_mask", "response_ids", "response_mask", "critic_query_ids",
-            "critic_query_mask", "old_logprobs", "old_values", "advantages", "returns"]
+    keys = ["query_ids", "query_mask", "response_ids", "response_mask", "old_logprobs",
+            "old_values", "advantages", "returns"]
     stats = {key: [] for key in exp}
     turns = sorted({t for t, _ in team.trained})
     for epoch in range(args.ppo_epochs):
@@ -146,8 +148,8 @@ def plain_ppo_update(team, exp, args, shuffle_seed=0):
                         size = len(rows)
                         names = [team.adapter_names[t][a] for a in agents for _ in range(size)]
                         parts = [slice(k * size, (k + 1) * size) for k in range(len(agents))]
-                        new_logprobs = plain_forward(team.bases[i], batch, names, args.temperature,
-                                                     False)["logprobs"]
+                        new_logprobs = plain_forward(team.bases[i], batch, names,
+                                                     args.temperature)["logprobs"]
                         pg_total, pg_stats = 0.0, []
                         for a, r in zip(agents, parts):
                             loss, s = policy_loss(new_logprobs[r], batch["old_logprobs"][r],
@@ -157,14 +159,14 @@ def plain_ppo_update(team, exp, args, shuffle_seed=0):
                             pg_stats.append(s)
                         pg_total.backward()
                         hidden = plain_forward(team.bases[i], batch, ["critic"] * len(names),
-                                               args.temperature, True, output_hidden=True)["hidden"]
+                                               args.temperature, output_hidden=True)["hidden"]
                         vf_total = 0.0
                         for a, r, s in zip(agents, parts, pg_stats):
                             mask = batch["response_mask"][r]
                             new_values = team.heads[team.head_keys[(t, a)]](hidden[r]) * mask
                             loss, vs = value_loss(new_values, batch["old_values"][r],
                                                   batch["returns"][r], mask, num_tokens[(t, a)],
-                                                  args.cliprange_value)
+                                                  args.cliprange)
                             vf_total = vf_total + args.vf_coef * loss
                             mb_stats[(t, a)].append({**s, **vs})
                         vf_total.backward()
@@ -183,13 +185,10 @@ def plain_ppo_update(team, exp, args, shuffle_seed=0):
 # ---------------------------------------------------------------- tests
 
 
-@pytest.mark.parametrize("flags", [["--ppo-epochs", "2"],
-                                   ["--ppo-epochs", "1", "--no-critic-history"]])
-def test_separate_equals_the_plain_update_bit_for_bit(flags):
+def test_separate_equals_the_plain_update_bit_for_bit():
     """--value-model separate: the experience and the update are bit-identical to the plain ones
-    above: tensors, statistics, parameters. With --no-critic-history the critic's rows follow the
-    turn-1 prompt."""
-    args = tiny_args("--value-model", "separate", *flags)
+    above: tensors, statistics, parameters."""
+    args = tiny_args("--value-model", "separate", "--ppo-epochs", "2")
     records = load_task("arith", "train", limit=2)
     old_team, new_team = cotrain.build_team(args, "cpu"), cotrain.build_team(args, "cpu")
     assert old_team.base_adapters[0] == ["agent0", "agent1", "critic"]
