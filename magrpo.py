@@ -80,8 +80,7 @@ class Args(RunArgs, ModelArgs):  # and the run's and the base model's flags
     discount: float = 1.0  # γ in R = r + γ·mean(child returns)
     adv_mode: Literal["mean", "std", "rloo", "max", "raw"] = "mean"  # group baseline (paper: mean)
     termination_threshold: float = 3.8  # no child nodes if a node's mean reward is above this
-    reward_scale: float = 1.0  # reward processor: r -> scale·r + shift
-    reward_shift: float = 0.0  # reward processor: shift
+    reward_shift: float = 0.0  # reward processor: r -> r + shift (authors' newest configs: -4)
     loss_agg: Literal["seq-sum", "token-mean"] = "seq-sum"  # Σ_t per completion (paper) | per token
     beta: float = 0.0  # β of a per-token k3 KL to the base model in the loss (paper: none)
     micro_batch_size: int = 8  # completions per forward/backward chunk
@@ -276,7 +275,7 @@ def rollout(agents: Agents, tokenizer, problems: list[dict], task: Task,
         for node in frontier:
             for _ in node.joint:
                 total, levels = next(scores)
-                node.rewards.append(args.reward_scale * total + args.reward_shift)  # processor
+                node.rewards.append(total + args.reward_shift)  # the reward processor
                 node.levels.append(levels)
             node.children = [None] * len(node.joint)
         # 4. branch: each joint action opens a child node with feedback prompts (unless this is the

@@ -18,8 +18,8 @@ magrpo.py (MAGRPO) wants a JOINT REWARD: fn(problem, completions) -> reward, or 
   problem      the problem dict of --dataset (e.g. {"id", "kind": "tldr", "text"} or a coding problem)
   completions  one completion per agent, in role order (len == --num-agents)
   levels       optional dict of named parts of the reward, logged as reward/<name> (the same keys every call)
-  It replaces the task's reward; the prompts (and multi-turn feedback) stay the task's. --reward-scale and
-  --reward-shift still apply.
+  It replaces the task's reward; the prompts (and multi-turn feedback) stay the task's. --reward-shift
+  still applies.
 
     python magrpo.py --model tiny --dataset pipeline --num-agents 3 --max-steps 2 --reward-fn examples/my_reward.py:distinct_and_short
 """
