@@ -3,8 +3,8 @@ outputs. An agent's prompt at turn t holds its own earlier prompts and sampled r
 forward over its last trained turn also reads every earlier trained turn's response: one forward
 per agent and debate instead of one per turn (half the forwards at two turns). It applies where
 each agent plays its trained turns on one adapter and every row's earlier prompt and response start
-its later prompt token for token; anywhere else cotrain.forward_pairs runs its loop.
-tests/test_fast_paths.py holds the two equal. A learner may skip this module."""
+its later prompt token for token; anywhere else cotrain.forward_pairs runs its loop, and a test
+holds the two equal. A learner may skip this module."""
 from __future__ import annotations
 
 import torch

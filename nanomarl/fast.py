@@ -1,5 +1,5 @@
 """fast.py: the optimisations of common.py, each with the plain path beside it and a test that
-both agree (tests/test_routing.py, tests/test_common.py):
+both agree:
 
   * stacked-LoRA routing: rows on several adapters share one generate call, two stacked matmuls
     per LoRA layer instead of peft's per-adapter gather and scatter (common.generate);
