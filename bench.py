@@ -217,9 +217,12 @@ def bench_training_pass(args, model, tokenizer, num_agents, device):
     def padded_pass(group_by_adapter: bool):
         # True: what the scripts do under autograd, one padded forward per adapter; False: all
         # A x B rows in one forward, peft routing each row to its adapter
-        out = common.forward_responses(model, *(rollout[k] for k in keys), adapters, 1.0,
-                                       group_by_adapter=group_by_adapter)
-        (-out["logprobs"].sum()).backward()
+        groups = [[name] for name in names] if group_by_adapter else [names]
+        for group in groups:
+            rows = torch.tensor([i for i, a in enumerate(adapters) if a in group])
+            out = common.forward_responses(model, *(rollout[k][rows] for k in keys),
+                                           [adapters[i] for i in rows], 1.0)
+            (-out["logprobs"].sum()).backward()
 
     def one_at_a_time():
         for i, adapter in enumerate(adapters):

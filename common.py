@@ -4,7 +4,7 @@
                  adapter_parameters, ValueHead, the peft guards (adapters_disabled, single_adapter)
   2. generation  generate(): one batched sampling call, each row on its own adapter
   3. log-probs   forward_responses(): per-token log-probs at the sampling temperature
-  4. maths       masked_mean / masked_var / masked_whiten
+  4. maths       masked_mean / masked_whiten
   5. answers     extract_answer, is_well_formed, the majority vote and the debate metrics
 
 Conventions used everywhere:
@@ -26,9 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from nanomarl.cli import arg_error
 from nanomarl.distributed import allreduce_sum
-from nanomarl.fast import (first_used_column, read_responses_inside, stackable_lora,
-                           stacked_lora_routing, used_width)
-from nanomarl.fast_decode import fast_decoder
+from nanomarl.fast import first_used_column, used_width
 from nanomarl.models import (hide_bitsandbytes_unless_quantised, prepare_quantized,
                              quantization_kwargs, resolve_model)
 from nanomarl.tasks.debate import normalize_label, normalize_number
@@ -162,14 +160,18 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
              lora_routing: str = "stacked") -> dict[str, torch.Tensor]:
     """Sample one response per prompt (a text, or token ids used as they are); row i uses adapter
     adapter_names[i] ('__base__' = no adapter). Rows on several adapters share one call:
-    lora_routing 'stacked' (nanomarl/fast.py, where it applies) or 'peft' (same outputs, slower).
+    lora_routing 'stacked' (nanomarl/fast.py, where it applies) or 'peft' (the same outputs).
     Returns query_ids/mask [B, Lq] (left-padded), response_ids/mask [B, Lr], truncated [B] (no
     EOS within max_new_tokens) and, 0 where masked, [B, Lr]: logprobs and entropy of π, the full
     softmax at the temperature (what forward_responses recomputes), and sampling_logprobs of q,
     what each token was drawn from (after top-k/top-p; greedy: 0). log q - log π = -log(the mass
     top-k/top-p kept) >= 0; updates through log π treat q's samples as π's (docs/magrpo.md)."""
+    # the fast paths, the same samples: on CUDA a static-cache decoder, or vLLM (--use-vllm); rows
+    # on several adapters, stacked LoRA. A learner may skip them: the loop below is the plain path
+    from nanomarl.fast import stacked_routing
+    from nanomarl.fast_decode import fast_decoder
     engine = getattr(model, "vllm_engine", None) or fast_decoder(model, adapter_names)
-    if engine is not None:  # --use-vllm: nanomarl/vllm_rollout.py; CUDA: nanomarl/fast_decode.py
+    if engine is not None:  # nanomarl/vllm_rollout.py, nanomarl/fast_decode.py
         return engine.generate(tokenizer, prompts, adapter_names, max_new_tokens, temperature,
                                top_p, top_k, min_new_tokens, greedy, batch_size)
     if lora_routing not in ("stacked", "peft"):
@@ -184,10 +186,10 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
         names = None if adapter_names is None else list(adapter_names[start:start + batch_size])
         one_adapter = names is not None and len(set(names)) == 1  # peft's ordinary path
         mixed = names is not None and not one_adapter
-        stacked = mixed and lora_routing == "stacked" and stackable_lora(model, names)
-        extra = {"adapter_names": names} if mixed and not stacked else {}
+        stacked = stacked_routing(model, names) if mixed and lora_routing == "stacked" else None
+        extra = {"adapter_names": names} if mixed and stacked is None else {}  # peft's routing
         routing = (single_adapter(model, names[0]) if one_adapter else
-                   stacked_lora_routing(model, names) if stacked else contextlib.nullcontext())
+                   stacked or contextlib.nullcontext())
         sampling = (dict(do_sample=False) if greedy
                     else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k))
         # a model's generation_config may carry processors (repetition_penalty, min_p, ...) that
@@ -229,35 +231,18 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
 
 def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
                       adapter_names: list[str] | None, temperature: float = 1.0,
-                      output_hidden: bool = False, output_entropy: bool = False,
-                      group_by_adapter: bool | None = None, earlier: list[tuple] = ()):
+                      output_hidden: bool = False, output_entropy: bool = False):
     """One padded forward over [query ; response]; row i on adapter adapter_names[i] (None: the
-    active setup). Returns dict(logprobs [B, Lr] (0 where masked), entropy [B, Lr] or None,
-    hidden [B, Lr, H] or None: the states V(s) is read from).
-
-    Rows on several adapters: without gradients, one mixed-adapter forward (peft's adapter_names=);
-    under autograd (group_by_adapter=None: when gradients are enabled), one forward per adapter,
-    rows put back in order: peft's mixed routing keeps more activations under autograd, and 4-bit
-    layers forbid it. Position ids count only real tokens, so left padding changes nothing; columns
-    no row uses are not computed (the outputs keep the full width, zeros there). The logits at p
-    predict token p+1: the response's log-probs come from positions [Lq-1, Lq+Lr-1).
-    earlier: responses that sit INSIDE the queries, each (ids [B, L], mask [B, L], start [B]), read
-    by the same forward (nanomarl/fast.py; cotrain.py's conversation forward); their outputs are
-    returned under "earlier"."""
+    active setup; several: peft's mixed-adapter forward). Returns dict(logprobs [B, Lr] (0 where
+    masked), entropy [B, Lr] or None, hidden [B, Lr, H] or None: the states V(s) is read from).
+    Position ids count only real tokens, so left padding changes nothing; columns no row uses are
+    not computed (the outputs keep the full width, zeros there)."""
     if adapter_names is not None and len(set(adapter_names)) == 1:
         # one adapter for every row: peft's ordinary forward (its mixed path would gather and
         # scatter every layer's activations for nothing)
         with single_adapter(model, adapter_names[0]):
             return forward_responses(model, query_ids, query_mask, response_ids, response_mask,
-                                     None, temperature, output_hidden, output_entropy,
-                                     earlier=earlier)
-    if adapter_names is not None:
-        group_by_adapter = torch.is_grad_enabled() if group_by_adapter is None else group_by_adapter
-        quantized = getattr(model.config, "quantization_config", None) is not None
-        if group_by_adapter or (torch.is_grad_enabled() and quantized):
-            return _forward_by_adapter_groups(model, query_ids, query_mask, response_ids,
-                                              response_mask, adapter_names, temperature,
-                                              output_hidden, output_entropy, earlier)
+                                     None, temperature, output_hidden, output_entropy)
     # columns no row uses (left padding of the prompts, right padding of the responses): dropped
     full_width = response_ids.shape[1]
     first, width = first_used_column(query_mask), used_width(response_mask)
@@ -268,25 +253,15 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     attention_mask = torch.cat([query_mask.long(), response_mask.long()], dim=1)
     position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
     extra = {} if adapter_names is None else {"adapter_names": list(adapter_names)}
-    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                  output_hidden_states=output_hidden, use_cache=False, **extra)
-    if not earlier:
-        with fp32_head(model):  # the logits in fp32 on a bf16 base
-            out = model(**inputs, logits_to_keep=r_len + 1)
-        # [B, Lr, V]: the positions that predict response tokens
-        logits = out.logits[:, :-1].float() / temperature
-        hidden = out.hidden_states[-1][:, q_len - 1: q_len + r_len - 1] if output_hidden else None
-        result = _response_outputs(logits, hidden, response_ids, response_mask, output_entropy)
-        return _pad_outputs(result, full_width)
-    # the conversation forward: the same forward also reads the responses inside the queries
-    with fp32_head(model):
-        parts = read_responses_inside(model, inputs, query_mask, response_ids, response_mask,
-                                      earlier, output_hidden)
-    results = [_response_outputs(logits.float() / temperature, hidden, ids, mask, output_entropy)
-               for logits, hidden, ids, mask in parts]
-    return dict(_pad_outputs(results[0], full_width),
-                earlier=[_pad_outputs(r, ids.shape[1])
-                         for r, (ids, _, _) in zip(results[1:], earlier)])
+    with fp32_head(model):  # the logits in fp32 on a bf16 base
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    output_hidden_states=output_hidden, use_cache=False,
+                    logits_to_keep=r_len + 1, **extra)
+    # [B, Lr, V]: the logits at p predict token p+1, so positions [Lq-1, Lq+Lr-1) the response
+    logits = out.logits[:, :-1].float() / temperature
+    hidden = out.hidden_states[-1][:, q_len - 1: q_len + r_len - 1] if output_hidden else None
+    result = _response_outputs(logits, hidden, response_ids, response_mask, output_entropy)
+    return _pad_outputs(result, full_width)
 
 
 def _response_outputs(logits, hidden, response_ids, response_mask, output_entropy: bool) -> dict:
@@ -324,38 +299,6 @@ def fp32_head(model):
         yield
     finally:
         del head.forward
-
-
-def _forward_by_adapter_groups(model, query_ids, query_mask, response_ids, response_mask,
-                               adapter_names, temperature,
-                               output_hidden, output_entropy, earlier=()):
-    """One forward per adapter (each a padded batch of that adapter's rows, trimmed to the group's
-    longest query and response by forward_responses), results put back in the rows' order."""
-    outputs = []
-    for name in dict.fromkeys(adapter_names):
-        rows = torch.tensor([i for i, a in enumerate(adapter_names) if a == name],
-                            device=query_ids.device)
-        outputs.append((rows, forward_responses(
-            model, query_ids[rows], query_mask[rows], response_ids[rows], response_mask[rows],
-            [name] * len(rows), temperature, output_hidden, output_entropy,
-            earlier=[tuple(x[rows] for x in e) for e in earlier])))
-
-    def in_row_order(parts: list[tuple[torch.Tensor, dict]]) -> dict:
-        merged = {}
-        for key in ("logprobs", "entropy", "hidden"):
-            first = parts[0][1][key]
-            merged[key] = (None if first is None
-                           else first.new_zeros((len(adapter_names), *first.shape[1:])))
-            for rows, out in parts:
-                if first is not None:
-                    merged[key] = merged[key].index_copy(0, rows, out[key])
-        return merged
-
-    merged = in_row_order(outputs)
-    if earlier:
-        merged["earlier"] = [in_row_order([(rows, out["earlier"][k]) for rows, out in outputs])
-                             for k in range(len(earlier))]
-    return merged
 
 
 @contextlib.contextmanager
@@ -428,34 +371,15 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
     return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1e-8)
 
 
-def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
-    """Variance over the masked entries; unbiased uses Bessel's correction n/(n-1) as torch.var
-    does."""
-    mean = masked_mean(x, mask)
-    var = masked_mean((x - mean) ** 2, mask)
-    if unbiased:
-        n = mask.sum()
-        var = var * n / (n - 1).clamp(min=1)
-    return var
-
-
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True,
-                  all_ranks: bool = False) -> torch.Tensor:
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(x - mean) / sqrt(var + 1e-8) over the masked entries (TRL's masked_whiten); masked entries
-    stay 0. all_ranks: the mean and unbiased variance of the masked entries of EVERY process
-    (torchrun), from sums and counts all-reduced across ranks, so N processes x B rows whiten
-    exactly like one process with N·B rows."""
-    if not all_ranks:
-        mean, var = masked_mean(x, mask), masked_var(x, mask)
-    else:
-        count = allreduce_sum(mask.sum())
-        mean = allreduce_sum((x * mask).sum()) / count.clamp(min=1e-8)
-        var = allreduce_sum(((x - mean) ** 2 * mask).sum()) / count.clamp(min=1e-8)
-        var = var * count / (count - 1).clamp(min=1)  # Bessel's correction, as masked_var
-    whitened = (x - mean) * torch.rsqrt(var + 1e-8)
-    if not shift_mean:
-        whitened = whitened + mean
-    return whitened * mask
+    stay 0. The mean and unbiased variance are over EVERY process's masked entries (torchrun: sums
+    and counts all-reduced): N processes x B rows whiten like one process with N·B rows."""
+    count = allreduce_sum(mask.sum())
+    mean = allreduce_sum((x * mask).sum()) / count.clamp(min=1e-8)
+    var = allreduce_sum(((x - mean) ** 2 * mask).sum()) / count.clamp(min=1e-8)
+    var = var * count / (count - 1).clamp(min=1)  # Bessel's correction, as torch.var
+    return (x - mean) * torch.rsqrt(var + 1e-8) * mask
 
 
 # 5. Answers: extraction, the format check, the majority vote and the debate metrics ---------------

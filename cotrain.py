@@ -43,13 +43,11 @@ from common import (ValueHead, adapter_parameters, add_adapters, allreduce_sum, 
 from nanomarl import vllm_rollout
 from nanomarl.cli import DataArgs, ModelArgs, RunArgs, parse_args
 from nanomarl.cotrain_run import (add_minibatch_stats, agent_models, check_questions, custom_scorer,
-                                  eval_due, eval_metrics, eval_started, finish_run,
-                                  incentive_values, load_state, log_update, ppo_metrics,
-                                  rollout_metrics, save_state, settle_args, stop_if_kl_exceeds,
-                                  train_turn_indices)
+                                  eval_due, eval_metrics, eval_started, finish_run, load_state,
+                                  log_update, ppo_metrics, rollout_metrics, save_state, settle_args,
+                                  stop_if_kl_exceeds, train_turn_indices)
 from nanomarl.distributed import (allreduce_gradients, init_distributed, rank_rows, seed_everything,
                                   seed_sampling_per_rank, world_info)
-from nanomarl.fast import agent_rows, conversation_forward, conversation_forward_applies
 from nanomarl.models import load_tokenizer
 from nanomarl.runs import clean_exits, log_metrics, set_torch_threads, start_run
 from nanomarl.self_consistency import eval_controls
@@ -392,111 +390,81 @@ def group_advantages(rewards: torch.Tensor, group_size: int, std: bool = False):
     grouped = rewards.reshape(-1, group_size)
     ties = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)
     adv = (grouped - grouped.mean(dim=1, keepdim=True)).masked_fill(ties, 0.0).reshape(-1)
-    return masked_whiten(adv, torch.ones_like(adv), all_ranks=True) if std else adv
+    return masked_whiten(adv, torch.ones_like(adv)) if std else adv
 
 
-def forward_groups(team: Team, exp: dict, one_forward: bool, rows=None, keys=None):
-    """What one forward covers: (base, its trained agents, {turn: their rows, concatenated}), one
-    turn at a time, or every trained turn at once (one_forward)."""
-    turns = sorted({t for t, _ in team.trained})
-    for t in turns[-1:] if one_forward else turns:
-        for i in range(len(team.bases)):
-            agents = [a for tt, a in team.trained if tt == t and team.agent_base[a] == i]
-            together = turns if one_forward else [t]
-            if agents:
-                first = exp[(together[0], agents[0])]
-                yield i, agents, {tt: agent_rows(exp, tt, agents, rows, keys or list(first))
-                                  for tt in together}
-
-
-def forward_turns(model, batches: dict, names: list[str], args: Args, one_forward: bool,
+def forward_pairs(team: Team, exp: dict, rows: torch.Tensor, args: Args, adapter: str | None = None,
                   chunk: int = 0, **outputs) -> dict:
-    """forward_responses over each turn's batch ({turn: batch}, the same rows at every turn; names:
-    each row's adapter) in chunks of `chunk` rows (0: all): {turn: outputs}. The plain path is one
-    forward per turn; one_forward, one over the last turn (nanomarl/fast.py): the same outputs."""
-    size = chunk or len(names)
-    pieces = []
-    for s in range(0, len(names), size):
-        part = {t: tuple(b[k][s:s + size] for k in RESPONSE_KEYS) for t, b in batches.items()}
-        if one_forward:
-            pieces.append(conversation_forward(forward_responses, model, part, names[s:s + size],
-                                               args.temperature, **outputs))
-        else:
-            pieces.append({t: forward_responses(model, *p, names[s:s + size], args.temperature,
-                                                **outputs) for t, p in part.items()})
-    return {t: {k: None if pieces[0][t][k] is None else torch.cat([p[t][k] for p in pieces])
-                for k in ("logprobs", "entropy", "hidden")} for t in batches}
+    """forward_responses over the chosen rows (debates) of every trained (turn, agent), each pair on
+    its own policy adapter, or all on `adapter` ('__base__': the reference; 'critic'), `chunk` rows
+    per forward (0: all). Returns {(t, a): logprobs, entropy, hidden (None unless asked for)}."""
+    from nanomarl.conversation import conversation_forward  # the fast path: the same outputs
+    fast = conversation_forward(team, exp, rows, args.temperature, adapter, chunk, **outputs)
+    if fast is not None:  # one forward per agent over its last turn, whose prompt holds the others
+        return fast
+    out = {}
+    for (t, a), e in exp.items():
+        name = adapter or team.adapter_names[t][a]
+        pieces = [forward_responses(team.bases[team.agent_base[a]],
+                                    *(e[k][part] for k in RESPONSE_KEYS), [name] * len(part),
+                                    args.temperature, **outputs)
+                  for part in rows.split(chunk or len(rows))]
+        out[(t, a)] = {k: None if v is None else torch.cat([p[k] for p in pieces])
+                       for k, v in pieces[0].items()}
+    return out
 
 
-def value_states(model, batch: dict, policy_out: dict | None, args: Args, chunk: int = 0):
-    """What the value heads read: the policy forward's own hidden states (--value-model shared), or
-    the critic adapter's on the same rows (separate: the paper's critic; it sees the discussion)."""
-    if args.value_model == "shared":
-        return policy_out["hidden"]
-    return forward_turns(model, {0: batch}, ["critic"] * len(batch["query_ids"]), args, False,
-                         chunk, output_hidden=True)[0]["hidden"]
+def critic_values(team: Team, exp: dict, rows: torch.Tensor, args: Args, policy: dict | None,
+                  chunk: int = 0) -> dict:
+    """V(s) at every response token of the chosen rows, per trained (turn, agent) (--advantage
+    gae): its turn's value head on the last hidden states of the policy's forward (`policy`, else
+    one here; --value-model shared) or of the critic adapter's (separate: the paper's critic)."""
+    if args.value_model == "separate":
+        policy = forward_pairs(team, exp, rows, args, "critic", chunk, output_hidden=True)
+    elif policy is None:
+        policy = forward_pairs(team, exp, rows, args, None, chunk, output_hidden=True)
+    return {key: team.heads[team.head_keys[key]](policy[key]["hidden"]) * e["response_mask"][rows]
+            for key, e in exp.items()}
 
 
 @torch.no_grad()
 def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args: Args) -> dict:
-    """{(t, a): π_old and reference log-probs, values, KL-shaped rewards, advantages, returns} for
-    every trained (turn, agent); final_rewards [B, T, A] = R + b. Whitened over all ranks."""
-    exp = {}
-    for t, a in team.trained:  # the tensors as sampled; π_old: the log-probs they were sampled with
-        ro = debate["rollout"][t][a]
-        exp[(t, a)] = {k: ro[k] for k in RESPONSE_KEYS}
-        exp[(t, a)].update(old_logprobs=ro["logprobs"], entropy=ro["entropy"])
-    one_forward = conversation_forward_applies(team, exp, args)
-    size = args.forward_batch_size
-    fit_values = args.advantage == "gae"
-    shared = args.value_model == "shared"
-    recompute = args.old_logprobs == "recompute"  # auto: settle_args
-    n = len(debate["records"])
-    for i, agents, batches in forward_groups(team, exp, one_forward):
-        names = [team.adapter_names[max(batches)][a] for a in agents for _ in range(n)]
-        # 4. the reference: these rows on the base alone; π_old, recomputed; values (value_states)
-        base = team.bases[i]
-        ref = forward_turns(base, batches, ["__base__"] * len(names), args, one_forward, size)
-        policy = {}
-        if recompute:  # in ppo_loss's shapes, as bf16 rounds by them: --micro-batch-questions
-            # debates at a time, each adapter's rows alone (the rows: agent- to debate-major)
-            order = torch.arange(len(names)).view(-1, n).T.reshape(-1)
-            part = {t: {k: b[k][order] for k in RESPONSE_KEYS} for t, b in batches.items()}
-            micro = (args.micro_batch_questions or n) * len(agents)
-            back = order.argsort()
-            out = forward_turns(base, part, [names[j] for j in order], args, one_forward, micro,
-                                group_by_adapter=True, output_entropy=True,
-                                output_hidden=fit_values and shared)
-            policy = {t: {k: v if v is None else v[back] for k, v in o.items()}
-                      for t, o in out.items()}
-        elif fit_values and shared:
-            policy = forward_turns(base, batches, names, args, one_forward, size,
-                                   output_hidden=True)
-        for tt, tb in batches.items():
-            old_logprobs = policy[tt]["logprobs"] if recompute else tb["old_logprobs"]
-            entropy = policy[tt]["entropy"] if recompute else tb["entropy"]
-            hidden = value_states(base, tb, policy.get(tt), args, size) if fit_values else None
-            for k, a in enumerate(agents):
-                rows = slice(k * n, (k + 1) * n)
-                mask = tb["response_mask"][rows]
-                # 5. per-token rewards: -kl_coef x KL at every token, R + b at the last
-                final = final_rewards[:, tt, a].to(mask.device)
-                rewards, kl = kl_shaped_rewards(old_logprobs[rows], ref[tt]["logprobs"][rows], mask,
-                                                final, args.kl_coef)
-                if fit_values:  # GAE within each response, whitened over this (turn, agent)
-                    values = team.heads[team.head_keys[(tt, a)]](hidden[rows]) * mask
-                    advantages, returns = gae(rewards, values, mask, GAE_GAMMA, args.gae_lambda)
-                    advantages = masked_whiten(advantages, mask, all_ranks=True)
-                else:  # group: R + b against its question's K debates, plus the summed KL's (r_θ)
-                    values = returns = torch.zeros_like(rewards)
-                    K = args.samples_per_question  # debates per question
-                    penalty = -args.kl_coef * kl.sum(dim=1)
-                    advantages = group_advantages(final, K, args.advantage_std)  # std: R + b only
-                    advantages = (advantages + group_advantages(penalty, K))[:, None] * mask
-                exp[(tt, a)].update({key: tb[key][rows] for key in tb})  # without padding columns
-                exp[(tt, a)].update(old_logprobs=old_logprobs[rows], entropy=entropy[rows],
-                                    ref_logprobs=ref[tt]["logprobs"][rows], old_values=values,
-                                    kl=kl, rewards=rewards, returns=returns, advantages=advantages)
+    """{(t, a): the sampled tensors, π_old and reference log-probs, values, KL-shaped rewards,
+    advantages, returns} for every trained (turn, agent); final_rewards [B, T, A] = R + b."""
+    sampled = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
+    exp = {key: {k: ro[k] for k in RESPONSE_KEYS} for key, ro in sampled.items()}
+    rows = torch.arange(len(debate["records"]))  # every debate
+    # 4. the reference: the same rows on the base alone
+    ref = forward_pairs(team, exp, rows, args, "__base__", args.forward_batch_size)
+    # π_old: the log-probs each token was sampled with, in fp32; below fp32 the sampling pass
+    # rounds apart from the update: a forward in the update's shapes (TRL's and the authors' way)
+    below_fp32 = (args.dtype, args.quant) != ("float32", "none")
+    recompute = args.old_logprobs == "recompute" or (args.old_logprobs == "auto" and below_fp32)
+    old = sampled
+    if recompute:
+        old = forward_pairs(team, exp, rows, args, None, args.micro_batch_questions,
+                            output_entropy=True, output_hidden=args.advantage == "gae")
+    values = (critic_values(team, exp, rows, args, old if recompute else None,
+                            args.forward_batch_size) if args.advantage == "gae" else None)
+    for (t, a), e in exp.items():
+        mask = e["response_mask"]
+        # 5. per-token rewards: -kl_coef x KL at every token, R + b at the last
+        final = final_rewards[:, t, a].to(mask.device)
+        rewards, kl = kl_shaped_rewards(old[(t, a)]["logprobs"], ref[(t, a)]["logprobs"], mask,
+                                        final, args.kl_coef)
+        if values is not None:  # GAE within each response, whitened over this (turn, agent)
+            old_values = values[(t, a)]
+            advantages, returns = gae(rewards, old_values, mask, GAE_GAMMA, args.gae_lambda)
+            advantages = masked_whiten(advantages, mask)
+        else:  # group: R + b against its question's K debates, plus the summed KL's (r_θ)
+            old_values = returns = torch.zeros_like(rewards)
+            K = args.samples_per_question  # debates per question
+            penalty = -args.kl_coef * kl.sum(dim=1)
+            advantages = group_advantages(final, K, args.advantage_std)  # std: R + b only
+            advantages = (advantages + group_advantages(penalty, K))[:, None] * mask
+        e.update(old_logprobs=old[(t, a)]["logprobs"], entropy=old[(t, a)]["entropy"],
+                 ref_logprobs=ref[(t, a)]["logprobs"], old_values=old_values, kl=kl,
+                 rewards=rewards, returns=returns, advantages=advantages)
     return exp
 
 
@@ -540,51 +508,39 @@ def value_loss(new_values, old_values, returns, response_mask, num_tokens, clipr
     return token_mean(vf_loss_per_token, response_mask, num_tokens), stats
 
 
-def ppo_loss(team: Team, base: int, agents: list[int], batches: dict, num_tokens: dict, stats: dict,
-             args: Args, one_forward: bool):
-    """The loss of one forward (the agents' rows on one base, each on its own adapter): each (turn,
-    agent)'s clipped surrogate and, with --advantage gae, vf_coef x its value loss (the heads read
-    this forward's hidden states, training the policy adapter too; separate: the critic's own)."""
-    fit_values = args.advantage == "gae"
-    n = len(batches[max(batches)]["response_mask"]) // len(agents)
-    names = [team.adapter_names[max(batches)][a] for a in agents for _ in range(n)]
-    out = forward_turns(team.bases[base], batches, names, args, one_forward,
-                        output_hidden=fit_values and args.value_model == "shared")
+def ppo_loss(team: Team, exp: dict, rows: torch.Tensor, num_tokens: dict, stats: dict,
+             args: Args):
+    """The loss of these rows at every trained (turn, agent), each pair on its own adapter: the sum
+    of the clipped surrogates and, with --advantage gae, vf_coef x the value losses."""
+    out = forward_pairs(team, exp, rows, args, output_hidden=args.advantage == "gae")  # for V(s)
+    values = critic_values(team, exp, rows, args, out) if args.advantage == "gae" else None
     loss = 0.0
-    for tt, tb in batches.items():
-        hidden = value_states(team.bases[base], tb, out[tt], args) if fit_values else None
-        for k, a in enumerate(agents):
-            r = slice(k * n, (k + 1) * n)
-            mask = tb["response_mask"][r]
-            pg_loss, s = policy_loss(out[tt]["logprobs"][r], tb["old_logprobs"][r],
-                                     tb["advantages"][r], mask, num_tokens[(tt, a)], args.cliprange)
-            loss = loss + pg_loss
-            if fit_values:
-                new_values = team.heads[team.head_keys[(tt, a)]](hidden[r]) * mask
-                vf_loss, vs = value_loss(new_values, tb["old_values"][r], tb["returns"][r], mask,
-                                         num_tokens[(tt, a)], args.cliprange)
-                loss = loss + args.vf_coef * vf_loss
-                s = {**s, **vs}
-            stats[(tt, a)].append(s)
+    for key, e in exp.items():
+        mask = e["response_mask"][rows]
+        pg_loss, s = policy_loss(out[key]["logprobs"], e["old_logprobs"][rows],
+                                 e["advantages"][rows], mask, num_tokens[key], args.cliprange)
+        loss = loss + pg_loss
+        if values is not None:
+            vf_loss, vs = value_loss(values[key], e["old_values"][rows], e["returns"][rows], mask,
+                                     num_tokens[key], args.cliprange)
+            loss = loss + args.vf_coef * vf_loss
+            s = {**s, **vs}
+        stats[key].append(s)
     return loss
 
 
 def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict:
     """--ppo-epochs passes of shuffled minibatches (CleanRL's loop): a forward and backward per
-    micro-batch and group (ppo_loss), then each optimiser clips and steps once per minibatch.
+    micro-batch of debates (ppo_loss), then each optimiser clips and steps once per minibatch.
     Multi-process: question g and its K debates sit on rank g % world; the losses are divided by the
     minibatch's GLOBAL token count and the gradients summed: the step equals one process's."""
-    world = world_info()[1]
-    first = next(iter(exp.values()))["response_mask"]
-    n_global = first.shape[0] * world
+    n_global = len(next(iter(exp.values()))["response_mask"]) * world_info()[1]
     mb_size = args.minibatch_questions or n_global
     micro = min(args.micro_batch_questions or mb_size, mb_size)
     params = {name: [p for g in opt.param_groups for p in g["params"]]
               for name, opt in team.optimizers.items()}
     shuffle = torch.Generator().manual_seed(shuffle_seed)  # the same order on every rank
-    keys = [*RESPONSE_KEYS, "old_logprobs", "old_values", "advantages", "returns"]
-    one_forward = conversation_forward_applies(team, exp, args)
-    stats = dict({key: [] for key in exp}, skipped=0, conversation_forward=float(one_forward),
+    stats = dict({key: [] for key in exp}, skipped=0,
                  **{f"grad_norm/{name}": [] for name in team.optimizers})
     for epoch in range(args.ppo_epochs):
         perm = torch.randperm(n_global, generator=shuffle)
@@ -593,23 +549,17 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
             num_tokens = {key: allreduce_sum(e["response_mask"][minibatch].sum())
                           for key, e in exp.items()}
             mb_stats = {key: [] for key in exp}
-            finite = True
             for opt in team.optimizers.values():
                 opt.zero_grad(set_to_none=True)
             for m_start in range(0, len(minibatch), micro):
-                rows = minibatch[m_start:m_start + micro]
-                for i, agents, batches in forward_groups(team, exp, one_forward, rows, keys):
-                    loss = ppo_loss(team, i, agents, batches, num_tokens, mb_stats, args,
-                                    one_forward)
-                    finite = finite and bool(torch.isfinite(loss))
-                    if finite:
-                        loss.backward()
-            # multi-process: sum all ranks' gradients; skip the step on all if a loss is not finite
-            allreduce_gradients([p for group in params.values() for p in group], "sum")
-            finite = bool(allreduce_sum(torch.tensor(float(not finite), device=first.device)) == 0)
+                rows = minibatch[m_start:m_start + micro]  # these debates, every (turn, agent)
+                ppo_loss(team, exp, rows, num_tokens, mb_stats, args).backward()
+            # multi-process: sum all ranks' gradients; a non-finite loss makes them non-finite on
+            # every rank, which then all skip the step
+            allreduce_gradients([p for group in params.values() for p in group])
             norms = {name: float(torch.nn.utils.clip_grad_norm_(group, args.max_grad_norm))
                      for name, group in params.items()}
-            if not finite or not all(math.isfinite(v) for v in norms.values()):
+            if not all(math.isfinite(v) for v in norms.values()):
                 warnings.warn(f"non-finite PPO loss or gradient in epoch {epoch}: step skipped")
                 stats["skipped"] += 1
                 continue
@@ -672,7 +622,8 @@ def rollout_step(team: Team, args: Args, records: list[dict], scorer,
     penalized = apply_penalties(scores, good, truncated, args.format_penalty if args.penalize_format
                                 else None, args.missing_eos_penalty)
     # 3. influence-aware reward (Definition 1) + incentives (Tables 1-2, on 0/1 correctness)
-    bonus = incentive_bonus(debate["correct"], *incentive_values(args))  # α0, α1, β0, β1
+    incentives = [float(x) for x in args.incentives.split(",")]  # α0, α1, β0, β1 (checked)
+    bonus = incentive_bonus(debate["correct"], *incentives)
     if not builtin_rules:  # your scorer without --reward-fn-rules: its scores alone
         penalized = scores.clone()
         bonus = torch.zeros_like(scores)

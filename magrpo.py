@@ -484,7 +484,7 @@ def magrpo_update(agents: Agents, roots: list[Node], batches: list[list[dict]], 
                 stats = accumulate_agent_loss(agents, agent, batches[turn][agent], adv, num_nodes,
                                               args, num_tokens[agent])
                 metrics.update({prefix + k: v for k, v in stats.items()})
-            allreduce_gradients(agents.params[agent], "sum")  # sum over ranks, then clip and step
+            allreduce_gradients(agents.params[agent])  # sum over ranks, then clip and step
             max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")  # no clip
             grad_norm = torch.nn.utils.clip_grad_norm_(agents.params[agent], max_norm)
             agents.optimizers[agent].step()

@@ -316,8 +316,6 @@ def ppo_metrics(exp: dict, stats: dict, num_agents: int) -> dict:
         if isinstance(key, str) and key.startswith("grad_norm/") and value:
             metrics[key] = sum(value) / len(value)
     metrics["train/skipped_minibatches"] = stats["skipped"]
-    # 1: one forward per conversation
-    metrics["train/conversation_forward"] = stats.get("conversation_forward", 0.0)
     return metrics
 
 
@@ -494,7 +492,4 @@ def settle_args(args, score_fn=None):
     configure_device(args, "micro_batch_questions", args.num_agents,
                      256 + args.num_turns * args.num_agents * args.max_new_tokens)
     args.lr_decay_steps = args.lr_decay_steps or args.max_steps  # a longer resume keeps it
-    if args.old_logprobs == "auto":  # below fp32 the sampling pass rounds apart from the update
-        fp32 = (args.dtype, args.quant) == ("float32", "none")
-        args.old_logprobs = "sampling" if fp32 else "recompute"
     return args, user_scorer(args, score_fn)

@@ -68,11 +68,10 @@ def rank_rows(rows: torch.Tensor, group_size: int = 1) -> torch.Tensor:
     return question[mine] // world * group_size + sample[mine]
 
 
-def allreduce_gradients(params: list[nn.Parameter], op: str = "sum"):
-    """Sum (or average) the gradients of the trainable parameters across ranks: the LoRA/head
-    version of DDP. A rank without a gradient for p (it held no rows for it) contributes zeros;
-    p.grad stays None only where no rank had one, so the optimiser skips p as one process
-    would."""
+def allreduce_gradients(params: list[nn.Parameter]):
+    """Sum the gradients of the trainable parameters across ranks: the LoRA/head version of DDP. A
+    rank without a gradient for p (it held no rows for it) contributes zeros; p.grad stays None
+    only where no rank had one, so the optimiser skips p as one process would."""
     rank, world = world_info()
     if world == 1:
         return
@@ -84,8 +83,6 @@ def allreduce_gradients(params: list[nn.Parameter], op: str = "sum"):
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
-        if op == "mean":
-            p.grad /= world
 
 
 def allreduce_sum(x: torch.Tensor) -> torch.Tensor:

@@ -1,14 +1,14 @@
 """Each fast path of cotrain.py's update equals the plain path beside it, on the tiny model (fp32):
 
-  * forward_turns(one_forward=True) (the conversation forward: one forward over the last trained
-    turn also reads the earlier turns' responses, nanomarl/fast.read_responses_inside) equals one
-    forward per turn: log-probs, entropies, hidden states and gradients, for 2 and 3 turns and
-    --train-turns 2,3, with and without autograd;
-  * make_experience and ppo_update with the conversation forward equal the plain path (plain_path:
-    one forward per turn): every experience tensor, every PPO statistic and the trained adapters
-    and heads; and where the conversations do not hold it falls back to one forward per turn, bit
-    for bit;
-  * --old-logprobs sampling (π_old as generate() sampled it) is within 1e-5 of a recompute.
+  * the conversation forward (nanomarl/conversation.py: one forward per agent over its last trained
+    turn also reads the earlier turns' responses) behind cotrain.forward_pairs equals its loop, one
+    forward per (turn, agent): log-probs, entropies, hidden states and gradients, for 2 and 3 turns
+    and --train-turns 2,3, with and without autograd;
+  * make_experience and ppo_update with the conversation forward equal the plain path (plain_path):
+    every experience tensor, every PPO statistic and the trained adapters and heads; and where the
+    conversations do not hold it falls back to the loop, bit for bit;
+  * --old-logprobs sampling (π_old as generate() sampled it; the fp32 default) is within 1e-5 of a
+    recompute.
 
 The stacked-LoRA routing of generate() against peft's routing: tests/test_routing.py. The shared
 helpers below are also used by tests/test_perf_update.py (what each design costs per update)."""
@@ -21,8 +21,8 @@ import cotrain
 from common import tokenize_prompts
 from magrpo import reference_logprobs
 from conftest import PAPER_PPO
+from nanomarl import conversation
 from nanomarl.cli import parse_args
-from nanomarl.fast import conversation_forward_applies
 from nanomarl.tasks.debate import load_task
 from nanomarl.tasks.debate_prompts import sampled_conversation
 
@@ -42,9 +42,17 @@ def tiny_args(*flags):
         "--sample-every", "0", "--log-every", "0", *flags])
 
 
+FAST_PATH = conversation.conversation_forward
+
+
 def plain_path(patch):
-    """cotrain.py's plain path: one forward per turn (the conversation forward never applies)."""
-    patch.setattr(cotrain, "conversation_forward_applies", lambda *args: False)
+    """cotrain.py's plain path: forward_pairs' loop (the conversation forward never applies)."""
+    patch.setattr(conversation, "conversation_forward", lambda *args, **kwargs: None)
+
+
+def fast_path(patch):
+    """The conversation forward on again (it applies where the conversations hold)."""
+    patch.setattr(conversation, "conversation_forward", FAST_PATH)
 
 
 @pytest.fixture(autouse=True)
@@ -137,17 +145,23 @@ def as_one_conversation(debate, tokenizer):
     return debate
 
 
-# ---------------------------------------------------------------- forward_turns
+# ---------------------------------------------------------------- forward_pairs
+
+
+def applies(team, exp, args) -> bool:
+    """Does the conversation forward serve these pairs? (It returns None where it does not.)"""
+    with torch.no_grad():
+        return FAST_PATH(team, exp, torch.arange(1), args.temperature, None, 0) is not None
 
 
 @pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("flags", [["--num-turns", "2"], ["--num-turns", "3"],
                                    ["--num-turns", "3", "--train-turns", "2,3"]])
-def test_forward_turns_one_forward_equals_one_forward_per_turn(monkeypatch, flags, grad):
-    """forward_turns over the trained turns of both agents (rows on agent0 and agent1 mixed, as
-    make_experience and ppo_update call it): one_forward=True gives every turn's log-probs,
-    entropies and hidden states from ONE forward over the last turn (a third of the forwards for 3
-    turns), equal to one forward per turn to fp32 noise; in chunks of 3 rows too (no gradients)
+def test_forward_pairs_conversation_forward_equals_its_loop(monkeypatch, flags, grad):
+    """forward_pairs over every trained (turn, agent) of both agents, as make_experience and
+    ppo_update call it: the conversation forward gives every turn's log-probs, entropies and hidden
+    states from ONE forward per agent over its last turn (a third of the forwards for 3 turns),
+    equal to the loop's one forward per pair to fp32 noise; in chunks of 1 row too (no gradients)
     and, under autograd, with the same gradients on every adapter."""
     args = tiny_args(*flags)
     team = cotrain.build_team(args, "cpu")
@@ -157,53 +171,50 @@ def test_forward_turns_one_forward_equals_one_forward_per_turn(monkeypatch, flag
     debate, _ = debate_and_rewards(team, args, load_task("arith", "train", limit=2))
     debate = as_one_conversation(debate, team.agent_tokenizers()[0])
     exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
-    assert conversation_forward_applies(team, exp, args)  # the fast path applies
+    assert applies(team, exp, args)  # the fast path applies
     turns = sorted({t for t, _ in team.trained})
     assert turns == ([1, 2] if "--train-turns" in flags else list(range(args.num_turns)))
-    keys = ["query_ids", "query_mask", "response_ids", "response_mask"]  # both agents' rows
-    batches = {t: {k: torch.cat([exp[(t, a)][k] for a in (0, 1)]) for k in keys} for t in turns}
-    names = [team.adapter_names[turns[-1]][a] for a in (0, 1) for _ in range(2)]
-    assert names == ["agent0", "agent0", "agent1", "agent1"]
     model = team.bases[0]
     params = {n: p for n, p in model.named_parameters() if ".lora_" in n}
-    weights = {t: torch.randn(batches[t]["response_mask"].shape) for t in turns}
+    weights = {key: torch.randn(e["response_mask"].shape) for key, e in exp.items()}
+    rows = torch.tensor([1, 0])  # any order
     results = {}
-    modes = [(False, 0), (True, 0)] + ([] if grad else [(False, 3), (True, 3)])
-    for one_forward, chunk in modes:
+    modes = [("loop", 0), ("fast", 0)] + ([] if grad else [("loop", 1), ("fast", 1)])
+    for mode, chunk in modes:
         with monkeypatch.context() as patch, torch.set_grad_enabled(grad):
+            if mode == "fast":
+                fast_path(patch)
             counter = Counter(model, patch)
-            out = cotrain.forward_turns(model, batches, names, args, one_forward, chunk,
-                                        output_entropy=True, output_hidden=True)
+            out = cotrain.forward_pairs(team, exp, rows, args, None, chunk, output_entropy=True,
+                                        output_hidden=True)
             calls = counter.take()[0]
         grads = {}
         if grad:
-            loss = sum((out[t]["logprobs"] * weights[t]).sum() + out[t]["hidden"].pow(2).mean()
-                       for t in turns)
+            loss = sum((out[key]["logprobs"] * weights[key][rows]).sum()
+                       + out[key]["hidden"].pow(2).mean() for key in exp)
             loss.backward()
             grads = {n: p.grad.clone() for n, p in params.items() if p.grad is not None}
             model.zero_grad(set_to_none=True)
-        results[(one_forward, chunk)] = (out, grads, calls)
-    plain, plain_grads, plain_calls = results[(False, 0)]
-    for t in turns:
-        mask = batches[t]["response_mask"]
-        assert plain[t]["logprobs"].shape == mask.shape and mask.sum() > 0
-        assert (plain[t]["logprobs"].abs() > 0).sum() == mask.sum()  # a log-prob at every token
-        assert plain[t]["entropy"].abs().sum() > 0 and plain[t]["hidden"].abs().sum() > 0
+        results[(mode, chunk)] = (out, grads, calls)
+    plain, plain_grads, plain_calls = results[("loop", 0)]
+    for key, e in exp.items():
+        mask = e["response_mask"][rows]
+        assert plain[key]["logprobs"].shape == mask.shape and mask.sum() > 0
+        assert (plain[key]["logprobs"].abs() > 0).sum() == mask.sum()  # a log-prob at every token
+        assert plain[key]["entropy"].abs().sum() > 0 and plain[key]["hidden"].abs().sum() > 0
     for mode, (out, grads, calls) in results.items():
-        for t in turns:
+        for key in exp:
             for name in ("logprobs", "entropy", "hidden"):
-                torch.testing.assert_close(out[t][name], plain[t][name], **CLOSE,
-                                           msg=f"{mode} turn {t + 1} {name}")
+                torch.testing.assert_close(out[key][name], plain[key][name], **CLOSE,
+                                           msg=f"{mode} {key} {name}")
         if grad:
             assert set(grads) == set(plain_grads)
             for n in plain_grads:
                 torch.testing.assert_close(grads[n], plain_grads[n], atol=1e-5, rtol=1e-4, msg=n)
-    # the plain path: one forward per turn (per adapter under autograd, per chunk of 3 rows)
-    per_turn = (2 if grad else 1)
-    assert plain_calls == per_turn * len(turns)
-    assert results[(True, 0)][2] == per_turn  # one forward for all the turns
+    assert plain_calls == 2 * len(turns)  # the loop: one forward per (turn, agent)
+    assert results[("fast", 0)][2] == 2  # one forward per agent for all its turns
     if not grad:
-        assert results[(False, 3)][2] == 2 * len(turns) and results[(True, 3)][2] == 2
+        assert results[("loop", 1)][2] == 2 * 2 * len(turns) and results[("fast", 1)][2] == 2 * 2
     else:
         moved = {n.split(".lora_")[1].split(".")[1] for n, g in plain_grads.items()
                  if g.abs().sum() > 0}
@@ -219,14 +230,16 @@ def test_forward_turns_one_forward_equals_one_forward_per_turn(monkeypatch, flag
     ["--advantage", "gae", "--value-model", "shared", "--old-logprobs", "sampling",
      "--micro-batch-questions", "2"],
     ["--advantage", "group", "--samples-per-question", "2", "--num-turns", "3"],
-    ["--advantage", "gae", "--num-turns", "3", "--train-turns", "2,3"]])
+    ["--advantage", "gae", "--num-turns", "3", "--train-turns", "2,3"],
+    ["--advantage", "gae", "--value-model", "separate"]])
 def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, flags):
     """The conversation forward: the turn-2 forward also gives turn 1's log-probs, entropies and
     hidden states (turn 2's prompt holds turn 1's prompt and response), so the experience pass and
     every PPO micro-batch forward half the rows (three turns: a third); the experience, the PPO
     statistics and the trained adapters and heads equal those of one forward per turn to fp32
     noise. Non-zero heads (the values read the hidden states) and trained-looking adapters (KL not
-    0). With --train-turns 2,3 turn 3's forward carries turn 2 (turn 1 is the base's, untrained)."""
+    0). With --train-turns 2,3 turn 3's forward carries turn 2 (turn 1 is the base's, untrained);
+    with --value-model separate the critic's forwards take it too."""
     group = "group" in flags
     records = [r for r in load_task("arith", "train", limit=2) for _ in range(2 if group else 1)]
     results = {}
@@ -241,7 +254,7 @@ def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, f
         before = trainables(team)
         with monkeypatch.context() as patch:
             if mode == "conversation":  # the fast path on (it applies: the conversations hold)
-                patch.setattr(cotrain, "conversation_forward_applies", conversation_forward_applies)
+                fast_path(patch)
             counter = Counter(team.bases[0], patch)
             exp = cotrain.make_experience(team, debate, rewards, args)
             experience = counter.take()
@@ -251,18 +264,17 @@ def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, f
                              counts=(experience, ppo))
     separate = results["per turn"]
     one = results["conversation"]
-    assert separate["stats"]["conversation_forward"] == 0.0
-    assert one["stats"]["conversation_forward"] == 1.0
     (exp_calls, exp_rows, _), (ppo_calls, ppo_rows, ppo_backwards) = separate["counts"]
     micro = 2 if "--micro-batch-questions" in flags else 1
     trained_turns = [1, 2] if "--train-turns" in flags else list(range(3 if "--num-turns" in flags
                                                                          else 2))
-    n = len(trained_turns)  # one forward per turn -> one per conversation
+    n = len(trained_turns)  # one forward per (turn, agent) -> one per agent
     assert one["counts"] == ((exp_calls // n, exp_rows // n, 0),
-                             (ppo_calls // n, ppo_rows // n, ppo_backwards // n))
-    # epochs x turns x micro-batches x agents (one forward each under autograd); a backward each
-    assert ppo_calls == 2 * n * (len(records) // micro) * 2
-    assert ppo_backwards == 2 * n * (len(records) // micro)
+                             (ppo_calls // n, ppo_rows // n, ppo_backwards))
+    # epochs x micro-batches x turns x agents (x 2 with a critic); one backward per micro-batch
+    critic = 2 if "separate" in flags else 1
+    assert ppo_calls == 2 * (len(records) // micro) * n * 2 * critic
+    assert ppo_backwards == 2 * (len(records) // micro)
     keys = {(t, a) for t in trained_turns for a in (0, 1)}
     assert set(one["exp"]) == set(separate["exp"]) == keys
     for key, e in separate["exp"].items():
@@ -287,11 +299,11 @@ def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, f
 def test_conversation_forward_falls_back_when_a_prompt_does_not_hold_the_earlier_turn(
         monkeypatch):
     """One row whose turn-2 prompt does not start with its turn-1 prompt + response (a
-    re-tokenisation that differs), a per-(turn, agent) adapter, or the paper's separate critic:
-    one forward per turn, bit for bit the plain path's update."""
+    re-tokenisation that differs): forward_pairs' loop, bit for bit the plain path's update. A LoRA
+    per (turn, agent): the policies' forwards fall back to the loop, the reference's (the base at
+    every turn) still takes one forward per agent (fp32 noise)."""
     records = load_task("arith", "train", limit=2)
-    cases = {"one row": [], "agent-turn": ["--policy-sharing", "agent-turn"],
-             "separate": ["--value-model", "separate"]}
+    cases = {"one row": [], "agent-turn": ["--policy-sharing", "agent-turn"]}
     for case, flags in cases.items():
         results = {}
         for mode in ("per turn", "conversation"):
@@ -301,27 +313,35 @@ def test_conversation_forward_falls_back_when_a_prompt_does_not_hold_the_earlier
             debate, rewards = debate_and_rewards(team, args, records)
             debate = as_one_conversation(debate, team.agent_tokenizers()[0])
             exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
-            assert conversation_forward_applies(team, exp, args) == (case == "one row")
+            assert applies(team, exp, args) == (case == "one row")
+            with torch.no_grad():  # the reference: the base at every turn
+                assert FAST_PATH(team, exp, torch.arange(1), 1.0, "__base__", 0) is not None
             if case == "one row":  # agent 1, question 1: a token of its turn-1 response differs
                 second = debate["rollout"][1][1]
                 n = int(debate["rollout"][0][1]["query_mask"][1].sum())
                 first_real = int((second["query_mask"][1] == 0).sum())
                 second["query_ids"][1, first_real + n] += 1
-                assert not conversation_forward_applies(team, exp, args)
+                assert not applies(team, exp, args)
             with monkeypatch.context() as patch:
                 if mode == "conversation":  # the fast path on: it finds it does not apply
-                    patch.setattr(cotrain, "conversation_forward_applies",
-                                  conversation_forward_applies)
+                    fast_path(patch)
                 exp = cotrain.make_experience(team, debate, rewards, args)
                 stats = cotrain.ppo_update(team, exp, args)
             results[mode] = (exp, stats, trainables(team))
         (exp0, stats0, after0), (exp1, stats1, after1) = results.values()
-        assert stats1["conversation_forward"] == 0.0, case
-        for key in exp0:
-            assert stats0[key] == stats1[key], (case, key)
-            for name in exp0[key]:
-                assert torch.equal(exp0[key][name], exp1[key][name]), (case, key, name)
-        assert all(torch.equal(after0[n], after1[n]) for n in after0), case
+        if case == "one row":
+            for key in exp0:
+                assert stats0[key] == stats1[key], (case, key)
+                for name in exp0[key]:
+                    assert torch.equal(exp0[key][name], exp1[key][name]), (case, key, name)
+            assert all(torch.equal(after0[n], after1[n]) for n in after0), case
+        else:
+            for key in exp0:
+                for name in exp0[key]:
+                    torch.testing.assert_close(exp1[key][name], exp0[key][name], atol=2e-5,
+                                               rtol=1e-4, msg=f"{case} {key} {name}")
+            for n in after0:
+                torch.testing.assert_close(after1[n], after0[n], atol=1e-5, rtol=1e-4, msg=n)
 
 
 # ---------------------------------------------------------------- --old-logprobs
@@ -333,11 +353,11 @@ def test_sampling_old_logprobs_equal_a_recompute(monkeypatch, flags):
     bit, and within 1e-5 of a recompute's (a forward after the rollout); the reference is the
     base's forward either way; the experience pass forwards the policy's rows only where their
     hidden states are read (--advantage gae --value-model shared): with --advantage group it runs
-    the '__base__' rows alone, half the rows of a recompute."""
+    the '__base__' rows alone, half the rows of a recompute. auto on an fp32 base: as sampled."""
     group = "group" in flags
     records = [r for r in load_task("arith", "train", limit=2) for _ in range(2 if group else 1)]
     rows_seen, exps = {}, {}
-    for mode in ("sampling", "recompute"):
+    for mode in ("auto", "sampling", "recompute"):
         args = tiny_args("--old-logprobs", mode, *flags)
         team = cotrain.build_team(args, "cpu")
         trained_looking(team, heads=False)  # seeded by build_team: the same adapters in both modes
@@ -363,7 +383,10 @@ def test_sampling_old_logprobs_equal_a_recompute(monkeypatch, flags):
                                            atol=1e-6, rtol=0)
                 assert e["kl"].abs().max() > 1e-3, (t, a)  # the policy is not the base
     rows = 2 * 2 * len(records)  # 2 turns x 2 agents x the debates: one copy of every response
-    assert rows_seen == {"sampling": rows * (1 if group else 2), "recompute": rows * 2}
+    assert rows_seen == {"auto": rows * (1 if group else 2), "sampling": rows * (1 if group else 2),
+                         "recompute": rows * 2}
+    for key, e in exps["auto"].items():
+        assert all(torch.equal(e[name], exps["sampling"][key][name]) for name in e), key
     for key, e in exps["sampling"].items():  # the same debate (seeded): both π_old agree
         recomputed = exps["recompute"][key]
         assert set(e) == set(recomputed), key  # and the experience holds the same tensors

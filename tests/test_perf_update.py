@@ -1,9 +1,9 @@
 """What cotrain.py's update costs, and that its cheaper designs change no number, on the tiny model:
 
   * --value-model separate (the paper's critic adapter) equals the plain update written out below,
-    bit for bit: per turn a policy, a critic and a reference forward for the experience, and per
-    micro-batch a policy and a critic forward, each with its own backward (ppo_update sums both
-    losses and runs one backward: the same gradients, as they reach disjoint parameters);
+    bit for bit: per (turn, agent) a reference, a π_old and a critic forward for the experience,
+    and per micro-batch and (turn, agent) a policy and a critic forward, the summed losses
+    back-propagated once;
   * --value-model shared: the value heads read the policy forward's hidden states, so the
     experience and every PPO micro-batch need no critic forward;
   * counting model forwards and backwards shows what each design costs per update.
@@ -16,56 +16,36 @@ import pytest
 import torch
 
 import cotrain
-from common import adapter_parameters, batched, forward_responses, masked_whiten
+from common import adapter_parameters, batched, forward_responses
 from magrpo import reference_logprobs
 from cotrain import gae, kl_shaped_rewards, policy_loss, value_loss
 from nanomarl.tasks.debate import load_task
 from test_fast_paths import (Counter, ascii_fraction, debate_and_rewards, plain_path, tiny_args,
                              trainables)
 
+KEYS = ("query_ids", "query_mask", "response_ids", "response_mask")
+
 
 @pytest.fixture(autouse=True)
-def one_forward_per_turn(monkeypatch):
-    """The update written out below forwards one turn at a time: cotrain.py's plain path."""
+def one_forward_per_pair(monkeypatch):
+    """The update written out below forwards one (turn, agent) at a time: cotrain.py's plain path."""
     plain_path(monkeypatch)
 
 # ---------------------------------------------------------------- the plain update (the reference)
 
 
-def turn_groups(team, t: int) -> list[tuple[int, list[int]]]:
-    """(base index, its trained agents) at turn t."""
-    groups = [(i, [a for tt, a in team.trained if tt == t and team.agent_base[a] == i])
-              for i in range(len(team.bases))]
-    return [(i, agents) for i, agents in groups if agents]
+def plain_forward(model, batch: dict, name: str, temperature: float, **kwargs) -> dict:
+    """forward_responses on the batch's prompts and responses, every row on adapter `name`."""
+    return forward_responses(model, *(batch[k] for k in KEYS), [name] * len(batch["query_ids"]),
+                             temperature, **kwargs)
 
 
-def concat_rows(exp: dict, t: int, agents: list[int], rows, keys: list[str]) -> dict:
-    """The chosen rows (None: all) of several agents' experience at turn t, concatenated, without
-    the columns that no row uses (left of the prompts, right of the responses)."""
-    out = {k: torch.cat([exp[(t, a)][k] if rows is None else exp[(t, a)][k][rows] for a in agents])
-           for k in keys}
-    first = int(out["query_mask"].any(0).float().argmax())
-    out["query_ids"] = out["query_ids"][:, first:]
-    out["query_mask"] = out["query_mask"][:, first:]
-    used = out["response_mask"].any(0).nonzero()
-    width = int(used.max()) + 1 if len(used) else 1
-    for k in keys:
-        if not k.startswith("query") and out[k].dim() == 2:
-            out[k] = out[k][:, :width]
-    return out
-
-
-def plain_forward(model, batch: dict, names: list[str], temperature: float, **kwargs) -> dict:
-    """forward_responses on the batch's prompts and responses (the policy's, or the critic's)."""
-    return forward_responses(model, batch["query_ids"], batch["query_mask"], batch["response_ids"],
-                             batch["response_mask"], names, temperature, **kwargs)
-
-
-def plain_forward_chunks(model, batch: dict, names: list[str], size: int, temperature: float,
+def plain_forward_chunks(model, batch: dict, name: str, size: int, temperature: float,
                          **kwargs) -> dict:
     """plain_forward over chunks of `size` rows, outputs concatenated."""
-    outs = [plain_forward(model, {k: v[s:s + size] for k, v in batch.items()}, names[s:s + size],
-                          temperature, **kwargs) for s in range(0, len(names), size)]
+    n = len(batch["query_ids"])
+    outs = [plain_forward(model, {k: v[s:s + size] for k, v in batch.items()}, name, temperature,
+                          **kwargs) for s in range(0, n, size)]
     return {k: torch.cat([o[k] for o in outs]) for k in ("logprobs", "entropy", "hidden")
             if outs[0][k] is not None}
 
@@ -73,65 +53,44 @@ def plain_forward_chunks(model, batch: dict, names: list[str], size: int, temper
 @torch.no_grad()
 def plain_make_experience(team, debate, final_rewards, args):
     """make_experience for --advantage gae --value-model separate --old-logprobs recompute, written
-    out: per (turn, base) a critic and a reference forward, and the policy's in the update's shapes
-    (a micro-batch of debates at a time, one agent's rows per forward)."""
+    out: per (turn, agent) a reference forward, π_old in the update's shapes (a micro-batch of
+    debates at a time) and the critic's forward."""
     exp = {}
-    for t in sorted({t for t, _ in team.trained}):
-        for i, agents in turn_groups(team, t):
-            for a in agents:
-                ro = debate["rollout"][t][a]
-                exp[(t, a)] = dict(query_ids=ro["query_ids"], query_mask=ro["query_mask"],
-                                   response_ids=ro["response_ids"],
-                                   response_mask=ro["response_mask"])
-            model, n, size = team.bases[i], len(debate["records"]), args.forward_batch_size
-            batch = concat_rows(exp, t, agents, None, list(exp[(t, agents[0])]))
-            names = [team.adapter_names[t][a] for a in agents for _ in range(n)]
-            # π_old in the update's shapes: a micro-batch of debates at a time, each agent's rows alone
-            micro = args.micro_batch_questions or n
-            parts = [(rows, plain_forward(model, {k: v[rows] for k, v in batch.items()},
-                                          [names[int(rows[0])]] * len(rows), args.temperature,
-                                          output_entropy=True))
-                     for s in range(0, n, micro) for k in range(len(agents))
-                     for rows in [torch.arange(k * n + s, k * n + min(s + micro, n))]]
-            order = torch.cat([rows for rows, _ in parts]).argsort()
-            policy = {key: torch.cat([out[key] for _, out in parts])[order]
-                      for key in ("logprobs", "entropy")}
-            hidden = plain_forward_chunks(model, batch, ["critic"] * len(names), size,
-                                          args.temperature, output_hidden=True)["hidden"]
-            old_logprobs, entropy = policy["logprobs"], policy["entropy"]
-            keys = ("query_ids", "query_mask", "response_ids", "response_mask")
-            ref_logprobs = batched(lambda **rows: reference_logprobs(model, **rows,
-                                                                     temperature=args.temperature),
-                                   {k: batch[k] for k in keys}, size)
-            for k, a in enumerate(agents):
-                rows = slice(k * n, (k + 1) * n)
-                mask = batch["response_mask"][rows]
-                values = team.heads[team.head_keys[(t, a)]](hidden[rows]) * mask
-                final = final_rewards[:, t, a].to(mask.device)
-                rewards, kl = kl_shaped_rewards(old_logprobs[rows], ref_logprobs[rows], mask, final,
-                                                args.kl_coef)
-                advantages, returns = gae(rewards, values, mask, cotrain.GAE_GAMMA,
-                                          args.gae_lambda)
-                e = exp[(t, a)]
-                e.update({key: batch[key][rows] for key in batch})
-                e.update(old_logprobs=old_logprobs[rows], ref_logprobs=ref_logprobs[rows],
-                         old_values=values, kl=kl, rewards=rewards, entropy=entropy[rows],
-                         returns=returns,
-                         advantages=masked_whiten(advantages, mask, all_ranks=True))
+    for t, a in team.trained:
+        ro = debate["rollout"][t][a]
+        batch = {k: ro[k] for k in KEYS}
+        model, size = team.bases[0], args.forward_batch_size
+        micro = args.micro_batch_questions or len(batch["query_ids"])
+        policy = plain_forward_chunks(model, batch, team.adapter_names[t][a], micro,
+                                      args.temperature, output_entropy=True)
+        hidden = plain_forward_chunks(model, batch, "critic", size, args.temperature,
+                                      output_hidden=True)["hidden"]
+        ref_logprobs = batched(lambda **rows: reference_logprobs(model, **rows,
+                                                                 temperature=args.temperature),
+                               batch, size)
+        mask = batch["response_mask"]
+        values = team.heads[team.head_keys[(t, a)]](hidden) * mask
+        final = final_rewards[:, t, a].to(mask.device)
+        rewards, kl = kl_shaped_rewards(policy["logprobs"], ref_logprobs, mask, final,
+                                        args.kl_coef)
+        advantages, returns = gae(rewards, values, mask, cotrain.GAE_GAMMA, args.gae_lambda)
+        exp[(t, a)] = dict(batch, old_logprobs=policy["logprobs"], ref_logprobs=ref_logprobs,
+                           old_values=values, kl=kl, rewards=rewards, entropy=policy["entropy"],
+                           returns=returns,
+                           advantages=cotrain.masked_whiten(advantages, mask))
     return exp
 
 
 def plain_ppo_update(team, exp, args, shuffle_seed=0):
-    """ppo_update for --value-model separate (one process), written out: per micro-batch and turn
-    a policy forward + backward, then a critic forward + backward."""
+    """ppo_update for --value-model separate (one process), written out: per micro-batch and (turn,
+    agent) a policy and a critic forward and their losses, then one backward of the sum."""
     n = next(iter(exp.values()))["response_mask"].shape[0]
     mb_size = args.minibatch_questions or n
     micro = min(args.micro_batch_questions or mb_size, mb_size)
     shuffle = torch.Generator().manual_seed(shuffle_seed)
-    keys = ["query_ids", "query_mask", "response_ids", "response_mask", "old_logprobs",
-            "old_values", "advantages", "returns"]
+    keys = [*KEYS, "old_logprobs", "old_values", "advantages", "returns"]
     stats = {key: [] for key in exp}
-    turns = sorted({t for t, _ in team.trained})
+    model = team.bases[0]
     for epoch in range(args.ppo_epochs):
         perm = torch.randperm(n, generator=shuffle)
         for start in range(0, n, mb_size):
@@ -142,34 +101,23 @@ def plain_ppo_update(team, exp, args, shuffle_seed=0):
                 opt.zero_grad(set_to_none=True)
             for m_start in range(0, len(minibatch), micro):
                 rows = minibatch[m_start:m_start + micro]
-                for t in turns:
-                    for i, agents in turn_groups(team, t):
-                        batch = concat_rows(exp, t, agents, rows, keys)
-                        size = len(rows)
-                        names = [team.adapter_names[t][a] for a in agents for _ in range(size)]
-                        parts = [slice(k * size, (k + 1) * size) for k in range(len(agents))]
-                        new_logprobs = plain_forward(team.bases[i], batch, names,
-                                                     args.temperature)["logprobs"]
-                        pg_total, pg_stats = 0.0, []
-                        for a, r in zip(agents, parts):
-                            loss, s = policy_loss(new_logprobs[r], batch["old_logprobs"][r],
-                                                  batch["advantages"][r], batch["response_mask"][r],
-                                                  num_tokens[(t, a)], args.cliprange)
-                            pg_total = pg_total + loss
-                            pg_stats.append(s)
-                        pg_total.backward()
-                        hidden = plain_forward(team.bases[i], batch, ["critic"] * len(names),
-                                               args.temperature, output_hidden=True)["hidden"]
-                        vf_total = 0.0
-                        for a, r, s in zip(agents, parts, pg_stats):
-                            mask = batch["response_mask"][r]
-                            new_values = team.heads[team.head_keys[(t, a)]](hidden[r]) * mask
-                            loss, vs = value_loss(new_values, batch["old_values"][r],
-                                                  batch["returns"][r], mask, num_tokens[(t, a)],
-                                                  args.cliprange)
-                            vf_total = vf_total + args.vf_coef * loss
-                            mb_stats[(t, a)].append({**s, **vs})
-                        vf_total.backward()
+                loss = 0.0
+                for (t, a), e in exp.items():
+                    batch = {k: e[k][rows] for k in keys}
+                    mask = batch["response_mask"]
+                    new_logprobs = plain_forward(model, batch, team.adapter_names[t][a],
+                                                 args.temperature)["logprobs"]
+                    pg, s = policy_loss(new_logprobs, batch["old_logprobs"], batch["advantages"],
+                                        mask, num_tokens[(t, a)], args.cliprange)
+                    hidden = plain_forward(model, batch, "critic", args.temperature,
+                                           output_hidden=True)["hidden"]
+                    new_values = team.heads[team.head_keys[(t, a)]](hidden) * mask
+                    vf, vs = value_loss(new_values, batch["old_values"], batch["returns"], mask,
+                                        num_tokens[(t, a)], args.cliprange)
+                    loss = loss + pg
+                    loss = loss + args.vf_coef * vf
+                    mb_stats[(t, a)].append({**s, **vs})
+                loss.backward()
             for opt in team.optimizers.values():
                 params = [p for g in opt.param_groups for p in g["params"]]
                 torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm)
@@ -227,9 +175,8 @@ def test_separate_equals_the_plain_update_bit_for_bit():
 
 def test_shared_experience_reads_the_values_from_the_policy_forward():
     """--value-model shared: the old and reference log-probs, entropies and KL are those of one
-    forward per agent and one reference forward (to fp32 noise: make_experience forwards the rows
-    of both agents together), and the values are the heads applied to the POLICY's hidden states
-    (no critic)."""
+    policy and one reference forward per (turn, agent), and the values are the heads applied to
+    the POLICY's hidden states (no critic)."""
     args = tiny_args()
     assert args.value_model == "shared"  # the default
     records = load_task("arith", "train", limit=2)
@@ -251,9 +198,9 @@ def test_shared_experience_reads_the_values_from_the_policy_forward():
             own = forward_responses(model, *batch.values(), [f"agent{a}"] * 2, args.temperature,
                                     output_hidden=True, output_entropy=True)
             ref = reference_logprobs(model, *batch.values(), temperature=args.temperature)
-        width = e["response_mask"].shape[1]  # make_experience trims all-padding columns
+        width = e["response_mask"].shape[1]
         mask = e["response_mask"]
-        close = dict(rtol=0, atol=1e-5)  # fp32 noise: both agents' rows padded together
+        close = dict(rtol=0, atol=1e-5)  # fp32 noise: π_old a micro-batch of one debate at a time
         torch.testing.assert_close(e["old_logprobs"], own["logprobs"][:, :width], **close,
                                    msg=str((t, a)))
         torch.testing.assert_close(e["entropy"], own["entropy"][:, :width], **close,
@@ -299,7 +246,7 @@ def test_shared_isolation_one_agent_moves_only_its_adapter_and_the_heads():
     # agent 0's policy + value loss from ONE forward: gradients reach agent 0's adapter and the
     # head, nothing else
     e = exp[(1, 0)]
-    out = cotrain.forward_turns(model, {1: e}, ["agent0"] * 2, args, False, output_hidden=True)[1]
+    out = cotrain.forward_pairs(team, {(1, 0): e}, torch.arange(2), args, output_hidden=True)[(1, 0)]
     mask, tokens = e["response_mask"], e["response_mask"].sum()
     pg, _ = policy_loss(out["logprobs"], e["old_logprobs"], e["advantages"], mask, tokens, 0.2)
     vf, _ = value_loss(team.heads["turn2"](out["hidden"]) * mask, e["old_values"], e["returns"],
@@ -353,16 +300,16 @@ def test_value_loss_gradient_reaches_the_policy_adapter_only_when_shared(value_m
 
 def test_forward_and_backward_counts_per_update(monkeypatch):
     """The update shape of tiny_args (2 agents x 2 turns, 2 questions, 4 PPO epochs, micro-batches
-    of one question, forward batches of 8 rows, π_old recomputed). Model forward calls (rows) and
-    backward calls per update:
+    of one question, forward batches of 8 rows, π_old recomputed), the plain path. Model forward
+    calls (rows) and backward calls per update:
 
-                experience          PPO (4 epochs x 2 micro-batches x 2 turns)      total calls
-      plain     12 calls (24 rows)  48 calls (64 rows): 2 policy + 1 critic, 32 backward    60
-      separate  12 calls (24 rows)  48 calls (64 rows), 16 backward                         60
-      shared    10 calls (16 rows)  32 calls (32 rows): 2 policy, 16 backward               42
-    (per turn the experience forwards the reference and, separate, the critic in one call each,
-    and π_old in the update's own shapes: one call per agent and micro-batch of one debate, as
-    a per-adapter forward under autograd carries one agent's rows)."""
+                experience          PPO (4 epochs x 2 micro-batches x 4 pairs)       total calls
+      plain     16 calls (24 rows)  64 calls (64 rows): a policy and a critic, 8 backward    80
+      separate  16 calls (24 rows)  64 calls (64 rows), 8 backward                          80
+      shared    12 calls (16 rows)  32 calls (32 rows): a policy, 8 backward                44
+    (per (turn, agent) the experience forwards the reference and, separate, the critic in one call
+    each, and π_old in the update's own shapes: one call per micro-batch of one debate). The
+    conversation forward halves the calls of two turns: tests/test_fast_paths.py."""
     records = load_task("arith", "train", limit=2)
     counts = {}
     for label, value_model in (("plain", "separate"), ("separate", "separate"),
@@ -380,6 +327,6 @@ def test_forward_and_backward_counts_per_update(monkeypatch):
             experience = counter.take()
             update(team, exp, args)
             counts[label] = dict(experience=experience, ppo=counter.take())
-    assert counts["plain"] == dict(experience=(12, 24, 0), ppo=(48, 64, 32))
-    assert counts["separate"] == dict(experience=(12, 24, 0), ppo=(48, 64, 16))
-    assert counts["shared"] == dict(experience=(10, 16, 0), ppo=(32, 32, 16))
+    assert counts["plain"] == dict(experience=(16, 24, 0), ppo=(64, 64, 8))
+    assert counts["separate"] == dict(experience=(16, 24, 0), ppo=(64, 64, 8))
+    assert counts["shared"] == dict(experience=(12, 16, 0), ppo=(32, 32, 8))

@@ -1,4 +1,4 @@
-"""common.stacked_lora_routing: mixed-adapter inference in two stacked matmuls per LoRA layer, checked against
+"""fast.stacked_lora_routing: mixed-adapter inference in two stacked matmuls per LoRA layer, checked against
 peft's own per-row routing (adapter_names=) on the tiny model: logits, greedy and sampled tokens, log-probs."""
 import pytest
 import torch
@@ -6,6 +6,7 @@ from peft import LoraConfig
 
 import common
 from common import generate, load_model
+from nanomarl import fast
 from nanomarl.models import load_adapters, load_tokenizer, save_adapters
 
 # three adapters with different ranks and lora_alpha / r scalings (2, 8, 0.5), so a scaling applied to the
@@ -48,7 +49,7 @@ def test_logits_equal_peft_mixed_forward(model, tok):
     position_ids = (mask.cumsum(1) - 1).clamp(min=0)
     inputs = dict(input_ids=ids, attention_mask=mask, position_ids=position_ids)
     peft_logits = model(**inputs, adapter_names=ROWS).logits
-    with common.stacked_lora_routing(model, ROWS):
+    with fast.stacked_lora_routing(model, ROWS):
         stacked_logits = model(**inputs).logits
     # peft runs each adapter's rows as a batch of their own: other shapes, so other rounding on some
     # CPUs (~1e-6); a row on the wrong adapter moves its logits by more than 1e-2 (below)
@@ -94,7 +95,7 @@ def test_generate_does_not_call_peft_routing(tok, monkeypatch):
     assert out["response_ids"].shape[0] == 4
     with pytest.raises(AssertionError, match="_mixed_batch_forward"):  # the check itself works
         generate(model, tok, prompts(tok, 4), ROWS[:4], max_new_tokens=3, lora_routing="peft")
-    assert not common.stackable_lora(model, ROWS)  # ... and those leftover hooks send it back to peft's routing
+    assert not fast.stackable_lora(model, ROWS)  # ... and those leftover hooks send it back to peft's routing
 
 
 def test_saved_and_loaded_adapters_route_the_same(model, tok, tmp_path):
@@ -103,26 +104,26 @@ def test_saved_and_loaded_adapters_route_the_same(model, tok, tmp_path):
     loaded = load_adapters(load_model("tiny"), tmp_path / "adapters")
     ids, mask = common.tokenize_prompts(tok, prompts(tok, len(ROWS)), "cpu")
     with torch.no_grad():
-        with common.stacked_lora_routing(model, ROWS):
+        with fast.stacked_lora_routing(model, ROWS):
             before = model(input_ids=ids, attention_mask=mask).logits
-        with common.stacked_lora_routing(loaded, ROWS):
+        with fast.stacked_lora_routing(loaded, ROWS):
             after = loaded(input_ids=ids, attention_mask=mask).logits
     torch.testing.assert_close(after, before, atol=1e-6, rtol=0)
 
 
 def test_refuses_autograd_and_unsupported_layers(model, tok):
     with pytest.raises(RuntimeError, match="inference only"):
-        with common.stacked_lora_routing(model, ROWS):
+        with fast.stacked_lora_routing(model, ROWS):
             pass
-    assert common.stackable_lora(model, ROWS)
-    assert not common.stackable_lora(model, ["a0", "nope"])  # unknown name: peft's routing raises its own error
-    assert not common.stackable_lora(load_model("tiny"), ["__base__"])  # no adapters at all
+    assert fast.stackable_lora(model, ROWS)
+    assert not fast.stackable_lora(model, ["a0", "nope"])  # unknown name: peft's routing raises its own error
+    assert not fast.stackable_lora(load_model("tiny"), ["__base__"])  # no adapters at all
     biased = make_model()  # an adapter whose B has a bias (lora_bias): not stacked
     biased.add_adapter("b", LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_bias=True))
     biased.eval()
-    assert common.stackable_lora(biased, ["a0", "a1"]) and not common.stackable_lora(biased, ["a0", "b"])
+    assert fast.stackable_lora(biased, ["a0", "a1"]) and not fast.stackable_lora(biased, ["a0", "b"])
     with torch.no_grad(), pytest.raises(ValueError, match="peft's routing"):
-        with common.stacked_lora_routing(biased, ["a0", "b"]):
+        with fast.stacked_lora_routing(biased, ["a0", "b"]):
             pass
     # generate() falls back to peft's routing for those rows: the same tokens as asking for peft
     rows = ["a0", "b", "__base__", "b"]
@@ -137,6 +138,6 @@ def test_4bit_layers_keep_peft_routing(tiny_model_dir):
     """bitsandbytes layers are not stacked (not verified): stackable_lora says no, generate() still works."""
     pytest.importorskip("bitsandbytes", reason="bitsandbytes cannot import on this machine")
     model = common.add_adapters(load_model("tiny", quant="4bit"), ["a0", "a1"], r=4, alpha=8)
-    assert not common.stackable_lora(model, ["a0", "a1"])
+    assert not fast.stackable_lora(model, ["a0", "a1"])
     out = generate(model, load_tokenizer("tiny"), ["ab", "cd"], ["a0", "a1"], max_new_tokens=3)
     assert torch.isfinite(out["logprobs"]).all()

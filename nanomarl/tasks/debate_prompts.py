@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import torch
 
-from nanomarl.cli import arg_error
-
 
 # The debate's turn-1 instruction (the authors' wrappers), shared by cotrain.py
 # (the agents' first turn), train_verifier.py (the verifier must see the prompt the agents
@@ -49,8 +47,6 @@ def turn1_prompt(question: str, task: str, style: str = "default") -> str:
     """The first user message: the question wrapped in the authors' instruction to answer in
     \\boxed{}. task: 'math' or 'nli' (a load_task record's task; nli questions already hold the ANLI
     prompt)."""
-    if style not in TURN1_MATH:
-        arg_error("--prompt-style", f"expected one of {', '.join(TURN1_MATH)}, got {style!r}")
     if task == "nli":
         return question + NLI_BOX
     return TURN1_MATH[style].format(question=question)
