@@ -53,9 +53,9 @@ from nanomarl.runs import clean_exits, log_metrics, set_torch_threads, start_run
 from nanomarl.self_consistency import eval_controls
 from nanomarl.split_controls import split_controls
 from nanomarl.tasks.debate import dataset_options, load_task, step_indices
-from nanomarl.tasks.debate_prompts import (agent_question, continue_chat, discussion_message,
-                                           has_degenerate_repetition, neutral_message,
-                                           sampled_conversation, turn1_prompt)
+from nanomarl.tasks.debate_prompts import (continue_chat, discussion_message, first_message,
+                                           followup_message, has_degenerate_repetition,
+                                           neutral_message, sampled_conversation)
 from train_verifier import rl_records, verifier_scorer
 
 
@@ -122,8 +122,9 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
                generate_batch_size: int = 0, silent: bool = False) -> dict:
     """Play a T-turn debate between A agents on B questions (Sec. 3.1, Du et al. 2024). Turn 1:
     each agent answers turn1_prompt(question); at turn t > 1 its chat gets the others' answers of
-    turn t-1 (discussion_message). A record with "views" (arith:split) shows agent a only its own
-    part (agent_question). silent (a control): every partner's answer is shown as neutral_message.
+    turn t-1 (discussion_message). A split record (arith:split) shows agent a only its own part
+    (first_message) and starts each later turn afresh with its partners' words (followup_message).
+    silent (a control): every partner's answer is shown as neutral_message.
     Agents on one base (the SAME model object) are generated in one call, each row on its own
     adapter ('__base__': none). scorer: optional, for feedback_in_prompt.
     Returns responses, answers, prompts [T][A][B]; correct and scores [B, T, A]; rollout [T][A]:
@@ -136,9 +137,8 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
     if feedback_in_prompt and scorer is None:
         raise ValueError("feedback_in_prompt needs a scorer")
     # chats[a][b]: the conversation agent a has seen on question b
-    chats = [[[{"role": "user", "content": turn1_prompt(agent_question(r, a), r["task"],
-                                                         prompt_style)}]
-              for r in records] for a in range(num_agents)]
+    chats = [[[{"role": "user", "content": first_message(r, a, prompt_style)}] for r in records]
+             for a in range(num_agents)]
     groups: dict[int, list[int]] = {}  # agents that share one model object, generated together
     for a, model in enumerate(models):
         groups.setdefault(id(model), []).append(a)
@@ -154,8 +154,12 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
             others = [j for j in range(num_agents) if j != a]  # their answers (and scores) at t-1
             said = [(j, neutral_message(responses[t - 1][j][b]) if silent
                      else responses[t - 1][j][b]) for j in others]
+            if "followups" in records[b]:  # arith:split: a fresh chat with the partners' words
+                chats[a][b] = [{"role": "user", "content": followup_message(
+                    records[b], a, [text for _, text in said])}]
+                continue
             chats[a][b].append({"role": "user", "content": discussion_message(
-                agent_question(records[b], a), said,
+                records[b]["question"], said,
                 prompt_style=prompt_style if records[b]["task"] == "math" else "default",
                 other_scores=([float(scores[b, t - 1, j]) for j in others]
                               if feedback_in_prompt else None),
@@ -164,7 +168,7 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
             model = models[agents[0]]
             tok = tokenizers[agents[0]]
             texts = [chat_prompt(tok, chats[a][b]) for a in agents for b in range(batch)]
-            inputs = [texts[k * batch + b] if t == 0
+            inputs = [texts[k * batch + b] if t == 0 or "followups" in records[b]
                       else continue_chat(tok, sampled[a][b], texts[k * batch + b])
                       for k, a in enumerate(agents) for b in range(batch)]
             names = [adapter_names[t][a] for a in agents for _ in range(batch)]
@@ -457,7 +461,8 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
             advantages, returns = gae(rewards, old_values, mask, GAE_GAMMA, args.gae_lambda)
             advantages = masked_whiten(advantages, mask)
         else:  # group: R + b against its question's K debates, plus the summed KL's (r_θ)
-            old_values = returns = torch.zeros_like(rewards)
+            old_values = torch.zeros_like(rewards)  # no critic: unused by the loss
+            returns = torch.zeros_like(rewards)
             K = args.samples_per_question  # debates per question
             penalty = -args.kl_coef * kl.sum(dim=1)
             advantages = group_advantages(final, K, args.advantage_std)  # std: R + b only

@@ -13,9 +13,9 @@ import torch
 
 
 def whole_question(record: dict) -> dict:
-    """The record as one agent that sees everything gets it: its views dropped, so every agent's
-    question is the whole one."""
-    return {key: value for key, value in record.items() if key != "views"}
+    """The record as one agent that sees everything gets it: its views and followups dropped, so
+    every agent's question is the whole one."""
+    return {key: value for key, value in record.items() if key not in ("views", "followups")}
 
 
 def carries_number(text: str, number: int) -> bool:

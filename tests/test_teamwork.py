@@ -7,11 +7,11 @@ import pytest
 import torch
 
 import cotrain
-from common import load_model
+from common import chat_prompt, load_model
 from nanomarl.models import load_tokenizer
 from nanomarl.split_controls import carries_number, informative_rates, whole_question
 from nanomarl.tasks.debate import load_task
-from nanomarl.tasks.debate_prompts import neutral_message
+from nanomarl.tasks.debate_prompts import followup_message, neutral_message
 from nanomarl.tasks.teamwork import (listed_items, teamwork_problems, teamwork_prompts,
                                      teamwork_reward)
 
@@ -33,7 +33,14 @@ def test_split_views_hold_only_their_own_number_and_the_gold_is_right(num_agents
             assert goal in view and f"Your number is {parts[a]}." in view
             # no other number than its own (the goal's count aside): no partner's number
             assert set(re.findall(r"\d+", view.replace(goal, ""))) == {str(parts[a])}
-            assert f'Start with "My number is {parts[a]}."' in view
+            assert view.endswith(f'reply with one sentence, "My number is {parts[a]}."')
+            # the later turn: its own number, the partners' words filled in, both numbers first
+            followup = followup_message(r, a, ["P"] * (num_agents - 1))
+            assert set(re.findall(r"\d+", followup.replace(goal, ""))) == {str(parts[a])}
+            partners = "Your partner says" if num_agents == 2 else "Your partners say"
+            assert followup.startswith(f'Your number is {parts[a]}. {partners}: ' +
+                                       " ".join(['"P"'] * (num_agents - 1)) + " Find ")
+            assert f'First write "The numbers are {parts[a]}, " and your partner' in followup
         assert r["question"].startswith(f"The numbers are {', '.join(map(str, parts))}.")
 
 
@@ -76,17 +83,22 @@ def test_run_debate_shows_each_agent_its_own_view_and_silent_changes_only_partne
     silent = cotrain.run_debate(records, [model] * 2, [tok] * 2, names, silent=True, **kwargs)
     for b, r in enumerate(records):
         for a in range(2):
-            first = debate["prompts"][0][a][b]
-            assert r["views"][a] in first and r["views"][1 - a] not in first
-            assert silent["prompts"][0][a][b] == first  # turn 1: untouched
-            # turn 2: the agent's own view, turn and answer are the same; only the partner's message
-            own_answer = debate["responses"][0][a][b]
+            # turn 1: the agent's own view as the whole message, untouched by the control
+            assert debate["prompts"][0][a][b] == chat_prompt(tok, [
+                {"role": "user", "content": r["views"][a]}])
+            assert silent["prompts"][0][a][b] == debate["prompts"][0][a][b]
+            # turn 2: a fresh chat, its number and the partner's message; silent: a neutral one
             partner = debate["responses"][0][1 - a][b]
-            heard, quiet = debate["prompts"][1][a][b], silent["prompts"][1][a][b]
-            assert f"```{partner}```" in heard and f"```{neutral_message(partner)}```" in quiet
-            assert quiet == heard.replace(f"```{partner}```", f"```{neutral_message(partner)}```")
-            assert r["views"][a] in quiet and own_answer in quiet
+            assert debate["prompts"][1][a][b] == chat_prompt(tok, [
+                {"role": "user", "content": followup_message(r, a, [partner])}])
+            assert silent["prompts"][1][a][b] == chat_prompt(tok, [
+                {"role": "user", "content": followup_message(r, a, [neutral_message(partner)])}])
+            assert r["views"][a] not in debate["prompts"][1][a][b]  # no turn-1 history
     assert torch.equal(debate["correct"][:, 0], silent["correct"][:, 0])  # the same turn 1
+    # the generated ids are the prompt's own tokens: no continued chat at turn 2
+    ro = debate["rollout"][1][0]
+    prompt_ids = ro["query_ids"][0][ro["query_mask"][0].bool()].tolist()
+    assert prompt_ids == tok(debate["prompts"][1][0][0], add_special_tokens=False)["input_ids"]
 
 
 def test_split_controls_in_the_held_out_evaluation(tmp_path):
@@ -107,10 +119,11 @@ def test_split_controls_in_the_held_out_evaluation(tmp_path):
         assert row["eval/silent/turn1/agent_accuracy"] == row["eval/turn1/agent_accuracy"]
 
 
-def test_whole_question_drops_only_the_views():
+def test_whole_question_drops_only_the_views_and_followups():
     r = load_task("arith:split", "test", limit=1)[0]
     whole = whole_question(r)
-    assert "views" not in whole and {k: v for k, v in r.items() if k != "views"} == whole
+    kept = {k: v for k, v in r.items() if k not in ("views", "followups")}
+    assert "views" in r and "followups" in r and kept == whole
 
 
 # ---------------------------------------------------------------- MAGRPO teamwork

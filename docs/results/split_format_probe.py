@@ -9,8 +9,11 @@ shows the partner's words and the view, no instruction to check solutions. relay
 the number ("Tell your partner your number in one short sentence."), turn 2 asks for the answer.
 relay-quoted: relay with the sentence to say quoted ("My number is 7."). oracle: the task's format,
 but every partner message at turn 2 is exactly "My number is N." with the partner's true number (a
-perfect channel: what the reader does with it).
+perfect channel: what the reader does with it). numbers-first: turn 1 asks for "My number is N.", then
+"The numbers are N, " and the partner's number, then the calculation. relay-fill: relay-quoted whose
+turn 2 asks for "The numbers are N, " and the partner's number first.
 """
+import os
 import re
 import sys
 import time
@@ -33,12 +36,20 @@ FORMATS = {  # name: (turn-1 view, turn-1 instruction after it, turn-2 message);
               "Your partner says: {said}\n{question} Use your number and your partner's number. "
               "End with \"The answer is\" and the number."),
     "oracle": (None, None, "oracle"),
+    "numbers-first": (SHARED + " Start with \"My number is {own}.\" Then write \"The numbers are "
+                      "{own}, \" and your partner's number, and compute the answer.", None, None),
+    "relay-fill": (SHARED + " First tell your partner: reply with one sentence, \"My number is "
+                   "{own}.\"", "",
+                   "Your partner says: {said}\nNow find {goal}. First write \"The numbers are {own}, "
+                   "\" and your partner's number, then show the calculation and end with \"The "
+                   "answer is\" and the number."),
     "relay-quoted": (SHARED + " First tell your partner: reply with one sentence, \"My number is "
                      "{own}.\"", "",
                      "Your partner says: {said}\nNow find {goal} from your number and your "
                      "partner's number. Show the calculation, then end with \"The answer is\" and "
                      "the number."),
 }
+TEMPERATURE = float(os.environ.get("TEMPERATURE", "0.7"))  # TEMPERATURE=0.3 python ...: another T
 TASK_VIEW = debate.SPLIT_VIEW
 TASK_TURN1 = cotrain.turn1_prompt
 TASK_MESSAGE = cotrain.discussion_message
@@ -64,7 +75,8 @@ def use_format(name: str):
     def turn2(question, other_answers, **unused):
         said = "".join(f"```{answer}```" for _, answer in other_answers)
         goal = re.search(r"must find (.*?)\. Your number", question).group(1)
-        return message.format(said=said, question=question, goal=goal)
+        own = re.search(r"Your number is (\d+)", question).group(1)
+        return message.format(said=said, question=question, goal=goal, own=own)
     cotrain.discussion_message = TASK_MESSAGE if message is None else turn2
 
 
@@ -79,7 +91,7 @@ if __name__ == "__main__":
         rows = [r for r in questions for _ in range(4)]
         t0 = time.time()
         played = cotrain.run_debate(rows, [model] * 2, [tok] * 2, [["__base__"] * 2] * 2, 40,
-                                    temperature=0.7, prompt_style="short")
+                                    temperature=TEMPERATURE, prompt_style="short")
         accuracy = [round(float(played["correct"][:, t, :].mean()), 3) for t in range(2)]
         prompt = [round(float(played["rollout"][t][0]["query_mask"].sum(1).float().mean()))
                   for t in range(2)]

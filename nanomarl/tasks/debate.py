@@ -156,9 +156,15 @@ def arith_records(n: int, split: str, seed: int = 0, name: str = "arith") -> lis
             for i, (q, a) in enumerate(problems)]
 
 
+# arith:split's words. Turn 1 (the view, the whole first message): the agent's own number, and the
+# one sentence that tells it. Turn t > 1 (a fresh chat, not the debate's continued one): the number,
+# the partners' words, and both numbers written before the calculation ("The numbers are 7, 3")
 SPLIT_VIEW = ("You and your partner each hold one number; together you must find {goal}. "
-              "Your number is {own}. Your partner knows the other number. Start with \"My number "
-              "is {own}.\" Then read your partner's number and compute the answer.")  # own part
+              "Your number is {own}. Your partner knows the other number. First tell your "
+              "partner: reply with one sentence, \"My number is {own}.\"")
+SPLIT_FOLLOWUP = ("Your number is {own}. {partners}: {{said}} Find {goal}. First write \"The "
+                  "numbers are {own}, \" and {theirs}, then show the calculation "
+                  "and end with \"The answer is\" and the number.")
 SPLIT_GOALS = {"sum": "the sum of the {count} numbers",
                "difference": "the difference of the two numbers (the larger minus the smaller)"}
 
@@ -179,7 +185,8 @@ def split_problem(kind: str, parts: tuple[int, ...]) -> int:
 def arith_split_records(n: int, split: str, seed: int = 0, num_agents: int = 2) -> list[dict]:
     """arith:split, information split between the agents: a sum (or, with two agents, a
     difference) of one one-digit number per agent, where agent a's view shows only its own number
-    (the record's "views", one turn-1 question per agent) and "question" shows them all (the
+    (the record's "views", one turn-1 message per agent; "followups", its message at a later turn,
+    the partners' words filled in as {said}) and "question" shows them all (the
     control of one agent that sees everything). The gold is the full result. A question's split
     is a hash of its kind and numbers, so the held-out splits share no sum with training in any
     wording (split_of_problem); n training records are drawn with repetition from the training
@@ -200,10 +207,14 @@ def arith_split_records(n: int, split: str, seed: int = 0, num_agents: int = 2) 
     for i, (kind, parts) in enumerate(problems):
         goal = SPLIT_GOALS[kind].format(count="two" if num_agents == 2 else num_agents)
         numbers = ", ".join(map(str, parts))
+        partners = "Your partner says" if num_agents == 2 else "Your partners say"
+        theirs = "your partner's number" if num_agents == 2 else "your partners' numbers"
         records.append(dict(
             id=f"arith:split/{split}/{i}", task="math", answer=str(split_problem(kind, parts)),
             question=f"The numbers are {numbers}. Find {goal}.", parts=list(parts),
-            views=[SPLIT_VIEW.format(goal=goal, own=x) for x in parts]))
+            views=[SPLIT_VIEW.format(goal=goal, own=x) for x in parts],
+            followups=[SPLIT_FOLLOWUP.format(goal=goal, own=x, partners=partners, theirs=theirs)
+                       for x in parts]))
     return records
 
 

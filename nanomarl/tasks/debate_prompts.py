@@ -37,10 +37,19 @@ NLI_BOX = ("\n\nAt the end, write your final answer in the following format:\n\n
            "\\boxed{LABEL}\n\nwhere LABEL is entailment, neutral or contradiction.")
 
 
-def agent_question(record: dict, agent: int) -> str:
-    """The question agent `agent` is shown: its own view where the record splits the information
-    between the agents (arith:split's "views"), else the question every agent shares."""
-    return record["views"][agent] if "views" in record else record["question"]
+def first_message(record: dict, agent: int, style: str) -> str:
+    """Agent `agent`'s turn-1 message: its own view, whole, where the record splits the information
+    between the agents (arith:split's "views"), else the shared question in turn1_prompt's
+    instruction."""
+    if "views" in record:
+        return record["views"][agent]
+    return turn1_prompt(record["question"], record["task"], style)
+
+
+def followup_message(record: dict, agent: int, said: list[str]) -> str:
+    """A split record's message at turn t > 1, the start of a fresh chat: agent `agent`'s
+    "followups" with its partners' last messages quoted in."""
+    return record["followups"][agent].format(said=" ".join(f'"{text}"' for text in said))
 
 
 def turn1_prompt(question: str, task: str, style: str = "default") -> str:
