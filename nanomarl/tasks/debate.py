@@ -156,9 +156,8 @@ def arith_records(n: int, split: str, seed: int = 0, name: str = "arith") -> lis
             for i, (q, a) in enumerate(problems)]
 
 
-# arith:split's words. Turn 1 (the view, the whole first message): the agent's own number, and the
-# one sentence that tells it. Turn t > 1 (a fresh chat, not the debate's continued one): the number,
-# the partners' words, and both numbers written before the calculation ("The numbers are 7, 3")
+# arith:split's words: turn 1 (the whole first message) tells the number; turn t > 1 starts a fresh
+# chat with the partners' words, and asks for both numbers before the calculation
 SPLIT_VIEW = ("You and your partner each hold one number; together you must find {goal}. "
               "Your number is {own}. Your partner knows the other number. First tell your "
               "partner: reply with one sentence, \"My number is {own}.\"")
