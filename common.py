@@ -5,7 +5,7 @@
   2. generation  generate(): one batched sampling call, each row on its own adapter
   3. log-probs   forward_responses(): per-token log-probs at the sampling temperature
   4. maths       masked_mean / masked_whiten
-  5. answers     extract_answer, is_well_formed, the majority vote and the debate metrics
+  5. answers     extract_answer, the majority vote and the debate metrics
 
 Conventions used everywhere:
   * Prompts are left-padded; responses are right-padded. `query_mask`/`response_mask` are 1 on real
@@ -382,12 +382,11 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x - mean) * torch.rsqrt(var + 1e-8) * mask
 
 
-# 5. Answers: extraction, the format check, the majority vote and the debate metrics ---------------
+# 5. Answers: extraction, the majority vote and the debate metrics ---------------------------------
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...} (or \\fbox{...}), braces balanced; None if there is none or
-    it is unclosed."""
+    """The content of the last closed \\boxed{...} or \\fbox{...} (braces balanced), else None."""
     starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
     for start in reversed(starts):
         depth = 1
@@ -401,36 +400,18 @@ def last_boxed(text: str) -> str | None:
 
 
 def extract_answer(text: str, task: str) -> str | None:
-    """The final answer of a response, normalised for comparison with the gold; None when
-    unparsable.
-
-    Primary: the content of the last \\boxed{...} (balanced braces). Fallback when there is no box:
-    the clause after the last 'answer is' / 'Answer:' (markdown bold allowed), up to its sentence's
-    end; None if there is no such phrase (a bare number in the reasoning is not an answer). In the
-    chosen text, math takes the last number (normalize_number), nli the first label word that is not
-    negated (normalize_label). task: 'math' (GSM8K-style numbers) or 'nli'
-    (entailment/neutral/contradiction)."""
+    """The final answer of a response, normalised for comparison with the gold, else None: a
+    response is well formed exactly when it has one (the format gate, the 0/1 scorer and evaluation
+    read answers here). The last \\boxed{...}, else the clause after the last 'answer is' / 'Answer:'
+    up to its sentence's end (a bare number is no answer); in it, task 'math' takes the last number
+    (normalize_number), 'nli' the first label word not negated (normalize_label)."""
     boxed = last_boxed(text)
     if boxed is None:
         m = list(re.finditer(r"answer\**\s*(?:is|:)\**\s*:?", text, flags=re.IGNORECASE))
         if not m:
             return None
-        # up to the sentence's end
         boxed = re.split(r"[.,;!?](?!\d)|\n", text[m[-1].end():].strip())[0]
-    if task == "math":
-        return normalize_number(boxed)
-    if task == "nli":
-        return normalize_label(boxed)
-    raise ValueError(f"unknown task {task!r} (expected 'math' or 'nli')")
-
-
-def is_well_formed(text: str, task: str) -> bool:
-    """THE definition of a well-formed final answer, the one every script uses: training's format
-    gate (cotrain.format_ok), the ground-truth scorer, the incentives, evaluation and the verifier's
-    labels all go through extract_answer, so an answer is well formed exactly when extract_answer
-    finds one. "The answer is 12." is well formed; an empty or non-numeric \\boxed{} (e.g. a copied
-    \\boxed{XX}) is not."""
-    return extract_answer(text, task) is not None
+    return {"math": normalize_number, "nli": normalize_label}[task](boxed)
 
 
 def majority_vote_accuracy(answers: list[str | None], gold: str) -> float:
