@@ -141,7 +141,6 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
     answers = [[None] * num_agents for _ in range(num_turns)]
     prompts = [[None] * num_agents for _ in range(num_turns)]
     rollout = [[None] * num_agents for _ in range(num_turns)]
-    sampled = [[None] * batch for _ in range(num_agents)]  # agent a's last prompt + response ids
     correct = torch.zeros(batch, num_turns, num_agents)
     scores = torch.zeros(batch, num_turns, num_agents) if scorer is not None else None
     for t in range(num_turns):
@@ -158,8 +157,9 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
             model = models[agents[0]]
             tok = tokenizers[agents[0]]
             texts = [chat_prompt(tok, chats[a][b]) for a in agents for b in range(batch)]
-            inputs = [texts[k * batch + b] if t == 0
-                      else continue_chat(tok, sampled[a][b], texts[k * batch + b])
+            inputs = [texts[k * batch + b] if t == 0  # else the chat as sampled, continued
+                      else continue_chat(tok, sampled_conversation(rollout[t - 1][a], b).tolist(),
+                                         texts[k * batch + b])
                       for k, a in enumerate(agents) for b in range(batch)]
             names = [adapter_names[t][a] for a in agents for _ in range(batch)]
             out = generate(model, tok, inputs, names, max_new_tokens, temperature=temperature,
@@ -168,7 +168,6 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
                 rows = slice(k * batch, (k + 1) * batch)
                 ro = rollout[t][a] = {key: value[rows] for key, value in out.items()}
                 prompts[t][a] = texts[rows]
-                sampled[a] = [sampled_conversation(ro, b).tolist() for b in range(batch)]
                 responses[t][a] = [tok.decode(ids[mask.bool()], skip_special_tokens=True)
                                    for ids, mask in zip(ro["response_ids"], ro["response_mask"])]
                 answers[t][a] = [extract_answer(text, r["task"])

@@ -114,10 +114,9 @@ def has_degenerate_repetition(token_ids: list[int], max_period: int = 20, max_re
                               decode=None) -> bool:
     """True when a block of 1..max_period tokens repeats consecutively more than max_repeats times
     (the authors' rule); with `decode`, blocks of digits only (e.g. "1000000") are allowed."""
-    n = len(token_ids)
     for period in range(1, max_period + 1):
         run = 0  # consecutive positions i with ids[i] == ids[i - period]
-        for i in range(period, n):
+        for i in range(period, len(token_ids)):
             run = run + 1 if token_ids[i] == token_ids[i - period] else 0
             # the block ids[i-period+1 .. i] occurred max_repeats + 1 times in a row
             if run >= period * max_repeats:
