@@ -5,7 +5,7 @@
   2. generation  generate(): one batched sampling call, each row on its own adapter
   3. log-probs   forward_responses(): per-token log-probs at the sampling temperature
   4. maths       masked_mean / masked_whiten
-  5. answers     extract_answer, is_well_formed, the majority vote and the debate metrics
+  5. answers     extract_answer, the majority vote and the debate metrics
 
 Conventions used everywhere:
   * Prompts are left-padded; responses are right-padded. `query_mask`/`response_mask` are 1 on real
@@ -125,8 +125,7 @@ def stop_token_ids(tokenizer, model=None) -> list[int]:
 
 
 def response_mask_from_ids(response_ids: torch.Tensor, stop_ids: list[int]):
-    """1 up to and including the first stop token, 0 after it. Returns (mask [B, L] float, truncated
-    [B] bool)."""
+    """(mask [B, L] float: 1 up to and including the first stop token, truncated [B] bool)."""
     is_stop = torch.isin(response_ids, torch.tensor(stop_ids, device=response_ids.device))
     stops_before = torch.cumsum(is_stop.long(), dim=1) - is_stop.long()  # strictly before
     mask = (stops_before == 0).float()
@@ -136,10 +135,6 @@ def response_mask_from_ids(response_ids: torch.Tensor, stop_ids: list[int]):
 def tokenize_prompts(tokenizer, prompts: list, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded ids and mask. A prompt is a text, or a list of token ids taken as they are (a
     chat continued token by token, nanomarl/tasks/debate_prompts.py:continue_chat)."""
-    if all(isinstance(p, str) for p in prompts):
-        enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left",
-                        add_special_tokens=False)
-        return enc["input_ids"].to(device), enc["attention_mask"].to(device)
     rows = [torch.tensor([tokenizer(p, add_special_tokens=False)["input_ids"] if isinstance(p, str)
                           else list(p)], dtype=torch.long) for p in prompts]
     ids = _pad_cat(rows, tokenizer.pad_token_id, left=True)
@@ -164,8 +159,7 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
     Returns query_ids/mask [B, Lq] (left-padded), response_ids/mask [B, Lr], truncated [B] (no
     EOS within max_new_tokens) and, 0 where masked, [B, Lr]: logprobs and entropy of π, the full
     softmax at the temperature (what forward_responses recomputes), and sampling_logprobs of q,
-    what each token was drawn from (after top-k/top-p; greedy: 0). log q - log π = -log(the mass
-    top-k/top-p kept) >= 0; updates through log π treat q's samples as π's (docs/magrpo.md)."""
+    what each token was drawn from (after top-k/top-p; greedy: 0; docs/magrpo.md)."""
     # the fast paths, the same samples: on CUDA a static-cache decoder, or vLLM (--use-vllm); rows
     # on several adapters, stacked LoRA. A learner may skip them: the loop below is the plain path
     from nanomarl.fast import stacked_routing
@@ -233,16 +227,14 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
                       adapter_names: list[str] | None, temperature: float = 1.0,
                       output_hidden: bool = False, output_entropy: bool = False):
     """One padded forward over [query ; response]; row i on adapter adapter_names[i] (None: the
-    active setup; several: peft's mixed-adapter forward). Returns dict(logprobs [B, Lr] (0 where
-    masked), entropy [B, Lr] or None, hidden [B, Lr, H] or None: the states V(s) is read from).
-    Position ids count only real tokens, so left padding changes nothing; columns no row uses are
-    not computed (the outputs keep the full width, zeros there)."""
-    if adapter_names is not None and len(set(adapter_names)) == 1:
-        # one adapter for every row: peft's ordinary forward (its mixed path would gather and
-        # scatter every layer's activations for nothing)
-        with single_adapter(model, adapter_names[0]):
-            return forward_responses(model, query_ids, query_mask, response_ids, response_mask,
-                                     None, temperature, output_hidden, output_entropy)
+    active setup). Returns dict(logprobs [B, Lr] (0 where masked), entropy [B, Lr] or None, hidden
+    [B, Lr, H] or None: the states V(s) is read from). Position ids count only real tokens, so left
+    padding changes nothing; columns no row uses are not computed (zeros in the outputs)."""
+    # one adapter for every row: peft's ordinary forward (the mixed one, for several, would gather
+    # and scatter every layer's activations for nothing)
+    one = adapter_names is not None and len(set(adapter_names)) == 1
+    routing = single_adapter(model, adapter_names[0]) if one else contextlib.nullcontext()
+    extra = {"adapter_names": list(adapter_names)} if adapter_names is not None and not one else {}
     # columns no row uses (left padding of the prompts, right padding of the responses): dropped
     full_width = response_ids.shape[1]
     first, width = first_used_column(query_mask), used_width(response_mask)
@@ -252,8 +244,7 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     input_ids = torch.cat([query_ids, response_ids], dim=1)
     attention_mask = torch.cat([query_mask.long(), response_mask.long()], dim=1)
     position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
-    extra = {} if adapter_names is None else {"adapter_names": list(adapter_names)}
-    with fp32_head(model):  # the logits in fp32 on a bf16 base
+    with routing, fp32_head(model):  # the logits in fp32 on a bf16 base
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                     output_hidden_states=output_hidden, use_cache=False,
                     logits_to_keep=r_len + 1, **extra)
@@ -265,8 +256,7 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
 
 
 def _response_outputs(logits, hidden, response_ids, response_mask, output_entropy: bool) -> dict:
-    """forward_responses' outputs from the logits [B, L, V] (already / temperature) that predict
-    each token."""
+    """forward_responses' outputs from the logits [B, L, V] (already / temperature)."""
     all_logprobs = F.log_softmax(logits, dim=-1)
     logprobs = torch.gather(all_logprobs, 2, response_ids.unsqueeze(-1)).squeeze(-1) * response_mask
     entropy = None
@@ -302,52 +292,35 @@ def fp32_head(model):
 
 
 @contextlib.contextmanager
-def adapters_disabled(model):
-    """The base model alone (the reference policy). Unlike peft's bare disable_adapter(), this
-    restores requires_grad afterwards: leaving disable_adapter() re-freezes every adapter that is
-    not 'active'."""
+def single_adapter(model, name: str):
+    """Run with only adapter `name` active ('__base__': none, the reference policy), through peft's
+    ordinary (not mixed-batch) forward. Restores the active adapter and every requires_grad
+    afterwards: peft's set_adapter and leaving disable_adapter() freeze the adapters not active."""
     from peft import PeftModel
 
     if not isinstance(model, PeftModel):
+        if name != "__base__":
+            raise ValueError(f"adapter {name!r} asked for, but the model has no LoRA adapters")
         yield model
         return
-    trainable = {n: p.requires_grad for n, p in model.named_parameters()}
-    try:
-        with model.disable_adapter():
-            yield model
-    finally:
-        restore_requires_grad(model, trainable)
-
-
-@contextlib.contextmanager
-def single_adapter(model, name: str):
-    """Run with only adapter `name` active ('__base__': none), through peft's ordinary (not
-    mixed-batch) forward. Restores the active adapter and requires_grad afterwards: peft's
-    set_adapter freezes the other adapters."""
-    from peft import PeftModel
-
-    if name == "__base__":
-        with adapters_disabled(model):
-            yield model
-        return
-    if not isinstance(model, PeftModel):
-        raise ValueError(f"adapter {name!r} asked for, but the model has no LoRA adapters")
     active = model.active_adapter
     trainable = {n: p.requires_grad for n, p in model.named_parameters()}
-    model.set_adapter(name)
     try:
-        yield model
+        if name == "__base__":
+            with model.disable_adapter():
+                yield model
+        else:
+            model.set_adapter(name)
+            yield model
     finally:
         model.set_adapter(active)
-        restore_requires_grad(model, trainable)
+        for n, p in model.named_parameters():  # a frozen adapter (a verifier's) stays frozen
+            p.requires_grad_(trainable[n])
 
 
-def restore_requires_grad(model, trainable: dict[str, bool]):
-    """Put back every parameter's requires_grad as it was before a peft
-    set_adapter()/disable_adapter(): a frozen adapter (e.g. the verifier sharing the policy's base)
-    stays frozen, a trainable one trainable."""
-    for n, p in model.named_parameters():
-        p.requires_grad_(trainable[n])
+def adapters_disabled(model):
+    """The base model alone (the reference policy), requires_grad restored afterwards."""
+    return single_adapter(model, "__base__")
 
 
 def batched(fn, batch: dict[str, torch.Tensor], size: int, **kwargs) -> dict[str, torch.Tensor]:
@@ -372,9 +345,8 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
 
 
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """(x - mean) / sqrt(var + 1e-8) over the masked entries (TRL's masked_whiten); masked entries
-    stay 0. The mean and unbiased variance are over EVERY process's masked entries (torchrun: sums
-    and counts all-reduced): N processes x B rows whiten like one process with N·B rows."""
+    """(x - mean) / sqrt(var + 1e-8) over the masked entries (TRL's); masked entries stay 0. Under
+    torchrun over EVERY process's entries: N processes x B rows whiten like one with N·B rows."""
     count = allreduce_sum(mask.sum())
     mean = allreduce_sum((x * mask).sum()) / count.clamp(min=1e-8)
     var = allreduce_sum(((x - mean) ** 2 * mask).sum()) / count.clamp(min=1e-8)
@@ -382,12 +354,11 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x - mean) * torch.rsqrt(var + 1e-8) * mask
 
 
-# 5. Answers: extraction, the format check, the majority vote and the debate metrics ---------------
+# 5. Answers: extraction, the majority vote and the debate metrics ---------------------------------
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...} (or \\fbox{...}), braces balanced; None if there is none or
-    it is unclosed."""
+    """The content of the last closed \\boxed{...} or \\fbox{...} (braces balanced), else None."""
     starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
     for start in reversed(starts):
         depth = 1
@@ -401,36 +372,18 @@ def last_boxed(text: str) -> str | None:
 
 
 def extract_answer(text: str, task: str) -> str | None:
-    """The final answer of a response, normalised for comparison with the gold; None when
-    unparsable.
-
-    Primary: the content of the last \\boxed{...} (balanced braces). Fallback when there is no box:
-    the clause after the last 'answer is' / 'Answer:' (markdown bold allowed), up to its sentence's
-    end; None if there is no such phrase (a bare number in the reasoning is not an answer). In the
-    chosen text, math takes the last number (normalize_number), nli the first label word that is not
-    negated (normalize_label). task: 'math' (GSM8K-style numbers) or 'nli'
-    (entailment/neutral/contradiction)."""
+    """The final answer of a response, normalised for comparison with the gold, else None: a
+    response is well formed exactly when it has one (the format gate, the 0/1 scorer and
+    evaluation read answers here). The last \\boxed{...}, else the clause after the last 'answer
+    is' / 'Answer:' up to its sentence's end (a bare number is no answer); in it, task 'math' takes
+    the last number (normalize_number), 'nli' the first label word not negated (normalize_label)."""
     boxed = last_boxed(text)
     if boxed is None:
         m = list(re.finditer(r"answer\**\s*(?:is|:)\**\s*:?", text, flags=re.IGNORECASE))
         if not m:
             return None
-        # up to the sentence's end
         boxed = re.split(r"[.,;!?](?!\d)|\n", text[m[-1].end():].strip())[0]
-    if task == "math":
-        return normalize_number(boxed)
-    if task == "nli":
-        return normalize_label(boxed)
-    raise ValueError(f"unknown task {task!r} (expected 'math' or 'nli')")
-
-
-def is_well_formed(text: str, task: str) -> bool:
-    """THE definition of a well-formed final answer, the one every script uses: training's format
-    gate (cotrain.format_ok), the ground-truth scorer, the incentives, evaluation and the verifier's
-    labels all go through extract_answer, so an answer is well formed exactly when extract_answer
-    finds one. "The answer is 12." is well formed; an empty or non-numeric \\boxed{} (e.g. a copied
-    \\boxed{XX}) is not."""
-    return extract_answer(text, task) is not None
+    return {"math": normalize_number, "nli": normalize_label}[task](boxed)
 
 
 def majority_vote_accuracy(answers: list[str | None], gold: str) -> float:

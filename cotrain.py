@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from common import (ValueHead, adapter_parameters, add_adapters, allreduce_sum, chat_prompt,
                     debate_metrics, extract_answer, forward_responses, generate, hidden_size,
-                    is_well_formed, load_model, masked_whiten)
+                    load_model, masked_whiten)
 from nanomarl import vllm_rollout
 from nanomarl.cli import DataArgs, ModelArgs, RunArgs, parse_args
 from nanomarl.cotrain_run import (add_minibatch_stats, agent_models, check_questions, custom_scorer,
@@ -55,7 +55,7 @@ from nanomarl.split_controls import split_controls
 from nanomarl.tasks.debate import dataset_options, load_task, step_indices
 from nanomarl.tasks.debate_prompts import (continue_chat, discussion_message, first_message,
                                            followup_message, has_degenerate_repetition,
-                                           neutral_message, sampled_conversation)
+                                           sampled_conversation)
 from train_verifier import rl_records, verifier_scorer
 
 
@@ -119,23 +119,19 @@ GAE_GAMMA = 1.0  # no discount within a response (TRL's and the authors' γ)
 def run_debate(records: list[dict], models: list, tokenizers: list, adapter_names: list[list[str]],
                max_new_tokens: int, temperature: float = 0.7, greedy: bool = False, scorer=None,
                feedback_in_prompt: bool = False, prompt_style: str = "default",
-               generate_batch_size: int = 0, silent: bool = False) -> dict:
+               generate_batch_size: int = 0, show_partner=str) -> dict:
     """Play a T-turn debate between A agents on B questions (Sec. 3.1, Du et al. 2024). Turn 1:
     each agent answers turn1_prompt(question); at turn t > 1 its chat gets the others' answers of
-    turn t-1 (discussion_message). A split record (arith:split) shows agent a only its own part
-    (first_message) and starts each later turn afresh with its partners' words (followup_message).
-    silent (a control): every partner's answer is shown as neutral_message.
-    Agents on one base (the SAME model object) are generated in one call, each row on its own
-    adapter ('__base__': none). scorer: optional, for feedback_in_prompt.
+    turn t-1 (discussion_message), each as show_partner(answer) (the silent control:
+    neutral_message). A split record (arith:split) shows agent a only its own part (first_message)
+    and starts each later turn afresh with its partners' words (followup_message). Agents on one
+    base (the SAME model object) share a generate call, each row on its own adapter ('__base__':
+    none). scorer: optional, each turn's scores.
     Returns responses, answers, prompts [T][A][B]; correct and scores [B, T, A]; rollout [T][A]:
     generate()'s tensors for B rows (query/response ids and masks, logprobs, entropy, truncated)."""
-    from peft import PeftModel  # after load_model, which hides bitsandbytes unless quantising
-
     num_turns = len(adapter_names)
     num_agents = len(models)
     batch = len(records)
-    if feedback_in_prompt and scorer is None:
-        raise ValueError("feedback_in_prompt needs a scorer")
     # chats[a][b]: the conversation agent a has seen on question b
     chats = [[[{"role": "user", "content": first_message(r, a, prompt_style)}] for r in records]
              for a in range(num_agents)]
@@ -146,14 +142,12 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
     answers = [[None] * num_agents for _ in range(num_turns)]
     prompts = [[None] * num_agents for _ in range(num_turns)]
     rollout = [[None] * num_agents for _ in range(num_turns)]
-    sampled = [[None] * batch for _ in range(num_agents)]  # agent a's last prompt + response ids
     correct = torch.zeros(batch, num_turns, num_agents)
     scores = torch.zeros(batch, num_turns, num_agents) if scorer is not None else None
     for t in range(num_turns):
         for a, b in ((a, b) for a in range(num_agents if t > 0 else 0) for b in range(batch)):
             others = [j for j in range(num_agents) if j != a]  # their answers (and scores) at t-1
-            said = [(j, neutral_message(responses[t - 1][j][b]) if silent
-                     else responses[t - 1][j][b]) for j in others]
+            said = [(j, show_partner(responses[t - 1][j][b])) for j in others]
             if "followups" in records[b]:  # arith:split: a fresh chat with the partners' words
                 chats[a][b] = [{"role": "user", "content": followup_message(
                     records[b], a, [text for _, text in said])}]
@@ -169,20 +163,16 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
             tok = tokenizers[agents[0]]
             texts = [chat_prompt(tok, chats[a][b]) for a in agents for b in range(batch)]
             inputs = [texts[k * batch + b] if t == 0 or "followups" in records[b]
-                      else continue_chat(tok, sampled[a][b], texts[k * batch + b])
+                      else continue_chat(tok, sampled_conversation(rollout[t - 1][a], b).tolist(),
+                                         texts[k * batch + b])  # the chat as sampled, continued
                       for k, a in enumerate(agents) for b in range(batch)]
             names = [adapter_names[t][a] for a in agents for _ in range(batch)]
-            if not isinstance(model, PeftModel):
-                if any(n != "__base__" for n in names):
-                    raise ValueError(f"adapters {sorted(set(names))} asked for; the model has none")
-                names = None
             out = generate(model, tok, inputs, names, max_new_tokens, temperature=temperature,
                            greedy=greedy, batch_size=generate_batch_size or None)
             for k, a in enumerate(agents):
                 rows = slice(k * batch, (k + 1) * batch)
                 ro = rollout[t][a] = {key: value[rows] for key, value in out.items()}
                 prompts[t][a] = texts[rows]
-                sampled[a] = [sampled_conversation(ro, b).tolist() for b in range(batch)]
                 responses[t][a] = [tok.decode(ids[mask.bool()], skip_special_tokens=True)
                                    for ids, mask in zip(ro["response_ids"], ro["response_mask"])]
                 answers[t][a] = [extract_answer(text, r["task"])
@@ -203,9 +193,9 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
 
 
 def format_ok(text: str, task: str, token_ids: list[int], min_tokens: int, decode=None) -> bool:
-    """The format gate: a parsable final answer (common.is_well_formed, as evaluation reads it),
+    """The format gate: a final answer extract_answer parses (as the scorer and evaluation read it),
     at least min_tokens tokens, and no degenerate repetition (the authors' rules)."""
-    return (is_well_formed(text, task) and len(token_ids) >= min_tokens
+    return (extract_answer(text, task) is not None and len(token_ids) >= min_tokens
             and not has_degenerate_repetition(token_ids, decode=decode))
 
 
@@ -265,27 +255,20 @@ def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: 
     num_agents = c.shape[-1]
     others = ((c.sum(dim=-1, keepdim=True) - c) / (num_agents - 1) if num_agents > 1
               else torch.full_like(c, 0.5))  # the others' mean correctness; no other: a tie
-    maj_right = others > 0.5
-    maj_wrong = others < 0.5
-    own_right = c > 0.5
-    own_wrong = c < 0.5
+    right = (c > 0.5).float()  # 1: right at that turn
+    wrong = (c < 0.5).float()
+    maj_right = (others > 0.5).float()
+    maj_wrong = (others < 0.5).float()
     bonus = torch.zeros_like(c)
-    # Table 1: own change t -> t+1 against the others' majority at t; paid at t+1
-    went_wrong = own_right[..., :-1, :] & own_wrong[..., 1:, :]
-    went_right = own_wrong[..., :-1, :] & own_right[..., 1:, :]
-    mr = maj_right[..., :-1, :]
-    mw = maj_wrong[..., :-1, :]
-    table1 = (-alpha1 * (went_wrong & mr) - alpha0 * (went_wrong & mw)
-              + alpha0 * (went_right & mw) + alpha1 * (went_right & mr))
-    bonus[..., 1:, :] += table1
-    # Table 2: the others' majority changes t -> t+1, given the agent's own answer at t; paid at t
-    maj_went_wrong = maj_right[..., :-1, :] & maj_wrong[..., 1:, :]
-    maj_went_right = maj_wrong[..., :-1, :] & maj_right[..., 1:, :]
-    own_r = own_right[..., :-1, :]
-    own_w = own_wrong[..., :-1, :]
-    table2 = (-beta1 * (maj_went_wrong & own_r) - beta0 * (maj_went_wrong & own_w)
-              + beta0 * (maj_went_right & own_w) + beta1 * (maj_went_right & own_r))
-    bonus[..., :-1, :] += table2
+    # Table 1: own change t -> t+1 (+1 W->R, -1 R->W), α1 if the others' majority at t was right,
+    # α0 if wrong; paid at t+1
+    change = wrong[..., :-1, :] * right[..., 1:, :] - right[..., :-1, :] * wrong[..., 1:, :]
+    bonus[..., 1:, :] += change * (alpha1 * maj_right[..., :-1, :] + alpha0 * maj_wrong[..., :-1, :])
+    # Table 2: the others' majority changes t -> t+1 (+1 W->R, -1 R->W), β1 if the agent was right
+    # at t, β0 if wrong; paid at t
+    maj_change = (maj_wrong[..., :-1, :] * maj_right[..., 1:, :]
+                  - maj_right[..., :-1, :] * maj_wrong[..., 1:, :])
+    bonus[..., :-1, :] += maj_change * (beta1 * right[..., :-1, :] + beta0 * wrong[..., :-1, :])
     return bonus
 
 

@@ -58,10 +58,9 @@ def init_distributed(device: str = "") -> tuple[int, int, str]:
 
 
 def rank_rows(rows: torch.Tensor, group_size: int = 1) -> torch.Tensor:
-    """This rank's local rows among `rows`, rows of ONE process's batch (labels in its order): there
-    question g holds rows g·K .. g·K+K-1 (K = group_size, its debates or samples in a row); under
-    torchrun question g lives on rank g % world as local question g // world, its K rows in a row.
-    So N processes cut every minibatch of labels into the same rows one process would take."""
+    """This rank's local rows among `rows`, labels of ONE process's batch, where question g holds
+    rows g·K .. g·K+K-1 (K = group_size); under torchrun question g is local question g // world
+    of rank g % world. So N processes cut a minibatch into the rows one process would take."""
     rank, world = world_info()
     question, sample = rows // group_size, rows % group_size
     mine = question % world == rank
@@ -70,19 +69,17 @@ def rank_rows(rows: torch.Tensor, group_size: int = 1) -> torch.Tensor:
 
 def allreduce_gradients(params: list[nn.Parameter]):
     """Sum the gradients of the trainable parameters across ranks: the LoRA/head version of DDP. A
-    rank without a gradient for p (it held no rows for it) contributes zeros; p.grad stays None
-    only where no rank had one, so the optimiser skips p as one process would."""
-    rank, world = world_info()
-    if world == 1:
+    rank without a gradient for p (no rows for it) adds zeros; where no rank has one, p.grad stays
+    None and the optimiser skips p, as one process would."""
+    if world_info()[1] == 1:
         return
     had_grad = allreduce_sum(torch.tensor([p.grad is not None for p in params], dtype=torch.float,
                                           device=params[0].device))
     for p, anywhere in zip(params, had_grad.tolist()):
-        if not anywhere:
-            continue
-        if p.grad is None:
+        if anywhere and p.grad is None:
             p.grad = torch.zeros_like(p)
-        torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
+        if anywhere:
+            torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
 
 
 def allreduce_sum(x: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,15 @@ import re
 
 import torch
 
+NEUTRAL_WORDS = "I have read the question and I am still thinking about it".split()
+
+
+def neutral_message(text: str) -> str:
+    """The silent partner's stand-in for a partner's answer: a neutral sentence cycled to as many
+    words as the answer had, so the turn keeps its shape and about its length but carries nothing."""
+    n = max(1, len(text.split()))
+    return " ".join(NEUTRAL_WORDS[k % len(NEUTRAL_WORDS)] for k in range(n)) + "."
+
 
 def whole_question(record: dict) -> dict:
     """The record as one agent that sees everything gets it: its views and followups dropped, so
@@ -52,7 +61,7 @@ def split_controls(play, team, args, records: list[dict], debate: dict) -> dict:
     metrics = {f"eval/turn{t + 1}/informative": rate
                for t, rate in enumerate(informative_rates(debate, records))}
     silent = play(records, team.models(), team.agent_tokenizers(), team.adapter_names,
-                  args.max_new_tokens, silent=True, **common)
+                  args.max_new_tokens, show_partner=neutral_message, **common)
     metrics.update({f"eval/silent/turn{t + 1}/agent_accuracy": acc
                     for t, acc in enumerate(mean_agent_accuracy(silent))})
     alone = play([whole_question(r) for r in records], team.models()[:1],

@@ -11,6 +11,7 @@ import evaluate
 import magrpo
 from nanomarl.cli import parse_args
 from nanomarl.crossplay import crossplay, crossplay_table, summarize
+from nanomarl.split_controls import neutral_message
 from common import load_model
 from nanomarl.models import load_adapters, load_tokenizer
 
@@ -121,7 +122,8 @@ def test_split_controls_in_evaluate_results_of_an_arith_split_run(tmp_path, monk
     play, calls = cotrain.run_debate, []  # (adapter names [T][A], silent, records have views)
 
     def spy(records, models, tokenizers, adapter_names, *a, **kw):
-        calls.append((adapter_names, kw.get("silent", False), "views" in records[0]))
+        silent = kw.get("show_partner", str) is neutral_message
+        calls.append((adapter_names, silent, "views" in records[0]))
         return play(records, models, tokenizers, adapter_names, *a, **kw)
 
     monkeypatch.setattr(cotrain, "run_debate", spy)

@@ -9,9 +9,10 @@ import torch
 import cotrain
 from common import chat_prompt, load_model
 from nanomarl.models import load_tokenizer
-from nanomarl.split_controls import carries_number, informative_rates, whole_question
+from nanomarl.split_controls import (carries_number, informative_rates, neutral_message,
+                                     whole_question)
 from nanomarl.tasks.debate import load_task
-from nanomarl.tasks.debate_prompts import followup_message, neutral_message
+from nanomarl.tasks.debate_prompts import followup_message
 from nanomarl.tasks.teamwork import (listed_items, teamwork_problems, teamwork_prompts,
                                      teamwork_reward)
 
@@ -80,7 +81,8 @@ def test_run_debate_shows_each_agent_its_own_view_and_silent_changes_only_partne
     kwargs = dict(max_new_tokens=6, greedy=True, prompt_style="short")
     names = [["__base__"] * 2] * 2
     debate = cotrain.run_debate(records, [model] * 2, [tok] * 2, names, **kwargs)
-    silent = cotrain.run_debate(records, [model] * 2, [tok] * 2, names, silent=True, **kwargs)
+    silent = cotrain.run_debate(records, [model] * 2, [tok] * 2, names,
+                                show_partner=neutral_message, **kwargs)
     for b, r in enumerate(records):
         for a in range(2):
             # turn 1: the agent's own view as the whole message, untouched by the control

@@ -53,9 +53,8 @@ def followup_message(record: dict, agent: int, said: list[str]) -> str:
 
 
 def turn1_prompt(question: str, task: str, style: str = "default") -> str:
-    """The first user message: the question wrapped in the authors' instruction to answer in
-    \\boxed{}. task: 'math' or 'nli' (a load_task record's task; nli questions already hold the ANLI
-    prompt)."""
+    """The first user message: the question in the instruction of `style` (nli questions already
+    hold the ANLI prompt; NLI_BOX asks for the \\boxed{} label)."""
     if task == "nli":
         return question + NLI_BOX
     return TURN1_MATH[style].format(question=question)
@@ -97,15 +96,10 @@ def verifier_feedback(score: float) -> str:
 def discussion_message(question: str, other_answers: list[tuple[int, str]],
                        other_scores: list[float] | None = None, own_score: float | None = None,
                        prompt_style: str = "default") -> str:
-    """The user message of turn t > 1 for one agent (the authors' construct_message_multi_agent).
-
-    other_answers: (agent index, response at turn t-1) of every OTHER agent, shown as "Agent
-    {index+1}". other_scores / own_score: verifier scores shown with --feedback-in-prompt (None: no
-    feedback lines). Without feedback we drop the instruction's sentence about rewards, which would
-    refer to nothing. prompt_style 'short' (ours, for small models) keeps the same structure with a
-    one-line instruction instead of the authors' paragraph: the turn-2 prompt is ~3x shorter, and so
-    is the cost of generating and training on it."""
-    # math only (run_debate)
+    """The user message of turn t > 1 for one agent (the authors' construct_message_multi_agent):
+    other_answers, (index, answer at t-1) of every OTHER agent, and with --feedback-in-prompt the
+    verifier's other_scores and own_score (None: no feedback, and no sentence about rewards).
+    'short' (ours, for small models): one line of instruction, not the authors' paragraph."""
     if prompt_style == "short" and other_scores is None and own_score is None:
         message = "Solutions from other agents:" + "".join(f"\n\nAgent {agent + 1}: ```{answer}```"
                                                            for agent, answer in other_answers)
@@ -126,26 +120,13 @@ def discussion_message(question: str, other_answers: list[tuple[int, str]],
     return message
 
 
-NEUTRAL_WORDS = "I have read the question and I am still thinking about it".split()
-
-
-def neutral_message(text: str) -> str:
-    """The silent-partner control's stand-in for a partner's answer: a neutral sentence cycled to
-    as many words as the answer had, so the turn keeps its shape and about its length but carries
-    nothing."""
-    n = max(1, len(text.split()))
-    return " ".join(NEUTRAL_WORDS[k % len(NEUTRAL_WORDS)] for k in range(n)) + "."
-
-
 def has_degenerate_repetition(token_ids: list[int], max_period: int = 20, max_repeats: int = 3,
                               decode=None) -> bool:
     """True when a block of 1..max_period tokens repeats consecutively more than max_repeats times
-    (the authors' rule). Blocks that decode to digits only (e.g. "1000000") are allowed when
-    `decode` is given."""
-    n = len(token_ids)
+    (the authors' rule); with `decode`, blocks of digits only (e.g. "1000000") are allowed."""
     for period in range(1, max_period + 1):
         run = 0  # consecutive positions i with ids[i] == ids[i - period]
-        for i in range(period, n):
+        for i in range(period, len(token_ids)):
             run = run + 1 if token_ids[i] == token_ids[i - period] else 0
             # the block ids[i-period+1 .. i] occurred max_repeats + 1 times in a row
             if run >= period * max_repeats:
@@ -162,11 +143,9 @@ def sampled_conversation(batch: dict, b: int) -> torch.Tensor:
 
 
 def continue_chat(tokenizer, conversation_ids: list[int], prompt: str) -> list[int] | str:
-    """The next turn's prompt as token ids: the conversation as sampled (the previous prompt and
-    response ids), then the rest of the rendered chat `prompt` tokenised on its own. Re-tokenising
-    the whole chat could merge the agent's own tokens differently ("\n\n" sampled as one token,
-    read back as two). Returns the text itself when it does not start with those tokens' text (a
-    template that rewrites earlier turns)."""
+    """The next turn's prompt as token ids: the conversation as sampled, then the rest of the
+    rendered chat `prompt` tokenised on its own ("\n\n" sampled as one token stays one); the text
+    itself where it does not start with the conversation's (a template that rewrites turns)."""
     sampled = tokenizer.decode(conversation_ids)
     if not prompt.startswith(sampled):
         return prompt
