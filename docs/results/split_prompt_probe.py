@@ -4,6 +4,7 @@ temperature given (default 0.7): the per-turn accuracy that says whether RL has 
 questions.
 
     python docs/results/split_prompt_probe.py 0.7 0.3
+    python docs/results/split_prompt_probe.py first-view 0.3   # turn 1 as in the first format
 """
 import sys
 import time
@@ -18,7 +19,16 @@ import nanomarl.tasks.debate as debate  # noqa: E402
 from common import load_model  # noqa: E402
 from nanomarl.models import load_tokenizer  # noqa: E402
 
+# the first format's turn-1 message: its view and the 'short' instruction
+FIRST_VIEW = ("You and your partner each hold one number; together you must find {goal}. Your number "
+              "is {own}. Your partner knows the other number. Start with \"My number is {own}.\" Then "
+              "read your partner's number and compute the answer.\nShow the calculation, then end "
+              "with \"The answer is\" and the number.")
+
 if __name__ == "__main__":
+    if "first-view" in sys.argv:
+        sys.argv.remove("first-view")
+        debate.SPLIT_VIEW = FIRST_VIEW
     torch.set_num_threads(2)
     model, tok = load_model("smollm2-135m"), load_tokenizer("smollm2-135m")
     questions = list({r["question"]: r for r in debate.load_task("arith:split", "train", limit=400,
