@@ -162,7 +162,7 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
             model = models[agents[0]]
             tok = tokenizers[agents[0]]
             texts = [chat_prompt(tok, chats[a][b]) for a in agents for b in range(batch)]
-            inputs = [texts[k * batch + b] if t == 0 or "followups" in records[b]
+            inputs = [texts[k * batch + b] if len(chats[a][b]) == 1  # a chat that starts here
                       else continue_chat(tok, sampled_conversation(rollout[t - 1][a], b).tolist(),
                                          texts[k * batch + b])  # the chat as sampled, continued
                       for k, a in enumerate(agents) for b in range(batch)]

@@ -4,7 +4,8 @@ temperature given (default 0.7): the per-turn accuracy that says whether RL has 
 questions.
 
     python docs/results/split_prompt_probe.py 0.7 0.3
-    python docs/results/split_prompt_probe.py first-view 0.3   # turn 1 as in the first format
+    python docs/results/split_prompt_probe.py relay-view 0.3   # turn 1 as in the second format
+    python docs/results/split_prompt_probe.py ask-view 0.3     # turn 1: the number, then a question
 """
 import sys
 import time
@@ -19,16 +20,20 @@ import nanomarl.tasks.debate as debate  # noqa: E402
 from common import load_model  # noqa: E402
 from nanomarl.models import load_tokenizer  # noqa: E402
 
-# the first format's turn-1 message: its view and the 'short' instruction
-FIRST_VIEW = ("You and your partner each hold one number; together you must find {goal}. Your number "
-              "is {own}. Your partner knows the other number. Start with \"My number is {own}.\" Then "
-              "read your partner's number and compute the answer.\nShow the calculation, then end "
-              "with \"The answer is\" and the number.")
+# the second format's turn-1 message (commit e04d38a)
+RELAY_VIEW = ("You and your partner each hold one number; together you must find {goal}. Your number "
+              "is {own}. Your partner knows the other number. First tell your partner: reply with one "
+              "sentence, \"My number is {own}.\"")
+# a turn-1 message that starts like the first format's but asks instead of answering
+ASK_VIEW = ("You and your partner each hold one number; together you must find {goal}. Your number "
+            "is {own}. Your partner knows the other number. Start with \"My number is {own}.\" Then "
+            "ask your partner for their number.")
+VIEWS = {"relay-view": RELAY_VIEW, "ask-view": ASK_VIEW}
 
 if __name__ == "__main__":
-    if "first-view" in sys.argv:
-        sys.argv.remove("first-view")
-        debate.SPLIT_VIEW = FIRST_VIEW
+    for name in [a for a in sys.argv[1:] if a in VIEWS]:
+        sys.argv.remove(name)
+        debate.SPLIT_VIEW = VIEWS[name]
     torch.set_num_threads(2)
     model, tok = load_model("smollm2-135m"), load_tokenizer("smollm2-135m")
     questions = list({r["question"]: r for r in debate.load_task("arith:split", "train", limit=400,
