@@ -263,7 +263,8 @@ def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: 
     # Table 1: own change t -> t+1 (+1 W->R, -1 R->W), α1 if the others' majority at t was right,
     # α0 if wrong; paid at t+1
     change = wrong[..., :-1, :] * right[..., 1:, :] - right[..., :-1, :] * wrong[..., 1:, :]
-    bonus[..., 1:, :] += change * (alpha1 * maj_right[..., :-1, :] + alpha0 * maj_wrong[..., :-1, :])
+    bonus[..., 1:, :] += change * (alpha1 * maj_right[..., :-1, :]
+                                   + alpha0 * maj_wrong[..., :-1, :])
     # Table 2: the others' majority changes t -> t+1 (+1 W->R, -1 R->W), β1 if the agent was right
     # at t, β0 if wrong; paid at t
     maj_change = (maj_wrong[..., :-1, :] * maj_right[..., 1:, :]

@@ -21,13 +21,13 @@ from common import load_model  # noqa: E402
 from nanomarl.models import load_tokenizer  # noqa: E402
 
 # the second format's turn-1 message (commit e04d38a)
-RELAY_VIEW = ("You and your partner each hold one number; together you must find {goal}. Your number "
-              "is {own}. Your partner knows the other number. First tell your partner: reply with one "
-              "sentence, \"My number is {own}.\"")
+RELAY_VIEW = ("You and your partner each hold one number; together you must find {goal}. Your "
+              "number is {own}. Your partner knows the other number. First tell your partner: "
+              "reply with one sentence, \"My number is {own}.\"")
 # a turn-1 message that starts like the first format's but asks instead of answering
-ASK_VIEW = ("You and your partner each hold one number; together you must find {goal}. Your number "
-            "is {own}. Your partner knows the other number. Start with \"My number is {own}.\" Then "
-            "ask your partner for their number.")
+ASK_VIEW = ("You and your partner each hold one number; together you must find {goal}. Your "
+            "number is {own}. Your partner knows the other number. Start with \"My number is "
+            "{own}.\" Then ask your partner for their number.")
 VIEWS = {"relay-view": RELAY_VIEW, "ask-view": ASK_VIEW}
 
 if __name__ == "__main__":

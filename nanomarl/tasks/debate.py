@@ -156,11 +156,10 @@ def arith_records(n: int, split: str, seed: int = 0, name: str = "arith") -> lis
             for i, (q, a) in enumerate(problems)]
 
 
-# arith:split's words: turn 1 (the whole first message) starts with the number, then guesses; turn
-# t > 1 starts a fresh chat with the partners' words, and asks for both numbers before the calculation
-SPLIT_VIEW = ("You and your partner each hold one number; together you must find {goal}. "
-              "Your number is {own}. Your partner knows the other number. Start with \"My number "
-              "is {own}.\" Then read your partner's number and compute the answer.\nShow the "
+# arith:split's words: turn 1 says the number, then guesses; turn t > 1 quotes the partners afresh
+SPLIT_VIEW = ("You and your partner each hold one number; together you must find {goal}. Your "
+              "number is {own}. Your partner knows the other number. Start with \"My number is "
+              "{own}.\" Then read your partner's number and compute the answer.\nShow the "
               "calculation, then end with \"The answer is\" and the number.")
 SPLIT_FOLLOWUP = ("Your number is {own}. {partners}: {{said}} Find {goal}. First write \"The "
                   "numbers are {own}, \" and {theirs}, then show the calculation "
