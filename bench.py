@@ -165,7 +165,7 @@ def bench_rollout(args, model, tokenizer, num_agents, device):
 
     @torch.no_grad()
     def decode_ceiling():  # prefill + (max_new_tokens - 1) KV-cache steps, base model only
-        with common.adapters_disabled(model):
+        with common.single_adapter(model, "__base__"):
             position_ids = (query_mask.cumsum(1) - 1).clamp(min=0)
             out = model(input_ids=query_ids, attention_mask=query_mask, position_ids=position_ids,
                         use_cache=True, logits_to_keep=1)

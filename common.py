@@ -1,7 +1,7 @@
 """common.py: what the algorithms share and a reader needs: one base model with many LoRA agents.
 
   1. models      load_model, add_adapters (named LoRA adapters on one frozen base),
-                 adapter_parameters, ValueHead, the peft guards (adapters_disabled, single_adapter)
+                 adapter_parameters, ValueHead, the peft guard (single_adapter)
   2. generation  generate(): one batched sampling call, each row on its own adapter
   3. log-probs   forward_responses(): per-token log-probs at the sampling temperature
   4. maths       masked_mean / masked_whiten
@@ -316,11 +316,6 @@ def single_adapter(model, name: str):
         model.set_adapter(active)
         for n, p in model.named_parameters():  # a frozen adapter (a verifier's) stays frozen
             p.requires_grad_(trainable[n])
-
-
-def adapters_disabled(model):
-    """The base model alone (the reference policy), requires_grad restored afterwards."""
-    return single_adapter(model, "__base__")
 
 
 def batched(fn, batch: dict[str, torch.Tensor], size: int, **kwargs) -> dict[str, torch.Tensor]:

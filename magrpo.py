@@ -40,8 +40,8 @@ from typing import Literal
 import torch
 from tqdm import tqdm
 
-from common import (adapter_parameters, adapters_disabled, add_adapters, chat_prompt,
-                    forward_responses, generate, load_model)
+from common import (adapter_parameters, add_adapters, chat_prompt, forward_responses, generate,
+                    load_model, single_adapter)
 from nanomarl import vllm_rollout
 from nanomarl.cli import ModelArgs, RunArgs, arg_error, load_function, parse_args
 from nanomarl.distributed import (allreduce_gradients, allreduce_sum, init_distributed,
@@ -372,7 +372,7 @@ def nodes_by_turn(roots: list[Node]) -> list[list[Node]]:
 def reference_logprobs(model, query_ids, query_mask, response_ids, response_mask,
                        temperature: float = 1.0):
     """Log-probs under the reference policy: the same base with every adapter disabled."""
-    with adapters_disabled(model):
+    with single_adapter(model, "__base__"):
         return forward_responses(model, query_ids, query_mask, response_ids, response_mask, None,
                                  temperature)["logprobs"]
 

@@ -272,7 +272,7 @@ def test_adapters_stay_trainable_after_reference_and_set_adapter(tiny):
     args = (rollout["query_ids"], rollout["query_mask"], rollout["response_ids"], rollout["response_mask"])
     reference_logprobs(model, *args)
     assert sum(p.requires_grad for p in model.parameters()) == n_trainable
-    with common.adapters_disabled(model):
+    with common.single_adapter(model, "__base__"):
         pass
     model.set_adapter("agent1")
     common.make_lora_trainable(model)

@@ -54,7 +54,7 @@ def test_logits_equal_peft_mixed_forward(model, tok):
     # peft runs each adapter's rows as a batch of their own: other shapes, so other rounding on some
     # CPUs (~1e-6); a row on the wrong adapter moves its logits by more than 1e-2 (below)
     torch.testing.assert_close(stacked_logits, peft_logits, atol=1e-4, rtol=0)
-    with common.adapters_disabled(model):
+    with common.single_adapter(model, "__base__"):
         base_logits = model(**inputs).logits
     for i, name in enumerate(ROWS):  # base rows are the base model; adapter rows really move the logits
         real = mask[i].bool()
