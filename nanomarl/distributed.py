@@ -76,9 +76,8 @@ def allreduce_gradients(params: list[nn.Parameter]):
     had_grad = allreduce_sum(torch.tensor([p.grad is not None for p in params], dtype=torch.float,
                                           device=params[0].device))
     for p, anywhere in zip(params, had_grad.tolist()):
-        if anywhere and p.grad is None:
-            p.grad = torch.zeros_like(p)
         if anywhere:
+            p.grad = torch.zeros_like(p) if p.grad is None else p.grad
             torch.distributed.all_reduce(p.grad, op=torch.distributed.ReduceOp.SUM)
 
 

@@ -11,13 +11,16 @@ import re
 
 import torch
 
+from nanomarl.tasks.debate_prompts import first_sentence
+
 NEUTRAL_WORDS = "I have read the question and I am still thinking about it".split()
 
 
 def neutral_message(text: str) -> str:
     """The silent partner's stand-in for a partner's answer: a neutral sentence cycled to as many
-    words as the answer had, so the turn keeps its shape and about its length but carries nothing."""
-    n = max(1, len(text.split()))
+    words as the part of the answer a partner hears (its first sentence, first_sentence), so the
+    turn keeps its shape and its length but carries nothing."""
+    n = max(1, len(first_sentence(text).split()))
     return " ".join(NEUTRAL_WORDS[k % len(NEUTRAL_WORDS)] for k in range(n)) + "."
 
 

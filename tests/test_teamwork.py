@@ -12,7 +12,7 @@ from nanomarl.models import load_tokenizer
 from nanomarl.split_controls import (carries_number, informative_rates, neutral_message,
                                      whole_question)
 from nanomarl.tasks.debate import load_task
-from nanomarl.tasks.debate_prompts import followup_message
+from nanomarl.tasks.debate_prompts import first_sentence, followup_message
 from nanomarl.tasks.teamwork import (listed_items, teamwork_problems, teamwork_prompts,
                                      teamwork_reward)
 
@@ -69,10 +69,19 @@ def test_carries_number_and_informative_rates_by_hand():
     assert informative_rates(debate, records) == [0.75, 0.5]
 
 
-def test_neutral_message_keeps_the_length_and_carries_nothing():
+def test_neutral_message_keeps_the_heard_length_and_carries_nothing():
     text = "My number is 7. The answer is 7 + 5 = 12."
     silent = neutral_message(text)
-    assert len(silent.split()) == len(text.split()) and not re.search(r"\d", silent)
+    assert silent == "I have read the." and first_sentence(silent) == silent  # heard whole
+
+
+def test_a_partner_is_heard_up_to_its_first_full_stop_or_line_break():
+    assert first_sentence("My number is 3. So 3 + 4 = 7.") == "My number is 3."
+    assert first_sentence("2 + 2 = 4\nThe answer is 4.") == "2 + 2 = 4"
+    assert first_sentence("My number is 3") == "My number is 3"
+    r = load_task("arith:split", "test", limit=1)[0]
+    heard = followup_message(r, 0, ["My number is 3. The answer is 7."])
+    assert '"My number is 3." Find ' in heard and "answer is 7" not in heard
 
 
 def test_run_debate_shows_each_agent_its_own_view_and_silent_changes_only_partner_messages():

@@ -6,9 +6,10 @@ questions.
     python docs/results/split_prompt_probe.py 0.7 0.3
     python docs/results/split_prompt_probe.py relay-view 0.3   # turn 1 as in the second format
     python docs/results/split_prompt_probe.py ask-view 0.3     # turn 1: the number, then a question
-    python docs/results/split_prompt_probe.py first-sentence 0.3   # turn 2 reads only that much
+
+A partner is heard up to its first full stop (followup_message); before the fourth format the
+whole message was quoted (commit d5fcb81 and earlier: `git checkout d5fcb81` to probe that).
 """
-import re
 import sys
 import time
 from pathlib import Path
@@ -33,19 +34,10 @@ ASK_VIEW = ("You and your partner each hold one number; together you must find {
 VIEWS = {"relay-view": RELAY_VIEW, "ask-view": ASK_VIEW}
 
 
-def first_sentence(text: str) -> str:
-    """A narrow channel: a partner's message up to its first full stop or line break."""
-    return re.match(r"[^.\n]*[.\n]?", text).group(0).strip()
-
-
 if __name__ == "__main__":
     for name in [a for a in sys.argv[1:] if a in VIEWS]:
         sys.argv.remove(name)
         debate.SPLIT_VIEW = VIEWS[name]
-    show_partner = str
-    if "first-sentence" in sys.argv:
-        sys.argv.remove("first-sentence")
-        show_partner = first_sentence
     torch.set_num_threads(2)
     model, tok = load_model("smollm2-135m"), load_tokenizer("smollm2-135m")
     questions = list({r["question"]: r for r in debate.load_task("arith:split", "train", limit=400,
@@ -55,8 +47,7 @@ if __name__ == "__main__":
         torch.manual_seed(0)
         t0 = time.time()
         played = cotrain.run_debate(rows, [model] * 2, [tok] * 2, [["__base__"] * 2] * 2, 40,
-                                    temperature=temperature, prompt_style="short",
-                                    show_partner=show_partner)
+                                    temperature=temperature, prompt_style="short")
         accuracy = [round(float(played["correct"][:, t, :].mean()), 3) for t in range(2)]
         informative = [round(rate, 3) for rate in informative_rates(played, rows)]
         print(f"sampled at T {temperature}, training split, 16 questions x 4: per-turn accuracy "

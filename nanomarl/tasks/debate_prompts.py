@@ -7,6 +7,8 @@ next turn's prompt as token ids), and the authors' rule against degenerate repet
 texts."""
 from __future__ import annotations
 
+import re
+
 import torch
 
 
@@ -38,18 +40,22 @@ NLI_BOX = ("\n\nAt the end, write your final answer in the following format:\n\n
 
 
 def first_message(record: dict, agent: int, style: str) -> str:
-    """Agent `agent`'s turn-1 message: its own view, whole, where the record splits the information
-    between the agents (arith:split's "views"), else the shared question in turn1_prompt's
-    instruction."""
+    """Agent `agent`'s turn-1 message: its own view where the record splits the information
+    (arith:split's "views"), else the shared question in turn1_prompt's instruction."""
     if "views" in record:
         return record["views"][agent]
     return turn1_prompt(record["question"], record["task"], style)
 
 
+def first_sentence(text: str) -> str:
+    """A message up to its first full stop or line break: what a split debate's partner hears."""
+    return re.match(r"[^.\n]*[.\n]?", text).group(0).strip()
+
+
 def followup_message(record: dict, agent: int, said: list[str]) -> str:
-    """A split record's message at turn t > 1, the start of a fresh chat: agent `agent`'s
-    "followups" with its partners' last messages quoted in."""
-    return record["followups"][agent].format(said=" ".join(f'"{text}"' for text in said))
+    """A split record's message at turn t > 1, a fresh chat: agent `agent`'s "followups" with the
+    first sentence of each partner's last message quoted in (the number, not a guess after it)."""
+    return record["followups"][agent].format(said=" ".join(f'"{first_sentence(s)}"' for s in said))
 
 
 def turn1_prompt(question: str, task: str, style: str = "default") -> str:
