@@ -42,7 +42,7 @@ from common import (ValueHead, adapter_parameters, add_adapters, allreduce_sum, 
                     load_model, masked_whiten)
 from nanomarl import vllm_rollout
 from nanomarl.cli import DataArgs, ModelArgs, RunArgs, parse_args
-from nanomarl.cotrain_run import (add_minibatch_stats, agent_models, check_questions, custom_scorer,
+from nanomarl.cotrain_run import (agent_models, check_questions, custom_scorer,
                                   eval_due, eval_metrics, eval_started, finish_run, load_state,
                                   log_update, ppo_metrics, rollout_metrics, save_state, settle_args,
                                   stop_if_kl_exceeds, train_turn_indices)
@@ -424,8 +424,7 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
     rows = torch.arange(len(debate["records"]))  # every debate
     # 4. the reference: the same rows on the base alone
     ref = forward_pairs(team, exp, rows, args, "__base__", args.forward_batch_size)
-    # π_old: the log-probs each token was sampled with, in fp32; below fp32 the sampling pass
-    # rounds apart from the update: a forward in the update's shapes (TRL's and the authors' way)
+    # π_old: as sampled in fp32; below fp32 a forward in the update's shapes (TRL's, the authors')
     below_fp32 = (args.dtype, args.quant) != ("float32", "none")
     recompute = args.old_logprobs == "recompute" or (args.old_logprobs == "auto" and below_fp32)
     old = sampled
@@ -447,10 +446,10 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
         else:  # group: R + b against its question's K debates, plus the summed KL's (r_θ)
             old_values = torch.zeros_like(rewards)  # no critic: unused by the loss
             returns = torch.zeros_like(rewards)
-            K = args.samples_per_question  # debates per question
-            penalty = -args.kl_coef * kl.sum(dim=1)
-            advantages = group_advantages(final, K, args.advantage_std)  # std: R + b only
-            advantages = (advantages + group_advantages(penalty, K))[:, None] * mask
+            penalty = group_advantages(-args.kl_coef * kl.sum(dim=1), args.samples_per_question)
+            advantages = group_advantages(final, args.samples_per_question,
+                                          args.advantage_std)  # the std of R + b only
+            advantages = (advantages + penalty)[:, None] * mask
         e.update(old_logprobs=old[(t, a)]["logprobs"], entropy=old[(t, a)]["entropy"],
                  ref_logprobs=ref[(t, a)]["logprobs"], old_values=old_values, kl=kl,
                  rewards=rewards, returns=returns, advantages=advantages)
@@ -555,7 +554,11 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
             for name, opt in team.optimizers.items():
                 stats[f"grad_norm/{name}"].append(norms[name])
                 opt.step()
-            add_minibatch_stats(stats, mb_stats)
+            for key, pieces in mb_stats.items():  # token sums per minibatch; a rank may hold none
+                if pieces:
+                    total = {k: float(sum(p[k] for p in pieces)) for k in pieces[0]}
+                    total["max_abs_logratio"] = float(max(p["max_abs_logratio"] for p in pieces))
+                    stats[key].append(total)
     return stats
 
 

@@ -4,7 +4,7 @@ check_args, agent_models, train_turn_indices), your scorer (user_scorer, custom_
 held-out questions and when to evaluate on them (heldout_records, eval_due, eval_started,
 eval_metrics; the controls beside them: self_consistency.eval_controls), checkpoints (save_state,
 load_state), the runaway-KL stop (stop_if_kl_exceeds), printed samples and the logged metrics
-(rollout_metrics, ppo_metrics, add_minibatch_stats, log_update) and the closing lines (finish_run).
+(rollout_metrics, ppo_metrics, log_update) and the closing lines (finish_run).
 Nothing here changes what is trained."""
 from __future__ import annotations
 
@@ -469,16 +469,6 @@ def incentive_values(args) -> list[float]:
         arg_error("--incentives", f"expected four comma-separated numbers α0,α1,β0,β1, got "
                                   f"{args.incentives!r}")
     return values
-
-
-def add_minibatch_stats(stats: dict, mb_stats: dict):
-    """Each (turn, agent)'s micro-batch stats summed into one entry per minibatch (token sums; the
-    largest |log ratio|). Multi-process: a rank may hold no question of a minibatch."""
-    for key, pieces in mb_stats.items():
-        if pieces:
-            total = {k: float(sum(p[k] for p in pieces)) for k in pieces[0]}
-            total["max_abs_logratio"] = float(max(p["max_abs_logratio"] for p in pieces))
-            stats[key].append(total)
 
 
 def settle_args(args, score_fn=None):
