@@ -156,7 +156,7 @@ def arith_records(n: int, split: str, seed: int = 0, name: str = "arith") -> lis
             for i, (q, a) in enumerate(problems)]
 
 
-# arith:split's words: turn 1 says the number and guesses; turn t > 1 quotes its first sentence
+# arith:split's words: turn 1 says the number, then guesses; turn t > 1 quotes first sentences
 SPLIT_VIEW = ("You and your partner each hold one number; together you must find {goal}. Your "
               "number is {own}. Your partner knows the other number. Start with \"My number is "
               "{own}.\" Then read your partner's number and compute the answer.\nShow the "
