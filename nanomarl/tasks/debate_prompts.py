@@ -1,6 +1,7 @@
 """debate_prompts.py: the words of the MAPoRL debate: the turn-1 instruction of each
 --prompt-style (turn1_prompt), the discussion message of turn t > 1 with the optional verifier
-feedback (discussion_message, verifier_feedback), the chat continued token for token
+feedback (discussion_message, verifier_feedback), a split debate's messages (first_message;
+followup_message, which quotes each partner's first_sentence), the chat continued token for token
 (sampled_conversation: a row's prompt and sampled response without padding; continue_chat: the
 next turn's prompt as token ids), and the authors' rule against degenerate repetition in an answer
 (has_degenerate_repetition). cotrain.py, train_verifier.py and evaluate.py show the agents these
