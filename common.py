@@ -160,8 +160,7 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
     EOS within max_new_tokens) and, 0 where masked, [B, Lr]: logprobs and entropy of π, the full
     softmax at the temperature (what forward_responses recomputes), and sampling_logprobs of q,
     what each token was drawn from (after top-k/top-p; greedy: 0; docs/magrpo.md)."""
-    # the fast paths, the same samples: on CUDA a static-cache decoder, or vLLM (--use-vllm); rows
-    # on several adapters, stacked LoRA. A learner may skip them: the loop below is the plain path
+    # fast paths, the same samples (a CUDA static-cache decoder, vLLM); the loop is the plain path
     from nanomarl.fast import stacked_routing
     from nanomarl.fast_decode import fast_decoder
     engine = getattr(model, "vllm_engine", None) or fast_decoder(model, adapter_names)
@@ -230,12 +229,10 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     active setup). Returns dict(logprobs [B, Lr] (0 where masked), entropy [B, Lr] or None, hidden
     [B, Lr, H] or None: the states V(s) is read from). Position ids count only real tokens, so left
     padding changes nothing; columns no row uses are not computed (zeros in the outputs)."""
-    # one adapter for every row: peft's ordinary forward (the mixed one, for several, would gather
-    # and scatter every layer's activations for nothing)
+    # one adapter for every row: peft's ordinary forward, without the mixed one's gather and scatter
     one = adapter_names is not None and len(set(adapter_names)) == 1
     routing = single_adapter(model, adapter_names[0]) if one else contextlib.nullcontext()
     extra = {"adapter_names": list(adapter_names)} if adapter_names is not None and not one else {}
-    # columns no row uses (left padding of the prompts, right padding of the responses): dropped
     full_width = response_ids.shape[1]
     first, width = first_used_column(query_mask), used_width(response_mask)
     query_ids, query_mask = query_ids[:, first:], query_mask[:, first:]

@@ -35,6 +35,7 @@ from typing import Literal
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from tqdm import tqdm
 
 from common import (ValueHead, adapter_parameters, add_adapters, allreduce_sum, chat_prompt,
@@ -124,11 +125,9 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
     each agent answers turn1_prompt(question); at turn t > 1 its chat gets the others' answers of
     turn t-1 (discussion_message), each as show_partner(answer) (the silent control:
     neutral_message). A split record (arith:split) shows agent a only its own part (first_message)
-    and starts each later turn afresh with its partners' words (followup_message). Agents on one
-    base (the SAME model object) share a generate call, each row on its own adapter ('__base__':
-    none). scorer: optional, each turn's scores.
-    Returns responses, answers, prompts [T][A][B]; correct and scores [B, T, A]; rollout [T][A]:
-    generate()'s tensors for B rows (query/response ids and masks, logprobs, entropy, truncated)."""
+    and starts each later turn afresh with its partners' words (followup_message). scorer:
+    optional, each turn's scores. Returns responses, answers, prompts [T][A][B]; correct and
+    scores [B, T, A]; rollout [T][A]: generate()'s tensors for B rows."""
     num_turns = len(adapter_names)
     num_agents = len(models)
     batch = len(records)
@@ -260,13 +259,11 @@ def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: 
     maj_right = (others > 0.5).float()
     maj_wrong = (others < 0.5).float()
     bonus = torch.zeros_like(c)
-    # Table 1: own change t -> t+1 (+1 W->R, -1 R->W), α1 if the others' majority at t was right,
-    # α0 if wrong; paid at t+1
+    # Table 1: own change t -> t+1 (+1 W->R, -1 R->W) x α of majority(t); paid at t+1
     change = wrong[..., :-1, :] * right[..., 1:, :] - right[..., :-1, :] * wrong[..., 1:, :]
     bonus[..., 1:, :] += change * (alpha1 * maj_right[..., :-1, :]
                                    + alpha0 * maj_wrong[..., :-1, :])
-    # Table 2: the others' majority changes t -> t+1 (+1 W->R, -1 R->W), β1 if the agent was right
-    # at t, β0 if wrong; paid at t
+    # Table 2: the others' majority change t -> t+1 (+1 W->R, -1 R->W) x β of own(t); paid at t
     maj_change = (maj_wrong[..., :-1, :] * maj_right[..., 1:, :]
                   - maj_right[..., :-1, :] * maj_wrong[..., 1:, :])
     bonus[..., :-1, :] += maj_change * (beta1 * right[..., :-1, :] + beta0 * wrong[..., :-1, :])
@@ -358,17 +355,15 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
     δ_t = r_t + γ V(s_{t+1}) - V(s_t), A_t = Σ_l (γλ)^l δ_{t+l}; V = 0 after the last valid token.
     [B, L] each, mask a contiguous valid prefix. Returns (advantages, returns = A + V)."""
     values = values * mask
+    deltas = rewards + gamma * F.pad(values[:, 1:], (0, 1)) - values  # every δ_t at once
+    next_valid = F.pad(mask[:, 1:], (0, 1))
     advantages = torch.zeros_like(rewards)
     last_gae = torch.zeros_like(rewards[:, 0])
-    length = rewards.shape[1]
-    for t in reversed(range(length)):
-        next_valid = mask[:, t + 1] if t + 1 < length else torch.zeros_like(mask[:, 0])
-        next_value = values[:, t + 1] * next_valid if t + 1 < length else torch.zeros_like(last_gae)
-        delta = rewards[:, t] + gamma * next_value - values[:, t]
-        last_gae = delta + gamma * lam * next_valid * last_gae
+    for t in reversed(range(rewards.shape[1])):
+        last_gae = deltas[:, t] + gamma * lam * next_valid[:, t] * last_gae
         advantages[:, t] = last_gae
     advantages = advantages * mask
-    return advantages, (advantages + values) * mask
+    return advantages, advantages + values
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, std: bool = False):
@@ -465,24 +460,23 @@ def token_mean(per_token: torch.Tensor, response_mask: torch.Tensor, num_tokens:
     return (per_token * response_mask).sum() / num_tokens
 
 
-def policy_loss(new_logprobs, old_logprobs, advantages, response_mask, num_tokens, cliprange):
+def policy_loss(new_logprobs, old_logprobs, advantages, mask, num_tokens, cliprange):
     """PPO's clipped surrogate (Sec. 3.2, L_Surrogate) as a loss: max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε))
     per token, ρ = π_new / π_old. Returns (loss, stats as token sums and a max)."""
-    logratio = (new_logprobs - old_logprobs) * response_mask
+    logratio = (new_logprobs - old_logprobs) * mask
     ratio = torch.exp(logratio)
     pg_losses = -advantages * ratio
     pg_losses_clipped = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
     pg_loss_per_token = torch.max(pg_losses, pg_losses_clipped)
     with torch.no_grad():
-        m = response_mask
-        stats = dict(tokens=m.sum(), pg_loss=(pg_loss_per_token * m).sum(),
-                     approxkl=(0.5 * logratio ** 2 * m).sum(), ratio=(ratio * m).sum(),
-                     clipfrac=((pg_losses_clipped > pg_losses).float() * m).sum(),
+        stats = dict(tokens=mask.sum(), pg_loss=(pg_loss_per_token * mask).sum(),
+                     approxkl=(0.5 * logratio ** 2 * mask).sum(), ratio=(ratio * mask).sum(),
+                     clipfrac=((pg_losses_clipped > pg_losses).float() * mask).sum(),
                      max_abs_logratio=logratio.abs().max())
-    return token_mean(pg_loss_per_token, response_mask, num_tokens), stats
+    return token_mean(pg_loss_per_token, mask, num_tokens), stats
 
 
-def value_loss(new_values, old_values, returns, response_mask, num_tokens, cliprange: float):
+def value_loss(new_values, old_values, returns, mask, num_tokens, cliprange: float):
     """Clipped value loss (Sec. 3.2, L_Value; TRL's form): 0.5 · max((V - G)², (clip(V, V_old ± ε)
     - G)²) per token, G = the GAE returns. Returns (loss, stats)."""
     values_clipped = old_values + torch.clamp(new_values - old_values, -cliprange, cliprange)
@@ -490,10 +484,9 @@ def value_loss(new_values, old_values, returns, response_mask, num_tokens, clipr
     vf_losses_clipped = (values_clipped - returns) ** 2
     vf_loss_per_token = 0.5 * torch.max(vf_losses, vf_losses_clipped)
     with torch.no_grad():
-        m = response_mask
-        stats = dict(vf_loss=(vf_loss_per_token * m).sum(),
-                     vf_clipfrac=((vf_losses_clipped > vf_losses).float() * m).sum())
-    return token_mean(vf_loss_per_token, response_mask, num_tokens), stats
+        stats = dict(vf_loss=(vf_loss_per_token * mask).sum(),
+                     vf_clipfrac=((vf_losses_clipped > vf_losses).float() * mask).sum())
+    return token_mean(vf_loss_per_token, mask, num_tokens), stats
 
 
 def ppo_loss(team: Team, exp: dict, rows: torch.Tensor, num_tokens: dict, stats: dict,

@@ -86,8 +86,7 @@ REWARD_EXPLANATION = ("Here, each reward represents the probability that a sugge
 
 
 def verifier_feedback(score: float) -> str:
-    """The line an agent reads about its own previous answer when --feedback-in-prompt is on (spec
-    §1.3 item 3)."""
+    """The line an agent reads on its last answer with --feedback-in-prompt (the authors' words)."""
     if score < 0.3:
         meaning = "Your answer is highly likely wrong."
     elif score < 0.6:
