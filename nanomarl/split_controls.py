@@ -36,11 +36,12 @@ def carries_number(text: str, number: int) -> bool:
     return re.search(rf"(?<!\d){number}(?!\d)", text) is not None
 
 
-def informative_rates(debate: dict, records: list[dict]) -> list[float]:
-    """Per turn, the fraction of the agents' messages that carry the agent's own number."""
+def informative_rates(debate: dict, records: list[dict], heard: bool = False) -> list[float]:
+    """Per turn, the fraction of the agents' messages that carry the agent's own number: anywhere,
+    or (heard) in the first sentence, the part a partner hears (followup_message)."""
     rates = []
     for turn in debate["responses"]:
-        said = [carries_number(turn[a][b], r["parts"][a])
+        said = [carries_number(first_sentence(turn[a][b]) if heard else turn[a][b], r["parts"][a])
                 for a in range(len(turn)) for b, r in enumerate(records)]
         rates.append(sum(said) / len(said))
     return rates
@@ -63,6 +64,8 @@ def split_controls(play, team, args, records: list[dict], debate: dict) -> dict:
                   generate_batch_size=args.generate_batch_size)
     metrics = {f"eval/turn{t + 1}/informative": rate
                for t, rate in enumerate(informative_rates(debate, records))}
+    metrics.update({f"eval/turn{t + 1}/heard": rate
+                    for t, rate in enumerate(informative_rates(debate, records, heard=True))})
     silent = play(records, team.models(), team.agent_tokenizers(), team.adapter_names,
                   args.max_new_tokens, show_partner=neutral_message, **common)
     metrics.update({f"eval/silent/turn{t + 1}/agent_accuracy": acc

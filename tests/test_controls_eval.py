@@ -15,7 +15,8 @@ from nanomarl.split_controls import neutral_message
 from common import load_model
 from nanomarl.models import load_adapters, load_tokenizer
 
-SPLIT_KEYS = ("eval/turn1/informative", "eval/turn2/informative", "eval/ceiling/accuracy",
+SPLIT_KEYS = ("eval/turn1/informative", "eval/turn2/informative", "eval/turn1/heard",
+              "eval/turn2/heard", "eval/ceiling/accuracy",
               "eval/silent/turn1/agent_accuracy", "eval/silent/turn2/agent_accuracy")
 
 

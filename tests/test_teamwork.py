@@ -67,6 +67,10 @@ def test_carries_number_and_informative_rates_by_hand():
     # turn 2: agent 0: "3+5=8" has 3, "8 - 1 = 7" has 8;
     # agent 1: "The answer is 8." lacks 5, "7" lacks 1
     assert informative_rates(debate, records) == [0.75, 0.5]
+    debate["responses"][0][0][0] = "I am sure. I have 3."  # the 3 is past the first sentence
+    # heard: turn 1 loses agent 0's first message (2 of 4); turn 2 as above, each one sentence
+    assert informative_rates(debate, records, heard=True) == [0.5, 0.5]
+    assert informative_rates(debate, records) == [0.75, 0.5]
 
 
 def test_neutral_message_keeps_the_heard_length_and_carries_nothing():
@@ -123,8 +127,8 @@ def test_split_controls_in_the_held_out_evaluation(tmp_path):
     evals = [r for r in rows if "eval/turn2/agent_accuracy" in r]
     assert len(evals) == 2  # before and after
     for row in evals:
-        for key in ("eval/turn1/informative", "eval/turn2/informative", "eval/ceiling/accuracy",
-                    "eval/silent/turn1/agent_accuracy", "eval/silent/turn2/agent_accuracy"):
+        for key in ("eval/turn1/informative", "eval/turn2/informative", "eval/turn1/heard",
+                    "eval/turn2/heard", "eval/ceiling/accuracy", "eval/silent/turn1/agent_accuracy", "eval/silent/turn2/agent_accuracy"):
             assert 0.0 <= row[key] <= 1.0, key
         # turn 1 of the silent run is the same greedy turn 1
         assert row["eval/silent/turn1/agent_accuracy"] == row["eval/turn1/agent_accuracy"]
