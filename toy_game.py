@@ -19,13 +19,13 @@ agents collaborate more, even at turn 1.
 Simplifications and differences from the paper:
   1) the paper's game text is not available to the project, so every uncertain choice is a flag
      (--count-rule, --synergy-timing, --reward-dist, --asymmetric, --average-rewards, --select)
-     and the defaults follow the project spec; docs/toy_game_reconstruction.md has the table;
+     and docs/toy_game_reconstruction.md lists each default beside the alternatives;
   2) each agent maximises E[sum_t r_t + synergy] + tau * sum_t H(pi_t): soft values
      V = E[Q] + tau * H, each agent regularised by its own policy's entropy;
   3) a stage game can have three equilibria: --select picks one (default: the one that damped
      learning from p = 0.5 reaches), and the sweep reports all three.
 
-python toy_game.py                              # Figure 5, the spec defaults
+python toy_game.py                              # Figure 5, the defaults
 python toy_game.py --synergy-timing every_turn  # one sensitivity variant
 python toy_game.py --learn                      # learning on a small instance
 """
@@ -112,7 +112,7 @@ def sample_rewards(reward_dist: str, num_samples: int, asymmetric: bool, rng: np
     """(R_ind, R_col), each [num_samples, 2]: column i is agent i's reward (equal columns unless
     asymmetric)."""
     num_draws = 2 if asymmetric else 1
-    if reward_dist == "boxes":  # the spec's default
+    if reward_dist == "boxes":  # the default
         r_ind = rng.uniform(0.4, 0.6, (num_samples, num_draws))
         r_col = rng.uniform(0.2, 0.4, (num_samples, num_draws))
     elif reward_dist == "sorted":

@@ -128,8 +128,11 @@ def test_split_controls_in_the_held_out_evaluation(tmp_path):
     assert len(evals) == 2  # before and after
     for row in evals:
         for key in ("eval/turn1/informative", "eval/turn2/informative", "eval/turn1/heard",
-                    "eval/turn2/heard", "eval/ceiling/accuracy", "eval/silent/turn1/agent_accuracy", "eval/silent/turn2/agent_accuracy"):
+                    "eval/turn2/heard", "eval/ceiling/accuracy", "eval/silent/turn1/agent_accuracy",
+                    "eval/silent/turn2/agent_accuracy"):
             assert 0.0 <= row[key] <= 1.0, key
+        for t in (1, 2):  # the first sentence is a part of the message
+            assert row[f"eval/turn{t}/heard"] <= row[f"eval/turn{t}/informative"]
         # turn 1 of the silent run is the same greedy turn 1
         assert row["eval/silent/turn1/agent_accuracy"] == row["eval/turn1/agent_accuracy"]
 

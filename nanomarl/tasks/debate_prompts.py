@@ -79,7 +79,7 @@ DISCUSSION_INSTRUCTION = (
 REWARD_SENTENCE = "Also, internaly think about the reward of your and other agents' answer."
 
 
-# the spec quotes its start and end; the middle is ours
+# its start and end are the authors' words; the middle is ours
 REWARD_EXPLANATION = ("Here, each reward represents the probability that a suggested answer is "
                       "correct, as evaluated by a verifier. The reward value is between 0 and 1; "
                       "the verifier is not always perfect, though generally quite reliable.")
