@@ -829,7 +829,7 @@ def debate_split_controls(bases: Bases, agents: list[tuple[str, list[str]]], rec
     """The controls of cotrain.py's held-out evaluation on split information, for one method's team
     (nanomarl/split_controls.py, greedy): eval/silent/turn{t}/agent_accuracy,
     eval/ceiling/accuracy (its agent 0's turn-1 policy alone, on the whole question) and
-    eval/turn{t}/informative (of the debate just played)."""
+    eval/turn{t}/informative and /heard (of the debate just played)."""
     team = SimpleNamespace(models=lambda: [bases.model(base) for base, _ in agents],
                            agent_tokenizers=lambda: [bases.tokenizers[base] for base, _ in agents],
                            adapter_names=[[names[t] for _, names in agents]
