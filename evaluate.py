@@ -1412,26 +1412,30 @@ def controls_table(controls: dict[str, dict], debates: dict[str, dict]) -> str:
 
 def split_table(debates: dict[str, dict]) -> str:
     """Markdown: the split-information controls of each debate method that has them (%): its last
-    turn's mean agent accuracy, the same with silent partners, the one-agent ceiling, and per turn
-    the messages that carry the agent's own number."""
+    turn's mean agent accuracy, the same with silent partners, the one-agent ceiling, per turn the
+    messages that carry the agent's own number, and before the last turn those that carry it in the
+    first sentence (what a partner hears)."""
     chosen = {name: m for name, m in debates.items() if "split_controls" in m}
     if not chosen:
         return ""
     T = max(m["num_turns"] for m in chosen.values())
     head = (["method", f"turn {T}", f"silent turn {T}", "ceiling"]
-            + [f"informative turn {t + 1}" for t in range(T)])
+            + [f"informative turn {t + 1}" for t in range(T)]
+            + [f"heard turn {t + 1}" for t in range(T - 1)])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in chosen.items():
         c = m["split_controls"]
         keys = ([f"eval/silent/turn{T}/agent_accuracy", "eval/ceiling/accuracy"]
-                + [f"eval/turn{t + 1}/informative" for t in range(T)])
+                + [f"eval/turn{t + 1}/informative" for t in range(T)]
+                + [f"eval/turn{t + 1}/heard" for t in range(T - 1)])
         cells = [f"{100 * m['accuracy']['mean_agent'][-1]:.1f}"] + [
             f"{100 * c[k]:.1f}" if k in c else "" for k in keys]
         lines.append("| " + " | ".join([name] + cells) + " |")
     return ("\n".join(lines) + "\n\nSplit information (each agent sees its own number): the mean "
-            "agent accuracy; the same team, greedy, with every partner message replaced by a neutral "
-            "one (silent); agent 0's turn-1 policy alone on the whole question (ceiling); the "
-            "messages that carry the agent's own number (informative).\n")
+            "agent accuracy; the same team, greedy, with every partner message replaced by a "
+            "neutral one (silent); agent 0's turn-1 policy alone on the whole question (ceiling); "
+            "the messages that carry the agent's own number (informative), and in their first "
+            "sentence, what a partner hears (heard).\n")
 
 
 def samples_table(methods: dict[str, dict], columns: list[str]) -> str:

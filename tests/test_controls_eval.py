@@ -143,8 +143,10 @@ def test_split_controls_in_evaluate_results_of_an_arith_split_run(tmp_path, monk
         assert controls[key] == pytest.approx(trained[key]), key
     assert controls["eval/silent/turn1/agent_accuracy"] == results["methods"]["maporl"]["accuracy"]["mean_agent"][0]
     table = (out_dir / "results.md").read_text()
-    assert "| method | turn 2 | silent turn 2 | ceiling | informative turn 1 | informative turn 2 |" in table
+    head = "| method | turn 2 | silent turn 2 | ceiling | informative turn 1 | informative turn 2 | heard turn 1 |"
+    assert head in table
     row = "| maporl | " + " | ".join(f"{100 * x:.1f}" for x in [
         results["methods"]["maporl"]["accuracy"]["mean_agent"][-1], controls["eval/silent/turn2/agent_accuracy"],
-        controls["eval/ceiling/accuracy"], controls["eval/turn1/informative"], controls["eval/turn2/informative"]])
+        controls["eval/ceiling/accuracy"], controls["eval/turn1/informative"], controls["eval/turn2/informative"],
+        controls["eval/turn1/heard"]])
     assert row + " |" in table.splitlines()
