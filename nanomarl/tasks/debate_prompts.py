@@ -1,11 +1,11 @@
 """debate_prompts.py: the words of the MAPoRL debate: the turn-1 instruction of each
---prompt-style (turn1_prompt), the discussion message of turn t > 1 with the optional verifier
-feedback (discussion_message, verifier_feedback), a split debate's messages (first_message;
-followup_message, which quotes each partner's first_sentence), the chat continued token for token
-(sampled_conversation: a row's prompt and sampled response without padding; continue_chat: the
-next turn's prompt as token ids), and the authors' rule against degenerate repetition in an answer
-(has_degenerate_repetition). cotrain.py, train_verifier.py and evaluate.py show the agents these
-texts."""
+--prompt-style (turn1_prompt), the discussion message of turn t > 1 (discussion_message; the
+authors' paragraph and the verifier feedback: authors_prompts.py), a split debate's messages
+(first_message; followup_message, which quotes each partner's first_sentence), the chat continued
+token for token (sampled_conversation: a row's prompt and sampled response without padding;
+continue_chat: the next turn's prompt as token ids), and the authors' rule against degenerate
+repetition in an answer (has_degenerate_repetition). cotrain.py, train_verifier.py and evaluate.py
+show the agents these texts."""
 from __future__ import annotations
 
 import re
@@ -67,63 +67,19 @@ def turn1_prompt(question: str, task: str, style: str = "default") -> str:
     return TURN1_MATH[style].format(question=question)
 
 
-DISCUSSION_INSTRUCTION = (
-    "Focus on providing a well-reasoned response that not only considers your own previous "
-    "solution but also takes into account answers from other agents. If you believe your previous "
-    "answer was incorrect, feel free to revise it. However, avoid repeating the same answer you or "
-    "other agents have already provided. {reward_sentence}Ensure that your explanation is well "
-    "justifing your final answer. Please maintain your answer with very simple reasoning.\n\n"
-    "Once again, the question is: {question}")  # verbatim from the authors' code, typos included
-
-
-REWARD_SENTENCE = "Also, internaly think about the reward of your and other agents' answer."
-
-
-# its start and end are the authors' words; the middle is ours
-REWARD_EXPLANATION = ("Here, each reward represents the probability that a suggested answer is "
-                      "correct, as evaluated by a verifier. The reward value is between 0 and 1; "
-                      "the verifier is not always perfect, though generally quite reliable.")
-
-
-def verifier_feedback(score: float) -> str:
-    """The line an agent reads on its last answer with --feedback-in-prompt (the authors' words)."""
-    if score < 0.3:
-        meaning = "Your answer is highly likely wrong."
-    elif score < 0.6:
-        meaning = "Your answer might be wrong, or your reasoning needs to have a stronger argument."
-    elif score < 0.8:
-        meaning = ("Your answer seems right, but check your reasoning again, there might be "
-                   "some room for improvement.")
-    else:
-        meaning = "Your answer is likely right with high probability."
-    return f"Reward from a verifier of your answer: {score:.3f} out of 1.0, which means {meaning}"
-
-
 def discussion_message(question: str, other_answers: list[tuple[int, str]],
                        other_scores: list[float] | None = None, own_score: float | None = None,
                        prompt_style: str = "default") -> str:
-    """The user message of turn t > 1 for one agent (the authors' construct_message_multi_agent):
-    other_answers, (index, answer at t-1) of every OTHER agent, and with --feedback-in-prompt the
-    verifier's other_scores and own_score (None: no feedback, and no sentence about rewards).
-    'short' (ours, for small models): one line of instruction, not the authors' paragraph."""
-    if prompt_style == "short" and other_scores is None and own_score is None:
-        message = "Solutions from other agents:" + "".join(f"\n\nAgent {agent + 1}: ```{answer}```"
-                                                           for agent, answer in other_answers)
-        return message + "\n\n" + SHORT_DISCUSSION.format(question=question)
-    message = "These are the solutions to the problem from other agents: "
-    for k, (agent, answer) in enumerate(other_answers):
-        message += f"\n\n Agent {agent + 1} solution: ```{answer}```"
-        if other_scores is not None:
-            message += (f"\n\n Reward associated with agent {agent + 1}'s solution calculated by "
-                        f"verifier: {other_scores[k]:.3f} out of 1.0")
-    if other_scores is not None:
-        message += "\n\n" + REWARD_EXPLANATION
-    sentence = REWARD_SENTENCE if other_scores is not None else ""
-    message += "\n\n" + DISCUSSION_INSTRUCTION.format(reward_sentence=sentence, question=question)
-    # the authors merge "feedback on your last answer" and the discussion into one user turn
-    if own_score is not None:
-        message = verifier_feedback(own_score) + "\n\n" + message
-    return message
+    """The user message of turn t > 1 for one agent: other_answers, (index, answer at t-1) of every
+    OTHER agent, and with --feedback-in-prompt the verifier's other_scores and own_score. 'short'
+    (ours, for small models): one line of instruction; other styles, or feedback: the authors'
+    paragraph (nanomarl/tasks/authors_prompts.py)."""
+    if prompt_style != "short" or other_scores is not None or own_score is not None:
+        from nanomarl.tasks.authors_prompts import authors_discussion_message  # off the default
+        return authors_discussion_message(question, other_answers, other_scores, own_score)
+    message = "Solutions from other agents:" + "".join(f"\n\nAgent {agent + 1}: ```{answer}```"
+                                                       for agent, answer in other_answers)
+    return message + "\n\n" + SHORT_DISCUSSION.format(question=question)
 
 
 def has_degenerate_repetition(token_ids: list[int], max_period: int = 20, max_repeats: int = 3,
