@@ -26,7 +26,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 from nanomarl.cli import arg_error
 from nanomarl.distributed import allreduce_sum
-from nanomarl.fast import first_used_column, used_width
 from nanomarl.models import (hide_bitsandbytes_unless_quantised, prepare_quantized,
                              quantization_kwargs, resolve_model)
 from nanomarl.tasks.debate import normalize_label, normalize_number
@@ -228,15 +227,18 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     """One padded forward over [query ; response]; row i on adapter adapter_names[i] (None: the
     active setup). Returns dict(logprobs [B, Lr] (0 where masked), entropy [B, Lr] or None, hidden
     [B, Lr, H] or None: the states V(s) is read from). Position ids count only real tokens, so left
-    padding changes nothing; columns no row uses are not computed (zeros in the outputs)."""
+    padding changes nothing."""
+    # fast path, the same outputs: columns no row uses are not computed (None: there are none)
+    from nanomarl.fast import without_unused_columns
+    trimmed = without_unused_columns(forward_responses, model, query_ids, query_mask, response_ids,
+                                     response_mask, adapter_names, temperature, output_hidden,
+                                     output_entropy)
+    if trimmed is not None:
+        return trimmed
     # one adapter for every row: peft's ordinary forward, without the mixed one's gather and scatter
     one = adapter_names is not None and len(set(adapter_names)) == 1
     routing = single_adapter(model, adapter_names[0]) if one else contextlib.nullcontext()
     extra = {"adapter_names": list(adapter_names)} if adapter_names is not None and not one else {}
-    full_width = response_ids.shape[1]
-    first, width = first_used_column(query_mask), used_width(response_mask)
-    query_ids, query_mask = query_ids[:, first:], query_mask[:, first:]
-    response_ids, response_mask = response_ids[:, :width], response_mask[:, :width]
     q_len, r_len = query_ids.shape[1], response_ids.shape[1]
     input_ids = torch.cat([query_ids, response_ids], dim=1)
     attention_mask = torch.cat([query_mask.long(), response_mask.long()], dim=1)
@@ -248,8 +250,7 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     # [B, Lr, V]: the logits at p predict token p+1, so positions [Lq-1, Lq+Lr-1) the response
     logits = out.logits[:, :-1].float() / temperature
     hidden = out.hidden_states[-1][:, q_len - 1: q_len + r_len - 1] if output_hidden else None
-    result = _response_outputs(logits, hidden, response_ids, response_mask, output_entropy)
-    return _pad_outputs(result, full_width)
+    return _response_outputs(logits, hidden, response_ids, response_mask, output_entropy)
 
 
 def _response_outputs(logits, hidden, response_ids, response_mask, output_entropy: bool) -> dict:
@@ -261,14 +262,6 @@ def _response_outputs(logits, hidden, response_ids, response_mask, output_entrop
         with torch.no_grad():
             entropy = -(all_logprobs.exp() * all_logprobs).sum(-1) * response_mask
     return dict(logprobs=logprobs, entropy=entropy, hidden=hidden)
-
-
-def _pad_outputs(result: dict, full_width: int) -> dict:
-    """Back to the responses' full width: zeros in the columns no row had a token in."""
-    pad = (0, full_width - result["logprobs"].shape[1])
-    return dict(logprobs=F.pad(result["logprobs"], pad),
-                entropy=None if result["entropy"] is None else F.pad(result["entropy"], pad),
-                hidden=None if result["hidden"] is None else F.pad(result["hidden"], (0, 0, *pad)))
 
 
 @contextlib.contextmanager

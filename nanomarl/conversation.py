@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from common import _pad_outputs, _response_outputs, fp32_head, single_adapter
-from nanomarl.fast import first_used_column, used_width
+from common import _response_outputs, fp32_head, single_adapter
+from nanomarl.fast import first_used_column, pad_outputs, used_width
 
 KEYS = ("query_ids", "query_mask", "response_ids", "response_mask")
 
@@ -79,8 +79,8 @@ def read_conversation(model, batches: dict, name: str, temperature: float,
                                       earlier, output_hidden)
     results = [_response_outputs(logits.float() / temperature, hidden, ids, mask, output_entropy)
                for logits, hidden, ids, mask in parts]
-    padded = ([_pad_outputs(r, ids.shape[1]) for r, (ids, _, _) in zip(results[1:], earlier)]
-              + [_pad_outputs(results[0], full_width)])
+    padded = ([pad_outputs(r, ids.shape[1]) for r, (ids, _, _) in zip(results[1:], earlier)]
+              + [pad_outputs(results[0], full_width)])
     return dict(zip(turns, padded))
 
 

@@ -108,6 +108,26 @@ def _stacked_lora_forward(layer, a_cat, b_cat, row_scale):
     return forward
 
 
+def without_unused_columns(forward, model, query_ids, query_mask, response_ids, response_mask,
+                           *args) -> dict | None:
+    """common.forward_responses(model, ...) on the columns some row uses, its outputs padded back
+    to the responses' width with zeros there; None where every column is used (the plain path)."""
+    first, width = first_used_column(query_mask), used_width(response_mask)
+    if first == 0 and width == response_ids.shape[1]:
+        return None
+    out = forward(model, query_ids[:, first:], query_mask[:, first:], response_ids[:, :width],
+                  response_mask[:, :width], *args)
+    return pad_outputs(out, response_ids.shape[1])
+
+
+def pad_outputs(result: dict, full_width: int) -> dict:
+    """Back to the responses' full width: zeros in the columns no row had a token in."""
+    pad = (0, full_width - result["logprobs"].shape[1])
+    return dict(logprobs=F.pad(result["logprobs"], pad),
+                entropy=None if result["entropy"] is None else F.pad(result["entropy"], pad),
+                hidden=None if result["hidden"] is None else F.pad(result["hidden"], (0, 0, *pad)))
+
+
 def first_used_column(mask: torch.Tensor) -> int:
     """The first column any row of mask [B, L] uses (0 if none): the left padding all rows have."""
     return int(mask.any(0).float().argmax())
