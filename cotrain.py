@@ -397,19 +397,6 @@ def forward_pairs(team: Team, exp: dict, rows: torch.Tensor, args: Args, adapter
     return out
 
 
-def critic_values(team: Team, exp: dict, rows: torch.Tensor, args: Args, policy: dict | None,
-                  chunk: int = 0) -> dict:
-    """V(s) at every response token of the chosen rows, per trained (turn, agent) (--advantage
-    gae): its turn's value head on the last hidden states of the policy's forward (`policy`, else
-    one here; --value-model shared) or of the critic adapter's (separate: the paper's critic)."""
-    if args.value_model == "separate":
-        policy = forward_pairs(team, exp, rows, args, "critic", chunk, output_hidden=True)
-    elif policy is None:
-        policy = forward_pairs(team, exp, rows, args, None, chunk, output_hidden=True)
-    return {key: team.heads[team.head_keys[key]](policy[key]["hidden"]) * e["response_mask"][rows]
-            for key, e in exp.items()}
-
-
 @torch.no_grad()
 def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args: Args) -> dict:
     """{(t, a): the sampled tensors, π_old and reference log-probs, values, KL-shaped rewards,
@@ -426,8 +413,11 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
     if recompute:
         old = forward_pairs(team, exp, rows, args, None, args.micro_batch_questions,
                             output_entropy=True, output_hidden=args.advantage == "gae")
-    values = (critic_values(team, exp, rows, args, old if recompute else None,
-                            args.forward_batch_size) if args.advantage == "gae" else None)
+    values = None
+    if args.advantage == "gae":  # V(s): the critic, behind one function
+        from nanomarl.critic import critic_values
+        values = critic_values(forward_pairs, team, exp, rows, args, old if recompute else None,
+                               args.forward_batch_size)
     for (t, a), e in exp.items():
         mask = e["response_mask"]
         # 5. per-token rewards: -kl_coef x KL at every token, R + b at the last
@@ -494,7 +484,10 @@ def ppo_loss(team: Team, exp: dict, rows: torch.Tensor, num_tokens: dict, stats:
     """The loss of these rows at every trained (turn, agent), each pair on its own adapter: the sum
     of the clipped surrogates and, with --advantage gae, vf_coef x the value losses."""
     out = forward_pairs(team, exp, rows, args, output_hidden=args.advantage == "gae")  # for V(s)
-    values = critic_values(team, exp, rows, args, out) if args.advantage == "gae" else None
+    values = None
+    if args.advantage == "gae":  # V(s) on this forward's states (or the critic adapter's)
+        from nanomarl.critic import critic_values
+        values = critic_values(forward_pairs, team, exp, rows, args, out)
     loss = 0.0
     for key, e in exp.items():
         mask = e["response_mask"][rows]
