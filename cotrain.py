@@ -121,13 +121,11 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
                max_new_tokens: int, temperature: float = 0.7, greedy: bool = False, scorer=None,
                feedback_in_prompt: bool = False, prompt_style: str = "default",
                generate_batch_size: int = 0, show_partner=str) -> dict:
-    """Play a T-turn debate between A agents on B questions (Sec. 3.1, Du et al. 2024). Turn 1:
-    each agent answers turn1_prompt(question); at turn t > 1 its chat gets the others' answers of
-    turn t-1 (discussion_message), each as show_partner(answer) (the silent control:
-    neutral_message). A split record (arith:split) shows agent a only its own part (first_message)
-    and starts each later turn afresh with its partners' words (followup_message). scorer:
-    optional, each turn's scores. Returns responses, answers, prompts [T][A][B]; correct and
-    scores [B, T, A]; rollout [T][A]: generate()'s tensors for B rows."""
+    """Play a T-turn debate between A agents on B questions (Sec. 3.1), each other agent's answer
+    of turn t-1 shown as show_partner(answer) (the silent control: neutral_message). A split record
+    (arith:split) gives each agent its own view, then a fresh chat with its partners' words.
+    Returns responses, answers, prompts [T][A][B]; correct and scores (scorer: optional) [B, T, A];
+    rollout [T][A]: generate()'s tensors for B rows."""
     num_turns = len(adapter_names)
     num_agents = len(models)
     batch = len(records)
