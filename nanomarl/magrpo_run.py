@@ -73,9 +73,9 @@ def check_task(args, problems: list[dict], task):
             task.reward(problems[0], [""] * len(task.roles))
         except (TypeError, KeyError, AttributeError, IndexError) as e:
             arg_error("--reward-fn", f"{args.reward_fn} failed on --dataset's first problem and "
-                                     f"empty completions ({type(e).__name__}: {e}): magrpo.py calls "
-                                     f"fn(problem, completions) -> reward; cotrain.py's scorers are "
-                                     f"fn(records, responses) -> scores")
+                                     f"empty completions ({type(e).__name__}: {e}): magrpo.py "
+                                     f"calls fn(problem, completions) -> reward; cotrain.py's "
+                                     f"scorers are fn(records, responses) -> scores")
 
 
 def held_out_problems(args, problems: list[dict]) -> list[dict]:

@@ -193,17 +193,17 @@ def set_restart_note(note: str):
     _RUN["restart"] = note
 
 
-def resumed_args(args, script: str, must_match: tuple[str, ...] = (), same_eval: tuple[str, ...] = (),
-                 checkpoint: bool = True):
+def resumed_args(args, script: str, must_match: tuple[str, ...] = (),
+                 same_eval: tuple[str, ...] = (), checkpoint: bool = True):
     """--resume RUN: the settings of the run, layered in the order they were given: the first run's
     args.json, then the flags given at each earlier resume (RUN/resumes.jsonl), then the flags typed
     on this command line (typed, not "differs from the default", so --lr 1e-5 counts even when 1e-5
     is the default). Refused before any model loads, with one line: a folder without args.json or
     checkpoint.pt (checkpoint=False: a script that restarts such a run itself), a run of another
     script, a run saved by another version of this script (its settings are not exactly this
-    version's flags), a changed flag of must_match (what the checkpoint's tensors depend on:
-    models, agents, turns, adapters, dataset), and a same_eval flag (the held-out evaluation's
-    questions) other than the first run's or 0 (off): the last evaluation compares with the first."""
+    version's flags), a changed flag of must_match (what the checkpoint's tensors depend on: models,
+    agents, turns, adapters, dataset), and a same_eval flag (the held-out evaluation's questions)
+    other than the first run's or 0 (off): the last evaluation compares with the first."""
     run_dir, cls = Path(args.resume), type(args)
     if not (run_dir / "args.json").is_file():
         arg_error("--resume", f"{run_dir} has no args.json: not a run folder (give the folder of "

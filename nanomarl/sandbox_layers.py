@@ -101,8 +101,8 @@ ALLOWED = [int(call.split(":")[0]) for call in """
 13:rt_sigaction 14:rt_sigprocmask 15:rt_sigreturn 17:pread64 18:pwrite64 19:readv 20:writev
 21:access 23:select 24:sched_yield 25:mremap 28:madvise 32:dup 33:dup2 34:pause 35:nanosleep
 36:getitimer 37:alarm 38:setitimer 39:getpid 60:exit 61:wait4 63:uname 78:getdents 79:getcwd
-80:chdir 81:fchdir 89:readlink 96:gettimeofday 97:getrlimit 98:getrusage 99:sysinfo 100:times 102:getuid
-104:getgid 107:geteuid 108:getegid 110:getppid 111:getpgrp 115:getgroups 118:getresuid
+80:chdir 81:fchdir 89:readlink 96:gettimeofday 97:getrlimit 98:getrusage 99:sysinfo 100:times
+102:getuid 104:getgid 107:geteuid 108:getegid 110:getppid 111:getpgrp 115:getgroups 118:getresuid
 120:getresgid 121:getpgid 124:getsid 127:rt_sigpending 128:rt_sigtimedwait 130:rt_sigsuspend
 131:sigaltstack 140:getpriority 186:gettid 201:time 202:futex 204:sched_getaffinity 217:getdents64
 219:restart_syscall 228:clock_gettime 229:clock_getres 230:clock_nanosleep 231:exit_group

@@ -90,7 +90,8 @@ CURVE_PANELS = [  # (title, the metrics it draws); a title with (%) draws fracti
     ("held-out mean agent accuracy (%; step 0: untrained)", r"eval/turn\d+/agent_accuracy"),
     ("held-out vote, the authors' tie rule (%)", r"eval/turn\d+/accuracy"),
     ("held-out pass rate, accuracy (%; step 0: untrained)", r"eval/pass_rate|eval/accuracy"),
-    ("held-out reward, calibration (step 0: untrained)", r"eval/reward/mean|eval/(auroc|brier|ece)"),
+    ("held-out reward, calibration (step 0: untrained)",
+     r"eval/reward/mean|eval/(auroc|brier|ece)"),
     ("held-out reward levels", r"eval/reward/(?!mean$).+"),
 ]
 
