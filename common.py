@@ -228,13 +228,10 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     active setup). Returns dict(logprobs [B, Lr] (0 where masked), entropy [B, Lr] or None, hidden
     [B, Lr, H] or None: the states V(s) is read from). Position ids count only real tokens, so left
     padding changes nothing."""
-    # fast path, the same outputs: columns no row uses are not computed (None: there are none)
-    from nanomarl.fast import without_unused_columns
-    trimmed = without_unused_columns(forward_responses, model, query_ids, query_mask, response_ids,
-                                     response_mask, adapter_names, temperature, output_hidden,
-                                     output_entropy)
-    if trimmed is not None:
-        return trimmed
+    # fast path, the same outputs: the columns no row uses are cut here and padded back at the end
+    from nanomarl.fast import cut_unused_columns
+    query_ids, query_mask, response_ids, response_mask, pad_back = cut_unused_columns(
+        query_ids, query_mask, response_ids, response_mask)
     # one adapter for every row: peft's ordinary forward, without the mixed one's gather and scatter
     one = adapter_names is not None and len(set(adapter_names)) == 1
     routing = single_adapter(model, adapter_names[0]) if one else contextlib.nullcontext()
@@ -250,7 +247,7 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     # [B, Lr, V]: the logits at p predict token p+1, so positions [Lq-1, Lq+Lr-1) the response
     logits = out.logits[:, :-1].float() / temperature
     hidden = out.hidden_states[-1][:, q_len - 1: q_len + r_len - 1] if output_hidden else None
-    return _response_outputs(logits, hidden, response_ids, response_mask, output_entropy)
+    return pad_back(_response_outputs(logits, hidden, response_ids, response_mask, output_entropy))
 
 
 def _response_outputs(logits, hidden, response_ids, response_mask, output_entropy: bool) -> dict:

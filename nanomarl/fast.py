@@ -48,8 +48,7 @@ def stacked_lora_routing(model, adapter_names: list[str]):
 
     peft's mixed-adapter forward gathers each adapter's rows, runs its LoRA and scatters the result
     back, in every layer, at every decoding step (about a quarter of a mixed generate call on CPU,
-    docs/speed.md). Here each LoRA layer's forward is replaced, for the duration of the
-    block, by
+    docs/speed.md). Here each LoRA layer's forward is replaced, for the duration of the block, by
         y = W x + B_cat ((A_cat x) ⊙ s_row)
     with A_cat [Σr, d_in] and B_cat [d_out, Σr] the used adapters' LoRA weights stacked along the
     rank, and s_row [rows, 1, Σr] holding each row's own scaling (lora_alpha / r) on its adapter's
@@ -108,16 +107,17 @@ def _stacked_lora_forward(layer, a_cat, b_cat, row_scale):
     return forward
 
 
-def without_unused_columns(forward, model, query_ids, query_mask, response_ids, response_mask,
-                           *args) -> dict | None:
-    """common.forward_responses(model, ...) on the columns some row uses, its outputs padded back
-    to the responses' width with zeros there; None where every column is used (the plain path)."""
+def cut_unused_columns(query_ids, query_mask, response_ids, response_mask) -> tuple:
+    """common.forward_responses' four inputs without the columns no row uses (the left padding of
+    every prompt, the right padding of every response), and pad_back(outputs): the outputs at the
+    responses' full width again, zeros in the columns cut. Every column used: the inputs as they
+    are, and pad_back returns the outputs as they are."""
     first, width = first_used_column(query_mask), used_width(response_mask)
-    if first == 0 and width == response_ids.shape[1]:
-        return None
-    out = forward(model, query_ids[:, first:], query_mask[:, first:], response_ids[:, :width],
-                  response_mask[:, :width], *args)
-    return pad_outputs(out, response_ids.shape[1])
+    full_width = response_ids.shape[1]
+    if first == 0 and width == full_width:
+        return query_ids, query_mask, response_ids, response_mask, lambda out: out
+    return (query_ids[:, first:], query_mask[:, first:], response_ids[:, :width],
+            response_mask[:, :width], lambda out: pad_outputs(out, full_width))
 
 
 def pad_outputs(result: dict, full_width: int) -> dict:
