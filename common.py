@@ -196,22 +196,19 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
                                  return_dict_in_generate=True, output_logits=True,
                                  output_scores=not greedy, **sampling, **extra)
         response_ids = out.sequences[:, query_ids.shape[1]:]  # from the prompt's length on
-        ids = response_ids.unsqueeze(-1)
-        all_logprobs = F.log_softmax(torch.stack(out.logits, dim=1).float()
-                                     / (1.0 if greedy else temperature), dim=-1)
-        logprobs = torch.gather(all_logprobs, 2, ids).squeeze(-1)
-        sampling_logprobs = torch.zeros_like(logprobs)  # greedy: the argmax, log 1 = 0
+        response_mask, truncated = response_mask_from_ids(response_ids, stops)
+        logits = torch.stack(out.logits, dim=1).float() / (1.0 if greedy else temperature)
+        pi = _response_outputs(logits, None, response_ids, response_mask, output_entropy=True)
+        sampling_logprobs = torch.zeros_like(pi["logprobs"])  # greedy: the argmax, log 1 = 0
         if not greedy:  # q: the scores after temperature, top-k and top-p, -inf where they cut
             scores = torch.stack(out.scores, dim=1)
+            ids = response_ids.unsqueeze(-1)
             sampling_logprobs = scores.gather(2, ids).squeeze(-1) - scores.logsumexp(-1)
-        entropy = torch.stack([-(row.exp() * row).sum(-1) for row in all_logprobs])  # row-wise
-        del all_logprobs
-        response_mask, truncated = response_mask_from_ids(response_ids, stops)
         response_ids = response_ids.masked_fill(response_mask == 0, tokenizer.pad_token_id)
         chunks.append(dict(query_ids=query_ids, query_mask=query_mask, response_ids=response_ids,
-                           response_mask=response_mask, logprobs=logprobs * response_mask,
+                           response_mask=response_mask, logprobs=pi["logprobs"],
                            sampling_logprobs=sampling_logprobs.where(response_mask.bool(), 0.0),
-                           entropy=entropy * response_mask, truncated=truncated))
+                           entropy=pi["entropy"], truncated=truncated))
     pad = {"query_ids": tokenizer.pad_token_id, "response_ids": tokenizer.pad_token_id}
     out = {k: _pad_cat([c[k] for c in chunks], pad.get(k, 0), left=k.startswith("query"))
            for k in chunks[0] if k != "truncated"}
@@ -251,13 +248,13 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
 
 
 def _response_outputs(logits, hidden, response_ids, response_mask, output_entropy: bool) -> dict:
-    """forward_responses' outputs from the logits [B, L, V] (already / temperature)."""
+    """forward_responses' and generate's outputs from the logits [B, L, V] / temperature."""
     all_logprobs = F.log_softmax(logits, dim=-1)
     logprobs = torch.gather(all_logprobs, 2, response_ids.unsqueeze(-1)).squeeze(-1) * response_mask
     entropy = None
     if output_entropy:
-        with torch.no_grad():
-            entropy = -(all_logprobs.exp() * all_logprobs).sum(-1) * response_mask
+        with torch.no_grad():  # row by row: one [L, V] temporary at a time
+            entropy = torch.stack([-(x.exp() * x).sum(-1) for x in all_logprobs]) * response_mask
     return dict(logprobs=logprobs, entropy=entropy, hidden=hidden)
 
 
