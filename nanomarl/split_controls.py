@@ -55,10 +55,10 @@ def mean_agent_accuracy(debate: dict) -> list[float]:
 @torch.no_grad()
 def split_controls(play, team, args, records: list[dict], debate: dict) -> dict:
     """The held-out debate's channel (eval/turn{t}/informative, and /heard: in the first sentence;
-    at the last turn, what a partner would hear), the same team with silent partners
-    (eval/silent/turn{t}/agent_accuracy, greedy) and agent 0's turn-1 policy answering the whole
-    question alone, greedily (eval/ceiling/accuracy). play: cotrain.run_debate; debate: its greedy
-    held-out debate on records. Empty for records without views."""
+    at the last turn, what a partner would hear), the same team with silent partners (greedy,
+    eval/silent/turn{t}/agent_accuracy) and agent 0's turn-1 policy answering the whole question
+    alone, greedily (eval/ceiling/accuracy). play: cotrain.run_debate; debate: its greedy held-out
+    debate on records. Empty for records without views."""
     if not records or "views" not in records[0]:
         return {}
     common = dict(greedy=True, prompt_style=args.prompt_style,
