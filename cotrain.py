@@ -397,8 +397,8 @@ def forward_pairs(team: Team, exp: dict, rows: torch.Tensor, args: Args, adapter
 
 @torch.no_grad()
 def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args: Args) -> dict:
-    """{(t, a): the sampled tensors, π_old and reference log-probs, values, KL-shaped rewards,
-    advantages, returns} for every trained (turn, agent); final_rewards [B, T, A] = R + b."""
+    """{(t, a): the sampled tensors, π_old and reference log-probs, KL-shaped rewards, advantages
+    (gae: and values, returns)} for every trained (turn, agent); final_rewards [B, T, A] = R + b."""
     sampled = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
     exp = {key: {k: ro[k] for k in RESPONSE_KEYS} for key, ro in sampled.items()}
     rows = torch.arange(len(debate["records"]))  # every debate
@@ -423,19 +423,17 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
         rewards, kl = kl_shaped_rewards(old[(t, a)]["logprobs"], ref[(t, a)]["logprobs"], mask,
                                         final, args.kl_coef)
         if values is not None:  # GAE within each response, whitened over this (turn, agent)
-            old_values = values[(t, a)]
-            advantages, returns = gae(rewards, old_values, mask, GAE_GAMMA, args.gae_lambda)
+            advantages, returns = gae(rewards, values[(t, a)], mask, GAE_GAMMA, args.gae_lambda)
+            e.update(old_values=values[(t, a)], returns=returns)
             advantages = masked_whiten(advantages, mask)
         else:  # group: R + b against its question's K debates, plus the summed KL's (r_θ)
-            old_values = torch.zeros_like(rewards)  # no critic: unused by the loss
-            returns = torch.zeros_like(rewards)
             penalty = group_advantages(-args.kl_coef * kl.sum(dim=1), args.samples_per_question)
             advantages = group_advantages(final, args.samples_per_question,
                                           args.advantage_std)  # the std of R + b only
             advantages = (advantages + penalty)[:, None] * mask
         e.update(old_logprobs=old[(t, a)]["logprobs"], entropy=old[(t, a)]["entropy"],
-                 ref_logprobs=ref[(t, a)]["logprobs"], old_values=old_values, kl=kl,
-                 rewards=rewards, returns=returns, advantages=advantages)
+                 ref_logprobs=ref[(t, a)]["logprobs"], kl=kl, rewards=rewards,
+                 advantages=advantages)
     return exp
 
 

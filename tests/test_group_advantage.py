@@ -73,7 +73,7 @@ def test_group_experience_and_update():
         torch.testing.assert_close(e["rewards"].sum(1), sequence)
         expected = sequence - sequence.reshape(2, 2).mean(1).repeat_interleave(2)
         torch.testing.assert_close(e["advantages"], expected[:, None] * mask)
-        assert torch.equal(e["returns"], torch.zeros_like(e["returns"]))
+        assert "returns" not in e and "old_values" not in e  # no critic
     # the sampled debates differ, so the checks above can fail (a (turn, agent) whose K scores tie has zeros)
     assert any(e["advantages"].abs().sum() > 0 for e in exp.values())
     before = snapshot(team)
