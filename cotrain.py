@@ -395,6 +395,15 @@ def forward_pairs(team: Team, exp: dict, rows: torch.Tensor, args: Args, adapter
     return out
 
 
+def gae_values(team: Team, exp: dict, rows: torch.Tensor, args: Args, policy: dict | None,
+               chunk: int = 0) -> dict | None:
+    """V(s) per trained (turn, agent) with --advantage gae (nanomarl/critic.py), else None."""
+    if args.advantage != "gae":
+        return None  # the default, group, reads no values
+    from nanomarl.critic import critic_values
+    return critic_values(forward_pairs, team, exp, rows, args, policy, chunk)
+
+
 @torch.no_grad()
 def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args: Args) -> dict:
     """{(t, a): the sampled tensors, π_old and reference log-probs, KL-shaped rewards, advantages
@@ -411,11 +420,7 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
     if recompute:
         old = forward_pairs(team, exp, rows, args, None, args.micro_batch_questions,
                             output_entropy=True, output_hidden=args.advantage == "gae")
-    values = None
-    if args.advantage == "gae":  # V(s): the critic, behind one function
-        from nanomarl.critic import critic_values
-        values = critic_values(forward_pairs, team, exp, rows, args, old if recompute else None,
-                               args.forward_batch_size)
+    values = gae_values(team, exp, rows, args, old if recompute else None, args.forward_batch_size)
     for (t, a), e in exp.items():
         mask = e["response_mask"]
         # 5. per-token rewards: -kl_coef x KL at every token, R + b at the last
@@ -480,10 +485,7 @@ def ppo_loss(team: Team, exp: dict, rows: torch.Tensor, num_tokens: dict, stats:
     """The loss of these rows at every trained (turn, agent), each pair on its own adapter: the sum
     of the clipped surrogates and, with --advantage gae, vf_coef x the value losses."""
     out = forward_pairs(team, exp, rows, args, output_hidden=args.advantage == "gae")  # for V(s)
-    values = None
-    if args.advantage == "gae":  # V(s) on this forward's states (or the critic adapter's)
-        from nanomarl.critic import critic_values
-        values = critic_values(forward_pairs, team, exp, rows, args, out)
+    values = gae_values(team, exp, rows, args, out)  # on these states (or the critic adapter's)
     loss = 0.0
     for key, e in exp.items():
         mask = e["response_mask"][rows]

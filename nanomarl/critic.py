@@ -1,7 +1,8 @@
 """critic.py: V(s) for --advantage gae, both critics behind one function: value heads on the last
 hidden states of the policy's own forward (--value-model shared) or of the critic LoRA adapter's
-(separate: the paper's critic). The default, --advantage group, reads no values: cotrain.py calls
-this only with gae; its gae and value_loss use what it returns. A learner may skip this module."""
+(separate: the paper's critic). The default, --advantage group, reads no values: cotrain.py calls it
+only with gae (gae_values); its gae and value_loss use what it returns. A learner may skip this
+module."""
 from __future__ import annotations
 
 import torch
