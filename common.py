@@ -18,6 +18,7 @@ The machinery (flags, runs, checkpoints, model aliases, fast routing) lives in n
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections import Counter
 
@@ -159,60 +160,57 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
     EOS within max_new_tokens) and, 0 where masked, [B, Lr]: logprobs and entropy of π, the full
     softmax at the temperature (what forward_responses recomputes), and sampling_logprobs of q,
     what each token was drawn from (after top-k/top-p; greedy: 0; docs/magrpo.md)."""
-    # fast paths, the same samples (a CUDA static-cache decoder, vLLM); the loop is the plain path
+    # fast paths, the same samples (a CUDA static-cache decoder, vLLM); below, the plain path
     from nanomarl.fast import stacked_routing
     from nanomarl.fast_decode import fast_decoder
     engine = getattr(model, "vllm_engine", None) or fast_decoder(model, adapter_names)
     if engine is not None:  # nanomarl/vllm_rollout.py, nanomarl/fast_decode.py
         return engine.generate(tokenizer, prompts, adapter_names, max_new_tokens, temperature,
                                top_p, top_k, min_new_tokens, greedy, batch_size)
+    if batch_size and batch_size < len(prompts):  # batch_size rows per call (a memory bound)
+        from nanomarl.fast import in_chunks
+        return in_chunks(functools.partial(generate, model), batch_size, tokenizer, prompts,
+                         adapter_names, max_new_tokens, temperature, top_p, top_k, min_new_tokens,
+                         greedy, None, lora_routing)
     if lora_routing not in ("stacked", "peft"):
         raise ValueError(f"lora_routing must be 'stacked' or 'peft', got {lora_routing!r}")
     device = next(model.parameters()).device
     stops = stop_token_ids(tokenizer, model)
-    batch_size = batch_size or len(prompts)
-    chunks = []
-    for start in range(0, len(prompts), batch_size):
-        query_ids, query_mask = tokenize_prompts(tokenizer, prompts[start:start + batch_size],
-                                                 device)
-        names = None if adapter_names is None else list(adapter_names[start:start + batch_size])
-        one_adapter = names is not None and len(set(names)) == 1  # peft's ordinary path
-        mixed = names is not None and not one_adapter
-        stacked = stacked_routing(model, names) if mixed and lora_routing == "stacked" else None
-        extra = {"adapter_names": names} if mixed and stacked is None else {}  # peft's routing
-        routing = (single_adapter(model, names[0]) if one_adapter else
-                   stacked or contextlib.nullcontext())
-        sampling = (dict(do_sample=False) if greedy
-                    else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k))
-        # a model's generation_config may carry processors (repetition_penalty, min_p, ...) that
-        # would make the rollout off-policy without the returned log-probs showing it: all off
-        sampling.update(repetition_penalty=1.0, no_repeat_ngram_size=0, suppress_tokens=None,
-                        begin_suppress_tokens=None, bad_words_ids=None, min_p=None, typical_p=1.0,
-                        epsilon_cutoff=0.0, eta_cutoff=0.0)
-        with routing, fp32_head(model):
-            out = model.generate(input_ids=query_ids, attention_mask=query_mask,
-                                 max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
-                                 eos_token_id=stops, pad_token_id=tokenizer.pad_token_id,
-                                 return_dict_in_generate=True, output_logits=True,
-                                 output_scores=not greedy, **sampling, **extra)
-        response_ids = out.sequences[:, query_ids.shape[1]:]  # from the prompt's length on
-        response_mask, truncated = response_mask_from_ids(response_ids, stops)
-        logits = torch.stack(out.logits, dim=1).float() / (1.0 if greedy else temperature)
-        pi = _response_outputs(logits, None, response_ids, response_mask, output_entropy=True)
-        sampling_logprobs = torch.zeros_like(pi["logprobs"])  # greedy: the argmax, log 1 = 0
-        if not greedy:  # q: the scores after temperature, top-k and top-p, -inf where they cut
-            scores = torch.stack(out.scores, dim=1)
-            ids = response_ids.unsqueeze(-1)
-            sampling_logprobs = scores.gather(2, ids).squeeze(-1) - scores.logsumexp(-1)
-        response_ids = response_ids.masked_fill(response_mask == 0, tokenizer.pad_token_id)
-        chunks.append(dict(query_ids=query_ids, query_mask=query_mask, response_ids=response_ids,
-                           response_mask=response_mask, logprobs=pi["logprobs"],
-                           sampling_logprobs=sampling_logprobs.where(response_mask.bool(), 0.0),
-                           entropy=pi["entropy"], truncated=truncated))
-    pad = {"query_ids": tokenizer.pad_token_id, "response_ids": tokenizer.pad_token_id}
-    out = {k: _pad_cat([c[k] for c in chunks], pad.get(k, 0), left=k.startswith("query"))
-           for k in chunks[0] if k != "truncated"}
-    return dict(out, truncated=torch.cat([c["truncated"] for c in chunks]))
+    query_ids, query_mask = tokenize_prompts(tokenizer, prompts, device)
+    names = None if adapter_names is None else list(adapter_names)
+    one_adapter = names is not None and len(set(names)) == 1  # peft's ordinary path
+    mixed = names is not None and not one_adapter
+    stacked = stacked_routing(model, names) if mixed and lora_routing == "stacked" else None
+    extra = {"adapter_names": names} if mixed and stacked is None else {}  # peft's routing
+    routing = (single_adapter(model, names[0]) if one_adapter else
+               stacked or contextlib.nullcontext())
+    sampling = (dict(do_sample=False) if greedy
+                else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k))
+    # a model's generation_config may carry processors (repetition_penalty, min_p, ...) that
+    # would make the rollout off-policy without the returned log-probs showing it: all off
+    sampling.update(repetition_penalty=1.0, no_repeat_ngram_size=0, suppress_tokens=None,
+                    begin_suppress_tokens=None, bad_words_ids=None, min_p=None, typical_p=1.0,
+                    epsilon_cutoff=0.0, eta_cutoff=0.0)
+    with routing, fp32_head(model):
+        out = model.generate(input_ids=query_ids, attention_mask=query_mask,
+                             max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+                             eos_token_id=stops, pad_token_id=tokenizer.pad_token_id,
+                             return_dict_in_generate=True, output_logits=True,
+                             output_scores=not greedy, **sampling, **extra)
+    response_ids = out.sequences[:, query_ids.shape[1]:]  # from the prompt's length on
+    response_mask, truncated = response_mask_from_ids(response_ids, stops)
+    logits = torch.stack(out.logits, dim=1).float() / (1.0 if greedy else temperature)
+    pi = _response_outputs(logits, None, response_ids, response_mask, output_entropy=True)
+    sampling_logprobs = torch.zeros_like(pi["logprobs"])  # greedy: the argmax, log 1 = 0
+    if not greedy:  # q: the scores after temperature, top-k and top-p, -inf where they cut
+        scores = torch.stack(out.scores, dim=1)
+        ids = response_ids.unsqueeze(-1)
+        sampling_logprobs = scores.gather(2, ids).squeeze(-1) - scores.logsumexp(-1)
+    response_ids = response_ids.masked_fill(response_mask == 0, tokenizer.pad_token_id)
+    return dict(query_ids=query_ids, query_mask=query_mask, response_ids=response_ids,
+                response_mask=response_mask, logprobs=pi["logprobs"],
+                sampling_logprobs=sampling_logprobs.where(response_mask.bool(), 0.0),
+                entropy=pi["entropy"], truncated=truncated)
 
 
 # 3. Log-probs (and hidden states for value heads) of given responses ------------------------------

@@ -3,7 +3,8 @@ both agree:
 
   * stacked-LoRA routing: rows on several adapters share one generate call, two stacked matmuls
     per LoRA layer instead of peft's per-adapter gather and scatter (common.generate);
-  * padding columns no row uses are not computed (common.forward_responses).
+  * padding columns no row uses are not computed (common.forward_responses);
+  * at most batch_size rows per generate call, the chunks joined as one call's (in_chunks).
 cotrain.py's conversation forward: nanomarl/conversation.py. A learner may skip this module."""
 from __future__ import annotations
 
@@ -126,6 +127,22 @@ def pad_outputs(result: dict, full_width: int) -> dict:
     return dict(logprobs=F.pad(result["logprobs"], pad),
                 entropy=None if result["entropy"] is None else F.pad(result["entropy"], pad),
                 hidden=None if result["hidden"] is None else F.pad(result["hidden"], (0, 0, *pad)))
+
+
+def in_chunks(generate, batch_size: int, tokenizer, prompts: list, adapter_names: list | None,
+              *args) -> dict:
+    """generate(tokenizer, prompts, adapter_names, *args) on batch_size prompts at a time (to bound
+    memory), the outputs joined as one call's: the queries left-padded, the responses right-padded
+    (common.generate with batch_size, and the CUDA decoder's)."""
+    from common import _pad_cat
+
+    chunks = [generate(tokenizer, prompts[i:i + batch_size],
+                       None if adapter_names is None else list(adapter_names[i:i + batch_size]),
+                       *args) for i in range(0, len(prompts), batch_size)]
+    pad = {"query_ids": tokenizer.pad_token_id, "response_ids": tokenizer.pad_token_id}
+    out = {k: _pad_cat([c[k] for c in chunks], pad.get(k, 0), left=k.startswith("query"))
+           for k in chunks[0] if k != "truncated"}
+    return dict(out, truncated=torch.cat([c["truncated"] for c in chunks]))
 
 
 def first_used_column(mask: torch.Tensor) -> int:

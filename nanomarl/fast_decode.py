@@ -39,7 +39,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nanomarl.fast import stackable_lora
+from nanomarl.fast import in_chunks, stackable_lora
 from nanomarl.fast_layers import head_logits, layer_forward, mixed_head_works, rms_norm
 
 ENABLED = True  # --fast-decode (configure_device); read by fast_decoder
@@ -262,18 +262,9 @@ class FastDecoder:
                  max_new_tokens: int, temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0,
                  min_new_tokens: int = 0, greedy: bool = False, batch_size: int | None = None):
         """common.generate's outputs (same keys, shapes and meaning), batch_size rows per call."""
-        import common
-
-        batch_size = batch_size or len(prompts)
-        chunks = [self._generate_chunk(tokenizer, prompts[i:i + batch_size],
-                                       None if adapter_names is None
-                                       else list(adapter_names[i:i + batch_size]),
-                                       max_new_tokens, temperature, top_p, top_k, min_new_tokens,
-                                       greedy) for i in range(0, len(prompts), batch_size)]
-        pad = {"query_ids": tokenizer.pad_token_id, "response_ids": tokenizer.pad_token_id}
-        out = {k: common._pad_cat([c[k] for c in chunks], pad.get(k, 0), left=k.startswith("query"))
-               for k in chunks[0] if k != "truncated"}
-        return dict(out, truncated=torch.cat([c["truncated"] for c in chunks]))
+        return in_chunks(self._generate_chunk, batch_size or len(prompts), tokenizer, prompts,
+                         adapter_names, max_new_tokens, temperature, top_p, top_k, min_new_tokens,
+                         greedy)
 
     def _generate_chunk(self, tokenizer, prompts, names, max_new_tokens, temperature, top_p, top_k,
                         min_new_tokens, greedy):
