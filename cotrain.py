@@ -189,10 +189,10 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
 # 2. Scores and penalties (the scorer itself: make_scorer) -----------------------------------------
 
 
-def format_ok(text: str, task: str, token_ids: list[int], min_tokens: int, decode=None) -> bool:
-    """The format gate: a final answer extract_answer parses (as the scorer and evaluation read it),
-    at least min_tokens tokens, and no degenerate repetition (the authors' rules)."""
-    return (extract_answer(text, task) is not None and len(token_ids) >= min_tokens
+def format_ok(answer: str | None, token_ids: list[int], min_tokens: int, decode=None) -> bool:
+    """The format gate: a final answer (extract_answer's, as the scorer and evaluation read it), at
+    least min_tokens tokens, and no degenerate repetition (the authors' rules)."""
+    return (answer is not None and len(token_ids) >= min_tokens
             and not has_degenerate_repetition(token_ids, decode=decode))
 
 
@@ -591,10 +591,9 @@ def rollout_step(team: Team, args: Args, records: list[dict], scorer,
         for a, tok in enumerate(team.agent_tokenizers()):
             ro = debate["rollout"][t][a]
             truncated[:, t, a] = ro["truncated"].cpu()
-            for b, text in enumerate(debate["responses"][t][a]):
+            for b, answer in enumerate(debate["answers"][t][a]):
                 ids = ro["response_ids"][b][ro["response_mask"][b].bool()].tolist()
-                good[b, t, a] = format_ok(text, records[b]["task"], ids, args.min_response_tokens,
-                                          decode=tok.decode)
+                good[b, t, a] = format_ok(answer, ids, args.min_response_tokens, decode=tok.decode)
     penalized = apply_penalties(scores, good, truncated, args.format_penalty if args.penalize_format
                                 else None, args.missing_eos_penalty)
     # 3. influence-aware reward (Definition 1) + incentives (Tables 1-2, on 0/1 correctness)
