@@ -526,8 +526,7 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
             for m_start in range(0, len(minibatch), micro):
                 rows = minibatch[m_start:m_start + micro]  # these debates, every (turn, agent)
                 ppo_loss(team, exp, rows, num_tokens, mb_stats, args).backward()
-            # multi-process: sum all ranks' gradients; a non-finite loss makes them non-finite on
-            # every rank, which then all skip the step
+            # summed over the ranks: a non-finite loss on one makes every rank skip the step
             allreduce_gradients([p for group in params.values() for p in group])
             norms = {name: float(torch.nn.utils.clip_grad_norm_(group, args.max_grad_norm))
                      for name, group in params.items()}
