@@ -41,8 +41,7 @@ NLI_BOX = ("\n\nAt the end, write your final answer in the following format:\n\n
 
 
 def first_message(record: dict, agent: int, style: str) -> str:
-    """Agent `agent`'s turn-1 message: its own view where the record splits the information
-    (arith:split's "views"), else the shared question in turn1_prompt's instruction."""
+    """Agent `agent`'s first message: its own view (a split record's "views"), else turn1_prompt."""
     if "views" in record:
         return record["views"][agent]
     return turn1_prompt(record["question"], record["task"], style)
