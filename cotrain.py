@@ -16,7 +16,8 @@ advantages, 6 PPO, 7 evaluate on held-out questions.
         cotrain.py --model tiny --questions-per-update 4
 
 Simplifications and differences from the paper and the authors' code (docs/maporl.md says why):
-  * Incentives follow the paper's Tables 1-2 (the code swaps two α and flips the β signs).
+  * Incentives follow the paper's Tables 1-2 (incentive_bonus); the authors' code swaps the W->R α
+    values and flips Table 2's signs.
   * The CPU default: arith:digits; a per-question baseline over K = 4 debates (--advantage group)
     instead of GAE; the score evaluation counts (unparsable = wrong = 0) instead of -10 / -1. The
     paper's: --advantage gae --samples-per-question 1 --format-penalty -10 --missing-eos-penalty -1.
@@ -245,9 +246,7 @@ def incentive_bonus(correct: torch.Tensor, alpha0: float, alpha1: float, beta0: 
         own W->R, majority(t) W: +α0      own W->R, majority(t) R: +α1
     Table 2, influence on the others, added to the agent's answer at t:
         majority R->W, own(t) R: -β1      majority R->W, own(t) W: -β0
-        majority W->R, own(t) W: +β0      majority W->R, own(t) R: +β1
-
-    The authors' code swaps the W->R α values and flips Table 2's signs (docs/maporl.md)."""
+        majority W->R, own(t) W: +β0      majority W->R, own(t) R: +β1"""
     c = correct.float()
     num_agents = c.shape[-1]
     others = ((c.sum(dim=-1, keepdim=True) - c) / (num_agents - 1) if num_agents > 1
