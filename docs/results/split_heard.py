@@ -1,7 +1,7 @@
 """What a split debate's partner hears: per printed update of a run's samples.jsonl, how many turn-1
 messages carry the speaker's own number in their first sentence (the part followup_message
 quotes), how many anywhere, and how many begin "My number is"; and how many questions' K debates
-end differently at the last turn (which agents are right), the groups whose advantages are not all 0.
+end differently at the last turn (which agents are right): the groups whose advantages are not 0.
 
     python docs/results/split_heard.py docs/results/maporl-split/s0-narrow-samples.jsonl
 """
