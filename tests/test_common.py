@@ -525,8 +525,8 @@ def test_values_read_the_state_before_each_response_token(tiny):
 
 
 def test_generate_chunks_equal_one_call(tiny):
-    """batch_size=3 gives what two calls of 3 and 1 rows give, joined as one call's outputs (the same
-    batch shapes on both sides, so no test here relies on a forward being bit-equal across shapes)."""
+    """batch_size=3 gives what two calls of 3 and 1 rows give, joined as one call's outputs: the
+    same batch shapes on both sides, so nothing relies on forwards bit-equal across shapes."""
     tok, _ = tiny
     model = make_peft()
     prompts = chat(tok, ["aa", "a longer one here", "b", "cc"])
@@ -543,7 +543,8 @@ def test_generate_chunks_equal_one_call(tiny):
         assert torch.equal(part["query_ids"][row][part["query_mask"][row].bool()],
                            chunked["query_ids"][i][chunked["query_mask"][i].bool()])
         assert torch.equal(part["logprobs"][row, :n], chunked["logprobs"][i, :n])
-        assert chunked["response_mask"][i, n:].sum() == 0 and chunked["logprobs"][i, n:].abs().sum() == 0
+        assert chunked["response_mask"][i, n:].sum() == 0
+        assert chunked["logprobs"][i, n:].abs().sum() == 0
 
 
 def test_value_head_is_zero_initialised():
