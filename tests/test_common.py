@@ -524,7 +524,7 @@ def test_values_read_the_state_before_each_response_token(tiny):
     assert out["entropy"][0, 3] == 0 and out["logprobs"][0, 3] == 0
 
 
-def test_generate_chunks_equal_one_call(tiny):
+def test_generate_chunks_join_the_calls_of_each_chunk(tiny):
     """batch_size=3 gives what two calls of 3 and 1 rows give, joined as one call's outputs: the
     same batch shapes on both sides, so nothing relies on forwards bit-equal across shapes."""
     tok, _ = tiny

@@ -163,6 +163,29 @@ def test_cotrain_cli_logs_eval_rows_before_and_after(tmp_path):
     assert not any(k.startswith("eval/sc/") for r in same for k in r)
 
 
+def test_evaluating_between_updates_changes_no_training_number(tmp_path):
+    """arith:split's held-out evaluation (the debate, the silent partner, the ceiling) is greedy and
+    draws no random number: with --eval-every 1 the training rows equal those of a run evaluated
+    only before and after, number for number."""
+    from test_cotrain import ascii_fraction, tiny_args
+
+    def training_rows(eval_every):
+        run = cotrain.main(tiny_args("--max-steps", "3", "--dataset", "arith:split",
+                                     "--eval-questions", "2", "--eval-every", eval_every,
+                                     "--output-dir", str(tmp_path / eval_every)),
+                           score_fn=ascii_fraction)
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        evaluated = [r["step"] for r in rows if "eval/silent/turn2/agent_accuracy" in r]
+        kept = [{k: v for k, v in r.items() if not k.startswith(("eval/", "timing/"))}
+                for r in rows]
+        return evaluated, kept
+
+    evaluated, every = training_rows("1")
+    ends, ends_only = training_rows("0")
+    assert (evaluated, ends) == ([0, 1, 2, 3], [0, 3])
+    assert every == ends_only and len(every[1]) > 10
+
+
 def test_cotrain_finish_run_headline_is_the_mean_agent_accuracy(tmp_path, capsys, monkeypatch):
     """The end-of-run table: per turn the authors' vote beside the mean agent accuracy, and the
     before -> after line on the last turn's mean agent accuracy, which an unparsable partner cannot

@@ -1,7 +1,8 @@
 """What a split debate's partner hears: per printed update of a run's samples.jsonl, how many turn-1
 messages carry the speaker's own number in their first sentence (the part followup_message
 quotes), how many anywhere, and how many begin "My number is"; and how many questions' K debates
-end differently at the last turn (which agents are right): the groups whose advantages are not 0.
+end differently at the last turn (which agents are right): the groups whose last-turn scores give
+an advantage that is not 0 (the incentives of Tables 1-2 can move the others a little).
 
     python docs/results/split_heard.py docs/results/maporl-split/s0-narrow-samples.jsonl
 """
