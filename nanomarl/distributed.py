@@ -46,6 +46,11 @@ def init_distributed(device: str = "") -> tuple[int, int, str]:
         return 0, 1, device or default_device()
     use_cuda = torch.cuda.is_available() and not device.startswith("cpu")
     if not torch.distributed.is_initialized():
+        # torch.distributed.nn's functions default to group=group.WORLD, read at its first import
+        # (transformers imports it to load a model). Imported after the group exists, they would
+        # keep it alive past destroy_process_group, and its gloo threads would then free tensors
+        # while the interpreter shuts down: an abort at exit. Imported first, they hold None.
+        import torch.distributed.nn as distributed_nn  # noqa: F401
         torch.distributed.init_process_group(backend="nccl" if use_cuda else "gloo")
         _JOINED = True
     local_rank = int(os.environ.get("LOCAL_RANK", 0))

@@ -9,6 +9,7 @@ script of (b): see its __main__ block.
 CLI: both scripts run one step under torchrun, only rank 0 prints and writes, and the checkpoint keeps one RNG
 state per rank (the ranks sample differently)."""
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -240,6 +241,12 @@ def test_magrpo_cli_under_torchrun(tmp_path):
 
 # ---------------------------------------------------------------- the helper script of the equivalence tests
 
+def gloo_threads() -> list[str]:
+    """The names of this process's threads that belong to a gloo process group (Linux)."""
+    names = [(Path("/proc/self/task") / t / "comm").read_text().strip() for t in os.listdir("/proc/self/task")]
+    return [name for name in names if "gloo" in name]
+
+
 if __name__ == "__main__":  # torchrun ... tests/test_distributed.py cotrain|magrpo ROLLOUT OUT
     torch.set_num_threads(1)
     script, rollout_path, out_path = sys.argv[1:4]
@@ -254,3 +261,5 @@ if __name__ == "__main__":  # torchrun ... tests/test_distributed.py cotrain|mag
     if rank == 0:
         torch.save(result, out_path)
     finish_distributed()
+    # the group is gone, threads and all: none is left to free a tensor while Python shuts down
+    assert gloo_threads() == [], f"rank {rank}: {gloo_threads()} outlive finish_distributed"
