@@ -241,16 +241,19 @@ def test_magrpo_cli_under_torchrun(tmp_path):
 
 # ---------------------------------------------------------------- the helper script of the equivalence tests
 
-def gloo_threads() -> list[str]:
-    """The names of this process's threads that belong to a gloo process group (Linux)."""
-    names = [(Path("/proc/self/task") / t / "comm").read_text().strip() for t in os.listdir("/proc/self/task")]
-    return [name for name in names if "gloo" in name]
+def thread_ids() -> set[str]:
+    """This process's thread ids, C++ threads included (Linux; elsewhere empty: no check)."""
+    task = Path("/proc/self/task")
+    return set(os.listdir(task)) if task.exists() else set()
 
 
 if __name__ == "__main__":  # torchrun ... tests/test_distributed.py cotrain|magrpo ROLLOUT OUT
     torch.set_num_threads(1)
     script, rollout_path, out_path = sys.argv[1:4]
+    before = thread_ids()
     rank, world, _ = init_distributed()
+    group_threads = thread_ids() - before  # gloo's transport and worker threads
+    assert group_threads or not before, "init_distributed started no thread: the check below checks nothing"
     saved = torch.load(rollout_path, weights_only=False)
     if script == "cotrain":
         result = {setting: cotrain_update(saved, setting, rank, world)
@@ -262,4 +265,4 @@ if __name__ == "__main__":  # torchrun ... tests/test_distributed.py cotrain|mag
         torch.save(result, out_path)
     finish_distributed()
     # the group is gone, threads and all: none is left to free a tensor while Python shuts down
-    assert gloo_threads() == [], f"rank {rank}: {gloo_threads()} outlive finish_distributed"
+    assert not group_threads & thread_ids(), f"rank {rank}: the group's threads outlive finish_distributed"
