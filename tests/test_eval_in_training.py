@@ -166,13 +166,14 @@ def test_cotrain_cli_logs_eval_rows_before_and_after(tmp_path):
 def test_evaluating_between_updates_changes_no_training_number(tmp_path):
     """arith:split's held-out evaluation (the debate, the silent partner, the ceiling) is greedy and
     draws no random number: with --eval-every 1 the training rows equal those of a run evaluated
-    only before and after, number for number."""
+    only before and after, number for number. And --max-steps sets nothing the updates before the
+    last see but the lr's decay: 2 updates with --lr-decay-steps 3 are the 3-update run's first 2."""
     from test_cotrain import ascii_fraction, tiny_args
 
-    def training_rows(eval_every):
+    def training_rows(eval_every, *flags):
         run = cotrain.main(tiny_args("--max-steps", "3", "--dataset", "arith:split",
-                                     "--eval-questions", "2", "--eval-every", eval_every,
-                                     "--output-dir", str(tmp_path / eval_every)),
+                                     "--eval-questions", "2", "--eval-every", eval_every, *flags,
+                                     "--output-dir", str(tmp_path / f"{eval_every}{len(flags)}")),
                            score_fn=ascii_fraction)
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         evaluated = [r["step"] for r in rows if "eval/silent/turn2/agent_accuracy" in r]
@@ -184,6 +185,8 @@ def test_evaluating_between_updates_changes_no_training_number(tmp_path):
     ends, ends_only = training_rows("0")
     assert (evaluated, ends) == ([0, 1, 2, 3], [0, 3])
     assert every == ends_only and len(every[1]) > 10
+    ends, shorter = training_rows("0", "--max-steps", "2", "--lr-decay-steps", "3")
+    assert ends == [0, 2] and shorter == every[:3] and shorter[2]["lr"] < shorter[1]["lr"]
 
 
 def test_cotrain_finish_run_headline_is_the_mean_agent_accuracy(tmp_path, capsys, monkeypatch):
