@@ -173,7 +173,7 @@ def test_evaluating_between_updates_changes_no_training_number(tmp_path):
     def training_rows(eval_every, *flags):
         run = cotrain.main(tiny_args("--max-steps", "3", "--dataset", "arith:split",
                                      "--eval-questions", "2", "--eval-every", eval_every, *flags,
-                                     "--output-dir", str(tmp_path / f"{eval_every}{len(flags)}")),
+                                     "--output-dir", str(tmp_path / "_".join(("every", eval_every, *flags)))),
                            score_fn=ascii_fraction)
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         evaluated = [r["step"] for r in rows if "eval/silent/turn2/agent_accuracy" in r]
