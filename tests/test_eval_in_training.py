@@ -171,9 +171,10 @@ def test_evaluating_between_updates_changes_no_training_number(tmp_path):
     from test_cotrain import ascii_fraction, tiny_args
 
     def training_rows(eval_every, *flags):
+        out = tmp_path / "_".join(("every", eval_every, *flags))  # a folder per run
         run = cotrain.main(tiny_args("--max-steps", "3", "--dataset", "arith:split",
                                      "--eval-questions", "2", "--eval-every", eval_every, *flags,
-                                     "--output-dir", str(tmp_path / "_".join(("every", eval_every, *flags)))),
+                                     "--output-dir", str(out)),
                            score_fn=ascii_fraction)
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         evaluated = [r["step"] for r in rows if "eval/silent/turn2/agent_accuracy" in r]
