@@ -69,10 +69,10 @@ def other_running_tasks(samples: int = 10, interval_s: float = 0.02) -> float:
 def set_torch_threads(flag: int = 0, flush_denormals: bool = True) -> str:
     """Set torch's CPU thread count by choose_threads (call it at startup, before any model loads)
     and return the line a script prints: 'threads: N (why)'. flush_denormals: float32 values below
-    1.2e-38 become 0 on the CPU. The far tail of a sharp softmax (T 0.3) is such values, and a matmul
-    over them runs up to 100x slower on x86; a term that small falls below the rounding of any sum
-    it joins, so the numbers stay the same (tests/test_threads.py). Set before the first parallel
-    op, so that torch's worker threads inherit it."""
+    1.2e-38 become 0 on the CPU. The far tail of a sharp softmax (T 0.3) is such values, and a
+    matmul over them runs up to 100x slower on x86; a term that small falls below the rounding of
+    any sum it joins, so the numbers stay the same (tests/test_threads.py). Set before the first
+    parallel op, so that torch's worker threads inherit it."""
     if flag < 0:
         arg_error("--threads", f"must be >= 0 (0 = choose from the free cores), got {flag}")
     torch.set_flush_denormal(flush_denormals)

@@ -1,12 +1,13 @@
 """choose_threads: the torch thread count from cores, load average, tasks running now,
 OMP_NUM_THREADS and --threads (a pure function, checked on hand-set inputs), and set_torch_threads,
-which applies it at startup."""
+which applies it at startup and flushes float32 denormals to 0 (the same gradients, bit for bit)."""
 import os
 
 import pytest
 import torch
 
 import nanomarl.runs
+from common import add_adapters, forward_responses, load_model
 from nanomarl.runs import choose_threads, other_running_tasks, set_torch_threads
 
 
@@ -42,9 +43,23 @@ def test_flag_then_environment_then_load():
         assert choose_threads(2, 0.0, 0.0, unusable, 0)[0] == 2
 
 
+TINY = torch.finfo(torch.float32).tiny  # 1.2e-38: the smallest normal float32
+
+
+def flushing() -> bool:
+    """Does this thread flush denormals to 0 now? (torch has no getter.)"""
+    return bool((torch.tensor([1e-39]) * 1.0 == 0).item())
+
+
 def test_set_torch_threads_applies_the_choice(monkeypatch):
     before = torch.get_num_threads()
     try:
+        torch.set_flush_denormal(False)
+        assert not flushing()
+        set_torch_threads(1)
+        assert flushing()  # the default
+        set_torch_threads(1, flush_denormals=False)
+        assert not flushing()
         monkeypatch.setenv("OMP_NUM_THREADS", "1")
         assert set_torch_threads(2) == "threads: 2 (--threads)" and torch.get_num_threads() == 2
         line = set_torch_threads(0)
@@ -63,6 +78,48 @@ def test_set_torch_threads_applies_the_choice(monkeypatch):
             set_torch_threads(-1)
     finally:
         torch.set_num_threads(before)
+        torch.set_flush_denormal(True)  # as every script runs
+
+
+def test_flushing_denormals_changes_no_gradient(tiny_model_dir):
+    """One backward through forward_responses at a temperature where a tenth or more of the
+    softmax's tail is denormal: the LoRA gradients with and without the flush are equal bit for
+    bit (one thread, so the flag holds for every op)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.set_flush_denormal(False)  # torch's default
+    try:
+        model = add_adapters(load_model("tiny"), ["agent0"], r=4, alpha=8)
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "lora_B" in n:  # random B: both LoRA matrices get a gradient
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+        q = torch.randint(3, 200, (2, 12), generator=g)
+        r = torch.randint(3, 200, (2, 6), generator=g)
+        qm, rm = torch.ones_like(q), torch.ones(r.shape)
+        with torch.no_grad():  # a temperature that puts the median logit 95 nats below the top
+            logits = model(input_ids=torch.cat([q, r], 1)).logits[:, q.shape[1] - 1:-1].float()
+            temperature = float((logits.amax(-1, keepdim=True) - logits).median()) / 95
+            tail = torch.softmax(logits / temperature, -1) / temperature  # in the gradient
+        assert ((tail > 0) & (tail < TINY)).float().mean() > 0.1  # as SmolLM2's at T 0.3
+        grads = {}
+        for flush in (False, True):
+            torch.set_flush_denormal(flush)
+            assert flushing() == flush
+            model.zero_grad()
+            out = forward_responses(model, q, qm, r, rm, ["agent0"], temperature)
+            out["logprobs"].sum().backward()
+            grads[flush] = {n: p.grad.clone() for n, p in model.named_parameters()
+                            if p.grad is not None}
+    finally:
+        torch.set_flush_denormal(True)
+        torch.set_num_threads(before)
+    assert len(grads[True]) > 0 and grads[True].keys() == grads[False].keys()
+    assert any(float(v.abs().max()) > 0 for v in grads[True].values())
+    for n, v in grads[False].items():
+        assert torch.equal(v, grads[True][n]), n
+
 
 
 def test_other_running_tasks_sees_a_competitor():
