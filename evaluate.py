@@ -834,7 +834,8 @@ def debate_split_controls(bases: Bases, agents: list[tuple[str, list[str]]], rec
                            agent_tokenizers=lambda: [bases.tokenizers[base] for base, _ in agents],
                            adapter_names=[[names[t] for _, names in agents]
                                           for t in range(args.num_turns)])
-    return split_controls(cotrain.run_debate, team, args, records, debate)
+    return split_controls(cotrain.run_debate, team, args, records, debate,
+                          greedy_debate=False)  # sampled, in chunks: the silent turn 1 replayed
 
 
 def evaluate_self_consistency(method: str, bases: Bases, agent: tuple[str, list[str]],

@@ -11,7 +11,7 @@ import re
 
 import torch
 
-from nanomarl.tasks.debate_prompts import first_sentence
+from nanomarl.tasks.debate_prompts import first_sentence, followup_message
 
 NEUTRAL_WORDS = "I have read the question and I am still thinking about it".split()
 
@@ -47,18 +47,34 @@ def informative_rates(debate: dict, records: list[dict], heard: bool = False) ->
     return rates
 
 
+def from_second_turn(records: list[dict], debate: dict, show_partner) -> list[dict]:
+    """The records with each agent's first view replaced by its turn-2 message in `debate`, the
+    partners' turn-1 words shown as show_partner(words): a debate on them, on the adapters of turns
+    2..T, plays turns 2..T of `debate` replayed with show_partner, without generating turn 1 again
+    (greedy: the same turn 1; tests/test_teamwork.py)."""
+    first = debate["responses"][0]  # [A][B]
+    agents = range(len(first))
+    return [dict(r, views=[followup_message(r, a, [show_partner(first[j][b]) for j in agents
+                                                   if j != a]) for a in agents])
+            for b, r in enumerate(records)]
+
+
 def mean_agent_accuracy(debate: dict) -> list[float]:
     """Per turn, the agents' mean accuracy (correct is [B, T, A])."""
     return debate["correct"].float().mean(dim=(0, 2)).tolist()
 
 
 @torch.no_grad()
-def split_controls(play, team, args, records: list[dict], debate: dict) -> dict:
+def split_controls(play, team, args, records: list[dict], debate: dict,
+                   greedy_debate: bool = True) -> dict:
     """The held-out debate's channel (eval/turn{t}/informative, and /heard: in the first sentence;
     at the last turn, what a partner would hear), the same team with silent partners (greedy,
     eval/silent/turn{t}/agent_accuracy) and agent 0's turn-1 policy answering the whole question
-    alone, greedily (eval/ceiling/accuracy). play: cotrain.run_debate; debate: its greedy held-out
-    debate on records. Empty for records without views."""
+    alone, greedily (eval/ceiling/accuracy). play: cotrain.run_debate; debate: its debate on
+    records. greedy_debate: one greedy call of play played it (cotrain.py's), so its turn 1 is the
+    silent debate's, and the silent partner plays from turn 2 on (from_second_turn: the same
+    numbers, a quarter less generation); False: the whole silent debate is played. Empty for
+    records without views."""
     if not records or "views" not in records[0]:
         return {}
     common = dict(greedy=True, prompt_style=args.prompt_style,
@@ -67,10 +83,19 @@ def split_controls(play, team, args, records: list[dict], debate: dict) -> dict:
                for t, rate in enumerate(informative_rates(debate, records))}
     metrics.update({f"eval/turn{t + 1}/heard": rate
                     for t, rate in enumerate(informative_rates(debate, records, heard=True))})
-    silent = play(records, team.models(), team.agent_tokenizers(), team.adapter_names,
-                  args.max_new_tokens, show_partner=neutral_message, **common)
+    if not greedy_debate:  # the plain path: the whole debate again, every partner message neutral
+        silent = mean_agent_accuracy(play(records, team.models(), team.agent_tokenizers(),
+                                          team.adapter_names, args.max_new_tokens,
+                                          show_partner=neutral_message, **common))
+    else:  # turn 1 as played (no partner words yet), then the silent turns 2..T
+        silent = mean_agent_accuracy(debate)[:1]
+        if len(team.adapter_names) > 1:
+            silent += mean_agent_accuracy(play(
+                from_second_turn(records, debate, neutral_message), team.models(),
+                team.agent_tokenizers(), team.adapter_names[1:], args.max_new_tokens,
+                show_partner=neutral_message, **common))
     metrics.update({f"eval/silent/turn{t + 1}/agent_accuracy": acc
-                    for t, acc in enumerate(mean_agent_accuracy(silent))})
+                    for t, acc in enumerate(silent)})
     alone = play([whole_question(r) for r in records], team.models()[:1],
                  team.agent_tokenizers()[:1], [team.adapter_names[0][:1]], args.max_new_tokens,
                  **common)

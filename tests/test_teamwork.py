@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import cotrain
-from common import chat_prompt, load_model
+from common import add_adapters, chat_prompt, load_model
 from nanomarl.models import load_tokenizer
-from nanomarl.split_controls import (carries_number, informative_rates, neutral_message,
-                                     whole_question)
+from nanomarl.split_controls import (carries_number, from_second_turn, informative_rates,
+                                     neutral_message, whole_question)
 from nanomarl.tasks.debate import load_task
 from nanomarl.tasks.debate_prompts import first_sentence, followup_message
 from nanomarl.tasks.teamwork import (listed_items, teamwork_problems, teamwork_prompts,
@@ -114,6 +114,40 @@ def test_run_debate_shows_each_agent_its_own_view_and_silent_changes_only_partne
     ro = debate["rollout"][1][0]
     prompt_ids = ro["query_ids"][0][ro["query_mask"][0].bool()].tolist()
     assert prompt_ids == tok(debate["prompts"][1][0][0], add_special_tokens=False)["input_ids"]
+
+
+def test_the_silent_partner_from_turn_2_is_the_whole_silent_debate():
+    """split_controls' cheaper path: a debate on from_second_turn's records, on the adapters of
+    turns 2..T, is turns 2..T of the silent debate played whole, prompt for prompt and token for
+    token. Three turns (a silent turn feeds the next), a LoRA per (turn, agent) with random B."""
+    tok = load_tokenizer("tiny")
+    names = [[f"agent{a}_turn{t}" for a in range(2)] for t in range(1, 4)]
+    model = add_adapters(load_model("tiny"), [n for turn in names for n in turn], r=4, alpha=8)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    records = load_task("arith:split", "test", limit=3, num_agents=2)
+    play = dict(max_new_tokens=6, greedy=True, prompt_style="short")
+    debate = cotrain.run_debate(records, [model] * 2, [tok] * 2, names, **play)
+    whole = cotrain.run_debate(records, [model] * 2, [tok] * 2, names,
+                               show_partner=neutral_message, **play)
+    later = cotrain.run_debate(from_second_turn(records, debate, neutral_message), [model] * 2,
+                               [tok] * 2, names[1:], show_partner=neutral_message, **play)
+    assert whole["responses"][0] == debate["responses"][0]  # turn 1: no partner words yet
+    assert whole["responses"][1] != debate["responses"][1]  # the control changes turn 2
+    for t in (1, 2):
+        assert later["prompts"][t - 1] == whole["prompts"][t]
+        assert later["responses"][t - 1] == whole["responses"][t]
+        for a in range(2):
+            for key, value in whole["rollout"][t][a].items():
+                assert torch.equal(later["rollout"][t - 1][a][key], value), (t, a, key)
+    assert torch.equal(later["correct"], whole["correct"][:, 1:])
+    # on the adapters of turns 1..2 instead the answers differ: the test sees the adapters
+    same = cotrain.run_debate(from_second_turn(records, debate, neutral_message), [model] * 2,
+                              [tok] * 2, names[:2], show_partner=neutral_message, **play)
+    assert same["responses"] != later["responses"]
 
 
 def test_split_controls_in_the_held_out_evaluation(tmp_path):
