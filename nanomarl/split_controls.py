@@ -73,7 +73,7 @@ def split_controls(play, team, args, records: list[dict], debate: dict,
     alone, greedily (eval/ceiling/accuracy). play: cotrain.run_debate; debate: its debate on
     records. greedy_debate: one greedy call of play played it (cotrain.py's), so its turn 1 is the
     silent debate's, and the silent partner plays from turn 2 on (from_second_turn: the same
-    numbers, a quarter less generation); False: the whole silent debate is played. Empty for
+    numbers, a fifth less generation); False: the whole silent debate is played. Empty for
     records without views."""
     if not records or "views" not in records[0]:
         return {}
