@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import cotrain
-from common import add_adapters, chat_prompt, load_model
+from common import chat_prompt, load_model
 from nanomarl.models import load_tokenizer
 from nanomarl.split_controls import (carries_number, from_second_turn, informative_rates,
                                      neutral_message, whole_question)
@@ -15,6 +15,7 @@ from nanomarl.tasks.debate import load_task
 from nanomarl.tasks.debate_prompts import first_sentence, followup_message
 from nanomarl.tasks.teamwork import (listed_items, teamwork_problems, teamwork_prompts,
                                      teamwork_reward)
+from test_common import make_peft
 
 
 # ---------------------------------------------------------------- arith:split
@@ -122,12 +123,7 @@ def test_the_silent_partner_from_turn_2_is_the_whole_silent_debate():
     token. Three turns (a silent turn feeds the next), a LoRA per (turn, agent) with random B."""
     tok = load_tokenizer("tiny")
     names = [[f"agent{a}_turn{t}" for a in range(2)] for t in range(1, 4)]
-    model = add_adapters(load_model("tiny"), [n for turn in names for n in turn], r=4, alpha=8)
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "lora_B" in n:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    model = make_peft([n for turn in names for n in turn])
     records = load_task("arith:split", "test", limit=3, num_agents=2)
     play = dict(max_new_tokens=6, greedy=True, prompt_style="short")
     debate = cotrain.run_debate(records, [model] * 2, [tok] * 2, names, **play)
