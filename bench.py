@@ -153,13 +153,12 @@ def bench_rollout(args, model, tokenizer, num_agents, device):
     gen = dict(max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens,
                temperature=1.0)
 
-    def all_rows(row_adapters: list[str], lora_routing="stacked"):  # one call over the A x B rows
-        common.generate(model, tokenizer, [p for _, p in rows], row_adapters,
-                        lora_routing=lora_routing, **gen)
+    def all_rows(row_adapters: list[str], fast=True):  # one call over the A x B rows
+        common.generate(model, tokenizer, [p for _, p in rows], row_adapters, fast=fast, **gen)
 
     def per_agent():  # one adapter for all rows of a call: peft's ordinary path (set_adapter)
         for a in names:
-            common.generate(model, tokenizer, prompts, [a] * len(prompts), **gen)
+            common.generate(model, tokenizer, prompts, [a] * len(prompts), fast=True, **gen)
 
     query_ids, query_mask = common.tokenize_prompts(tokenizer, [p for _, p in rows], device)
 
@@ -181,7 +180,7 @@ def bench_rollout(args, model, tokenizer, num_agents, device):
     tokens = len(rows) * args.max_new_tokens
     mixed = [a for a, _ in rows]
     t_mixed = timed(lambda: all_rows(mixed), args.repeats, device)  # fast.py:stacked_lora_routing
-    t_mixed_peft = timed(lambda: all_rows(mixed, "peft"), args.repeats, device)  # peft's routing
+    t_mixed_peft = timed(lambda: all_rows(mixed, False), args.repeats, device)  # peft's routing
     t_per_agent = timed(per_agent, args.repeats, device)
     t_ceiling = timed(decode_ceiling, args.repeats, device)
     # where the mixed call's time goes, on the same rows: no adapter at all, and one adapter on
@@ -211,7 +210,7 @@ def bench_training_pass(args, model, tokenizer, num_agents, device):
     torch.manual_seed(args.seed)
     rollout = common.generate(model, tokenizer, prompts * num_agents, adapters,
                               max_new_tokens=args.max_new_tokens,
-                              min_new_tokens=args.max_new_tokens, temperature=1.0)
+                              min_new_tokens=args.max_new_tokens, temperature=1.0, fast=True)
     keys = ("query_ids", "query_mask", "response_ids", "response_mask")
 
     def padded_pass(group_by_adapter: bool):
@@ -867,8 +866,8 @@ def main(args):
         report["threads"] = run_part("threads", lambda: bench_threads(args))
     if "gpu" in parts:  # fast decoding against the plain path: nanomarl/bench_gpu.py
         from nanomarl.bench_gpu import bench_gpu
-        report["gpu"] = run_part("gpu", lambda: bench_gpu(args, device,
-                                                          RANDOM_INIT_CONFIGS["qwen2.5-1.5b"]))
+        report["gpu"] = run_part("gpu", lambda: bench_gpu(
+            args, device, RANDOM_INIT_CONFIGS["qwen2.5-1.5b"], common))
     if "end-to-end" in parts:
         report["end_to_end"] = run_part("end to end", lambda: bench_end_to_end(args))
         print("end to end:", json.dumps(report["end_to_end"]))

@@ -1,11 +1,14 @@
 """common.py: what the algorithms share and a reader needs: one base model with many LoRA agents.
 
   1. models      load_model, add_adapters (named LoRA adapters on one frozen base),
-                 adapter_parameters, ValueHead, the peft guard (single_adapter)
+                 adapter_parameters, ValueHead; the peft guard (single_adapter) and the fp32
+                 head (fp32_head) are in nanomarl/models.py
   2. generation  generate(): one batched sampling call, each row on its own adapter
-  3. log-probs   forward_responses(): per-token log-probs at the sampling temperature
+  3. log-probs   log_policy(): π_θ at the sampling temperature, its one definition;
+                 forward_responses(): per-token log-probs of given responses
   4. maths       masked_mean / masked_whiten
-  5. answers     extract_answer, the majority vote and the debate metrics
+  5. answers     extract_answer, the debate metrics (the majority vote with the authors' tie
+                 rule: nanomarl/vote.py)
 
 Conventions used everywhere:
   * Prompts are left-padded; responses are right-padded. `query_mask`/`response_mask` are 1 on real
@@ -13,23 +16,28 @@ Conventions used everywhere:
     found by the prompt's length, never by searching for pad tokens (pad == EOS in SmolLM2).
   * The model always stays in eval() mode: dropout is off (PPO's ratio must be exactly 1 on the
     first minibatch) and peft only accepts per-row `adapter_names` in eval mode. Gradients flow.
-The machinery (flags, runs, checkpoints, model aliases, fast routing) lives in nanomarl/.
+  * fast=True (the scripts' --fast, their default) takes the fast paths of nanomarl/fast.py and
+    nanomarl/fast_decode.py where they apply: the same outputs; fast=False runs only this file.
+The machinery (flags, runs, checkpoints, model aliases, fast paths) lives in nanomarl/, which never
+imports this file.
 """
 from __future__ import annotations
 
 import contextlib
-import functools
 import re
-from collections import Counter
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from nanomarl.cli import arg_error
 from nanomarl.distributed import allreduce_sum
-from nanomarl.models import (hide_bitsandbytes_unless_quantised, prepare_quantized,
-                             quantization_kwargs, resolve_model)
+from nanomarl.fast import stackable_lora, stacked_lora_routing
+from nanomarl.fast_decode import fast_decoder
+from nanomarl.models import (fp32_head, hide_bitsandbytes_unless_quantised, prepare_quantized,
+                             quantization_kwargs, resolve_model, single_adapter)
+from nanomarl.padding import first_used_column, pad_cat, padded_outputs, used_width
 from nanomarl.tasks.debate import normalize_label, normalize_number
+from nanomarl.vote import majority_vote_accuracy
 
 # 1. Models, adapters, value heads -----------------------------------------------------------------
 
@@ -137,83 +145,118 @@ def tokenize_prompts(tokenizer, prompts: list, device) -> tuple[torch.Tensor, to
     chat continued token by token, nanomarl/tasks/debate_prompts.py:continue_chat)."""
     rows = [torch.tensor([tokenizer(p, add_special_tokens=False)["input_ids"] if isinstance(p, str)
                           else list(p)], dtype=torch.long) for p in prompts]
-    ids = _pad_cat(rows, tokenizer.pad_token_id, left=True)
-    mask = _pad_cat([torch.ones_like(r) for r in rows], 0, left=True)
+    ids = pad_cat(rows, tokenizer.pad_token_id, left=True)
+    mask = pad_cat([torch.ones_like(r) for r in rows], 0, left=True)
     return ids.to(device), mask.to(device)
 
 
-def _pad_cat(tensors: list[torch.Tensor], value, left: bool) -> torch.Tensor:
-    width = max(t.shape[1] for t in tensors)
-    return torch.cat([F.pad(t, (width - t.shape[1], 0) if left else (0, width - t.shape[1]),
-                            value=value) for t in tensors])
+# every logits processor a model's generation_config may carry (repetition_penalty, min_p, ...)
+# would make the rollout off-policy without the returned log-probs showing it: all off
+NO_PROCESSORS = dict(repetition_penalty=1.0, no_repeat_ngram_size=0, suppress_tokens=None,
+                     begin_suppress_tokens=None, bad_words_ids=None, min_p=None, typical_p=1.0,
+                     epsilon_cutoff=0.0, eta_cutoff=0.0)
 
 
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, max_new_tokens: int,
              temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0, min_new_tokens: int = 0,
-             greedy: bool = False, batch_size: int | None = None,
-             lora_routing: str = "stacked") -> dict[str, torch.Tensor]:
+             greedy: bool = False, batch_size: int | None = None, fast: bool = False) -> dict:
     """Sample one response per prompt (a text, or token ids used as they are); row i uses adapter
-    adapter_names[i] ('__base__' = no adapter). Rows on several adapters share one call:
-    lora_routing 'stacked' (nanomarl/fast.py, where it applies) or 'peft' (the same outputs).
+    adapter_names[i] ('__base__' = no adapter), batch_size rows per call (None: all). fast (the
+    scripts' --fast): the same samples, faster: rows on several adapters through stacked LoRA
+    routing (nanomarl/fast.py) instead of peft's per-row routing; an engine where one serves the
+    model (vLLM with --use-vllm, the static-cache decoder on CUDA) instead of model.generate.
     Returns query_ids/mask [B, Lq] (left-padded), response_ids/mask [B, Lr], truncated [B] (no
-    EOS within max_new_tokens) and, 0 where masked, [B, Lr]: logprobs and entropy of π, the full
-    softmax at the temperature (what forward_responses recomputes), and sampling_logprobs of q,
+    EOS within max_new_tokens) and, 0 where masked, [B, Lr]: logprobs and entropy of π at the
+    temperature (log_policy, as forward_responses recomputes them), and sampling_logprobs of q,
     what each token was drawn from (after top-k/top-p; greedy: 0; docs/magrpo.md)."""
-    # fast paths, the same samples (a CUDA static-cache decoder, vLLM); below, the plain path
-    from nanomarl.fast import stacked_routing
-    from nanomarl.fast_decode import fast_decoder
-    engine = getattr(model, "vllm_engine", None) or fast_decoder(model, adapter_names)
-    if engine is not None:  # nanomarl/vllm_rollout.py, nanomarl/fast_decode.py
-        return engine.generate(tokenizer, prompts, adapter_names, max_new_tokens, temperature,
-                               top_p, top_k, min_new_tokens, greedy, batch_size)
-    if batch_size and batch_size < len(prompts):  # batch_size rows per call (a memory bound)
-        from nanomarl.fast import in_chunks
-        return in_chunks(functools.partial(generate, model), batch_size, tokenizer, prompts,
-                         adapter_names, max_new_tokens, temperature, top_p, top_k, min_new_tokens,
-                         greedy, None, lora_routing)
-    if lora_routing not in ("stacked", "peft"):
-        raise ValueError(f"lora_routing must be 'stacked' or 'peft', got {lora_routing!r}")
-    device = next(model.parameters()).device
+    if batch_size and batch_size < len(prompts):  # batch_size rows at a time (a memory bound)
+        parts = [generate(model, tokenizer, prompts[i:i + batch_size],
+                          adapter_names and adapter_names[i:i + batch_size], max_new_tokens,
+                          temperature, top_p, top_k, min_new_tokens, greedy, None, fast)
+                 for i in range(0, len(prompts), batch_size)]
+        pads = dict(query_ids=tokenizer.pad_token_id, response_ids=tokenizer.pad_token_id)
+        return {k: torch.cat([p[k] for p in parts]) if k == "truncated" else
+                pad_cat([p[k] for p in parts], pads.get(k, 0), left=k.startswith("query"))
+                for k in parts[0]}
     stops = stop_token_ids(tokenizer, model)
-    query_ids, query_mask = tokenize_prompts(tokenizer, prompts, device)
+    query_ids, query_mask = tokenize_prompts(tokenizer, prompts, next(model.parameters()).device)
     names = None if adapter_names is None else list(adapter_names)
+    temperature = 1.0 if greedy else temperature  # greedy: π's log-probs at T = 1
+    # the fast path's samples: an engine set on the model (vllm_rollout.start's vLLM), or on CUDA
+    # the static-cache decoder (nanomarl/fast_decode.py)
+    engine = fast and (getattr(model, "sampling_engine", None) or fast_decoder(model, names))
+    if engine:
+        out = engine.sample(query_ids, query_mask, names, stops, tokenizer.pad_token_id,
+                            max_new_tokens, temperature, top_p, top_k, min_new_tokens, greedy,
+                            log_policy)
+    else:
+        out = sample_with_transformers(model, tokenizer, query_ids, query_mask, names, stops,
+                                       max_new_tokens, temperature, top_p, top_k,
+                                       min_new_tokens, greedy, fast)
+    response_ids = out["response_ids"]
+    response_mask, truncated = response_mask_from_ids(response_ids, stops)
+    if out["logprobs"] is None:  # vLLM: π from the training forward
+        out.update(forward_responses(model, query_ids, query_mask, response_ids, response_mask,
+                                     names, temperature, output_entropy=True))
+    return dict(query_ids=query_ids, query_mask=query_mask,
+                response_ids=response_ids.masked_fill(response_mask == 0, tokenizer.pad_token_id),
+                response_mask=response_mask, logprobs=out["logprobs"] * response_mask,
+                sampling_logprobs=out["sampling_logprobs"].where(response_mask.bool(), 0.0),
+                entropy=out["entropy"] * response_mask, truncated=truncated)
+
+
+def sample_with_transformers(model, tokenizer, query_ids, query_mask, names, stops,
+                             max_new_tokens, temperature, top_p, top_k, min_new_tokens, greedy,
+                             fast) -> dict:
+    """transformers' generate on the left-padded prompts: response_ids [B, Lr], π's logprobs and
+    entropy (log_policy), sampling_logprobs of q (greedy: 0), before any masking."""
     one_adapter = names is not None and len(set(names)) == 1  # peft's ordinary path
     mixed = names is not None and not one_adapter
-    stacked = stacked_routing(model, names) if mixed and lora_routing == "stacked" else None
-    extra = {"adapter_names": names} if mixed and stacked is None else {}  # peft's routing
+    stacked = fast and mixed and stackable_lora(model, names)  # else peft's routing: the same
     routing = (single_adapter(model, names[0]) if one_adapter else
-               stacked or contextlib.nullcontext())
+               stacked_lora_routing(model, names) if stacked else contextlib.nullcontext())
     sampling = (dict(do_sample=False) if greedy
                 else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k))
-    # a model's generation_config may carry processors (repetition_penalty, min_p, ...) that
-    # would make the rollout off-policy without the returned log-probs showing it: all off
-    sampling.update(repetition_penalty=1.0, no_repeat_ngram_size=0, suppress_tokens=None,
-                    begin_suppress_tokens=None, bad_words_ids=None, min_p=None, typical_p=1.0,
-                    epsilon_cutoff=0.0, eta_cutoff=0.0)
     with routing, fp32_head(model):
         out = model.generate(input_ids=query_ids, attention_mask=query_mask,
                              max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
                              eos_token_id=stops, pad_token_id=tokenizer.pad_token_id,
                              return_dict_in_generate=True, output_logits=True,
-                             output_scores=not greedy, **sampling, **extra)
+                             output_scores=not greedy, **sampling, **NO_PROCESSORS,
+                             **({"adapter_names": names} if mixed and not stacked else {}))
     response_ids = out.sequences[:, query_ids.shape[1]:]  # from the prompt's length on
-    response_mask, truncated = response_mask_from_ids(response_ids, stops)
-    logits = torch.stack(out.logits, dim=1).float() / (1.0 if greedy else temperature)
-    pi = _response_outputs(logits, None, response_ids, response_mask, output_entropy=True)
-    sampling_logprobs = torch.zeros_like(pi["logprobs"])  # greedy: the argmax, log 1 = 0
+    pi = policy_outputs(torch.stack(out.logits, dim=1), temperature, response_ids,
+                        output_entropy=True)
+    sampled = torch.zeros_like(pi["logprobs"])  # greedy: the argmax, log 1 = 0
     if not greedy:  # q: the scores after temperature, top-k and top-p, -inf where they cut
         scores = torch.stack(out.scores, dim=1)
-        ids = response_ids.unsqueeze(-1)
-        sampling_logprobs = scores.gather(2, ids).squeeze(-1) - scores.logsumexp(-1)
-    response_ids = response_ids.masked_fill(response_mask == 0, tokenizer.pad_token_id)
-    return dict(query_ids=query_ids, query_mask=query_mask, response_ids=response_ids,
-                response_mask=response_mask, logprobs=pi["logprobs"],
-                sampling_logprobs=sampling_logprobs.where(response_mask.bool(), 0.0),
-                entropy=pi["entropy"], truncated=truncated)
+        sampled = scores.gather(2, response_ids.unsqueeze(-1)).squeeze(-1) - scores.logsumexp(-1)
+    return dict(response_ids=response_ids, sampling_logprobs=sampled, **pi)
 
 
-# 3. Log-probs (and hidden states for value heads) of given responses ------------------------------
+# 3. π_θ at the temperature: log-probs (and hidden states for value heads) of given responses -----
+
+
+def log_policy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log π_θ(· | s) over the vocabulary, [..., V], THE one definition: the softmax of the logits
+    at the sampling temperature, in fp32. Every path reads its log-probs here (generate,
+    forward_responses, cotrain's conversation forward, the CUDA decoder); vLLM samples at the
+    same temperature (nanomarl/vllm_rollout.py)."""
+    return F.log_softmax(logits.float() / temperature, dim=-1)
+
+
+def policy_outputs(logits, temperature: float, response_ids, hidden=None,
+                   output_entropy: bool = False) -> dict:
+    """From the logits [B, L, V] that predict response_ids [B, L]: logprobs [B, L] of those tokens
+    under π (log_policy), entropy [B, L] of π (output_entropy, else None), hidden as given."""
+    all_logprobs = log_policy(logits, temperature)
+    logprobs = torch.gather(all_logprobs, 2, response_ids.unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if output_entropy:
+        with torch.no_grad():  # row by row: one [L, V] temporary at a time
+            entropy = torch.stack([-(x.exp() * x).sum(-1) for x in all_logprobs])
+    return dict(logprobs=logprobs, entropy=entropy, hidden=hidden)
 
 
 def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
@@ -221,12 +264,13 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
                       output_hidden: bool = False, output_entropy: bool = False):
     """One padded forward over [query ; response]; row i on adapter adapter_names[i] (None: the
     active setup). Returns dict(logprobs [B, Lr] (0 where masked), entropy [B, Lr] or None, hidden
-    [B, Lr, H] or None: the states V(s) is read from). Position ids count only real tokens, so left
-    padding changes nothing."""
-    # fast path, the same outputs: the columns no row uses are cut here and padded back at the end
-    from nanomarl.fast import cut_unused_columns
-    query_ids, query_mask, response_ids, response_mask, pad_back = cut_unused_columns(
-        query_ids, query_mask, response_ids, response_mask)
+    [B, Lr, H] or None: the states V(s) is read from). Only the columns some row uses are computed
+    (the padding every row has is cut, the outputs padded back with 0); position ids count only
+    real tokens, so left padding changes nothing."""
+    full_width = response_ids.shape[1]
+    first, width = first_used_column(query_mask), used_width(response_mask)
+    query_ids, query_mask = query_ids[:, first:], query_mask[:, first:]
+    response_ids, response_mask = response_ids[:, :width], response_mask[:, :width]
     # one adapter for every row: peft's ordinary forward, without the mixed one's gather and scatter
     one = adapter_names is not None and len(set(adapter_names)) == 1
     routing = single_adapter(model, adapter_names[0]) if one else contextlib.nullcontext()
@@ -240,64 +284,9 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
                     output_hidden_states=output_hidden, use_cache=False,
                     logits_to_keep=r_len + 1, **extra)
     # [B, Lr, V]: the logits at p predict token p+1, so positions [Lq-1, Lq+Lr-1) the response
-    logits = out.logits[:, :-1].float() / temperature
     hidden = out.hidden_states[-1][:, q_len - 1: q_len + r_len - 1] if output_hidden else None
-    return pad_back(_response_outputs(logits, hidden, response_ids, response_mask, output_entropy))
-
-
-def _response_outputs(logits, hidden, response_ids, response_mask, output_entropy: bool) -> dict:
-    """forward_responses' and generate's outputs from the logits [B, L, V] / temperature."""
-    all_logprobs = F.log_softmax(logits, dim=-1)
-    logprobs = torch.gather(all_logprobs, 2, response_ids.unsqueeze(-1)).squeeze(-1) * response_mask
-    entropy = None
-    if output_entropy:
-        with torch.no_grad():  # row by row: one [L, V] temporary at a time
-            entropy = torch.stack([-(x.exp() * x).sum(-1) for x in all_logprobs]) * response_mask
-    return dict(logprobs=logprobs, entropy=entropy, hidden=hidden)
-
-
-@contextlib.contextmanager
-def fp32_head(model):
-    """The output layer in fp32 on a bf16/fp16 base: logits = h.float() @ W.float()ᵀ, not rounded
-    to 8 significant bits (a bf16 logit of 20: ±0.06, 0.2 nats at T 0.3). An fp32 head: as is."""
-    head = model.get_output_embeddings()
-    if (type(head) is not nn.Linear or head.bias is not None
-            or head.weight.dtype == torch.float32 or "forward" in vars(head)):
-        yield  # not a bias-free linear head, fp32 already, or inside this block already
-        return
-    copy = None if head.weight.requires_grad else head.weight.float()  # once per block
-    head.forward = lambda h: F.linear(h.float(), head.weight.float() if copy is None else copy)
-    try:
-        yield
-    finally:
-        del head.forward
-
-
-@contextlib.contextmanager
-def single_adapter(model, name: str):
-    """Run with only adapter `name` active ('__base__': none, the reference policy), through peft's
-    ordinary (not mixed-batch) forward. Restores the active adapter and every requires_grad
-    afterwards: peft's set_adapter and leaving disable_adapter() freeze the adapters not active."""
-    from peft import PeftModel
-
-    if not isinstance(model, PeftModel):
-        if name != "__base__":
-            raise ValueError(f"adapter {name!r} asked for, but the model has no LoRA adapters")
-        yield model
-        return
-    active = model.active_adapter
-    trainable = {n: p.requires_grad for n, p in model.named_parameters()}
-    try:
-        if name == "__base__":
-            with model.disable_adapter():
-                yield model
-        else:
-            model.set_adapter(name)
-            yield model
-    finally:
-        model.set_adapter(active)
-        for n, p in model.named_parameters():  # a frozen adapter (a verifier's) stays frozen
-            p.requires_grad_(trainable[n])
+    result = policy_outputs(out.logits[:, :-1], temperature, response_ids, hidden, output_entropy)
+    return padded_outputs(result, response_mask, full_width)
 
 
 def batched(fn, batch: dict[str, torch.Tensor], size: int, **kwargs) -> dict[str, torch.Tensor]:
@@ -361,21 +350,6 @@ def extract_answer(text: str, task: str) -> str | None:
             return None
         boxed = re.split(r"[.,;!?](?!\d)|\n", text[m[-1].end():].strip())[0]
     return {"math": normalize_number, "nli": normalize_label}[task](boxed)
-
-
-def majority_vote_accuracy(answers: list[str | None], gold: str) -> float:
-    """Majority vote with tie expectation (MAPoRL Sec. 4.1; the authors' `stat_all`).
-
-    The tie set is the answers with the top vote count. An unparsable answer (None) leaves the tie
-    set when other answers are in it. Score = 1/|tie set| if the gold is in the tie set, else 0: the
-    expected accuracy of breaking the tie uniformly at random. E.g. ['5', '5', '7'] -> 1 (gold 5);
-    ['5', '7'] -> 0.5; ['5', None] -> 1; [None, None, '5'] -> 0 (None won outright)."""
-    counts = Counter(answers)
-    top = max(counts.values())
-    tie_set = [a for a, c in counts.items() if c == top]
-    if None in tie_set and len(tie_set) > 1:
-        tie_set.remove(None)
-    return 1.0 / len(tie_set) if gold in tie_set else 0.0
 
 
 def answer_correctness(answers: list, golds: list[str]) -> list[list[list[bool]]]:

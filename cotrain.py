@@ -9,11 +9,17 @@ policy is the base with every adapter disabled. One update, in the stages number
 debate, 2 score and penalise, 3 rewards, 4 reference log-probs (and values), 5 KL-shaped rewards and
 advantages, 6 PPO, 7 evaluate on held-out questions.
 
-    python cotrain.py                               # SmolLM2-135M on CPU, ~13 min
-    python cotrain.py --model tiny --max-steps 2    # each stage once, ~1 minute
+    python cotrain.py                               # SmolLM2-135M on CPU (README: how long)
+    python cotrain.py --model tiny --max-steps 2    # each stage once, on a tiny random model
+    python cotrain.py --no-fast                     # only the code on this page and common.py
     python cotrain.py --config recipes/maporl-gsm8k-phi3.yaml  # paper scale, GPU
     torchrun --standalone --nproc_per_node 2 \\
         cotrain.py --model tiny --questions-per-update 4
+
+--fast (the default) takes the fast paths, with the same numbers: in stage 1 generate() routes rows
+on several adapters through stacked LoRA matmuls (nanomarl/fast.py; on CUDA the static-cache
+decoder, nanomarl/fast_decode.py), and in stages 4-6 forward_pairs reads each agent's turns in one
+forward over its last turn (nanomarl/conversation.py). --no-fast runs the plain code you read.
 
 Simplifications and differences from the paper and the authors' code (docs/maporl.md says why):
   * Incentives follow the paper's Tables 1-2 (incentive_bonus); the authors' code swaps the W->R α
@@ -27,6 +33,7 @@ Simplifications and differences from the paper and the authors' code (docs/mapor
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 import warnings
@@ -41,9 +48,10 @@ from tqdm import tqdm
 
 from common import (ValueHead, adapter_parameters, add_adapters, allreduce_sum, chat_prompt,
                     debate_metrics, extract_answer, forward_responses, generate, hidden_size,
-                    load_model, masked_whiten)
+                    load_model, masked_whiten, policy_outputs)
 from nanomarl import vllm_rollout
 from nanomarl.cli import DataArgs, ModelArgs, RunArgs, parse_args
+from nanomarl.conversation import conversation_forward
 from nanomarl.cotrain_run import (agent_models, check_questions, custom_scorer,
                                   eval_due, eval_metrics, eval_started, finish_run, load_state,
                                   log_update, ppo_metrics, rollout_metrics, save_state, settle_args,
@@ -121,7 +129,7 @@ GAE_GAMMA = 1.0  # no discount within a response (TRL's and the authors' γ)
 def run_debate(records: list[dict], models: list, tokenizers: list, adapter_names: list[list[str]],
                max_new_tokens: int, temperature: float = 0.7, greedy: bool = False, scorer=None,
                feedback_in_prompt: bool = False, prompt_style: str = "default",
-               generate_batch_size: int = 0, show_partner=str) -> dict:
+               generate_batch_size: int = 0, show_partner=str, fast: bool = False) -> dict:
     """Play a T-turn debate between A agents on B questions (Sec. 3.1), each other agent's answer
     of turn t-1 shown as show_partner(answer) (the silent control: neutral_message). A split record
     (arith:split) gives each agent its own view, then a fresh chat with its partners' words.
@@ -166,7 +174,7 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
                       for k, a in enumerate(agents) for b in range(batch)]
             names = [adapter_names[t][a] for a in agents for _ in range(batch)]
             out = generate(model, tok, inputs, names, max_new_tokens, temperature=temperature,
-                           greedy=greedy, batch_size=generate_batch_size or None)
+                           greedy=greedy, batch_size=generate_batch_size or None, fast=fast)
             for k, a in enumerate(agents):
                 rows = slice(k * batch, (k + 1) * batch)
                 ro = rollout[t][a] = {key: value[rows] for key, value in out.items()}
@@ -378,20 +386,27 @@ def forward_pairs(team: Team, exp: dict, rows: torch.Tensor, args: Args, adapter
     """forward_responses over the chosen rows (debates) of every trained (turn, agent), each pair on
     its own policy adapter, or all on `adapter` ('__base__': the reference; 'critic'), `chunk` rows
     per forward (0: all). Returns {(t, a): logprobs, entropy, hidden (None unless asked for)}."""
-    from nanomarl.conversation import conversation_forward  # the fast path: the same outputs
-    fast = conversation_forward(team, exp, rows, args.temperature, adapter, chunk, **outputs)
-    if fast is not None:  # one forward per agent over its last turn, whose prompt holds the others
-        return fast
+    conversation, held = {}, torch.zeros(len(rows), dtype=torch.bool)
+    if args.fast:  # one forward per agent over its last turn, whose prompt holds the earlier ones
+        conversation, held = conversation_forward(team, exp, rows, args.temperature, adapter,
+                                                  chunk, policy_outputs, **outputs)
     out = {}
     for (t, a), e in exp.items():
         name = adapter or team.adapter_names[t][a]
-        pieces = [forward_responses(team.bases[team.agent_base[a]],
-                                    *(e[k][part] for k in RESPONSE_KEYS), [name] * len(part),
-                                    args.temperature, **outputs)
-                  for part in rows.split(chunk or len(rows))]
-        out[(t, a)] = {k: None if v is None else torch.cat([p[k] for p in pieces])
-                       for k, v in pieces[0].items()}
+        plain = [forward_responses(team.bases[team.agent_base[a]],
+                                   *(e[k][part] for k in RESPONSE_KEYS), [name] * len(part),
+                                   args.temperature, **outputs)
+                 for part in rows[~held].split(chunk or len(rows)) if len(part)]
+        out[(t, a)] = merge_rows(([conversation[(t, a)]] if held.any() else []) + plain, held)
     return out
+
+
+def merge_rows(pieces: list[dict], held: torch.Tensor) -> dict:
+    """The outputs of the conversation forward (the rows `held`, if any) and of the plain one (the
+    others, in pieces) as one dict, in the rows' order."""
+    order = torch.cat([held.nonzero(), (~held).nonzero()])[:, 0].argsort()
+    return {k: None if v is None else torch.cat([p[k] for p in pieces])[order]
+            for k, v in pieces[0].items()}
 
 
 def gae_values(team: Team, exp: dict, rows: torch.Tensor, args: Args, policy: dict | None,
@@ -557,17 +572,18 @@ def learning_rate(args: Args, step: int) -> float:
 def evaluate_team(team: Team, args: Args, records: list[dict], scorer) -> dict:
     """The team debates the held-out questions greedily: per-turn metrics (Sec. 4.1), controls."""
     t0 = eval_started(args, records)
-    debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names,
-                        args.max_new_tokens, greedy=True, prompt_style=args.prompt_style,
-                        scorer=scorer if args.feedback_in_prompt else None,
-                        feedback_in_prompt=args.feedback_in_prompt,
-                        generate_batch_size=args.generate_batch_size)
+    play = functools.partial(run_debate, fast=args.fast)  # every debate here, the controls' too
+    debate = play(records, team.models(), team.agent_tokenizers(), team.adapter_names,
+                  args.max_new_tokens, greedy=True, prompt_style=args.prompt_style,
+                  scorer=scorer if args.feedback_in_prompt else None,
+                  feedback_in_prompt=args.feedback_in_prompt,
+                  generate_batch_size=args.generate_batch_size)
     answers = [[[debate["answers"][t][a][b] for a in range(args.num_agents)]
                 for t in range(args.num_turns)] for b in range(len(records))]
     numbers = debate_metrics(answers, [r["answer"] for r in records])
-    controls = split_controls(run_debate, team, args, records, debate)  # arith:split only
+    controls = split_controls(play, team, args, records, debate)  # arith:split only
     return dict(eval_metrics(numbers), **controls,
-                **eval_controls(run_debate, team, args, records, debate, t0))
+                **eval_controls(play, team, args, records, debate, t0))
 
 
 def rollout_step(team: Team, args: Args, records: list[dict], scorer,
@@ -579,7 +595,7 @@ def rollout_step(team: Team, args: Args, records: list[dict], scorer,
     debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names,
                         args.max_new_tokens, temperature=args.temperature, scorer=scorer,
                         feedback_in_prompt=args.feedback_in_prompt, prompt_style=args.prompt_style,
-                        generate_batch_size=args.generate_batch_size)
+                        generate_batch_size=args.generate_batch_size, fast=args.fast)
     debate.update(records=records, generate_s=time.time() - t0)
     # 2. score the answers; penalise a bad format and a missing EOS
     scores = debate["scores"]

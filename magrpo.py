@@ -21,6 +21,8 @@ Differences from the paper and the authors' code (docs/magrpo.md lists them all)
   * generated code runs in sandbox.py's locked-down process, never in the trainer;
   * prompts go through the chat template (--no-chat-template: raw text, as the authors);
   * multi-turn feedback is the offline level_feedback (the paper used an expert LLM).
+--fast (the default): generate() routes rows on several adapters through stacked LoRA matmuls
+(nanomarl/fast.py; on CUDA the static-cache decoder), the same samples; --no-fast: the plain code.
 
   python magrpo.py  # SmolLM2-135M, minicode, CPU
   python magrpo.py --model tiny --max-steps 4 --max-new-tokens 32  # smoke run
@@ -184,17 +186,18 @@ def render_prompt(tokenizer, text: str, chat_template: bool) -> str:
 def generate_joint_action(agents: Agents, tokenizer, prompts: list[list[str]], num_samples: int = 1,
                           max_new_tokens: int = 256, temperature: float = 0.7, top_p: float = 1.0,
                           top_k: int = 0, greedy: bool = False, chat_template: bool = True,
-                          batch_size: int | None = None) -> dict:
+                          batch_size: int | None = None, fast: bool = False) -> dict:
     """All agents answer in parallel: prompts[p][i] is agent i's prompt for problem p; every agent
     samples `num_samples` completions of it. With LoRA agents this is ONE generate call (in chunks
     of `batch_size` rows if given), each row on its agent's adapter; with copies one call per agent.
+    fast: common.generate's fast paths (--fast).
     Returns dict(texts [p][i][g], batches [i]: agent i's common.generate output, rows p-major)."""
     n = len(agents.models)
     P = len(prompts)
     rendered = [[render_prompt(tokenizer, prompts[p][i], chat_template) for i in range(n)]
                 for p in range(P)]
     sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                    top_k=top_k, greedy=greedy, batch_size=batch_size)
+                    top_k=top_k, greedy=greedy, batch_size=batch_size, fast=fast)
     if agents.names is not None:  # one batch over all (problem, agent, sample) rows
         rows = [(p, i) for p in range(P) for i in range(n) for _ in range(num_samples)]
         out = generate(agents.models[0], tokenizer, [rendered[p][i] for p, i in rows],
@@ -262,7 +265,7 @@ def rollout(agents: Agents, tokenizer, problems: list[dict], task: Task,
         out = generate_joint_action(agents, tokenizer, [node.prompts for node in frontier], G,
                                     args.max_new_tokens, args.temperature, args.top_p, args.top_k,
                                     chat_template=args.chat_template,
-                                    batch_size=args.generate_batch_size or None)
+                                    batch_size=args.generate_batch_size or None, fast=args.fast)
         batches.append(out["batches"])
         # 2. joint actions: aligned (G per node) or cross (G^n per node)
         for node, texts in zip(frontier, out["texts"]):
@@ -529,7 +532,7 @@ def evaluate_team(agents: Agents, tokenizer, problems: list[dict], task: Task, a
     t0 = time.time()
     out = generate_joint_action(agents, tokenizer, [task.prompts(p) for p in problems], 1,
                                 args.max_new_tokens, greedy=True, chat_template=args.chat_template,
-                                batch_size=args.generate_batch_size or None)
+                                batch_size=args.generate_batch_size or None, fast=args.fast)
     jobs = [(problem, [texts[i][0] for i in range(len(texts))])
             for problem, texts in zip(problems, out["texts"])]
     results = parallel_map(lambda job: task.reward(*job), jobs, args.sandbox_workers)

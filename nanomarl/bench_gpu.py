@@ -4,13 +4,13 @@ In one run, printed as it goes (a failing figure prints FAILED and the run goes 
 preflight stops it at once):
   0. preflight   versions, the card, its memory bandwidth (a device-to-device copy), the sandbox,
                  and the fast path against the plain one on the tiny model (tokens, log-probs);
-  1. rollouts    tokens/s of common.generate, plain (transformers, --no-fast-decode) and fast
+  1. rollouts    tokens/s of common.generate, plain (transformers, --no-fast) and fast
                  (nanomarl/fast_decode.py), at 8 and 32 rows on two LoRA adapters, every row
                  running to its token limit, against the HBM roofline (the weights read once per
                  decoding step at the measured bandwidth), for SmolLM2-135M's architecture and
                  Qwen2.5-1.5B's (random weights, bf16, the tiny byte-level tokenizer: no download);
   2. updates     seconds per update of cotrain.py and per step of magrpo.py on the 135M
-                 architecture, today's path (--no-fast-decode, one debate / 8 completions per
+                 architecture, today's path (--no-fast, one debate / 8 completions per
                  forward) and the default (fast decoding, micro-batches sized by free memory).
 --gpu-smoke runs all of it at tiny sizes (CPU too): the check that the one GPU run cannot die of a
 Python error. Results: gpu.json in --output-dir.
@@ -28,8 +28,9 @@ from pathlib import Path
 
 import torch
 
-import common
 from nanomarl import fast_decode
+
+common = None  # common.py, handed over by bench.py (no module of nanomarl/ imports it)
 
 # SmolLM2-135M's published config.json (a Llama); Qwen2.5-1.5B's comes from bench.py
 SMOLLM2_135M = dict(model_type="llama", hidden_size=576, intermediate_size=1536,
@@ -107,22 +108,19 @@ def prompts(tokenizer, n: int) -> list[str]:
 
 def fast_generate(model, device: str):
     """The fast path as common.generate reaches it (CUDA: fast_decoder, which must apply), or on
-    CPU a FastDecoder run eagerly."""
+    CPU a FastDecoder run eagerly (set as the model's sampling_engine)."""
     def run(tokenizer, texts, names, **kwargs):
-        if device.startswith("cuda"):
-            if fast_decode.fast_decoder(model, names) is None:
-                raise RuntimeError("the fast path does not apply to this model on CUDA")
-            return common.generate(model, tokenizer, texts, names, **kwargs)
-        decoder = getattr(run, "decoder", None) or fast_decode.FastDecoder(model)
-        run.decoder = decoder
-        return decoder.generate(tokenizer, texts, names, **kwargs)
+        if device.startswith("cuda") and fast_decode.fast_decoder(model, names) is None:
+            raise RuntimeError("the fast path does not apply to this model on CUDA")
+        if not device.startswith("cuda") and "sampling_engine" not in vars(model):
+            model.sampling_engine = fast_decode.FastDecoder(model)
+        return common.generate(model, tokenizer, texts, names, fast=True, **kwargs)
     return run
 
 
 def plain_generate(model):
     def run(tokenizer, texts, names, **kwargs):
-        with fast_decode.disabled():
-            return common.generate(model, tokenizer, texts, names, **kwargs)
+        return common.generate(model, tokenizer, texts, names, fast=False, **kwargs)
     return run
 
 
@@ -291,9 +289,9 @@ def updates(folder: Path, device: str, dtype: str, out_dir: Path, smoke: bool,
     small = {"cotrain.py": ["--max-new-tokens", "8", "--questions-per-update", "1"],
              "magrpo.py": ["--max-new-tokens", "8", "--num-generations", "2"]} if smoke else {}
     plans = {"cotrain.py": (["--eval-questions", "0"],
-                            ["--no-fast-decode", "--micro-batch-questions", "1"]),
+                            ["--no-fast", "--micro-batch-questions", "1"]),
              "magrpo.py": (["--eval-problems", "0"],
-                           ["--no-fast-decode", "--micro-batch-size", "8"])}
+                           ["--no-fast", "--micro-batch-size", "8"])}
     results = {}
     for script, (flags, plain_flags) in plans.items():
         if script == "magrpo.py" and not sandbox_ok:
@@ -319,8 +317,11 @@ def updates(folder: Path, device: str, dtype: str, out_dir: Path, smoke: bool,
     return results
 
 
-def bench_gpu(args, device: str, big_spec: dict) -> dict:
-    """bench.py --parts gpu (module docstring). big_spec: the 1.5B architecture's config."""
+def bench_gpu(args, device: str, big_spec: dict, common_module) -> dict:
+    """bench.py --parts gpu (module docstring). big_spec: the 1.5B architecture's config;
+    common_module: common.py, from bench.py."""
+    global common
+    common = common_module
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: random weights only
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     from nanomarl.models import load_tokenizer

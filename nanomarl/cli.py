@@ -343,4 +343,4 @@ class ModelArgs:
     lora_r: int = 8  # LoRA rank (on all linear layers, dropout 0)
     lora_alpha: int = 16  # LoRA alpha
     use_vllm: bool = False  # rollouts on one vLLM engine holding every adapter (docs/usage.md)
-    fast_decode: bool = True  # CUDA: static KV cache, captured decoding step (docs/speed.md)
+    fast: bool = True  # the fast paths, the same numbers (docs/speed.md); --no-fast: the plain code

@@ -1,61 +1,71 @@
-"""conversation.py: the conversation forward, a fast path of cotrain.forward_pairs with the same
-outputs. An agent's prompt at turn t holds its own earlier prompts and sampled responses, so one
-forward over its last trained turn also reads every earlier trained turn's response: one forward
-per agent and debate instead of one per turn (half the forwards at two turns). It applies where
-each agent plays its trained turns on one adapter and every row's earlier prompt and response start
-its later prompt token for token; anywhere else cotrain.forward_pairs runs its loop, and a test
-holds the two equal. A learner may skip this module."""
+"""conversation.py: cotrain.py's fast forward (--fast). Where an agent plays several trained turns
+on one adapter, its last turn's prompt holds its earlier prompts and responses token for token, so
+one forward over the last turn reads every turn's log-probs (stages 4-6 run their forwards once per
+agent, not once per turn). Rows where that does not hold (a template that rewrites turns, the
+random tiny model's broken characters) take cotrain.forward_pairs' plain loop; a test holds the two
+equal. π comes from the caller (common.policy_outputs, its one definition): this module does not
+import common.py. A learner may skip this module.
+
+read_responses_inside: earlier responses sit inside the last prompt, row b's tokens beginning
+start[b] real tokens into its query. The logits at position p predict token p + 1, so response
+token j is read at position (first real query column) + start + j - 1; the model computes the
+logits of the union of these positions only (logits_to_keep as positions) and every row reads its
+own."""
 from __future__ import annotations
 
 import torch
 
-from common import _response_outputs, fp32_head, single_adapter
-from nanomarl.fast import first_used_column, pad_outputs, used_width
+from nanomarl.models import fp32_head, single_adapter
+from nanomarl.padding import first_used_column, padded_outputs, used_width
 
 KEYS = ("query_ids", "query_mask", "response_ids", "response_mask")
 
 
 def conversation_forward(team, exp: dict, rows: torch.Tensor, temperature: float,
-                         adapter: str | None, chunk: int, **outputs) -> dict | None:
-    """cotrain.forward_pairs' {(t, a): outputs} from one forward per agent over its last trained
-    turn, `chunk` rows at a time (0: all); None where that does not apply (the caller's loop runs).
-    Decided on all of exp's rows, so every call of an update decides alike."""
+                         adapter: str | None, chunk: int, policy_outputs, **outputs):
+    """({(t, a): outputs} of the rows whose turns are one conversation, a bool mask [len(rows)] of
+    those rows), from one forward per agent over its last trained turn, `chunk` rows at a time
+    (0: all). Nothing where an agent's turns run on several adapters (a LoRA per turn)."""
     turns = sorted({t for t, _ in exp})
     agents = sorted({a for _, a in exp})
-    if len(turns) < 2 or any((t, a) not in exp for t in turns for a in agents):
-        return None
     names = {a: adapter or team.adapter_names[turns[-1]][a] for a in agents}
-    if any((adapter or team.adapter_names[t][a]) != names[a] for t in turns for a in agents):
-        return None  # a LoRA per turn: the earlier turns ran on other adapters
-    if not all(holds(exp[(t, a)], exp[(turns[-1], a)]) for t in turns[:-1] for a in agents):
-        return None
+    none = {}, torch.zeros(len(rows), dtype=torch.bool)
+    if (len(turns) < 2 or any((t, a) not in exp for t in turns for a in agents)
+            or any((adapter or team.adapter_names[t][a]) != names[a] for t in turns for a in agents)):
+        return none
+    held = torch.ones(len(rows), dtype=torch.bool)
+    for t in turns[:-1]:
+        for a in agents:
+            held &= holds(exp[(t, a)], exp[(turns[-1], a)], rows)
+    if not held.any():
+        return none
     out = {}
     for a in agents:
         model = team.bases[team.agent_base[a]]
         pieces = [read_conversation(model, {t: {k: exp[(t, a)][k][part] for k in KEYS}
-                                            for t in turns}, names[a], temperature, **outputs)
-                  for part in rows.split(chunk or len(rows))]
+                                            for t in turns}, names[a], temperature,
+                                    policy_outputs, **outputs)
+                  for part in rows[held].split(chunk or len(rows))]
         for t in turns:
             out[(t, a)] = {k: None if pieces[0][t][k] is None
                            else torch.cat([p[t][k] for p in pieces])
                            for k in ("logprobs", "entropy", "hidden")}
-    return out
+    return out, held
 
 
-def holds(earlier: dict, later: dict) -> bool:
-    """Does every row's earlier prompt and sampled response (padding removed) start, token for
-    token, the same row's later prompt?"""
-    for b in range(len(later["query_ids"])):
-        conversation = torch.cat([earlier["query_ids"][b][earlier["query_mask"][b].bool()],
-                                  earlier["response_ids"][b][earlier["response_mask"][b].bool()]])
-        prompt = later["query_ids"][b][later["query_mask"][b].bool()]
-        if len(prompt) < len(conversation) or not torch.equal(prompt[:len(conversation)],
-                                                               conversation):
-            return False
-    return True
+def holds(earlier: dict, later: dict, rows: torch.Tensor) -> torch.Tensor:
+    """For each row: does its earlier prompt and sampled response (padding removed) start, token
+    for token, the same row's later prompt? A bool [len(rows)]."""
+    def real(batch, key, b):
+        return batch[key][b][batch[key.replace("ids", "mask")][b].bool()]
+    return torch.tensor([
+        torch.equal(real(later, "query_ids", b)[:len(conversation)], conversation)
+        for b in rows.tolist()
+        for conversation in [torch.cat([real(earlier, "query_ids", b),
+                                        real(earlier, "response_ids", b)])]], dtype=torch.bool)
 
 
-def read_conversation(model, batches: dict, name: str, temperature: float,
+def read_conversation(model, batches: dict, name: str, temperature: float, policy_outputs,
                       output_hidden: bool = False, output_entropy: bool = False) -> dict:
     """common.forward_responses' outputs for the same rows at several turns ({turn: batch}), from
     one forward on adapter `name` over the last turn's prompt and response: each earlier response
@@ -77,24 +87,18 @@ def read_conversation(model, batches: dict, name: str, temperature: float,
     with single_adapter(model, name), fp32_head(model):
         parts = read_responses_inside(model, inputs, query_mask, response_ids, response_mask,
                                       earlier, output_hidden)
-    results = [_response_outputs(logits.float() / temperature, hidden, ids, mask, output_entropy)
-               for logits, hidden, ids, mask in parts]
-    padded = ([pad_outputs(r, ids.shape[1]) for r, (ids, _, _) in zip(results[1:], earlier)]
-              + [pad_outputs(results[0], full_width)])
-    return dict(zip(turns, padded))
+    results = [padded_outputs(policy_outputs(logits, temperature, ids, hidden, output_entropy),
+                              mask, full)
+               for (logits, hidden, ids, mask), full
+               in zip(parts, [full_width] + [ids.shape[1] for ids, _, _ in earlier])]
+    return dict(zip(turns, results[1:] + results[:1]))
 
 
 def read_responses_inside(model, inputs: dict, query_mask, response_ids, response_mask,
                           earlier: list[tuple], output_hidden: bool) -> list[tuple]:
-    """One forward that reads the response after the query AND responses that sit inside the query.
-
-    earlier: one (response_ids [B, L], response_mask [B, L], start [B]) per earlier response, row
-    b's tokens beginning start[b] real tokens into its query. The logits at position p predict token
-    p + 1, so response token j is read at position (first real query column) + start + j - 1; the
-    model computes the logits of the union of these positions only (logits_to_keep as positions) and
-    every row reads its own. inputs: the model's keyword arguments for [query ; response] (trimmed
-    of unused columns). Returns [(logits [B, L, V], hidden [B, L, H] or None, ids, mask)]: the
-    response's, then each earlier one's."""
+    """One forward over inputs ([query ; response], trimmed) that reads the response after the
+    query and each earlier one (response_ids, response_mask, start [B]) inside it (the module's
+    docstring). Returns [(logits, hidden or None, ids, mask)]: the response's, then the earlier."""
     q_len, r_len = query_mask.shape[1], response_ids.shape[1]
     rows = torch.arange(len(response_ids), device=response_ids.device)[:, None]
     first_real = q_len - query_mask.sum(1).long()

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from common import majority_vote_accuracy
+from nanomarl.vote import majority_vote_accuracy
 
 from nanomarl.cli import arg_error, check_numbers, load_function, parse_int_list
 from nanomarl.distributed import (

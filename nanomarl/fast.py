@@ -1,18 +1,27 @@
-"""fast.py: the optimisations of common.py, each with the plain path beside it and a test that
-both agree:
+"""fast.py: stacked-LoRA routing, the fast path of common.generate (fast=True, the scripts'
+--fast): rows on several adapters share one generate call, two stacked matmuls per LoRA layer
+instead of peft's per-adapter gather and scatter. The plain path is peft's per-row routing
+(common.generate with fast=False); tests/test_routing.py holds both equal. The other fast paths:
+nanomarl/conversation.py (cotrain.py's forward), nanomarl/fast_decode.py (CUDA), vLLM
+(nanomarl/vllm_rollout.py). A learner may skip this module.
 
-  * stacked-LoRA routing: rows on several adapters share one generate call, two stacked matmuls
-    per LoRA layer instead of peft's per-adapter gather and scatter (common.generate);
-  * padding columns no row uses are not computed (common.forward_responses);
-  * at most batch_size rows per generate call, the chunks joined as one call's (in_chunks).
-cotrain.py's conversation forward: nanomarl/conversation.py. A learner may skip this module."""
+peft's mixed-adapter forward gathers each adapter's rows, runs its LoRA and scatters the result
+back, in every layer, at every decoding step (about a quarter of a mixed generate call on CPU,
+docs/speed.md). stacked_lora_routing replaces each LoRA layer's forward, for the duration of the
+block, by
+    y = W x + B_cat ((A_cat x) ⊙ s_row)
+with A_cat [Σr, d_in] and B_cat [d_out, Σr] the used adapters' LoRA weights stacked along the
+rank, and s_row [rows, 1, Σr] holding each row's own scaling (lora_alpha / r) on its adapter's
+block, 0 elsewhere (so a '__base__' row gets no LoRA delta). That is the LoRA update of Hu et al.
+2021 (eq. 3), h = W₀x + BAx, for every row in two matmuls; the other adapters' blocks cost
+|adapters| x r extra columns, and nothing grows with the number of rows. The weights are peft's
+own (read at entry): storage does not change."""
 from __future__ import annotations
 
 import contextlib
 
 import torch
 import torch.nn.functional as F
-
 
 
 def stackable_lora(model, adapter_names: list[str]) -> bool:
@@ -44,20 +53,8 @@ def stackable_lora(model, adapter_names: list[str]) -> bool:
 
 @contextlib.contextmanager
 def stacked_lora_routing(model, adapter_names: list[str]):
-    """Inference with row i on adapter adapter_names[i] ('__base__': none), without peft's per-row
-    routing.
-
-    peft's mixed-adapter forward gathers each adapter's rows, runs its LoRA and scatters the result
-    back, in every layer, at every decoding step (about a quarter of a mixed generate call on CPU,
-    docs/speed.md). Here each LoRA layer's forward is replaced, for the duration of the block, by
-        y = W x + B_cat ((A_cat x) ⊙ s_row)
-    with A_cat [Σr, d_in] and B_cat [d_out, Σr] the used adapters' LoRA weights stacked along the
-    rank, and s_row [rows, 1, Σr] holding each row's own scaling (lora_alpha / r) on its adapter's
-    block, 0 elsewhere (so a '__base__' row gets no LoRA delta). That is the LoRA update of Hu et
-    al. 2021 (eq. 3), h = W₀x + BAx, for every row in two matmuls; the other adapters' blocks cost
-    |adapters| x r extra columns, and nothing grows with the number of rows. The weights are peft's
-    own (read at entry): storage does not change. No gradients (the weights are read once); check
-    stackable_lora() first."""
+    """Inference with row i on adapter adapter_names[i] ('__base__': none) in two stacked matmuls
+    per LoRA layer (the module's docstring). No gradients; check stackable_lora() first."""
     if torch.is_grad_enabled():
         raise RuntimeError("stacked_lora_routing is for inference only (wrap the call in "
                            "torch.no_grad())")
@@ -89,14 +86,6 @@ def stacked_lora_routing(model, adapter_names: list[str]):
             vars(layer).pop("forward", None)  # the class's forward (peft's) again
 
 
-def stacked_routing(model, adapter_names: list[str]):
-    """stacked_lora_routing for these rows where it applies (stackable_lora), else None: peft's
-    own per-row routing serves them (the same outputs, slower)."""
-    if not stackable_lora(model, adapter_names):
-        return None
-    return stacked_lora_routing(model, adapter_names)
-
-
 def _stacked_lora_forward(layer, a_cat, b_cat, row_scale):
     def forward(x, *args, **kwargs):
         if x.shape[0] != row_scale.shape[0]:
@@ -106,51 +95,3 @@ def _stacked_lora_forward(layer, a_cat, b_cat, row_scale):
         delta = F.linear(F.linear(x.to(a_cat.dtype), a_cat) * row_scale, b_cat)
         return result + delta.to(result.dtype)
     return forward
-
-
-def cut_unused_columns(query_ids, query_mask, response_ids, response_mask) -> tuple:
-    """common.forward_responses' four inputs without the columns no row uses (the left padding of
-    every prompt, the right padding of every response), and pad_back(outputs): the outputs at the
-    responses' full width again, zeros in the columns cut. Every column used: the inputs as they
-    are, and pad_back returns the outputs as they are."""
-    first, width = first_used_column(query_mask), used_width(response_mask)
-    full_width = response_ids.shape[1]
-    if first == 0 and width == full_width:
-        return query_ids, query_mask, response_ids, response_mask, lambda out: out
-    return (query_ids[:, first:], query_mask[:, first:], response_ids[:, :width],
-            response_mask[:, :width], lambda out: pad_outputs(out, full_width))
-
-
-def pad_outputs(result: dict, full_width: int) -> dict:
-    """Back to the responses' full width: zeros in the columns no row had a token in."""
-    pad = (0, full_width - result["logprobs"].shape[1])
-    return dict(logprobs=F.pad(result["logprobs"], pad),
-                entropy=None if result["entropy"] is None else F.pad(result["entropy"], pad),
-                hidden=None if result["hidden"] is None else F.pad(result["hidden"], (0, 0, *pad)))
-
-
-def in_chunks(generate, batch_size: int, tokenizer, prompts: list, adapter_names: list | None,
-              *args) -> dict:
-    """generate(tokenizer, prompts, adapter_names, *args) on batch_size prompts at a time (to bound
-    memory), the outputs joined as one call's: the queries left-padded, the responses right-padded
-    (common.generate with batch_size, and the CUDA decoder's)."""
-    from common import _pad_cat
-
-    chunks = [generate(tokenizer, prompts[i:i + batch_size],
-                       None if adapter_names is None else list(adapter_names[i:i + batch_size]),
-                       *args) for i in range(0, len(prompts), batch_size)]
-    pad = {"query_ids": tokenizer.pad_token_id, "response_ids": tokenizer.pad_token_id}
-    out = {k: _pad_cat([c[k] for c in chunks], pad.get(k, 0), left=k.startswith("query"))
-           for k in chunks[0] if k != "truncated"}
-    return dict(out, truncated=torch.cat([c["truncated"] for c in chunks]))
-
-
-def first_used_column(mask: torch.Tensor) -> int:
-    """The first column any row of mask [B, L] uses (0 if none): the left padding all rows have."""
-    return int(mask.any(0).float().argmax())
-
-
-def used_width(mask: torch.Tensor) -> int:
-    """1 + the last column any row of mask [B, L] uses (at least 1): cuts the right padding."""
-    used = mask.any(0).nonzero()
-    return int(used.max()) + 1 if len(used) else 1

@@ -1,7 +1,7 @@
 """fast_decode.py: generation on a GPU with a static KV cache and a captured decoding step.
 
-common.generate hands a CUDA model's rollouts and evaluations here (fast_decoder(); flag
---no-fast-decode turns it off); the plain path is common.generate's own loop through transformers,
+common.generate with fast=True (the scripts' --fast) samples a CUDA model's rollouts and
+evaluations here (fast_decoder()); the plain path is common.generate's own loop through transformers,
 and tests/test_fast_decode.py checks that both give the same tokens and log-probs. The decoding
 loop is short, in the spirit of nanochat's engine:
 
@@ -32,17 +32,15 @@ CPU model, keeps the plain path. On CPU the same code runs eagerly (the tests).
 A learner may skip this module."""
 from __future__ import annotations
 
-import contextlib
 import weakref
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nanomarl.fast import in_chunks, stackable_lora
+from nanomarl.fast import stackable_lora
 from nanomarl.fast_layers import head_logits, layer_forward, mixed_head_works, rms_norm
 
-ENABLED = True  # --fast-decode (configure_device); read by fast_decoder
 ARCHITECTURES = ("llama", "qwen2", "qwen3")
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # positions alone set the angles
 ROW_BUCKET_MIN, COLUMN_BUCKET = 8, 256
@@ -54,10 +52,9 @@ _DECODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def fast_decoder(model, adapter_names: list[str] | None):
-    """The model's FastDecoder when the fast path serves these rows: fast decoding on
-    (--fast-decode), the model on CUDA, a supported architecture and adapters (supports); else
-    None (the plain path)."""
-    if not ENABLED or next(model.parameters()).device.type != "cuda":
+    """The model's FastDecoder when it serves these rows (common.generate with fast=True): the
+    model on CUDA, a supported architecture and adapters (supports); else None."""
+    if next(model.parameters()).device.type != "cuda":
         return None
     if not supports(model, adapter_names):
         return None
@@ -98,8 +95,7 @@ def bucket(n: int, minimum: int) -> int:
 
 class FastDecoder:
     """One model's fast generation: the stacked LoRA buffers, and per (rows, columns) bucket a
-    static cache with its captured step (Slot). generate() has common.generate's signature and
-    returns its dict."""
+    static cache with its captured step (Slot). sample() gives common.generate its samples."""
 
     def __init__(self, model, compile: bool | None = None, graphs: bool | None = None):
         from peft import PeftModel
@@ -258,21 +254,13 @@ class FastDecoder:
         return head_logits(x, self.head)
 
     @torch.no_grad()
-    def generate(self, tokenizer, prompts: list, adapter_names: list[str] | None,
-                 max_new_tokens: int, temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0,
-                 min_new_tokens: int = 0, greedy: bool = False, batch_size: int | None = None):
-        """common.generate's outputs (same keys, shapes and meaning), batch_size rows per call."""
-        return in_chunks(self._generate_chunk, batch_size or len(prompts), tokenizer, prompts,
-                         adapter_names, max_new_tokens, temperature, top_p, top_k, min_new_tokens,
-                         greedy)
-
-    def _generate_chunk(self, tokenizer, prompts, names, max_new_tokens, temperature, top_p, top_k,
-                        min_new_tokens, greedy):
-        import common
-
-        device = next(self.model.parameters()).device
-        stops = common.stop_token_ids(tokenizer, self.model)
-        query_ids, query_mask = common.tokenize_prompts(tokenizer, prompts, device)
+    def sample(self, query_ids, query_mask, names, stops: list[int], pad_id: int,
+               max_new_tokens: int, temperature: float, top_p: float, top_k: int,
+               min_new_tokens: int, greedy: bool, log_policy) -> dict:
+        """common.generate's samples for the left-padded prompts: response_ids [B, Lr], and before
+        any masking π's logprobs and entropy (log_policy(logits, temperature): common.py's one
+        definition) and sampling_logprobs of q (after top-k, top-p; greedy: 0)."""
+        device = query_ids.device
         n, q_len = query_ids.shape
         self._lora_plan()
         self._refresh_lora()
@@ -280,7 +268,7 @@ class FastDecoder:
                           -(-(q_len + max_new_tokens) // COLUMN_BUCKET) * COLUMN_BUCKET)
         self._row_scales(slot, names or ["__base__"] * n)
         # 1. prefill: the prompts (bucket rows: one padding token each, masked) into the cache
-        ids = torch.full((slot.rows, q_len), tokenizer.pad_token_id, device=device)
+        ids = torch.full((slot.rows, q_len), pad_id, device=device)
         mask = torch.zeros((slot.rows, q_len), dtype=torch.long, device=device)
         ids[:n], mask[:n] = query_ids, query_mask
         pos = (mask.cumsum(1) - 1).clamp(min=0)
@@ -291,7 +279,7 @@ class FastDecoder:
         slot.col.fill_(q_len)
         # 2. decode, 3. sample
         stop_ids = torch.tensor(stops, device=device)
-        tokens = torch.full((n, max_new_tokens), tokenizer.pad_token_id, device=device)
+        tokens = torch.full((n, max_new_tokens), pad_id, device=device)
         logprobs, sampled, entropy = (torch.zeros((n, max_new_tokens), device=device)
                                       for _ in range(3))
         unfinished = torch.ones(n, dtype=torch.bool, device=device)
@@ -299,12 +287,12 @@ class FastDecoder:
         for t in range(max_new_tokens):
             if t > 0:
                 logits = slot.step()[:n]
-            scaled = logits / (1.0 if greedy else temperature)
-            all_logprobs = F.log_softmax(scaled, dim=-1)
-            scores = process_scores(scaled, t, min_new_tokens, stop_ids, greedy, top_k, top_p)
+            all_logprobs = log_policy(logits, temperature)
+            scores = process_scores(logits / temperature, t, min_new_tokens, stop_ids, greedy,
+                                    top_k, top_p)
             token = (scores.argmax(-1) if greedy
                      else torch.multinomial(F.softmax(scores, dim=-1), num_samples=1).squeeze(1))
-            token = torch.where(unfinished, token, tokenizer.pad_token_id)
+            token = torch.where(unfinished, token, pad_id)
             tokens[:, t] = token
             logprobs[:, t] = all_logprobs.gather(1, token[:, None]).squeeze(1)
             entropy[:, t] = -(all_logprobs.exp() * all_logprobs).sum(-1)
@@ -321,13 +309,8 @@ class FastDecoder:
         done = torch.isin(tokens[:, :steps], stop_ids)
         if bool(done.any(1).all()):
             steps = int(done.float().argmax(1).max()) + 1
-        response_ids = tokens[:, :steps]
-        response_mask, truncated = common.response_mask_from_ids(response_ids, stops)
-        response_ids = response_ids.masked_fill(response_mask == 0, tokenizer.pad_token_id)
-        return dict(query_ids=query_ids, query_mask=query_mask, response_ids=response_ids,
-                    response_mask=response_mask, logprobs=logprobs[:, :steps] * response_mask,
-                    sampling_logprobs=sampled[:, :steps].where(response_mask.bool(), 0.0),
-                    entropy=entropy[:, :steps] * response_mask, truncated=truncated)
+        return dict(response_ids=tokens[:, :steps], logprobs=logprobs[:, :steps],
+                    sampling_logprobs=sampled[:, :steps], entropy=entropy[:, :steps])
 
 
 def process_scores(scores, step: int, min_new_tokens: int, stop_ids, greedy: bool, top_k: int,
@@ -418,13 +401,10 @@ class Slot:
 
 def configure_device(args, field: str, rows_per_unit: int, tokens_per_row: int):
     """A run's device settings, before its model loads (cotrain's settle_args, magrpo's
-    check_args): fast decoding on or off (--fast-decode), and on CUDA the micro-batch flag `field`,
-    unless typed, as many units (rows_per_unit rows of about tokens_per_row tokens each) as fit in
+    check_args): on CUDA the micro-batch flag `field`, unless typed, as many units (rows_per_unit rows of about tokens_per_row tokens each) as fit in
     half the GPU's free memory (micro_batch_units). On CPU the flag keeps its default."""
-    global ENABLED
     from nanomarl.cli import given_fields
 
-    ENABLED = bool(getattr(args, "fast_decode", True))
     device = getattr(args, "device", "") or ("cuda" if torch.cuda.is_available() else "cpu")
     if not device.startswith("cuda") or field in given_fields(args):
         return
@@ -454,14 +434,3 @@ def micro_batch_units(config, dtype: str, free_bytes: int, rows_per_unit: int,
     per_token = 16 * text.vocab_size + text.num_hidden_layers * 17 * text.hidden_size * size
     rows = int(0.5 * free_bytes) // (per_token * max(tokens_per_row, 1))
     return max(1, rows // max(rows_per_unit, 1))
-
-
-@contextlib.contextmanager
-def disabled():
-    """The plain path inside the block (bench.py's comparisons)."""
-    global ENABLED
-    saved, ENABLED = ENABLED, False
-    try:
-        yield
-    finally:
-        ENABLED = saved

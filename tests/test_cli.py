@@ -359,10 +359,11 @@ def test_evaluate_dataset_defaults_by_mode_and_reads_the_runs_own(tmp_path, caps
     """evaluate.py's one --dataset: '' = the mode's default; with --run, the run's own; typed, it
     wins."""
     import evaluate
+    from nanomarl.eval_runs import use_run_data
 
     def dataset(*flags):
         args = parse_args(evaluate.Args, list(flags))
-        evaluate.use_run_data(args)
+        use_run_data(args)
         return args.dataset
 
     assert (dataset(), dataset("--mode", "magrpo")) == ("arith:digits", "minicode")

@@ -202,14 +202,16 @@ def test_columns_no_row_uses_are_not_computed(tiny):
 @pytest.mark.parametrize("settings", [dict(temperature=0.7), dict(temperature=1.3), dict(temperature=0.7, top_p=0.5),
                                       dict(temperature=1.0, top_k=5), dict(temperature=0.7, min_new_tokens=8),
                                       dict(temperature=0.7, batch_size=4), dict(greedy=True)])
-def test_ratio_is_one_for_every_adapter_of_a_mixed_batch(tiny, settings):
+@pytest.mark.parametrize("fast", [False, True])
+def test_ratio_is_one_for_every_adapter_of_a_mixed_batch(tiny, settings, fast):
+    """generate's π (fast=False: peft's routing; fast=True: the stacked routing) is forward_responses' π."""
     tok, _ = tiny
     model = make_peft(("agent0", "agent1", "agent2"))
     model.generation_config.repetition_penalty = 1.5  # must not leak into our sampling (it would be off-policy)
     adapters = ["agent0", "agent1", "agent2", "__base__", "agent1", "agent0"]
     prompts = chat(tok, ["q one", "question two is longer", "3", "four four", "five", "six six six"])
     torch.manual_seed(0)
-    rollout = generate(model, tok, prompts, adapters, max_new_tokens=16, **settings)
+    rollout = generate(model, tok, prompts, adapters, max_new_tokens=16, fast=fast, **settings)
     temperature = 1.0 if settings.get("greedy") else settings["temperature"]
     recomputed = forward_responses(model, rollout["query_ids"], rollout["query_mask"], rollout["response_ids"],
                                    rollout["response_mask"], adapters, temperature, output_entropy=True)
@@ -410,7 +412,7 @@ def test_earlier_responses_inside_the_query_equal_their_own_forward(tiny, name, 
                 out2 = forward_responses(model, *second, names, 0.7, output_hidden=True, output_entropy=True)
             else:
                 out = read_conversation(model, {0: dict(zip(keys, turn1)), 1: dict(zip(keys, second))}, name, 0.7,
-                                        output_hidden=True, output_entropy=True)
+                                        common.policy_outputs, output_hidden=True, output_entropy=True)
                 out1, out2 = out[0], out[1]
         if grad:
             sum(o["logprobs"].sum() + o["hidden"].pow(2).mean() for o in (out1, out2)).backward()

@@ -11,6 +11,7 @@ import evaluate
 import magrpo
 from nanomarl.cli import parse_args
 from nanomarl.crossplay import crossplay, crossplay_table, summarize
+from nanomarl.eval_runs import check_args
 from nanomarl.split_controls import neutral_message
 from common import load_model
 from nanomarl.models import load_adapters, load_tokenizer
@@ -104,10 +105,10 @@ def test_crossplay_in_evaluate_plays_each_seat_with_the_right_runs_adapter(tmp_p
 
 def test_runs_refused_outside_magrpo_mode(tmp_path):
     with pytest.raises(SystemExit):
-        evaluate.check_args(parse_args(evaluate.Args, ["--runs", str(tmp_path), "--model", "tiny"]))
+        check_args(parse_args(evaluate.Args, ["--runs", str(tmp_path), "--model", "tiny"]))
     with pytest.raises(SystemExit):
-        evaluate.check_args(parse_args(evaluate.Args, ["--mode", "magrpo", "--runs", str(tmp_path / "missing"),
-                                                       "--model", "tiny"]))
+        check_args(parse_args(evaluate.Args, ["--mode", "magrpo", "--runs", str(tmp_path / "missing"),
+                                              "--model", "tiny"]))
 
 
 def test_split_controls_in_evaluate_results_of_an_arith_split_run(tmp_path, monkeypatch, tiny_model_dir):

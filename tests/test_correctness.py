@@ -12,6 +12,7 @@ import cotrain
 import evaluate
 import train_verifier as tv
 from conftest import PAPER_PPO
+from nanomarl import eval_report, eval_runs, sft_baseline
 from nanomarl.cli import parse_args
 from nanomarl.cotrain_run import check_args
 from nanomarl.models import load_tokenizer
@@ -205,7 +206,7 @@ def test_sft_baseline_uses_the_runs_base_and_never_the_eval_questions(tmp_path, 
     (run / "debate.json").write_text(json.dumps(dict(models=["tiny", "tiny"])))
     (run / "args.json").write_text(json.dumps(dict(dataset=f"jsonl:{path}", seed=0)))
     eval_records = load_task(f"jsonl:{path}", "test") + load_task(f"jsonl:{path}", "train")[:2]
-    assert eval_records and evaluate.train_overlap(eval_records, str(run)) == 2
+    assert eval_records and eval_runs.train_overlap(eval_records, str(run)) == 2
     debated = []
 
     def canned_debate(records, models, tokenizers, adapter_names, *a, **kw):
@@ -234,7 +235,7 @@ def test_sft_baseline_uses_the_runs_base_and_never_the_eval_questions(tmp_path, 
     assert evaluate.method_agents("sft", bases, args) == [("tiny", ["sft"])] * 2
     (run / "debate.json").write_text(json.dumps(dict(models=["tiny", "other"])))
     with pytest.raises(SystemExit, match="sft"):
-        evaluate.sft_base(args)
+        sft_baseline.sft_base(args)
 
 
 # ---------------------------------------------------------------------------------------------- pass@k
@@ -245,11 +246,11 @@ def test_every_k_is_plotted_and_tabulated(tmp_path, monkeypatch):
                       "pass@5_unbiased": p5 - 0.1, "accuracy@3": 0.3, "accuracy@5": 0.5, "maxcoop@3": 0.03,
                       "maxcoop@5": 0.05, "cooperation_rate": 0.1, "reward": 1.0}
                for name, t, p3, p5 in (("parallel", 1.0, 0.4, 0.6), ("pipeline", 2.0, 0.5, 0.7))}
-    columns = evaluate.magrpo_columns([3, 5], code=True)
+    columns = eval_report.magrpo_columns([3, 5], code=True)
     for k in (3, 5):
         for key in (f"pass@{k}", f"pass@{k}_unbiased", f"accuracy@{k}", f"maxcoop@{k}"):
             assert key in columns, key
-    table = evaluate.samples_table(methods, columns).splitlines()
+    table = eval_report.samples_table(methods, columns).splitlines()
     header = [c.strip() for c in table[0].split("|")[1:-1]]
     row = [c.strip() for c in table[2].split("|")[1:-1]]
     assert row[header.index("pass@3_unbiased")] == "0.3" and row[header.index("maxcoop@5")] == "0.05"
@@ -261,6 +262,6 @@ def test_every_k_is_plotted_and_tabulated(tmp_path, monkeypatch):
     original = Axes.scatter
     monkeypatch.setattr(Axes, "scatter", lambda self, x, y, *a, **k: drawn.append((k.get("label"), list(x), list(y)))
                         or original(self, x, y, *a, **k))
-    evaluate.plot_magrpo(methods, tmp_path, code=True)
+    eval_report.plot_magrpo(methods, tmp_path, code=True)
     assert drawn == [("pass@3", [1.0, 2.0], [40.0, 50.0]), ("pass@5", [1.0, 2.0], [60.0, 70.0])]  # in %
     assert (tmp_path / "quality_vs_time.png").stat().st_size > 0

@@ -16,6 +16,7 @@ import torch
 
 import cotrain
 import evaluate
+from nanomarl import sample_metrics
 from nanomarl.cli import parse_args
 from nanomarl.tasks.code import calls_aux, code_reward
 from nanomarl.tasks.debate import load_task
@@ -68,7 +69,7 @@ def test_a_mention_of_aux_earns_no_cooperation_bonus(tmp_path):
     problem = dict(ADD, kind="code")
     sample = evaluate.score_sample(problem, [AUX, SOLVES_ALONE], timeout=2.0, memory_mb=256)
     assert sample["bonus"] == 0.0 and sample["scheme"] == "aux-unused"
-    metrics = evaluate.code_metrics([[sample]], [1])
+    metrics = sample_metrics.code_metrics([[sample]], [1])
     assert metrics["cooperation_rate"] == 0.0 and metrics["maxcoop@1"] == 0.0
     use = _docs_script("helper_use")
     spec = '    """Add.\n    >>> aux(1, 2)\n    3\n    """'

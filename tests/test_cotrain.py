@@ -321,24 +321,22 @@ def test_ratio_is_one_on_first_minibatch(sharing):
 
 @pytest.mark.parametrize("flags,per_turn", [([], False), (["--policy-sharing", "shared"], False),
                                             (["--micro-batch-questions", "2"], True)])
-def test_bf16_first_epoch_ratio_is_one(flags, per_turn, monkeypatch):
+def test_bf16_first_epoch_ratio_is_one(flags, per_turn):
     """bf16 rounds by a batch's shape: the sampling pass (a KV cache, a token at a time) gives other
     log-probs than the update's forward. --old-logprobs auto recomputes π_old below fp32, in the
     update's own shapes (a micro-batch at a time, each adapter's rows alone), so with the weights
     unchanged (lr 0) every minibatch of the first epoch sees a ratio of 1; as sampled it is not.
-    per_turn: the plain path, one forward per (turn, agent) (the conversation forward off)."""
-    from nanomarl import conversation
+    per_turn: the plain path (--no-fast), one forward per (turn, agent) (the conversation forward off)."""
     from nanomarl.cotrain_run import settle_args
-
-    if per_turn:
-        monkeypatch.setattr(conversation, "conversation_forward", lambda *args, **kwargs: None)
 
     worst = {}
     for mode in ("auto", "sampling"):
         args, _ = settle_args(tiny_args(
             "--dtype", "bfloat16", "--old-logprobs", mode, "--samples-per-question", "2",
             "--micro-batch-questions", "1", "--minibatch-questions", "2", "--ppo-epochs", "1",
-            "--max-new-tokens", "12", "--temperature", "0.3", *flags))
+            "--max-new-tokens", "12", "--temperature", "0.3", *flags,
+            *(["--no-fast"] if per_turn else [])))
+        assert args.fast == (not per_turn)
         args.lr = 0.0  # every minibatch then sees the policy that sampled
         torch.manual_seed(0)
         team = cotrain.build_team(args, "cpu")

@@ -6,10 +6,14 @@ import random
 
 import pytest
 
+import common
 import evaluate
 from common import majority_vote_accuracy, transition_counts
-from evaluate import classify_cooperation, pass_at_k_first, pass_at_k_unbiased
+from nanomarl import eval_report, eval_runs, sample_metrics, sft_baseline
 from nanomarl.cli import parse_args
+from nanomarl.sample_metrics import pass_at_k_first, pass_at_k_unbiased
+from nanomarl.tasks import baseline_prompts, cooperation
+from nanomarl.tasks.cooperation import classify_cooperation
 from nanomarl.models import adapter_state_dict, load_tokenizer, save_adapters
 
 # ---------------------------------------------------------------------------------------------- debate metrics
@@ -83,11 +87,11 @@ def test_mean_agent_accuracy_leads_and_an_unparsable_partner_cannot_raise_it(tmp
     # vote: turn 1 (1/2 + 0) / 2, turn 2 (1 + 1/2) / 2: agent 1's unparsable answer raises it
     assert gamed["accuracy"]["mean_agent"] == pytest.approx([0.25, 0.5])
     assert gamed["accuracy"]["majority"] == pytest.approx([0.25, 0.75])
-    assert (evaluate.accuracy_summary(gamed["accuracy"])
+    assert (eval_report.accuracy_summary(gamed["accuracy"])
             == "mean agent accuracy per turn 0.250 0.500 | vote (authors' tie rule) 0.250 0.750")
     honest = evaluate.debate_metrics([[["5", "7"], ["5", "7"]]], ["5"])
     gamed.update(answers_per_question=4, tokens_per_question=30.5, prompt_tokens_per_question=80.0)
-    lines = evaluate.debate_table(dict(gamed=gamed, honest=honest)).splitlines()
+    lines = eval_report.debate_table(dict(gamed=gamed, honest=honest)).splitlines()
     assert lines[0] == ("| method | turn 1 | turn 2 | vote turn 1 | vote turn 2 | W→R / R→W 1→2 "
                         "| answers / q | tokens / q | prompt tokens / q |")
     # pooled transitions of gamed: agent 1 on q1 W→R, nothing R→W, of 4 (question, agent) pairs
@@ -96,12 +100,12 @@ def test_mean_agent_accuracy_leads_and_an_unparsable_partner_cannot_raise_it(tmp
     assert "mean agent accuracy" in lines[5] and "the authors' rule" in lines[5]
     # each agent of gamed: agent 0 [5, 4] -> [5, 4]: 50 / 50, no change; agent 1 [7, 4] ->
     # [None, 3]: 0 / 50, W→R on q1 (1 of 2 questions)
-    agents = evaluate.agents_table(dict(gamed=gamed)).splitlines()
+    agents = eval_report.agents_table(dict(gamed=gamed)).splitlines()
     assert agents[0] == "| method | agent | turn 1 | turn 2 | W→R / R→W 1→2 |"
     assert agents[2:4] == ["| gamed | 0 | 50.0 | 50.0 | 0.0 / 0.0 |",
                            "| gamed | 1 | 0.0 | 50.0 | 50.0 / 0.0 |"]
     pytest.importorskip("matplotlib", reason="plots are optional")
-    paths = evaluate.plot_debate(dict(gamed=gamed, honest=honest), tmp_path)
+    paths = eval_report.plot_debate(dict(gamed=gamed, honest=honest), tmp_path)
     assert [p.name for p in paths] == ["accuracy_per_turn.png", "transitions.png"]
     assert all(p.stat().st_size > 0 for p in paths)
 
@@ -148,10 +152,10 @@ def test_pass_at_k_unbiased_is_the_mean_of_first_k_over_orders():
 
 
 def test_accuracy_coop_at_k():
-    assert evaluate.accuracy_at_k([0.2, 0.5, 1.0], 2) == 0.5
-    assert evaluate.max_coop_at_k([0.0, 1.5, 0.5], 1) == 0.0
-    assert evaluate.max_coop_at_k([0.0, 1.5, 0.5], 3) == 1.5
-    assert evaluate.cooperation_rate([0.0, 1.5, 0.5, -0.5]) == 0.5
+    assert sample_metrics.accuracy_at_k([0.2, 0.5, 1.0], 2) == 0.5
+    assert sample_metrics.max_coop_at_k([0.0, 1.5, 0.5], 1) == 0.0
+    assert sample_metrics.max_coop_at_k([0.0, 1.5, 0.5], 3) == 1.5
+    assert sample_metrics.cooperation_rate([0.0, 1.5, 0.5, -0.5]) == 0.5
 
 
 # ---------------------------------------------------------------------------------------------- cooperation schemes
@@ -216,7 +220,7 @@ def test_classify_cooperation_edge_cases():
     # a guard on a parameter is not a fallback; math.* calls do not carry aux's result
     main = "import math\ndef f(n):\n    if n < 2:\n        return math.pi\n    return math.sqrt(aux(n)[0])\n"
     assert classify_cooperation(AUX, main, "f") == "decorator"
-    assert set(evaluate.COOPERATION_SCHEMES) == set(SCHEME_EXAMPLES)
+    assert set(cooperation.COOPERATION_SCHEMES) == set(SCHEME_EXAMPLES)
 
 
 # ---------------------------------------------------------------------------------------------- SFT baseline
@@ -228,7 +232,7 @@ def test_correct_debate_examples_keeps_final_majority_right():
     debate = dict(prompts=[[[f"p{t}{a}{b}" for b in range(4)] for a in range(2)] for t in range(2)],
                   responses=[[[f"r{t}{a}{b}" for b in range(4)] for a in range(2)] for t in range(2)],
                   answers=[[["1"] * 4, ["2"] * 4], [[f[0] for f in finals], [f[1] for f in finals]]])
-    examples = evaluate.correct_debate_examples(debate, [{"answer": "4"}] * 4)
+    examples = sft_baseline.correct_debate_examples(debate, [{"answer": "4"}] * 4)
     # kept: question 0 (4, 4) and question 3 (None drops out of the tie); the 4/5 tie (0.5) and 5/5 are not
     assert examples == [(f"p{t}{a}{b}", f"r{t}{a}{b}") for b in (0, 3) for t in range(2) for a in range(2)]
 
@@ -243,12 +247,13 @@ def test_sft_lora_fits_trajectories_and_touches_only_its_adapter(tiny_model_dir)
     other_before = adapter_state_dict(model, "other")
     base_before = {n: p.clone() for n, p in model.named_parameters() if ".lora_" not in n}
     examples = [("Q: 2+2?", "Answer: \\boxed{4}"), ("Q: 3+4?", "Answer: \\boxed{7}")]
-    batch = evaluate.encode_sft_batch(tok, [p for p, _ in examples], [r for _, r in examples], 64, "cpu")
+    batch = sft_baseline.encode_sft_batch(tok, [p for p, _ in examples], [r for _, r in examples], 64, "cpu",
+                                          common)
     # responses are byte tokens + EOS, right-padded, masked on real tokens only
     assert batch["response_mask"].sum(1).tolist() == [len("Answer: \\boxed{4}") + 1] * 2
     assert batch["response_ids"][0, int(batch["response_mask"][0].sum()) - 1].item() == tok.eos_token_id
-    losses = evaluate.sft_lora(model, tok, examples, "sft", epochs=12, lr=1e-2, batch_size=2,
-                               max_response_tokens=64, seed=0)
+    losses = sft_baseline.sft_lora(model, tok, examples, "sft", epochs=12, lr=1e-2, batch_size=2,
+                                   max_response_tokens=64, seed=0, common=common)
     assert len(losses) == 12
     # the NLL falls on the two trajectories (the tiny random model's small logits cap it near 4.4 from ln 262)
     assert sum(losses[-3:]) / 3 < 0.88 * sum(losses[:3]) / 3
@@ -282,7 +287,7 @@ def test_score_sample_and_code_metrics_on_hand_written_answers():
     assert not part["passed_all"] and part["accuracy"] == pytest.approx(1 / 3) and "scheme" not in part
     assert own_s["passed_all"] and own_s["scheme"] == "aux-unused" and own_s["bonus"] == 0.0
     assert not broken_s["syntax_ok"] and broken_s["main_defined"] and broken_s["accuracy"] == 0.0
-    m = evaluate.code_metrics(samples, [1, 2])
+    m = sample_metrics.code_metrics(samples, [1, 2])
     # problem 0: [fail, pass]; problem 1: [1/3, pass]; problem 2: [pass, pass]
     assert m["pass@1"] == pytest.approx(1 / 3) and m["pass@2"] == 1.0
     assert m["pass@1_unbiased"] == pytest.approx((0.5 + 0.5 + 1) / 3) and m["pass@2_unbiased"] == 1.0
@@ -290,14 +295,14 @@ def test_score_sample_and_code_metrics_on_hand_written_answers():
     assert m["maxcoop@1"] == pytest.approx(0.5 / 3) and m["maxcoop@2"] == pytest.approx((1.5 + 0.0 + 0.5) / 3)
     assert m["cooperation_rate"] == pytest.approx(3 / 6) and m["full_pass_rate"] == pytest.approx(4 / 6)
     assert m["syntax_rate"] == pytest.approx(5 / 6) and m["structure_rate"] == 1.0
-    assert m["schemes"] == {**{s: 0 for s in evaluate.COOPERATION_SCHEMES}, "decorator": 3, "aux-unused": 1}
+    assert m["schemes"] == {**{s: 0 for s in cooperation.COOPERATION_SCHEMES}, "decorator": 3, "aux-unused": 1}
     assert m["schemes_labelled"] == 4
 
 
 def test_split_paragraphs():
-    assert evaluate.split_paragraphs("Paragraph 1: short. [PARAGRAPH_SPLIT] Paragraph 2: long one.", "tldr") == \
+    assert baseline_prompts.split_paragraphs("Paragraph 1: short. [PARAGRAPH_SPLIT] Paragraph 2: long one.", "tldr") == \
         ("short.", "long one.")
-    first, second = evaluate.split_paragraphs("a " * 35, "tldr")  # no marker: part 2 is ~2.5x part 1
+    first, second = baseline_prompts.split_paragraphs("a " * 35, "tldr")  # no marker: part 2 is ~2.5x part 1
     assert len(first.split()) == 10 and len(second.split()) == 25
 
 
@@ -544,7 +549,7 @@ def test_choose_methods_follows_the_flags():
         evaluate.choose_methods(args("--methods", "sc-maporl"))
     with pytest.raises(SystemExit, match="--sc-max-samples"):
         # fewer than the 3 x 3 answers per question
-        evaluate.check_args(args("--sc-max-samples", "5"))
+        eval_runs.check_args(args("--sc-max-samples", "5"))
     assert evaluate.choose_methods(args("--mode", "magrpo")) == ["single", "parallel", "pipeline", "discussion"]
     assert evaluate.choose_methods(args("--mode", "magrpo", "--mt-run", "M"))[-1] == "mt-magrpo"
     with pytest.raises(SystemExit, match="--methods: method maporl needs --run"):
@@ -552,7 +557,7 @@ def test_choose_methods_follows_the_flags():
     with pytest.raises(SystemExit, match="--methods: unknown magrpo method 'sft'"):
         evaluate.choose_methods(args("--mode", "magrpo", "--methods", "sft"))
     with pytest.raises(SystemExit, match="--feedback-in-prompt"):
-        evaluate.check_args(args("--feedback-in-prompt"))
+        eval_runs.check_args(args("--feedback-in-prompt"))
 
 
 def test_an_unwritable_output_dir_is_refused_before_a_model_loads(monkeypatch, capsys):
@@ -582,22 +587,22 @@ def test_plots_pin_accuracy_to_0_100_and_keep_method_names_apart(tmp_path, monke
     same = dict(time_per_problem_s=2.0, **{"pass@1": 0.0, "pass@3": 0.0})
     methods = {"single": same, "parallel": dict(same, time_per_problem_s=2.05),
                "pipeline": dict(time_per_problem_s=4.0, **{"pass@1": 0.5, "pass@3": 0.75})}
-    evaluate.plot_magrpo(methods, tmp_path, code=True)
+    eval_report.plot_magrpo(methods, tmp_path, code=True)
     ax = drawn[0].axes[0]
     assert ax.get_ylim() == (0, 100) and ax.get_ylabel() == "pass@k (%)"
     offsets = {text.get_text(): text.xyann for text in ax.texts}
     assert offsets == {"single": (3, 3), "parallel": (3, 13), "pipeline": (3, 3)}
     debate = dict(num_turns=2, accuracy=dict(mean_agent=[0.4, 0.5], majority=[0.45, 0.5]),
                   transitions=[dict(pooled_fractions={"W→R": 0.1, "R→W": 0.05})])
-    evaluate.plot_debate({"maporl": debate}, tmp_path)
+    eval_report.plot_debate({"maporl": debate}, tmp_path)
     assert drawn[-2].axes[0].get_ylim() == (0, 100)
 
 
 def test_write_results_and_tables(tmp_path):
     methods = {"a": dict(x=0.5, y=float("nan")), "b": dict(x=1 / 3)}
-    table = evaluate.samples_table(methods, ["x", "y", "z"])
+    table = eval_report.samples_table(methods, ["x", "y", "z"])
     assert table.splitlines()[2:] == ["| a | 0.5 | nan |  |", "| b | 0.333 |  |  |"]
-    json_path, md_path = evaluate.write_results(tmp_path, dict(methods=methods), table)
+    json_path, md_path = eval_report.write_results(tmp_path, dict(methods=methods), table)
     assert json.loads(json_path.read_text())["methods"]["a"]["y"] is None  # NaN -> null, valid JSON
     assert md_path.read_text() == table
 
@@ -743,13 +748,13 @@ def test_self_consistency_metrics_hand_computed():
     m.update(control_of="offtheshelf", temperature=0.3)
     debate = dict(accuracy=dict(mean_agent=[0.25, 0.5], majority=[0.5, 0.75]),
                   answers_per_question=4, tokens_per_question=12.0)
-    lines = evaluate.controls_table({"sc-base": m}, {"offtheshelf": debate}).splitlines()
+    lines = eval_report.controls_table({"sc-base": m}, {"offtheshelf": debate}).splitlines()
     assert lines[2] == ("| sc-base | 50.0 | 75.0 | 3 | 11.5 | 50.0 | 1.5 | 8.0 | 0.0 % "
                         "| offtheshelf | 50.0 | 75.0 | 4 | 12.0 |")
     assert "sampled at T = 0.3" in lines[4]
-    assert evaluate.controls_table({"sc-base": m}, {}).splitlines()[2].endswith(
+    assert eval_report.controls_table({"sc-base": m}, {}).splitlines()[2].endswith(
         "| offtheshelf | not evaluated |  |  |  |")
-    assert evaluate.control_summary(m) == (
+    assert eval_report.control_summary(m) == (
         "one answer 0.500 | vote of 3 0.750 | tokens/question 11.5 | within offtheshelf's 6.0 "
         "tokens/question: vote 0.500 of 1.5 answers")
 

@@ -1,14 +1,16 @@
 """Each fast path of cotrain.py's update equals the plain path beside it, on the tiny model (fp32):
 
   * the conversation forward (nanomarl/conversation.py: one forward per agent over its last trained
-    turn also reads the earlier turns' responses) behind cotrain.forward_pairs equals its loop, one
-    forward per (turn, agent): log-probs, entropies, hidden states and gradients, for 2 and 3 turns
-    and --train-turns 2,3, with and without autograd;
-  * make_experience and ppo_update with the conversation forward equal the plain path (plain_path):
-    every experience tensor, every PPO statistic and the trained adapters and heads; and where the
-    conversations do not hold it falls back to the loop, bit for bit;
+    turn also reads the earlier turns' responses) behind cotrain.forward_pairs (--fast) equals its
+    loop (--no-fast), one forward per (turn, agent): log-probs, entropies, hidden states and
+    gradients, for 2 and 3 turns and --train-turns 2,3, with and without autograd;
+  * make_experience and ppo_update with the conversation forward equal the plain path: every
+    experience tensor, every PPO statistic and the trained adapters and heads; the rows whose
+    conversations do not hold (its per-row `held` mask) take the loop, the others the conversation
+    forward, and where no row holds forward_pairs is the loop, bit for bit;
   * --old-logprobs sampling (π_old as generate() sampled it; the fp32 default) is within 1e-5 of a
-    recompute.
+    recompute;
+  * π has one definition (common.log_policy): a different one reaches every path, fast and plain.
 
 The stacked-LoRA routing of generate() against peft's routing: tests/test_routing.py. The shared
 helpers below are also used by tests/test_perf_update.py (what each design costs per update)."""
@@ -16,13 +18,16 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+import common
 import cotrain
 from common import tokenize_prompts
 from magrpo import reference_logprobs
 from conftest import PAPER_PPO
 from nanomarl import conversation
 from nanomarl.cli import parse_args
+from nanomarl.fast_decode import FastDecoder
 from nanomarl.tasks.debate import load_task
 from nanomarl.tasks.debate_prompts import sampled_conversation
 
@@ -32,33 +37,15 @@ CLOSE = dict(atol=1e-5, rtol=0)  # fp32 noise: the same sums, padded or batched 
 def tiny_args(*flags):
     """2 agents x 2 turns, 2 questions, 4 PPO epochs, micro-batches of one question, forward
     batches of 8 rows, π_old recomputed, on the tiny model; penalties off (the tiny model never
-    writes an answer). The tiny model's random bytes often include a special token that the chat
-    drops, so some of its turn-2 prompts fall back to the text: the conversation-forward tests make
-    the conversations hold first (as_one_conversation)."""
+    writes an answer); the plain path (--no-fast: forward_pairs' loop, one forward per (turn,
+    agent)) unless flags say --fast or a test sets args.fast. The tiny model's random bytes often
+    include a special token that the chat drops, so some of its turn-2 prompts fall back to the
+    text: the conversation-forward tests make the conversations hold first (as_one_conversation)."""
     return parse_args(cotrain.Args, [
         "--model", "tiny", "--device", "cpu", "--max-new-tokens", "6", *PAPER_PPO,
         "--questions-per-update", "2", "--ppo-epochs", "4", "--eval-questions", "0",
         "--old-logprobs", "recompute", "--no-penalize-format", "--missing-eos-penalty", "0",
-        "--sample-every", "0", "--log-every", "0", *flags])
-
-
-FAST_PATH = conversation.conversation_forward
-
-
-def plain_path(patch):
-    """cotrain.py's plain path: forward_pairs' loop (the conversation forward never applies)."""
-    patch.setattr(conversation, "conversation_forward", lambda *args, **kwargs: None)
-
-
-def fast_path(patch):
-    """The conversation forward on again (it applies where the conversations hold)."""
-    patch.setattr(conversation, "conversation_forward", FAST_PATH)
-
-
-@pytest.fixture(autouse=True)
-def one_forward_per_turn(monkeypatch):
-    """The tests here run the plain path; a conversation-forward test turns the fast path on."""
-    plain_path(monkeypatch)
+        "--sample-every", "0", "--log-every", "0", "--no-fast", *flags])
 
 
 def ascii_fraction(records, responses):
@@ -148,10 +135,17 @@ def as_one_conversation(debate, tokenizer):
 # ---------------------------------------------------------------- forward_pairs
 
 
-def applies(team, exp, args) -> bool:
-    """Does the conversation forward serve these pairs? (It returns None where it does not.)"""
+def held_rows(team, exp, args, rows, adapter=None) -> torch.Tensor:
+    """The conversation forward's per-row mask [len(rows)]: the rows it serves (the others take
+    forward_pairs' loop)."""
     with torch.no_grad():
-        return FAST_PATH(team, exp, torch.arange(1), args.temperature, None, 0) is not None
+        out, held = conversation.conversation_forward(team, exp, rows, args.temperature, adapter, 0,
+                                                      common.policy_outputs)
+    assert held.dtype == torch.bool and held.shape == (len(rows),)
+    assert set(out) == (set(exp) if held.any() else set())
+    for key, o in out.items():  # the held rows' outputs only
+        assert o["logprobs"].shape == (int(held.sum()), exp[key]["response_ids"].shape[1])
+    return held
 
 
 @pytest.mark.parametrize("grad", [False, True])
@@ -171,7 +165,7 @@ def test_forward_pairs_conversation_forward_equals_its_loop(monkeypatch, flags, 
     debate, _ = debate_and_rewards(team, args, load_task("arith", "train", limit=2))
     debate = as_one_conversation(debate, team.agent_tokenizers()[0])
     exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
-    assert applies(team, exp, args)  # the fast path applies
+    assert held_rows(team, exp, args, torch.arange(2)).all()  # the fast path serves every row
     turns = sorted({t for t, _ in team.trained})
     assert turns == ([1, 2] if "--train-turns" in flags else list(range(args.num_turns)))
     model = team.bases[0]
@@ -181,9 +175,8 @@ def test_forward_pairs_conversation_forward_equals_its_loop(monkeypatch, flags, 
     results = {}
     modes = [("loop", 0), ("fast", 0)] + ([] if grad else [("loop", 1), ("fast", 1)])
     for mode, chunk in modes:
+        args.fast = mode == "fast"  # --fast: the conversation forward; --no-fast: the loop
         with monkeypatch.context() as patch, torch.set_grad_enabled(grad):
-            if mode == "fast":
-                fast_path(patch)
             counter = Counter(model, patch)
             out = cotrain.forward_pairs(team, exp, rows, args, None, chunk, output_entropy=True,
                                         output_hidden=True)
@@ -252,9 +245,8 @@ def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, f
         debate, rewards = debate_and_rewards(team, args, records)
         debate = as_one_conversation(debate, team.agent_tokenizers()[0])
         before = trainables(team)
+        args.fast = mode == "conversation"  # the fast path on: it serves every row
         with monkeypatch.context() as patch:
-            if mode == "conversation":  # the fast path on (it applies: the conversations hold)
-                fast_path(patch)
             counter = Counter(team.bases[0], patch)
             exp = cotrain.make_experience(team, debate, rewards, args)
             experience = counter.take()
@@ -296,52 +288,131 @@ def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, f
     assert moved > 0  # the update changed something to compare
 
 
-def test_conversation_forward_falls_back_when_a_prompt_does_not_hold_the_earlier_turn(
-        monkeypatch):
-    """One row whose turn-2 prompt does not start with its turn-1 prompt + response (a
-    re-tokenisation that differs): forward_pairs' loop, bit for bit the plain path's update. A LoRA
-    per (turn, agent): the policies' forwards fall back to the loop, the reference's (the base at
-    every turn) still takes one forward per agent (fp32 noise)."""
+def break_conversation(debate, agent: int, row: int):
+    """Agent `agent`'s turn-2 prompt of debate `row` no longer starts with its turn-1 prompt +
+    response: a token of the turn-1 response differs (a re-tokenisation that differs)."""
+    second = debate["rollout"][1][agent]
+    n = int(debate["rollout"][0][agent]["query_mask"][row].sum())
+    first_real = int((second["query_mask"][row] == 0).sum())
+    second["query_ids"][row, first_real + n] += 1
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_forward_pairs_serves_the_rows_that_hold_and_loops_over_the_rest(monkeypatch, grad):
+    """Rows held and rows not in one call: the held rows from one forward per agent, the others
+    from the loop (one forward per (turn, agent)), merged in the rows' order, equal to the loop's
+    outputs for every row (fp32 noise) and, under autograd, its gradients; in chunks of 1 too."""
+    args = tiny_args("--num-turns", "2", "--questions-per-update", "3")
+    team = cotrain.build_team(args, "cpu")
+    torch.manual_seed(2)
+    trained_looking(team, heads=False)
+    torch.manual_seed(1)
+    debate, _ = debate_and_rewards(team, args, load_task("arith", "train", limit=3))
+    debate = as_one_conversation(debate, team.agent_tokenizers()[0])
+    break_conversation(debate, agent=0, row=1)  # debate 1: agent 0's conversation does not hold
+    exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
+    rows = torch.tensor([2, 1, 0])  # any order
+    held = held_rows(team, exp, args, rows)
+    assert held.tolist() == [True, False, True]  # per row, over every agent's turns
+    assert held_rows(team, exp, args, torch.tensor([1])).tolist() == [False]
+    assert held_rows(team, exp, args, torch.tensor([0, 2])).tolist() == [True, True]
+    model = team.bases[0]
+    params = {n: p for n, p in model.named_parameters() if ".lora_" in n}
+    weights = {key: torch.randn(e["response_mask"].shape) for key, e in exp.items()}
+    results = {}
+    for fast, chunk in [(False, 0), (True, 0)] + ([] if grad else [(True, 1)]):
+        args.fast = fast
+        with monkeypatch.context() as patch, torch.set_grad_enabled(grad):
+            counter = Counter(model, patch)
+            out = cotrain.forward_pairs(team, exp, rows, args, None, chunk, output_entropy=True,
+                                        output_hidden=True)
+            calls = counter.take()[0]
+        grads = {}
+        if grad:
+            loss = sum((out[key]["logprobs"] * weights[key][rows]).sum()
+                       + out[key]["hidden"].pow(2).mean() for key in exp)
+            loss.backward()
+            grads = {n: p.grad.clone() for n, p in params.items() if p.grad is not None}
+            model.zero_grad(set_to_none=True)
+        results[(fast, chunk)] = (out, grads, calls)
+    plain, plain_grads, plain_calls = results[(False, 0)]
+    assert plain_calls == 4  # the loop: one forward per (turn, agent), all rows
+    assert results[(True, 0)][2] == 2 + 4  # one per agent (held rows) + the loop (the one other)
+    if not grad:  # chunks of 1: two held rows x 2 agents, one row x 4 pairs
+        assert results[(True, 1)][2] == 2 * 2 + 4
+    for key, e in exp.items():
+        mask = e["response_mask"][rows]
+        assert plain[key]["logprobs"].shape == mask.shape and mask.sum() > 0
+        assert (plain[key]["logprobs"].abs() > 0).sum() == mask.sum()  # a log-prob at every token
+    for (fast, chunk), (out, grads, _) in results.items():
+        for key in exp:
+            for name in ("logprobs", "entropy", "hidden"):
+                torch.testing.assert_close(out[key][name], plain[key][name], **CLOSE,
+                                           msg=f"fast={fast} chunk={chunk} {key} {name}")
+        if grad:
+            assert set(grads) == set(plain_grads)
+            for n in plain_grads:
+                torch.testing.assert_close(grads[n], plain_grads[n], atol=1e-5, rtol=1e-4, msg=n)
+
+
+@pytest.mark.parametrize("case", ["one row", "no row", "agent-turn"])
+def test_the_update_where_some_or_no_conversations_hold_equals_the_plain_path(monkeypatch, case):
+    """make_experience and ppo_update with --fast where the conversations hold only in part: one
+    row whose turn-2 prompt does not start with its turn-1 prompt + response (the held mask says
+    so; that row takes the loop, the other the conversation forward: fp32 noise); no row (the held
+    mask all False: forward_pairs is the loop, bit for bit the plain path's update); a LoRA per
+    (turn, agent): the policies' forwards take the loop (nothing held), the reference's (the base
+    at every turn) still one forward per agent (fp32 noise)."""
     records = load_task("arith", "train", limit=2)
-    cases = {"one row": [], "agent-turn": ["--policy-sharing", "agent-turn"]}
-    for case, flags in cases.items():
-        results = {}
-        for mode in ("per turn", "conversation"):
-            args = tiny_args("--ppo-epochs", "1", *flags)
-            team = cotrain.build_team(args, "cpu")
-            torch.manual_seed(1)
-            debate, rewards = debate_and_rewards(team, args, records)
-            debate = as_one_conversation(debate, team.agent_tokenizers()[0])
-            exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
-            assert applies(team, exp, args) == (case == "one row")
-            with torch.no_grad():  # the reference: the base at every turn
-                assert FAST_PATH(team, exp, torch.arange(1), 1.0, "__base__", 0) is not None
-            if case == "one row":  # agent 1, question 1: a token of its turn-1 response differs
-                second = debate["rollout"][1][1]
-                n = int(debate["rollout"][0][1]["query_mask"][1].sum())
-                first_real = int((second["query_mask"][1] == 0).sum())
-                second["query_ids"][1, first_real + n] += 1
-                assert not applies(team, exp, args)
-            with monkeypatch.context() as patch:
-                if mode == "conversation":  # the fast path on: it finds it does not apply
-                    fast_path(patch)
-                exp = cotrain.make_experience(team, debate, rewards, args)
-                stats = cotrain.ppo_update(team, exp, args)
-            results[mode] = (exp, stats, trainables(team))
-        (exp0, stats0, after0), (exp1, stats1, after1) = results.values()
-        if case == "one row":
-            for key in exp0:
-                assert stats0[key] == stats1[key], (case, key)
-                for name in exp0[key]:
-                    assert torch.equal(exp0[key][name], exp1[key][name]), (case, key, name)
-            assert all(torch.equal(after0[n], after1[n]) for n in after0), case
-        else:
-            for key in exp0:
-                for name in exp0[key]:
-                    torch.testing.assert_close(exp1[key][name], exp0[key][name], atol=2e-5,
-                                               rtol=1e-4, msg=f"{case} {key} {name}")
-            for n in after0:
-                torch.testing.assert_close(after1[n], after0[n], atol=1e-5, rtol=1e-4, msg=n)
+    flags = ["--policy-sharing", "agent-turn"] if case == "agent-turn" else []
+    results = {}
+    for fast in (False, True):
+        args = tiny_args("--ppo-epochs", "1", *flags)
+        args.fast = fast
+        team = cotrain.build_team(args, "cpu")
+        torch.manual_seed(1)
+        debate, rewards = debate_and_rewards(team, args, records)
+        debate = as_one_conversation(debate, team.agent_tokenizers()[0])
+        exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
+        rows = torch.arange(2)
+        policies = held_rows(team, exp, args, rows)
+        assert policies.tolist() == ([False, False] if case == "agent-turn" else [True, True])
+        assert held_rows(team, exp, args, rows, "__base__").all()  # the reference: the base always
+        if case != "agent-turn":  # agent 1, question 1 (and question 0): a response token differs
+            break_conversation(debate, agent=1, row=1)
+            if case == "no row":
+                break_conversation(debate, agent=1, row=0)
+            expected = [case == "one row", False]
+            assert held_rows(team, exp, args, rows).tolist() == expected
+            assert held_rows(team, exp, args, rows, "__base__").tolist() == expected
+        with monkeypatch.context() as patch:
+            counter = Counter(team.bases[0], patch)
+            exp = cotrain.make_experience(team, debate, rewards, args)
+            stats = cotrain.ppo_update(team, exp, args)
+            calls = counter.take()[0]
+        results[fast] = (exp, stats, trainables(team), calls)
+    (exp0, stats0, after0, calls0), (exp1, stats1, after1, calls1) = results[False], results[True]
+    assert set(exp0) == set(exp1)
+    if case == "no row":
+        assert calls1 == calls0
+        for key in exp0:
+            assert stats0[key] == stats1[key], (case, key)
+            for name in exp0[key]:
+                assert torch.equal(exp0[key][name], exp1[key][name]), (case, key, name)
+        assert all(torch.equal(after0[n], after1[n]) for n in after0), case
+        return
+    assert calls1 != calls0  # the conversation forward served some rows
+    for key in exp0:
+        for name in exp0[key]:
+            torch.testing.assert_close(exp1[key][name], exp0[key][name], atol=2e-5, rtol=1e-4,
+                                       msg=f"{case} {key} {name}")
+        for k, (s, o) in enumerate(zip(stats0[key], stats1[key])):
+            assert set(s) == set(o)
+            for name in s:
+                assert math.isclose(s[name], o[name], rel_tol=1e-4, abs_tol=1e-5), (
+                    case, key, k, name, s[name], o[name])
+    for n in after0:
+        torch.testing.assert_close(after1[n], after0[n], atol=1e-5, rtol=1e-4, msg=n)
 
 
 # ---------------------------------------------------------------- --old-logprobs
@@ -393,3 +464,115 @@ def test_sampling_old_logprobs_equal_a_recompute(monkeypatch, flags):
         assert torch.equal(e["response_ids"], recomputed["response_ids"])
         for name in ("old_logprobs", "entropy"):
             torch.testing.assert_close(e[name], recomputed[name], **CLOSE, msg=f"{key} {name}")
+
+
+# ---------------------------------------------------------------- π's one definition
+
+
+def twice_as_hot(logits, temperature):
+    """Another definition of π: the softmax at twice the temperature (its value at T is the real
+    π's at 2T)."""
+    return F.log_softmax(logits.float() / (2 * temperature), dim=-1)
+
+
+def test_one_definition_of_pi(monkeypatch):
+    """common.log_policy is π's one definition: replaced by another, every path that reads
+    log-probs reads the new one, and they agree with each other as before: generate with
+    fast=False (peft's routing, transformers) and fast=True (stacked routing), the static-cache
+    decoder as the model's sampling_engine (greedy: the same tokens), forward_responses on the
+    generated rows, and cotrain's conversation forward (forward_pairs with --fast, on a two-turn
+    debate whose turn-1 rollouts generate sampled) against its loop (--no-fast). Each differs from
+    its value under the real π, and equals the real π's at twice the temperature."""
+    from test_common import chat, make_peft
+
+    from nanomarl.models import load_tokenizer
+
+    tok = load_tokenizer("tiny")
+    model = make_peft()  # agent0, agent1: random B, the adapters differ
+    names = ["agent0", "agent1", "__base__", "agent1"]
+    prompts = chat(tok, ["q one", "question two is longer", "3", "four four"])
+    args = tiny_args()
+    team = cotrain.build_team(args, "cpu")
+    torch.manual_seed(2)
+    trained_looking(team, heads=False)
+    records = load_task("arith", "train", limit=2)
+    keys = ("query_ids", "query_mask", "response_ids", "response_mask")
+
+    def every_path() -> dict:
+        out = {fast: common.generate(model, tok, prompts, names, max_new_tokens=8, greedy=True,
+                                     fast=fast) for fast in (False, True)}
+        model.sampling_engine = FastDecoder(model)  # CPU: eager; CUDA's fast_decoder gives it
+        try:
+            out["decoder"] = common.generate(model, tok, prompts, names, max_new_tokens=8,
+                                             greedy=True, fast=True)
+        finally:
+            del model.sampling_engine
+        with torch.no_grad():  # greedy: π at T = 1
+            out["forward_responses"] = common.forward_responses(
+                model, *(out[False][k] for k in keys), names, 1.0, output_entropy=True)
+        torch.manual_seed(1)
+        debate, _ = debate_and_rewards(team, args, records)  # sampled at args.temperature
+        debate = as_one_conversation(debate, team.agent_tokenizers()[0])
+        exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
+        assert held_rows(team, exp, args, torch.arange(2)).all()  # the conversation forward serves all
+        for fast in (False, True):
+            args.fast = fast
+            with torch.no_grad():
+                out[f"forward_pairs fast={fast}"] = cotrain.forward_pairs(
+                    team, exp, torch.arange(2), args, output_entropy=True)
+        out["debate"] = debate
+        return out
+
+    results = {}
+    for patched in (False, True):
+        with monkeypatch.context() as patch:
+            if patched:
+                patch.setattr(common, "log_policy", twice_as_hot)
+            results[patched] = every_path()
+    real, other = results[False], results[True]
+    mask = real[False]["response_mask"]
+    assert mask.sum() > 8
+    for out in results.values():  # every path agrees with the others, under either definition
+        for path in (True, "decoder", "forward_responses"):
+            if path != "forward_responses":
+                for k in ("response_ids", "response_mask"):
+                    assert torch.equal(out[path][k], out[False][k]), (path, k)
+            for k in ("logprobs", "entropy"):
+                torch.testing.assert_close(out[path][k], out[False][k], atol=1e-5, rtol=0,
+                                           msg=f"{path} {k}")
+        conversation_out, loop = out["forward_pairs fast=True"], out["forward_pairs fast=False"]
+        for key in loop:
+            for k in ("logprobs", "entropy"):
+                torch.testing.assert_close(conversation_out[key][k], loop[key][k], **CLOSE,
+                                           msg=f"{key} {k}")
+        for a in range(args.num_agents):  # turn 1's π as generate sampled it (fp32: --old-logprobs)
+            torch.testing.assert_close(loop[(0, a)]["logprobs"],
+                                       out["debate"]["rollout"][0][a]["logprobs"], **CLOSE)
+    # the same tokens, other log-probs: the new definition reached every path
+    assert torch.equal(other[False]["response_ids"], real[False]["response_ids"])
+    for path in (False, True, "decoder", "forward_responses"):
+        for k in ("logprobs", "entropy"):
+            gap = ((other[path][k] - real[path][k]) * mask).abs().max()
+            assert gap > 1e-2, (path, k, gap)
+    for fast in (False, True):
+        pairs = f"forward_pairs fast={fast}"
+        for key in real[pairs]:
+            ro = real["debate"]["rollout"][key[0]][key[1]]
+            assert torch.equal(ro["response_ids"],
+                               other["debate"]["rollout"][key[0]][key[1]]["response_ids"])
+            gap = ((other[pairs][key]["logprobs"] - real[pairs][key]["logprobs"])
+                   * ro["response_mask"]).abs().max()
+            assert gap > 1e-2, (pairs, key, gap)
+    # and what it defines: the real π at twice the temperature
+    with torch.no_grad():
+        hot = common.forward_responses(model, *(real[False][k] for k in keys), names, 2.0,
+                                       output_entropy=True)
+        args.fast, args.temperature = False, 2 * args.temperature
+        hot_pairs = cotrain.forward_pairs(team, {(t, a): real["debate"]["rollout"][t][a]
+                                                 for t, a in team.trained},
+                                          torch.arange(2), args, output_entropy=True)
+    for k in ("logprobs", "entropy"):
+        torch.testing.assert_close(other[False][k], hot[k], atol=1e-5, rtol=0, msg=k)
+        for key in hot_pairs:
+            torch.testing.assert_close(other["forward_pairs fast=True"][key][k], hot_pairs[key][k],
+                                       **CLOSE, msg=f"{key} {k}")

@@ -1,5 +1,6 @@
-"""fast.stacked_lora_routing: mixed-adapter inference in two stacked matmuls per LoRA layer, checked against
-peft's own per-row routing (adapter_names=) on the tiny model: logits, greedy and sampled tokens, log-probs."""
+"""fast.stacked_lora_routing: mixed-adapter inference in two stacked matmuls per LoRA layer (common.generate with
+fast=True), checked against peft's own per-row routing (adapter_names=; fast=False) on the tiny model: logits, greedy
+and sampled tokens, log-probs."""
 import pytest
 import torch
 from peft import LoraConfig
@@ -67,12 +68,13 @@ def test_logits_equal_peft_mixed_forward(model, tok):
 
 @pytest.mark.parametrize("greedy", [True, False])
 def test_generate_stacked_equals_peft(model, tok, greedy):
-    """The same tokens (greedy, and sampled with the same seed) and log-probs from both routings."""
+    """The same tokens (greedy, and sampled with the same seed) and log-probs from both routings: fast=True
+    (stacked) and fast=False (peft's)."""
     outs = {}
-    for routing in ("peft", "stacked"):
+    for routing, fast_path in (("peft", False), ("stacked", True)):
         torch.manual_seed(0)
         outs[routing] = generate(model, tok, prompts(tok, len(ROWS)), ROWS, max_new_tokens=12, min_new_tokens=12,
-                                 temperature=1.0, greedy=greedy, lora_routing=routing)
+                                 temperature=1.0, greedy=greedy, fast=fast_path)
     assert torch.equal(outs["stacked"]["response_ids"], outs["peft"]["response_ids"])
     # other batch shapes (peft: one batch per adapter); a wrong adapter moves them by > 1e-3 (below)
     torch.testing.assert_close(outs["stacked"]["logprobs"], outs["peft"]["logprobs"], atol=1e-4, rtol=0)
@@ -83,7 +85,7 @@ def test_generate_stacked_equals_peft(model, tok, greedy):
 
 
 def test_generate_does_not_call_peft_routing(tok, monkeypatch):
-    """A mixed batch in generate() goes through the stacked routing, never peft's per-row path."""
+    """A mixed batch in generate(fast=True) goes through the stacked routing, never peft's per-row path."""
     from peft.tuners.lora.layer import Linear
 
     def refuse(*args, **kwargs):
@@ -91,10 +93,10 @@ def test_generate_does_not_call_peft_routing(tok, monkeypatch):
 
     model = make_model()  # its own: peft leaves its adapter_names hooks on the layers when a forward raises
     monkeypatch.setattr(Linear, "_mixed_batch_forward", refuse)
-    out = generate(model, tok, prompts(tok, 4), ROWS[:4], max_new_tokens=3)
+    out = generate(model, tok, prompts(tok, 4), ROWS[:4], max_new_tokens=3, fast=True)
     assert out["response_ids"].shape[0] == 4
-    with pytest.raises(AssertionError, match="_mixed_batch_forward"):  # the check itself works
-        generate(model, tok, prompts(tok, 4), ROWS[:4], max_new_tokens=3, lora_routing="peft")
+    with pytest.raises(AssertionError, match="_mixed_batch_forward"):  # the check itself works: fast=False is peft's
+        generate(model, tok, prompts(tok, 4), ROWS[:4], max_new_tokens=3, fast=False)
     assert not fast.stackable_lora(model, ROWS)  # ... and those leftover hooks send it back to peft's routing
 
 
@@ -125,19 +127,18 @@ def test_refuses_autograd_and_unsupported_layers(model, tok):
     with torch.no_grad(), pytest.raises(ValueError, match="peft's routing"):
         with fast.stacked_lora_routing(biased, ["a0", "b"]):
             pass
-    # generate() falls back to peft's routing for those rows: the same tokens as asking for peft
+    # generate(fast=True) falls back to peft's routing for those rows: the same tokens as fast=False
     rows = ["a0", "b", "__base__", "b"]
-    greedy = [generate(biased, tok, prompts(tok, 4), rows, max_new_tokens=6, greedy=True, lora_routing=routing)
-              for routing in ("stacked", "peft")]
+    greedy = [generate(biased, tok, prompts(tok, 4), rows, max_new_tokens=6, greedy=True, fast=fast_path)
+              for fast_path in (True, False)]
     assert torch.equal(greedy[0]["response_ids"], greedy[1]["response_ids"])
-    with pytest.raises(ValueError, match="lora_routing"):
-        generate(model, tok, prompts(tok, 2), ["a0", "a1"], max_new_tokens=2, lora_routing="fast")
+    torch.testing.assert_close(greedy[0]["logprobs"], greedy[1]["logprobs"], atol=1e-6, rtol=0)
 
 
 def test_4bit_layers_keep_peft_routing(tiny_model_dir):
-    """bitsandbytes layers are not stacked (not verified): stackable_lora says no, generate() still works."""
+    """bitsandbytes layers are not stacked (not verified): stackable_lora says no, generate(fast=True) still works."""
     pytest.importorskip("bitsandbytes", reason="bitsandbytes cannot import on this machine")
     model = common.add_adapters(load_model("tiny", quant="4bit"), ["a0", "a1"], r=4, alpha=8)
     assert not fast.stackable_lora(model, ["a0", "a1"])
-    out = generate(model, load_tokenizer("tiny"), ["ab", "cd"], ["a0", "a1"], max_new_tokens=3)
+    out = generate(model, load_tokenizer("tiny"), ["ab", "cd"], ["a0", "a1"], max_new_tokens=3, fast=True)
     assert torch.isfinite(out["logprobs"]).all()

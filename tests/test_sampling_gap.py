@@ -98,9 +98,10 @@ def test_greedy_sampling_logprobs_are_zero(tiny):
     assert (rollout["logprobs"][rollout["response_mask"] == 1] < 0).all()
 
 
-def test_sampling_logprobs_of_a_mixed_adapter_batch_in_chunks(tiny):
-    """Rows on several adapters (stacked routing) and generate's chunks: each row's q is its own
-    adapter's."""
+@pytest.mark.parametrize("fast", [True, False])
+def test_sampling_logprobs_of_a_mixed_adapter_batch_in_chunks(tiny, fast):
+    """Rows on several adapters (fast=True: stacked routing; fast=False: peft's) and generate's
+    chunks: each row's q is its own adapter's."""
     tok, _ = tiny
     model = common.add_adapters(load_model("tiny"), ["a0", "a1"], r=4, alpha=8)
     g = torch.Generator().manual_seed(0)
@@ -111,7 +112,7 @@ def test_sampling_logprobs_of_a_mixed_adapter_batch_in_chunks(tiny):
     names = ["a0", "a1", "__base__", "a1", "a0", "__base__"]
     torch.manual_seed(0)
     rollout = generate(model, tok, PROMPTS, names, max_new_tokens=10, temperature=0.7, top_k=3,
-                       batch_size=4)
+                       batch_size=4, fast=fast)
     for name in set(names):
         rows = [i for i, n in enumerate(names) if n == name]
         part = {k: v[rows] for k, v in rollout.items()}

@@ -44,13 +44,13 @@ def build_vllm_tiny(tiny_dir, folder):
 
 def hf_generate(model, *args, **kwargs) -> dict:
     """common.generate on transformers, also for a model an engine serves (start() sets
-    model.vllm_engine, and common.generate hands such a model's rollouts to it)."""
-    engine = model.__dict__.pop("vllm_engine", None)
+    model.sampling_engine, and common.generate hands such a model's rollouts to it)."""
+    engine = model.__dict__.pop("sampling_engine", None)
     try:
         return common.generate(model, *args, **kwargs)
     finally:
         if engine is not None:
-            model.vllm_engine = engine
+            model.sampling_engine = engine
 
 
 def randomise_adapters(model, seed: int, scale: float = 0.3):
@@ -341,7 +341,7 @@ def test_an_adapter_added_later_is_served_and_evicted_ones_reload(team):
             prompts, rows_names = rows(tok, names)
             ref = hf_generate(model, tok, prompts, rows_names, 12, greedy=True)
             assert_same_rollout(generate(engine, tok, prompts, rows_names, 12, greedy=True), ref)
-        assert model.vllm_engine is engine  # common.generate's hook: the same call as a method
+        assert model.sampling_engine is engine  # common.generate's hook: the same call as a method
         assert_same_rollout(engine.generate(tok, prompts, rows_names, 12, greedy=True), ref)
         late = hf_generate(model, tok, *rows(tok, ["late"]), 12, greedy=True)
         a0 = hf_generate(model, tok, *rows(tok, ["a0"]), 12, greedy=True)
