@@ -9,9 +9,9 @@ policy is the base with every adapter disabled. One update, in the stages number
 debate, 2 score and penalise, 3 rewards, 4 reference log-probs (and values), 5 KL-shaped rewards and
 advantages, 6 PPO, 7 evaluate on held-out questions.
 
-    python cotrain.py                               # SmolLM2-135M on CPU (README: how long)
-    python cotrain.py --model tiny --max-steps 2    # each stage once, on a tiny random model
-    python cotrain.py --no-fast                     # only the code on this page and common.py
+    python cotrain.py                               # SmolLM2-135M on CPU
+    python cotrain.py --model tiny --max-steps 2    # each stage once, tiny model
+    python cotrain.py --no-fast                     # only the code you read
     python cotrain.py --config recipes/maporl-gsm8k-phi3.yaml  # paper scale, GPU
     torchrun --standalone --nproc_per_node 2 \\
         cotrain.py --model tiny --questions-per-update 4

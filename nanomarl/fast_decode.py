@@ -232,7 +232,7 @@ class FastDecoder:
 
     # -- the forward (prefill: eager; decode: the captured step) --
     def forward(self, slot, ids, pos, cols, step: bool):
-        """Logits [rows, V] (fp32, as common.fp32_head: head_logits) of the last of the T tokens
+        """Logits [rows, V] (fp32, as models.fp32_head: head_logits) of the last of the T tokens
         ids [rows, T] at positions pos [rows, T] written at cache columns cols [T]."""
         config, model = self.config, self.base.model
         x = model.embed_tokens(ids)

@@ -1,6 +1,6 @@
 """Single-agent self-consistency: the control a debate is measured against. One policy answers each
 question several times on its own (sampled, the debate's turn-1 prompt), and the majority of its
-answers is its answer, scored with the debate's vote (common.majority_vote_accuracy). Matched to a
+answers is its answer, scored with the debate's vote (vote.majority_vote_accuracy). Matched to a
 debate two ways: as many answers per question (agents x turns), and at most as many generated tokens
 per question. cotrain.py's held-out evaluation (eval_controls) and evaluate.py (methods sc-base,
 sc-maporl) use it. A learner may skip this module."""

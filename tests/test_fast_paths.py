@@ -514,7 +514,7 @@ def test_one_definition_of_pi(monkeypatch):
         debate, _ = debate_and_rewards(team, args, records)  # sampled at args.temperature
         debate = as_one_conversation(debate, team.agent_tokenizers()[0])
         exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
-        assert held_rows(team, exp, args, torch.arange(2)).all()  # the conversation forward serves all
+        assert held_rows(team, exp, args, torch.arange(2)).all()  # the conversation forward: all
         for fast in (False, True):
             args.fast = fast
             with torch.no_grad():
@@ -545,7 +545,7 @@ def test_one_definition_of_pi(monkeypatch):
             for k in ("logprobs", "entropy"):
                 torch.testing.assert_close(conversation_out[key][k], loop[key][k], **CLOSE,
                                            msg=f"{key} {k}")
-        for a in range(args.num_agents):  # turn 1's π as generate sampled it (fp32: --old-logprobs)
+        for a in range(args.num_agents):  # turn 1: π as generate sampled it (--old-logprobs)
             torch.testing.assert_close(loop[(0, a)]["logprobs"],
                                        out["debate"]["rollout"][0][a]["logprobs"], **CLOSE)
     # the same tokens, other log-probs: the new definition reached every path

