@@ -288,7 +288,7 @@ def test_help_is_grouped_with_one_default_each_and_the_examples_last(capsys):
                       "training run and its machine, shared by the trainers:", "examples:"]
     assert lines[lines.index("cotrain.py:") + 1].startswith("  --models STR")  # its own flags first
     examples = lines[lines.index("examples:") + 1:]
-    assert "  python cotrain.py --model tiny --max-steps 2    # each stage once, ~1 minute" \
+    assert "  python cotrain.py --model tiny --max-steps 2    # each stage once, tiny model" \
         in examples and not any(line.lstrip().startswith("--") for line in examples)
     flags = [i for i, line in enumerate(lines) if line.startswith("  --")] + [lines.index("examples:")]
     for start, end in zip(flags, flags[1:]):  # each flag's help says its default once
