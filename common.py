@@ -7,7 +7,8 @@
   3. log-probs   log_policy(): π_θ at the sampling temperature, its one definition;
                  forward_responses(): per-token log-probs of given responses
   4. maths       masked_mean / masked_whiten
-  5. answers     extract_answer, the debate metrics (the majority vote with the authors' tie
+  5. answers     extract_answer and has_degenerate_repetition (a well-formed answer), the debate
+                 metrics (the majority vote with the authors' tie
                  rule: nanomarl/vote.py)
 
 Conventions used everywhere:
@@ -24,6 +25,7 @@ imports this file.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 
 import torch
@@ -171,14 +173,10 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
     temperature (log_policy, as forward_responses recomputes them), and sampling_logprobs of q,
     what each token was drawn from (after top-k/top-p; greedy: 0; docs/magrpo.md)."""
     if batch_size and batch_size < len(prompts):  # batch_size rows at a time (a memory bound)
-        parts = [generate(model, tokenizer, prompts[i:i + batch_size],
-                          adapter_names and adapter_names[i:i + batch_size], max_new_tokens,
-                          temperature, top_p, top_k, min_new_tokens, greedy, None, fast)
-                 for i in range(0, len(prompts), batch_size)]
-        pads = dict(query_ids=tokenizer.pad_token_id, response_ids=tokenizer.pad_token_id)
-        return {k: torch.cat([p[k] for p in parts]) if k == "truncated" else
-                pad_cat([p[k] for p in parts], pads.get(k, 0), left=k.startswith("query"))
-                for k in parts[0]}
+        rows = functools.partial(generate, model, tokenizer, max_new_tokens=max_new_tokens,
+                                 temperature=temperature, top_p=top_p, top_k=top_k,
+                                 min_new_tokens=min_new_tokens, greedy=greedy, fast=fast)
+        return in_chunks(batch_size, tokenizer.pad_token_id, prompts, adapter_names, rows)
     stops = stop_token_ids(tokenizer, model)
     query_ids, query_mask = tokenize_prompts(tokenizer, prompts, next(model.parameters()).device)
     names = None if adapter_names is None else list(adapter_names)
@@ -204,6 +202,18 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
                 response_mask=response_mask, logprobs=out["logprobs"] * response_mask,
                 sampling_logprobs=out["sampling_logprobs"].where(response_mask.bool(), 0.0),
                 entropy=out["entropy"] * response_mask, truncated=truncated)
+
+
+def in_chunks(batch_size: int, pad_id: int, prompts: list, adapter_names, generate_rows) -> dict:
+    """generate_rows(prompts, adapter_names) on batch_size rows at a time, the outputs joined as one
+    call's: queries left-padded, responses right-padded."""
+    parts = [generate_rows(prompts[i:i + batch_size],
+                           adapter_names and adapter_names[i:i + batch_size])
+             for i in range(0, len(prompts), batch_size)]
+    pads = dict(query_ids=pad_id, response_ids=pad_id)
+    return {k: torch.cat([p[k] for p in parts]) if k == "truncated" else
+            pad_cat([p[k] for p in parts], pads.get(k, 0), left=k.startswith("query"))
+            for k in parts[0]}
 
 
 def sample_with_transformers(model, tokenizer, query_ids, query_mask, names, stops,
@@ -350,6 +360,22 @@ def extract_answer(text: str, task: str) -> str | None:
             return None
         boxed = re.split(r"[.,;!?](?!\d)|\n", text[m[-1].end():].strip())[0]
     return {"math": normalize_number, "nli": normalize_label}[task](boxed)
+
+
+def has_degenerate_repetition(token_ids: list[int], max_period: int = 20, max_repeats: int = 3,
+                              decode=None) -> bool:
+    """True when a block of 1..max_period tokens repeats consecutively more than max_repeats times
+    (the authors' rule); with `decode`, blocks of digits only (e.g. "1000000") are allowed."""
+    for period in range(1, max_period + 1):
+        run = 0  # consecutive positions i with ids[i] == ids[i - period]
+        for i in range(period, len(token_ids)):
+            run = run + 1 if token_ids[i] == token_ids[i - period] else 0
+            # the block ids[i-period+1 .. i] occurred max_repeats + 1 times in a row
+            if run >= period * max_repeats:
+                block = token_ids[i - period + 1: i + 1]
+                if decode is None or not decode(block).strip().isdigit():
+                    return True
+    return False
 
 
 def answer_correctness(answers: list, golds: list[str]) -> list[list[list[bool]]]:

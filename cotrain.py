@@ -11,7 +11,6 @@ advantages, 6 PPO, 7 evaluate on held-out questions.
 
     python cotrain.py                               # SmolLM2-135M on CPU
     python cotrain.py --model tiny --max-steps 2    # each stage once, tiny model
-    python cotrain.py --no-fast                     # only the code you read
     python cotrain.py --config recipes/maporl-gsm8k-phi3.yaml  # paper scale, GPU
     torchrun --standalone --nproc_per_node 2 \\
         cotrain.py --model tiny --questions-per-update 4
@@ -33,6 +32,7 @@ Simplifications and differences from the paper and the authors' code (docs/mapor
 """
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import time
@@ -47,25 +47,27 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from common import (ValueHead, adapter_parameters, add_adapters, allreduce_sum, chat_prompt,
-                    debate_metrics, extract_answer, forward_responses, generate, hidden_size,
-                    load_model, masked_whiten, policy_outputs)
+                    debate_metrics, extract_answer, forward_responses, generate,
+                    has_degenerate_repetition, hidden_size, load_model, masked_whiten,
+                    policy_outputs)
 from nanomarl import vllm_rollout
 from nanomarl.cli import DataArgs, ModelArgs, RunArgs, parse_args
 from nanomarl.conversation import conversation_forward
-from nanomarl.cotrain_run import (agent_models, check_questions, custom_scorer,
+from nanomarl.cotrain_run import (add_minibatch_stats, agent_models, check_questions, custom_scorer,
                                   eval_due, eval_metrics, eval_started, finish_run, load_state,
                                   log_update, ppo_metrics, rollout_metrics, save_state, settle_args,
                                   stop_if_kl_exceeds, train_turn_indices)
+from nanomarl.critic import critic_values
 from nanomarl.distributed import (allreduce_gradients, init_distributed, rank_rows, seed_everything,
                                   seed_sampling_per_rank, world_info)
+from nanomarl.fast_decode import size_micro_batches
 from nanomarl.models import load_tokenizer
 from nanomarl.runs import clean_exits, log_metrics, set_torch_threads, start_run
 from nanomarl.self_consistency import eval_controls
 from nanomarl.split_controls import split_controls
 from nanomarl.tasks.debate import dataset_options, load_task, step_indices
 from nanomarl.tasks.debate_prompts import (continue_chat, discussion_message, first_message,
-                                           followup_message, has_degenerate_repetition,
-                                           sampled_conversation)
+                                           followup_message, sampled_conversation)
 from train_verifier import rl_records, verifier_scorer
 
 
@@ -126,34 +128,43 @@ GAE_GAMMA = 1.0  # no discount within a response (TRL's and the authors' γ)
 # 1. The debate (Sec. 3.1) -------------------------------------------------------------------------
 
 
+@dataclass
+class Debate:
+    """A debate of A agents over T turns on B questions. Every per-answer field is indexed [b][t][a]
+    (tensors [B, T, A]); rollout[(t, a)] holds generate()'s tensors of turn t's agent a, B rows."""
+    records: list[dict]  # the B questions
+    prompts: list  # [b][t][a] the chat text the agent answered
+    responses: list  # [b][t][a] its response, decoded
+    answers: list  # [b][t][a] extract_answer's (None: unparsable)
+    correct: torch.Tensor  # [B, T, A] 1: the gold answer
+    scores: torch.Tensor | None  # [B, T, A] the scorer's (None: none ran)
+    rollout: dict  # (t, a) -> generate()'s tensors (ids, masks, log-probs), B rows
+    generate_s: float = 0.0  # seconds spent playing it
+
+
 def run_debate(records: list[dict], models: list, tokenizers: list, adapter_names: list[list[str]],
                max_new_tokens: int, temperature: float = 0.7, greedy: bool = False, scorer=None,
                feedback_in_prompt: bool = False, prompt_style: str = "default",
-               generate_batch_size: int = 0, show_partner=str, fast: bool = False) -> dict:
+               generate_batch_size: int = 0, show_partner=str, fast: bool = False) -> Debate:
     """Play a T-turn debate between A agents on B questions (Sec. 3.1), each other agent's answer
     of turn t-1 shown as show_partner(answer) (the silent control: neutral_message). A split record
-    (arith:split) gives each agent its own view, then a fresh chat with its partners' words.
-    Returns responses, answers, prompts [T][A][B]; correct and scores (scorer: optional) [B, T, A];
-    rollout [T][A]: generate()'s tensors for B rows."""
-    num_turns = len(adapter_names)
-    num_agents = len(models)
-    batch = len(records)
+    (arith:split) gives each agent its own view, then a fresh chat with its partners' words."""
+    t0 = time.time()
+    num_turns, num_agents, batch = len(adapter_names), len(models), len(records)
+    empty = [[[None] * num_agents for _ in range(num_turns)] for _ in records]
+    d = Debate(records, copy.deepcopy(empty), copy.deepcopy(empty), copy.deepcopy(empty),
+               torch.zeros(batch, num_turns, num_agents),
+               torch.zeros(batch, num_turns, num_agents) if scorer is not None else None, {})
     # chats[a][b]: the conversation agent a has seen on question b
     chats = [[[{"role": "user", "content": first_message(r, a, prompt_style)}] for r in records]
              for a in range(num_agents)]
     groups: dict[int, list[int]] = {}  # agents that share one model object, generated together
     for a, model in enumerate(models):
         groups.setdefault(id(model), []).append(a)
-    responses = [[None] * num_agents for _ in range(num_turns)]  # [T][A], each B rows
-    answers = [[None] * num_agents for _ in range(num_turns)]
-    prompts = [[None] * num_agents for _ in range(num_turns)]
-    rollout = [[None] * num_agents for _ in range(num_turns)]
-    correct = torch.zeros(batch, num_turns, num_agents)
-    scores = torch.zeros(batch, num_turns, num_agents) if scorer is not None else None
     for t in range(num_turns):
         for a, b in ((a, b) for a in range(num_agents if t > 0 else 0) for b in range(batch)):
             others = [j for j in range(num_agents) if j != a]  # their answers (and scores) at t-1
-            said = [(j, show_partner(responses[t - 1][j][b])) for j in others]
+            said = [(j, show_partner(d.responses[b][t - 1][j])) for j in others]
             if "followups" in records[b]:  # arith:split: a fresh chat with the partners' words
                 chats[a][b] = [{"role": "user", "content": followup_message(
                     records[b], a, [text for _, text in said])}]
@@ -161,38 +172,37 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
             chats[a][b].append({"role": "user", "content": discussion_message(
                 records[b]["question"], said,
                 prompt_style=prompt_style if records[b]["task"] == "math" else "default",
-                other_scores=([float(scores[b, t - 1, j]) for j in others]
+                other_scores=([float(d.scores[b, t - 1, j]) for j in others]
                               if feedback_in_prompt else None),
-                own_score=float(scores[b, t - 1, a]) if feedback_in_prompt else None)})
+                own_score=float(d.scores[b, t - 1, a]) if feedback_in_prompt else None)})
         for agents in groups.values():  # one generate call per base, each row on its own adapter
             model = models[agents[0]]
             tok = tokenizers[agents[0]]
             texts = [chat_prompt(tok, chats[a][b]) for a in agents for b in range(batch)]
             inputs = [texts[k * batch + b] if len(chats[a][b]) == 1  # a chat that starts here
-                      else continue_chat(tok, sampled_conversation(rollout[t - 1][a], b).tolist(),
-                                         texts[k * batch + b])  # the chat as sampled, continued
+                      else continue_chat(tok, sampled_conversation(d.rollout[(t - 1, a)], b)
+                                         .tolist(), texts[k * batch + b])  # as sampled, continued
                       for k, a in enumerate(agents) for b in range(batch)]
             names = [adapter_names[t][a] for a in agents for _ in range(batch)]
             out = generate(model, tok, inputs, names, max_new_tokens, temperature=temperature,
                            greedy=greedy, batch_size=generate_batch_size or None, fast=fast)
             for k, a in enumerate(agents):
                 rows = slice(k * batch, (k + 1) * batch)
-                ro = rollout[t][a] = {key: value[rows] for key, value in out.items()}
-                prompts[t][a] = texts[rows]
-                responses[t][a] = [tok.decode(ids[mask.bool()], skip_special_tokens=True)
-                                   for ids, mask in zip(ro["response_ids"], ro["response_mask"])]
-                answers[t][a] = [extract_answer(text, r["task"])
-                                 for text, r in zip(responses[t][a], records)]
-                correct[:, t, a] = torch.tensor([float(ans is not None and ans == r["answer"])
-                                                 for ans, r in zip(answers[t][a], records)])
-                for b in range(batch):
-                    chats[a][b].append({"role": "assistant", "content": responses[t][a][b]})
+                ro = d.rollout[(t, a)] = {key: value[rows] for key, value in out.items()}
+                for b, r in enumerate(records):
+                    text = tok.decode(ro["response_ids"][b][ro["response_mask"][b].bool()],
+                                      skip_special_tokens=True)
+                    answer = extract_answer(text, r["task"])
+                    d.prompts[b][t][a], d.responses[b][t][a] = texts[k * batch + b], text
+                    d.answers[b][t][a] = answer
+                    d.correct[b, t, a] = float(answer is not None and answer == r["answer"])
+                    chats[a][b].append({"role": "assistant", "content": text})
         if scorer is not None:
-            flat = [responses[t][a][b] for a in range(num_agents) for b in range(batch)]
-            turn_scores = scorer(records * num_agents, flat).float().cpu()
-            scores[:, t, :] = turn_scores.view(num_agents, batch).T
-    return dict(responses=responses, answers=answers, prompts=prompts, correct=correct,
-                scores=scores, rollout=rollout)
+            flat = [d.responses[b][t][a] for a in range(num_agents) for b in range(batch)]
+            d.scores[:, t, :] = scorer(records * num_agents, flat).float().cpu().view(
+                num_agents, batch).T
+    d.generate_s = time.time() - t0
+    return d
 
 
 # 2. Scores and penalties (the scorer itself: make_scorer) -----------------------------------------
@@ -344,6 +354,24 @@ def build_team(args: Args, device: str) -> Team:
 # 4-5. Experience: reference log-probs (and values), KL-shaped rewards, advantages ----------------
 
 
+@dataclass
+class Experience:
+    """One trained (turn, agent)'s B rows (debates) for PPO: the sampled tensors, then what stages
+    4-5 compute from them. [B, L] each, 0 on padding."""
+    query_ids: torch.Tensor  # the prompts, left-padded
+    query_mask: torch.Tensor
+    response_ids: torch.Tensor  # the responses, right-padded
+    response_mask: torch.Tensor
+    old_logprobs: torch.Tensor | None = None  # log π_old, as sampled (or recomputed)
+    entropy: torch.Tensor | None = None  # of π_old
+    ref_logprobs: torch.Tensor | None = None  # log π_ref: the base, adapters off
+    kl: torch.Tensor | None = None  # log π_old - log π_ref
+    rewards: torch.Tensor | None = None  # per token: -kl_coef x KL, plus R + b at the last
+    advantages: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None  # --advantage gae: V(s) when sampled
+    returns: torch.Tensor | None = None  # --advantage gae: A + V
+
+
 def kl_shaped_rewards(logprobs: torch.Tensor, ref_logprobs: torch.Tensor,
                       response_mask: torch.Tensor, final_reward: torch.Tensor, kl_coef: float):
     """Per-token rewards of one (turn, agent) (Sec. 3.2, r_θ): -kl_coef · KL at every valid token,
@@ -382,49 +410,34 @@ def group_advantages(rewards: torch.Tensor, group_size: int, std: bool = False):
 
 
 def forward_pairs(team: Team, exp: dict, rows: torch.Tensor, args: Args, adapter: str | None = None,
-                  chunk: int = 0, **outputs) -> dict:
+                  chunk: int = 0, plain: bool = False, **outputs) -> dict:
     """forward_responses over the chosen rows (debates) of every trained (turn, agent), each pair on
     its own policy adapter, or all on `adapter` ('__base__': the reference; 'critic'), `chunk` rows
-    per forward (0: all). Returns {(t, a): logprobs, entropy, hidden (None unless asked for)}."""
-    conversation, held = {}, torch.zeros(len(rows), dtype=torch.bool)
-    if args.fast:  # one forward per agent over its last turn, whose prompt holds the earlier ones
-        conversation, held = conversation_forward(team, exp, rows, args.temperature, adapter,
-                                                  chunk, policy_outputs, **outputs)
+    per forward (0: all). Returns {(t, a): logprobs, entropy, hidden (None unless asked for)}.
+    --fast: the same outputs from one forward per agent over its last turn, which holds the earlier
+    turns (nanomarl/conversation.py); rows where it does not take this loop (plain=True)."""
+    if args.fast and not plain:
+        def loop(part):
+            return forward_pairs(team, exp, part, args, adapter, chunk, True, **outputs)
+        return conversation_forward(team, exp, rows, args.temperature, adapter, chunk,
+                                    policy_outputs, loop, **outputs)
     out = {}
     for (t, a), e in exp.items():
-        name = adapter or team.adapter_names[t][a]
-        plain = [forward_responses(team.bases[team.agent_base[a]],
-                                   *(e[k][part] for k in RESPONSE_KEYS), [name] * len(part),
-                                   args.temperature, **outputs)
-                 for part in rows[~held].split(chunk or len(rows)) if len(part)]
-        out[(t, a)] = merge_rows(([conversation[(t, a)]] if held.any() else []) + plain, held)
+        model, name = team.bases[team.agent_base[a]], adapter or team.adapter_names[t][a]
+        pieces = [forward_responses(model, *(getattr(e, k)[part] for k in RESPONSE_KEYS),
+                                    [name] * len(part), args.temperature, **outputs)
+                  for part in rows.split(chunk or len(rows))]
+        out[(t, a)] = {k: None if v is None else torch.cat([p[k] for p in pieces])
+                       for k, v in pieces[0].items()}
     return out
 
 
-def merge_rows(pieces: list[dict], held: torch.Tensor) -> dict:
-    """The outputs of the conversation forward (the rows `held`, if any) and of the plain one (the
-    others, in pieces) as one dict, in the rows' order."""
-    order = torch.cat([held.nonzero(), (~held).nonzero()])[:, 0].argsort()
-    return {k: None if v is None else torch.cat([p[k] for p in pieces])[order]
-            for k, v in pieces[0].items()}
-
-
-def gae_values(team: Team, exp: dict, rows: torch.Tensor, args: Args, policy: dict | None,
-               chunk: int = 0) -> dict | None:
-    """V(s) per trained (turn, agent) with --advantage gae (nanomarl/critic.py), else None."""
-    if args.advantage != "gae":
-        return None  # the default, group, reads no values
-    from nanomarl.critic import critic_values
-    return critic_values(forward_pairs, team, exp, rows, args, policy, chunk)
-
-
 @torch.no_grad()
-def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args: Args) -> dict:
-    """{(t, a): the sampled tensors, π_old and reference log-probs, KL-shaped rewards, advantages
-    (gae: and values, returns)} for every trained (turn, agent); final_rewards [B, T, A] = R + b."""
-    sampled = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
-    exp = {key: {k: ro[k] for k in RESPONSE_KEYS} for key, ro in sampled.items()}
-    rows = torch.arange(len(debate["records"]))  # every debate
+def make_experience(team: Team, debate: Debate, final_rewards: torch.Tensor, args: Args) -> dict:
+    """{(t, a): Experience} for every trained (turn, agent); final_rewards [B, T, A] = R + b."""
+    sampled = {(t, a): debate.rollout[(t, a)] for t, a in team.trained}
+    exp = {key: Experience(*(ro[k] for k in RESPONSE_KEYS)) for key, ro in sampled.items()}
+    rows = torch.arange(len(debate.records))  # every debate
     # 4. the reference: the same rows on the base alone
     ref = forward_pairs(team, exp, rows, args, "__base__", args.forward_batch_size)
     # π_old: as sampled in fp32; below fp32 a forward in the update's shapes (TRL's, the authors')
@@ -434,25 +447,26 @@ def make_experience(team: Team, debate: dict, final_rewards: torch.Tensor, args:
     if recompute:
         old = forward_pairs(team, exp, rows, args, None, args.micro_batch_questions,
                             output_entropy=True, output_hidden=args.advantage == "gae")
-    values = gae_values(team, exp, rows, args, old if recompute else None, args.forward_batch_size)
+    values = (critic_values(forward_pairs, team, exp, rows, args, old if recompute else None,
+                            args.forward_batch_size) if args.advantage == "gae" else None)
     for (t, a), e in exp.items():
-        mask = e["response_mask"]
+        mask = e.response_mask
         # 5. per-token rewards: -kl_coef x KL at every token, R + b at the last
         final = final_rewards[:, t, a].to(mask.device)
         rewards, kl = kl_shaped_rewards(old[(t, a)]["logprobs"], ref[(t, a)]["logprobs"], mask,
                                         final, args.kl_coef)
         if values is not None:  # GAE within each response, whitened over this (turn, agent)
             advantages, returns = gae(rewards, values[(t, a)], mask, GAE_GAMMA, args.gae_lambda)
-            e.update(old_values=values[(t, a)], returns=returns)
+            e.old_values, e.returns = values[(t, a)], returns
             advantages = masked_whiten(advantages, mask)
         else:  # group: R + b against its question's K debates, plus the summed KL's (r_θ)
             penalty = group_advantages(-args.kl_coef * kl.sum(dim=1), args.samples_per_question)
             advantages = group_advantages(final, args.samples_per_question,
                                           args.advantage_std)  # the std of R + b only
             advantages = (advantages + penalty)[:, None] * mask
-        e.update(old_logprobs=old[(t, a)]["logprobs"], entropy=old[(t, a)]["entropy"],
-                 ref_logprobs=ref[(t, a)]["logprobs"], kl=kl, rewards=rewards,
-                 advantages=advantages)
+        e.old_logprobs, e.entropy = old[(t, a)]["logprobs"], old[(t, a)]["entropy"]
+        e.ref_logprobs, e.kl, e.rewards = ref[(t, a)]["logprobs"], kl, rewards
+        e.advantages = advantages
     return exp
 
 
@@ -499,15 +513,16 @@ def ppo_loss(team: Team, exp: dict, rows: torch.Tensor, num_tokens: dict, stats:
     """The loss of these rows at every trained (turn, agent), each pair on its own adapter: the sum
     of the clipped surrogates and, with --advantage gae, vf_coef x the value losses."""
     out = forward_pairs(team, exp, rows, args, output_hidden=args.advantage == "gae")  # for V(s)
-    values = gae_values(team, exp, rows, args, out)  # on these states (or the critic adapter's)
+    values = (critic_values(forward_pairs, team, exp, rows, args, out)  # on these states
+              if args.advantage == "gae" else None)  # (or the critic adapter's)
     loss = 0.0
     for key, e in exp.items():
-        mask = e["response_mask"][rows]
-        pg_loss, s = policy_loss(out[key]["logprobs"], e["old_logprobs"][rows],
-                                 e["advantages"][rows], mask, num_tokens[key], args.cliprange)
+        mask = e.response_mask[rows]
+        pg_loss, s = policy_loss(out[key]["logprobs"], e.old_logprobs[rows], e.advantages[rows],
+                                 mask, num_tokens[key], args.cliprange)
         loss = loss + pg_loss
         if values is not None:
-            vf_loss, vs = value_loss(values[key], e["old_values"][rows], e["returns"][rows], mask,
+            vf_loss, vs = value_loss(values[key], e.old_values[rows], e.returns[rows], mask,
                                      num_tokens[key], args.cliprange)
             loss = loss + args.vf_coef * vf_loss
             s = {**s, **vs}
@@ -520,7 +535,7 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
     micro-batch of debates (ppo_loss), then each optimiser clips and steps once per minibatch.
     Multi-process: question g and its K debates sit on rank g % world; the losses are divided by the
     minibatch's GLOBAL token count and the gradients summed: the step equals one process's."""
-    n_global = len(next(iter(exp.values()))["response_mask"]) * world_info()[1]
+    n_global = len(next(iter(exp.values())).response_mask) * world_info()[1]
     mb_size = args.minibatch_questions or n_global
     micro = min(args.micro_batch_questions or mb_size, mb_size)
     params = {name: [p for g in opt.param_groups for p in g["params"]]
@@ -532,7 +547,7 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
         perm = torch.randperm(n_global, generator=shuffle)
         for start in range(0, n_global, mb_size):
             minibatch = rank_rows(perm[start:start + mb_size], args.samples_per_question)
-            num_tokens = {key: allreduce_sum(e["response_mask"][minibatch].sum())
+            num_tokens = {key: allreduce_sum(e.response_mask[minibatch].sum())
                           for key, e in exp.items()}
             mb_stats = {key: [] for key in exp}
             for opt in team.optimizers.values():
@@ -551,11 +566,7 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
             for name, opt in team.optimizers.items():
                 stats[f"grad_norm/{name}"].append(norms[name])
                 opt.step()
-            for key, pieces in mb_stats.items():  # token sums per minibatch; a rank may hold none
-                if pieces:
-                    total = {k: float(sum(p[k] for p in pieces)) for k in pieces[0]}
-                    total["max_abs_logratio"] = float(max(p["max_abs_logratio"] for p in pieces))
-                    stats[key].append(total)
+            add_minibatch_stats(stats, mb_stats)  # token sums per minibatch and (turn, agent)
     return stats
 
 
@@ -578,9 +589,7 @@ def evaluate_team(team: Team, args: Args, records: list[dict], scorer) -> dict:
                   scorer=scorer if args.feedback_in_prompt else None,
                   feedback_in_prompt=args.feedback_in_prompt,
                   generate_batch_size=args.generate_batch_size)
-    answers = [[[debate["answers"][t][a][b] for a in range(args.num_agents)]
-                for t in range(args.num_turns)] for b in range(len(records))]
-    numbers = debate_metrics(answers, [r["answer"] for r in records])
+    numbers = debate_metrics(debate.answers, [r["answer"] for r in records])
     controls = split_controls(play, team, args, records, debate)  # arith:split only
     return dict(eval_metrics(numbers), **controls,
                 **eval_controls(play, team, args, records, debate, t0))
@@ -591,28 +600,27 @@ def rollout_step(team: Team, args: Args, records: list[dict], scorer,
     """Stages 1-5 of one update: (debate, exp, dict(scores, penalized, rewards, bonus) [B, T, A]).
     builtin_rules=False (your scorer without --reward-fn-rules): no penalties, no incentives."""
     # 1. play the debate: all agents of a turn in one generate call, each row on its own adapter
-    t0 = time.time()
     debate = run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names,
                         args.max_new_tokens, temperature=args.temperature, scorer=scorer,
                         feedback_in_prompt=args.feedback_in_prompt, prompt_style=args.prompt_style,
                         generate_batch_size=args.generate_batch_size, fast=args.fast)
-    debate.update(records=records, generate_s=time.time() - t0)
     # 2. score the answers; penalise a bad format and a missing EOS
-    scores = debate["scores"]
+    scores = debate.scores
     good = torch.zeros_like(scores, dtype=torch.bool)
     truncated = torch.zeros_like(scores, dtype=torch.bool)
     for t in range(args.num_turns):
         for a, tok in enumerate(team.agent_tokenizers()):
-            ro = debate["rollout"][t][a]
+            ro = debate.rollout[(t, a)]
             truncated[:, t, a] = ro["truncated"].cpu()
-            for b, answer in enumerate(debate["answers"][t][a]):
+            for b in range(len(records)):
                 ids = ro["response_ids"][b][ro["response_mask"][b].bool()].tolist()
-                good[b, t, a] = format_ok(answer, ids, args.min_response_tokens, decode=tok.decode)
+                good[b, t, a] = format_ok(debate.answers[b][t][a], ids, args.min_response_tokens,
+                                          decode=tok.decode)
     penalized = apply_penalties(scores, good, truncated, args.format_penalty if args.penalize_format
                                 else None, args.missing_eos_penalty)
     # 3. influence-aware reward (Definition 1) + incentives (Tables 1-2, on 0/1 correctness)
     incentives = [float(x) for x in args.incentives.split(",")]  # α0, α1, β0, β1 (checked)
-    bonus = incentive_bonus(debate["correct"], *incentives)
+    bonus = incentive_bonus(debate.correct, *incentives)
     if not builtin_rules:  # your scorer without --reward-fn-rules: its scores alone
         penalized = scores.clone()
         bonus = torch.zeros_like(scores)
@@ -638,6 +646,9 @@ def main(args: Args, score_fn=None) -> Path:
     """Train; returns the run folder. score_fn(records, responses) -> scores in [0, 1] is
     --reward-fn from Python (the penalties and incentives then apply with --reward-fn-rules)."""
     args, score_fn = settle_args(args, score_fn)  # --resume, every refusal, --reward-fn
+    args.lr_decay_steps = args.lr_decay_steps or args.max_steps  # saved: a longer resume keeps it
+    size_micro_batches(args, "micro_batch_questions", args.num_agents,  # CUDA only, unless typed
+                       256 + args.num_turns * args.num_agents * args.max_new_tokens)
     rank, world, device = init_distributed(args.device)  # multi-process: torchrun's process group
     print(set_torch_threads(args.threads))
     records = load_task(args.dataset, "train", seed=args.seed, skip_bad_rows=args.skip_bad_rows,
@@ -673,7 +684,7 @@ def main(args: Args, score_fn=None) -> Path:
         stats = ppo_update(team, exp, args, shuffle_seed=1_000_003 * args.seed + step)  # 6. PPO
         metrics = dict(step=step + 1, lr=lr, **rollout_metrics(debate, **r),
                        **ppo_metrics(exp, stats, args.num_agents), **{
-                           "timing/generate_s": debate["generate_s"], "timing/rollout_s": t1 - t0,
+                           "timing/generate_s": debate.generate_s, "timing/rollout_s": t1 - t0,
                            "timing/update_s": time.time() - t1, "timing/step_s": time.time() - t0})
         if eval_due(args, step + 1):  # 7. the team after this update on the held-out questions
             metrics.update(evaluate_team(team, args, eval_records, scorer))

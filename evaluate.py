@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -119,6 +120,7 @@ class Args:
     # ---- what to evaluate ----
     mode: Literal["debate", "magrpo"] = "debate"  # debate: MAPoRL debates | magrpo: MAGRPO teams
     use_vllm: bool = False  # generation on one vLLM engine holding every adapter (docs/usage.md)
+    fast: bool = True  # the trainers' fast paths, the same numbers; --no-fast: the plain code
     methods: str = ""  # comma-separated methods (default: every method the given flags allow)
     dataset: str = ""  # as cotrain.py / magrpo.py ('' = the --run's, else the mode's CPU default)
     output_dir: str = ""  # results folder (default runs/evaluate-<mode>-<time>)
@@ -249,14 +251,14 @@ def method_agents(method: str, bases: Bases, args) -> list[tuple[str, list[str]]
 
 
 def play_debates(bases: Bases, agents: list[tuple[str, list[str]]], records: list[dict], args,
-                 scorer, greedy: bool, desc: str = "debates") -> tuple[dict, float, int]:
+                 scorer, greedy: bool, desc: str = "debates") -> tuple:
     """cotrain.run_debate over the records in chunks of --batch-size (a bar over the questions).
-    Returns (the debate's responses, answers and prompts [T][A][B] and per question the tokens
-    generated and read [B], wall-clock seconds, generated tokens)."""
+    Returns (the chunks' cotrain.Debate joined (no rollout tensors), per question the tokens
+    generated and read, wall-clock seconds)."""
     models = [bases.model(base) for base, _ in agents]
     tokenizers = [bases.tokenizers[base] for base, _ in agents]
     adapter_names = [[names[t] for _, names in agents] for t in range(args.num_turns)]
-    merged, seconds, tokens = None, 0.0, 0
+    chunks, generated, read, seconds = [], [], [], 0.0
     bar = tqdm(total=len(records), desc=desc, unit="question")
     for start in range(0, len(records), args.batch_size):
         chunk = records[start:start + args.batch_size]
@@ -265,23 +267,16 @@ def play_debates(bases: Bases, agents: list[tuple[str, list[str]]], records: lis
                                     args.temperature, greedy=greedy, scorer=scorer,
                                     feedback_in_prompt=args.feedback_in_prompt,
                                     prompt_style=args.prompt_style,
-                                    generate_batch_size=args.generate_batch_size)
+                                    generate_batch_size=args.generate_batch_size, fast=args.fast)
         seconds += time.perf_counter() - t0
-        generated, read = debate_tokens(debate)
-        tokens += sum(generated)
-        if merged is None:
-            merged = {k: debate[k] for k in ("responses", "answers", "prompts")}
-            merged.update(tokens=[], prompt_tokens=[])
-        else:
-            for k in ("responses", "answers", "prompts"):
-                for t, turn in enumerate(merged[k]):
-                    for a in range(len(turn)):
-                        turn[a] = turn[a] + debate[k][t][a]
-        merged["tokens"] += generated
-        merged["prompt_tokens"] += read
+        chunks.append(debate)
+        generated, read = [x + y for x, y in zip((generated, read), debate_tokens(debate))]
         bar.update(len(chunk))
     bar.close()
-    return merged, seconds, tokens
+    joined = cotrain.Debate(*(sum((getattr(d, k) for d in chunks), []) for k in
+                              ("records", "prompts", "responses", "answers")),
+                            torch.cat([d.correct for d in chunks]), None, {})
+    return joined, generated, read, seconds
 
 
 def play_self_consistency(bases: Bases, agent: tuple[str, list[str]], records: list[dict], args,
@@ -297,7 +292,8 @@ def play_self_consistency(bases: Bases, agent: tuple[str, list[str]], records: l
     for start in range(0, len(records), args.batch_size):
         chunk = slice(start, start + args.batch_size)
         t0 = time.perf_counter()
-        out = sample_answers(cotrain.run_debate, bases.model(base), bases.tokenizers[base], adapter,
+        play = functools.partial(cotrain.run_debate, fast=args.fast)
+        out = sample_answers(play, bases.model(base), bases.tokenizers[base], adapter,
                              records[chunk], n, budgets[chunk] if budgets else None,
                              args.sc_max_samples or 4 * n, max_new_tokens=args.max_new_tokens,
                              temperature=args.temperature, prompt_style=args.prompt_style,
@@ -326,7 +322,7 @@ def train_sft_baseline(bases: Bases, args, scorer, exclude: set[str] = frozenset
         print(f"sft: left out {len(loaded) - len(records)} train questions that are also "
               "evaluation questions")
     agents = [(base, ["__base__"] * args.num_turns)] * args.num_agents
-    debate, _, _ = play_debates(bases, agents, records, args, scorer, greedy=False)
+    debate = play_debates(bases, agents, records, args, scorer, greedy=False)[0]
     examples = correct_debate_examples(debate, records)
     model = add_adapters(bases.model(base), ["sft"], r=args.lora_r, alpha=args.lora_alpha)
     bases.models[base] = model
@@ -410,24 +406,19 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
                 method, bases, plans[method][0], records, args, spent.get(SC_PAIRS[method]))
             rows += method_rows
             continue
-        debate, seconds, tokens = play_debates(bases, plans[method], records, args, scorer,
-                                               args.greedy, desc=method)
-        spent[method] = debate["tokens"]
-        answers = [[[debate["answers"][t][a][b] for a in range(args.num_agents)]
-                    for t in range(args.num_turns)]
-                   for b in range(len(records))]  # [question][turn][agent]
-        results[method] = dict(**debate_metrics(answers, golds),
+        debate, generated, read, seconds = play_debates(bases, plans[method], records, args,
+                                                        scorer, args.greedy, desc=method)
+        spent[method] = generated
+        results[method] = dict(**debate_metrics(debate.answers, golds),
                                agents=[dict(base=base, adapters=names)
                                        for base, names in plans[method]],
                                time_per_question_s=seconds / len(records),
                                answers_per_question=args.num_agents * args.num_turns,
-                               tokens_per_question=tokens / len(records),
-                               prompt_tokens_per_question=sum(debate["prompt_tokens"])
-                               / len(records),
+                               tokens_per_question=sum(generated) / len(records),
+                               prompt_tokens_per_question=sum(read) / len(records),
                                **extra)
-        rows += [dict(method=method, question=r["id"], gold=r["answer"], answers=answers[b],
-                      responses=[[debate["responses"][t][a][b] for a in range(args.num_agents)]
-                                 for t in range(args.num_turns)], tokens=debate["tokens"][b])
+        rows += [dict(method=method, question=r["id"], gold=r["answer"], answers=debate.answers[b],
+                      responses=debate.responses[b], tokens=generated[b])
                  for b, r in enumerate(records)]
         print(f"{method}: " + accuracy_summary(results[method]["accuracy"])
               + f" | tokens/question {results[method]['tokens_per_question']:.1f}")
@@ -439,7 +430,7 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
 
 
 def debate_split_controls(bases: Bases, agents: list[tuple[str, list[str]]], records: list[dict],
-                          args, debate: dict) -> dict:
+                          args, debate) -> dict:
     """The controls of cotrain.py's held-out evaluation on split information, for one method's team
     (nanomarl/split_controls.py, greedy): eval/silent/turn{t}/agent_accuracy,
     eval/ceiling/accuracy (its agent 0's turn-1 policy alone, on the whole question) and
@@ -448,7 +439,8 @@ def debate_split_controls(bases: Bases, agents: list[tuple[str, list[str]]], rec
                            agent_tokenizers=lambda: [bases.tokenizers[base] for base, _ in agents],
                            adapter_names=[[names[t] for _, names in agents]
                                           for t in range(args.num_turns)])
-    return split_controls(cotrain.run_debate, team, args, records, debate,
+    return split_controls(functools.partial(cotrain.run_debate, fast=args.fast), team, args,
+                          records, debate,
                           greedy_debate=False)  # sampled, in chunks: the silent turn 1 replayed
 
 
@@ -516,7 +508,7 @@ def timed_generate(team, tokenizer, prompts: list[list[str]], agents: list[int],
     start = time.perf_counter()
     out = magrpo.generate_joint_action(acting, tokenizer, prompts, num_samples, args.max_new_tokens,
                                        args.temperature, args.top_p, args.top_k, greedy=args.greedy,
-                                       chat_template=args.chat_template)
+                                       chat_template=args.chat_template, fast=args.fast)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start

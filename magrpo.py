@@ -49,6 +49,7 @@ from nanomarl.cli import ModelArgs, RunArgs, arg_error, load_function, parse_arg
 from nanomarl.distributed import (allreduce_gradients, allreduce_sum, init_distributed,
                                   is_main_process, seed_everything,
                                   seed_sampling_per_rank)
+from nanomarl.fast_decode import size_micro_batches
 from nanomarl.magrpo_run import (RESUME_MUST_MATCH, check_args, check_task, custom_reward,
                                  finish_run, held_out_problems, load_state, print_sample,
                                  rollout_metrics, save_state, team_means, tree_samples)
@@ -556,6 +557,8 @@ def main(args: Args):
     if args.resume:  # the run's settings + the flags typed now; a change of shape is refused
         args = resumed_args(args, "magrpo", RESUME_MUST_MATCH, ("eval_problems",))
     check_args(args)
+    size_micro_batches(args, "micro_batch_size", 1,  # completions per forward: CUDA, unless typed
+                       512 + args.turns * args.max_new_tokens)
     reward_fn = load_function(args.reward_fn, "--reward-fn") if args.reward_fn else None
     problems = load_problems(args.dataset, "train", args.train_limit)
     if not problems:

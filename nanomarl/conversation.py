@@ -22,27 +22,27 @@ KEYS = ("query_ids", "query_mask", "response_ids", "response_mask")
 
 
 def conversation_forward(team, exp: dict, rows: torch.Tensor, temperature: float,
-                         adapter: str | None, chunk: int, policy_outputs, **outputs):
-    """({(t, a): outputs} of the rows whose turns are one conversation, a bool mask [len(rows)] of
-    those rows), from one forward per agent over its last trained turn, `chunk` rows at a time
-    (0: all). Nothing where an agent's turns run on several adapters (a LoRA per turn)."""
+                         adapter: str | None, chunk: int, policy_outputs, plain, **outputs) -> dict:
+    """cotrain.forward_pairs' {(t, a): outputs} for the rows, `chunk` at a time (0: all): those
+    whose turns are one conversation from one forward per agent over its last trained turn, the
+    others from plain(rows) (cotrain's loop; all of them where an agent's turns run on several
+    adapters, as with a LoRA per turn)."""
     turns = sorted({t for t, _ in exp})
     agents = sorted({a for _, a in exp})
     names = {a: adapter or team.adapter_names[turns[-1]][a] for a in agents}
-    none = {}, torch.zeros(len(rows), dtype=torch.bool)
-    if (len(turns) < 2 or any((t, a) not in exp for t in turns for a in agents)
-            or any((adapter or team.adapter_names[t][a]) != names[a] for t in turns for a in agents)):
-        return none
+    pairs = [(t, a) for t in turns for a in agents]
+    if (len(turns) < 2 or any(key not in exp for key in pairs)
+            or any((adapter or team.adapter_names[t][a]) != names[a] for t, a in pairs)):
+        return plain(rows)
     held = torch.ones(len(rows), dtype=torch.bool)
-    for t in turns[:-1]:
-        for a in agents:
-            held &= holds(exp[(t, a)], exp[(turns[-1], a)], rows)
+    for t, a in pairs[:-len(agents)]:
+        held &= holds(exp[(t, a)], exp[(turns[-1], a)], rows)
     if not held.any():
-        return none
+        return plain(rows)
     out = {}
     for a in agents:
         model = team.bases[team.agent_base[a]]
-        pieces = [read_conversation(model, {t: {k: exp[(t, a)][k][part] for k in KEYS}
+        pieces = [read_conversation(model, {t: {k: getattr(exp[(t, a)], k)[part] for k in KEYS}
                                             for t in turns}, names[a], temperature,
                                     policy_outputs, **outputs)
                   for part in rows[held].split(chunk or len(rows))]
@@ -50,14 +50,20 @@ def conversation_forward(team, exp: dict, rows: torch.Tensor, temperature: float
             out[(t, a)] = {k: None if pieces[0][t][k] is None
                            else torch.cat([p[t][k] for p in pieces])
                            for k in ("logprobs", "entropy", "hidden")}
-    return out, held
+    if held.all():
+        return out
+    rest = plain(rows[~held])  # in the rows' order again:
+    order = torch.cat([held.nonzero(), (~held).nonzero()])[:, 0].argsort()
+    return {key: {k: None if v is None else torch.cat([v, rest[key][k]])[order]
+                  for k, v in out[key].items()} for key in out}
 
 
-def holds(earlier: dict, later: dict, rows: torch.Tensor) -> torch.Tensor:
+def holds(earlier, later, rows: torch.Tensor) -> torch.Tensor:
     """For each row: does its earlier prompt and sampled response (padding removed) start, token
-    for token, the same row's later prompt? A bool [len(rows)]."""
+    for token, the same row's later prompt? A bool [len(rows)]. earlier, later: cotrain's
+    Experience of one agent at two turns."""
     def real(batch, key, b):
-        return batch[key][b][batch[key.replace("ids", "mask")][b].bool()]
+        return getattr(batch, key)[b][getattr(batch, key.replace("ids", "mask"))[b].bool()]
     return torch.tensor([
         torch.equal(real(later, "query_ids", b)[:len(conversation)], conversation)
         for b in rows.tolist()

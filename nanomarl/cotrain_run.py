@@ -24,7 +24,6 @@ from nanomarl.distributed import (
     is_main_process,
     world_info,
 )
-from nanomarl.fast_decode import configure_device
 from nanomarl.models import (
     adapter_state_dict,
     check_device,
@@ -192,49 +191,49 @@ def load_state(run_dir: Path, team) -> int:
     return state["step"]
 
 
-def print_sample(step: int, debate: dict, scores: torch.Tensor, penalized: torch.Tensor,
+def print_sample(step: int, debate, scores: torch.Tensor, penalized: torch.Tensor,
                  rewards: torch.Tensor, chars: int = 400):
-    """The first question's debate, printed above the progress bar (tqdm.write)."""
-    record = debate["records"][0]
+    """The first question's debate (cotrain.Debate), printed above the progress bar."""
+    record = debate.records[0]
     lines = [f"\n=== sample debate, update {step} | gold {record['answer']} ===\n"
              f"Q: {record['question']}"]
-    for t, turn in enumerate(debate["responses"]):
-        for a, texts in enumerate(turn):
-            text = texts[0] if len(texts[0]) <= chars else texts[0][:chars] + " [...]"
-            lines.append(f"--- turn {t + 1}, agent {a}: answer={debate['answers'][t][a][0]} "
+    for t, turn in enumerate(debate.responses[0]):
+        for a, text in enumerate(turn):
+            text = text if len(text) <= chars else text[:chars] + " [...]"
+            lines.append(f"--- turn {t + 1}, agent {a}: answer={debate.answers[0][t][a]} "
                          f"score={scores[0, t, a]:.3f} penalised={penalized[0, t, a]:.3f} "
                          f"reward={rewards[0, t, a]:.3f}\n{text}")
     tqdm.write("\n".join(lines + ["=" * 40]))
 
 
-def debate_samples(step: int, debate: dict, scores: torch.Tensor, penalized: torch.Tensor,
+def debate_samples(step: int, debate, scores: torch.Tensor, penalized: torch.Tensor,
                    rewards: torch.Tensor) -> list[dict]:
     """samples.jsonl rows of one update: every (question, turn, agent) response with its prompt,
     parsed answer, score, penalised score and reward (this process's questions)."""
     return [dict(step=step, question=record["question"], gold=record["answer"], turn=t + 1, agent=a,
-                 prompt=debate["prompts"][t][a][b], response=debate["responses"][t][a][b],
-                 answer=debate["answers"][t][a][b], correct=debate["correct"][b, t, a].item(),
+                 prompt=debate.prompts[b][t][a], response=debate.responses[b][t][a],
+                 answer=debate.answers[b][t][a], correct=debate.correct[b, t, a].item(),
                  score=scores[b, t, a].item(), penalized_score=penalized[b, t, a].item(),
                  reward=rewards[b, t, a].item())
-            for b, record in enumerate(debate["records"]) for t in range(len(debate["responses"]))
-            for a in range(len(debate["responses"][t]))]
+            for b, record in enumerate(debate.records) for t in range(scores.shape[1])
+            for a in range(scores.shape[2])]
 
 
-def rollout_metrics(debate: dict, scores: torch.Tensor, penalized: torch.Tensor,
+def rollout_metrics(debate, scores: torch.Tensor, penalized: torch.Tensor,
                     rewards: torch.Tensor, bonus: torch.Tensor) -> dict:
     """Per turn: the majority vote's accuracy (the authors' rule); per (agent, turn): correctness,
     scores, rewards, bonuses, lengths."""
-    metrics, records = {}, debate["records"]
+    metrics, records = {}, debate.records
     num_turns, num_agents = scores.shape[1], scores.shape[2]
     for t in range(num_turns):
         metrics[f"turn{t + 1}/accuracy"] = sum(majority_vote_accuracy(
-            [debate["answers"][t][a][b] for a in range(num_agents)], r["answer"])
+            debate.answers[b][t], r["answer"])
             for b, r in enumerate(records)) / len(records)
         for a in range(num_agents):
-            ro = debate["rollout"][t][a]
+            ro = debate.rollout[(t, a)]
             p = f"agent{a}/turn{t + 1}/"
             metrics.update({
-                p + "correct": debate["correct"][:, t, a].mean().item(),
+                p + "correct": debate.correct[:, t, a].mean().item(),
                 p + "score": scores[:, t, a].mean().item(),
                 p + "penalized_score": penalized[:, t, a].mean().item(),
                 p + "reward": rewards[:, t, a].mean().item(),
@@ -246,15 +245,15 @@ def rollout_metrics(debate: dict, scores: torch.Tensor, penalized: torch.Tensor,
                     "objective/penalized_scores": penalized.mean().item(),
                     "objective/rewards": rewards.mean().item(),
                     "objective/bonus": bonus.mean().item(),
-                    "objective/correct": debate["correct"].mean().item(),
+                    "objective/correct": debate.correct.mean().item(),
                     "objective/format_penalized_frac":
                         (penalized < scores - 1e-6).float().mean().item(),
                     "objective/truncation_gap":
-                        truncation_gap([ro for turn in debate["rollout"] for ro in turn])})
-    lengths = torch.cat([ro["response_mask"].sum(1).float().cpu()
-                         for turn in debate["rollout"] for ro in turn])
-    truncated = torch.cat([ro["truncated"].float().cpu()
-                           for turn in debate["rollout"] for ro in turn])
+                        truncation_gap([debate.rollout[key] for key in sorted(debate.rollout)])})
+    lengths = torch.cat([debate.rollout[key]["response_mask"].sum(1).float().cpu()
+                         for key in sorted(debate.rollout)])
+    truncated = torch.cat([debate.rollout[key]["truncated"].float().cpu()
+                           for key in sorted(debate.rollout)])
     metrics.update({"completions/mean_length": lengths.mean().item(),
                     "completions/clipped_ratio": truncated.mean().item()})
     return metrics
@@ -279,6 +278,16 @@ def explained_variance(predicted: torch.Tensor, target: torch.Tensor, mask: torc
             else (1 - var(target - predicted) / var_target).item())
 
 
+def add_minibatch_stats(stats: dict, mb_stats: dict):
+    """cotrain.ppo_update's statistics of one minibatch, per (turn, agent): its micro-batches' token
+    sums added up (and the largest |log ratio|), appended to stats[key]; a rank may hold none."""
+    for key, pieces in mb_stats.items():
+        if pieces:
+            total = {k: float(sum(p[k] for p in pieces)) for k in pieces[0]}
+            total["max_abs_logratio"] = float(max(p["max_abs_logratio"] for p in pieces))
+            stats[key].append(total)
+
+
 def ppo_metrics(exp: dict, stats: dict, num_agents: int) -> dict:
     """PPO statistics per agent (token-weighted over its trained turns and all minibatches) and
     overall."""
@@ -291,11 +300,11 @@ def ppo_metrics(exp: dict, stats: dict, num_agents: int) -> dict:
         prefix = "" if a is None else f"agent{a}/"
         mb = [s for key in keys for s in stats[key]]
         tokens = sum(s["tokens"] for s in mb) or float("nan")
-        masks = [exp[k]["response_mask"] for k in keys]
+        masks = [exp[k].response_mask for k in keys]
         metrics.update({
-            prefix + "objective/kl": (sum(exp[k]["kl"].sum() for k in keys).item()
+            prefix + "objective/kl": (sum(exp[k].kl.sum() for k in keys).item()
                                       / sum(m.shape[0] for m in masks)),
-            prefix + "objective/entropy": (sum((exp[k]["entropy"] * m).sum()
+            prefix + "objective/entropy": (sum((exp[k].entropy * m).sum()
                                                for k, m in zip(keys, masks)).item()
                                            / sum(m.sum() for m in masks).item()),
             prefix + "policy/approxkl": sum(s["approxkl"] for s in mb) / tokens,
@@ -307,9 +316,9 @@ def ppo_metrics(exp: dict, stats: dict, num_agents: int) -> dict:
             metrics.update({
                 prefix + "val/clipfrac": sum(s["vf_clipfrac"] for s in mb) / tokens,
                 prefix + "loss/value": sum(s["vf_loss"] for s in mb) / tokens,
-                prefix + "val/explained_variance": sum(explained_variance(exp[k]["old_values"],
-                                                                          exp[k]["returns"],
-                                                                          exp[k]["response_mask"])
+                prefix + "val/explained_variance": sum(explained_variance(exp[k].old_values,
+                                                                          exp[k].returns,
+                                                                          exp[k].response_mask)
                                                        for k in keys) / len(keys),
             })
     for key, value in stats.items():
@@ -379,7 +388,7 @@ def stop_if_kl_exceeds(run_dir: Path, team, step: int, exp: dict, args):
     """Stop (checkpoint kept) when a (turn, agent)'s mean KL per response, over all ranks'
     responses, exceeds MAX_KL: the policy has run away; every rank takes the same decision."""
     world = world_info()[1]
-    kl = {key: (allreduce_sum(e["kl"].sum()) / (e["kl"].shape[0] * world)).item()
+    kl = {key: (allreduce_sum(e.kl.sum()) / (e.kl.shape[0] * world)).item()
           for key, e in exp.items()}
     worst = max(kl, key=kl.get)
     if kl[worst] > MAX_KL:
@@ -391,7 +400,7 @@ def stop_if_kl_exceeds(run_dir: Path, team, step: int, exp: dict, args):
                          f"--kl-coef.")
 
 
-def log_update(run_dir: Path, metrics: dict, stats: dict, debate: dict, r: dict, args, bar):
+def log_update(run_dir: Path, metrics: dict, stats: dict, debate, r: dict, args, bar):
     """metrics.jsonl (rank 0, its own questions), the progress bar, a summary line every --log-every
     updates, and a sample debate (printed and in samples.jsonl) every --sample-every."""
     step = metrics["step"]
@@ -473,13 +482,9 @@ def incentive_values(args) -> list[float]:
 
 def settle_args(args, score_fn=None):
     """The settings a run trains with: --resume's saved ones under the flags typed now (a structural
-    change refused), every refusal before anything heavy loads, the decay length saved with the
-    run, and your scorer (--reward-fn) imported."""
+    change refused), every refusal before anything heavy loads, and your scorer (--reward-fn)
+    imported."""
     if args.resume:
         args = resumed_args(args, "cotrain", RESUME_MUST_MATCH, ("eval_questions", "eval_split"))
     check_args(args)
-    # fast decoding on or off; on a GPU, debates per forward from its free memory
-    configure_device(args, "micro_batch_questions", args.num_agents,
-                     256 + args.num_turns * args.num_agents * args.max_new_tokens)
-    args.lr_decay_steps = args.lr_decay_steps or args.max_steps  # a longer resume keeps it
     return args, user_scorer(args, score_fn)

@@ -1,7 +1,8 @@
 """fast_decode.py: generation on a GPU with a static KV cache and a captured decoding step.
 
 common.generate with fast=True (the scripts' --fast) samples a CUDA model's rollouts and
-evaluations here (fast_decoder()); the plain path is common.generate's own loop through transformers,
+evaluations here (fast_decoder()); the plain path is common.generate's own loop through
+transformers,
 and tests/test_fast_decode.py checks that both give the same tokens and log-probs. The decoding
 loop is short, in the spirit of nanochat's engine:
 
@@ -399,10 +400,10 @@ class Slot:
             self._step_eager()
 
 
-def configure_device(args, field: str, rows_per_unit: int, tokens_per_row: int):
-    """A run's device settings, before its model loads (cotrain's settle_args, magrpo's
-    check_args): on CUDA the micro-batch flag `field`, unless typed, as many units (rows_per_unit rows of about tokens_per_row tokens each) as fit in
-    half the GPU's free memory (micro_batch_units). On CPU the flag keeps its default."""
+def size_micro_batches(args, field: str, rows_per_unit: int, tokens_per_row: int):
+    """Before the model loads (the trainers' main): on CUDA the micro-batch flag `field`, unless
+    typed, as many units (rows_per_unit rows of about tokens_per_row tokens each) as fit in half
+    the GPU's free memory (micro_batch_units). On CPU the flag keeps its default."""
     from nanomarl.cli import given_fields
 
     device = getattr(args, "device", "") or ("cuda" if torch.cuda.is_available() else "cpu")

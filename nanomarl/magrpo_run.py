@@ -15,7 +15,6 @@ from tqdm import tqdm
 
 from nanomarl.cli import arg_error, check_numbers
 from nanomarl.distributed import finish_distributed, is_main_process
-from nanomarl.fast_decode import configure_device
 from nanomarl.models import (adapter_state_dict, check_device, check_model_name,
                              load_adapter_state_dict, save_adapters)
 from nanomarl.runs import (all_rng_states, finish_writes_first, load_checkpoint, print_eval_table,
@@ -54,8 +53,6 @@ def check_args(args):
         arg_error("--temperature", f"must be > 0 (sampling), got {args.temperature}")
     if args.test_timeout <= 0 or args.sandbox_memory_mb < 64:
         arg_error("--test-timeout", "need --test-timeout > 0 and --sandbox-memory-mb >= 64")
-    # fast decoding on or off; on a GPU, completions per forward from its free memory
-    configure_device(args, "micro_batch_size", 1, 512 + args.turns * args.max_new_tokens)
 
 
 def check_task(args, problems: list[dict], task):

@@ -14,10 +14,10 @@ from nanomarl.vote import majority_vote_accuracy
 from nanomarl.split_controls import whole_question
 
 
-def debate_tokens(debate: dict) -> tuple[list[int], list[int]]:
+def debate_tokens(debate) -> tuple[list[int], list[int]]:
     """Per question, the tokens a cotrain.run_debate spent over every turn and agent: (generated,
     read in prompts)."""
-    rollouts = [ro for turn in debate["rollout"] for ro in turn]
+    rollouts = [debate.rollout[key] for key in sorted(debate.rollout)]
     generated = sum(ro["response_mask"].sum(1) for ro in rollouts)
     read = sum(ro["query_mask"].sum(1) for ro in rollouts)
     return [int(x) for x in generated], [int(x) for x in read]
@@ -37,11 +37,11 @@ def sample_answers(play, model, tokenizer, adapter: str, records: list[dict], n:
         debate = play([records[q] for q in todo], [model] * n, [tokenizer] * n, [[adapter] * n],
                       **generation)
         for seat in range(n):
-            ro = debate["rollout"][0][seat]
+            ro = debate.rollout[(0, seat)]
             tokens, read = ro["response_mask"].sum(1).tolist(), ro["query_mask"].sum(1).tolist()
             for i, q in enumerate(todo):
-                out["answers"][q].append(debate["answers"][0][seat][i])
-                out["responses"][q].append(debate["responses"][0][seat][i])
+                out["answers"][q].append(debate.answers[i][0][seat])
+                out["responses"][q].append(debate.responses[i][0][seat])
                 out["tokens"][q].append(int(tokens[i]))
                 out["prompt_tokens"][q].append(int(read[i]))
         todo = [q for q in todo if budgets is not None and sum(out["tokens"][q]) < budgets[q]
@@ -88,7 +88,7 @@ def self_consistency_metrics(samples: dict, golds: list[str], n: int,
     return out
 
 
-def eval_controls(play, team, args, records: list[dict], debate: dict, t0: float) -> dict:
+def eval_controls(play, team, args, records: list[dict], debate, t0: float) -> dict:
     """Beside the held-out debate: its tokens per question, and (--eval-self-consistency) agent 0's
     turn-1 policy alone answering each (whole) question A x T times (sampled at --temperature from
     --seed, the training's random state untouched), its answers voted (self_consistency_metrics:

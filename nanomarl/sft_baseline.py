@@ -16,18 +16,17 @@ from nanomarl.eval_runs import read_debate_run
 from nanomarl.vote import majority_vote_accuracy
 
 
-def correct_debate_examples(debate: dict, records: list[dict]) -> list[tuple[str, str]]:
+def correct_debate_examples(debate, records: list[dict]) -> list[tuple[str, str]]:
     """Keep the debates whose FINAL-turn majority vote is right outright (tie expectation = 1: the
     gold wins, or every tied answer is the gold; a 50/50 tie is not kept), and return every (prompt,
     response) of every agent and turn in them: the collaboration trajectories the SFT baseline
-    imitates. debate: cotrain.run_debate's output (prompts, responses, answers: [T][A][B])."""
-    num_turns, num_agents = len(debate["answers"]), len(debate["answers"][0])
+    imitates. debate: cotrain.run_debate's Debate (prompts, responses, answers: [b][t][a])."""
     examples = []
     for b, record in enumerate(records):
-        final = [debate["answers"][-1][a][b] for a in range(num_agents)]
-        if majority_vote_accuracy(final, record["answer"]) == 1.0:
-            examples += [(debate["prompts"][t][a][b], debate["responses"][t][a][b])
-                         for t in range(num_turns) for a in range(num_agents)]
+        if majority_vote_accuracy(debate.answers[b][-1], record["answer"]) == 1.0:
+            examples += [(debate.prompts[b][t][a], debate.responses[b][t][a])
+                         for t in range(len(debate.answers[b]))
+                         for a in range(len(debate.answers[b][t]))]
     return examples
 
 

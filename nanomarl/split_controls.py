@@ -36,36 +36,35 @@ def carries_number(text: str, number: int) -> bool:
     return re.search(rf"(?<!\d){number}(?!\d)", text) is not None
 
 
-def informative_rates(debate: dict, records: list[dict], heard: bool = False) -> list[float]:
+def informative_rates(debate, records: list[dict], heard: bool = False) -> list[float]:
     """Per turn, the fraction of the agents' messages that carry the agent's own number: anywhere,
     or (heard) in the first sentence, the part a partner hears (followup_message)."""
     rates = []
-    for turn in debate["responses"]:
-        said = [carries_number(first_sentence(turn[a][b]) if heard else turn[a][b], r["parts"][a])
-                for a in range(len(turn)) for b, r in enumerate(records)]
+    for t in range(len(debate.responses[0])):
+        said = [carries_number(first_sentence(text) if heard else text, r["parts"][a])
+                for said_b, r in zip(debate.responses, records) for a, text in enumerate(said_b[t])]
         rates.append(sum(said) / len(said))
     return rates
 
 
-def from_second_turn(records: list[dict], debate: dict, show_partner) -> list[dict]:
+def from_second_turn(records: list[dict], debate, show_partner) -> list[dict]:
     """The records with each agent's first view replaced by its turn-2 message in `debate`, the
     partners' turn-1 words shown as show_partner(words): a debate on them, on the adapters of turns
     2..T, plays turns 2..T of `debate` replayed with show_partner, without generating turn 1 again
     (greedy: the same turn 1; tests/test_teamwork.py)."""
-    first = debate["responses"][0]  # [A][B]
-    agents = range(len(first))
-    return [dict(r, views=[followup_message(r, a, [show_partner(first[j][b]) for j in agents
-                                                   if j != a]) for a in agents])
+    agents = range(len(debate.responses[0][0]))
+    return [dict(r, views=[followup_message(r, a, [show_partner(debate.responses[b][0][j])
+                                                   for j in agents if j != a]) for a in agents])
             for b, r in enumerate(records)]
 
 
-def mean_agent_accuracy(debate: dict) -> list[float]:
+def mean_agent_accuracy(debate) -> list[float]:
     """Per turn, the agents' mean accuracy (correct is [B, T, A])."""
-    return debate["correct"].float().mean(dim=(0, 2)).tolist()
+    return debate.correct.float().mean(dim=(0, 2)).tolist()
 
 
 @torch.no_grad()
-def split_controls(play, team, args, records: list[dict], debate: dict,
+def split_controls(play, team, args, records: list[dict], debate,
                    greedy_debate: bool = True) -> dict:
     """The held-out debate's channel (eval/turn{t}/informative, and /heard: in the first sentence;
     at the last turn, what a partner would hear), the same team with silent partners (greedy,

@@ -121,7 +121,7 @@ def start(model, adapter_names: list[str] | None = None, base_path: str | None =
     VLLM_ENABLE_V1_MULTIPROCESSING=1: then in a child, and the script needs its
     `if __name__ == "__main__":` guard); it samples from this process's torch generator, so a seeded
     run repeats itself, and leaves the random states as they were. Sets model.sampling_engine to it:
-    common.generate with fast=True samples such a model's rollouts with model.sampling_engine.sample."""
+    common.generate with fast=True samples such a model's rollouts with its sample()."""
     names = list(adapter_names if adapter_names is not None
                  else getattr(model, "peft_config", {}).keys())
     param = next(model.parameters())

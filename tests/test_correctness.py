@@ -212,11 +212,12 @@ def test_sft_baseline_uses_the_runs_base_and_never_the_eval_questions(tmp_path, 
     def canned_debate(records, models, tokenizers, adapter_names, *a, **kw):
         debated.extend(r["question"] for r in records)
         T, A, B = len(adapter_names), len(models), len(records)
-        return dict(answers=[[[r["answer"] for r in records] for _ in range(A)] for _ in range(T)],
-                    prompts=[[[f"Q{b}" for b in range(B)] for _ in range(A)] for _ in range(T)],
-                    responses=[[[f"\\boxed{{{b}}}" for b in range(B)] for _ in range(A)] for _ in range(T)],
-                    rollout=[[dict(response_mask=torch.ones(B, 3), query_mask=torch.ones(B, 5))
-                              for _ in range(A)] for _ in range(T)])
+        return cotrain.Debate(
+            records, [[[f"Q{b}"] * A for _ in range(T)] for b in range(B)],
+            [[[f"\\boxed{{{b}}}"] * A for _ in range(T)] for b in range(B)],
+            [[[r["answer"]] * A for _ in range(T)] for r in records], torch.ones(B, T, A), None,
+            {(t, a): dict(response_mask=torch.ones(B, 3), query_mask=torch.ones(B, 5))
+             for t in range(T) for a in range(A)})
 
     monkeypatch.setattr(evaluate.cotrain, "run_debate", canned_debate)
     from types import SimpleNamespace
@@ -226,7 +227,7 @@ def test_sft_baseline_uses_the_runs_base_and_never_the_eval_questions(tmp_path, 
                            temperature=1.0, feedback_in_prompt=False, prompt_style="default",
                            lora_r=4, lora_alpha=8, sft_epochs=1, sft_lr=1e-3, sft_batch_size=64,
                            dataset_config="", question_field="question", answer_field="answer",
-                           dataset_task="math")
+                           dataset_task="math", fast=False)
     bases = evaluate.Bases(args, "cpu")
     stats = evaluate.train_sft_baseline(bases, args, None, exclude={r["question"] for r in eval_records})
     train_questions = {r["question"] for r in load_task(f"jsonl:{path}", "train")}

@@ -182,16 +182,16 @@ def test_advantage_std_leaves_the_kl_penalty_at_its_size():
     _, exp, r = cotrain.rollout_step(team, args, records, constant)
     for (t, a), e in exp.items():
         assert r["rewards"][:, t, a].unique().numel() == 1  # every final reward ties
-        kl = centred(-args.kl_coef * e["kl"].sum(1))
+        kl = centred(-args.kl_coef * e.kl.sum(1))
         assert 0 < kl.abs().max() < 0.05
-        torch.testing.assert_close(e["advantages"][:, 0], kl, atol=1e-6, rtol=0)
+        torch.testing.assert_close(e.advantages[:, 0], kl, atol=1e-6, rtol=0)
     torch.manual_seed(1)
     _, exp, r = cotrain.rollout_step(team, args, records, ascii_fraction)
     for (t, a), e in exp.items():
         final = centred(r["rewards"][:, t, a])
         scaled = final / final.std() if final.abs().max() > 0 else final
-        expected = scaled + centred(-args.kl_coef * e["kl"].sum(1))
-        torch.testing.assert_close(e["advantages"][:, 0], expected, atol=1e-5, rtol=1e-4)
+        expected = scaled + centred(-args.kl_coef * e.kl.sum(1))
+        torch.testing.assert_close(e.advantages[:, 0], expected, atol=1e-5, rtol=1e-4)
 
 
 # ---------------------------------------------- disagreements.py on a file with the controls' rows

@@ -8,13 +8,12 @@ import torch
 
 import common
 import cotrain
-from common import adapter_parameters
+from common import adapter_parameters, has_degenerate_repetition
 from conftest import PAPER_PPO, run_script
 from nanomarl.cli import parse_args
 from nanomarl.models import load_tokenizer
 from nanomarl.tasks.debate import load_task
-from nanomarl.tasks.debate_prompts import (continue_chat, discussion_message,
-                                           has_degenerate_repetition, turn1_prompt)
+from nanomarl.tasks.debate_prompts import continue_chat, discussion_message, turn1_prompt
 
 
 def tiny_args(*flags):
@@ -208,20 +207,20 @@ def test_run_debate_three_agents_history_and_feedback():
     debate = cotrain.run_debate(records, [model] * 3, [tok] * 3, [["__base__"] * 3] * 2, max_new_tokens=5,
                                 greedy=True, scorer=scorer, feedback_in_prompt=True)
     assert seen == [6, 6]  # all 3 agents x 2 questions of a turn scored together
-    assert debate["correct"].shape == debate["scores"].shape == (2, 2, 3)
+    assert debate.correct.shape == debate.scores.shape == (2, 2, 3)
     # agent 0's turn-2 prompt on question 1: its own turn-1 answer as an assistant message, the OTHERS'
     # turn-1 answers in the discussion message, and the verifier feedback lines
-    prompt = debate["prompts"][1][0][1]
-    own, others = debate["responses"][0][0][1], [debate["responses"][0][j][1] for j in (1, 2)]
+    prompt = debate.prompts[1][1][0]
+    own, others = debate.responses[1][0][0], [debate.responses[1][0][j] for j in (1, 2)]
     assert f"<|im_start|>assistant\n{own}<|im_end|>" in prompt
     assert f"Agent 2 solution: ```{others[0]}```" in prompt and f"Agent 3 solution: ```{others[1]}```" in prompt
     assert "Agent 1 solution" not in prompt
-    scores = debate["scores"]
+    scores = debate.scores
     assert f"Reward from a verifier of your answer: {scores[1, 0, 0]:.3f}" in prompt
     assert f"agent 2's solution calculated by verifier: {scores[1, 0, 1]:.3f}" in prompt
     # the rollout tensors are the tokens of the responses
-    ro = debate["rollout"][1][2]
-    assert tok.decode(ro["response_ids"][0][ro["response_mask"][0].bool()], skip_special_tokens=True) == debate["responses"][1][2][0]
+    ro = debate.rollout[(1, 2)]
+    assert tok.decode(ro["response_ids"][0][ro["response_mask"][0].bool()], skip_special_tokens=True) == debate.responses[0][1][2]
 
 
 def test_continue_chat_keeps_the_tokens_the_agent_sampled():
@@ -263,17 +262,17 @@ def test_run_debate_continues_each_agents_conversation_token_for_token():
                                 temperature=1.0)
     held = 0
     for a in range(2):
-        first, second = debate["rollout"][0][a], debate["rollout"][1][a]
+        first, second = debate.rollout[(0, a)], debate.rollout[(1, a)]
         for b in range(len(records)):
             conversation = torch.cat([first["query_ids"][b][first["query_mask"][b].bool()],
                                       first["response_ids"][b][first["response_mask"][b].bool()]])
             prompt = second["query_ids"][b][second["query_mask"][b].bool()]
-            if debate["prompts"][1][a][b].startswith(tok.decode(conversation)):
+            if debate.prompts[b][1][a].startswith(tok.decode(conversation)):
                 assert torch.equal(prompt[:len(conversation)], conversation)
-                assert tok.decode(prompt) == debate["prompts"][1][a][b]
+                assert tok.decode(prompt) == debate.prompts[b][1][a]
                 held += 1
             else:
-                assert prompt.tolist() == tok(debate["prompts"][1][a][b], add_special_tokens=False)["input_ids"]
+                assert prompt.tolist() == tok(debate.prompts[b][1][a], add_special_tokens=False)["input_ids"]
     assert held >= 4, held
 
 
@@ -369,8 +368,8 @@ def test_one_update_changes_only_own_adapters():
     # agent 0's loss alone sends gradients to agent 0's adapter and nowhere else
     e = exp[(1, 0)]
     policy = cotrain.forward_pairs(team, {(1, 0): e}, torch.arange(2), args)[(1, 0)]
-    loss, _ = cotrain.policy_loss(policy["logprobs"], e["old_logprobs"], e["advantages"], e["response_mask"],
-                                  e["response_mask"].sum(), 0.2)
+    loss, _ = cotrain.policy_loss(policy["logprobs"], e.old_logprobs, e.advantages, e.response_mask,
+                                  e.response_mask.sum(), 0.2)
     loss.backward()
     with_grad = {n for n, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
     assert with_grad and all(".lora_B.agent0." in n or ".lora_A.agent0." in n for n in with_grad), with_grad

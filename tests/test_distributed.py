@@ -68,6 +68,15 @@ def ascii_fraction(records, responses):
     return torch.tensor([sum(ord(c) < 128 for c in text) / max(1, len(text)) for text in responses])
 
 
+def debate_rows(debate, rows: torch.Tensor):
+    """The cotrain.Debate of these rows (debates) alone, in their order: what a rank holds."""
+    pick = [debate.records, debate.prompts, debate.responses, debate.answers]
+    return cotrain.Debate(*([xs[i] for i in rows.tolist()] for xs in pick), debate.correct[rows],
+                          None if debate.scores is None else debate.scores[rows],
+                          {key: {k: v[rows] for k, v in ro.items()} for key, ro in debate.rollout.items()},
+                          debate.generate_s)
+
+
 def cotrain_update(saved: dict, setting: str, rank: int, world: int) -> dict:
     """A fresh team (identical on every rank: build_team seeds), this rank's share of the saved
     debates (its questions g % world == rank, each with its K debates in a row, as cotrain.main
@@ -78,12 +87,10 @@ def cotrain_update(saved: dict, setting: str, rank: int, world: int) -> dict:
     team = cotrain.build_team(args, "cpu")
     team.optimizers = {name: torch.optim.SGD(opt.param_groups[0]["params"], lr=args.lr)
                        for name, opt in team.optimizers.items()}
-    questions = len(saved["records"]) // samples
+    questions = len(saved["debate"].records) // samples
     rows = torch.tensor([g * samples + k for g in range(rank, questions, world)
                          for k in range(samples)])
-    debate = dict(rollout=[[{k: v[rows] for k, v in ro.items()} for ro in turn]
-                           for turn in saved["rollout"]],
-                  records=[saved["records"][i] for i in rows])
+    debate = debate_rows(saved["debate"], rows)
     exp = cotrain.make_experience(team, debate, saved["rewards"][rows], args)
     stats = cotrain.ppo_update(team, exp, args, shuffle_seed=7)
     assert stats["skipped"] == 0
@@ -123,7 +130,8 @@ def test_cotrain_two_ranks_equal_one_process(tmp_path):
         per_question = r["rewards"].reshape(4, samples, *r["rewards"].shape[1:])
         # advantages not all 0
         assert r["rewards"].std() > 0 and (samples == 1 or (per_question.std(1) > 0).any())
-        saved[samples] = dict(rollout=debate["rollout"], records=records, rewards=r["rewards"])
+        assert debate.records == records
+        saved[samples] = dict(debate=debate, rewards=r["rewards"])
     torch.save(saved, tmp_path / "rollout.pt")
 
     run_script([*TORCHRUN, HELPER, "cotrain", str(tmp_path / "rollout.pt"), str(tmp_path / "two.pt")], timeout=300)

@@ -22,30 +22,37 @@ def test_cotrain_evaluate_team_hand_computed(monkeypatch):
     every number can be computed by hand."""
     import torch
     records = [dict(question=f"q{i}", answer=gold, task="math") for i, gold in enumerate(["1", "2", "3"])]
-    answers = [  # answers[t][a][b]
-        [["1", "9", None], ["1", "2", "3"]],  # turn 1: agent 0 right on q0; agent 1 right on all
-        [["1", "2", "3"], ["9", "2", "3"]],  # turn 2: agent 0 right on all; agent 1 wrong on q0
-    ]
+    # answers[b][t][a]. Turn 1: agent 0 right on q0; agent 1 right on all. Turn 2: agent 0 right
+    # on all; agent 1 wrong on q0
+    answers = [[["1", "1"], ["1", "9"]],  # q0
+               [["9", "2"], ["2", "2"]],  # q1
+               [[None, "3"], ["3", "3"]]]  # q2
     # every debate response on q0, q1, q2 is 1, 2, 5 tokens: 4 responses -> budgets 4, 8, 20 tokens
     response = dict(response_mask=mask(3, [1, 2, 5]), query_mask=mask(3, [6, 6, 6]))
-    debate_rollout = [[response] * 2] * 2
+    debate_rollout = {(t, a): response for t in range(2) for a in range(2)}
     # the control: agent 0's turn-1 policy, 4 (= A x T) seats per round, 2 tokens per answer
     rounds = {("q0", "q1", "q2"): [["1", "2", "3"], ["7", "2", "4"], ["7", "5", None],
                                    [None, "5", None]],
               ("q2",): [["3"], ["3"], ["9"], ["9"]]}  # [seat][question]
     calls, draws = [], []
 
+    def played(recs, answers, rollout):  # a cotrain.Debate with these answers [b][t][a]
+        correct = torch.tensor([[[float(x == r["answer"]) for x in turn] for turn in per_question]
+                                for per_question, r in zip(answers, recs)])
+        texts = [[["text"] * len(turn) for turn in per_question] for per_question in answers]
+        return cotrain.Debate(recs, texts, texts, answers, correct, None, rollout)
+
     def fake_debate(recs, models, tokenizers, adapter_names, max_new_tokens, greedy=False,
                     temperature=None, **kwargs):
         calls.append(dict(greedy=greedy, questions=tuple(r["question"] for r in recs),
                           names=adapter_names, temperature=temperature))
         if greedy:
-            return dict(answers=answers, rollout=debate_rollout)
+            return played(recs, answers, debate_rollout)
         draws.append(torch.rand(1).item())  # sampling uses the global random state
         seats, b = rounds[calls[-1]["questions"]], len(recs)
-        return dict(answers=[seats], responses=[[["text"] * b for _ in seats]],
-                    rollout=[[dict(response_mask=mask(b, [2] * b), query_mask=mask(b, [5] * b))
-                              for _ in seats]])
+        return played(recs, [[[seat[i] for seat in seats]] for i in range(b)],  # one turn
+                      {(0, s): dict(response_mask=mask(b, [2] * b), query_mask=mask(b, [5] * b))
+                       for s in range(len(seats))})
 
     monkeypatch.setattr(cotrain, "run_debate", fake_debate)
     team = type("T", (), dict(models=lambda self: [None, None], agent_tokenizers=lambda self: [None, None],

@@ -7,6 +7,7 @@ import random
 import pytest
 
 import common
+import cotrain
 import evaluate
 from common import majority_vote_accuracy, transition_counts
 from nanomarl import eval_report, eval_runs, sample_metrics, sft_baseline
@@ -227,12 +228,17 @@ def test_classify_cooperation_edge_cases():
 
 
 def test_correct_debate_examples_keeps_final_majority_right():
-    # run_debate's layout [T][A][B]: 2 turns, 2 agents, 4 questions (all gold 4)
+    import torch
+
+    # run_debate's Debate, layout [b][t][a]: 4 questions (all gold 4), 2 turns, 2 agents
     finals = [["4", "4"], ["4", "5"], ["5", "5"], [None, "4"]]  # per question: agent 0, agent 1 at the last turn
-    debate = dict(prompts=[[[f"p{t}{a}{b}" for b in range(4)] for a in range(2)] for t in range(2)],
-                  responses=[[[f"r{t}{a}{b}" for b in range(4)] for a in range(2)] for t in range(2)],
-                  answers=[[["1"] * 4, ["2"] * 4], [[f[0] for f in finals], [f[1] for f in finals]]])
-    examples = sft_baseline.correct_debate_examples(debate, [{"answer": "4"}] * 4)
+    records = [{"answer": "4"}] * 4
+    answers = [[["1", "2"], finals[b]] for b in range(4)]
+    debate = cotrain.Debate(records, [[[f"p{t}{a}{b}" for a in range(2)] for t in range(2)] for b in range(4)],
+                            [[[f"r{t}{a}{b}" for a in range(2)] for t in range(2)] for b in range(4)], answers,
+                            torch.tensor([[[float(x == "4") for x in turn] for turn in q] for q in answers]),
+                            None, {})
+    examples = sft_baseline.correct_debate_examples(debate, records)
     # kept: question 0 (4, 4) and question 3 (None drops out of the tie); the 4/5 tie (0.5) and 5/5 are not
     assert examples == [(f"p{t}{a}{b}", f"r{t}{a}{b}") for b in (0, 3) for t in range(2) for a in range(2)]
 
@@ -407,20 +413,22 @@ def test_debate_seats_from_runs(tmp_path, tiny_model_dir):
         evaluate.method_agents("mix", bases, SimpleNamespace(**{**vars(args), "agents": "base,base"}))
     # the loaded adapters are used: a greedy debate with them differs from the off-the-shelf one
     play = SimpleNamespace(num_turns=3, batch_size=1, max_new_tokens=6, temperature=1.0, feedback_in_prompt=False,
-                           prompt_style="default", generate_batch_size=0)
+                           prompt_style="default", generate_batch_size=0, fast=False)
     records = [dict(id=f"q{i}", question=f"What is 2 + {i}?", answer=str(2 + i), task="math") for i in range(2)]
     debates = {m: evaluate.play_debates(bases, evaluate.method_agents(m, bases, args), records, play, None, True)
                for m in ("offtheshelf", "single")}
-    assert debates["offtheshelf"][0]["responses"] != debates["single"][0]["responses"]
-    # chunks of --batch-size 1 are merged back into [T][A][B]; every response counted its tokens
-    debate, seconds, tokens = debates["single"]
-    assert [[len(debate[k][t][a]) for t in range(3) for a in range(3)] for k in ("responses", "answers", "prompts")] \
-        == [[2] * 9] * 3
-    assert 0 < tokens <= 6 * 3 * 3 * 2 and seconds > 0
-    # and per question: the tokens generated (summing to the total) and read, over 3 agents x 3
-    # turns
-    assert len(debate["tokens"]) == 2 and sum(debate["tokens"]) == tokens
-    assert len(debate["prompt_tokens"]) == 2 and min(debate["prompt_tokens"]) > 9
+    assert debates["offtheshelf"][0].responses != debates["single"][0].responses
+    # chunks of --batch-size 1 are joined into one Debate [b][t][a] (no rollout tensors, no scores);
+    # every response counted its tokens
+    debate, generated, read, seconds = debates["single"]
+    assert [[[len(turn) for turn in per_question] for per_question in getattr(debate, k)]
+            for k in ("responses", "answers", "prompts")] == [[[3] * 3] * 2] * 3
+    assert debate.records == records and debate.correct.shape == (2, 3, 3)
+    assert debate.scores is None and debate.rollout == {}
+    assert 0 < sum(generated) <= 6 * 3 * 3 * 2 and seconds > 0
+    # and per question: the tokens generated (each within 3 agents x 3 turns x 6) and read
+    assert len(generated) == 2 and all(0 <= g <= 6 * 3 * 3 for g in generated)
+    assert len(read) == 2 and min(read) > 9
 
 
 def test_sft_baseline_trains_on_kept_debates(monkeypatch, tiny_model_dir):
@@ -431,12 +439,13 @@ def test_sft_baseline_trains_on_kept_debates(monkeypatch, tiny_model_dir):
     def canned_debate(records, models, tokenizers, adapter_names, *a, **kw):
         assert all(n == "__base__" for turn in adapter_names for n in turn)  # collected off the shelf
         T, A, B = len(adapter_names), len(models), len(records)
-        answers = [[[r["answer"] if b % 2 == 0 else "-1" for b, r in enumerate(records)] for _ in range(A)]
-                   for _ in range(T)]  # even questions: every agent right; odd: every agent wrong
-        return dict(answers=answers, prompts=[[[f"Q{b} t{t}" for b in range(B)] for _ in range(A)] for t in range(T)],
-                    responses=[[[f"Answer: \\boxed{{{b}}}" for b in range(B)] for _ in range(A)] for _ in range(T)],
-                    rollout=[[dict(response_mask=torch.ones(B, 3), query_mask=torch.ones(B, 5))
-                              for _ in range(A)] for _ in range(T)])
+        answers = [[[r["answer"] if b % 2 == 0 else "-1" for _ in range(A)] for _ in range(T)]
+                   for b, r in enumerate(records)]  # even questions: every agent right; odd: every agent wrong
+        return cotrain.Debate(records, [[[f"Q{b} t{t}" for _ in range(A)] for t in range(T)] for b in range(B)],
+                              [[[f"Answer: \\boxed{{{b}}}" for _ in range(A)] for _ in range(T)] for b in range(B)],
+                              answers, torch.tensor([[[float(b % 2 == 0)] * A] * T for b in range(B)]), None,
+                              {(t, a): dict(response_mask=torch.ones(B, 3), query_mask=torch.ones(B, 5))
+                               for t in range(T) for a in range(A)})
 
     monkeypatch.setattr(evaluate.cotrain, "run_debate", canned_debate)
     args = SimpleNamespace(model="tiny", dtype="float32", quant="none", dataset="arith", sft_questions=4, seed=0,
@@ -445,7 +454,7 @@ def test_sft_baseline_trains_on_kept_debates(monkeypatch, tiny_model_dir):
                            prompt_style="default", lora_r=4, lora_alpha=8, sft_epochs=2,
                            generate_batch_size=0, sft_lr=1e-2, sft_batch_size=4,
                            question_field="question", answer_field="answer",
-                           dataset_config="", dataset_task="math")
+                           dataset_config="", dataset_task="math", fast=False)
     bases = evaluate.Bases(args, "cpu")
     stats = evaluate.train_sft_baseline(bases, args, None)
     # 2 of 4 debates kept, each 2 turns x 2 agents = 8 pairs; 2 epochs of 2 steps
@@ -526,7 +535,8 @@ def test_writing_methods_in_process(tiny_model_dir):
     team = magrpo.Agents(models=[model, model], names=["__base__", "__base__"], optimizers=[], params=[])
     problems = [dict(id="post/0", kind="tldr", text="I moved to a new city and my cat hates the new flat.")]
     args = SimpleNamespace(num_samples=2, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=0, greedy=False,
-                           chat_template=True, sandbox_workers=1, test_timeout=3.0, sandbox_memory_mb=512, seed=0)
+                           chat_template=True, sandbox_workers=1, test_timeout=3.0, sandbox_memory_mb=512, seed=0,
+                           fast=False)
     # (method, generate calls one after the other, most tokens: 4 per row x 2 samples x acting agents x calls)
     for method, calls, most in (("single", 1, 8), ("pipeline", 2, 16), ("discussion", 2, 32)):
         metrics, rows = evaluate.evaluate_magrpo_method(method, team, tok, problems, args, [1, 2])
@@ -768,21 +778,22 @@ def test_play_self_consistency_chunks_and_token_budgets(monkeypatch):
     calls = []
 
     def fake_debate(recs, models, tokenizers, adapter_names, max_new_tokens, temperature=None,
-                    greedy=False, prompt_style=None, generate_batch_size=0):
+                    greedy=False, prompt_style=None, generate_batch_size=0, fast=False):
         calls.append(dict(questions=[r["id"] for r in recs], seats=len(models),
                           names=adapter_names, greedy=greedy, temperature=temperature,
-                          rows=generate_batch_size, model=models[0]))
+                          rows=generate_batch_size, model=models[0], fast=fast))
         b, k = len(recs), len(calls)
-        return dict(answers=[[[f"{r['id']}-{k}-{s}" for r in recs] for s in range(2)]],
-                    responses=[[["text"] * b for _ in range(2)]],
-                    rollout=[[dict(response_mask=torch.ones(b, 2),
-                                   query_mask=torch.ones(b, 7))] * 2])
+        return cotrain.Debate(recs, [[["prompt"] * 2] for _ in recs], [[["text"] * 2] for _ in recs],
+                              [[[f"{r['id']}-{k}-{s}" for s in range(2)]] for r in recs],
+                              torch.zeros(b, 1, 2), None,
+                              {(0, s): dict(response_mask=torch.ones(b, 2), query_mask=torch.ones(b, 7))
+                               for s in range(2)})
 
     monkeypatch.setattr(evaluate.cotrain, "run_debate", fake_debate)
     bases = SimpleNamespace(model=lambda base: f"model of {base}", tokenizers={"tiny": "tok"})
     args = SimpleNamespace(sc_samples=0, sc_max_samples=0, num_agents=2, num_turns=1, batch_size=2,
                            max_new_tokens=8, temperature=0.3, prompt_style="short",
-                           generate_batch_size=0)
+                           generate_batch_size=0, fast=True)
     records = [dict(id=f"q{i}", question=f"{i} + 1?", answer=str(i + 1), task="math")
                for i in range(3)]
     samples, _ = evaluate.play_self_consistency(bases, ("tiny", ["r0_agent0"]), records, args,
@@ -790,7 +801,7 @@ def test_play_self_consistency_chunks_and_token_budgets(monkeypatch):
     assert [c["questions"] for c in calls] == [["q0", "q1"], ["q2"], ["q2"]]
     assert all(c["seats"] == 2 and c["names"] == [["r0_agent0"] * 2] and not c["greedy"]
                and c["temperature"] == 0.3 and c["rows"] == 4 and c["model"] == "model of tiny"
-               for c in calls)
+               and c["fast"] for c in calls)  # --fast reaches run_debate
     assert samples["answers"] == [["q0-1-0", "q0-1-1"], ["q1-1-0", "q1-1-1"],
                                   ["q2-2-0", "q2-2-1", "q2-3-0", "q2-3-1"]]
     assert samples["tokens"] == [[2, 2], [2, 2], [2] * 4] and samples["prompt_tokens"][2] == [7] * 4

@@ -6,8 +6,9 @@
     gradients, for 2 and 3 turns and --train-turns 2,3, with and without autograd;
   * make_experience and ppo_update with the conversation forward equal the plain path: every
     experience tensor, every PPO statistic and the trained adapters and heads; the rows whose
-    conversations do not hold (its per-row `held` mask) take the loop, the others the conversation
-    forward, and where no row holds forward_pairs is the loop, bit for bit;
+    conversations do not hold (conversation.holds' per-row mask) take the loop (conversation_forward
+    hands exactly those to its plain function), the others the conversation forward, and where no
+    row holds forward_pairs is the loop, bit for bit;
   * --old-logprobs sampling (π_old as generate() sampled it; the fp32 default) is within 1e-5 of a
     recompute;
   * π has one definition (common.log_policy): a different one reaches every path, fast and plain.
@@ -75,11 +76,23 @@ def debate_and_rewards(team, args, records):
     """Stages 1-3 of an update (cotrain.rollout_step without make_experience)."""
     debate = cotrain.run_debate(records, team.models(), team.agent_tokenizers(), team.adapter_names,
                                 args.max_new_tokens, temperature=args.temperature)
-    debate["records"] = records
-    rewards = torch.stack([torch.stack([ascii_fraction(records, debate["responses"][t][a])
+    assert debate.records == records
+    rewards = torch.stack([torch.stack([ascii_fraction(records, [r[t][a] for r in debate.responses])
                                         for a in range(args.num_agents)], -1)
                            for t in range(args.num_turns)], 1)
     return debate, rewards  # rewards [B, T, A]
+
+
+def sampled_experience(team, debate) -> dict:
+    """{(t, a): cotrain.Experience} of every trained (turn, agent) holding only the sampled tensors
+    (what make_experience starts from), sharing them with debate.rollout."""
+    return {(t, a): cotrain.Experience(*(debate.rollout[(t, a)][k] for k in cotrain.RESPONSE_KEYS))
+            for t, a in team.trained}
+
+
+def tensors(e) -> dict:
+    """An Experience's fields that hold a tensor, by name."""
+    return {name: value for name, value in vars(e).items() if value is not None}
 
 
 class Counter:
@@ -114,21 +127,25 @@ def as_one_conversation(debate, tokenizer):
     to the text: here the sampled response is inserted before the rest of that prompt, which only
     the forwards read). Left-padded again to one width per turn for all agents (as one generate
     call gives them)."""
-    for previous, later in zip(debate["rollout"], debate["rollout"][1:]):
+    num_turns = 1 + max(t for t, _ in debate.rollout)
+    num_agents = 1 + max(a for _, a in debate.rollout)
+    for t in range(1, num_turns):
         rows = []
-        for a in range(len(later)):
+        for a in range(num_agents):
+            previous, later = debate.rollout[(t - 1, a)], debate.rollout[(t, a)]
             rows.append([])
-            for b in range(len(previous[a]["query_ids"])):
-                q_prev = previous[a]["query_ids"][b][previous[a]["query_mask"][b].bool()]
-                q_later = later[a]["query_ids"][b][later[a]["query_mask"][b].bool()]
-                held = sampled_conversation(previous[a], b)
+            for b in range(len(previous["query_ids"])):
+                q_prev = previous["query_ids"][b][previous["query_mask"][b].bool()]
+                q_later = later["query_ids"][b][later["query_mask"][b].bool()]
+                held = sampled_conversation(previous, b)
                 holds = len(q_later) >= len(held) and torch.equal(q_later[:len(held)], held)
                 rows[a].append(q_later if holds else torch.cat([held, q_later[len(q_prev):]]))
         prompts = [r.tolist() for agent_rows in rows for r in agent_rows]
         ids, mask = tokenize_prompts(tokenizer, prompts, "cpu")
         for a, agent_rows in enumerate(rows):
             these = slice(a * len(agent_rows), (a + 1) * len(agent_rows))
-            later[a] = dict(later[a], query_ids=ids[these], query_mask=mask[these])
+            debate.rollout[(t, a)] = dict(debate.rollout[(t, a)], query_ids=ids[these],
+                                          query_mask=mask[these])
     return debate
 
 
@@ -136,16 +153,40 @@ def as_one_conversation(debate, tokenizer):
 
 
 def held_rows(team, exp, args, rows, adapter=None) -> torch.Tensor:
-    """The conversation forward's per-row mask [len(rows)]: the rows it serves (the others take
-    forward_pairs' loop)."""
+    """The conversation forward's per-row mask [len(rows)]: the rows it serves, the others handed
+    (once, in the rows' order) to its plain function (here a recording one: forward_pairs' loop).
+    The served rows are those conversation.holds says hold at every earlier trained turn of every
+    agent (none where an agent's turns run on several adapters), and the merged outputs of all the
+    rows equal the loop's (fp32 noise)."""
+    handed = []
+
+    def plain(part):
+        handed.append(part.clone())
+        return cotrain.forward_pairs(team, exp, part, args, adapter, 0, plain=True)
     with torch.no_grad():
-        out, held = conversation.conversation_forward(team, exp, rows, args.temperature, adapter, 0,
-                                                      common.policy_outputs)
-    assert held.dtype == torch.bool and held.shape == (len(rows),)
-    assert set(out) == (set(exp) if held.any() else set())
-    for key, o in out.items():  # the held rows' outputs only
-        assert o["logprobs"].shape == (int(held.sum()), exp[key]["response_ids"].shape[1])
-    return held
+        out = conversation.conversation_forward(team, exp, rows, args.temperature, adapter, 0,
+                                                common.policy_outputs, plain)
+        loop = cotrain.forward_pairs(team, exp, rows, args, adapter, 0, plain=True)
+    assert len(handed) <= 1, handed  # one call for all the rows it cannot read
+    served = ~torch.isin(rows, handed[0]) if handed else torch.ones(len(rows), dtype=torch.bool)
+    assert served.dtype == torch.bool and served.shape == (len(rows),)
+    if handed:
+        assert torch.equal(handed[0], rows[~served])  # exactly the other rows, in the rows' order
+    last = max(t for t, _ in exp)
+    held = torch.ones(len(rows), dtype=torch.bool)
+    for t, a in exp:
+        if t != last:
+            mask = conversation.holds(exp[(t, a)], exp[(last, a)], rows)
+            assert mask.dtype == torch.bool and mask.shape == (len(rows),)
+            held &= mask
+    assert not (served & ~held).any()  # it reads only the rows that hold
+    if served.any():  # one adapter per agent: it serves every row that holds
+        assert torch.equal(served, held)
+    assert set(out) == set(loop) == set(exp)
+    for key, o in out.items():  # every row, in the rows' order
+        assert o["logprobs"].shape == (len(rows), exp[key].response_ids.shape[1])
+        torch.testing.assert_close(o["logprobs"], loop[key]["logprobs"], **CLOSE, msg=str(key))
+    return served
 
 
 @pytest.mark.parametrize("grad", [False, True])
@@ -164,13 +205,13 @@ def test_forward_pairs_conversation_forward_equals_its_loop(monkeypatch, flags, 
     torch.manual_seed(1)
     debate, _ = debate_and_rewards(team, args, load_task("arith", "train", limit=2))
     debate = as_one_conversation(debate, team.agent_tokenizers()[0])
-    exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
+    exp = sampled_experience(team, debate)
     assert held_rows(team, exp, args, torch.arange(2)).all()  # the fast path serves every row
     turns = sorted({t for t, _ in team.trained})
     assert turns == ([1, 2] if "--train-turns" in flags else list(range(args.num_turns)))
     model = team.bases[0]
     params = {n: p for n, p in model.named_parameters() if ".lora_" in n}
-    weights = {key: torch.randn(e["response_mask"].shape) for key, e in exp.items()}
+    weights = {key: torch.randn(e.response_mask.shape) for key, e in exp.items()}
     rows = torch.tensor([1, 0])  # any order
     results = {}
     modes = [("loop", 0), ("fast", 0)] + ([] if grad else [("loop", 1), ("fast", 1)])
@@ -191,7 +232,7 @@ def test_forward_pairs_conversation_forward_equals_its_loop(monkeypatch, flags, 
         results[(mode, chunk)] = (out, grads, calls)
     plain, plain_grads, plain_calls = results[("loop", 0)]
     for key, e in exp.items():
-        mask = e["response_mask"][rows]
+        mask = e.response_mask[rows]
         assert plain[key]["logprobs"].shape == mask.shape and mask.sum() > 0
         assert (plain[key]["logprobs"].abs() > 0).sum() == mask.sum()  # a log-prob at every token
         assert plain[key]["entropy"].abs().sum() > 0 and plain[key]["hidden"].abs().sum() > 0
@@ -270,11 +311,11 @@ def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, f
     keys = {(t, a) for t in trained_turns for a in (0, 1)}
     assert set(one["exp"]) == set(separate["exp"]) == keys
     for key, e in separate["exp"].items():
-        assert set(e) == set(one["exp"][key])
-        for name, tensor in e.items():
-            torch.testing.assert_close(one["exp"][key][name], tensor, atol=2e-5, rtol=1e-4,
-                                       msg=f"{key} {name}")
-        assert e["kl"].abs().max() > 1e-3 and e["advantages"].abs().sum() > 0
+        assert set(tensors(e)) == set(tensors(one["exp"][key]))
+        for name, tensor in tensors(e).items():
+            torch.testing.assert_close(getattr(one["exp"][key], name), tensor, atol=2e-5,
+                                       rtol=1e-4, msg=f"{key} {name}")
+        assert e.kl.abs().max() > 1e-3 and e.advantages.abs().sum() > 0
         assert len(separate["stats"][key]) == len(one["stats"][key]) == 2
         for k, (s, o) in enumerate(zip(separate["stats"][key], one["stats"][key])):
             assert set(s) == set(o)
@@ -291,8 +332,8 @@ def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, f
 def break_conversation(debate, agent: int, row: int):
     """Agent `agent`'s turn-2 prompt of debate `row` no longer starts with its turn-1 prompt +
     response: a token of the turn-1 response differs (a re-tokenisation that differs)."""
-    second = debate["rollout"][1][agent]
-    n = int(debate["rollout"][0][agent]["query_mask"][row].sum())
+    second = debate.rollout[(1, agent)]
+    n = int(debate.rollout[(0, agent)]["query_mask"][row].sum())
     first_real = int((second["query_mask"][row] == 0).sum())
     second["query_ids"][row, first_real + n] += 1
 
@@ -310,7 +351,7 @@ def test_forward_pairs_serves_the_rows_that_hold_and_loops_over_the_rest(monkeyp
     debate, _ = debate_and_rewards(team, args, load_task("arith", "train", limit=3))
     debate = as_one_conversation(debate, team.agent_tokenizers()[0])
     break_conversation(debate, agent=0, row=1)  # debate 1: agent 0's conversation does not hold
-    exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
+    exp = sampled_experience(team, debate)
     rows = torch.tensor([2, 1, 0])  # any order
     held = held_rows(team, exp, args, rows)
     assert held.tolist() == [True, False, True]  # per row, over every agent's turns
@@ -318,7 +359,7 @@ def test_forward_pairs_serves_the_rows_that_hold_and_loops_over_the_rest(monkeyp
     assert held_rows(team, exp, args, torch.tensor([0, 2])).tolist() == [True, True]
     model = team.bases[0]
     params = {n: p for n, p in model.named_parameters() if ".lora_" in n}
-    weights = {key: torch.randn(e["response_mask"].shape) for key, e in exp.items()}
+    weights = {key: torch.randn(e.response_mask.shape) for key, e in exp.items()}
     results = {}
     for fast, chunk in [(False, 0), (True, 0)] + ([] if grad else [(True, 1)]):
         args.fast = fast
@@ -341,7 +382,7 @@ def test_forward_pairs_serves_the_rows_that_hold_and_loops_over_the_rest(monkeyp
     if not grad:  # chunks of 1: two held rows x 2 agents, one row x 4 pairs
         assert results[(True, 1)][2] == 2 * 2 + 4
     for key, e in exp.items():
-        mask = e["response_mask"][rows]
+        mask = e.response_mask[rows]
         assert plain[key]["logprobs"].shape == mask.shape and mask.sum() > 0
         assert (plain[key]["logprobs"].abs() > 0).sum() == mask.sum()  # a log-prob at every token
     for (fast, chunk), (out, grads, _) in results.items():
@@ -373,7 +414,7 @@ def test_the_update_where_some_or_no_conversations_hold_equals_the_plain_path(mo
         torch.manual_seed(1)
         debate, rewards = debate_and_rewards(team, args, records)
         debate = as_one_conversation(debate, team.agent_tokenizers()[0])
-        exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
+        exp = sampled_experience(team, debate)
         rows = torch.arange(2)
         policies = held_rows(team, exp, args, rows)
         assert policies.tolist() == ([False, False] if case == "agent-turn" else [True, True])
@@ -397,14 +438,16 @@ def test_the_update_where_some_or_no_conversations_hold_equals_the_plain_path(mo
         assert calls1 == calls0
         for key in exp0:
             assert stats0[key] == stats1[key], (case, key)
-            for name in exp0[key]:
-                assert torch.equal(exp0[key][name], exp1[key][name]), (case, key, name)
+            assert set(tensors(exp0[key])) == set(tensors(exp1[key])), (case, key)
+            for name, tensor in tensors(exp0[key]).items():
+                assert torch.equal(tensor, getattr(exp1[key], name)), (case, key, name)
         assert all(torch.equal(after0[n], after1[n]) for n in after0), case
         return
     assert calls1 != calls0  # the conversation forward served some rows
     for key in exp0:
-        for name in exp0[key]:
-            torch.testing.assert_close(exp1[key][name], exp0[key][name], atol=2e-5, rtol=1e-4,
+        assert set(tensors(exp0[key])) == set(tensors(exp1[key])), (case, key)
+        for name, tensor in tensors(exp0[key]).items():
+            torch.testing.assert_close(getattr(exp1[key], name), tensor, atol=2e-5, rtol=1e-4,
                                        msg=f"{case} {key} {name}")
         for k, (s, o) in enumerate(zip(stats0[key], stats1[key])):
             assert set(s) == set(o)
@@ -440,30 +483,33 @@ def test_sampling_old_logprobs_equal_a_recompute(monkeypatch, flags):
             rows_seen[mode] = counter.take()[1]
         if mode == "sampling":
             for (t, a), e in exps[mode].items():
-                ro = debate["rollout"][t][a]
-                width, mask = e["response_mask"].shape[1], e["response_mask"]
-                assert torch.equal(e["old_logprobs"], ro["logprobs"][:, :width]), (t, a)
-                assert torch.equal(e["entropy"], ro["entropy"][:, :width]), (t, a)
+                ro = debate.rollout[(t, a)]
+                width, mask = e.response_mask.shape[1], e.response_mask
+                assert torch.equal(e.old_logprobs, ro["logprobs"][:, :width]), (t, a)
+                assert torch.equal(e.entropy, ro["entropy"][:, :width]), (t, a)
                 with torch.no_grad():
                     ref = reference_logprobs(team.bases[0], ro["query_ids"], ro["query_mask"],
                                              ro["response_ids"], ro["response_mask"],
                                              args.temperature)
                 # make_experience forwards the reference rows in other batches: fp32 noise
-                torch.testing.assert_close(e["ref_logprobs"], ref[:, :width], **CLOSE)
-                torch.testing.assert_close(e["kl"], (e["old_logprobs"] - e["ref_logprobs"]) * mask,
+                torch.testing.assert_close(e.ref_logprobs, ref[:, :width], **CLOSE)
+                torch.testing.assert_close(e.kl, (e.old_logprobs - e.ref_logprobs) * mask,
                                            atol=1e-6, rtol=0)
-                assert e["kl"].abs().max() > 1e-3, (t, a)  # the policy is not the base
+                assert e.kl.abs().max() > 1e-3, (t, a)  # the policy is not the base
     rows = 2 * 2 * len(records)  # 2 turns x 2 agents x the debates: one copy of every response
     assert rows_seen == {"auto": rows * (1 if group else 2), "sampling": rows * (1 if group else 2),
                          "recompute": rows * 2}
     for key, e in exps["auto"].items():
-        assert all(torch.equal(e[name], exps["sampling"][key][name]) for name in e), key
+        assert set(tensors(e)) == set(tensors(exps["sampling"][key])), key
+        assert all(torch.equal(value, getattr(exps["sampling"][key], name))
+                   for name, value in tensors(e).items()), key
     for key, e in exps["sampling"].items():  # the same debate (seeded): both π_old agree
         recomputed = exps["recompute"][key]
-        assert set(e) == set(recomputed), key  # and the experience holds the same tensors
-        assert torch.equal(e["response_ids"], recomputed["response_ids"])
+        assert set(tensors(e)) == set(tensors(recomputed)), key  # the same tensors held
+        assert torch.equal(e.response_ids, recomputed.response_ids)
         for name in ("old_logprobs", "entropy"):
-            torch.testing.assert_close(e[name], recomputed[name], **CLOSE, msg=f"{key} {name}")
+            torch.testing.assert_close(getattr(e, name), getattr(recomputed, name), **CLOSE,
+                                       msg=f"{key} {name}")
 
 
 # ---------------------------------------------------------------- π's one definition
@@ -513,7 +559,7 @@ def test_one_definition_of_pi(monkeypatch):
         torch.manual_seed(1)
         debate, _ = debate_and_rewards(team, args, records)  # sampled at args.temperature
         debate = as_one_conversation(debate, team.agent_tokenizers()[0])
-        exp = {(t, a): debate["rollout"][t][a] for t, a in team.trained}
+        exp = sampled_experience(team, debate)
         assert held_rows(team, exp, args, torch.arange(2)).all()  # the conversation forward: all
         for fast in (False, True):
             args.fast = fast
@@ -547,7 +593,7 @@ def test_one_definition_of_pi(monkeypatch):
                                            msg=f"{key} {k}")
         for a in range(args.num_agents):  # turn 1: π as generate sampled it (--old-logprobs)
             torch.testing.assert_close(loop[(0, a)]["logprobs"],
-                                       out["debate"]["rollout"][0][a]["logprobs"], **CLOSE)
+                                       out["debate"].rollout[(0, a)]["logprobs"], **CLOSE)
     # the same tokens, other log-probs: the new definition reached every path
     assert torch.equal(other[False]["response_ids"], real[False]["response_ids"])
     for path in (False, True, "decoder", "forward_responses"):
@@ -557,9 +603,8 @@ def test_one_definition_of_pi(monkeypatch):
     for fast in (False, True):
         pairs = f"forward_pairs fast={fast}"
         for key in real[pairs]:
-            ro = real["debate"]["rollout"][key[0]][key[1]]
-            assert torch.equal(ro["response_ids"],
-                               other["debate"]["rollout"][key[0]][key[1]]["response_ids"])
+            ro = real["debate"].rollout[key]
+            assert torch.equal(ro["response_ids"], other["debate"].rollout[key]["response_ids"])
             gap = ((other[pairs][key]["logprobs"] - real[pairs][key]["logprobs"])
                    * ro["response_mask"]).abs().max()
             assert gap > 1e-2, (pairs, key, gap)
@@ -568,8 +613,7 @@ def test_one_definition_of_pi(monkeypatch):
         hot = common.forward_responses(model, *(real[False][k] for k in keys), names, 2.0,
                                        output_entropy=True)
         args.fast, args.temperature = False, 2 * args.temperature
-        hot_pairs = cotrain.forward_pairs(team, {(t, a): real["debate"]["rollout"][t][a]
-                                                 for t, a in team.trained},
+        hot_pairs = cotrain.forward_pairs(team, sampled_experience(team, real["debate"]),
                                           torch.arange(2), args, output_entropy=True)
     for k in ("logprobs", "entropy"):
         torch.testing.assert_close(other[False][k], hot[k], atol=1e-5, rtol=0, msg=k)

@@ -50,9 +50,9 @@ def test_advantage_std_scales_each_turn_and_agent_to_unit_std():
     for (t, a), e in exp.items():
         plain = centred(r["rewards"][:, t, a])
         expected = (plain / plain.std() if plain.abs().max() > 0 else plain) \
-            + centred(-args.kl_coef * e["kl"].sum(1))
-        torch.testing.assert_close(e["advantages"][:, 0], expected)
-    assert any(e["advantages"].abs().sum() > 0 for e in exp.values())
+            + centred(-args.kl_coef * e.kl.sum(1))
+        torch.testing.assert_close(e.advantages[:, 0], expected)
+    assert any(e.advantages.abs().sum() > 0 for e in exp.values())
 
 
 def test_group_experience_and_update():
@@ -68,14 +68,14 @@ def test_group_experience_and_update():
     records = [r for r in questions for _ in range(2)]  # as main(): each question K times in a row
     debate, exp, r = cotrain.rollout_step(team, args, records, ascii_fraction)
     for (t, a), e in exp.items():
-        mask = e["response_mask"]
-        sequence = r["rewards"][:, t, a] - args.kl_coef * e["kl"].sum(1)  # kl_shaped_rewards summed
-        torch.testing.assert_close(e["rewards"].sum(1), sequence)
+        mask = e.response_mask
+        sequence = r["rewards"][:, t, a] - args.kl_coef * e.kl.sum(1)  # kl_shaped_rewards summed
+        torch.testing.assert_close(e.rewards.sum(1), sequence)
         expected = sequence - sequence.reshape(2, 2).mean(1).repeat_interleave(2)
-        torch.testing.assert_close(e["advantages"], expected[:, None] * mask)
-        assert "returns" not in e and "old_values" not in e  # no critic
+        torch.testing.assert_close(e.advantages, expected[:, None] * mask)
+        assert e.returns is None and e.old_values is None  # no critic
     # the sampled debates differ, so the checks above can fail (a (turn, agent) whose K scores tie has zeros)
-    assert any(e["advantages"].abs().sum() > 0 for e in exp.values())
+    assert any(e.advantages.abs().sum() > 0 for e in exp.values())
     before = snapshot(team)
     stats = cotrain.ppo_update(team, exp, args)
     assert sorted(k for k in stats if isinstance(k, str) and k.startswith("grad_norm/")) == ["grad_norm/agent0",

@@ -21,7 +21,8 @@ from common import adapter_parameters, batched, forward_responses
 from magrpo import reference_logprobs
 from cotrain import gae, kl_shaped_rewards, policy_loss, value_loss
 from nanomarl.tasks.debate import load_task
-from test_fast_paths import Counter, ascii_fraction, debate_and_rewards, tiny_args, trainables
+from test_fast_paths import (Counter, ascii_fraction, debate_and_rewards, tensors, tiny_args,
+                             trainables)
 
 KEYS = ("query_ids", "query_mask", "response_ids", "response_mask")
 
@@ -58,7 +59,7 @@ def plain_make_experience(team, debate, final_rewards, args):
     debates at a time) and the critic's forward."""
     exp = {}
     for t, a in team.trained:
-        ro = debate["rollout"][t][a]
+        ro = debate.rollout[(t, a)]
         batch = {k: ro[k] for k in KEYS}
         model, size = team.bases[0], args.forward_batch_size
         micro = args.micro_batch_questions or len(batch["query_ids"])
@@ -75,17 +76,19 @@ def plain_make_experience(team, debate, final_rewards, args):
         rewards, kl = kl_shaped_rewards(policy["logprobs"], ref_logprobs, mask, final,
                                         args.kl_coef)
         advantages, returns = gae(rewards, values, mask, cotrain.GAE_GAMMA, args.gae_lambda)
-        exp[(t, a)] = dict(batch, old_logprobs=policy["logprobs"], ref_logprobs=ref_logprobs,
-                           old_values=values, kl=kl, rewards=rewards, entropy=policy["entropy"],
-                           returns=returns,
-                           advantages=cotrain.masked_whiten(advantages, mask))
+        exp[(t, a)] = cotrain.Experience(*(batch[k] for k in KEYS),
+                                         old_logprobs=policy["logprobs"],
+                                         ref_logprobs=ref_logprobs, old_values=values, kl=kl,
+                                         rewards=rewards, entropy=policy["entropy"],
+                                         returns=returns,
+                                         advantages=cotrain.masked_whiten(advantages, mask))
     return exp
 
 
 def plain_ppo_update(team, exp, args, shuffle_seed=0):
     """ppo_update for --value-model separate (one process), written out: per micro-batch and (turn,
     agent) a policy and a critic forward and their losses, then one backward of the sum."""
-    n = next(iter(exp.values()))["response_mask"].shape[0]
+    n = next(iter(exp.values())).response_mask.shape[0]
     mb_size = args.minibatch_questions or n
     micro = min(args.micro_batch_questions or mb_size, mb_size)
     shuffle = torch.Generator().manual_seed(shuffle_seed)
@@ -96,7 +99,7 @@ def plain_ppo_update(team, exp, args, shuffle_seed=0):
         perm = torch.randperm(n, generator=shuffle)
         for start in range(0, n, mb_size):
             minibatch = perm[start:start + mb_size]
-            num_tokens = {key: e["response_mask"][minibatch].sum() for key, e in exp.items()}
+            num_tokens = {key: e.response_mask[minibatch].sum() for key, e in exp.items()}
             mb_stats = {key: [] for key in exp}
             for opt in team.optimizers.values():
                 opt.zero_grad(set_to_none=True)
@@ -104,7 +107,7 @@ def plain_ppo_update(team, exp, args, shuffle_seed=0):
                 rows = minibatch[m_start:m_start + micro]
                 loss = 0.0
                 for (t, a), e in exp.items():
-                    batch = {k: e[k][rows] for k in keys}
+                    batch = {k: getattr(e, k)[rows] for k in keys}
                     mask = batch["response_mask"]
                     new_logprobs = plain_forward(model, batch, team.adapter_names[t][a],
                                                  args.temperature)["logprobs"]
@@ -156,10 +159,10 @@ def test_separate_equals_the_plain_update_bit_for_bit():
     new_exp = cotrain.make_experience(new_team, debate, rewards, args)
     assert set(old_exp) == set(new_exp) == {(0, 0), (0, 1), (1, 0), (1, 1)}
     for key in old_exp:
-        assert set(old_exp[key]) == set(new_exp[key])
-        for name, tensor in old_exp[key].items():
-            assert torch.equal(tensor, new_exp[key][name]), (key, name)
-    assert all(e["advantages"].abs().sum() > 0 and e["old_values"].abs().sum() > 0
+        assert set(tensors(old_exp[key])) == set(tensors(new_exp[key]))
+        for name, tensor in tensors(old_exp[key]).items():
+            assert torch.equal(tensor, getattr(new_exp[key], name)), (key, name)
+    assert all(e.advantages.abs().sum() > 0 and e.old_values.abs().sum() > 0
                for e in new_exp.values())
     old_stats = plain_ppo_update(old_team, old_exp, args, shuffle_seed=3)
     new_stats = cotrain.ppo_update(new_team, new_exp, args, shuffle_seed=3)
@@ -193,23 +196,23 @@ def test_shared_experience_reads_the_values_from_the_policy_forward():
     exp = cotrain.make_experience(team, debate, rewards, args)
     model = team.bases[0]
     for (t, a), e in exp.items():
-        ro = debate["rollout"][t][a]
+        ro = debate.rollout[(t, a)]
         batch = {k: ro[k] for k in ("query_ids", "query_mask", "response_ids", "response_mask")}
         with torch.no_grad():
             own = forward_responses(model, *batch.values(), [f"agent{a}"] * 2, args.temperature,
                                     output_hidden=True, output_entropy=True)
             ref = reference_logprobs(model, *batch.values(), temperature=args.temperature)
-        width = e["response_mask"].shape[1]
-        mask = e["response_mask"]
+        width = e.response_mask.shape[1]
+        mask = e.response_mask
         close = dict(rtol=0, atol=1e-5)  # fp32 noise: π_old a micro-batch of one debate at a time
-        torch.testing.assert_close(e["old_logprobs"], own["logprobs"][:, :width], **close,
+        torch.testing.assert_close(e.old_logprobs, own["logprobs"][:, :width], **close,
                                    msg=str((t, a)))
-        torch.testing.assert_close(e["entropy"], own["entropy"][:, :width], **close,
+        torch.testing.assert_close(e.entropy, own["entropy"][:, :width], **close,
                                    msg=str((t, a)))
-        torch.testing.assert_close(e["ref_logprobs"], ref[:, :width], **close, msg=str((t, a)))
+        torch.testing.assert_close(e.ref_logprobs, ref[:, :width], **close, msg=str((t, a)))
         values = team.heads[f"turn{t + 1}"](own["hidden"][:, :width]) * mask
-        torch.testing.assert_close(e["old_values"], values, **close)
-        assert e["old_values"].abs().sum() > 0
+        torch.testing.assert_close(e.old_values, values, **close)
+        assert e.old_values.abs().sum() > 0
 
 
 @pytest.mark.parametrize("value_model", ["shared", "separate"])
@@ -248,9 +251,9 @@ def test_shared_isolation_one_agent_moves_only_its_adapter_and_the_heads():
     # head, nothing else
     e = exp[(1, 0)]
     out = cotrain.forward_pairs(team, {(1, 0): e}, torch.arange(2), args, output_hidden=True)[(1, 0)]
-    mask, tokens = e["response_mask"], e["response_mask"].sum()
-    pg, _ = policy_loss(out["logprobs"], e["old_logprobs"], e["advantages"], mask, tokens, 0.2)
-    vf, _ = value_loss(team.heads["turn2"](out["hidden"]) * mask, e["old_values"], e["returns"],
+    mask, tokens = e.response_mask, e.response_mask.sum()
+    pg, _ = policy_loss(out["logprobs"], e.old_logprobs, e.advantages, mask, tokens, 0.2)
+    vf, _ = value_loss(team.heads["turn2"](out["hidden"]) * mask, e.old_values, e.returns,
                        mask, tokens, 0.2)
     (pg + args.vf_coef * vf).backward()
     with_grad = {n for n, p in model.named_parameters()
@@ -288,7 +291,7 @@ def test_value_loss_gradient_reaches_the_policy_adapter_only_when_shared(value_m
     _, exp, _ = cotrain.rollout_step(team, args, load_task("arith", "train", limit=2),
                                      ascii_fraction)
     for e in exp.values():
-        e["advantages"].zero_()
+        e.advantages.zero_()
     stats = cotrain.ppo_update(team, exp, args)
     values = "value_heads" if value_model == "shared" else "critic"
     assert stats[f"grad_norm/{values}"][0] > 1e-3

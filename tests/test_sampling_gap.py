@@ -159,7 +159,7 @@ def test_cotrain_logs_the_truncation_gap(tiny_model_dir, monkeypatch, top_k):
     debate, _, r = cotrain.rollout_step(team, args, records, scorer)
     metrics = rollout_metrics(debate, *r.values())
     gaps = [metrics[f"agent{a}/turn{t + 1}/truncation_gap"] for t in range(2) for a in range(2)]
-    rollouts = [debate["rollout"][t][a] for t in range(2) for a in range(2)]
+    rollouts = [debate.rollout[(t, a)] for t in range(2) for a in range(2)]
     for gap, ro in zip(gaps, rollouts):
         assert gap == pytest.approx(mean_gap(ro), abs=1e-6)
     tokens = sum(ro["response_mask"].sum() for ro in rollouts)

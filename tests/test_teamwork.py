@@ -62,13 +62,18 @@ def test_carries_number_and_informative_rates_by_hand():
     assert carries_number("My number is 7. The answer is 12.", 7)
     assert not carries_number("The answer is 17.", 7)
     records = [dict(parts=[3, 5]), dict(parts=[8, 1])]
-    debate = dict(responses=[[["I have 3.", "no idea"], ["5 is mine", "it is 1"]],  # turn 1
-                             [["3+5=8", "8 - 1 = 7"], ["The answer is 8.", "7"]]])  # turn 2
+    # responses [b][t][a]; informative_rates reads nothing else
+    debate = cotrain.Debate(records, prompts=None, answers=None, correct=None, scores=None,
+                            rollout={},
+                            responses=[[["I have 3.", "5 is mine"],  # question 0: turn 1
+                                        ["3+5=8", "The answer is 8."]],  # turn 2
+                                       [["no idea", "it is 1"],  # question 1: turn 1
+                                        ["8 - 1 = 7", "7"]]])  # turn 2
     # turn 1: agent 0 says 3 (yes) and not 8 (no); agent 1 says 5 (yes) and 1 (yes): 3 of 4
     # turn 2: agent 0: "3+5=8" has 3, "8 - 1 = 7" has 8;
     # agent 1: "The answer is 8." lacks 5, "7" lacks 1
     assert informative_rates(debate, records) == [0.75, 0.5]
-    debate["responses"][0][0][0] = "I am sure. I have 3."  # the 3 is past the first sentence
+    debate.responses[0][0][0] = "I am sure. I have 3."  # the 3 is past the first sentence
     # heard: turn 1 loses agent 0's first message (2 of 4); turn 2 as above, each one sentence
     assert informative_rates(debate, records, heard=True) == [0.5, 0.5]
     assert informative_rates(debate, records) == [0.75, 0.5]
@@ -100,21 +105,21 @@ def test_run_debate_shows_each_agent_its_own_view_and_silent_changes_only_partne
     for b, r in enumerate(records):
         for a in range(2):
             # turn 1: the agent's own view as the whole message, untouched by the control
-            assert debate["prompts"][0][a][b] == chat_prompt(tok, [
+            assert debate.prompts[b][0][a] == chat_prompt(tok, [
                 {"role": "user", "content": r["views"][a]}])
-            assert silent["prompts"][0][a][b] == debate["prompts"][0][a][b]
+            assert silent.prompts[b][0][a] == debate.prompts[b][0][a]
             # turn 2: a fresh chat, its number and the partner's message; silent: a neutral one
-            partner = debate["responses"][0][1 - a][b]
-            assert debate["prompts"][1][a][b] == chat_prompt(tok, [
+            partner = debate.responses[b][0][1 - a]
+            assert debate.prompts[b][1][a] == chat_prompt(tok, [
                 {"role": "user", "content": followup_message(r, a, [partner])}])
-            assert silent["prompts"][1][a][b] == chat_prompt(tok, [
+            assert silent.prompts[b][1][a] == chat_prompt(tok, [
                 {"role": "user", "content": followup_message(r, a, [neutral_message(partner)])}])
-            assert r["views"][a] not in debate["prompts"][1][a][b]  # no turn-1 history
-    assert torch.equal(debate["correct"][:, 0], silent["correct"][:, 0])  # the same turn 1
+            assert r["views"][a] not in debate.prompts[b][1][a]  # no turn-1 history
+    assert torch.equal(debate.correct[:, 0], silent.correct[:, 0])  # the same turn 1
     # the generated ids are the prompt's own tokens: no continued chat at turn 2
-    ro = debate["rollout"][1][0]
+    ro = debate.rollout[(1, 0)]
     prompt_ids = ro["query_ids"][0][ro["query_mask"][0].bool()].tolist()
-    assert prompt_ids == tok(debate["prompts"][1][0][0], add_special_tokens=False)["input_ids"]
+    assert prompt_ids == tok(debate.prompts[0][1][0], add_special_tokens=False)["input_ids"]
 
 
 def test_the_silent_partner_from_turn_2_is_the_whole_silent_debate():
@@ -131,19 +136,21 @@ def test_the_silent_partner_from_turn_2_is_the_whole_silent_debate():
                                show_partner=neutral_message, **play)
     later = cotrain.run_debate(from_second_turn(records, debate, neutral_message), [model] * 2,
                                [tok] * 2, names[1:], show_partner=neutral_message, **play)
-    assert whole["responses"][0] == debate["responses"][0]  # turn 1: no partner words yet
-    assert whole["responses"][1] != debate["responses"][1]  # the control changes turn 2
+    def turn(texts, t):  # [b][a] of one turn
+        return [per_question[t] for per_question in texts]
+    assert turn(whole.responses, 0) == turn(debate.responses, 0)  # turn 1: no partner words yet
+    assert turn(whole.responses, 1) != turn(debate.responses, 1)  # the control changes turn 2
     for t in (1, 2):
-        assert later["prompts"][t - 1] == whole["prompts"][t]
-        assert later["responses"][t - 1] == whole["responses"][t]
+        assert turn(later.prompts, t - 1) == turn(whole.prompts, t)
+        assert turn(later.responses, t - 1) == turn(whole.responses, t)
         for a in range(2):
-            for key, value in whole["rollout"][t][a].items():
-                assert torch.equal(later["rollout"][t - 1][a][key], value), (t, a, key)
-    assert torch.equal(later["correct"], whole["correct"][:, 1:])
+            for key, value in whole.rollout[(t, a)].items():
+                assert torch.equal(later.rollout[(t - 1, a)][key], value), (t, a, key)
+    assert torch.equal(later.correct, whole.correct[:, 1:])
     # on the adapters of turns 1..2 instead the answers differ: the test sees the adapters
     same = cotrain.run_debate(from_second_turn(records, debate, neutral_message), [model] * 2,
                               [tok] * 2, names[:2], show_partner=neutral_message, **play)
-    assert same["responses"] != later["responses"]
+    assert same.responses != later.responses
 
 
 def test_split_controls_in_the_held_out_evaluation(tmp_path):

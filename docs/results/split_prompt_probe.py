@@ -48,8 +48,8 @@ if __name__ == "__main__":
         t0 = time.time()
         played = cotrain.run_debate(rows, [model] * 2, [tok] * 2, [["__base__"] * 2] * 2, 40,
                                     temperature=temperature, prompt_style="short")
-        accuracy = [round(float(played["correct"][:, t, :].mean()), 3) for t in range(2)]
+        accuracy = [round(float(played.correct[:, t, :].mean()), 3) for t in range(2)]
         informative = [round(rate, 3) for rate in informative_rates(played, rows)]
         print(f"sampled at T {temperature}, training split, 16 questions x 4: per-turn accuracy "
               f"{accuracy}, informative {informative} ({time.time() - t0:.0f} s)")
-        print("  e.g.", [played["responses"][t][0][0] for t in range(2)])
+        print("  e.g.", [played.responses[0][t][0] for t in range(2)])  # question 0, agent 0

@@ -3,8 +3,7 @@
 authors' paragraph and the verifier feedback: authors_prompts.py), a split debate's messages
 (first_message; followup_message, which quotes each partner's first_sentence), the chat continued
 token for token (sampled_conversation: a row's prompt and sampled response without padding;
-continue_chat: the next turn's prompt as token ids), and the authors' rule against degenerate
-repetition in an answer (has_degenerate_repetition). cotrain.py, train_verifier.py and evaluate.py
+continue_chat: the next turn's prompt as token ids). cotrain.py, train_verifier.py and evaluate.py
 show the agents these texts."""
 from __future__ import annotations
 
@@ -79,22 +78,6 @@ def discussion_message(question: str, other_answers: list[tuple[int, str]],
     message = "Solutions from other agents:" + "".join(f"\n\nAgent {agent + 1}: ```{answer}```"
                                                        for agent, answer in other_answers)
     return message + "\n\n" + SHORT_DISCUSSION.format(question=question)
-
-
-def has_degenerate_repetition(token_ids: list[int], max_period: int = 20, max_repeats: int = 3,
-                              decode=None) -> bool:
-    """True when a block of 1..max_period tokens repeats consecutively more than max_repeats times
-    (the authors' rule); with `decode`, blocks of digits only (e.g. "1000000") are allowed."""
-    for period in range(1, max_period + 1):
-        run = 0  # consecutive positions i with ids[i] == ids[i - period]
-        for i in range(period, len(token_ids)):
-            run = run + 1 if token_ids[i] == token_ids[i - period] else 0
-            # the block ids[i-period+1 .. i] occurred max_repeats + 1 times in a row
-            if run >= period * max_repeats:
-                block = token_ids[i - period + 1: i + 1]
-                if decode is None or not decode(block).strip().isdigit():
-                    return True
-    return False
 
 
 def sampled_conversation(batch: dict, b: int) -> torch.Tensor:
