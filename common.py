@@ -8,8 +8,7 @@
                  forward_responses(): per-token log-probs of given responses
   4. maths       masked_mean / masked_whiten
   5. answers     extract_answer and has_degenerate_repetition (a well-formed answer), the debate
-                 metrics (the majority vote with the authors' tie
-                 rule: nanomarl/vote.py)
+                 metrics (the majority vote with the authors' tie rule: nanomarl/vote.py)
 
 Conventions used everywhere:
   * Prompts are left-padded; responses are right-padded. `query_mask`/`response_mask` are 1 on real

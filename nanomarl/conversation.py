@@ -64,11 +64,11 @@ def holds(earlier, later, rows: torch.Tensor) -> torch.Tensor:
     Experience of one agent at two turns."""
     def real(batch, key, b):
         return getattr(batch, key)[b][getattr(batch, key.replace("ids", "mask"))[b].bool()]
-    return torch.tensor([
-        torch.equal(real(later, "query_ids", b)[:len(conversation)], conversation)
-        for b in rows.tolist()
-        for conversation in [torch.cat([real(earlier, "query_ids", b),
-                                        real(earlier, "response_ids", b)])]], dtype=torch.bool)
+    held = []
+    for b in rows.tolist():
+        conversation = torch.cat([real(earlier, "query_ids", b), real(earlier, "response_ids", b)])
+        held.append(torch.equal(real(later, "query_ids", b)[:len(conversation)], conversation))
+    return torch.tensor(held, dtype=torch.bool)
 
 
 def read_conversation(model, batches: dict, name: str, temperature: float, policy_outputs,
