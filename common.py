@@ -182,7 +182,8 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
     temperature = 1.0 if greedy else temperature  # greedy: π's log-probs at T = 1
     # the fast path's samples: an engine set on the model (vllm_rollout.start's vLLM), or on CUDA
     # the static-cache decoder (nanomarl/fast_decode.py)
-    engine = fast and (getattr(model, "sampling_engine", None) or fast_decoder(model, names))
+    engine = fast and (getattr(model, "sampling_engine", None)
+                       or (query_ids.is_cuda and fast_decoder(model, names)))
     if engine:
         out = engine.sample(query_ids, query_mask, names, stops, tokenizer.pad_token_id,
                             max_new_tokens, temperature, top_p, top_k, min_new_tokens, greedy,

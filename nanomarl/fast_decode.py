@@ -53,10 +53,8 @@ _DECODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def fast_decoder(model, adapter_names: list[str] | None):
-    """The model's FastDecoder when it serves these rows (common.generate with fast=True): the
-    model on CUDA, a supported architecture and adapters (supports); else None."""
-    if next(model.parameters()).device.type != "cuda":
-        return None
+    """The model's FastDecoder when it serves these rows (common.generate with fast=True, on
+    CUDA): a supported architecture and adapters (supports); else None."""
     if not supports(model, adapter_names):
         return None
     if model not in _DECODERS:
