@@ -189,6 +189,25 @@ def held_rows(team, exp, args, rows, adapter=None) -> torch.Tensor:
     return served
 
 
+def forward_and_backward(team, exp, rows, args, chunk, grad, weights, params, monkeypatch):
+    """cotrain.forward_pairs on rows (with entropies and hidden states) and, with grad, the LoRA
+    gradients of a loss on every output: (outputs, gradients, the number of model forwards)."""
+    model = team.bases[0]
+    with monkeypatch.context() as patch, torch.set_grad_enabled(grad):
+        counter = Counter(model, patch)
+        out = cotrain.forward_pairs(team, exp, rows, args, None, chunk, output_entropy=True,
+                                    output_hidden=True)
+        calls = counter.take()[0]
+    grads = {}
+    if grad:
+        loss = sum((out[key]["logprobs"] * weights[key][rows]).sum()
+                   + out[key]["hidden"].pow(2).mean() for key in exp)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in params.items() if p.grad is not None}
+        model.zero_grad(set_to_none=True)
+    return out, grads, calls
+
+
 @pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("flags", [["--num-turns", "2"], ["--num-turns", "3"],
                                    ["--num-turns", "3", "--train-turns", "2,3"]])
@@ -217,18 +236,8 @@ def test_forward_pairs_conversation_forward_equals_its_loop(monkeypatch, flags, 
     modes = [("loop", 0), ("fast", 0)] + ([] if grad else [("loop", 1), ("fast", 1)])
     for mode, chunk in modes:
         args.fast = mode == "fast"  # --fast: the conversation forward; --no-fast: the loop
-        with monkeypatch.context() as patch, torch.set_grad_enabled(grad):
-            counter = Counter(model, patch)
-            out = cotrain.forward_pairs(team, exp, rows, args, None, chunk, output_entropy=True,
-                                        output_hidden=True)
-            calls = counter.take()[0]
-        grads = {}
-        if grad:
-            loss = sum((out[key]["logprobs"] * weights[key][rows]).sum()
-                       + out[key]["hidden"].pow(2).mean() for key in exp)
-            loss.backward()
-            grads = {n: p.grad.clone() for n, p in params.items() if p.grad is not None}
-            model.zero_grad(set_to_none=True)
+        out, grads, calls = forward_and_backward(team, exp, rows, args, chunk, grad, weights,
+                                                 params, monkeypatch)
         results[(mode, chunk)] = (out, grads, calls)
     plain, plain_grads, plain_calls = results[("loop", 0)]
     for key, e in exp.items():
@@ -363,18 +372,8 @@ def test_forward_pairs_serves_the_rows_that_hold_and_loops_over_the_rest(monkeyp
     results = {}
     for fast, chunk in [(False, 0), (True, 0)] + ([] if grad else [(True, 1)]):
         args.fast = fast
-        with monkeypatch.context() as patch, torch.set_grad_enabled(grad):
-            counter = Counter(model, patch)
-            out = cotrain.forward_pairs(team, exp, rows, args, None, chunk, output_entropy=True,
-                                        output_hidden=True)
-            calls = counter.take()[0]
-        grads = {}
-        if grad:
-            loss = sum((out[key]["logprobs"] * weights[key][rows]).sum()
-                       + out[key]["hidden"].pow(2).mean() for key in exp)
-            loss.backward()
-            grads = {n: p.grad.clone() for n, p in params.items() if p.grad is not None}
-            model.zero_grad(set_to_none=True)
+        out, grads, calls = forward_and_backward(team, exp, rows, args, chunk, grad, weights,
+                                                 params, monkeypatch)
         results[(fast, chunk)] = (out, grads, calls)
     plain, plain_grads, plain_calls = results[(False, 0)]
     assert plain_calls == 4  # the loop: one forward per (turn, agent), all rows
