@@ -33,7 +33,7 @@ from nanomarl.models import (
 )
 from nanomarl.runs import (all_rng_states, atomic_write_text, finish_writes_first, format_metrics,
                            load_checkpoint, log_metrics, log_samples, print_eval_table,
-                           restore_rng_state, resumed_args, save_checkpoint)
+                           projected_time, restore_rng_state, resumed_args, save_checkpoint)
 from nanomarl.tasks.debate import dataset_options, load_task
 from nanomarl.trackers import finish_tracker, plot_run
 
@@ -417,6 +417,9 @@ def log_update(run_dir: Path, metrics: dict, stats: dict, debate, r: dict, args,
             "policy/clipfrac", "val/clipfrac", "loss/value", "objective/entropy",
             "timing/rollout_s", "timing/update_s"]
         tqdm.write(f"update {step}: " + format_metrics(metrics, keys))
+    if bar.n == bar.initial and step < args.max_steps:  # this process's first update
+        evals = sum(eval_due(args, s) for s in range(step + 1, args.max_steps + 1))
+        tqdm.write(projected_time(run_dir, metrics["timing/step_s"], args.max_steps - step, evals))
     if args.sample_every and step % args.sample_every == 0:
         print_sample(step, debate, r["scores"], r["penalized"], r["rewards"])
         log_samples(run_dir, debate_samples(step, debate, r["scores"], r["penalized"],

@@ -437,3 +437,13 @@ def clean_exits(data_flag: str = "--dataset"):
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def projected_time(run_dir: Path, step_s: float, updates: int, evaluations: int) -> str:
+    """The minutes the rest of a run takes on this machine: `updates` updates of step_s seconds and
+    `evaluations` held-out evaluations as long as the last one (metrics.jsonl; none yet: 0 s)."""
+    logged = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    eval_s = next((m["timing/eval_s"] for m in reversed(logged) if "timing/eval_s" in m), 0.0)
+    minutes = (updates * step_s + evaluations * eval_s) / 60
+    return (f"projected on this machine: {minutes:.1f} more minutes ({updates} updates of "
+            f"{step_s:.0f} s, {evaluations} held-out evaluations of {eval_s:.0f} s)")

@@ -1,13 +1,15 @@
 """Both trainers measure the team on a fixed held-out set before the first update, every
 --eval-every updates and at the end, with the numbers evaluate.py reports; the rows land in metrics.jsonl."""
 import json
+from types import SimpleNamespace
 
 import pytest
 
 import cotrain
 import magrpo
 from conftest import run_script
-from nanomarl.cotrain_run import heldout_records
+from nanomarl.cotrain_run import eval_due, heldout_records
+from nanomarl.runs import projected_time
 from nanomarl.tasks.debate import load_task
 
 
@@ -251,3 +253,17 @@ def test_magrpo_cli_logs_eval_rows_before_and_after(tmp_path):
     assert all("eval/reward/mean" in r and "eval/pass_rate" in r for r in (rows[0], rows[2]))
     assert "eval/reward/mean" not in rows[1]  # --eval-every 0: before and after only
     assert "eval/reward/mean:" in out.stdout
+
+
+def test_projected_time_counts_the_updates_and_evaluations_left(tmp_path):
+    """The line after a run's first update: the updates left at its seconds, the held-out
+    evaluations left (every 4 updates and after the last) at the last one's seconds."""
+    args = SimpleNamespace(max_steps=10, eval_questions=40, eval_every=4)
+    rows = [{"step": 0, "timing/eval_s": 90.0}, {"step": 1, "timing/step_s": 60.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    evaluations = sum(eval_due(args, step) for step in range(2, 11))  # after 4, 8 and 10
+    assert evaluations == 3
+    # 9 updates x 60 s + 3 evaluations x 90 s = 810 s
+    assert projected_time(tmp_path, 60.0, 9, evaluations) == (
+        "projected on this machine: 13.5 more minutes (9 updates of 60 s, 3 held-out "
+        "evaluations of 90 s)")
