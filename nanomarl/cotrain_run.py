@@ -417,7 +417,8 @@ def log_update(run_dir: Path, metrics: dict, stats: dict, debate, r: dict, args,
             "policy/clipfrac", "val/clipfrac", "loss/value", "objective/entropy",
             "timing/rollout_s", "timing/update_s"]
         tqdm.write(f"update {step}: " + format_metrics(metrics, keys))
-    if bar.n == bar.initial and step < args.max_steps:  # this process's first update
+    first = is_main_process() and step == bar.initial + 1  # the first update this run made
+    if first and step < args.max_steps:
         evals = sum(eval_due(args, s) for s in range(step + 1, args.max_steps + 1))
         tqdm.write(projected_time(run_dir, metrics["timing/step_s"], args.max_steps - step, evals))
     if args.sample_every and step % args.sample_every == 0:
