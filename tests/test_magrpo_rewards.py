@@ -8,7 +8,7 @@ import pytest
 from magrpo import format_prompts
 from nanomarl.tasks.code import (aux_result_unused, cleanup_code, code_reward, extract_function,
                                  extract_imports, extract_tests, is_thin_wrapper)
-from nanomarl.tasks.code_prompts import (aux_prompt, level_feedback, main_prompt, plain_feedback,
+from nanomarl.tasks.code_prompts import (aux_prompt, level_feedback, main_prompt, plain_feedback, printable,
                                          select_tests)
 from nanomarl.tasks.problems import load_problems
 from nanomarl.tasks.writing import arxiv_reward, tldr_reward, transition_score
@@ -217,6 +217,18 @@ def test_level_feedback_reports_syntax_tests_and_aux_usage():
     plain = plain_feedback(ADD, history, [[AUX], ["x"]])
     assert "Static" not in plain[1] and plain[1].endswith("Revise your add(...) accordingly. Output ONLY the "
                                                           "function code with no extra text.")
+
+
+def test_level_feedback_strips_control_bytes_a_program_writes():
+    """An exception's message reaches the next prompt as text, never as terminal control: escape
+    sequences, NUL and DEL are dropped, the message's words and its newlines kept."""
+    history = [["aux prompt turn 1"], ["main prompt turn 1"]]
+    hostile = "def add(a, b):\n    raise ValueError('\\x1b[2J\\x1b]0;pwned\\x07gone\\x00\\x7f!')\n"
+    _, main_prompt_2 = level_feedback(ADD, history, [[AUX], [hostile]], timeout=2.0,
+                                      memory_mb=256)
+    assert "-> ValueError: [2J]0;pwnedgone!" in main_prompt_2
+    assert not any(ch in main_prompt_2 for ch in "\x1b\x07\x00\x7f")
+    assert printable("a\tb\nc\x1b[0m\x9b") == "a\tb\nc[0m"
 
 
 def test_prompts_follow_the_authors_formatters():

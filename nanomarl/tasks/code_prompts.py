@@ -14,6 +14,15 @@ import re
 from nanomarl.tasks.code import analyze_code, extract_tests
 
 
+# a program's words (an exception's message, a print) reach the next prompt: no terminal control
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """text without control characters (escape sequences, NUL, DEL, C1), newlines and tabs kept."""
+    return CONTROL.sub("", str(text))
+
+
 def function_params(prompt: str) -> str | None:
     """The parameters of the FIRST def in the problem prompt (the authors' regex), joined by
     ', '."""
@@ -97,10 +106,10 @@ def level_feedback(problem: dict, prompt_history: list[list[str]],
     tests = select_tests(extract_tests(problem["test"], entry, extraction), num_tests)
     r = analyze_code(response_history[0][-1], response_history[1][-1], problem, tests, timeout,
                      memory_mb, extraction)
-    aux_line = (f"- Aux definition: {'FOUND' if r['aux_defined'] else 'MISSING'} "
-                f"({r['aux_message']})")
-    main_line = (f"- Main definition: {'FOUND' if r['main_defined'] else 'MISSING'} "
-                 f"({r['main_message']})")
+    aux_line = printable(f"- Aux definition: {'FOUND' if r['aux_defined'] else 'MISSING'} "
+                         f"({r['aux_message']})")
+    main_line = printable(f"- Main definition: {'FOUND' if r['main_defined'] else 'MISSING'} "
+                          f"({r['main_message']})")
     shared = [f"- Syntax: {'OK' if r['syntax_ok'] else 'ERROR'} ({r['syntax_message']})"]
     if r["syntax_error"]:
         se = r["syntax_error"]
@@ -111,6 +120,7 @@ def level_feedback(problem: dict, prompt_history: list[list[str]],
                    for case, ok, error in zip(r["tests"], r["passed"], r["errors"]) if not ok]
     else:
         shared.append("- Tests: no test cases found")
+    shared = [printable(line) for line in shared]  # the diagnostics quote the program's words
     aux_lines = history_lines(prompt_history[0], response_history[0], "aux(...)")
     aux_lines += ["Static and execution diagnostics:", aux_line, main_line] + shared
     main_lines = history_lines(prompt_history[1], response_history[1], "main")
