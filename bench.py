@@ -18,6 +18,9 @@ being compared runs in the same process on the same model, prompts and number of
                  count set_torch_threads chooses and with one thread per core
   gpu         9. the GPU path: rollout tokens/s plain vs fast decoding against the HBM roofline,
                  and cotrain.py/magrpo.py updates both ways (nanomarl/bench_gpu.py)
+  cpu        10. the CPU rollout against its roofline: one turn of --cpu-rows rows on two adapters
+                 (--fast and --no-fast), tokens/s against this machine's weights-read and FLOP
+                 bounds (a copy measures the bandwidth, a matmul the FLOP/s)
 What each part measures exactly, and how to read it: docs/bench_parts.md.
 
 python bench.py                                        # tiny and smollm2-135m on CPU
@@ -28,6 +31,7 @@ python bench.py --models qwen2.5-1.5b --random-init --device cuda --dtype bfloat
 python bench.py --models smollm2-135m --parts peers    # needs pip install comlrl trl
 python bench.py --parts threads                        # a default cotrain.py update, idle and busy
 python bench.py --device cuda --parts gpu              # the GPU path (--gpu-smoke: a dry run)
+python bench.py --models smollm2-135m --parts cpu --max-new-tokens 40   # the CPU roofline
 """
 from __future__ import annotations
 
@@ -68,8 +72,9 @@ class Args:
     lora_r: int = 8  # LoRA rank of every adapter
     repeats: int = 3  # timed repeats per figure (median, min, max) after one untimed warm-up
     # ---- what to run
-    parts: str = "speed,memory,end-to-end"  # speed memory end-to-end sandbox peers threads gpu
+    parts: str = "speed,memory,end-to-end"  # speed memory end-to-end sandbox peers threads gpu cpu
     gpu_smoke: bool = False  # gpu part: tiny models and sizes (runs on CPU too), a dry run
+    cpu_rows: int = 32  # cpu part: rows of the rollout turn, half on each of two adapters
     end_to_end_updates: int = 2  # timed updates per end-to-end run (after one untimed warm-up)
     end_to_end_scripts: str = "cotrain.py,magrpo.py"  # the scripts the end-to-end part runs
     sandbox_programs: int = 164  # sandbox part: the first N HumanEval problems (164 = all)
@@ -274,6 +279,57 @@ def bench_speed(args, name, device) -> dict:
               f"{t['one_at_a_time_tok_s']:.0f} tok/s (x{t['speedup']:.2f}, padding "
               f"x{t['padding_overhead']:.2f}), one mixed-adapter batch "
               f"{t['mixed_batch_tok_s']:.0f} tok/s")
+    return entry
+
+
+def machine_bounds(device, repeats: int) -> dict:
+    """This machine, measured: memory bandwidth (a 256 MiB fp32 copy reads and writes it once)
+    and fp32 matmul FLOP/s (2048 x 2048 x 2048), medians over repeats."""
+    src = torch.randn(64 * 2**20, device=device)
+    dst = torch.empty_like(src)
+    copy_s = timed(lambda: dst.copy_(src), repeats, device)["median"]
+    a, b = torch.randn(2048, 2048, device=device), torch.randn(2048, 2048, device=device)
+    matmul_s = timed(lambda: a @ b, repeats, device)["median"]
+    return dict(bandwidth_gb_s=2 * src.numel() * 4 / copy_s / 1e9,
+                matmul_gflop_s=2 * 2048 ** 3 / matmul_s / 1e9)
+
+
+def bench_cpu(args, name, device) -> dict:
+    """10. One rollout turn (--cpu-rows rows, half on each of two adapters with non-zero B,
+    --max-new-tokens tokens each), with --fast and --no-fast, against the roofline: each decoding
+    step reads every weight once (weights-read bound: steps x weight bytes / bandwidth) and costs
+    2 FLOPs per parameter per token, the prompts' tokens included (FLOP bound)."""
+    machine = machine_bounds(device, args.repeats)
+    model, tokenizer = load(args, name)
+    model = common.add_adapters(model, ["agent0", "agent1"], r=args.lora_r, alpha=2 * args.lora_r)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(std=0.01)
+    rows, steps = args.cpu_rows, args.max_new_tokens
+    prompts = prompts_for(tokenizer, rows)
+    names = ["agent0"] * (rows // 2) + ["agent1"] * (rows - rows // 2)
+    gen = dict(max_new_tokens=steps, min_new_tokens=steps, temperature=1.0)
+    prompt_tokens = int(common.tokenize_prompts(tokenizer, prompts, device)[1].sum())
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    params = sum(p.numel() for p in model.parameters())
+    read_bound_s = steps * weight_bytes / (machine["bandwidth_gb_s"] * 1e9)
+    flop_bound_s = 2 * params * (rows * steps + prompt_tokens) / (machine["matmul_gflop_s"] * 1e9)
+    bound_s = max(read_bound_s, flop_bound_s)
+    entry = dict(machine, rows=rows, tokens=rows * steps, prompt_tokens=prompt_tokens,
+                 weight_mb=weight_bytes / 2**20, read_bound_s=read_bound_s,
+                 flop_bound_s=flop_bound_s, bound_tok_s=rows * steps / bound_s)
+    for fast in (True, False):
+        t = timed(lambda: common.generate(model, tokenizer, prompts, names, fast=fast, **gen),
+                  args.repeats, device)
+        entry["fast" if fast else "plain"] = dict(seconds=t, tok_s=rows * steps / t["median"],
+                                                  of_bound=bound_s / t["median"])
+    print(f"cpu roofline, {name}: {machine['bandwidth_gb_s']:.1f} GB/s, "
+          f"{machine['matmul_gflop_s']:.0f} GFLOP/s; {rows} rows x {steps} tokens: bound "
+          f"{entry['bound_tok_s']:.0f} tok/s (weights read {read_bound_s:.2f} s, FLOPs "
+          f"{flop_bound_s:.2f} s); --fast {entry['fast']['tok_s']:.0f} tok/s "
+          f"({100 * entry['fast']['of_bound']:.0f} %), --no-fast {entry['plain']['tok_s']:.0f} "
+          f"tok/s ({100 * entry['plain']['of_bound']:.0f} %)")
     return entry
 
 
@@ -800,7 +856,7 @@ def bench_threads(args) -> dict:
 # Main
 # ----------------------------------------------------------------------------------------------
 
-PARTS = ("speed", "memory", "end-to-end", "sandbox", "peers", "threads", "gpu")
+PARTS = ("speed", "memory", "end-to-end", "sandbox", "peers", "threads", "gpu", "cpu")
 
 
 def main(args):
@@ -820,7 +876,7 @@ def main(args):
     parts = set(args.parts.split(","))
     if not parts or parts - set(PARTS):
         arg_error("--parts", f"{args.parts!r}: give a comma-separated subset of speed, "
-                                    "memory, end-to-end, sandbox, peers, threads, gpu")
+                                    "memory, end-to-end, sandbox, peers, threads, gpu, cpu")
     if "peers" in parts and args.random_init:
         arg_error("--random-init",
                          "the peers part loads each model by its name (drop --random-init)")
@@ -832,7 +888,7 @@ def main(args):
                          f"cotrain.py or magrpo.py, got {args.threads_script!r}")
     out = writable_dir(args.output_dir)  # before the benchmark, so its results are never lost
     models = args.models.split(",")
-    count = (len(models) * (len(parts & {"speed", "memory"}) + ("peers" in parts))
+    count = (len(models) * (len(parts & {"speed", "memory", "cpu"}) + ("peers" in parts))
              + len(parts & {"sandbox", "threads", "gpu", "end-to-end"}))
     bar = tqdm(total=count, desc="bench", unit="part")
 
@@ -857,6 +913,9 @@ def main(args):
                   f"(x{m['adapters_vs_one_adapter']:.2f}), A full copies + AdamW "
                   f"{m['full-copies']['peak_mb']:.0f} (x{m['full_copies_vs_adapters']:.2f} of the "
                   "adapters)")
+    for name in models if "cpu" in parts else []:
+        cpu = run_part(f"cpu roofline on {name}", lambda: bench_cpu(args, name, device))
+        report["models"].setdefault(name, {})["cpu"] = cpu
     if "sandbox" in parts:
         report["sandbox"] = run_part("sandbox", lambda: bench_sandbox(args))
     for name in models if "peers" in parts else []:

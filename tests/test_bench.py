@@ -62,3 +62,27 @@ def test_bench_refuses_an_unwritable_output_dir_before_measuring(repo_root):
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert lines[0].startswith("error: --output-dir: cannot write to /proc/nanomarl-no/bench")
     assert "== sandbox" not in done.stdout + done.stderr  # nothing was measured
+
+
+def test_bench_cpu_roofline_on_the_tiny_model(tmp_path):
+    """The cpu part: the machine's bandwidth and FLOP/s measured, the rollout's two bounds from the
+    model's own weights and tokens, and each path's fraction of the tighter one."""
+    out = tmp_path / "bench"
+    result = run_script(["bench.py", "--models", "tiny", "--parts", "cpu", "--cpu-rows", "4",
+                         "--max-new-tokens", "3", "--repeats", "1", "--output-dir", str(out)],
+                        timeout=300)
+    assert "== cpu roofline on tiny" in result.stdout + result.stderr
+    entry = json.loads((out / "bench.json").read_text())["models"]["tiny"]["cpu"]
+    model = common.add_adapters(common.load_model("tiny"), ["agent0", "agent1"], r=8, alpha=16)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    params = sum(p.numel() for p in model.parameters())
+    assert entry["rows"] == 4 and entry["tokens"] == 12 and entry["prompt_tokens"] > 0
+    assert entry["read_bound_s"] == pytest.approx(3 * weight_bytes / (entry["bandwidth_gb_s"] * 1e9))
+    assert entry["flop_bound_s"] == pytest.approx(
+        2 * params * (12 + entry["prompt_tokens"]) / (entry["matmul_gflop_s"] * 1e9))
+    bound = max(entry["read_bound_s"], entry["flop_bound_s"])
+    assert entry["bound_tok_s"] == pytest.approx(12 / bound)
+    for path in ("fast", "plain"):
+        seconds = entry[path]["seconds"]["median"]
+        assert entry[path]["tok_s"] == pytest.approx(12 / seconds)
+        assert entry[path]["of_bound"] == pytest.approx(bound / seconds)
