@@ -171,7 +171,8 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
     EOS within max_new_tokens) and, 0 where masked, [B, Lr]: logprobs and entropy of π at the
     temperature (log_policy, as forward_responses recomputes them), and sampling_logprobs of q,
     what each token was drawn from (after top-k/top-p; greedy: 0; docs/magrpo.md)."""
-    if batch_size and batch_size < len(prompts):  # batch_size rows at a time (a memory bound)
+    engine = getattr(model, "sampling_engine", None) if fast else None  # vllm_rollout.start's
+    if batch_size and batch_size < len(prompts) and not engine:  # a memory bound (vLLM: its own)
         rows = functools.partial(generate, model, tokenizer, max_new_tokens=max_new_tokens,
                                  temperature=temperature, top_p=top_p, top_k=top_k,
                                  min_new_tokens=min_new_tokens, greedy=greedy, fast=fast)
@@ -180,11 +181,9 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
     query_ids, query_mask = tokenize_prompts(tokenizer, prompts, next(model.parameters()).device)
     names = None if adapter_names is None else list(adapter_names)
     temperature = 1.0 if greedy else temperature  # greedy: π's log-probs at T = 1
-    # the fast path's samples: an engine set on the model (vllm_rollout.start's vLLM), or on CUDA
-    # the static-cache decoder (nanomarl/fast_decode.py)
-    engine = fast and (getattr(model, "sampling_engine", None)
-                       or (query_ids.is_cuda and fast_decoder(model, names)))
-    if engine:
+    if fast and not engine and query_ids.is_cuda:  # the static-cache decoder, where it applies
+        engine = fast_decoder(model, names)  # nanomarl/fast_decode.py
+    if engine:  # the fast path's samples
         out = engine.sample(query_ids, query_mask, names, stops, tokenizer.pad_token_id,
                             max_new_tokens, temperature, top_p, top_k, min_new_tokens, greedy,
                             log_policy)
@@ -194,9 +193,13 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
                                        min_new_tokens, greedy, fast)
     response_ids = out["response_ids"]
     response_mask, truncated = response_mask_from_ids(response_ids, stops)
-    if out["logprobs"] is None:  # vLLM: π from the training forward
-        out.update(forward_responses(model, query_ids, query_mask, response_ids, response_mask,
-                                     names, temperature, output_entropy=True))
+    if out["logprobs"] is None:  # vLLM: π from the training forward, batch_size rows at a time
+        step = batch_size or len(prompts)
+        parts = [forward_responses(model, *(x[i:i + step] for x in (query_ids, query_mask,
+                                                                   response_ids, response_mask)),
+                                   names and names[i:i + step], temperature, output_entropy=True)
+                 for i in range(0, len(prompts), step)]
+        out.update({k: torch.cat([p[k] for p in parts]) for k in ("logprobs", "entropy")})
     return dict(query_ids=query_ids, query_mask=query_mask,
                 response_ids=response_ids.masked_fill(response_mask == 0, tokenizer.pad_token_id),
                 response_mask=response_mask, logprobs=out["logprobs"] * response_mask,

@@ -151,10 +151,10 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
     (arith:split) gives each agent its own view, then a fresh chat with its partners' words."""
     t0 = time.time()
     num_turns, num_agents, batch = len(adapter_names), len(models), len(records)
-    empty = [[[None] * num_agents for _ in range(num_turns)] for _ in records]
-    d = Debate(records, copy.deepcopy(empty), copy.deepcopy(empty), copy.deepcopy(empty),
-               torch.zeros(batch, num_turns, num_agents),
-               torch.zeros(batch, num_turns, num_agents) if scorer is not None else None, {})
+    empty = [[[None] * num_agents for _ in range(num_turns)] for _ in records]  # [b][t][a]
+    d = Debate(records, prompts=copy.deepcopy(empty), responses=copy.deepcopy(empty),
+               answers=copy.deepcopy(empty), correct=torch.zeros(batch, num_turns, num_agents),
+               scores=torch.zeros(batch, num_turns, num_agents) if scorer else None, rollout={})
     # chats[a][b]: the conversation agent a has seen on question b
     chats = [[[{"role": "user", "content": first_message(r, a, prompt_style)}] for r in records]
              for a in range(num_agents)]
@@ -418,7 +418,7 @@ def forward_pairs(team: Team, exp: dict, rows: torch.Tensor, args: Args, adapter
     turns (nanomarl/conversation.py); rows where it does not take this loop (plain=True)."""
     if args.fast and not plain:
         def loop(part):
-            return forward_pairs(team, exp, part, args, adapter, chunk, True, **outputs)
+            return forward_pairs(team, exp, part, args, adapter, chunk, plain=True, **outputs)
         return conversation_forward(team, exp, rows, args.temperature, adapter, chunk,
                                     policy_outputs, loop, **outputs)
     out = {}
@@ -436,7 +436,7 @@ def forward_pairs(team: Team, exp: dict, rows: torch.Tensor, args: Args, adapter
 def make_experience(team: Team, debate: Debate, final_rewards: torch.Tensor, args: Args) -> dict:
     """{(t, a): Experience} for every trained (turn, agent); final_rewards [B, T, A] = R + b."""
     sampled = {(t, a): debate.rollout[(t, a)] for t, a in team.trained}
-    exp = {key: Experience(*(ro[k] for k in RESPONSE_KEYS)) for key, ro in sampled.items()}
+    exp = {key: Experience(**{k: ro[k] for k in RESPONSE_KEYS}) for key, ro in sampled.items()}
     rows = torch.arange(len(debate.records))  # every debate
     # 4. the reference: the same rows on the base alone
     ref = forward_pairs(team, exp, rows, args, "__base__", args.forward_batch_size)

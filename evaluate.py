@@ -273,9 +273,10 @@ def play_debates(bases: Bases, agents: list[tuple[str, list[str]]], records: lis
         generated, read = [x + y for x, y in zip((generated, read), debate_tokens(debate))]
         bar.update(len(chunk))
     bar.close()
-    joined = cotrain.Debate(*(sum((getattr(d, k) for d in chunks), []) for k in
-                              ("records", "prompts", "responses", "answers")),
-                            torch.cat([d.correct for d in chunks]), None, {})
+    lists = {k: sum((getattr(d, k) for d in chunks), [])  # the chunks' questions, in order
+             for k in ("records", "prompts", "responses", "answers")}
+    joined = cotrain.Debate(**lists, correct=torch.cat([d.correct for d in chunks]), scores=None,
+                            rollout={})
     return joined, generated, read, seconds
 
 
@@ -691,7 +692,8 @@ def evaluate_crossplay(args, device: str) -> dict:
     eval_args = SimpleNamespace(**{**first, **ours, "test_timeout": args.test_timeout,
                                    "sandbox_memory_mb": args.sandbox_memory_mb,
                                    "sandbox_workers": args.sandbox_workers,
-                                   "generate_batch_size": args.generate_batch_size})
+                                   "generate_batch_size": args.generate_batch_size,
+                                   "fast": args.fast})
     problems = magrpo.load_problems(eval_args.dataset, "eval", eval_args.eval_problems or None)
     if not problems:
         arg_error("--dataset", f"{eval_args.dataset} has no eval problems")

@@ -83,6 +83,7 @@ class Args:
     model: str = "smollm2-135m"  # the policy's base: tiny | smollm2-135m | hub id | path
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # weights and compute dtype
     quant: Literal["none", "4bit", "8bit"] = "none"  # 4bit: QLoRA, nf4
+    fast: bool = True  # sampling's fast path (CUDA: the static-cache decoder); --no-fast: plain
     lora_r: int = 16  # LoRA rank of the verifier adapter (authors: 16)
     lora_alpha: int = 32  # LoRA alpha (authors: 32)
     max_length: int = 550  # tokens of [prompt ; answer], cut at the prompt's start (authors: 550)
@@ -255,7 +256,7 @@ def sample_answers(model, tokenizer, records: list[dict], args: Args,
                                                                     args.prompt_style)}])
                    for r in batch]
         out = generate(model, tokenizer, prompts, None, args.max_new_tokens,
-                       temperature=temperature, top_p=args.top_p)
+                       temperature=temperature, top_p=args.top_p, fast=args.fast)
         lines = []
         for record, ids, mask in zip(batch, out["response_ids"], out["response_mask"]):
             answer = tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)

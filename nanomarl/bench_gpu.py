@@ -10,8 +10,9 @@ preflight stops it at once):
                  decoding step at the measured bandwidth), for SmolLM2-135M's architecture and
                  Qwen2.5-1.5B's (random weights, bf16, the tiny byte-level tokenizer: no download);
   2. updates     seconds per update of cotrain.py and per step of magrpo.py on the 135M
-                 architecture, today's path (--no-fast, one debate / 8 completions per
-                 forward) and the default (fast decoding, micro-batches sized by free memory).
+                 architecture, the plain code (--no-fast, one debate / 8 completions per
+                 forward) and the default (--fast: fast decoding, micro-batches sized by free
+                 memory).
 --gpu-smoke runs all of it at tiny sizes (CPU too): the check that the one GPU run cannot die of a
 Python error. Results: gpu.json in --output-dir.
 """

@@ -2,8 +2,7 @@
 
 common.generate with fast=True (the scripts' --fast) samples a CUDA model's rollouts and
 evaluations here (fast_decoder()); the plain path is common.generate's own loop through
-transformers,
-and tests/test_fast_decode.py checks that both give the same tokens and log-probs. The decoding
+transformers, and tests/test_fast_decode.py checks that both give the same tokens and log-probs. The decoding
 loop is short, in the spirit of nanochat's engine:
 
   1. prefill   one forward over the left-padded prompts writes every layer's keys and values into

@@ -42,7 +42,7 @@ def informative_rates(debate, records: list[dict], heard: bool = False) -> list[
     rates = []
     for t in range(len(debate.responses[0])):
         said = [carries_number(first_sentence(text) if heard else text, r["parts"][a])
-                for said_b, r in zip(debate.responses, records) for a, text in enumerate(said_b[t])]
+                for turns, r in zip(debate.responses, records) for a, text in enumerate(turns[t])]
         rates.append(sum(said) / len(said))
     return rates
 

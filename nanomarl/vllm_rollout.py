@@ -4,7 +4,7 @@ adapter, each row is generated on its agent's adapter, and the training stays in
     check_vllm_args(args)         the refusals, before anything heavy loads (the scripts' checks)
     engine = start(model, names)  the engine, with each peft adapter of `model` loaded into it
     sample(engine, query_ids, ...)  the samples of common.generate with fast=True (--fast)
-    sync_adapters(engine)         serve the adapters' current weights (generate calls it itself
+    sync_adapters(engine)         serve the adapters' current weights (sample calls it itself
                                   for every adapter written since it was served)
 
 Log-probs: vLLM samples the tokens; the returned logprobs and entropy are recomputed by the training
@@ -14,7 +14,7 @@ after top-k/top-p) is vLLM's own. The sampling settings map one to one (temperat
 min/max new tokens, greedy, the same stop tokens); the model's generation_config is ignored, as
 common.generate resets it.
 
-Freshness: generate compares each adapter's weights with the copy of the weights it served, and
+Freshness: sample compares each adapter's weights with the copy of the weights it served, and
 reloads the changed ones first, so no script can forget the sync. The contents, not the tensors'
 in-place write counters: a fused optimiser step, a write through .data or vector_to_parameters
 leaves those counters as they were. An adapter is reloaded under the same id only
