@@ -1,11 +1,11 @@
 """common.py: what the algorithms share and a reader needs: one base model with many LoRA agents.
 
   1. models      load_model, add_adapters (named LoRA adapters on one frozen base),
-                 adapter_parameters, ValueHead; the peft guard (single_adapter) and the fp32
-                 head (fp32_head) are in nanomarl/models.py
+                 adapter_parameters, ValueHead, the peft guard (single_adapter)
   2. generation  generate(): one batched sampling call, each row on its own adapter
   3. log-probs   log_policy(): π_θ at the sampling temperature, its one definition;
-                 forward_responses(): per-token log-probs of given responses
+                 forward_responses(): per-token log-probs of given responses (and
+                 forward_conversation: every turn of a conversation in one forward, --fast)
   4. maths       masked_mean / masked_whiten
   5. answers     extract_answer and has_degenerate_repetition (a well-formed answer), the debate
                  metrics (the majority vote with the authors' tie rule: nanomarl/vote.py)
@@ -34,9 +34,8 @@ from nanomarl.cli import arg_error
 from nanomarl.distributed import allreduce_sum
 from nanomarl.fast import stackable_lora, stacked_lora_routing
 from nanomarl.fast_decode import fast_decoder
-from nanomarl.models import (fp32_head, hide_bitsandbytes_unless_quantised, prepare_quantized,
-                             quantization_kwargs, resolve_model, single_adapter)
-from nanomarl.padding import first_used_column, pad_cat, padded_outputs, used_width
+from nanomarl.models import (hide_bitsandbytes_unless_quantised, prepare_quantized,
+                             quantization_kwargs, resolve_model)
 from nanomarl.tasks.debate import normalize_label, normalize_number
 from nanomarl.vote import majority_vote_accuracy
 
@@ -311,6 +310,134 @@ def batched(fn, batch: dict[str, torch.Tensor], size: int, **kwargs) -> dict[str
         return torch.cat(outs)
     return {k: (torch.cat([o[k] for o in outs]) if outs[0][k] is not None else None)
             for k in outs[0]}
+
+
+def pad_cat(tensors: list[torch.Tensor], value, left: bool) -> torch.Tensor:
+    """Rows [1 or n, L_i] padded with `value` to one width (on the left or the right), stacked."""
+    width = max(t.shape[1] for t in tensors)
+    return torch.cat([F.pad(t, (width - t.shape[1], 0) if left else (0, width - t.shape[1]),
+                            value=value) for t in tensors])
+
+
+def padded_outputs(result: dict, response_mask, full_width: int) -> dict:
+    """The outputs padded with 0 to full_width columns; logprobs and entropy 0 on padding."""
+    pad = (0, full_width - response_mask.shape[1])
+    return {k: None if v is None else F.pad(v, (0, 0, *pad)) if k == "hidden" else
+            F.pad(v * response_mask, pad) for k, v in result.items()}
+
+
+def first_used_column(mask: torch.Tensor) -> int:
+    """The first column any row of mask [B, L] uses (0 if none): the left padding all rows have."""
+    return int(mask.any(0).float().argmax())
+
+
+def used_width(mask: torch.Tensor) -> int:
+    """1 + the last column any row of mask [B, L] uses (at least 1): cuts the right padding."""
+    used = mask.any(0).nonzero()
+    return int(used.max()) + 1 if len(used) else 1
+
+
+def forward_conversation(model, batches: dict, name: str, temperature: float,
+                         output_hidden: bool = False, output_entropy: bool = False) -> dict:
+    """forward_responses' outputs for the same rows at several turns ({turn: batch}), from one
+    forward on adapter `name` over the last turn's prompt and response, where every earlier prompt
+    and response sits token for token (cotrain.py's --fast, nanomarl/conversation.py): each earlier
+    response is read there, after its own prompt's tokens."""
+    turns = sorted(batches)
+    last = batches[turns[-1]]
+    query_ids, query_mask = last["query_ids"], last["query_mask"]
+    response_ids, response_mask = last["response_ids"], last["response_mask"]
+    full_width = response_ids.shape[1]
+    first, width = first_used_column(query_mask), used_width(response_mask)
+    query_ids, query_mask = query_ids[:, first:], query_mask[:, first:]
+    response_ids, response_mask = response_ids[:, :width], response_mask[:, :width]
+    attention_mask = torch.cat([query_mask.long(), response_mask.long()], dim=1)
+    inputs = dict(input_ids=torch.cat([query_ids, response_ids], dim=1),
+                  attention_mask=attention_mask,
+                  position_ids=(attention_mask.cumsum(1) - 1).clamp(min=0),
+                  output_hidden_states=output_hidden, use_cache=False)
+    earlier = [(b["response_ids"], b["response_mask"], b["query_mask"].sum(1))
+               for b in (batches[t] for t in turns[:-1])]
+    with single_adapter(model, name), fp32_head(model):
+        parts = read_responses_inside(model, inputs, query_mask, response_ids, response_mask,
+                                      earlier, output_hidden)
+    results = [padded_outputs(policy_outputs(logits, temperature, ids, hidden, output_entropy),
+                              mask, full)
+               for (logits, hidden, ids, mask), full
+               in zip(parts, [full_width] + [ids.shape[1] for ids, _, _ in earlier])]
+    return dict(zip(turns, results[1:] + results[:1]))
+
+
+def read_responses_inside(model, inputs: dict, query_mask, response_ids, response_mask,
+                          earlier: list[tuple], output_hidden: bool) -> list[tuple]:
+    """One forward over inputs ([query ; response], trimmed) that reads the response after the
+    query and each earlier one (response_ids, response_mask, start [B]) inside it: row b's tokens
+    begin start[b] real tokens into its query, and the logits at position p predict token p + 1,
+    so response token j is read at (first real query column) + start + j - 1. The model computes
+    the logits of these positions only (logits_to_keep as positions); every row reads its own.
+    Returns [(logits, hidden or None, ids, mask)]: the response's, then each earlier one's."""
+    q_len, r_len = query_mask.shape[1], response_ids.shape[1]
+    rows = torch.arange(len(response_ids), device=response_ids.device)[:, None]
+    first_real = q_len - query_mask.sum(1).long()
+    reads = [(q_len - 1 + torch.arange(r_len, device=response_ids.device))
+             .expand(len(response_ids), -1)]
+    targets = [(response_ids, response_mask)]
+    for ids, mask, start in earlier:
+        width = used_width(mask)
+        targets.append((ids[:, :width], mask[:, :width]))
+        read = ((first_real + start.to(first_real))[:, None] - 1
+                + torch.arange(width, device=ids.device))
+        reads.append(torch.where(mask[:, :width].bool(), read.clamp(0, q_len - 1),
+                                 q_len - 1))  # padding: any
+    keep = torch.unique(torch.cat([r.reshape(-1) for r in reads]))  # sorted
+    out = model(**inputs, logits_to_keep=keep)
+    return [(out.logits[rows, torch.searchsorted(keep, read.contiguous())],
+             out.hidden_states[-1][rows, read] if output_hidden else None, ids, mask)
+            for read, (ids, mask) in zip(reads, targets)]
+
+
+@contextlib.contextmanager
+def fp32_head(model):
+    """The output layer in fp32 on a bf16/fp16 base: logits = h.float() @ W.float()ᵀ, not rounded
+    to 8 significant bits (a bf16 logit of 20: ±0.06, 0.2 nats at T 0.3). An fp32 head: as is."""
+    head = model.get_output_embeddings()
+    if (type(head) is not nn.Linear or head.bias is not None
+            or head.weight.dtype == torch.float32 or "forward" in vars(head)):
+        yield  # not a bias-free linear head, fp32 already, or inside this block already
+        return
+    copy = None if head.weight.requires_grad else head.weight.float()  # once per block
+    head.forward = lambda h: F.linear(h.float(), head.weight.float() if copy is None else copy)
+    try:
+        yield
+    finally:
+        del head.forward
+
+
+@contextlib.contextmanager
+def single_adapter(model, name: str):
+    """Run with only adapter `name` active ('__base__': none, the reference policy), through peft's
+    ordinary (not mixed-batch) forward. Restores the active adapter and every requires_grad
+    afterwards: peft's set_adapter and leaving disable_adapter() freeze the adapters not active."""
+    from peft import PeftModel
+
+    if not isinstance(model, PeftModel):
+        if name != "__base__":
+            raise ValueError(f"adapter {name!r} asked for, but the model has no LoRA adapters")
+        yield model
+        return
+    active = model.active_adapter
+    trainable = {n: p.requires_grad for n, p in model.named_parameters()}
+    try:
+        if name == "__base__":
+            with model.disable_adapter():
+                yield model
+        else:
+            model.set_adapter(name)
+            yield model
+    finally:
+        model.set_adapter(active)
+        for n, p in model.named_parameters():  # a frozen adapter (a verifier's) stays frozen
+            p.requires_grad_(trainable[n])
 
 
 # 4. Masked statistics -----------------------------------------------------------------------------

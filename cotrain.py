@@ -47,9 +47,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from common import (ValueHead, adapter_parameters, add_adapters, allreduce_sum, chat_prompt,
-                    debate_metrics, extract_answer, forward_responses, generate,
-                    has_degenerate_repetition, hidden_size, load_model, masked_whiten,
-                    policy_outputs)
+                    debate_metrics, extract_answer, forward_conversation, forward_responses,
+                    generate, has_degenerate_repetition, hidden_size, load_model, masked_whiten)
 from nanomarl import vllm_rollout
 from nanomarl.cli import DataArgs, ModelArgs, RunArgs, parse_args
 from nanomarl.conversation import conversation_forward
@@ -419,8 +418,8 @@ def forward_pairs(team: Team, exp: dict, rows: torch.Tensor, args: Args, adapter
     if args.fast and not plain:
         def loop(part):
             return forward_pairs(team, exp, part, args, adapter, chunk, plain=True, **outputs)
-        return conversation_forward(team, exp, rows, args.temperature, adapter, chunk,
-                                    policy_outputs, loop, **outputs)
+        read = functools.partial(forward_conversation, temperature=args.temperature)
+        return conversation_forward(team, exp, rows, adapter, chunk, read, loop, **outputs)
     out = {}
     for (t, a), e in exp.items():
         model, name = team.bases[team.agent_base[a]], adapter or team.adapter_names[t][a]

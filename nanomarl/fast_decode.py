@@ -2,8 +2,8 @@
 
 common.generate with fast=True (the scripts' --fast) samples a CUDA model's rollouts and
 evaluations here (fast_decoder()); the plain path is common.generate's own loop through
-transformers, and tests/test_fast_decode.py checks that both give the same tokens and log-probs. The decoding
-loop is short, in the spirit of nanochat's engine:
+transformers, and tests/test_fast_decode.py checks that both give the same tokens and log-probs.
+The decoding loop is short, in the spirit of nanochat's engine:
 
   1. prefill   one forward over the left-padded prompts writes every layer's keys and values into
                a preallocated cache [rows, kv heads, columns, head dim] (static: no growth, no
@@ -230,7 +230,7 @@ class FastDecoder:
 
     # -- the forward (prefill: eager; decode: the captured step) --
     def forward(self, slot, ids, pos, cols, step: bool):
-        """Logits [rows, V] (fp32, as models.fp32_head: head_logits) of the last of the T tokens
+        """Logits [rows, V] (fp32, as common.fp32_head: head_logits) of the last of the T tokens
         ids [rows, T] at positions pos [rows, T] written at cache columns cols [T]."""
         config, model = self.config, self.base.model
         x = model.embed_tokens(ids)

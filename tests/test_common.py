@@ -392,11 +392,9 @@ def two_turn_rows(tok, model, adapters, seed=0):
 
 @pytest.mark.parametrize("name,grad", [("agent1", False), ("agent1", True), ("__base__", False)])
 def test_earlier_responses_inside_the_query_equal_their_own_forward(tiny, name, grad):
-    """nanomarl/conversation.read_conversation reads a turn-1 response that sits inside a turn-2 prompt from the
+    """common.forward_conversation reads a turn-1 response that sits inside a turn-2 prompt from the
     turn-2 forward: log-probs, entropies, hidden states and gradients equal those of a forward of the turn-1 rows
     themselves (fp32 noise), and the turn-2 outputs equal forward_responses'. Rows of different prompt lengths."""
-    from nanomarl.conversation import read_conversation
-
     tok, _ = tiny
     model = make_peft(("agent0", "agent1"))
     first, second = two_turn_rows(tok, model, ["agent1", "agent0", "__base__", "agent1"])
@@ -411,8 +409,8 @@ def test_earlier_responses_inside_the_query_equal_their_own_forward(tiny, name, 
                 out1 = forward_responses(model, *turn1, names, 0.7, output_hidden=True, output_entropy=True)
                 out2 = forward_responses(model, *second, names, 0.7, output_hidden=True, output_entropy=True)
             else:
-                out = read_conversation(model, {0: dict(zip(keys, turn1)), 1: dict(zip(keys, second))}, name, 0.7,
-                                        common.policy_outputs, output_hidden=True, output_entropy=True)
+                out = common.forward_conversation(model, {0: dict(zip(keys, turn1)), 1: dict(zip(keys, second))},
+                                                  name, 0.7, output_hidden=True, output_entropy=True)
                 out1, out2 = out[0], out[1]
         if grad:
             sum(o["logprobs"].sum() + o["hidden"].pow(2).mean() for o in (out1, out2)).backward()

@@ -15,6 +15,7 @@
 
 The stacked-LoRA routing of generate() against peft's routing: tests/test_routing.py. The shared
 helpers below are also used by tests/test_perf_update.py (what each design costs per update)."""
+import functools
 import math
 
 import pytest
@@ -164,8 +165,8 @@ def held_rows(team, exp, args, rows, adapter=None) -> torch.Tensor:
         handed.append(part.clone())
         return cotrain.forward_pairs(team, exp, part, args, adapter, 0, plain=True)
     with torch.no_grad():
-        out = conversation.conversation_forward(team, exp, rows, args.temperature, adapter, 0,
-                                                common.policy_outputs, plain)
+        read = functools.partial(common.forward_conversation, temperature=args.temperature)
+        out = conversation.conversation_forward(team, exp, rows, adapter, 0, read, plain)
         loop = cotrain.forward_pairs(team, exp, rows, args, adapter, 0, plain=True)
     assert len(handed) <= 1, handed  # one call for all the rows it cannot read
     served = ~torch.isin(rows, handed[0]) if handed else torch.ones(len(rows), dtype=torch.bool)
