@@ -340,9 +340,8 @@ def used_width(mask: torch.Tensor) -> int:
 def forward_conversation(model, batches: dict, name: str, temperature: float,
                          output_hidden: bool = False, output_entropy: bool = False) -> dict:
     """forward_responses' outputs for the same rows at several turns ({turn: batch}), from one
-    forward on adapter `name` over the last turn's prompt and response, where every earlier prompt
-    and response sits token for token (cotrain.py's --fast, nanomarl/conversation.py): each earlier
-    response is read there, after its own prompt's tokens."""
+    forward on adapter `name` over the last turn's prompt and response, which holds every earlier
+    prompt and response token for token (cotrain.py's --fast): each is read where it sits."""
     turns = sorted(batches)
     last = batches[turns[-1]]
     query_ids, query_mask = last["query_ids"], last["query_mask"]
@@ -370,12 +369,10 @@ def forward_conversation(model, batches: dict, name: str, temperature: float,
 
 def read_responses_inside(model, inputs: dict, query_mask, response_ids, response_mask,
                           earlier: list[tuple], output_hidden: bool) -> list[tuple]:
-    """One forward over inputs ([query ; response], trimmed) that reads the response after the
-    query and each earlier one (response_ids, response_mask, start [B]) inside it: row b's tokens
-    begin start[b] real tokens into its query, and the logits at position p predict token p + 1,
-    so response token j is read at (first real query column) + start + j - 1. The model computes
-    the logits of these positions only (logits_to_keep as positions); every row reads its own.
-    Returns [(logits, hidden or None, ids, mask)]: the response's, then each earlier one's."""
+    """[(logits, hidden or None, ids, mask)] of the response after the query and of each earlier
+    one (response_ids, response_mask, start [B]: row b's begins start[b] real tokens into its
+    query), from one forward over inputs: token j at (first real column) + start + j - 1, the
+    logits computed at those positions only (logits_to_keep as positions)."""
     q_len, r_len = query_mask.shape[1], response_ids.shape[1]
     rows = torch.arange(len(response_ids), device=response_ids.device)[:, None]
     first_real = q_len - query_mask.sum(1).long()
