@@ -190,6 +190,19 @@ def held_rows(team, exp, args, rows, adapter=None) -> torch.Tensor:
     return served
 
 
+def assert_all_equal_the_loop(results, plain, plain_grads, exp):
+    """Every mode's outputs (log-probs, entropies, hidden states) and gradients equal the loop's
+    (fp32 noise); results: {mode: (outputs, gradients, forwards)}."""
+    for mode, (out, grads, _) in results.items():
+        for key in exp:
+            for name in ("logprobs", "entropy", "hidden"):
+                torch.testing.assert_close(out[key][name], plain[key][name], **CLOSE,
+                                           msg=f"{mode} {key} {name}")
+        assert set(grads) == set(plain_grads)
+        for n in plain_grads:
+            torch.testing.assert_close(grads[n], plain_grads[n], atol=1e-5, rtol=1e-4, msg=n)
+
+
 def forward_and_backward(team, exp, rows, args, chunk, grad, weights, params, monkeypatch):
     """cotrain.forward_pairs on rows (with entropies and hidden states) and, with grad, the LoRA
     gradients of a loss on every output: (outputs, gradients, the number of model forwards)."""
@@ -246,15 +259,7 @@ def test_forward_pairs_conversation_forward_equals_its_loop(monkeypatch, flags, 
         assert plain[key]["logprobs"].shape == mask.shape and mask.sum() > 0
         assert (plain[key]["logprobs"].abs() > 0).sum() == mask.sum()  # a log-prob at every token
         assert plain[key]["entropy"].abs().sum() > 0 and plain[key]["hidden"].abs().sum() > 0
-    for mode, (out, grads, calls) in results.items():
-        for key in exp:
-            for name in ("logprobs", "entropy", "hidden"):
-                torch.testing.assert_close(out[key][name], plain[key][name], **CLOSE,
-                                           msg=f"{mode} {key} {name}")
-        if grad:
-            assert set(grads) == set(plain_grads)
-            for n in plain_grads:
-                torch.testing.assert_close(grads[n], plain_grads[n], atol=1e-5, rtol=1e-4, msg=n)
+    assert_all_equal_the_loop(results, plain, plain_grads, exp)
     assert plain_calls == 2 * len(turns)  # the loop: one forward per (turn, agent)
     assert results[("fast", 0)][2] == 2  # one forward per agent for all its turns
     if not grad:
@@ -385,15 +390,7 @@ def test_forward_pairs_serves_the_rows_that_hold_and_loops_over_the_rest(monkeyp
         mask = e.response_mask[rows]
         assert plain[key]["logprobs"].shape == mask.shape and mask.sum() > 0
         assert (plain[key]["logprobs"].abs() > 0).sum() == mask.sum()  # a log-prob at every token
-    for (fast, chunk), (out, grads, _) in results.items():
-        for key in exp:
-            for name in ("logprobs", "entropy", "hidden"):
-                torch.testing.assert_close(out[key][name], plain[key][name], **CLOSE,
-                                           msg=f"fast={fast} chunk={chunk} {key} {name}")
-        if grad:
-            assert set(grads) == set(plain_grads)
-            for n in plain_grads:
-                torch.testing.assert_close(grads[n], plain_grads[n], atol=1e-5, rtol=1e-4, msg=n)
+    assert_all_equal_the_loop(results, plain, plain_grads, exp)
 
 
 @pytest.mark.parametrize("case", ["one row", "no row", "agent-turn"])
