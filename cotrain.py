@@ -32,7 +32,6 @@ Simplifications and differences from the paper and the authors' code (docs/mapor
 """
 from __future__ import annotations
 
-import copy
 import functools
 import math
 import time
@@ -150,9 +149,10 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
     (arith:split) gives each agent its own view, then a fresh chat with its partners' words."""
     t0 = time.time()
     num_turns, num_agents, batch = len(adapter_names), len(models), len(records)
-    empty = [[[None] * num_agents for _ in range(num_turns)] for _ in records]  # [b][t][a]
-    d = Debate(records, prompts=copy.deepcopy(empty), responses=copy.deepcopy(empty),
-               answers=copy.deepcopy(empty), correct=torch.zeros(batch, num_turns, num_agents),
+    def empty():  # [b][t][a]
+        return [[[None] * num_agents for _ in range(num_turns)] for _ in records]
+    d = Debate(records, prompts=empty(), responses=empty(), answers=empty(),
+               correct=torch.zeros(batch, num_turns, num_agents),
                scores=torch.zeros(batch, num_turns, num_agents) if scorer else None, rollout={})
     # chats[a][b]: the conversation agent a has seen on question b
     chats = [[[{"role": "user", "content": first_message(r, a, prompt_style)}] for r in records]

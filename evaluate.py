@@ -270,7 +270,8 @@ def play_debates(bases: Bases, agents: list[tuple[str, list[str]]], records: lis
                                     generate_batch_size=args.generate_batch_size, fast=args.fast)
         seconds += time.perf_counter() - t0
         chunks.append(debate)
-        generated, read = [x + y for x, y in zip((generated, read), debate_tokens(debate))]
+        chunk_generated, chunk_read = debate_tokens(debate)
+        generated, read = generated + chunk_generated, read + chunk_read
         bar.update(len(chunk))
     bar.close()
     lists = {k: sum((getattr(d, k) for d in chunks), [])  # the chunks' questions, in order

@@ -14,10 +14,9 @@ KEYS = ("query_ids", "query_mask", "response_ids", "response_mask")
 
 def conversation_forward(team, exp: dict, rows: torch.Tensor, adapter: str | None, chunk: int,
                          read, plain, **outputs) -> dict:
-    """cotrain.forward_pairs' {(t, a): outputs} for the rows, `chunk` at a time (0: all): those
-    whose turns are one conversation from read(model, {turn: batch}, adapter name, **outputs)
-    (common.forward_conversation), the others from plain(rows) (cotrain's loop: all of them where
-    an agent's turns run on several adapters)."""
+    """cotrain.forward_pairs' {(t, a): outputs} for the rows, `chunk` at a time (0: all): from
+    read(model, {turn: batch}, adapter, **outputs) (common.forward_conversation) where a row's
+    turns are one conversation on one adapter, else from plain(rows) (cotrain's loop)."""
     turns = sorted({t for t, _ in exp})
     agents = sorted({a for _, a in exp})
     names = {a: adapter or team.adapter_names[turns[-1]][a] for a in agents}

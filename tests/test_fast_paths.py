@@ -190,6 +190,17 @@ def held_rows(team, exp, args, rows, adapter=None) -> torch.Tensor:
     return served
 
 
+def one_conversation_team(args, questions: int):
+    """(args, a trained-looking team, its sampled debate on `questions` training questions, every
+    agent's turns made one conversation token for token)."""
+    team = cotrain.build_team(args, "cpu")
+    torch.manual_seed(2)
+    trained_looking(team, heads=False)
+    torch.manual_seed(1)
+    debate, _ = debate_and_rewards(team, args, load_task("arith", "train", limit=questions))
+    return args, team, as_one_conversation(debate, team.agent_tokenizers()[0])
+
+
 def assert_all_equal_the_loop(results, plain, plain_grads, exp):
     """Every mode's outputs (log-probs, entropies, hidden states) and gradients equal the loop's
     (fp32 noise); results: {mode: (outputs, gradients, forwards)}."""
@@ -231,13 +242,7 @@ def test_forward_pairs_conversation_forward_equals_its_loop(monkeypatch, flags, 
     states from ONE forward per agent over its last turn (a third of the forwards for 3 turns),
     equal to the loop's one forward per pair to fp32 noise; in chunks of 1 row too (no gradients)
     and, under autograd, with the same gradients on every adapter."""
-    args = tiny_args(*flags)
-    team = cotrain.build_team(args, "cpu")
-    torch.manual_seed(2)
-    trained_looking(team, heads=False)
-    torch.manual_seed(1)
-    debate, _ = debate_and_rewards(team, args, load_task("arith", "train", limit=2))
-    debate = as_one_conversation(debate, team.agent_tokenizers()[0])
+    args, team, debate = one_conversation_team(tiny_args(*flags), questions=2)
     exp = sampled_experience(team, debate)
     assert held_rows(team, exp, args, torch.arange(2)).all()  # the fast path serves every row
     turns = sorted({t for t, _ in team.trained})
@@ -358,13 +363,8 @@ def test_forward_pairs_serves_the_rows_that_hold_and_loops_over_the_rest(monkeyp
     """Rows held and rows not in one call: the held rows from one forward per agent, the others
     from the loop (one forward per (turn, agent)), merged in the rows' order, equal to the loop's
     outputs for every row (fp32 noise) and, under autograd, its gradients; in chunks of 1 too."""
-    args = tiny_args("--num-turns", "2", "--questions-per-update", "3")
-    team = cotrain.build_team(args, "cpu")
-    torch.manual_seed(2)
-    trained_looking(team, heads=False)
-    torch.manual_seed(1)
-    debate, _ = debate_and_rewards(team, args, load_task("arith", "train", limit=3))
-    debate = as_one_conversation(debate, team.agent_tokenizers()[0])
+    args, team, debate = one_conversation_team(
+        tiny_args("--num-turns", "2", "--questions-per-update", "3"), questions=3)
     break_conversation(debate, agent=0, row=1)  # debate 1: agent 0's conversation does not hold
     exp = sampled_experience(team, debate)
     rows = torch.tensor([2, 1, 0])  # any order
