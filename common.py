@@ -161,15 +161,12 @@ NO_PROCESSORS = dict(repetition_penalty=1.0, no_repeat_ngram_size=0, suppress_to
 def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, max_new_tokens: int,
              temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0, min_new_tokens: int = 0,
              greedy: bool = False, batch_size: int | None = None, fast: bool = False) -> dict:
-    """Sample one response per prompt (a text, or token ids used as they are); row i uses adapter
-    adapter_names[i] ('__base__' = no adapter), batch_size rows per call (None: all). fast (the
-    scripts' --fast): the same samples, faster: rows on several adapters through stacked LoRA
-    routing (nanomarl/fast.py) instead of peft's per-row routing; an engine where one serves the
-    model (vLLM with --use-vllm, the static-cache decoder on CUDA) instead of model.generate.
-    Returns query_ids/mask [B, Lq] (left-padded), response_ids/mask [B, Lr], truncated [B] (no
-    EOS within max_new_tokens) and, 0 where masked, [B, Lr]: logprobs and entropy of π at the
-    temperature (log_policy, as forward_responses recomputes them), and sampling_logprobs of q,
-    what each token was drawn from (after top-k/top-p; greedy: 0; docs/magrpo.md)."""
+    """Sample one response per prompt (a text, or token ids used as they are); row i on adapter
+    adapter_names[i] ('__base__': none), batch_size rows per call (None: all). fast (--fast): the
+    same samples through stacked LoRA routing (nanomarl/fast.py) or an engine (vLLM, the CUDA
+    decoder). Returns query_ids/mask [B, Lq] (left-padded), response_ids/mask [B, Lr], truncated
+    [B] (no EOS) and, 0 where masked, [B, Lr]: logprobs and entropy of π (log_policy) and
+    sampling_logprobs of q, what each token was drawn from (top-k/top-p; greedy: 0)."""
     engine = getattr(model, "sampling_engine", None) if fast else None  # vllm_rollout.start's
     if batch_size and batch_size < len(prompts) and not engine:  # a memory bound (vLLM: its own)
         rows = functools.partial(generate, model, tokenizer, max_new_tokens=max_new_tokens,
@@ -251,10 +248,9 @@ def sample_with_transformers(model, tokenizer, query_ids, query_mask, names, sto
 
 
 def log_policy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """log π_θ(· | s) over the vocabulary, [..., V], THE one definition: the softmax of the logits
-    at the sampling temperature, in fp32. Every path reads its log-probs here (generate,
-    forward_responses, cotrain's conversation forward, the CUDA decoder); vLLM samples at the
-    same temperature (nanomarl/vllm_rollout.py)."""
+    """log π_θ(· | s) over the vocabulary, [..., V]: the softmax of the logits at the sampling
+    temperature, in fp32. THE one definition, read by every path (generate, forward_responses, the
+    conversation forward, the CUDA decoder; vLLM samples at the same temperature)."""
     return F.log_softmax(logits.float() / temperature, dim=-1)
 
 
@@ -275,10 +271,9 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
                       adapter_names: list[str] | None, temperature: float = 1.0,
                       output_hidden: bool = False, output_entropy: bool = False):
     """One padded forward over [query ; response]; row i on adapter adapter_names[i] (None: the
-    active setup). Returns dict(logprobs [B, Lr] (0 where masked), entropy [B, Lr] or None, hidden
-    [B, Lr, H] or None: the states V(s) is read from). Only the columns some row uses are computed
-    (the padding every row has is cut, the outputs padded back with 0); position ids count only
-    real tokens, so left padding changes nothing."""
+    active setup): logprobs [B, Lr] (0 where masked), entropy [B, Lr] or None, hidden [B, Lr, H]
+    (the states V(s) is read from) or None. Only the columns some row uses are computed, and the
+    position ids count only real tokens: padding changes nothing."""
     full_width = response_ids.shape[1]
     first, width = first_used_column(query_mask), used_width(response_mask)
     query_ids, query_mask = query_ids[:, first:], query_mask[:, first:]
@@ -339,58 +334,38 @@ def used_width(mask: torch.Tensor) -> int:
 
 def forward_conversation(model, batches: dict, name: str, temperature: float,
                          output_hidden: bool = False, output_entropy: bool = False) -> dict:
-    """forward_responses' outputs for the same rows at several turns ({turn: batch}), from one
-    forward on adapter `name` over the last turn's prompt and response, which holds every earlier
-    prompt and response token for token (cotrain.py's --fast): each is read where it sits."""
+    """forward_responses' outputs for the same rows at several turns ({turn: batch}) from one
+    forward on adapter `name` over the last turn, whose prompt holds every earlier prompt and
+    response token for token (cotrain.py's --fast): a turn's token j is predicted at column (first
+    real column) + (its prompt's length) + j - 1, the only columns whose logits are computed."""
     turns = sorted(batches)
     last = batches[turns[-1]]
-    query_ids, query_mask = last["query_ids"], last["query_mask"]
-    response_ids, response_mask = last["response_ids"], last["response_mask"]
-    full_width = response_ids.shape[1]
-    first, width = first_used_column(query_mask), used_width(response_mask)
-    query_ids, query_mask = query_ids[:, first:], query_mask[:, first:]
-    response_ids, response_mask = response_ids[:, :width], response_mask[:, :width]
-    attention_mask = torch.cat([query_mask.long(), response_mask.long()], dim=1)
-    inputs = dict(input_ids=torch.cat([query_ids, response_ids], dim=1),
-                  attention_mask=attention_mask,
-                  position_ids=(attention_mask.cumsum(1) - 1).clamp(min=0),
-                  output_hidden_states=output_hidden, use_cache=False)
-    earlier = [(b["response_ids"], b["response_mask"], b["query_mask"].sum(1))
-               for b in (batches[t] for t in turns[:-1])]
-    with single_adapter(model, name), fp32_head(model):
-        parts = read_responses_inside(model, inputs, query_mask, response_ids, response_mask,
-                                      earlier, output_hidden)
-    results = [padded_outputs(policy_outputs(logits, temperature, ids, hidden, output_entropy),
-                              mask, full)
-               for (logits, hidden, ids, mask), full
-               in zip(parts, [full_width] + [ids.shape[1] for ids, _, _ in earlier])]
-    return dict(zip(turns, results[1:] + results[:1]))
-
-
-def read_responses_inside(model, inputs: dict, query_mask, response_ids, response_mask,
-                          earlier: list[tuple], output_hidden: bool) -> list[tuple]:
-    """[(logits, hidden or None, ids, mask)] of the response after the query and of each earlier
-    one (response_ids, response_mask, start [B]: row b's begins start[b] real tokens into its
-    query), from one forward over inputs: token j at (first real column) + start + j - 1, the
-    logits computed at those positions only (logits_to_keep as positions)."""
-    q_len, r_len = query_mask.shape[1], response_ids.shape[1]
-    rows = torch.arange(len(response_ids), device=response_ids.device)[:, None]
-    first_real = q_len - query_mask.sum(1).long()
-    reads = [(q_len - 1 + torch.arange(r_len, device=response_ids.device))
-             .expand(len(response_ids), -1)]
-    targets = [(response_ids, response_mask)]
-    for ids, mask, start in earlier:
-        width = used_width(mask)
-        targets.append((ids[:, :width], mask[:, :width]))
-        read = ((first_real + start.to(first_real))[:, None] - 1
-                + torch.arange(width, device=ids.device))
-        reads.append(torch.where(mask[:, :width].bool(), read.clamp(0, q_len - 1),
-                                 q_len - 1))  # padding: any
+    first, width = first_used_column(last["query_mask"]), used_width(last["response_mask"])
+    query_mask = last["query_mask"][:, first:]
+    input_ids = torch.cat([last["query_ids"][:, first:], last["response_ids"][:, :width]], dim=1)
+    attention_mask = torch.cat([query_mask, last["response_mask"][:, :width]], dim=1).long()
+    q_len, first_real = query_mask.shape[1], query_mask.shape[1] - query_mask.sum(1).long()
+    reads = []  # per turn [B, its width]: the columns whose logits predict its response
+    for t in turns:
+        mask = batches[t]["response_mask"][:, :used_width(batches[t]["response_mask"])]
+        read = ((first_real + batches[t]["query_mask"].sum(1).long())[:, None] - 1
+                + torch.arange(mask.shape[1], device=mask.device))
+        reads.append(read if t == turns[-1]  # the last turn: every column, its padding too
+                     else torch.where(mask.bool(), read.clamp(0, q_len - 1), q_len - 1))
     keep = torch.unique(torch.cat([r.reshape(-1) for r in reads]))  # sorted
-    out = model(**inputs, logits_to_keep=keep)
-    return [(out.logits[rows, torch.searchsorted(keep, read.contiguous())],
-             out.hidden_states[-1][rows, read] if output_hidden else None, ids, mask)
-            for read, (ids, mask) in zip(reads, targets)]
+    with single_adapter(model, name), fp32_head(model):
+        out = model(input_ids=input_ids, attention_mask=attention_mask,
+                    position_ids=(attention_mask.cumsum(1) - 1).clamp(min=0),
+                    output_hidden_states=output_hidden, use_cache=False, logits_to_keep=keep)
+    rows = torch.arange(len(input_ids), device=input_ids.device)[:, None]
+    result = {}
+    for t, read in zip(turns, reads):
+        ids, mask = (batches[t][k][:, :read.shape[1]] for k in ("response_ids", "response_mask"))
+        pi = policy_outputs(out.logits[rows, torch.searchsorted(keep, read.contiguous())],
+                            temperature, ids, out.hidden_states[-1][rows, read]
+                            if output_hidden else None, output_entropy)
+        result[t] = padded_outputs(pi, mask, batches[t]["response_ids"].shape[1])
+    return result
 
 
 @contextlib.contextmanager
@@ -417,19 +392,17 @@ def single_adapter(model, name: str):
     afterwards: peft's set_adapter and leaving disable_adapter() freeze the adapters not active."""
     from peft import PeftModel
 
+    if not isinstance(model, PeftModel) and name != "__base__":
+        raise ValueError(f"adapter {name!r} asked for, but the model has no LoRA adapters")
     if not isinstance(model, PeftModel):
-        if name != "__base__":
-            raise ValueError(f"adapter {name!r} asked for, but the model has no LoRA adapters")
         yield model
         return
     active = model.active_adapter
     trainable = {n: p.requires_grad for n, p in model.named_parameters()}
     try:
-        if name == "__base__":
-            with model.disable_adapter():
-                yield model
-        else:
+        if name != "__base__":
             model.set_adapter(name)
+        with model.disable_adapter() if name == "__base__" else contextlib.nullcontext():
             yield model
     finally:
         model.set_adapter(active)
@@ -464,8 +437,7 @@ def last_boxed(text: str) -> str | None:
     """The content of the last closed \\boxed{...} or \\fbox{...} (braces balanced), else None."""
     starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
     for start in reversed(starts):
-        depth = 1
-        i = start
+        depth, i = 1, start
         while i < len(text) and depth:
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             i += 1
@@ -475,11 +447,10 @@ def last_boxed(text: str) -> str | None:
 
 
 def extract_answer(text: str, task: str) -> str | None:
-    """The final answer of a response, normalised for comparison with the gold, else None: a
-    response is well formed exactly when it has one (the format gate, the 0/1 scorer and
-    evaluation read answers here). The last \\boxed{...}, else the clause after the last 'answer
-    is' / 'Answer:' up to its sentence's end (a bare number is no answer); in it, task 'math' takes
-    the last number (normalize_number), 'nli' the first label word not negated (normalize_label)."""
+    """The final answer of a response, normalised for comparison with the gold, else None (the
+    format gate, the 0/1 scorer and evaluation read it here): the last \\boxed{...}, else the clause
+    after the last 'answer is' / 'Answer:' to its sentence's end (a bare number is no answer); in it
+    'math' takes the last number (normalize_number), 'nli' the first label not negated."""
     boxed = last_boxed(text)
     if boxed is None:
         m = list(re.finditer(r"answer\**\s*(?:is|:)\**\s*:?", text, flags=re.IGNORECASE))
@@ -497,10 +468,8 @@ def has_degenerate_repetition(token_ids: list[int], max_period: int = 20, max_re
         run = 0  # consecutive positions i with ids[i] == ids[i - period]
         for i in range(period, len(token_ids)):
             run = run + 1 if token_ids[i] == token_ids[i - period] else 0
-            # the block ids[i-period+1 .. i] occurred max_repeats + 1 times in a row
-            if run >= period * max_repeats:
-                block = token_ids[i - period + 1: i + 1]
-                if decode is None or not decode(block).strip().isdigit():
+            if run >= period * max_repeats:  # ids[i-period+1 .. i], max_repeats + 1 times in a row
+                if decode is None or not decode(token_ids[i - period + 1: i + 1]).strip().isdigit():
                     return True
     return False
 

@@ -12,13 +12,11 @@ advantages, 6 PPO, 7 evaluate on held-out questions.
     python cotrain.py                               # SmolLM2-135M on CPU
     python cotrain.py --model tiny --max-steps 2    # each stage once, tiny model
     python cotrain.py --config recipes/maporl-gsm8k-phi3.yaml  # paper scale, GPU
-    torchrun --standalone --nproc_per_node 2 \\
-        cotrain.py --model tiny --questions-per-update 4
+    torchrun --standalone --nproc_per_node 2 cotrain.py --model tiny
 
---fast (the default) takes the fast paths, with the same numbers: in stage 1 generate() routes rows
-on several adapters through stacked LoRA matmuls (nanomarl/fast.py; on CUDA the static-cache
-decoder, nanomarl/fast_decode.py), and in stages 4-6 forward_pairs reads each agent's turns in one
-forward over its last turn (nanomarl/conversation.py). --no-fast runs the plain code you read.
+--fast (the default): the same numbers, faster: stage 1's generate() routes rows on several adapters
+through stacked LoRA matmuls (nanomarl/fast.py; CUDA: nanomarl/fast_decode.py), stages 4-6 read each
+agent's turns in one forward (nanomarl/conversation.py). --no-fast runs the plain code you read.
 
 Simplifications and differences from the paper and the authors' code (docs/maporl.md says why):
   * Incentives follow the paper's Tables 1-2 (incentive_bonus); the authors' code swaps the W->R α
@@ -57,7 +55,7 @@ from nanomarl.cotrain_run import (add_minibatch_stats, agent_models, check_quest
                                   stop_if_kl_exceeds, train_turn_indices)
 from nanomarl.critic import critic_values
 from nanomarl.distributed import (allreduce_gradients, init_distributed, rank_rows, seed_everything,
-                                  seed_sampling_per_rank, world_info)
+                                  seed_sampling_per_rank)
 from nanomarl.fast_decode import size_micro_batches
 from nanomarl.models import load_tokenizer
 from nanomarl.runs import clean_exits, log_metrics, set_torch_threads, start_run
@@ -136,7 +134,7 @@ class Debate:
     answers: list  # [b][t][a] extract_answer's (None: unparsable)
     correct: torch.Tensor  # [B, T, A] 1: the gold answer
     scores: torch.Tensor | None  # [B, T, A] the scorer's (None: none ran)
-    rollout: dict  # (t, a) -> generate()'s tensors (ids, masks, log-probs), B rows
+    rollout: dict  # (t, a) -> generate()'s tensors (ids, masks, log-probs), as_sampled; B rows
     generate_s: float = 0.0  # seconds spent playing it
 
 
@@ -175,8 +173,7 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
                               if feedback_in_prompt else None),
                 own_score=float(d.scores[b, t - 1, a]) if feedback_in_prompt else None)})
         for agents in groups.values():  # one generate call per base, each row on its own adapter
-            model = models[agents[0]]
-            tok = tokenizers[agents[0]]
+            model, tok = models[agents[0]], tokenizers[agents[0]]
             texts = [chat_prompt(tok, chats[a][b]) for a in agents for b in range(batch)]
             inputs = [texts[k * batch + b] if len(chats[a][b]) == 1  # a chat that starts here
                       else continue_chat(tok, sampled_conversation(d.rollout[(t - 1, a)], b)
@@ -188,6 +185,9 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
             for k, a in enumerate(agents):
                 rows = slice(k * batch, (k + 1) * batch)
                 ro = d.rollout[(t, a)] = {key: value[rows] for key, value in out.items()}
+                ro["as_sampled"] = torch.tensor([t == 0 or (  # [B] the prompt holds every earlier
+                    isinstance(inputs[k * batch + b], list)  # turn as sampled (--fast reads it)
+                    and bool(d.rollout[(t - 1, a)]["as_sampled"][b])) for b in range(batch)])
                 for b, r in enumerate(records):
                     text = tok.decode(ro["response_ids"][b][ro["response_mask"][b].bool()],
                                       skip_special_tokens=True)
@@ -327,8 +327,7 @@ def build_team(args: Args, device: str) -> Team:
     bases = [add_adapters(model, own, r=args.lora_r, alpha=args.lora_alpha)
              for model, own in zip(models, base_adapters)]
     fit_values = args.advantage == "gae"  # --advantage group reads no values: no heads
-    head_keys = {}
-    heads = nn.ModuleDict()
+    head_keys, heads = {}, nn.ModuleDict()
     for t, a in (trained if fit_values else []):
         by = "" if len(bases) == 1 else f"_base{agent_base[a]}"
         head_keys[(t, a)] = key = f"turn{t + 1}{by}"
@@ -355,12 +354,12 @@ def build_team(args: Args, device: str) -> Team:
 
 @dataclass
 class Experience:
-    """One trained (turn, agent)'s B rows (debates) for PPO: the sampled tensors, then what stages
-    4-5 compute from them. [B, L] each, 0 on padding."""
-    query_ids: torch.Tensor  # the prompts, left-padded
+    """One trained (turn, agent)'s B rows (debates): the sampled tensors, then stages 4-5's."""
+    query_ids: torch.Tensor  # the prompts, left-padded ([B, L] each, 0 on padding)
     query_mask: torch.Tensor
     response_ids: torch.Tensor  # the responses, right-padded
     response_mask: torch.Tensor
+    as_sampled: torch.Tensor | None = None  # [B] the prompt holds the earlier turns (run_debate)
     old_logprobs: torch.Tensor | None = None  # log π_old, as sampled (or recomputed)
     entropy: torch.Tensor | None = None  # of π_old
     ref_logprobs: torch.Tensor | None = None  # log π_ref: the base, adapters off
@@ -410,11 +409,10 @@ def group_advantages(rewards: torch.Tensor, group_size: int, std: bool = False):
 
 def forward_pairs(team: Team, exp: dict, rows: torch.Tensor, args: Args, adapter: str | None = None,
                   chunk: int = 0, plain: bool = False, **outputs) -> dict:
-    """forward_responses over the chosen rows (debates) of every trained (turn, agent), each pair on
-    its own policy adapter, or all on `adapter` ('__base__': the reference; 'critic'), `chunk` rows
-    per forward (0: all). Returns {(t, a): logprobs, entropy, hidden (None unless asked for)}.
-    --fast: the same outputs from one forward per agent over its last turn, which holds the earlier
-    turns (nanomarl/conversation.py); rows where it does not take this loop (plain=True)."""
+    """forward_responses over the chosen rows (debates) of every trained (turn, agent), each on its
+    own policy adapter or all on `adapter` ('__base__': the reference; 'critic'), `chunk` rows per
+    forward: {(t, a): logprobs, entropy, hidden (None unless asked)}. --fast: one forward per agent
+    over its last turn where that holds the others (nanomarl/conversation.py), else this loop."""
     if args.fast and not plain:
         def loop(part):
             return forward_pairs(team, exp, part, args, adapter, chunk, plain=True, **outputs)
@@ -435,17 +433,17 @@ def forward_pairs(team: Team, exp: dict, rows: torch.Tensor, args: Args, adapter
 def make_experience(team: Team, debate: Debate, final_rewards: torch.Tensor, args: Args) -> dict:
     """{(t, a): Experience} for every trained (turn, agent); final_rewards [B, T, A] = R + b."""
     sampled = {(t, a): debate.rollout[(t, a)] for t, a in team.trained}
-    exp = {key: Experience(**{k: ro[k] for k in RESPONSE_KEYS}) for key, ro in sampled.items()}
+    exp = {key: Experience(**{k: ro[k] for k in (*RESPONSE_KEYS, "as_sampled")})
+           for key, ro in sampled.items()}
     rows = torch.arange(len(debate.records))  # every debate
     # 4. the reference: the same rows on the base alone
     ref = forward_pairs(team, exp, rows, args, "__base__", args.forward_batch_size)
     # π_old: as sampled in fp32; below fp32 a forward in the update's shapes (TRL's, the authors')
     below_fp32 = (args.dtype, args.quant) != ("float32", "none")
     recompute = args.old_logprobs == "recompute" or (args.old_logprobs == "auto" and below_fp32)
-    old = sampled
-    if recompute:
-        old = forward_pairs(team, exp, rows, args, None, args.micro_batch_questions,
-                            output_entropy=True, output_hidden=args.advantage == "gae")
+    old = sampled if not recompute else forward_pairs(
+        team, exp, rows, args, None, args.micro_batch_questions, output_entropy=True,
+        output_hidden=args.advantage == "gae")
     values = (critic_values(forward_pairs, team, exp, rows, args, old if recompute else None,
                             args.forward_batch_size) if args.advantage == "gae" else None)
     for (t, a), e in exp.items():
@@ -534,7 +532,8 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
     micro-batch of debates (ppo_loss), then each optimiser clips and steps once per minibatch.
     Multi-process: question g and its K debates sit on rank g % world; the losses are divided by the
     minibatch's GLOBAL token count and the gradients summed: the step equals one process's."""
-    n_global = len(next(iter(exp.values())).response_mask) * world_info()[1]
+    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    n_global = len(next(iter(exp.values())).response_mask) * world
     mb_size = args.minibatch_questions or n_global
     micro = min(args.micro_batch_questions or mb_size, mb_size)
     params = {name: [p for g in opt.param_groups for p in g["params"]]
@@ -545,17 +544,19 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
     for epoch in range(args.ppo_epochs):
         perm = torch.randperm(n_global, generator=shuffle)
         for start in range(0, n_global, mb_size):
-            minibatch = rank_rows(perm[start:start + mb_size], args.samples_per_question)
-            num_tokens = {key: allreduce_sum(e.response_mask[minibatch].sum())
-                          for key, e in exp.items()}
+            minibatch = perm[start:start + mb_size]
+            if world > 1:  # multi-process: this rank's debates of the minibatch
+                minibatch = rank_rows(minibatch, args.samples_per_question)
+            counts = torch.stack([e.response_mask[minibatch].sum() for e in exp.values()])
+            num_tokens = dict(zip(exp, allreduce_sum(counts) if world > 1 else counts))  # global
             mb_stats = {key: [] for key in exp}
             for opt in team.optimizers.values():
                 opt.zero_grad(set_to_none=True)
             for m_start in range(0, len(minibatch), micro):
                 rows = minibatch[m_start:m_start + micro]  # these debates, every (turn, agent)
                 ppo_loss(team, exp, rows, num_tokens, mb_stats, args).backward()
-            # summed over the ranks: a non-finite loss on one makes every rank skip the step
-            allreduce_gradients([p for group in params.values() for p in group])
+            if world > 1:  # summed: a non-finite loss on one rank makes every rank skip the step
+                allreduce_gradients([p for group in params.values() for p in group])
             norms = {name: float(torch.nn.utils.clip_grad_norm_(group, args.max_grad_norm))
                      for name, group in params.items()}
             if not all(math.isfinite(v) for v in norms.values()):

@@ -471,14 +471,15 @@ def magrpo_update(agents: Agents, roots: list[Node], batches: list[list[dict]], 
     # 7. the policy-gradient update, deepest turn first; each agent steps its own optimiser once
     metrics = {}
     device = agents.params[0][0].device
+    multi = torch.distributed.is_initialized()  # under torchrun: sums over the ranks
     for turn in reversed(range(args.turns)):
         nodes = turns[turn] if turn < len(turns) else []  # another rank's trees may go deeper
         # the loss normalisation's denominators: this turn's nodes and each agent's valid tokens,
         # summed over all ranks (the summed gradients are then those of one process with all trees)
         counts = [len(nodes)] + [batches[turn][i]["response_mask"].sum().item() if nodes else 0.0
                                  for i in range(n)]
-        num_nodes, *num_tokens = allreduce_sum(torch.tensor(counts, dtype=torch.float,
-                                                            device=device)).tolist()
+        counts = torch.tensor(counts, dtype=torch.float, device=device)
+        num_nodes, *num_tokens = (allreduce_sum(counts) if multi else counts).tolist()
         if num_nodes == 0:
             continue  # no tree reached this turn, on any rank
         for agent in range(n):
@@ -488,7 +489,8 @@ def magrpo_update(agents: Agents, roots: list[Node], batches: list[list[dict]], 
                 stats = accumulate_agent_loss(agents, agent, batches[turn][agent], adv, num_nodes,
                                               args, num_tokens[agent])
                 metrics.update({prefix + k: v for k, v in stats.items()})
-            allreduce_gradients(agents.params[agent])  # sum over ranks, then clip and step
+            if multi:  # the gradients summed over the ranks, then clipped and stepped
+                allreduce_gradients(agents.params[agent])
             max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")  # no clip
             grad_norm = torch.nn.utils.clip_grad_norm_(agents.params[agent], max_norm)
             agents.optimizers[agent].step()
@@ -498,18 +500,16 @@ def magrpo_update(agents: Agents, roots: list[Node], batches: list[list[dict]], 
 
 
 def magrpo_step(agents: Agents, tokenizer, problems: list[dict], task: Task,
-                args) -> tuple[dict, list[Node]]:
+                args) -> tuple[dict, list[Node], list[list[dict]]]:
     """One MAGRPO iteration: grow the trees (stages 1-4), then magrpo_update (5-7). Returns
-    (metrics, roots)."""
+    (the update's metrics and timings, roots, batches)."""
     t0 = time.time()
     roots, batches = rollout(agents, tokenizer, problems, task, args)
     t_rollout = time.time() - t0
     metrics = magrpo_update(agents, roots, batches, args)
-    metrics.update(rollout_metrics(nodes_by_turn(roots), roots, batches, args.num_generations))
-    metrics.update(team_means(metrics, args.num_agents))
     metrics["timing/rollout_s"] = t_rollout
     metrics["timing/step_s"] = time.time() - t0
-    return metrics, roots
+    return metrics, roots, batches
 
 
 # ------------------------------------------------------------------------------------------------
@@ -597,7 +597,9 @@ def main(args: Args):
         order = step_indices(len(problems), args.problems_per_step, step, f"magrpo-{args.seed}",
                              drop_last=world > 1)
         batch = [problems[i] for i in order][rank::world]  # this rank's problems
-        metrics, roots = magrpo_step(agents, tokenizer, batch, task, args)
+        metrics, roots, batches = magrpo_step(agents, tokenizer, batch, task, args)
+        metrics.update(rollout_metrics(nodes_by_turn(roots), roots, batches, args.num_generations))
+        metrics.update(team_means(metrics, args.num_agents))  # the rollout's, for the log
         if eval_due(args, eval_problems, step + 1):  # the team after this step, held out
             metrics.update(evaluate_team(agents, tokenizer, eval_problems, task, args))
         log_metrics(run_dir, {"step": step + 1, **metrics})  # rank 0 writes its own trees' metrics

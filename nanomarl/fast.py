@@ -25,10 +25,8 @@ import torch.nn.functional as F
 
 
 def stackable_lora(model, adapter_names: list[str]) -> bool:
-    """Can stacked_lora_routing serve these rows? Only plain LoRA on unquantised nn.Linear layers
-    (peft's lora.Linear: no DoRA or other variant, no LoRA bias, nothing merged, no hooks on the
-    layer), in eval mode, with every name an adapter of the model or '__base__'. Anything else keeps
-    peft's own routing."""
+    """Can stacked_lora_routing serve these rows? Plain LoRA on unquantised nn.Linear layers (no
+    DoRA, LoRA bias, merge or hook), in eval mode, every name an adapter or '__base__'."""
     from peft import PeftModel
     from peft.tuners.lora import LoraLayer
     from peft.tuners.lora.layer import Linear as LoraLinear
@@ -36,31 +34,22 @@ def stackable_lora(model, adapter_names: list[str]) -> bool:
     if not isinstance(model, PeftModel) or model.training:
         return False
     used = set(adapter_names) - {"__base__"}
-    if not used <= set(model.peft_config):
-        return False  # peft's routing reports the unknown name
-    for layer in model.modules():
-        if not isinstance(layer, LoraLayer):
-            continue
-        if (type(layer) is not LoraLinear or layer.merged or layer.disable_adapters
-                or "forward" in vars(layer)
-                # e.g. peft's adapter_names hooks, left behind when a forward raised
-                or layer._forward_pre_hooks
-                or any(n in layer.lora_variant or layer.lora_B[n].bias is not None
-                       for n in used & set(layer.lora_A))):
-            return False
-    return True
+    return used <= set(model.peft_config) and not any(  # else peft's routing reports the name
+        type(layer) is not LoraLinear or layer.merged or layer.disable_adapters
+        or "forward" in vars(layer)
+        or layer._forward_pre_hooks  # e.g. peft's adapter_names hooks, left when a forward raised
+        or any(n in layer.lora_variant or layer.lora_B[n].bias is not None
+               for n in used & set(layer.lora_A))
+        for layer in model.modules() if isinstance(layer, LoraLayer))
 
 
 @contextlib.contextmanager
 def stacked_lora_routing(model, adapter_names: list[str]):
     """Inference with row i on adapter adapter_names[i] ('__base__': none) in two stacked matmuls
-    per LoRA layer (the module's docstring). No gradients; check stackable_lora() first."""
-    if torch.is_grad_enabled():
-        raise RuntimeError("stacked_lora_routing is for inference only (wrap the call in "
-                           "torch.no_grad())")
-    if not stackable_lora(model, adapter_names):
-        raise ValueError("stacked_lora_routing: this model or these adapters need peft's routing "
-                         "(stackable_lora)")
+    per LoRA layer (the module's docstring). Inference only, where stackable_lora says yes."""
+    if torch.is_grad_enabled() or not stackable_lora(model, adapter_names):
+        raise ValueError("stacked_lora_routing: inference only (torch.no_grad()), on a model and "
+                         "adapters stackable_lora accepts (else peft's routing)")
     from peft.tuners.lora import LoraLayer
 
     used = list(dict.fromkeys(n for n in adapter_names if n != "__base__"))
@@ -71,13 +60,10 @@ def stacked_lora_routing(model, adapter_names: list[str]):
             continue  # no used adapter targets this layer: its forward already is the base layer's
         a_cat = torch.cat([layer.lora_A[n].weight for n in names])  # [Σr, d_in]
         b_cat = torch.cat([layer.lora_B[n].weight for n in names], dim=1)  # [d_out, Σr]
-        block = torch.cat([torch.full((layer.r[n],), i)
-                           for i, n in enumerate(names)]).to(a_cat.device)
-        row = torch.tensor([names.index(n) if n in names else -1 for n in adapter_names],
-                           device=a_cat.device)
-        scale = torch.tensor([layer.scaling[n] for n in names], dtype=a_cat.dtype,
-                             device=a_cat.device)[block]
-        row_scale = ((row[:, None] == block[None]) * scale)[:, None, :]  # [rows, 1, Σr]
+        # s_row [rows, 1, Σr]: row i's scaling on its adapter's block of ranks, 0 elsewhere
+        row_scale = torch.tensor([[layer.scaling[n] * (n == name) for n in names
+                                   for _ in range(layer.r[n])] for name in adapter_names],
+                                 dtype=a_cat.dtype, device=a_cat.device)[:, None, :]
         layer.forward = _stacked_lora_forward(layer, a_cat, b_cat, row_scale)
     try:
         yield model

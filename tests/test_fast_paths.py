@@ -6,9 +6,10 @@
     gradients, for 2 and 3 turns and --train-turns 2,3, with and without autograd;
   * make_experience and ppo_update with the conversation forward equal the plain path: every
     experience tensor, every PPO statistic and the trained adapters and heads; the rows whose
-    conversations do not hold (conversation.holds' per-row mask) take the loop (conversation_forward
-    hands exactly those to its plain function), the others the conversation forward, and where no
-    row holds forward_pairs is the loop, bit for bit;
+    prompts do not hold their earlier turns as sampled (run_debate's as_sampled, which agrees with
+    the tokens) take the loop (conversation_forward hands exactly those to its plain function), the
+    others the conversation forward, and where no row holds forward_pairs is the loop, bit for
+    bit;
   * --old-logprobs sampling (π_old as generate() sampled it; the fp32 default) is within 1e-5 of a
     recompute;
   * π has one definition (common.log_policy): a different one reaches every path, fast and plain.
@@ -87,7 +88,8 @@ def debate_and_rewards(team, args, records):
 def sampled_experience(team, debate) -> dict:
     """{(t, a): cotrain.Experience} of every trained (turn, agent) holding only the sampled tensors
     (what make_experience starts from), sharing them with debate.rollout."""
-    return {(t, a): cotrain.Experience(*(debate.rollout[(t, a)][k] for k in cotrain.RESPONSE_KEYS))
+    return {(t, a): cotrain.Experience(*(debate.rollout[(t, a)][k]
+                                         for k in (*cotrain.RESPONSE_KEYS, "as_sampled")))
             for t, a in team.trained}
 
 
@@ -146,19 +148,32 @@ def as_one_conversation(debate, tokenizer):
         for a, agent_rows in enumerate(rows):
             these = slice(a * len(agent_rows), (a + 1) * len(agent_rows))
             debate.rollout[(t, a)] = dict(debate.rollout[(t, a)], query_ids=ids[these],
-                                          query_mask=mask[these])
+                                          query_mask=mask[these],
+                                          as_sampled=torch.ones(len(agent_rows), dtype=torch.bool))
     return debate
 
 
 # ---------------------------------------------------------------- forward_pairs
 
 
+def holds(earlier, later, rows: torch.Tensor) -> torch.Tensor:
+    """For each row: does its earlier prompt and response (padding removed) start, token for token,
+    the same row's later prompt? A bool [len(rows)]."""
+    def real(batch, key, b):
+        return getattr(batch, key)[b][getattr(batch, key.replace("ids", "mask"))[b].bool()]
+    return torch.tensor([torch.equal(real(later, "query_ids", b)[:len(conversation)], conversation)
+                         for b in rows.tolist() for conversation in [torch.cat(
+                             [real(earlier, "query_ids", b), real(earlier, "response_ids", b)])]],
+                        dtype=torch.bool)
+
+
 def held_rows(team, exp, args, rows, adapter=None) -> torch.Tensor:
     """The conversation forward's per-row mask [len(rows)]: the rows it serves, the others handed
     (once, in the rows' order) to its plain function (here a recording one: forward_pairs' loop).
-    The served rows are those conversation.holds says hold at every earlier trained turn of every
-    agent (none where an agent's turns run on several adapters), and the merged outputs of all the
-    rows equal the loop's (fp32 noise)."""
+    The served rows are those whose every trained turn holds its agent's earlier turns as sampled
+    (Experience.as_sampled, checked against the tokens: holds), none where an agent's turns
+    run on several adapters, and the merged outputs of all the rows equal the loop's (fp32
+    noise)."""
     handed = []
 
     def plain(part):
@@ -174,12 +189,12 @@ def held_rows(team, exp, args, rows, adapter=None) -> torch.Tensor:
     if handed:
         assert torch.equal(handed[0], rows[~served])  # exactly the other rows, in the rows' order
     last = max(t for t, _ in exp)
-    held = torch.ones(len(rows), dtype=torch.bool)
+    held = torch.stack([e.as_sampled[rows] for e in exp.values()]).all(0)
+    tokens = torch.ones(len(rows), dtype=torch.bool)
     for t, a in exp:
         if t != last:
-            mask = conversation.holds(exp[(t, a)], exp[(last, a)], rows)
-            assert mask.dtype == torch.bool and mask.shape == (len(rows),)
-            held &= mask
+            tokens &= holds(exp[(t, a)], exp[(last, a)], rows)
+    assert not (held & ~tokens).any()  # the flag never claims a conversation the tokens lack
     assert not (served & ~held).any()  # it reads only the rows that hold
     if served.any():  # one adapter per agent: it serves every row that holds
         assert torch.equal(served, held)
@@ -351,8 +366,10 @@ def test_one_forward_per_conversation_equals_one_forward_per_turn(monkeypatch, f
 
 def break_conversation(debate, agent: int, row: int):
     """Agent `agent`'s turn-2 prompt of debate `row` no longer starts with its turn-1 prompt +
-    response: a token of the turn-1 response differs (a re-tokenisation that differs)."""
+    response: a token of the turn-1 response differs (a re-tokenisation that differs: run_debate
+    then gives the text, and says so in as_sampled)."""
     second = debate.rollout[(1, agent)]
+    second["as_sampled"][row] = False
     n = int(debate.rollout[(0, agent)]["query_mask"][row].sum())
     first_real = int((second["query_mask"][row] == 0).sum())
     second["query_ids"][row, first_real + n] += 1

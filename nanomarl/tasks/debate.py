@@ -486,8 +486,7 @@ def normalize_number(text: str) -> str | None:
         return None
     if value.denominator == 1:
         return str(value.numerator)
-    as_float = float(value)
-    return f"{as_float:.6f}".rstrip("0").rstrip(".")
+    return f"{float(value):.6f}".rstrip("0").rstrip(".")
 
 
 def normalize_label(text: str) -> str | None:
