@@ -24,6 +24,11 @@ answers are voted by the same rule; and within the paired debate's generated tok
 --dataset reasoning-gym:basic_arithmetic (pip install reasoning-gym, optional): a third party's
 phrasing of arith:digits' skill (nanomarl/tasks/debate.py names its settings; --dataset-config
 changes them); the questions evaluated are saved in results.json.
+--dataset arith:split: each debate also reports nanomarl/split_controls.py's controls, as
+cotrain.py's held-out evaluation: silent, shuffled, oracle and wrong partners, the no-information
+bound, agent 0's turn-1 policy on the whole question (eval/whole_question), informative messages.
+--speakers A,base --readers B,base (alone): who learned what; each pairing plays the speakers'
+turn-1 adapters (base: none) before the readers' later ones; the matrix (nanomarl/pairings.py).
 
 --mode magrpo (MAGRPO, arXiv 2508.04652). k = --num-samples joint answers per eval problem:
   single       one model does the whole task (the authors' single-agent prompts)
@@ -34,21 +39,12 @@ changes them); the questions evaluated are saved in results.json.
   mt-magrpo    the agents of a multi-turn magrpo.py run (--mt-run), with its feedback
 --runs A,B,C (alone): cross-play and swapped roles of magrpo.py runs, one per seed
 (nanomarl/crossplay.py): agent 0 of run i with agent 1 of run j, each team's agents swapped.
---dataset arith:split: each debate also reports nanomarl/split_controls.py's silent partner, ceiling
-and informative messages, as cotrain.py's held-out evaluation.
 Coding: pass@k (the paper's and the unbiased one), accuracy@k, MaxCoop@k, cooperation rate and
 the cooperation scheme of every passing (aux, main) pair; writing: the reward and its levels. Every
 method: generation wall-clock, generated tokens and sequential generations per problem.
 
-Choices of ours (the papers' evaluation code is not public, or does not cover these cases):
-  1) the cooperation schemes are named, not defined, in the paper: the docstring of
-     nanomarl/tasks/cooperation.py:classify_cooperation gives our exact rules;
-  2) every method is sampled from the same seed; timing covers generation only, all agents of a
-     turn batched in one call, so "parallel" really is one generate call;
-  3) a single agent's writing without the split marker is split deterministically (the authors:
-     at random); the coding pipeline prompt is ours (the authors have no coding pipeline);
-  4) the SFT baseline keeps a debate only when its final majority is right outright.
-Details, outputs and the exact method definitions: docs/evaluation_details.md.
+Choices of ours (the papers' evaluation code is not public, or does not cover these cases), the
+exact method definitions and the outputs: docs/evaluation_details.md.
 
 CPU smoke runs with the tiny random model (it cannot answer, so every number is 0):
 python evaluate.py --model tiny --limit 4 --max-new-tokens 16 \\
@@ -102,6 +98,7 @@ from nanomarl.eval_runs import (check_args, dataset_source, load_adapter_as, loa
                                 read_debate_run, read_run, run_agent, train_overlap, use_run_data,
                                 use_run_settings)
 from nanomarl.models import load_tokenizer
+from nanomarl.pairings import evaluate_pairings, pairings_table, use_pairing_settings
 from nanomarl.runs import format_metrics, set_torch_threads, writable_dir
 from nanomarl.sample_metrics import code_metrics, writing_metrics
 from nanomarl.sandbox import parallel_map
@@ -137,6 +134,8 @@ class Args:
     runs: str = ""  # magrpo: magrpo.py runs A,B,... (one per seed): cross-play and swapped roles
     single_run: str = ""  # debate: a cotrain.py run with --num-agents 1, method single
     agents: str = ""  # debate method mix, one per seat: base | base:MODEL | RUN_DIR | RUN_DIR:K
+    speakers: str = ""  # debate: runs A,B,... or base whose turn-1 adapters speak, with --readers
+    readers: str = ""  # debate: runs or base whose later turns read them (nanomarl/pairings.py)
     # ---- generation ----
     greedy: bool = False  # greedy decoding instead of sampling
     temperature: float = 0.3  # sampling temperature (MAPoRL: 0.7 for Phi-3 and Qwen2.5)
@@ -424,7 +423,7 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
                  for b, r in enumerate(records)]
         print(f"{method}: " + accuracy_summary(results[method]["accuracy"])
               + f" | tokens/question {results[method]['tokens_per_question']:.1f}")
-        if "views" in records[0]:  # arith:split: the silent partner, the ceiling, the channel
+        if "views" in records[0]:  # arith:split: the controls of the channel
             controls = debate_split_controls(bases, plans[method], records, args, debate)
             results[method]["split_controls"] = controls
             print(f"{method}: " + format_metrics(controls, list(controls)))
@@ -434,8 +433,8 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
 def debate_split_controls(bases: Bases, agents: list[tuple[str, list[str]]], records: list[dict],
                           args, debate) -> dict:
     """The controls of cotrain.py's held-out evaluation on split information, for one method's team
-    (nanomarl/split_controls.py, greedy): eval/silent/turn{t}/agent_accuracy,
-    eval/ceiling/accuracy (its agent 0's turn-1 policy alone, on the whole question) and
+    (nanomarl/split_controls.py, greedy, from a greedy turn 1): silent, shuffled, oracle and wrong
+    partners, the no-information bound, agent 0's turn-1 policy alone on the whole question, and
     eval/turn{t}/informative and /heard (of the debate just played)."""
     team = SimpleNamespace(models=lambda: [bases.model(base) for base, _ in agents],
                            agent_tokenizers=lambda: [bases.tokenizers[base] for base, _ in agents],
@@ -443,7 +442,7 @@ def debate_split_controls(bases: Bases, agents: list[tuple[str, list[str]]], rec
                                           for t in range(args.num_turns)])
     return split_controls(functools.partial(cotrain.run_debate, fast=args.fast), team, args,
                           records, debate,
-                          greedy_debate=False)  # sampled, in chunks: the silent turn 1 replayed
+                          greedy_debate=False)  # sampled, in chunks: turn 1 replayed
 
 
 def evaluate_self_consistency(method: str, bases: Bases, agent: tuple[str, list[str]],
@@ -740,6 +739,7 @@ def choose_methods(args) -> list[str]:
 
 
 def main(args: Args):
+    use_pairing_settings(args)  # --speakers/--readers: the runs' held-out evaluation
     use_run_data(args)
     use_run_settings(args)
     check_args(args)
@@ -750,14 +750,18 @@ def main(args: Args):
     print(set_torch_threads(args.threads))
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir = writable_dir(args.output_dir or f"runs/evaluate-{args.mode}-{stamp}")
-    print(f"evaluate.py --mode {args.mode}: "
-          + (f"cross-play of {args.runs}" if args.runs else f"methods {', '.join(methods)}")
-          + f" -> {out_dir}")
+    print(f"evaluate.py --mode {args.mode}: " + (
+        f"cross-play of {args.runs}" if args.runs else f"speakers {args.speakers} x readers "
+        f"{args.readers}" if args.speakers else f"methods {', '.join(methods)}") + f" -> {out_dir}")
     start = time.time()
     if args.runs:  # cross-play and swapped roles alone
         results, rows, pngs = {}, [], []
         extra = dict(crossplay=evaluate_crossplay(args, device))
         table = crossplay_table(extra["crossplay"])
+    elif args.speakers:  # who learned what (nanomarl/pairings.py)
+        pairings, rows = evaluate_pairings(args, Bases(args, device), play_debates, debate_metrics,
+                                           debate_split_controls)
+        results, pngs, extra, table = {}, [], dict(pairings=pairings), pairings_table(pairings)
     elif args.mode == "magrpo":
         results, rows = evaluate_magrpo(args, device, methods)
         code = "structure_rate" in next(iter(results.values()))

@@ -111,29 +111,38 @@ def controls_table(controls: dict[str, dict], debates: dict[str, dict]) -> str:
 
 def split_table(debates: dict[str, dict]) -> str:
     """Markdown: the split-information controls of each debate method that has them (%): its last
-    turn's mean agent accuracy, the same with silent partners, the one-agent ceiling, per turn the
-    messages that carry the agent's own number, and before the last turn those that carry it in the
-    first sentence (what a partner hears)."""
+    turn's mean agent accuracy, the same with silent, shuffled, oracle and wrong partners, the
+    answers that compute with the wrong number, the no-information bound, agent 0's turn-1 policy on
+    the whole question, per turn the messages that carry the agent's own number, and before the
+    last turn those that carry it in the first sentence (what a partner hears)."""
     chosen = {name: m for name, m in debates.items() if "split_controls" in m}
     if not chosen:
         return ""
     T = max(m["num_turns"] for m in chosen.values())
-    head = (["method", f"turn {T}", f"silent turn {T}", "ceiling"]
+    controls = ["silent", "shuffled", "oracle", "wrong"]
+    head = (["method", f"turn {T}"] + [f"{c} turn {T}" for c in controls]
+            + [f"follows wrong turn {T}", "no-information bound", "whole question"]
             + [f"informative turn {t + 1}" for t in range(T)]
             + [f"heard turn {t + 1}" for t in range(T - 1)])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in chosen.items():
         c = m["split_controls"]
-        keys = ([f"eval/silent/turn{T}/agent_accuracy", "eval/ceiling/accuracy"]
+        keys = ([f"eval/{control}/turn{T}/agent_accuracy" for control in controls]
+                + [f"eval/wrong/turn{T}/follows", "eval/no_information_bound",
+                   "eval/whole_question/accuracy"]
                 + [f"eval/turn{t + 1}/informative" for t in range(T)]
                 + [f"eval/turn{t + 1}/heard" for t in range(T - 1)])
         cells = [f"{100 * m['accuracy']['mean_agent'][-1]:.1f}"] + [
             f"{100 * c[k]:.1f}" if k in c else "" for k in keys]
         lines.append("| " + " | ".join([name] + cells) + " |")
     return ("\n".join(lines) + "\n\nSplit information (each agent sees its own number): the mean "
-            "agent accuracy; the same team, greedy, with every partner message replaced by a "
-            "neutral one (silent); agent 0's turn-1 policy alone on the whole question (ceiling); "
-            "the messages that carry the agent's own number (informative), and in their first "
+            "agent accuracy; the same team, greedy, from its turn 1, with every partner message "
+            "replaced by a neutral one (silent), by the partner's turn-1 message on another "
+            "problem (shuffled), by \"My number is Y.\" with the partner's true number (oracle) or "
+            "a wrong one (wrong), and the answers that compute with the wrong number (follows "
+            "wrong); the accuracy of the best answer from one's own number alone (no-information "
+            "bound); agent 0's turn-1 policy alone on the whole question (whole question); the "
+            "messages that carry the agent's own number (informative), and in their first "
             "sentence, what a partner hears (heard).\n")
 
 

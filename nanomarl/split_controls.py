@@ -1,19 +1,32 @@
 """The controls of a debate on split information (arith:split: each agent sees only its own
-number), which say whether a gain is communication: the silent partner (every partner message
-replaced by a neutral one of about the same length: if the team's gain is talking, it falls back to
-about its turn-1 level), the ceiling (one agent that sees the whole question), and how often an
-agent's message carries its own number (the channel in use). cotrain.py's held-out evaluation and
-evaluate.py report them beside the debate. A learner may skip this module.
+number), which say whether a gain is communication. Each replays turns 2..T of the greedy debate
+from its turn 1, on the same adapters, with the partners' words replaced:
+  silent    a neutral text of the heard length (neutral_message);
+  shuffled  the partner's real turn-1 message on another problem (in distribution, no information);
+  oracle    the task's own sentence ("My number is Y.") with the partner's true number: the
+            reader's ceiling;
+  wrong     the same sentence with a wrong number (wrong_number), and how often the answer is the
+            one computed with the number heard (follows).
+Beside them: the no-information bound (the best answer from one's own number alone, exactly),
+agent 0's turn-1 policy alone on the whole question, and how often an agent's message carries its
+own number (the channel in use). cotrain.py's held-out evaluation and evaluate.py report them
+beside the debate. A learner may skip this module.
 """
 from __future__ import annotations
 
+import itertools
 import re
+from collections import Counter
 
 import torch
 
+from nanomarl.tasks.debate import SPLIT_GOALS, split_problem
 from nanomarl.tasks.debate_prompts import first_sentence, followup_message
 
 NEUTRAL_WORDS = "I have read the question and I am still thinking about it".split()
+CANONICAL = "My number is {}."  # the sentence each split view asks its agent to start with
+DIGITS = range(1, 10)  # the numbers arith_split_records draws, one per agent
+CONTROLS = ("shuffled", "oracle", "wrong")  # beside silent: the replays of control_messages
 
 
 def neutral_message(text: str) -> str:
@@ -58,6 +71,86 @@ def from_second_turn(records: list[dict], debate, show_partner) -> list[dict]:
             for b, r in enumerate(records)]
 
 
+def split_kind(record: dict) -> str:
+    """A split record's operation: the kind of split_problem whose result on its parts is its gold
+    (a sum and a difference of numbers from 1 never agree)."""
+    return next(kind for kind in SPLIT_GOALS
+                if str(split_problem(kind, tuple(record["parts"]))) == record["answer"])
+
+
+def wrong_number(number: int) -> int:
+    """The number the wrong control says instead of `number`: one more (9: one less), so the
+    result computed with it is never the gold (a sum or a difference moves by exactly one)."""
+    return number + 1 if number < max(DIGITS) else number - 1
+
+
+def heard_result(record: dict, agent: int) -> str:
+    """The result of the record's operation on agent's own number and its partners' wrong ones:
+    what an agent that computes with what the wrong control told it answers."""
+    parts = [x if j == agent else wrong_number(x) for j, x in enumerate(record["parts"])]
+    return str(split_problem(split_kind(record), tuple(parts)))
+
+
+def no_information_bound(records: list[dict]) -> float:
+    """The accuracy on `records` of the best answer from one's own number alone, exactly: for each
+    record and seat, the answers most likely given what the seat sees (the operation and its own
+    number; its partners' numbers uniform over DIGITS, as drawn), one of them at random, scored
+    against the gold; the mean over records and seats."""
+    hits, seats = 0.0, 0
+    for r in records:
+        kind, parts = split_kind(r), r["parts"]
+        for own in parts:
+            results = Counter(split_problem(kind, (own, *others))
+                              for others in itertools.product(DIGITS, repeat=len(parts) - 1))
+            best = [x for x, n in results.items() if n == max(results.values())]
+            hits, seats = hits + (int(r["answer"]) in best) / len(best), seats + 1
+    return hits / seats
+
+
+def shuffled_sources(records: list[dict]) -> list[int]:
+    """For each record, the next one (cyclically) with another question: the problem whose
+    partners' turn-1 messages the shuffled control shows (never the record's own problem; needs
+    two questions)."""
+    n = len(records)
+    return [next(k % n for k in range(b + 1, b + n) if records[k % n]["question"] != r["question"])
+            for b, r in enumerate(records)]
+
+
+def control_messages(records: list[dict], debate, control: str) -> list[list[list[str]]]:
+    """[b][a]: what agent a of record b hears from each partner j (in order) in `control`:
+    'oracle', CANONICAL with j's number; 'wrong', with wrong_number of it; 'shuffled', j's turn-1
+    message in `debate` on the record shuffled_sources names."""
+    sources = shuffled_sources(records) if control == "shuffled" else None
+    agents = range(len(records[0]["parts"]))
+
+    def said(b: int, j: int) -> str:
+        if control == "shuffled":
+            return debate.responses[sources[b]][0][j]
+        number = records[b]["parts"][j]
+        return CANONICAL.format(number if control == "oracle" else wrong_number(number))
+    return [[[said(b, j) for j in agents if j != a] for a in agents] for b in range(len(records))]
+
+
+def replay_records(records: list[dict], heard: list[list[list[str]]]) -> list[dict]:
+    """The records for a debate of turns 2..T (on their adapters) in which agent a of record b hears
+    heard[b][a] at every turn, whatever its partners say: its first view and its followups are the
+    followup message quoting those words (the followups' braces doubled: no {said} left to fill)."""
+    def fixed(text: str) -> str:
+        return text.replace("{", "{{").replace("}", "}}")
+    return [dict(r, views=[followup_message(r, a, said) for a, said in enumerate(per_agent)],
+                 followups=[fixed(followup_message(r, a, said))
+                            for a, said in enumerate(per_agent)])
+            for r, per_agent in zip(records, heard)]
+
+
+def follows_rates(debate, records: list[dict]) -> list[float]:
+    """Per turn of a wrong-control replay, the fraction of answers equal to the result computed
+    with the numbers heard (heard_result) instead of the true ones."""
+    return [sum(turns[t][a] == heard_result(r, a) for turns, r in zip(debate.answers, records)
+                for a in range(len(r["parts"]))) / (len(records) * len(records[0]["parts"]))
+            for t in range(len(debate.answers[0]))]
+
+
 def mean_agent_accuracy(debate) -> list[float]:
     """Per turn, the agents' mean accuracy (correct is [B, T, A])."""
     return debate.correct.float().mean(dim=(0, 2)).tolist()
@@ -66,14 +159,16 @@ def mean_agent_accuracy(debate) -> list[float]:
 @torch.no_grad()
 def split_controls(play, team, args, records: list[dict], debate,
                    greedy_debate: bool = True) -> dict:
-    """The held-out debate's channel (eval/turn{t}/informative, and /heard: in the first sentence;
-    at the last turn, what a partner would hear), the same team with silent partners (greedy,
-    eval/silent/turn{t}/agent_accuracy) and agent 0's turn-1 policy answering the whole question
-    alone, greedily (eval/ceiling/accuracy). play: cotrain.run_debate; debate: its debate on
-    records. greedy_debate: one greedy call of play played it (cotrain.py's), so its turn 1 is the
-    silent debate's, and the silent partner plays from turn 2 on (from_second_turn: the same
-    numbers, a fifth less generation); False: the whole silent debate is played. Empty for
-    records without views."""
+    """The held-out debate's controls, greedy, on the team's adapters. Of `debate`: its channel
+    (eval/turn{t}/informative, and /heard: in the first sentence; at the last turn, what a partner
+    would hear). From its greedy turn 1, turns 2..T replayed with silent partners
+    (eval/silent/turn{t}/agent_accuracy, turn 1 as played), shuffled, oracle and wrong ones
+    (eval/{control}/turn{t}/agent_accuracy, t >= 2; eval/wrong/turn{t}/follows); the
+    no-information bound of the records (eval/no_information_bound); agent 0's turn-1 policy
+    answering the whole question alone (eval/whole_question/accuracy). play: cotrain.run_debate;
+    debate: its debate on records. greedy_debate: one greedy call of play played it (cotrain.py's),
+    so its turn 1 is the replays'; False: a greedy turn 1 is played first. No random number is
+    drawn. Empty for records without views."""
     if not records or "views" not in records[0]:
         return {}
     common = dict(greedy=True, prompt_style=args.prompt_style,
@@ -82,21 +177,30 @@ def split_controls(play, team, args, records: list[dict], debate,
                for t, rate in enumerate(informative_rates(debate, records))}
     metrics.update({f"eval/turn{t + 1}/heard": rate
                     for t, rate in enumerate(informative_rates(debate, records, heard=True))})
-    if not greedy_debate:  # the plain path: the whole debate again, every partner message neutral
-        silent = mean_agent_accuracy(play(records, team.models(), team.agent_tokenizers(),
-                                          team.adapter_names, args.max_new_tokens,
-                                          show_partner=neutral_message, **common))
-    else:  # turn 1 as played (no partner words yet), then the silent turns 2..T
-        silent = mean_agent_accuracy(debate)[:1]
-        if len(team.adapter_names) > 1:
-            silent += mean_agent_accuracy(play(
-                from_second_turn(records, debate, neutral_message), team.models(),
-                team.agent_tokenizers(), team.adapter_names[1:], args.max_new_tokens,
-                show_partner=neutral_message, **common))
+    names = team.adapter_names
+    first = debate if greedy_debate else play(  # evaluate.py's may be sampled, or in chunks
+        records, team.models(), team.agent_tokenizers(), names[:1], args.max_new_tokens, **common)
+    silent = mean_agent_accuracy(first)[:1]  # turn 1 as played: no partner words yet
+
+    def replay(replayed: list[dict], show_partner=str):  # turns 2..T
+        return play(replayed, team.models(), team.agent_tokenizers(), names[1:],
+                    args.max_new_tokens, show_partner=show_partner, **common)
+    if len(names) > 1:
+        silent += mean_agent_accuracy(replay(from_second_turn(records, first, neutral_message),
+                                             neutral_message))
+        for control in CONTROLS:
+            if control == "shuffled" and len({r["question"] for r in records}) < 2:
+                continue  # no other problem to hear
+            played = replay(replay_records(records, control_messages(records, first, control)))
+            metrics.update({f"eval/{control}/turn{t + 2}/agent_accuracy": acc
+                            for t, acc in enumerate(mean_agent_accuracy(played))})
+            if control == "wrong":
+                metrics.update({f"eval/wrong/turn{t + 2}/follows": rate
+                                for t, rate in enumerate(follows_rates(played, records))})
     metrics.update({f"eval/silent/turn{t + 1}/agent_accuracy": acc
                     for t, acc in enumerate(silent)})
+    metrics["eval/no_information_bound"] = no_information_bound(records)
     alone = play([whole_question(r) for r in records], team.models()[:1],
-                 team.agent_tokenizers()[:1], [team.adapter_names[0][:1]], args.max_new_tokens,
-                 **common)
-    metrics["eval/ceiling/accuracy"] = mean_agent_accuracy(alone)[0]
+                 team.agent_tokenizers()[:1], [names[0][:1]], args.max_new_tokens, **common)
+    metrics["eval/whole_question/accuracy"] = mean_agent_accuracy(alone)[0]
     return metrics

@@ -1,5 +1,6 @@
 """evaluate.py's controls of the tasks that need a partner: the split-information controls of a cotrain.py
-arith:split run (the silent partner, the ceiling, the informative messages), and the cross-play and swapped
+arith:split run (silent, shuffled, oracle and wrong partners, the no-information bound, one agent
+on the whole question, the informative messages), and the cross-play and swapped
 roles of magrpo.py runs (nanomarl/crossplay.py): which adapter plays which seat.
 """
 import dataclasses
@@ -17,8 +18,11 @@ from common import load_model
 from nanomarl.models import load_adapters, load_tokenizer
 
 SPLIT_KEYS = ("eval/turn1/informative", "eval/turn2/informative", "eval/turn1/heard",
-              "eval/turn2/heard", "eval/ceiling/accuracy",
-              "eval/silent/turn1/agent_accuracy", "eval/silent/turn2/agent_accuracy")
+              "eval/turn2/heard", "eval/whole_question/accuracy",
+              "eval/silent/turn1/agent_accuracy", "eval/silent/turn2/agent_accuracy",
+              "eval/shuffled/turn2/agent_accuracy", "eval/oracle/turn2/agent_accuracy",
+              "eval/wrong/turn2/agent_accuracy", "eval/wrong/turn2/follows",
+              "eval/no_information_bound")
 
 
 def test_crossplay_pairs_every_agent0_with_every_agent1_and_swaps_each_team():
@@ -119,7 +123,8 @@ def test_split_controls_in_evaluate_results_of_an_arith_split_run(tmp_path, monk
                                  "--output-dir", str(tmp_path / "run"), "--prompt-style", "short"),
                        score_fn=ascii_fraction)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    trained = [r for r in rows if "eval/ceiling/accuracy" in r][-1]  # the held-out evaluation after the update
+    # the held-out evaluation after the update
+    trained = [r for r in rows if "eval/whole_question/accuracy" in r][-1]
     out_dir = tmp_path / "eval"
     play, calls = cotrain.run_debate, []  # (adapter names [T][A], silent, records have views)
 
@@ -132,11 +137,13 @@ def test_split_controls_in_evaluate_results_of_an_arith_split_run(tmp_path, monk
     evaluate.main(parse_args(evaluate.Args, ["--run", str(run), "--methods", "maporl", "--device", "cpu",
                                              "--output-dir", str(out_dir)]))
     results = json.loads((out_dir / "results.json").read_text())
-    # the debate, the same team with silent partners, and agent 0's turn-1 adapter alone on the whole question
+    # the debate, its greedy turn 1, turns 2..T with silent, shuffled, oracle and wrong partners,
+    # and agent 0's turn-1 adapter alone on the whole question
     seats = [agent["adapters"] for agent in results["methods"]["maporl"]["agents"]]
     names = [[seats[a][t] for a in range(2)] for t in range(2)]
     assert all(n.startswith("r0_agent") for turn in names for n in turn) and names[0][0] != names[0][1]
-    assert calls == [(names, False, True), (names, True, True), ([names[0][:1]], False, False)]
+    assert calls == [(names, False, True), (names[:1], False, True), (names[1:], True, True)] + [
+        (names[1:], False, True)] * 3 + [([names[0][:1]], False, False)]
     assert results["args"]["dataset"] == "arith:split" and results["args"]["limit"] == 4
     controls = results["methods"]["maporl"]["split_controls"]
     assert sorted(controls) == sorted(SPLIT_KEYS)
@@ -144,10 +151,14 @@ def test_split_controls_in_evaluate_results_of_an_arith_split_run(tmp_path, monk
         assert controls[key] == pytest.approx(trained[key]), key
     assert controls["eval/silent/turn1/agent_accuracy"] == results["methods"]["maporl"]["accuracy"]["mean_agent"][0]
     table = (out_dir / "results.md").read_text()
-    head = "| method | turn 2 | silent turn 2 | ceiling | informative turn 1 | informative turn 2 | heard turn 1 |"
+    head = ("| method | turn 2 | silent turn 2 | shuffled turn 2 | oracle turn 2 | wrong turn 2 "
+            "| follows wrong turn 2 | no-information bound | whole question | informative turn 1 "
+            "| informative turn 2 | heard turn 1 |")
     assert head in table
     row = "| maporl | " + " | ".join(f"{100 * x:.1f}" for x in [
-        results["methods"]["maporl"]["accuracy"]["mean_agent"][-1], controls["eval/silent/turn2/agent_accuracy"],
-        controls["eval/ceiling/accuracy"], controls["eval/turn1/informative"], controls["eval/turn2/informative"],
-        controls["eval/turn1/heard"]])
+        results["methods"]["maporl"]["accuracy"]["mean_agent"][-1]] + [controls[k] for k in (
+            "eval/silent/turn2/agent_accuracy", "eval/shuffled/turn2/agent_accuracy",
+            "eval/oracle/turn2/agent_accuracy", "eval/wrong/turn2/agent_accuracy",
+            "eval/wrong/turn2/follows", "eval/no_information_bound", "eval/whole_question/accuracy",
+            "eval/turn1/informative", "eval/turn2/informative", "eval/turn1/heard")])
     assert row + " |" in table.splitlines()

@@ -173,7 +173,7 @@ def test_cotrain_cli_logs_eval_rows_before_and_after(tmp_path):
 
 
 def test_evaluating_between_updates_changes_no_training_number(tmp_path):
-    """arith:split's held-out evaluation (the debate, the silent partner, the ceiling) is greedy and
+    """arith:split's held-out evaluation (the debate and its controls) is greedy and
     draws no random number: with --eval-every 1 the training rows equal those of a run evaluated
     only before and after, number for number. And --max-steps sets nothing the updates before the
     last see but the lr's decay: 2 updates with --lr-decay-steps 3 are the 3-update run's first 2."""

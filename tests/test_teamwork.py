@@ -1,7 +1,10 @@
 """Tasks that need a partner: arith:split (each debate agent sees only its own number), its controls
-(silent partner, ceiling, informative messages), and MAGRPO's teamwork task (a division of labour),
-its reward on hand-made answers, cross-play and swapped roles."""
+(silent, shuffled, oracle and wrong partners, the no-information bound, one agent on the whole
+question, informative messages), and MAGRPO's teamwork task (a division of labour), its reward on
+hand-made answers, cross-play and swapped roles."""
 import re
+from fractions import Fraction
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -9,8 +12,10 @@ import torch
 import cotrain
 from common import chat_prompt, load_model
 from nanomarl.models import load_tokenizer
-from nanomarl.split_controls import (carries_number, from_second_turn, informative_rates,
-                                     neutral_message, whole_question)
+from nanomarl.split_controls import (CANONICAL, carries_number, control_messages, follows_rates,
+                                     from_second_turn, informative_rates, neutral_message,
+                                     no_information_bound, replay_records, shuffled_sources,
+                                     split_controls, whole_question, wrong_number)
 from nanomarl.tasks.debate import load_task
 from nanomarl.tasks.debate_prompts import first_sentence, followup_message
 from nanomarl.tasks.teamwork import (listed_items, teamwork_problems, teamwork_prompts,
@@ -145,7 +150,8 @@ def test_the_silent_partner_from_turn_2_is_the_whole_silent_debate():
         assert turn(later.responses, t - 1) == turn(whole.responses, t)
         for a in range(2):
             for key, value in whole.rollout[(t, a)].items():
-                assert torch.equal(later.rollout[(t - 1, a)][key], value), (t, a, key)
+                if key != "as_sampled":  # the chat's history, not its tokens: a replay has none
+                    assert torch.equal(later.rollout[(t - 1, a)][key], value), (t, a, key)
     assert torch.equal(later.correct, whole.correct[:, 1:])
     # on the adapters of turns 1..2 instead the answers differ: the test sees the adapters
     same = cotrain.run_debate(from_second_turn(records, debate, neutral_message), [model] * 2,
@@ -165,13 +171,147 @@ def test_split_controls_in_the_held_out_evaluation(tmp_path):
     assert len(evals) == 2  # before and after
     for row in evals:
         for key in ("eval/turn1/informative", "eval/turn2/informative", "eval/turn1/heard",
-                    "eval/turn2/heard", "eval/ceiling/accuracy", "eval/silent/turn1/agent_accuracy",
-                    "eval/silent/turn2/agent_accuracy"):
+                    "eval/turn2/heard", "eval/whole_question/accuracy",
+                    "eval/silent/turn1/agent_accuracy", "eval/silent/turn2/agent_accuracy",
+                    "eval/shuffled/turn2/agent_accuracy", "eval/oracle/turn2/agent_accuracy",
+                    "eval/wrong/turn2/agent_accuracy", "eval/wrong/turn2/follows",
+                    "eval/no_information_bound"):
             assert 0.0 <= row[key] <= 1.0, key
         for t in (1, 2):  # the first sentence is a part of the message
             assert row[f"eval/turn{t}/heard"] <= row[f"eval/turn{t}/informative"]
         # turn 1 of the silent run is the same greedy turn 1
         assert row["eval/silent/turn1/agent_accuracy"] == row["eval/turn1/agent_accuracy"]
+
+
+def split_record(kind: str, parts: list[int], question: str = "") -> dict:
+    """A hand-made arith:split record: its gold, parts and a followup per agent."""
+    gold = sum(parts) if kind == "sum" else max(parts) - min(parts)
+    return dict(question=question or f"{kind} {parts}", answer=str(gold), parts=parts, task="math",
+                views=[f"Your number is {x}." for x in parts],
+                followups=[f"Your number is {x}. Your partner says: {{said}} Find the {kind}."
+                           for x in parts])
+
+
+def test_no_information_bound_by_hand():
+    # a sum of two: any of the 9 results, whatever one's own number: 1/9 a seat
+    assert no_information_bound([split_record("sum", [3, 5])]) == pytest.approx(1 / 9)
+    # 5 - 3 = 2. Seat 0 holds 5: |5 - y| is 1, 2, 3 or 4 twice each (2 among the 4 best);
+    # seat 1 holds 3: 1 and 2 twice each (2 among the 2 best)
+    assert no_information_bound([split_record("difference", [5, 3])]) == pytest.approx(
+        (1 / 4 + 1 / 2) / 2)
+    # 9 - 1: from 1 or from 9 every difference 0..8 once
+    assert no_information_bound([split_record("difference", [1, 9])]) == pytest.approx(1 / 9)
+    # three agents, 5 + 5 + 5: the partners' sum is most often 10 (9 of 81), so 15 every seat
+    assert no_information_bound([split_record("sum", [5, 5, 5])]) == 1.0
+    mixed = [split_record("sum", [3, 5]), split_record("difference", [5, 3])]
+    assert no_information_bound(mixed) == pytest.approx(float(
+        (Fraction(1, 9) * 2 + Fraction(1, 4) + Fraction(1, 2)) / 4))
+    # a fixed rule cannot beat it on the 40 held-out problems (sum: own + 5, difference: 2)
+    records = load_task("arith:split", "test", limit=40)
+    rule = [int(r["answer"]) == (x + 5 if "sum" in r["question"] else 2)
+            for r in records for x in r["parts"]]
+    assert sum(rule) / len(rule) <= no_information_bound(records)
+
+
+def test_wrong_number_is_never_the_true_one_and_never_gives_the_gold():
+    for y in range(1, 10):
+        assert wrong_number(y) != y and 1 <= wrong_number(y) <= 9
+        for x in range(1, 10):
+            assert x + wrong_number(y) != x + y and abs(x - wrong_number(y)) != abs(x - y)
+
+
+def test_the_control_messages_are_the_canonical_sentences_and_the_shuffled_partners():
+    records = [split_record("sum", [3, 5]), split_record("difference", [9, 2])]
+    debate = SimpleNamespace(responses=[[["My number is 3. So 8.", "I hold 5."]],
+                                        [["Mine is 9.", "My number is 2. The answer is 7."]]])
+    assert control_messages(records, debate, "oracle") == [
+        [["My number is 5."], ["My number is 3."]], [["My number is 2."], ["My number is 9."]]]
+    assert control_messages(records, debate, "wrong") == [
+        [["My number is 6."], ["My number is 4."]], [["My number is 3."], ["My number is 8."]]]
+    assert control_messages(records, debate, "shuffled") == [
+        [["My number is 2. The answer is 7."], ["Mine is 9."]],
+        [["I hold 5."], ["My number is 3. So 8."]]]
+    replayed = replay_records(records, control_messages(records, debate, "wrong"))
+    assert replayed[0]["views"] == [
+        'Your number is 3. Your partner says: "My number is 6." Find the sum.',
+        'Your number is 5. Your partner says: "My number is 4." Find the sum.']
+    # every later turn the same words, whatever the partner says then
+    for r, old in zip(replayed, records):
+        for a in range(2):
+            assert followup_message(r, a, ["My number is 1."]) == r["views"][a]
+        assert {k: v for k, v in r.items() if k not in ("views", "followups")} == \
+            {k: v for k, v in old.items() if k not in ("views", "followups")}
+    # the canonical sentence is the one each real view asks its agent to start with
+    for r in load_task("arith:split", "test", limit=5):
+        for a, x in enumerate(r["parts"]):
+            assert f'Start with "{CANONICAL.format(x)}"' in r["views"][a]
+
+
+def test_the_shuffled_source_is_never_the_same_problem():
+    records = [split_record("sum", [1, 2], "q0"), split_record("sum", [1, 2], "q0"),
+               split_record("sum", [4, 2], "q1"), split_record("difference", [4, 2], "q2")]
+    assert shuffled_sources(records) == [2, 2, 3, 0]
+    held = load_task("arith:split", "test", limit=40)
+    sources = shuffled_sources(held)
+    assert sources == [(b + 1) % 40 for b in range(40)]  # each problem once: roll by one
+    assert all(held[s]["question"] != r["question"] for s, r in zip(sources, held))
+
+
+def test_follows_counts_the_answers_computed_with_the_heard_number():
+    records = [split_record("sum", [3, 5]), split_record("difference", [5, 9])]
+    # heard 6 (3 + 6 = 9) and 4 (5 + 4 = 9); heard 8 (|5 - 8| = 3) and 6 (|9 - 6| = 3)
+    replay = SimpleNamespace(answers=[[["9", "8"], ["9", "9"]], [["3", None], ["4", "3"]]])
+    assert follows_rates(replay, records) == [2 / 4, 3 / 4]
+
+
+def test_split_controls_replay_every_control_from_the_played_turn_1():
+    """split_controls on the tiny model, three turns: every key, each control's replay on the
+    adapters of turns 2..T with its partner words at every turn, and evaluate.py's path (a greedy
+    turn 1 played first) the same numbers."""
+    tok = load_tokenizer("tiny")
+    names = [[f"agent{a}_turn{t}" for a in range(2)] for t in range(1, 4)]
+    model = make_peft([n for turn in names for n in turn])
+    records = load_task("arith:split", "test", limit=3, num_agents=2)
+    debate = cotrain.run_debate(records, [model] * 2, [tok] * 2, names, max_new_tokens=6,
+                                greedy=True, prompt_style="short")
+    team = SimpleNamespace(models=lambda: [model] * 2, agent_tokenizers=lambda: [tok] * 2,
+                           adapter_names=names)
+    args = SimpleNamespace(prompt_style="short", generate_batch_size=0, max_new_tokens=6)
+    calls = []
+
+    def play(recs, models, tokenizers, adapter_names, *a, **kw):
+        calls.append((adapter_names, cotrain.run_debate(recs, models, tokenizers, adapter_names,
+                                                        *a, **kw)))
+        return calls[-1][1]
+
+    metrics = split_controls(play, team, args, records, debate)
+    keys = {f"eval/{c}/turn{t}/agent_accuracy" for c in ("shuffled", "oracle", "wrong")
+            for t in (2, 3)} | {"eval/wrong/turn2/follows", "eval/wrong/turn3/follows",
+                                "eval/no_information_bound", "eval/whole_question/accuracy"}
+    keys |= {f"eval/silent/turn{t}/agent_accuracy" for t in (1, 2, 3)}
+    keys |= {f"eval/turn{t}/{k}" for t in (1, 2, 3) for k in ("informative", "heard")}
+    assert set(metrics) == keys and all(0.0 <= v <= 1.0 for v in metrics.values())
+    assert metrics["eval/no_information_bound"] == no_information_bound(records)
+    assert [n for n, _ in calls] == [names[1:]] * 4 + [[names[0][:1]]]
+    silent, shuffled, oracle, wrong = (played for _, played in calls[:4])
+    heard = {"shuffled": control_messages(records, debate, "shuffled"),
+             "oracle": [[[CANONICAL.format(r["parts"][1 - a])] for a in range(2)]
+                        for r in records],
+             "wrong": [[[CANONICAL.format(wrong_number(r["parts"][1 - a]))] for a in range(2)]
+                       for r in records]}
+    for control, played in (("shuffled", shuffled), ("oracle", oracle), ("wrong", wrong)):
+        for b, r in enumerate(records):
+            for t in range(2):  # turns 2 and 3
+                for a in range(2):
+                    assert played.prompts[b][t][a] == chat_prompt(tok, [{"role": "user", "content":
+                        followup_message(r, a, heard[control][b][a])}]), (control, b, t, a)
+        assert metrics[f"eval/{control}/turn3/agent_accuracy"] == pytest.approx(
+            played.correct[:, 1].mean().item())
+    assert metrics["eval/wrong/turn2/follows"] == follows_rates(wrong, records)[0]
+    assert silent.prompts[0][0][0] != oracle.prompts[0][0][0]
+    calls.clear()
+    assert split_controls(play, team, args, records, debate, greedy_debate=False) == metrics
+    assert [n for n, _ in calls][0] == names[:1]  # evaluate.py's: a greedy turn 1 first
 
 
 def test_whole_question_drops_only_the_views_and_followups():
@@ -202,7 +342,13 @@ def test_teamwork_reward_on_hand_made_answers():
     assert teamwork_reward(p, ["I am player 1: 30", "57"])[0] == (1 - 2) / 2
     assert teamwork_reward(p, ["1 2 3 4", "5 6 7 8"])[0] == -1.0  # floored
     letters = dict(family="letters", items=["D", "K"])
-    assert listed_items("D. I am agent 1, K", "letters") == ["D", "I", "K"]
+    assert listed_items("D. I am agent 1, K", "letters") == ["D", "K"]
+    # "I" and "A" are words, never items: the answer's item is the letter after them
+    assert listed_items("I choose O.", "letters") == ["O"]
+    assert listed_items("A: K. I'm player 2", "letters") == ["K"]
+    assert teamwork_reward(letters, ["I choose D.", "I take K"]) == (1.0, dict(
+        coverage=1.0, overlap=0.0, extras=0.0, solved=1.0))
+    assert teamwork_reward(letters, ["I choose O.", "K"])[0] == (1 - 1) / 2  # O: outside the pair
     assert teamwork_reward(letters, ["D", "My choice: K"])[1]["solved"] == 1.0
     colours = dict(family="colours", items=["red", "blue"])
     assert listed_items("Red! Not bluegreen, blue", "colours") == ["red", "blue"]

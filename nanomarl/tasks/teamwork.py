@@ -24,9 +24,10 @@ import zlib
 TEAMWORK_ROLES = ["first", "second"]  # seat names (the prompts say only "player 1" / "player 2")
 
 COLOURS = ["red", "blue", "green", "yellow", "black", "white", "orange", "purple", "pink", "brown"]
+LETTERS = [c for c in string.ascii_uppercase if c not in "AI"]  # A, I: also words, never items
 FAMILIES = {  # family -> (its items, the pairs drawn from them; None: every pair)
     "numbers": ([str(n) for n in range(10, 100)], 240),
-    "letters": ([c for c in string.ascii_uppercase if c not in "AI"], 120),  # A, I: also words
+    "letters": (LETTERS, 120),
     "colours": (COLOURS, None),
 }
 
@@ -63,10 +64,10 @@ def teamwork_prompts(problem: dict) -> list[str]:
 
 
 def listed_items(text: str, family: str) -> list[str]:
-    """The items an answer writes, in order: whole numbers, single capital letters standing alone,
-    or colour words (any case)."""
+    """The items an answer writes, in order: whole numbers, single capital letters standing alone
+    but the words "A" and "I" ("I choose O." chooses O), or colour words (any case)."""
     if family == "letters":
-        return re.findall(r"(?<![A-Za-z])[A-Z](?![A-Za-z])", text)
+        return re.findall(rf"(?<![A-Za-z])[{''.join(LETTERS)}](?![A-Za-z])", text)
     if family == "colours":
         return re.findall(r"(?<![a-z])(" + "|".join(COLOURS) + r")(?![a-z])", text.lower())
     return re.findall(r"(?<!\d)\d+(?!\d)", text)
