@@ -14,19 +14,26 @@ pipes ("the value of name", "call this object", "its attribute", "its next items
 crosses as JSON of exact types (None, bool, int of any size, float, complex, str, bytes,
 bytearray, list, tuple, set, frozenset, dict, Counter, OrderedDict, defaultdict, deque, NamedTuple,
 Fraction, Decimal, range, dict views, datetime's types; tagged where JSON has no type, so that they
-stay distinct; a subclass of one travels as its base's value); any other object
-crosses as a reference, whose operations the other process performs: a program object (a class
-instance, a generator, a function) is called, read, iterated (drawn lazily), measured, printed and
-compared with other program objects by the program's process; a test object (a callback, an
-instance of a test's class, an iterator) is called, read and drawn by the test process. The rule
+stay distinct; a subclass of one travels as the base value plain Python compares: a (str, Enum)
+member as its str; an exception as its class, its nearest builtin ancestor and its arguments; an
+instance of a class the context declares (the prompt's ListNode) as its state, rebuilt in the test
+process as an instance of the context's class, shared and cyclic nodes kept); any other object
+crosses as a reference, whose operations the other process performs. A program object (a class
+instance, a function) is no value: it may be called, its attributes read and set, its text and
+type asked (a class as the entry point: its methods), but its length, truth, items, iteration,
+hash, conversions and comparisons (with a value or another program object) fail the test, never
+asking the program (its methods could answer anew at each question); a generator or builtin
+iterator is a stream, drawn lazily, each item asked once. A test object (a callback, an instance or
+class of a test's, an iterator) is called, read and drawn by the test process. The rule
 for names: a test may ask the program for the names it is given (`names`: the entry point, aux, a
 problem's declared names; by default the program's top-level defs and classes, for a program that
-brings its own check()) and no other; those win over the builtins (an entry point named `pow` is
-the program's), and a name the program does not define is a NameError, never a builtin or a
-capture of the test's own variable. After a call, the program's process sends back the new
-contents of the argument containers it changed (the test sees mutation in place), and a returned
-argument is the test's own object (`f(a) is a` holds). What the harness refuses (an argument it
-cannot send, a program object compared or combined with a test value, the program's process
+brings its own check()) and no other; those win over the builtins (an entry point named `pow` is the
+program's), and a name the program does not define is a NameError, never a builtin or a capture of
+the test's own variable. After a call, the program's process sends back the new contents of the
+argument containers it changed (the test sees mutation in place), and a returned argument is the
+test's own object (`f(a) is a` holds; a container passed twice, f(a, a), is one object in the
+program's process too). What the harness refuses (an argument it
+cannot send, a program object asked what only a value answers, the program's process
 gone, its timeout, a malformed answer) fails the test whatever the test catches. So the expected
 values, the test source, the report and its nonce never enter the program's process (the tests
 are read from the job after the fork, the context runs after it in the test process only, the
@@ -58,7 +65,8 @@ up these layers, each closing most holes on its own (one missing layer leaves th
      capabilities: no signals, renicing, pinning, memory or environment of other processes, no
      terminal injection (TIOCSTI);
   4. PR_SET_PDEATHSIG (each process dies with its parent) and rlimits: CPU time, address space, file
-     size (caps the output), no processes, no core dumps, 32 file descriptors;
+     size (caps the output; a print past the cap is dropped, never an error), no processes, no
+     core dumps, 32 file descriptors;
   5. on Linux x86_64 a seccomp ALLOW-list of the 86 system calls a pure-Python program needs
      (wait4: the test process reaps the program's; a process that cannot fork waits for nothing),
      5 with argument rules: open/openat read-only, fcntl without F_SETOWN/F_SETSIG/F_SETPIPE_SZ/
@@ -67,9 +75,11 @@ up these layers, each closing most holes on its own (one missing layer leaves th
      Everything else (fork, clone, exec, kill, ptrace, sockets, pipes, memfd, prctl, mount, file
      writes, ...) fails (EPERM).
 Each test has a wall-clock alarm in the test process (a program that ignores its own alarm only
-loses the test) and a CPU-time watchdog (RLIMIT_CPU, for C code the alarm cannot interrupt); the
-tests share a wall-time budget of max_timeouts·timeout; sets and dicts of an answer are built in
-chunks (the alarm interrupts a set of colliding hashes); the trainer SIGKILLs the group at an
+loses the test; the alarm marks the test timed out before a test's `except:` can swallow it, and
+rings again until the test ends) and a CPU-time watchdog (RLIMIT_CPU, for C code the alarm cannot
+interrupt; the load and the prefetch of the names have one too); the tests share a wall-time
+budget of max_timeouts·timeout; sets and dicts of an answer are built in chunks (the alarm
+interrupts a set of colliding hashes); the trainer SIGKILLs the group at an
 overall deadline and reaps every process of it that it inherits (as a subreaper or pid 1). The
 trainer reads the test process's report only up to the size its tests can need (it kills the group
 beyond that) and up to the closing line; a line counts only if well formed, with a test index below
@@ -84,16 +94,21 @@ same kernel mechanism and no system package to install, and the seccomp filter m
 the Python process itself after it has started (a filter set before exec would have to allow exec).
 
 What remains. (a) The program sees its calls' arguments (the test inputs) and may answer each call
-with any value it likes: it can memorise answers for inputs it has seen, but to pass it must
-return the right values. (b) Its process is shared by all tests, so it may keep state between calls.
-(c) Python's semantics where two processes differ from one, each shown by a test in
-tests/test_sandbox_semantics.py: a program object compared or combined with a test value fails
-(its own __eq__ would let it match any expected value); one container passed twice in one call
-arrives as two; a generator is drawn ahead of the test after its 8th item; each call costs a
-round trip (~0.1 ms), so a test of 100,000s of calls times out; a program class is no class in
-the test process (a test cannot subclass it or name it in `except`); a test object's attribute
-reaches the program as a copy (appending to it is not seen; setting it is); a cyclic or very
-deep argument cannot be sent (the test fails). (d) The test process
+with any value it likes: it can memorise answers for inputs it has seen, but to pass it must return
+the right values. (b) Its process is shared by all tests, so it may keep state between calls. (c)
+Python's semantics where two processes differ from one, each shown by a test in
+tests/test_sandbox_semantics.py: a program object measured, iterated, compared or combined (with
+a test value or another program object) or converted to a number fails (its own __eq__, __len__
+or __float__ would let it match any expected value, or answer each question anew; `== None` is
+decided in the test process: a program object is not None), so a right program whose class
+defines __eq__ or __len__ for the test to use loses that test unless the prompt declares the class
+(then its instances are values, judged by the prompt's class); a generator is drawn ahead
+of the test after its 8th item; each call costs a round trip (~0.1 ms), so a test of 100,000s of
+calls times out; the program's random is its own (no state of the test process reaches it, so a
+test's random.seed does not seed it: the test's draws stay the test's); a program class is no class
+in the test process (a test cannot subclass it or name it in `except`); a test object's attribute
+reaches the program as a copy (appending to it is not seen; setting it is); a cyclic or very deep
+argument cannot be sent (the test fails). (d) The test process
 trusts the tests and `context`; a program can still cost the test process some CPU (e.g. a list of
 colliding hashes the test turns into a set), up to the test's CPU watchdog. (e) Where a layer is
 unavailable (no namespaces in a container that forbids them, no seccomp off Linux x86_64, a root
@@ -209,6 +224,16 @@ def top_level(source: str) -> tuple[list[str], list[str]]:
         else [])]
 
 
+def declared_classes(context: str) -> list[str]:
+    """The classes the context (the task's prompt) defines at its top level: a program's instance
+    of one is a value, rebuilt from its state in the test process."""
+    try:
+        body = ast.parse(context).body if context.strip() else []
+    except (SyntaxError, ValueError):
+        return []
+    return [node.name for node in body if isinstance(node, ast.ClassDef)]
+
+
 def output_file() -> tuple[int, int]:
     """(write-only, read-only) descriptors of a fresh unlinked temporary file: the sandbox writes
     its output through the first and cannot read it back; the program's process writes to files
@@ -262,7 +287,7 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
     job = CHILD_CODE + frame(marshal.dumps(dict(
         program=program, context=context, timeout=timeout, cpu_seconds=math.ceil(wall) + 1,
         memory_bytes=memory_mb << 20, file_bytes=max_output_bytes, answer_bytes=ANSWER_BYTES,
-        names=[str(name) for name in names],
+        names=[str(name) for name in names], classes=declared_classes(context),
         preload=top_level(context)[1])))
     job += marshal.dumps(dict(nonce=nonce, tests=list(tests), max_timeouts=max_timeouts,
                               message_bytes=MESSAGE_BYTES))

@@ -9,13 +9,48 @@ requests), then the test process reads the tests, runs the context and the tests
 report). The link between them is sandbox_link.py, the values that cross it sandbox_values.py.
 These modules import only modules that are built in or cheap to load (no json, signal or site:
 their imports would cost each run more than the fork)."""
-import _sitebuiltins, builtins, marshal, os, select, sys
+import _sitebuiltins, builtins, io, marshal, os, select, sys
 
 from sandbox_layers import confine, die_with_parent, drop_privileges, isolate  # sandbox.py's BOOT
-from sandbox_link import (EXIT, LINK, OPS, BINARY, TestObject, TestTimeout, answer, attempt,
-                          compiled, read_exactly, read_line, run, serve, write_all)
-from sandbox_values import Decoder, containers, dump, error_payload, program_error, snapshot
+from sandbox_link import (EXIT, LINK, OPS, BINARY, WRITE, TestObject, TestTimeout, answer,
+                          attempt, compiled, read_exactly, read_line, run, serve, write_all)
+from sandbox_values import Decoder, containers, dump, error_payload, raised, share, snapshot
 from sandbox_verdicts import test_side
+
+
+# the value types a subclass instance travels as, each with what gives its value as stored
+BASES = ((str, str.__str__), (int, int.__int__), (float, float.__float__), (bytes, bytes),
+         (complex, complex), (list, list.copy), (tuple, tuple), (dict, dict.copy),
+         (set, set.copy), (frozenset, frozenset))
+
+
+def stream_types():
+    """The types of generators and of builtin and itertools iterators, taken before the program
+    runs: their objects travel as streams (sandbox_link.py:Remote), drawn once, item by item."""
+    itertools = __import__("itertools")
+    samples = ([], (), "", "\u0100", b"", bytearray(), range(0), range(1 << 70), set(), {},
+               {}.values(), {}.items())
+    kinds = {type(iter(sample)) for sample in samples} | {
+        type(reversed([])), type(reversed(range(0))), type(reversed({})), type(iter(int, 1)),
+        type((lambda: (yield))()), type(iter(type("Items", (), {"__getitem__": len})()))}
+    return frozenset(kinds | {kind for module in (builtins, itertools)
+                              for kind in vars(module).values()
+                              if isinstance(kind, type) and hasattr(kind, "__next__")})
+
+
+STREAMS = stream_types()
+
+
+def state(value):
+    """An object's attributes: its __dict__ and the slots set."""
+    found = dict(getattr(value, "__dict__", None) or {})
+    for kind in type(value).__mro__:
+        slots = vars(kind).get("__slots__", ())
+        for name in [slots] if type(slots) is str else slots:
+            if type(name) is str and name not in found and hasattr(value, name) and (
+                    name not in ("__dict__", "__weakref__")):
+                found[name] = getattr(value, name)
+    return found
 
 
 def program_side(job, requests, answers):
@@ -24,7 +59,7 @@ def program_side(job, requests, answers):
     confine(job)
     scope = {"__name__": "__main__", "__builtins__": builtins}
     refs, ids, tests, buffer = {}, {}, {}, bytearray()
-    outputs, random_sent = (sys.stdout, sys.stderr), [None]
+    outputs, declared, sending = (sys.stdout, sys.stderr), set(job["classes"]), []
 
     def resolve(tag, item):
         if tag == "r" and type(item) is int and item in refs:
@@ -43,15 +78,22 @@ def program_side(job, requests, answers):
 
     def refer(value, aliases):
         """A program object that is not a value: its reference (a subclass of a value's type
-        travels as that type's value: its overridden methods stay here)."""
+        travels as the value plain Python compares: a (str, Enum) member as its str, never the
+        text its __str__ gives; its overridden methods stay here)."""
         if type(value) is TestObject:
             return '{"x":%d}' % value.handle
-        for base in (str, int, float, bytes, complex, list, tuple, dict, set, frozenset):
+        for base, exact in BASES:
             if isinstance(value, base):
-                return dump(base(value), refer, aliases)
+                return dump(exact(value), refer, aliases)
+        kind = type(value)
+        if kind.__name__ in declared and kind.__module__ == "__main__" and (
+                kind.__qualname__ == kind.__name__):
+            return rebuilt(value, aliases)
         if id(value) not in ids:
             refs[LINK["handles"]], ids[id(value)] = value, LINK["handles"]
             LINK["handles"] += 1
+        if kind in STREAMS:
+            return '{"g":%d}' % ids[id(value)]
         return '{"r":%d}' % ids[id(value)]
 
     def next_message():
@@ -72,10 +114,6 @@ def program_side(job, requests, answers):
                 del ids[id(refs.pop(handle))]
         if type(extra.get("l")) is int:
             sys.setrecursionlimit(max(extra["l"], 100) + 50)
-        if type(extra.get("rs")) is tuple:
-            random = __import__("random")
-            random.setstate(extra["rs"])
-            random_sent[0] = extra["rs"]
         if extra.get("o"):
             sys.stdout = __import__("io").StringIO()
         if extra.get("e"):
@@ -87,16 +125,41 @@ def program_side(job, requests, answers):
             reply["o"], sys.stdout = sys.stdout.getvalue(), outputs[0]
         if extra.get("e") and type(sys.stderr).__name__ == "StringIO":
             reply["e"], sys.stderr = sys.stderr.getvalue(), outputs[1]
-        if random_sent[0] is not None and "random" in sys.modules:
-            state = sys.modules["random"].getstate()
-            if state != random_sent[0]:
-                reply["rs"] = random_sent[0] = state
         for stream in outputs:
             try:
                 stream.flush()
             except BaseException:
                 pass
         return reply
+
+    def rebuilt(value, aliases):
+        """An instance of a class the context declares, by its state, rebuilt in the test process
+        (sandbox_verdicts.py:rebuilt): {"o": [k, class name]} for each, and around the first one
+        met, {"W": [[{"S": [{"o": ...}, its state]}, ...], value]}, the states of all it reaches,
+        those found last first (a set or dict key in a state is built once its objects are whole);
+        objects met twice (a shared node, a cycle) are one, a long chain is no deep JSON."""
+        root = not sending
+        if root:
+            sending.append(({}, []))
+        numbers, found = sending[0]
+        try:
+            if id(value) not in numbers:
+                numbers[id(value)] = LINK["made"]
+                found.append((LINK["made"], value))
+                LINK["made"] += 1
+            text = '{"o":[%d,%s]}' % (numbers[id(value)], dump(type(value).__name__, None))
+            if not root:
+                return text
+            states, done = [], 0
+            while done < len(found):
+                k, item = found[done]
+                done += 1
+                states.append('{"S":[{"o":[%d,%s]},%s]}' % (k, dump(type(item).__name__, None),
+                                                           dump(state(item), refer, aliases)))
+            return '{"W":[[%s],%s]}' % (",".join(reversed(states)), text)
+        finally:
+            if root:
+                sending.clear()
 
     def content(container):
         return (dict(container) if isinstance(container, dict) else set(container)
@@ -127,14 +190,15 @@ def program_side(job, requests, answers):
             except Exception as e:
                 end = error_payload(e)
             return dump([items, end], refer), ""
-        if op == "op" and a == "setitem" and type(b) is list and len(b) == 2:
-            value[b[0]] = b[1]
-            return "null", ""
         if op == "op" and a in OPS:
             args = [b] if a in BINARY or a == "getitem" else b if type(b) is list else []
             return dump(OPS[a](value, *args), refer), ""
         if op == "call" and type(a) is list and type(b) is dict:
-            numbered = containers(a + list(b.values()), [])
+            if type(extra.get("m")) is list:  # the test passed one container twice
+                values, numbered = share(a + list(b.values()), extra["m"])
+                a, b = values[:len(a)], dict(zip(b, values[len(a):]))
+            else:
+                numbered = containers(a + list(b.values()), [])
             before_call = [snapshot(c) for c in numbered]
             result = value(*a, **{str(k): v for k, v in b.items()})
             aliases = {id(c): (k, c) for k, c in enumerate(numbered)}
@@ -156,7 +220,7 @@ def program_side(job, requests, answers):
         write_all(answers, b"\n" + data.encode() + b"\n")
 
     LINK.update(side="program", out=answers, refer=refer, ops=ops, before=before, after=after,
-                next=next_message, answered=program_answered, gone="", handles=0,
+                next=next_message, answered=program_answered, gone="", handles=0, made=0,
                 limit=job["answer_bytes"], decode=Decoder(resolve), answer=answer_with)
     code = compiled(job["program"], "<program>")
     status, payload = attempt(lambda: run(code, scope), job["timeout"])
@@ -172,11 +236,47 @@ def program_answered(message):
     _, _, status, payload, _ = message
     if status == "v":
         return payload
-    if status == "e" and type(payload) is list and len(payload) == 3:
-        if payload[0] == "StopIteration":
-            raise StopIteration
-        raise program_error(*payload)
+    if status == "e" and type(payload) is list and payload[:1] == ["StopIteration"]:
+        raise StopIteration
+    if status == "e" and (error := raised(payload)) is not None:
+        raise error
     raise TestTimeout()
+
+
+class Capped(io.RawIOBase):
+    """The file under sys.stdout or sys.stderr: keeps the first `room` bytes written and drops the
+    rest without an error (past RLIMIT_FSIZE a write would raise OSError in the print that plain
+    Python makes; the caller reads only the first few KB anyway)."""
+
+    def __init__(self, fd, room):
+        super().__init__()
+        self.fd, self.room = fd, room
+
+    def writable(self):
+        return True
+
+    def fileno(self):
+        return self.fd
+
+    def write(self, data):
+        size = len(data)
+        try:
+            while self.room > 0 and data and (sent := WRITE(self.fd, data[:self.room])):
+                data, self.room = data[sent:], self.room - sent
+        except OSError:
+            self.room = 0
+        return size
+
+
+def capped_streams(room):
+    """sys.stdout and sys.stderr (and their __stdout__/__stderr__) on Capped files of `room`
+    bytes, each as the interpreter made it (encoding, errors, stderr line-buffered)."""
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        stream = io.TextIOWrapper(io.BufferedWriter(Capped(fd, room)), encoding=old.encoding,
+                                  errors=old.errors, line_buffering=name == "stderr")
+        setattr(sys, name, stream)
+        setattr(sys, "__%s__" % name, stream)
 
 
 def main():
@@ -186,6 +286,7 @@ def main():
     job = marshal.loads(read_exactly(job_fd, size))  # the program's part; the tests after the fork
     for name in ("exit", "quit"):  # as a normal interpreter's site module (-S skipped it)
         setattr(builtins, name, _sitebuiltins.Quitter(name, "Ctrl-D (i.e. EOF)"))
+    capped_streams(job["file_bytes"])
     try:
         isolate()
         isolated = b"1"

@@ -14,7 +14,7 @@ it)."""
 import _signal, _weakref, builtins, os, sys
 
 from sandbox_values import (Abort, ProgramError, containers, describe, dump, error_payload,
-                            program_error)  # sandbox.py's BOOT
+                            raised, shared)  # sandbox.py's BOOT
 
 READ, WRITE, EXIT = os.read, os.write, os._exit  # before any program code (it may replace them)
 
@@ -24,10 +24,16 @@ class TestTimeout(BaseException):  # not an Exception: `except Exception` does n
 
 
 ALARM = [False]  # armed: the alarm raises TestTimeout only inside attempt()
+RING_AGAIN = 0.05  # seconds between rings once the alarm has gone off
 
 
 def on_alarm(signum, frame):
+    """In the test process the timeout is noted first (LINK["failed"], which only the harness
+    reads and clears), so a test that swallows the TestTimeout (a bare `except:`) still fails as
+    timed out; the alarm rings again every RING_AGAIN s until attempt() ends."""
     if ALARM[0]:
+        if LINK.get("side") == "test":
+            LINK["failed"] = LINK["failed"] or "Timeout: test timed out"
         raise TestTimeout()
 
 
@@ -43,12 +49,14 @@ def attempt(fn, seconds):
         except BaseException as e:
             return "e", e
     _signal.signal(_signal.SIGALRM, on_alarm)
-    _signal.setitimer(_signal.ITIMER_REAL, max(seconds, 0.001))
+    _signal.setitimer(_signal.ITIMER_REAL, max(seconds, 0.001), RING_AGAIN)
     try:
-        ALARM[0] = True
-        value = fn()
-        ALARM[0] = False
-        return "v", value
+        try:
+            ALARM[0] = True
+            return "v", fn()
+        finally:  # (a ring in this block still ends in the outer one: the alarm is off after it)
+            ALARM[0] = False
+            _signal.setitimer(_signal.ITIMER_REAL, 0)
     except TestTimeout:
         return "t", None
     except BaseException as e:
@@ -95,21 +103,13 @@ def read_exactly(fd, size):
 
 
 LINK = dict(seq=0, gone="has not started", buffer=bytearray(), failed="", args=[], released=[])
-OPS = dict(len=len, bool=bool, str=str, repr=repr, hash=hash, iter=iter, int=int, float=float,
-           index=lambda a: a.__index__(), abs=abs, neg=lambda a: -a, pos=lambda a: +a,
-           invert=lambda a: ~a, format=format, round=round, reversed=reversed,
+# what one process may ask of the other's object: the test of a program object (Remote) its
+# text, type and classes; the program of a test object (test_ops) its length, items, text
+OPS = dict(len=len, bool=bool, str=str, repr=repr, iter=iter, format=format,
            getitem=lambda a, b: a[b], contains=lambda a, b: b in a,
            isinstance=lambda a, b: isinstance(b, a),
-           eq=lambda a, b: a == b, ne=lambda a, b: a != b, lt=lambda a, b: a < b,
-           le=lambda a, b: a <= b, gt=lambda a, b: a > b, ge=lambda a, b: a >= b,
-           add=lambda a, b: a + b, sub=lambda a, b: a - b, mul=lambda a, b: a * b,
-           truediv=lambda a, b: a / b, floordiv=lambda a, b: a // b, mod=lambda a, b: a % b,
-           pow=lambda a, b: a ** b, and_=lambda a, b: a & b, or_=lambda a, b: a | b,
-           xor=lambda a, b: a ^ b, lshift=lambda a, b: a << b, rshift=lambda a, b: a >> b,
-           matmul=lambda a, b: a @ b,
            type=lambda a: [type(a).__module__, type(a).__qualname__])
-BINARY = {"eq", "ne", "lt", "le", "gt", "ge", "add", "sub", "mul", "truediv", "floordiv", "mod",
-          "pow", "and_", "or_", "xor", "lshift", "rshift", "matmul", "contains", "isinstance"}
+BINARY = {"contains", "isinstance"}
 
 
 def write_all(fd, data):
@@ -131,6 +131,8 @@ def request(op, target, a=None, b=None, extra=None):
     reported raised here); serves the other process's requests meanwhile."""
     if LINK["gone"]:
         raise abort(gone(""))
+    if LINK["failed"] and LINK["side"] == "test":  # the test has failed: its program is not asked
+        raise TestTimeout() if LINK["failed"].startswith("Timeout") else Abort(LINK["failed"])
     step = 1 if LINK["side"] == "test" else -1
     try:
         line = "[%d,\"q\",%s,%s,%s,%s,%s]\n" % (LINK["seq"] + step, dump(op, None),
@@ -200,7 +202,8 @@ def gone(why):
 def ask(op, target, a=None, b=None, args=None):
     """A request of the test process: `args` (a call's arguments) are numbered for the answer's
     write-backs and identity; the program's process gets the time this test has left, the
-    recursion limit, random's state once a test has seeded it, and whether output is redirected."""
+    recursion limit and whether output is redirected (no other state of the test process: not
+    random's, whose draws would tell the program the test's)."""
     extra = {"s": _signal.getitimer(_signal.ITIMER_REAL)[0] or LINK["timeout"]}
     if LINK["released"]:
         extra["f"], LINK["released"] = LINK["released"], []
@@ -210,16 +213,14 @@ def ask(op, target, a=None, b=None, args=None):
         extra["o"] = 1
     if sys.stderr is not LINK["stderr"]:
         extra["e"] = 1
-    if LINK["seeded"]:
-        state = sys.modules["random"].getstate()
-        if state != LINK["rs"]:
-            extra["rs"] = LINK["rs"] = state
     try:
         numbered = containers(args, []) if args else []
     except (TestTimeout, Abort):
         raise
     except BaseException as e:  # a cyclic argument
         raise unsendable(e) from None
+    if len(numbered) > 1 and (same := shared(numbered)):
+        extra["m"] = same
     LINK["args"].append(numbered)
     try:
         return request(op, target, a, b, extra)
@@ -228,14 +229,24 @@ def ask(op, target, a=None, b=None, args=None):
 
 
 def refused(self, *other):
-    raise abort(TypeError("a program object compared or combined with a test value"))
+    """A program object is no value: its length, truth, items, hash, iteration (but a stream's),
+    comparisons and arithmetic, with a test value or another program object, would be answered by
+    program code (anew at each question: a length 1 then 2, equal to everything), so the test
+    fails instead; the program is not asked."""
+    raise abort(TypeError("a program object compared, measured or combined: it is no value"))
 
 
-def binary(name):
+def not_a_number(self, *other):
+    """A program object is no number: a conversion the program would answer anew at each call
+    (math.pow asks float() once per term) fails the test instead."""
+    raise abort(TypeError("a program object converted to a number"))
+
+
+def equals(name):
     def method(self, other):
-        if type(other) is not Remote and not (other is None and name in ("eq", "ne")):
-            refused(self)  # the test's value (maybe an expected one) never reaches the program
-        return ask("op", self._Remote__handle, name, other)
+        if other is None or self._Remote__stream:  # not None; a stream is equal to itself only
+            return (self is other) != (name == "ne")
+        refused(self)
     return method
 
 
@@ -244,28 +255,34 @@ def unary(name):
 
 
 class Remote:
-    """A program object, by its handle in the program's process: the test asks that process for
-    its attributes, calls, items, length, truth, text, iteration (drawn lazily: one item at a time,
-    then up to 256 ahead) and its comparisons and arithmetic with other program objects; one with
-    a test value is refused (it would let an object equal to everything decide a verdict), but for
-    `in`, which draws its items and compares them here (Python's way without __contains__)."""
-    __slots__ = ("__handle", "__buffer", "__drawn", "__end", "__weakref__")
-    __hash__ = unary("hash")
-    __bool__, __len__, __str__ = unary("bool"), unary("len"), unary("str")
-    __index__ = unary("index")
-    __int__, __float__, __abs__, __neg__ = unary("int"), unary("float"), unary("abs"), unary("neg")
-    __pos__, __invert__, __round__ = unary("pos"), unary("invert"), unary("round")
-    __reversed__, __format__ = unary("reversed"), unary("format")
-    __eq__, __ne__, __lt__, __le__ = binary("eq"), binary("ne"), binary("lt"), binary("le")
-    __gt__, __ge__, __add__, __sub__ = binary("gt"), binary("ge"), binary("add"), binary("sub")
-    __mul__, __truediv__, __floordiv__ = binary("mul"), binary("truediv"), binary("floordiv")
-    __mod__, __pow__, __and__, __or__ = binary("mod"), binary("pow"), binary("and_"), binary("or_")
-    __xor__, __lshift__, __rshift__ = binary("xor"), binary("lshift"), binary("rshift")
-    __matmul__ = binary("matmul")
-    __radd__ = __rsub__ = __rmul__ = __rtruediv__ = __rfloordiv__ = __rmod__ = __rpow__ = refused
+    """A program object, by its handle in the program's process: the test may read and set its
+    attributes, call it, ask its text (str, repr, format) and its type; a stream (a generator or a
+    builtin iterator of the program's: its reference says so) is drawn lazily, each item asked
+    once (one at a time, then up to 256 ahead; iter() of it is itself, it is true, its equality
+    and hash are its identity). Every other
+    question fails the test (refused, not_a_number); `== None` is decided here (it is not None).
+    A result that is a value crosses as a value, an instance of a class the context declares is
+    rebuilt from its state (sandbox_verdicts.py:rebuilt): what a verdict compares is a value."""
+    __slots__ = ("__handle", "__buffer", "__drawn", "__end", "__stream", "__weakref__")
+    __getitem__ = __setitem__ = __reversed__ = refused
+    __index__ = __int__ = __float__ = __complex__ = __abs__ = __round__ = not_a_number
+    __neg__ = __pos__ = __invert__ = refused
+    __str__, __format__ = unary("str"), unary("format")
+    __eq__, __ne__ = equals("eq"), equals("ne")
+    __lt__ = __le__ = __gt__ = __ge__ = __add__ = __sub__ = __mul__ = __truediv__ = refused
+    __floordiv__ = __mod__ = __pow__ = __and__ = __or__ = __xor__ = __lshift__ = refused
+    __rshift__ = __matmul__ = __radd__ = __rsub__ = __rmul__ = __rtruediv__ = refused
+    __rfloordiv__ = __rmod__ = __rpow__ = __rand__ = __ror__ = __rxor__ = __rmatmul__ = refused
 
-    def __init__(self, handle):
+    def __init__(self, handle, stream=False):
         self.__handle, self.__buffer, self.__drawn, self.__end = handle, [], 0, None
+        self.__stream = stream
+
+    def __bool__(self):
+        return self.__stream or refused(self)
+
+    def __hash__(self):  # (a stream's: its identity, as in plain Python)
+        return object.__hash__(self) if self.__stream else refused(self)
 
     def __getattr__(self, name):
         if name.startswith(("__", "_Remote__")):  # (a slot not set yet is no attribute to ask)
@@ -280,24 +297,23 @@ class Remote:
     def __call__(self, *args, **kwargs):
         return ask("call", self.__handle, list(args), kwargs, [*args, *kwargs.values()])
 
-    def __getitem__(self, key):
-        return ask("op", self.__handle, "getitem", key)
-
-    def __setitem__(self, key, value):
-        ask("op", self.__handle, "setitem", [key, value], [key, value])
-
     def __iter__(self):
-        return ask("op", self.__handle, "iter", [])
+        return self if self.__stream else refused(self)
+
+    def __len__(self):  # (a stream has none, as in plain Python: list() asks, then draws)
+        if self.__stream:
+            raise TypeError("a stream has no len()")
+        refused(self)
 
     def __instancecheck__(self, instance):  # a test's value is no instance of a program class
         return type(instance) is Remote and ask("op", self.__handle, "isinstance", instance)
 
-    def __contains__(self, item):  # as Python does without __contains__: by iteration, here
-        if type(item) is Remote:
-            return ask("op", self.__handle, "contains", item)
-        return any(x is item or x == item for x in self)
+    def __contains__(self, item):  # a stream's: drawn and compared here, as plain Python does
+        return any(x is item or x == item for x in iter(self))
 
     def __next__(self):
+        if not self.__stream:
+            refused(self)
         if not self.__buffer and self.__end is None:
             got = ask("next", self.__handle, 1 if self.__drawn < 8 else min(self.__drawn, 256))
             if type(got) is not list or len(got) != 2 or type(got[0]) is not list:
@@ -307,8 +323,8 @@ class Remote:
         if self.__buffer:
             return self.__buffer.pop()
         end = self.__end
-        if type(end) is list and len(end) == 3 and all(type(p) is str for p in end):
-            raise program_error(*end)
+        if (error := raised(end)) is not None:
+            raise error
         raise StopIteration
 
     def __repr__(self):
@@ -334,12 +350,12 @@ class Remote:
             LINK["released"].append(handle)
 
 
-def remote(handle):
+def remote(handle, stream=False):
     """The one Remote of a handle (so `is` holds between two answers naming the same object)."""
     ref = LINK["remotes"].get(handle)
     found = ref() if ref is not None else None
     if found is None:
-        found = Remote(handle)
+        found = Remote(handle, stream)
         LINK["remotes"][handle] = _weakref.ref(found)
         if handle in LINK["released"]:  # collected, but the program still holds it: keep it
             LINK["released"].remove(handle)

@@ -5,9 +5,10 @@ Executed inside the sandbox as the module `sandbox_values` (sandbox.py's BOOT). 
 JSON of exact types, tagged where JSON has none (dump; Decoder and hook read it back, chunked so
 that the alarm can interrupt); anything else travels as a reference, made by the `refer` and read
 by the `resolve` each side passes in. The mutable containers of a call's arguments are numbered
-alike on both sides (containers) and written back after the call (snapshot, refill). An exception
-travels as [name, message, nearest builtin ancestor] (error_payload) and is raised on the other
-side as an exception of that name (program_error)."""
+alike on both sides (containers, shared, share) and written back after the call (snapshot,
+refill). An exception travels as [name, message, nearest builtin ancestor, arguments]
+(error_payload) and is raised on the other side as an exception of that name and those arguments
+(program_error)."""
 import _json, builtins
 
 
@@ -179,6 +180,40 @@ def containers(values, out):
     return out
 
 
+def shared(numbered):
+    """[[k, j], ...] for each container numbered twice (the k-th is the j-th, j < k): a container a
+    test passes twice (f(a, a), (a, a)) is one object on the program's side too (share)."""
+    first = {}
+    return [[k, j] for k, c in enumerate(numbered) if (j := first.setdefault(id(c), k)) != k]
+
+
+def share(values, same):
+    """(values with each container of `same` (shared's pairs) replaced by the one it is, the
+    containers numbered as containers() numbers them): the program's copy of f(a, a) holds one
+    list twice. A replaced copy keeps its number (its contents never change: no write-back)."""
+    same, out = {k: j for k, j in same if type(k) is int and type(j) is int and 0 <= j < k}, []
+
+    def walk(value):
+        kind = type(value)
+        if kind is list or kind is dict or kind is set or kind is bytearray or (
+                kind.__module__ == "collections" and kind.__name__ in COLLECTIONS):
+            k = len(out)
+            out.append(value)
+            if kind is not set and kind is not bytearray:
+                for key, item in (list(value.items()) if isinstance(value, dict)
+                                  else enumerate(value)):
+                    if (new := walk(item)) is not item:
+                        value[key] = new
+            return out[same[k]] if k in same else value
+        if kind is tuple or (issubclass(kind, tuple) and hasattr(kind, "_fields")):
+            items = [walk(item) for item in value]
+            if any(new is not old for new, old in zip(items, value)):
+                return tuple(items) if kind is tuple else kind._make(items)
+        return value
+
+    return [walk(value) for value in values], out
+
+
 def snapshot(value):
     """What a container holds now, to tell later whether a call changed it."""
     return list(value.items()) if isinstance(value, dict) else (
@@ -218,8 +253,10 @@ class ProgramError(Exception):
 
 
 def builtin_exception(name):
+    """The builtin exception class of that name (SystemExit too: it crosses as itself), but
+    StopIteration and StopAsyncIteration (a generator's end, the link's own)."""
     kind = getattr(builtins, name, None) if type(name) is str and name.isidentifier() else None
-    if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(
+    if isinstance(kind, type) and issubclass(kind, BaseException) and not issubclass(
             kind, (StopIteration, StopAsyncIteration)):
         return kind
     return None
@@ -228,28 +265,57 @@ def builtin_exception(name):
 EXCEPTIONS = {}
 
 
-def program_error(name, message, base=""):
-    """The exception of that name (a builtin Exception but StopIteration; else a class of that
-    name derived from `base`, its nearest builtin ancestor: a ValueError subclass is caught by
-    `except ValueError`; else a ProgramError), described as the other process described it."""
+def program_error(name, message, base="", args=None):
+    """The exception of that name (a builtin one but StopIteration; else a class of that name
+    derived from `base`, its nearest builtin ancestor: a ValueError subclass is caught by `except
+    ValueError`; else a ProgramError), made from its arguments where they crossed (KeyError.args
+    is the key, a UnicodeDecodeError has its five), described as the other process described it."""
     kind = builtin_exception(name)
     if kind is None and builtin_exception(base) and name.isidentifier():
         if (name, base) not in EXCEPTIONS:
             if len(EXCEPTIONS) > 100:
                 EXCEPTIONS.clear()
-            EXCEPTIONS[name, base] = type(name, (builtin_exception(base),),
-                                          {"__module__": "program"})
+            EXCEPTIONS[name, base] = type(name, (builtin_exception(base),), {
+                "__module__": "program",
+                "__str__": lambda self: getattr(self, "program_str", "")})
         kind = EXCEPTIONS[name, base]
-    try:
-        error = (kind or ProgramError)(message)
-    except Exception:
-        error = ProgramError(message)
-    error.program_text = name[:100] + ": " + message[:300]
+    error = None
+    if kind is not None and type(args) is tuple:
+        try:
+            error = kind(*args)
+        except Exception:
+            pass
+    if error is None:
+        try:
+            error = (kind or ProgramError)(message)
+        except Exception:
+            error = ProgramError(message)
+    error.program_text, error.program_str = name[:100] + ": " + message[:300], message
     return error
 
 
+def raised(payload):
+    """The exception an error payload ([name, message, base] or [name, message, base, args])
+    describes; None if it is malformed."""
+    if type(payload) is list and len(payload) in (3, 4) and all(
+            type(p) is str for p in payload[:3]):
+        return program_error(*payload)
+    return None
+
+
+def refuse(value, aliases=None):
+    raise TypeError("not a value")
+
+
 def error_payload(error):
-    """[name, message, nearest builtin ancestor's name] of an exception."""
+    """[name, message, nearest builtin ancestor's name, its arguments (a tuple of values, or None
+    where one is not a value)] of an exception."""
     base = next((k.__name__ for k in type(error).__mro__ if getattr(builtins, k.__name__, None)
                  is k), "Exception")
-    return [type(error).__name__, describe(error).partition(": ")[2][:300], base]
+    args = getattr(error, "args", None)
+    try:
+        dump(args, refuse)
+    except BaseException:
+        args = None
+    return [type(error).__name__, describe(error).partition(": ")[2][:300], base,
+            args if type(args) is tuple else None]

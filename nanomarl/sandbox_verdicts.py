@@ -11,7 +11,7 @@ import builtins, marshal, os, sys, time
 from sandbox_layers import confine  # sandbox.py's BOOT
 from sandbox_link import (LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt, compiled,
                           gone, read_exactly, read_line, remote, run)
-from sandbox_values import Abort, Decoder, ProgramError, describe, dump, program_error, refill
+from sandbox_values import Abort, Decoder, ProgramError, describe, dump, raised, refill
 
 
 def test_next():
@@ -20,6 +20,7 @@ def test_next():
         line = read_line(LINK["in"], LINK["buffer"], LINK["limit"])
         if line is None:
             raise abort(gone("has ended or sent an over-long answer"))
+        LINK["made"] = ({}, {})  # the objects rebuilt from this line (rebuilt)
         try:
             message = LINK["decode"](line)
         except Exception:
@@ -45,27 +46,21 @@ def test_answered(message):
     for key, stream in (("o", "stdout"), ("e", "stderr")):  # only into a test's redirection
         if type(extra.get(key)) is str and getattr(sys, stream) is not LINK[stream]:
             getattr(sys, stream).write(extra[key])
-    if LINK["seeded"] and type(extra.get("rs")) is tuple:  # only once a test has seeded
-        random = sys.modules.get("random")
-        try:
-            random.setstate(extra["rs"])
-            LINK["rs"] = extra["rs"]
-        except Exception:
-            pass
     if status == "v":
         return payload
     if status == "t":
         LINK["failed"] = LINK["failed"] or "Timeout: test timed out"
         raise TestTimeout()
-    if status == "e" and type(payload) is list and len(payload) == 3 and all(
-            type(p) is str for p in payload):
-        raise program_error(*payload)
+    if status == "e" and (error := raised(payload)) is not None:
+        raise error
     raise abort(ProgramError("a malformed answer"))
 
 
 def test_resolve(tag, item):
-    if tag == "r" and type(item) is int:
-        return remote(item)
+    if (tag == "r" or tag == "g") and type(item) is int:
+        return remote(item, tag == "g")
+    if tag in ("o", "S", "W"):
+        return rebuilt(tag, item)
     if tag == "x" and type(item) is int and item in LINK["mine"]:
         return LINK["mine"][item]
     if tag == "a" and type(item) is int and LINK["args"] and 0 <= item < len(LINK["args"][-1]):
@@ -108,6 +103,40 @@ def test_refer(value, aliases):
     raise abort(ProgramError("this argument cannot be sent to the program: " + kind.__name__))
 
 
+def rebuilt(tag, item):
+    """An instance of a class the context declares, from the program's state: {"o": [k, class
+    name]} is the answer's k-th such object (made blank where first met), {"S": [that object,
+    state]} sets its attributes, {"W": [states, value]} is the value once every state is set
+    (sandbox_child.py sends them so). Anything else fails the test (Abort)."""
+    made, ids = LINK["made"]  # this answer's objects: by k, by id
+    if tag == "o" and type(item) is list and len(item) == 2 and type(item[0]) is int and (
+            item[1] in LINK["classes"]):
+        if item[0] not in made:
+            kind = LINK["classes"][item[1]]
+            try:
+                made[item[0]] = kind.__new__(kind)
+            except Exception as e:  # (a __new__ that wants the constructor's arguments)
+                try:
+                    made[item[0]] = object.__new__(kind)
+                except Exception:
+                    raise abort(ProgramError("cannot rebuild a %s: %s" % (item[1], describe(e))))
+            ids[id(made[item[0]])] = made[item[0]]  # (what {"S": ...} may set)
+        return made[item[0]]
+    if tag == "S" and type(item) is list and len(item) == 2 and id(item[0]) in ids and (
+            type(item[1]) is dict):
+        for key, value in item[1].items():
+            if type(key) is not str or key.startswith("__") and key.endswith("__"):
+                raise abort(ProgramError("a malformed object"))
+            try:
+                object.__setattr__(item[0], key, value)
+            except Exception as e:
+                raise abort(ProgramError("cannot rebuild an object: " + describe(e)))
+        return None
+    if tag == "W" and type(item) is list and len(item) == 2:
+        return item[1]
+    raise abort(ProgramError("a malformed object"))
+
+
 def test_code(function):
     code = getattr(function, "__code__", None) or getattr(function, "gi_code", None)
     return code is not None and code.co_filename.startswith(("<test", "<context>"))
@@ -121,7 +150,8 @@ def test_made(value):
 
 def test_ops(op, target, a, b, extra):
     """What the program's process may do with a test object: call it, read or set its public
-    attributes (an instance or class the tests define), draw from it (an iterator)."""
+    attributes (an instance or class the tests define; set: an instance's, never the class's
+    own nor its methods or properties), draw from it (an iterator)."""
     value = LINK["mine"].get(target) if type(target) is int else None
     if value is None:
         raise TypeError("no such test object")
@@ -130,8 +160,8 @@ def test_ops(op, target, a, b, extra):
     if op == "attr" and type(a) is str and not a.startswith("_") and test_made(value):
         return getattr(value, a)
     if (op == "setattr" and type(a) is str and not a.startswith("_") and test_made(value)
-            and not hasattr(type(value), a)):  # data, never a method or property of the class
-        return setattr(value, a, b)
+            and not isinstance(value, type) and not hasattr(type(value), a)):
+        return setattr(value, a, b)  # an instance's data, never a class's or its methods
     if op == "next" and hasattr(type(value), "__next__"):
         return next(value)
     if op in ("len", "iter", "bool", "str", "repr", "getitem", "contains") and test_made(value):
@@ -165,13 +195,14 @@ def test_side(job, fds, layers, child):
                 limit=job["answer_bytes"], decode=Decoder(test_resolve), gone="", refer=test_refer,
                 ops=test_ops, next=test_next, answered=test_answered, mine={}, ids={},
                 answer=answer, before=lambda extra: None, after=lambda extra: {},
-                remotes={}, names=set(job["names"]),
-                limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, stderr=sys.stderr,
-                seeded=False, rs=None)
+                remotes={}, names=set(job["names"]), classes={}, made=({}, {}),
+                limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, stderr=sys.stderr)
     if "random" in sys.modules:  # imported before the fork: its state is the program's too
         sys.modules["random"].seed()
-    scope = Scope(__name__="__main__", __builtins__=test_builtins())
+    scope = Scope(__name__="__main__", __builtins__=builtins)
     context = attempt(lambda: run(compiled(job["context"], "<context>"), scope), timeout)
+    LINK["classes"] = {name: scope[name] for name in job["classes"]
+                       if isinstance(scope.get(name), type)}  # (rebuilt's)
     for name in LINK["names"]:  # the program's names are the program's, not the context's
         scope.pop(name, None)
     tests = [compiled(test, "<test %d>" % i) for i, test in enumerate(tests_job["tests"])]
@@ -188,24 +219,20 @@ def test_side(job, fds, layers, child):
         return test_answered(message)
 
     lines = [nonce + b" " + layer for layer in layers]
+    watchdog(timeout)
     status, error = attempt(loaded, timeout)
     LINK["failed"] = ""
     lines.append(nonce + b" load %s %s" % (verdicts[status], message(status, error)))
     if status == "v":
+        watchdog(timeout)
         attempt(lambda: prefetch(scope), timeout)
         budget = tests_job["max_timeouts"] * timeout  # wall time of all tests together
-        cpu = __import__("resource")
         for i, test in enumerate(tests):
             if budget <= 0:
                 break
             if context[0] != "v":
                 test = ProgramError("context: " + message(*context).decode())
-            used = sum(os.times()[:2])
-            hard = cpu.getrlimit(cpu.RLIMIT_CPU)[1]
-            try:  # a watchdog for C code the alarm cannot interrupt (a set of colliding hashes)
-                cpu.setrlimit(cpu.RLIMIT_CPU, (min(hard, int(used + timeout) + 1), hard))
-            except (ValueError, OSError):
-                pass
+            watchdog(timeout)
             LINK["failed"], start = "", time.monotonic()
             status, error = attempt(lambda: run(test, scope), min(timeout, budget))
             if LINK["failed"]:  # the harness's own failure, whatever the test caught
@@ -221,6 +248,18 @@ def test_side(job, fds, layers, child):
     os._exit(0)
 
 
+def watchdog(seconds):
+    """The test process's CPU time from now on capped at `seconds` + 1 s (RLIMIT_CPU: SIGXCPU ends
+    the run): a watchdog for C code the alarm cannot interrupt, such as a set of colliding hashes
+    or the gcd of a forged Fraction, in a test, the load or the prefetch alike."""
+    cpu = __import__("resource")
+    used, hard = sum(os.times()[:2]), cpu.getrlimit(cpu.RLIMIT_CPU)[1]
+    try:
+        cpu.setrlimit(cpu.RLIMIT_CPU, (min(hard, int(used + seconds) + 1), hard))
+    except (ValueError, OSError):
+        pass
+
+
 def prefetch(scope):
     """The declared names' program objects in the tests' globals before the first test: a test's
     class body looks a name up there directly, never through Scope.__missing__."""
@@ -229,30 +268,6 @@ def prefetch(scope):
             scope[name]
         except Exception:  # (not defined: a NameError wherever a test uses it)
             pass
-
-
-def test_builtins():
-    """The builtins of the tests, whose __import__ notes a test's random.seed (from then on the
-    program's random follows the test's: one generator, as in one process)."""
-    names = dict(builtins.__dict__)
-    real = builtins.__import__
-
-    def seeding(*args):
-        LINK["seeded"] = True
-
-    def importing(name, *args, **kwargs):
-        module = real(name, *args, **kwargs)
-        random = sys.modules.get("random")
-        if random is not None and not getattr(random, "_nanomarl_watched", False):
-            for method in ("seed", "setstate"):
-                original = getattr(random, method)
-                setattr(random, method, lambda *a, _original=original, **k: (
-                    seeding(), _original(*a, **k))[1])
-            random._nanomarl_watched = True
-        return module
-
-    names["__import__"] = importing
-    return names
 
 
 def reap(child, seconds):
