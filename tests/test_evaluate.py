@@ -374,9 +374,9 @@ def fake_cotrain_run(folder, num_agents: int, seed: int, **overrides):
 
     import cotrain
 
-    args = cotrain.Args(model="tiny", num_agents=num_agents, num_turns=2, output_dir=str(folder), **overrides)
-    torch.manual_seed(seed)
-    team = cotrain.build_team(args, "cpu")
+    args = cotrain.Args(**{**dict(model="tiny", num_agents=num_agents, num_turns=2, seed=seed,
+                                  output_dir=str(folder)), **overrides})
+    team = cotrain.build_team(args, "cpu")  # seeds with --seed
     with torch.no_grad():
         for n, p in team.bases[0].named_parameters():
             if ".lora_B." in n and ".critic." not in n:

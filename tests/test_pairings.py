@@ -13,24 +13,15 @@ import cotrain
 import evaluate
 from nanomarl.cli import parse_args
 from nanomarl.models import load_tokenizer
+from test_evaluate import fake_cotrain_run
 
 
 def split_run(folder, seed: int, **overrides):
     """A finished cotrain.py run folder (save_state) of 2 agents on arith:split with an adapter per
     agent and turn, untrained: random non-zero B matrices drawn from --seed, so that each adapter
     changes the generations and two seeds' differ."""
-    args = cotrain.Args(**{**dict(model="tiny", num_agents=2, num_turns=2, seed=seed,
-                                  dataset="arith:split", policy_sharing="agent-turn",
-                                  eval_questions=2, output_dir=str(folder)), **overrides})
-    team = cotrain.build_team(args, "cpu")  # seeds with --seed
-    with torch.no_grad():
-        for n, p in team.bases[0].named_parameters():
-            if ".lora_B." in n and ".critic." not in n:
-                p.normal_(0, 0.5)
-    folder.mkdir(parents=True)
-    (folder / "args.json").write_text(json.dumps(dataclasses.asdict(args)))
-    cotrain.save_state(folder, team, 0, args)
-    return folder
+    return fake_cotrain_run(folder, 2, seed, **{**dict(dataset="arith:split", eval_questions=2,
+                                                    policy_sharing="agent-turn"), **overrides})
 
 
 @pytest.fixture(scope="module")
