@@ -366,3 +366,21 @@ def test_teamwork_prompts_differ_only_by_the_seat_and_held_out_is_disjoint():
     a, b = held[0]["items"]
     assert first.startswith(f"Choose one: {a} or {b}?")
     assert first.replace("player 1.", "player 2.") == second != first
+
+
+def test_teamwork_baselines_a_positional_rule_solves_every_pair_and_a_coin_half():
+    """docs/results/teamwork_baselines.py on magrpo.py's held-out pairs: player 1 takes the
+    first-named item and player 2 the second (every pair solved, reward 1), or each player one
+    of the two at random (exactly half the joint answers solve it, reward 0.75 expected)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "results" / "teamwork_baselines.py"
+    spec = importlib.util.spec_from_file_location("teamwork_baselines", path)
+    baselines = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(baselines)
+    held = baselines.held_out_pairs()
+    assert held == teamwork_problems("eval")[:40]  # the recipe's eval_problems
+    assert baselines.positional_rule(held) == (1.0, 1.0)
+    assert baselines.random_choice(held) == (0.5, 0.75)
+    assert baselines.random_choice(baselines.held_out_pairs(0))[0] == 0.5  # all 110 pairs
