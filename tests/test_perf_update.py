@@ -76,7 +76,7 @@ def plain_make_experience(team, debate, final_rewards, args):
         rewards, kl = kl_shaped_rewards(policy["logprobs"], ref_logprobs, mask, final,
                                         args.kl_coef)
         advantages, returns = gae(rewards, values, mask, cotrain.GAE_GAMMA, args.gae_lambda)
-        exp[(t, a)] = cotrain.Experience(*(batch[k] for k in KEYS),
+        exp[(t, a)] = cotrain.Experience(*(batch[k] for k in KEYS), as_sampled=ro["as_sampled"],
                                          old_logprobs=policy["logprobs"],
                                          ref_logprobs=ref_logprobs, old_values=values, kl=kl,
                                          rewards=rewards, entropy=policy["entropy"],
