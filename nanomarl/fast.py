@@ -61,9 +61,9 @@ def stacked_lora_routing(model, adapter_names: list[str]):
         a_cat = torch.cat([layer.lora_A[n].weight for n in names])  # [Σr, d_in]
         b_cat = torch.cat([layer.lora_B[n].weight for n in names], dim=1)  # [d_out, Σr]
         # s_row [rows, 1, Σr]: row i's scaling on its adapter's block of ranks, 0 elsewhere
-        row_scale = torch.tensor([[layer.scaling[n] * (n == name) for n in names
-                                   for _ in range(layer.r[n])] for name in adapter_names],
-                                 dtype=a_cat.dtype, device=a_cat.device)[:, None, :]
+        blocks = torch.block_diag(*[torch.full((1, layer.r[n]), layer.scaling[n]) for n in names])
+        row = torch.tensor([names.index(n) if n in names else len(names) for n in adapter_names])
+        row_scale = F.pad(blocks, (0, 0, 0, 1))[row].to(a_cat)[:, None, :]  # pad: no adapter
         layer.forward = _stacked_lora_forward(layer, a_cat, b_cat, row_scale)
     try:
         yield model
