@@ -486,7 +486,7 @@ def test_a_test_that_catches_everything_still_times_out():
     assert result["completed"], result
     assert result["passed"] == [False, False, True], result["errors"]
     assert result["errors"][:2] == ["Timeout: test timed out"] * 2
-    assert result["seconds"] < 5.0, result["seconds"]  # (the deadline: 6 s)
+    assert not result["timed_out"], result  # each test ended at its own alarm, not the deadline
 
 
 def test_the_programs_random_is_its_own():
@@ -616,7 +616,8 @@ def test_the_cpu_watchdog_covers_loading_and_prefetch():
     for program in (at_load, at_prefetch):
         result = run(program, ["assert f() == 1"] * 8, names=["f"])
         assert not result["completed"] and result["passed"] == [False] * 8, result
-        assert result["seconds"] < 7.0, result["seconds"]  # (the deadline: 11 s)
+        # ended by the watchdog, not by the overall deadline (a CPU limit: no wall-clock bound)
+        assert not result["timed_out"], result
 
 
 # ----------------------------------------------------------------------------------------------
