@@ -20,12 +20,11 @@ from collections import Counter
 
 import torch
 
-from nanomarl.tasks.debate import SPLIT_GOALS, split_problem
+from nanomarl.tasks.debate import SPLIT_GOALS, SPLIT_NUMBERS, split_problem
 from nanomarl.tasks.debate_prompts import first_sentence, followup_message
 
 NEUTRAL_WORDS = "I have read the question and I am still thinking about it".split()
 CANONICAL = "My number is {}."  # the sentence each split view asks its agent to start with
-DIGITS = range(1, 10)  # the numbers arith_split_records draws, one per agent
 CONTROLS = ("shuffled", "oracle", "wrong")  # beside silent: the replays of control_messages
 
 
@@ -79,9 +78,9 @@ def split_kind(record: dict) -> str:
 
 
 def wrong_number(number: int) -> int:
-    """The number the wrong control says instead of `number`: one more (9: one less), so the
-    result computed with it is never the gold (a sum or a difference moves by exactly one)."""
-    return number + 1 if number < max(DIGITS) else number - 1
+    """The number the wrong control says instead of `number`: one more (the largest: one less), so
+    the result computed with it is never the gold (a sum or a difference moves by exactly one)."""
+    return number + 1 if number < max(SPLIT_NUMBERS) else number - 1
 
 
 def heard_result(record: dict, agent: int) -> str:
@@ -94,14 +93,14 @@ def heard_result(record: dict, agent: int) -> str:
 def no_information_bound(records: list[dict]) -> float:
     """The accuracy on `records` of the best answer from one's own number alone, exactly: for each
     record and seat, the answers most likely given what the seat sees (the operation and its own
-    number; its partners' numbers uniform over DIGITS, as drawn), one of them at random, scored
-    against the gold; the mean over records and seats."""
+    number; its partners' numbers uniform over SPLIT_NUMBERS, as drawn), one of them at random,
+    scored against the gold; the mean over records and seats."""
     hits, seats = 0.0, 0
     for r in records:
         kind, parts = split_kind(r), r["parts"]
         for own in parts:
-            results = Counter(split_problem(kind, (own, *others))
-                              for others in itertools.product(DIGITS, repeat=len(parts) - 1))
+            others = itertools.product(SPLIT_NUMBERS, repeat=len(parts) - 1)
+            results = Counter(split_problem(kind, (own, *rest)) for rest in others)
             best = [x for x, n in results.items() if n == max(results.values())]
             hits, seats = hits + (int(r["answer"]) in best) / len(best), seats + 1
     return hits / seats

@@ -168,11 +168,15 @@ SPLIT_GOALS = {"sum": "the sum of the {count} numbers",
                "difference": "the difference of the two numbers (the larger minus the smaller)"}
 
 
-def split_of_problem(key: str) -> str:
-    """A split problem's split from a hash of its kind and numbers: 30 % held out for test
-    (40 two-agent problems, the default --eval-questions), a tenth for validation."""
-    bucket = zlib.crc32(key.encode()) % 20
-    return "test" if bucket < 6 else "validation" if bucket < 8 else "train"
+SPLIT_NUMBERS = range(1, 13)  # the numbers arith:split draws, one per agent
+
+
+def split_of_problem(kind: str, parts: tuple[int, ...]) -> str:
+    """A split problem's split from a hash of its kind and its numbers in sorted order, so a
+    problem and its seat-swaps share a split: 45 % test (114 two-agent problems), 25 % validation
+    (72), 30 % train (102)."""
+    bucket = zlib.crc32(f"{kind}{tuple(sorted(parts))}".encode()) % 20
+    return "test" if bucket < 9 else "validation" if bucket < 14 else "train"
 
 
 def split_problem(kind: str, parts: tuple[int, ...]) -> int:
@@ -183,19 +187,19 @@ def split_problem(kind: str, parts: tuple[int, ...]) -> int:
 
 def arith_split_records(n: int, split: str, seed: int = 0, num_agents: int = 2) -> list[dict]:
     """arith:split, information split between the agents: a sum (or, with two agents, a
-    difference) of one one-digit number per agent, where agent a's view shows only its own number
-    (the record's "views", one turn-1 message per agent; "followups", its message at a later turn,
-    the partners' words filled in as {said}) and "question" shows them all (the
-    control of one agent that sees everything). The gold is the full result. A question's split
-    is a hash of its kind and numbers, so the held-out splits share no sum with training in any
-    wording (split_of_problem); n training records are drawn with repetition from the training
+    difference) of one number per agent (SPLIT_NUMBERS), where agent a's view shows only its own
+    number (the record's "views", one turn-1 message per agent; "followups", its message at a later
+    turn, the partners' words filled in as {said}) and "question" shows them all (the control of
+    one agent that sees everything). The gold is the full result. A question's split is a hash of
+    its kind and numbers, so the held-out splits share no problem with training in any wording or
+    seat order (split_of_problem); n training records are drawn with repetition from the training
     problems, the held-out splits hold each problem once (seeded order)."""
     if split not in ("train", "test", "validation"):
         arg_error("--dataset", f"arith:split has splits train, test, validation; got {split!r}")
     kinds = ["sum", "difference"] if num_agents == 2 else ["sum"]
     problems = [(kind, parts) for kind in kinds
-                for parts in itertools.product(range(1, 10), repeat=num_agents)
-                if split_of_problem(f"{kind}{parts}") == split]
+                for parts in itertools.product(SPLIT_NUMBERS, repeat=num_agents)
+                if split_of_problem(kind, parts) == split]
     if split != "train":  # held out: each problem once, in an order no training seed changes
         random.Random(f"arith:split-{split}-{num_agents}").shuffle(problems)
         problems = problems[:n]
