@@ -20,7 +20,7 @@ from collections import Counter
 
 import torch
 
-from nanomarl.tasks.debate import SPLIT_GOALS, SPLIT_NUMBERS, split_problem
+from nanomarl.tasks.split import SPLIT_GOALS, SPLIT_NUMBERS, split_problem
 from nanomarl.tasks.debate_prompts import first_sentence, followup_message
 
 NEUTRAL_WORDS = "I have read the question and I am still thinking about it".split()

@@ -32,7 +32,7 @@ def test_split_views_hold_only_their_own_number_and_the_gold_is_right(num_agents
     assert len(records) == 200
     for r in records:
         parts = r["parts"]
-        assert len(parts) == len(r["views"]) == num_agents and all(1 <= x <= 9 for x in parts)
+        assert len(parts) == len(r["views"]) == num_agents and all(1 <= x <= 12 for x in parts)
         difference = "difference" in r["question"]
         assert r["answer"] == str(max(parts) - min(parts) if difference else sum(parts))
         for a, view in enumerate(r["views"]):
@@ -53,9 +53,17 @@ def test_split_views_hold_only_their_own_number_and_the_gold_is_right(num_agents
 
 def test_split_held_out_problems_are_disjoint_from_training_and_fixed():
     train = load_task("arith:split", "train", limit=1000, seed=0)
-    test = load_task("arith:split", "test", limit=40, seed=0)
-    assert len(test) == 40 and len({r["question"] for r in test}) == 40  # each problem once
-    assert not {r["question"] for r in test} & {r["question"] for r in train}
+    splits = {s: load_task("arith:split", s, limit=None) for s in ("validation", "test")}
+    # every problem once: 72 and 114 of the 288 (2 kinds x 12 x 12)
+    assert [len({r["question"] for r in splits[s]}) for s in splits] == [72, 114]
+    assert len({r["question"] for r in train}) == 288 - 72 - 114
+
+    def problems(records):  # a problem and its seat-swap are one: the kind and the sorted numbers
+        return {(r["question"].split("Find ")[1], tuple(sorted(r["parts"]))) for r in records}
+    assert not problems(train) & problems(splits["test"])
+    assert not problems(train) & problems(splits["validation"])
+    assert not problems(splits["validation"]) & problems(splits["test"])
+    test = splits["test"][:40]
     # the held-out questions do not depend on the training seed; the training draw does
     assert [r["question"] for r in load_task("arith:split", "test", limit=40, seed=7)] == \
         [r["question"] for r in test]
@@ -193,30 +201,31 @@ def split_record(kind: str, parts: list[int], question: str = "") -> dict:
 
 
 def test_no_information_bound_by_hand():
-    # a sum of two: any of the 9 results, whatever one's own number: 1/9 a seat
-    assert no_information_bound([split_record("sum", [3, 5])]) == pytest.approx(1 / 9)
+    # a sum of two: any of the 12 results, whatever one's own number: 1/12 a seat
+    assert no_information_bound([split_record("sum", [3, 5])]) == pytest.approx(1 / 12)
     # 5 - 3 = 2. Seat 0 holds 5: |5 - y| is 1, 2, 3 or 4 twice each (2 among the 4 best);
     # seat 1 holds 3: 1 and 2 twice each (2 among the 2 best)
     assert no_information_bound([split_record("difference", [5, 3])]) == pytest.approx(
         (1 / 4 + 1 / 2) / 2)
-    # 9 - 1: from 1 or from 9 every difference 0..8 once
-    assert no_information_bound([split_record("difference", [1, 9])]) == pytest.approx(1 / 9)
-    # three agents, 5 + 5 + 5: the partners' sum is most often 10 (9 of 81), so 15 every seat
-    assert no_information_bound([split_record("sum", [5, 5, 5])]) == 1.0
+    # 9 - 1 = 8: from 1 every difference 0..11 once (1/12); from 9, 1, 2 and 3 twice each, 8 once
+    assert no_information_bound([split_record("difference", [1, 9])]) == pytest.approx(1 / 24)
+    # three agents, 6 + 7 + 6: two partners' sum is most often 13 (12 of 144), so 19 from a 6
+    # (seats 0 and 2), 20 from the 7
+    assert no_information_bound([split_record("sum", [6, 7, 6])]) == pytest.approx(2 / 3)
     mixed = [split_record("sum", [3, 5]), split_record("difference", [5, 3])]
     assert no_information_bound(mixed) == pytest.approx(float(
-        (Fraction(1, 9) * 2 + Fraction(1, 4) + Fraction(1, 2)) / 4))
-    # a fixed rule cannot beat it on the 40 held-out problems (sum: own + 5, difference: 2)
-    records = load_task("arith:split", "test", limit=40)
-    rule = [int(r["answer"]) == (x + 5 if "sum" in r["question"] else 2)
+        (Fraction(1, 12) * 2 + Fraction(1, 4) + Fraction(1, 2)) / 4))
+    # a fixed rule cannot beat it on the held-out problems (sum: own + 6, difference: 2)
+    records = load_task("arith:split", "test", limit=None)
+    rule = [int(r["answer"]) == (x + 6 if "sum" in r["question"] else 2)
             for r in records for x in r["parts"]]
     assert sum(rule) / len(rule) <= no_information_bound(records)
 
 
 def test_wrong_number_is_never_the_true_one_and_never_gives_the_gold():
-    for y in range(1, 10):
-        assert wrong_number(y) != y and 1 <= wrong_number(y) <= 9
-        for x in range(1, 10):
+    for y in range(1, 13):
+        assert wrong_number(y) != y and 1 <= wrong_number(y) <= 12
+        for x in range(1, 13):
             assert x + wrong_number(y) != x + y and abs(x - wrong_number(y)) != abs(x - y)
 
 
@@ -227,7 +236,7 @@ def test_the_control_messages_are_the_canonical_sentences_and_the_shuffled_partn
     assert control_messages(records, debate, "oracle") == [
         [["My number is 5."], ["My number is 3."]], [["My number is 2."], ["My number is 9."]]]
     assert control_messages(records, debate, "wrong") == [
-        [["My number is 6."], ["My number is 4."]], [["My number is 3."], ["My number is 8."]]]
+        [["My number is 6."], ["My number is 4."]], [["My number is 3."], ["My number is 10."]]]
     assert control_messages(records, debate, "shuffled") == [
         [["My number is 2. The answer is 7."], ["Mine is 9."]],
         [["I hold 5."], ["My number is 3. So 8."]]]
@@ -259,8 +268,8 @@ def test_the_shuffled_source_is_never_the_same_problem():
 
 def test_follows_counts_the_answers_computed_with_the_heard_number():
     records = [split_record("sum", [3, 5]), split_record("difference", [5, 9])]
-    # heard 6 (3 + 6 = 9) and 4 (5 + 4 = 9); heard 8 (|5 - 8| = 3) and 6 (|9 - 6| = 3)
-    replay = SimpleNamespace(answers=[[["9", "8"], ["9", "9"]], [["3", None], ["4", "3"]]])
+    # heard 6 (3 + 6 = 9) and 4 (5 + 4 = 9); heard 10 (|5 - 10| = 5) and 6 (|9 - 6| = 3)
+    replay = SimpleNamespace(answers=[[["9", "8"], ["9", "9"]], [["5", None], ["4", "3"]]])
     assert follows_rates(replay, records) == [2 / 4, 3 / 4]
 
 

@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from common import chat_prompt, extract_answer, generate, load_model  # noqa: E402
 from nanomarl.models import load_tokenizer  # noqa: E402
-from nanomarl.tasks.debate import SPLIT_GOALS, arith_split_records  # noqa: E402
+from nanomarl.tasks.split import SPLIT_GOALS, arith_split_records  # noqa: E402
 from nanomarl.tasks.debate_prompts import followup_message  # noqa: E402
 
 END = " Show the calculation, then end with \"The answer is\" and the number."
