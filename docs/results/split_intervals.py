@@ -1,0 +1,106 @@
+"""The split debate's held-out numbers with their 95 % intervals, from evaluate.py's per-problem
+answers (samples.jsonl) on the test split: one folder per trained seed (method maporl, with the
+controls' rows maporl/silent, maporl/shuffled, maporl/oracle, maporl/wrong) and one folder for the
+untrained team (method offtheshelf, greedy: the same for every seed).
+
+A problem's score is its agents' mean accuracy at the last turn. Each row gives the mean over
+seeds and two 95 % intervals:
+- problems: a bootstrap over the problems (the same draw for every seed and method, so
+  differences are paired), the seeds fixed: what another draw of test problems could give;
+- seeds and problems: a bootstrap over the seeds, then over the problems: what another seed
+  could give too.
+Then one line per seed. The no-information bound of the problems is exact (no interval: the
+test set is fixed; its interval over problems is given beside it for the differences).
+
+    python docs/results/split_intervals.py --base runs/eval-split-base runs/eval-split-s0 ...
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from nanomarl.split_controls import heard_result, no_information_bound  # noqa: E402
+from nanomarl.tasks.debate import load_task  # noqa: E402
+
+CONTROLS = ("silent", "shuffled", "oracle", "wrong")
+RESAMPLES = 10_000
+
+
+def problem_scores(folder: Path, method: str, records: dict | None = None) -> dict[str, float]:
+    """{problem id: its agents' mean accuracy at the last turn} of `method` in an evaluate.py
+    folder; with records (id -> record): the share of answers computed with the wrong control's
+    numbers instead (follows)."""
+    scores = {}
+    for line in (folder / "samples.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["method"] == method:
+            last, q = row["answers"][-1], row["question"]
+            targets = ([heard_result(records[q], a) for a in range(len(last))] if records
+                       else [row["gold"]] * len(last))
+            scores[q] = sum(a == t for a, t in zip(last, targets)) / len(last)
+    return scores
+
+
+def intervals(per_seed: np.ndarray, rng: np.random.Generator) -> tuple[float, tuple, tuple]:
+    """per_seed [S, P] -> (mean, 95 % over problems, 95 % over seeds and problems)."""
+    s, p = per_seed.shape
+    problems = rng.integers(0, p, size=(RESAMPLES, p))
+    seeds = rng.integers(0, s, size=(RESAMPLES, s))
+    over_problems = per_seed[:, problems].mean(axis=(0, 2))
+    over_both = np.array([per_seed[np.ix_(seeds[k], problems[k])].mean()
+                          for k in range(RESAMPLES)])
+    return (per_seed.mean(), tuple(np.percentile(over_problems, [2.5, 97.5])),
+            tuple(np.percentile(over_both, [2.5, 97.5])))
+
+
+def row(name: str, per_seed: np.ndarray, rng: np.random.Generator) -> str:
+    mean, (a, b), (c, d) = intervals(per_seed, rng)
+    seeds = " ".join(f"{100 * x:.1f}" for x in per_seed.mean(axis=1))
+    return (f"| {name} | {100 * mean:.1f} | {100 * a:.1f} to {100 * b:.1f} | "
+            f"{100 * c:.1f} to {100 * d:.1f} | {seeds} |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("seeds", nargs="+", help="evaluate.py folders of the trained seeds")
+    parser.add_argument("--base", required=True, help="evaluate.py folder of the untrained team")
+    parser.add_argument("--split", default="test", help="the arith:split split evaluated")
+    args = parser.parse_args()
+    records = {r["id"]: r for r in load_task("arith:split", args.split, limit=None)}
+    base = problem_scores(Path(args.base), "offtheshelf")
+    ids = sorted(base)
+    missing = set(ids) - set(records)
+    if missing:
+        sys.exit(f"--base {args.base}: {len(missing)} problems are not arith:split {args.split}")
+    folders = [Path(f) for f in args.seeds]
+
+    def table(method: str, follows: bool = False) -> np.ndarray:
+        found = [problem_scores(f, method, records if follows else None) for f in folders]
+        for f, scores in zip(folders, found):
+            if sorted(scores) != ids:
+                sys.exit(f"{f}: {method} holds {len(scores)} problems, not the base's {len(ids)}")
+        return np.array([[scores[q] for q in ids] for scores in found])
+
+    rng = np.random.default_rng(0)
+    trained = table("maporl")
+    untrained = np.array([[base[q] for q in ids]])
+    bound = np.array([[no_information_bound([records[q]]) for q in ids]])
+    print(f"arith:split {args.split}: {len(ids)} problems, {len(folders)} seeds; turn-2 agent "
+          f"accuracy, % (mean; 95 % over problems; over seeds and problems; each seed)\n")
+    print("| | mean | problems | seeds and problems | seeds |\n|---|---|---|---|---|")
+    print(row("trained, as played", trained, rng))
+    for control in CONTROLS:
+        print(row(f"trained, {control} partner", table(f"maporl/{control}"), rng))
+    print(row("trained, wrong partner: follows", table("maporl/wrong", follows=True), rng))
+    print(row("untrained, as played", untrained, rng))
+    print(row("no-information bound", bound, rng))
+    print(row("trained - untrained", trained - untrained, rng))
+    print(row("trained - bound", trained - bound, rng))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""docs/results/split_intervals.py on hand-made evaluate.py folders: each row's mean and seeds by
+hand, and intervals that hold the mean (and collapse where every problem scores the same)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from nanomarl.split_controls import heard_result
+from nanomarl.tasks.debate import load_task
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTROLS = ("silent", "shuffled", "oracle", "wrong")
+
+
+def write_folder(folder: Path, rows: list[dict]):
+    folder.mkdir()
+    (folder / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_split_intervals_by_hand(tmp_path):
+    records = load_task("arith:split", "validation", limit=4)
+    ids, golds = [r["id"] for r in records], [r["answer"] for r in records]
+    # untrained: both agents right on problem 0 only -> 25 %
+    write_folder(tmp_path / "base", [
+        dict(method="offtheshelf", question=q, gold=g, answers=[["0", "0"], [g, g] if b == 0
+                                                                 else ["0", "0"]])
+        for b, (q, g) in enumerate(zip(ids, golds))])
+    # seed A: every problem one agent right (50 %); seed B: every agent right (100 %);
+    # every control wrong, except the wrong partner's follows: seed A computes with what it hears
+    for name, right in (("a", 1), ("b", 2)):
+        rows = [dict(method="maporl", question=q, gold=g, answers=[["0", "0"], [g] * right +
+                                                                   ["0"] * (2 - right)])
+                for q, g in zip(ids, golds)]
+        for control in CONTROLS:
+            heard = [[heard_result(r, a) for a in range(2)] for r in records]
+            rows += [dict(method=f"maporl/{control}", question=q, gold=g,
+                          answers=[heard[b] if control == "wrong" and name == "a" else ["x", "x"]])
+                     for b, (q, g) in enumerate(zip(ids, golds))]
+        write_folder(tmp_path / name, rows)
+    out = subprocess.run([sys.executable, str(ROOT / "docs/results/split_intervals.py"),
+                          "--split", "validation", "--base", str(tmp_path / "base"),
+                          str(tmp_path / "a"), str(tmp_path / "b")],
+                         capture_output=True, text=True, check=True).stdout
+    table = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in out.splitlines()
+             if line.startswith("| ") and not line.startswith("| |")}
+    assert table["trained, as played"][0] == "75.0"
+    assert table["trained, as played"][3] == "50.0 100.0 |"
+    # each seed scores every problem the same: the interval over problems is the mean itself
+    assert table["trained, as played"][1] == "75.0 to 75.0"
+    low, high = map(float, table["trained, as played"][2].split(" to "))
+    assert 50.0 <= low < 75.0 < high <= 100.0  # over seeds: 50 % or 100 % a draw, or between
+    assert table["untrained, as played"][0] == "25.0"
+    assert table["trained - untrained"][0] == "50.0"
+    assert table["trained, wrong partner: follows"][0] == "50.0"  # seed A 100 %, seed B 0 %
+    assert all(table[f"trained, {c} partner"][0] == "0.0" for c in CONTROLS)
+    bound = float(table["no-information bound"][0])
+    assert 0 < bound < 100 and abs(float(table["trained - bound"][0]) - (75.0 - bound)) < 0.11
