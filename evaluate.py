@@ -424,25 +424,30 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
         print(f"{method}: " + accuracy_summary(results[method]["accuracy"])
               + f" | tokens/question {results[method]['tokens_per_question']:.1f}")
         if "views" in records[0]:  # arith:split: the controls of the channel
-            controls = debate_split_controls(bases, plans[method], records, args, debate)
+            answers = {}  # control -> [b][t][a] (turns 2..T): samples.jsonl's METHOD/CONTROL rows
+            controls = debate_split_controls(bases, plans[method], records, args, debate, answers)
             results[method]["split_controls"] = controls
+            rows += [dict(method=f"{method}/{control}", question=r["id"], gold=r["answer"],
+                          answers=answers[control][b])
+                     for control in answers for b, r in enumerate(records)]
             print(f"{method}: " + format_metrics(controls, list(controls)))
     return {m: results[m] for m in methods}, rows, records
 
 
 def debate_split_controls(bases: Bases, agents: list[tuple[str, list[str]]], records: list[dict],
-                          args, debate) -> dict:
+                          args, debate, answers: dict | None = None) -> dict:
     """The controls of cotrain.py's held-out evaluation on split information, for one method's team
     (nanomarl/split_controls.py, greedy, from a greedy turn 1): silent, shuffled, oracle and wrong
     partners, the no-information bound, agent 0's turn-1 policy alone on the whole question, and
-    eval/turn{t}/informative and /heard (of the debate just played)."""
+    eval/turn{t}/informative and /heard (of the debate just played); answers: as split_controls."""
     team = SimpleNamespace(models=lambda: [bases.model(base) for base, _ in agents],
                            agent_tokenizers=lambda: [bases.tokenizers[base] for base, _ in agents],
                            adapter_names=[[names[t] for _, names in agents]
                                           for t in range(args.num_turns)])
     return split_controls(functools.partial(cotrain.run_debate, fast=args.fast), team, args,
                           records, debate,
-                          greedy_debate=False)  # sampled, in chunks: turn 1 replayed
+                          greedy_debate=False,  # sampled, in chunks: turn 1 replayed
+                          answers=answers)
 
 
 def evaluate_self_consistency(method: str, bases: Bases, agent: tuple[str, list[str]],

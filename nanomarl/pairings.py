@@ -73,6 +73,9 @@ def use_pairing_settings(args):
         for key, value in values.items():
             if key not in given:
                 setattr(args, key, value)
+        if args.dataset != values["dataset"]:  # e.g. arith:split-w1: arith:split in other words
+            print(f"note: the runs were trained on --dataset {values['dataset']}; the pairings "
+                  f"play {args.dataset} (typed): words or questions they never trained on")
     args.greedy = args.greedy or "greedy" not in given  # as the runs' held-out evaluation
     for flag, source, run in runs:
         check_run(flag, source, run, runs[0], args)

@@ -1,13 +1,14 @@
-"""The controls of a debate on split information (arith:split: each agent sees only its own
-number), which say whether a gain is communication. Each replays turns 2..T of the greedy debate
-from its turn 1, on the same adapters, with the partners' words replaced:
+"""The controls of a debate on split information (arith:split and its held-out variants: each
+agent sees only its own number), which say whether a gain is communication. Each replays turns
+2..T of the greedy debate from its turn 1, on the same adapters, with the partners' words replaced:
   silent    a neutral text of the heard length (neutral_message);
   shuffled  the partner's real turn-1 message on another problem (in distribution, no information);
-  oracle    the task's own sentence ("My number is Y.") with the partner's true number: the
-            reader's ceiling;
+  oracle    the sentence the record's views ask for (its "canonical": "My number is Y." in
+            arith:split) with the partner's true number: the reader's ceiling;
   wrong     the same sentence with a wrong number (wrong_number), and how often the answer is the
             one computed with the number heard (follows).
-Beside them: the no-information bound (the best answer from one's own number alone, exactly),
+Beside them: the no-information bound (the best answer from one's own number alone, exactly, over
+the record's "numbers"),
 agent 0's turn-1 policy alone on the whole question, and how often an agent's message carries its
 own number (the channel in use). cotrain.py's held-out evaluation and evaluate.py report them
 beside the debate. A learner may skip this module.
@@ -20,11 +21,11 @@ from collections import Counter
 
 import torch
 
-from nanomarl.tasks.split import SPLIT_GOALS, SPLIT_NUMBERS, split_problem
+from nanomarl.tasks.split import SPLIT_GOALS, SPLIT_NUMBERS, SPLIT_WORDINGS, split_problem
 from nanomarl.tasks.debate_prompts import first_sentence, followup_message
 
 NEUTRAL_WORDS = "I have read the question and I am still thinking about it".split()
-CANONICAL = "My number is {}."  # the sentence each split view asks its agent to start with
+CANONICAL = SPLIT_WORDINGS[0]["canonical"]  # "My number is {}.": arith:split's opening sentence
 CONTROLS = ("shuffled", "oracle", "wrong")  # beside silent: the replays of control_messages
 
 
@@ -71,37 +72,51 @@ def from_second_turn(records: list[dict], debate, show_partner) -> list[dict]:
 
 
 def split_kind(record: dict) -> str:
-    """A split record's operation: the kind of split_problem whose result on its parts is its gold
-    (a sum and a difference of numbers from 1 never agree)."""
+    """A split record's operation: its "kind", else the kind of split_problem whose result on its
+    parts is its gold (a sum and a difference of numbers from 1 never agree)."""
+    if "kind" in record:
+        return record["kind"]
     return next(kind for kind in SPLIT_GOALS
                 if str(split_problem(kind, tuple(record["parts"]))) == record["answer"])
 
 
-def wrong_number(number: int) -> int:
-    """The number the wrong control says instead of `number`: one more (the largest: one less), so
-    the result computed with it is never the gold (a sum or a difference moves by exactly one)."""
-    return number + 1 if number < max(SPLIT_NUMBERS) else number - 1
+def drawn_numbers(record: dict) -> range:
+    """The numbers a split record's parts were drawn from: its "numbers" [lo, hi], else
+    arith:split's SPLIT_NUMBERS."""
+    lo, hi = record.get("numbers", (min(SPLIT_NUMBERS), max(SPLIT_NUMBERS)))
+    return range(lo, hi + 1)
+
+
+def wrong_number(number: int, largest: int = max(SPLIT_NUMBERS)) -> int:
+    """The number the wrong control says instead of `number`: one more (the largest drawn: one
+    less), so the result computed with it is never the gold (a sum or a difference moves by exactly
+    one)."""
+    return number + 1 if number < largest else number - 1
 
 
 def heard_result(record: dict, agent: int) -> str:
     """The result of the record's operation on agent's own number and its partners' wrong ones:
     what an agent that computes with what the wrong control told it answers."""
-    parts = [x if j == agent else wrong_number(x) for j, x in enumerate(record["parts"])]
+    largest = drawn_numbers(record)[-1]
+    parts = [x if j == agent else wrong_number(x, largest) for j, x in enumerate(record["parts"])]
     return str(split_problem(split_kind(record), tuple(parts)))
 
 
 def no_information_bound(records: list[dict]) -> float:
     """The accuracy on `records` of the best answer from one's own number alone, exactly: for each
     record and seat, the answers most likely given what the seat sees (the operation and its own
-    number; its partners' numbers uniform over SPLIT_NUMBERS, as drawn), one of them at random,
-    scored against the gold; the mean over records and seats."""
-    hits, seats = 0.0, 0
+    number; its partners' numbers uniform over the record's drawn_numbers, as drawn), one of them at
+    random, scored against the gold; the mean over records and seats."""
+    hits, seats, cache = 0.0, 0, {}
     for r in records:
-        kind, parts = split_kind(r), r["parts"]
+        kind, parts, drawn = split_kind(r), r["parts"], drawn_numbers(r)
         for own in parts:
-            others = itertools.product(SPLIT_NUMBERS, repeat=len(parts) - 1)
-            results = Counter(split_problem(kind, (own, *rest)) for rest in others)
-            best = [x for x, n in results.items() if n == max(results.values())]
+            key = (kind, own, len(parts), drawn)
+            if key not in cache:  # the best answers depend on what the seat sees, nothing else
+                others = itertools.product(drawn, repeat=len(parts) - 1)
+                results = Counter(split_problem(kind, (own, *rest)) for rest in others)
+                cache[key] = [x for x, n in results.items() if n == max(results.values())]
+            best = cache[key]
             hits, seats = hits + (int(r["answer"]) in best) / len(best), seats + 1
     return hits / seats
 
@@ -117,16 +132,18 @@ def shuffled_sources(records: list[dict]) -> list[int]:
 
 def control_messages(records: list[dict], debate, control: str) -> list[list[list[str]]]:
     """[b][a]: what agent a of record b hears from each partner j (in order) in `control`:
-    'oracle', CANONICAL with j's number; 'wrong', with wrong_number of it; 'shuffled', j's turn-1
-    message in `debate` on the record shuffled_sources names."""
+    'oracle', the record's "canonical" sentence (else CANONICAL) with j's number; 'wrong', with
+    wrong_number of it; 'shuffled', j's turn-1 message in `debate` on the record shuffled_sources
+    names."""
     sources = shuffled_sources(records) if control == "shuffled" else None
     agents = range(len(records[0]["parts"]))
 
     def said(b: int, j: int) -> str:
         if control == "shuffled":
             return debate.responses[sources[b]][0][j]
-        number = records[b]["parts"][j]
-        return CANONICAL.format(number if control == "oracle" else wrong_number(number))
+        r, number = records[b], records[b]["parts"][j]
+        told = number if control == "oracle" else wrong_number(number, drawn_numbers(r)[-1])
+        return r.get("canonical", CANONICAL).format(told)
     return [[[said(b, j) for j in agents if j != a] for a in agents] for b in range(len(records))]
 
 
@@ -156,8 +173,8 @@ def mean_agent_accuracy(debate) -> list[float]:
 
 
 @torch.no_grad()
-def split_controls(play, team, args, records: list[dict], debate,
-                   greedy_debate: bool = True) -> dict:
+def split_controls(play, team, args, records: list[dict], debate, greedy_debate: bool = True,
+                   answers: dict | None = None) -> dict:
     """The held-out debate's controls, greedy, on the team's adapters. Of `debate`: its channel
     (eval/turn{t}/informative, and /heard: in the first sentence; at the last turn, what a partner
     would hear). From its greedy turn 1, turns 2..T replayed with silent partners
@@ -167,7 +184,8 @@ def split_controls(play, team, args, records: list[dict], debate,
     answering the whole question alone (eval/whole_question/accuracy). play: cotrain.run_debate;
     debate: its debate on records. greedy_debate: one greedy call of play played it (cotrain.py's),
     so its turn 1 is the replays'; False: a greedy turn 1 is played first. No random number is
-    drawn. Empty for records without views."""
+    drawn. Empty for records without views. answers: filled with each replay's answers per
+    problem, turns 2..T ({control: [b][t][a]}), when given."""
     if not records or "views" not in records[0]:
         return {}
     common = dict(greedy=True, prompt_style=args.prompt_style,
@@ -185,12 +203,15 @@ def split_controls(play, team, args, records: list[dict], debate,
         return play(replayed, team.models(), team.agent_tokenizers(), names[1:],
                     args.max_new_tokens, show_partner=show_partner, **common)
     if len(names) > 1:
-        silent += mean_agent_accuracy(replay(from_second_turn(records, first, neutral_message),
-                                             neutral_message))
+        played = replay(from_second_turn(records, first, neutral_message), neutral_message)
+        silent += mean_agent_accuracy(played)
+        kept = {} if answers is None else answers
+        kept["silent"] = played.answers
         for control in CONTROLS:
             if control == "shuffled" and len({r["question"] for r in records}) < 2:
                 continue  # no other problem to hear
             played = replay(replay_records(records, control_messages(records, first, control)))
+            kept[control] = played.answers
             metrics.update({f"eval/{control}/turn{t + 2}/agent_accuracy": acc
                             for t, acc in enumerate(mean_agent_accuracy(played))})
             if control == "wrong":

@@ -127,11 +127,13 @@ def test_split_controls_in_evaluate_results_of_an_arith_split_run(tmp_path, monk
     trained = [r for r in rows if "eval/whole_question/accuracy" in r][-1]
     out_dir = tmp_path / "eval"
     play, calls = cotrain.run_debate, []  # (adapter names [T][A], silent, records have views)
+    played = []  # what each call returned
 
     def spy(records, models, tokenizers, adapter_names, *a, **kw):
         silent = kw.get("show_partner", str) is neutral_message
         calls.append((adapter_names, silent, "views" in records[0]))
-        return play(records, models, tokenizers, adapter_names, *a, **kw)
+        played.append(play(records, models, tokenizers, adapter_names, *a, **kw))
+        return played[-1]
 
     monkeypatch.setattr(cotrain, "run_debate", spy)
     evaluate.main(parse_args(evaluate.Args, ["--run", str(run), "--methods", "maporl", "--device", "cpu",
@@ -150,6 +152,12 @@ def test_split_controls_in_evaluate_results_of_an_arith_split_run(tmp_path, monk
     for key in SPLIT_KEYS:  # evaluate.py --run reproduces the run's own held-out controls
         assert controls[key] == pytest.approx(trained[key]), key
     assert controls["eval/silent/turn1/agent_accuracy"] == results["methods"]["maporl"]["accuracy"]["mean_agent"][0]
+    # samples.jsonl: each replay's answers per problem, turns 2..T, as the replay returned them
+    samples = [json.loads(line) for line in (out_dir / "samples.jsonl").read_text().splitlines()]
+    for k, control in enumerate(("silent", "shuffled", "oracle", "wrong")):
+        rows = [r for r in samples if r["method"] == f"maporl/{control}"]
+        assert [r["question"] for r in rows] == [q["id"] for q in results["questions"]]
+        assert [r["answers"] for r in rows] == played[2 + k].answers
     table = (out_dir / "results.md").read_text()
     head = ("| method | turn 2 | silent turn 2 | shuffled turn 2 | oracle turn 2 | wrong turn 2 "
             "| follows wrong turn 2 | no-information bound | whole question | informative turn 1 "

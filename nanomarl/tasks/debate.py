@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nanomarl.cli import BadRow, arg_error
 from nanomarl.tasks.local_data import hash_split, jsonl_split, read_jsonl
-from nanomarl.tasks.split import arith_split_records
+from nanomarl.tasks.split import SPLIT_DATASETS, arith_split_records
 
 ANLI_LABELS = ["entailment", "neutral", "contradiction"]
 
@@ -316,7 +316,8 @@ def load_task(name: str, split: str = "train", limit: int | None = None, seed: i
     authors), jsonl:PATH (local, fixed fields), arith (built-in offline generator), or any hub id /
     local data file, read with question_field, answer_field, config and task (math|nli) by
     dataset_records; reasoning-gym:NAME (optional package; settings: --dataset-config). `limit`
-    keeps the first N. arith:split: one number per agent (num_agents), arith_split_records."""
+    keeps the first N. arith:split (and its held-out -w1, -w2, -wide): one number per agent
+    (num_agents), arith_split_records."""
     if name.startswith("reasoning-gym:"):
         for flag, value, default in (("--question-field", question_field, "question"),
                                      ("--answer-field", answer_field, "answer"),
@@ -324,7 +325,7 @@ def load_task(name: str, split: str = "train", limit: int | None = None, seed: i
             if value != default:
                 arg_error(flag, f"applies to a hub id or a local file, not to {name}")
         return reasoning_gym_records(name, split, limit or None, seed, config, skip_bad_rows)
-    builtin = (name in ("arith", "arith:easy", "arith:digits", "arith:split", "gsm8k", "anli")
+    builtin = (name in ("arith", "arith:easy", "arith:digits", "gsm8k", "anli", *SPLIT_DATASETS)
                or name.startswith("anli:"))
     options = (("--question-field", question_field, "question"),
                ("--answer-field", answer_field, "answer"),
@@ -340,8 +341,8 @@ def load_task(name: str, split: str = "train", limit: int | None = None, seed: i
                                config, task)
     if name in ARITH_KINDS:
         return arith_records(limit or 1000, split, seed, name)
-    if name == "arith:split":
-        return arith_split_records(limit or 1000, split, seed, num_agents)
+    if name in SPLIT_DATASETS:
+        return arith_split_records(limit or 1000, split, seed, num_agents, name)
     if name == "gsm8k" or name.startswith("anli"):
         from datasets import load_dataset
 
@@ -368,8 +369,8 @@ def load_task(name: str, split: str = "train", limit: int | None = None, seed: i
             print(f"skipped {skipped} bad rows in {name} {split}")
         return records
     arg_error("--dataset", f"unknown dataset {name!r} (arith, arith:easy, arith:digits, "
-                           f"arith:split, gsm8k, anli[:r1|r2|r3], jsonl:PATH, reasoning-gym:NAME, "
-                           f"a hub id owner/name, "
+                           f"{', '.join(SPLIT_DATASETS)}, gsm8k, anli[:r1|r2|r3], jsonl:PATH, "
+                           f"reasoning-gym:NAME, a hub id owner/name, "
                            f"or a local .json/.jsonl/.csv/.parquet file or folder)")
 
 
