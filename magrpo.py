@@ -12,7 +12,8 @@ Per problem the script grows a rollout tree, one turn at a time, then updates ev
   7. each agent's loss is −A · Σ_t log π(its own completion) (eq. 2): on-policy REINFORCE with a
      group baseline, no ratio, no clipping, no critic; the deepest turn is updated first.
 Tasks (nanomarl/tasks/): minicode (default, offline), humaneval, coophumaneval, tldr, arxiv,
-pipeline (3 agents, offline) or jsonl:PATH; a task declares its roles, one agent per role.
+pipeline (3 agents, offline), teamwork, arith:split (2 turns: split information, as cotrain.py's)
+or jsonl:PATH; a task declares its roles, one agent per role.
 
 Differences from the paper and the authors' code (docs/magrpo.md lists them all):
   * the agents are LoRA adapters on one frozen base (--full-finetune: a full copy each);
@@ -42,8 +43,8 @@ from typing import Literal
 import torch
 from tqdm import tqdm
 
-from common import (adapter_parameters, add_adapters, chat_prompt, forward_responses, generate,
-                    load_model, single_adapter)
+from common import (adapter_parameters, add_adapters, chat_prompt, extract_answer,
+                    forward_responses, generate, load_model, single_adapter)
 from nanomarl import vllm_rollout
 from nanomarl.cli import ModelArgs, RunArgs, arg_error, load_function, parse_args
 from nanomarl.distributed import (allreduce_gradients, allreduce_sum, init_distributed,
@@ -61,12 +62,13 @@ from nanomarl.tasks.code_prompts import level_feedback, plain_feedback
 from nanomarl.tasks.debate import step_indices
 from nanomarl.tasks.kinds import ROLES, format_prompts, joint_reward, pass_rate
 from nanomarl.tasks.problems import load_problems
+from nanomarl.tasks.split_magrpo import split_task
 
 
 @dataclass
 class Args(RunArgs, ModelArgs):  # and the run's and the base model's flags
     # --- run ---
-    dataset: str = "minicode"  # minicode|humaneval|...|pipeline|teamwork|jsonl:PATH
+    dataset: str = "minicode"  # minicode|humaneval|...|teamwork|arith:split|jsonl:PATH
     reward_fn: str = ""  # your joint reward MODULE:FUNCTION, fn(problem, completions) -> reward
     train_limit: int = 0  # keep the first N training problems (0 = all)
     max_steps: int = 15  # optimiser steps
@@ -122,15 +124,19 @@ class Task:
     reward: object  # (problem, one completion per agent) -> (joint reward, levels dict)
     feedback: object = None  # (problem, prompt_history, response_history) -> next prompts
     roles: list[str] = field(default_factory=list)  # agent i plays roles[i]
+    last_turn_only: bool = False  # True: earlier turns' joint rewards are 0 (only the last scored)
+    evaluate: object = None  # (play, problems) -> held-out metrics (None: evaluate_team's own)
 
 
 def make_task(args, kind: str = "code", reward_fn=None) -> Task:
     """The built-in task of a problem kind: first-turn prompts, the joint reward (or your
-    reward_fn) and, for the coding tasks, the multi-turn feedback."""
+    reward_fn) and, for the coding tasks and arith:split, the multi-turn feedback."""
     reward = lambda problem, texts: joint_reward(problem, texts, args.test_timeout,
                                                  args.sandbox_memory_mb, args.code_extraction)
     if reward_fn is not None:
         reward = custom_reward(reward_fn, "--reward-fn")
+    if kind == "split":  # 2 turns, the partner's words, turn 2 scored (tasks/split_magrpo.py)
+        return Task(**split_task(extract_answer, reward if reward_fn is not None else None))
     if args.feedback == "level_feedback":
         feedback = lambda problem, ph, rh: level_feedback(problem, ph, rh, args.feedback_tests,
                                                           args.test_timeout, args.sandbox_memory_mb,
@@ -279,6 +285,8 @@ def rollout(agents: Agents, tokenizer, problems: list[dict], task: Task,
         for node in frontier:
             for _ in node.joint:
                 total, levels = next(scores)
+                if task.last_turn_only and turn < args.turns - 1:
+                    total = 0.0  # not scored: the return is γ·its children's (levels are logged)
                 node.rewards.append(total + args.reward_shift)  # the reward processor
                 node.levels.append(levels)
             node.children = [None] * len(node.joint)
@@ -529,13 +537,19 @@ def eval_due(args, eval_problems: list[dict], step: int) -> bool:
 def evaluate_team(agents: Agents, tokenizer, problems: list[dict], task: Task, args) -> dict:
     """The team's greedy joint action on every held-out problem (first turn), scored by the task's
     joint reward (without the reward processor): eval/reward/mean, the mean of every level, and for
-    the coding tasks eval/pass_rate, the fraction of problems whose every test passed."""
+    the coding tasks eval/pass_rate, the fraction of problems whose every test passed. A task with
+    its own evaluation (arith:split: both turns and the controls) plays it with `play`."""
     t0 = time.time()
-    out = generate_joint_action(agents, tokenizer, [task.prompts(p) for p in problems], 1,
-                                args.max_new_tokens, greedy=True, chat_template=args.chat_template,
-                                batch_size=args.generate_batch_size or None, fast=args.fast)
-    jobs = [(problem, [texts[i][0] for i in range(len(texts))])
-            for problem, texts in zip(problems, out["texts"])]
+
+    def play(prompts: list[list[str]]) -> list[list[str]]:  # [p][i]: agent i's greedy answer
+        out = generate_joint_action(agents, tokenizer, prompts, 1, args.max_new_tokens, greedy=True,
+                                    chat_template=args.chat_template,
+                                    batch_size=args.generate_batch_size or None, fast=args.fast)
+        return [[texts[0] for texts in per_problem] for per_problem in out["texts"]]
+    if task.evaluate is not None:
+        metrics = task.evaluate(play, problems)
+        return {**metrics, "eval/num_questions": len(problems), "timing/eval_s": time.time() - t0}
+    jobs = list(zip(problems, play([task.prompts(p) for p in problems])))
     results = parallel_map(lambda job: task.reward(*job), jobs, args.sandbox_workers)
     metrics = {"eval/reward/mean": sum(total for total, _ in results) / len(results)}
     for key in results[0][1]:

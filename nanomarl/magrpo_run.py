@@ -57,12 +57,16 @@ def check_args(args):
 
 def check_task(args, problems: list[dict], task):
     """The refusals that need the task: one agent per role, more than one turn only for the
-    aux/main coding tasks (their feedback), and a --reward-fn that cannot take a problem."""
+    aux/main coding tasks (their feedback) and arith:split (exactly 2), and a --reward-fn that
+    cannot take a problem."""
     if args.num_agents != len(task.roles):
         arg_error("--num-agents", f"--dataset {args.dataset} has {len(task.roles)} roles "
                                   f"({', '.join(task.roles)}): pass --num-agents "
                                   f"{len(task.roles)}, got {args.num_agents}")
-    if args.turns > 1 and problems[0]["kind"] != "code":
+    if problems[0]["kind"] == "split" and args.turns != 2:
+        arg_error("--turns", f"--dataset {args.dataset} has 2 turns (turn 2 hears the partner's "
+                             f"turn 1): pass --turns 2, got {args.turns}")
+    if args.turns > 1 and problems[0]["kind"] not in ("code", "split"):
         arg_error("--turns", f"--dataset {args.dataset} is single-turn (multi-turn feedback is "
                              f"defined for the aux/main coding tasks)")
     if args.reward_fn:  # one call before any model loads: a cotrain.py scorer fails here
@@ -226,8 +230,10 @@ def finish_run(run_dir: Path, agents, tokenizer, eval_problems: list[dict]):
     print(f"checkpoint: {run_dir / 'checkpoint.pt'} "
           f"(continue with --resume {run_dir} --max-steps N)")
     coding = eval_problems and eval_problems[0]["kind"] in SOLVABLE_KINDS
-    pass_rate = ["eval/pass_rate"] if coding else []
-    print_eval_table(run_dir, pass_rate + ["eval/reward/mean"])  # held-out: before -> after
+    columns = ["eval/pass_rate"] if coding else []
+    if eval_problems and eval_problems[0]["kind"] == "split":  # turn 2 silent, told the number
+        columns = ["eval/silent/turn2/agent_accuracy", "eval/oracle/turn2/agent_accuracy"]
+    print_eval_table(run_dir, columns + ["eval/reward/mean"])  # held-out: before -> after
     plot_run(run_dir)  # training_curves.png (needs matplotlib)
     finish_tracker()  # --report-to: flush and close
     finish_distributed()  # leave the process group (without it gloo aborts at exit)

