@@ -11,41 +11,52 @@ processes. The test process runs the tests (trusted code: the problem's test fil
 e.g. the prompt's helpers) and decides every verdict; the program's process, forked from it before
 any untrusted code runs, runs the program and then answers the test process's requests over two
 pipes ("the value of name", "call this object", "its attribute", "its next items", ...). A value
-crosses as JSON of exact types (None, bool, int of any size, float, complex, str, bytes,
-bytearray, list, tuple, set, frozenset, dict, Counter, OrderedDict, defaultdict, deque, NamedTuple,
-Fraction, Decimal, range, dict views, datetime's types; tagged where JSON has no type, so that they
-stay distinct; a subclass of one travels as the base value plain Python compares: a (str, Enum)
-member as its str; an exception as its class, its nearest builtin ancestor and its arguments; an
-instance of a class the context declares (the prompt's ListNode) as its state, rebuilt in the test
-process as an instance of the context's class, shared and cyclic nodes kept); any other object
-crosses as a reference, whose operations the other process performs. A program object (a class
-instance, a function) is no value: it may be called, its attributes read and set, its text and
-type asked (a class as the entry point: its methods), but its length, truth, items, iteration,
-hash, conversions and comparisons (with a value or another program object) fail the test, never
-asking the program (its methods could answer anew at each question); a generator or builtin
-iterator is a stream, drawn lazily, each item asked once. A test object (a callback, an instance or
-class of a test's, an iterator) is called, read and drawn by the test process. The rule
-for names: a test may ask the program for the names it is given (`names`: the entry point, aux, a
-problem's declared names; by default the program's top-level defs and classes, for a program that
-brings its own check()) and no other; those win over the builtins (an entry point named `pow` is the
-program's), and a name the program does not define is a NameError, never a builtin or a capture of
-the test's own variable. After a call, the program's process sends back the new contents of the
-argument containers it changed (the test sees mutation in place), and a returned argument is the
-test's own object (`f(a) is a` holds; a container passed twice, f(a, a), is one object in the
-program's process too). What the harness refuses (an argument it
-cannot send, a program object asked what only a value answers, the program's process
-gone, its timeout, a malformed answer) fails the test whatever the test catches. So the expected
-values, the test source, the report and its nonce never enter the program's process (the tests
-are read from the job after the fork, the context runs after it in the test process only, the
-output files are write-only there and the program's process writes to files of its own, and the
-test process is not dumpable: where /proc is visible, its fd and mem do not open), and nothing
-the program does to its own interpreter (replaced builtins, `-O` via _testinternalcapi or ctypes,
-gc, settrace and frame jumps, closure cells, __del__ or metaclass code in an except clause, audit
-hooks, ctypes patches of int.__eq__, an object whose __eq__ is always True) reaches the test
-process: what crosses is bytes on a pipe, read line by line up to a cap, decoded by json into
-values and references or else ignored. Both processes compile their
-code before running it (optimize=0, dont_inherit=True); the context's modules are imported before
-the fork (the program's process inherits them; random is reseeded in the test process), the
+crosses as JSON of exact types (None, bool, int of any size, float, complex, str, bytes, bytearray,
+list, tuple, set, frozenset, dict, Counter, OrderedDict, defaultdict, deque, NamedTuple, Fraction,
+Decimal, range, dict views, datetime's types; tagged where JSON has no type, so that they stay
+distinct; a subclass of one travels as the base value plain Python compares: a (str, Enum) member as
+its str; an exception as its class, its nearest builtin ancestor and its arguments; an instance of a
+class the context declares (the prompt's ListNode) as its state, rebuilt in the test process as an
+instance of the context's class, shared and cyclic nodes kept); a test's functools.partial,
+io.StringIO or BytesIO, random.Random, re.Pattern or re.Match crosses as a copy rebuilt in the
+program's process (by its function and arguments, value and position, state, pattern and flags; a
+Match by its spans, found again there: a real re.Match; sandbox_copies.py); any other object crosses
+as a reference, whose operations the other process performs. A program object (a class instance, a
+function) is no value: it may be called, its attributes read and set, its text and type asked (a
+class as the entry point: its methods), but its length, truth, items, iteration, hash, conversions
+and comparisons (with a value or another program object) fail the test, never asking the program
+(its methods could answer anew at each question); a generator or builtin iterator is a stream, drawn
+lazily, each item asked once. A test object (a callback, an instance or class of a test's, an
+iterator) is called, read, set (an instance's data, never its class's methods) and drawn by the test
+process, and its protocol (truth, length, items, iteration, text, comparisons, hash, isinstance with
+it) is answered there by the test's own methods; an instance of a class the context declares is an
+instance of the program's class of that name for isinstance. The rule for names: a test may ask the
+program for the names it is given (`names`: the entry point, aux, a problem's declared names; by
+default the program's top-level defs and classes, for a program that brings its own check()) and no
+other; those win over the builtins (an entry point named `pow` is the program's), and a name the
+program does not define is a NameError, never a builtin or a capture of the test's own variable.
+After a call, the program's process sends back the new contents of the argument containers, io
+buffers and Random generators it changed (the test sees mutation in place, a buffer read or written,
+a generator drawn from), and a returned argument is the test's own object (`f(a) is a` holds; a
+container passed twice, f(a, a), is one object in the program's process too). For each request the
+program's process also takes on what the test set of the state the two would share in one process
+(sandbox_verdicts.py:mirrored): the builtins the test replaced (mock.patch('builtins.input'): the
+test's mock, called in the test process), the sys.stdin it set (a StringIO: a copy, written back),
+and, while the test catches, records or filters warnings, the program's warnings are caught there
+and shown in the test process under the test's filters (recorded, printed, ignored, or raised as an
+error where the call returns). What the harness refuses (an argument it cannot send, a program
+object asked what only a value answers, the program's process gone, its timeout, a malformed answer)
+fails the test whatever the test catches. So the expected values, the test source, the report and
+its nonce never enter the program's process (the tests are read from the job after the fork, the
+context runs after it in the test process only, the output files are write-only there and the
+program's process writes to files of its own, and the test process is not dumpable: where /proc is
+visible, its fd and mem do not open), and nothing the program does to its own interpreter (replaced
+builtins, `-O` via _testinternalcapi or ctypes, gc, settrace and frame jumps, closure cells, __del__
+or metaclass code in an except clause, audit hooks, ctypes patches of int.__eq__, an object whose
+__eq__ is always True) reaches the test process: what crosses is bytes on a pipe, read line by line
+up to a cap, decoded by json into values and references or else ignored. Both processes compile
+their code before running it (optimize=0, dont_inherit=True); the context's modules are imported
+before the fork (the program's process inherits them; random is reseeded in the test process), the
 context itself runs in the test process only.
 
 Isolation. Each run is a fresh `python -I -S -B` process which, before any untrusted code runs, puts
@@ -83,7 +94,8 @@ interrupts a set of colliding hashes); the trainer SIGKILLs the group at an
 overall deadline and reaps every process of it that it inherits (as a subreaper or pid 1). The
 trainer reads the test process's report only up to the size its tests can need (it kills the group
 beyond that) and up to the closing line; a line counts only if well formed, with a test index below
-the number of tests.
+the number of tests. A message in the report has no control characters (the test process drops
+escape sequences, NUL, DEL and C1 from the program's words, line breaks become spaces).
 
 Why this way. Kernel mechanisms rather than checks in Python, because a program can undo anything
 Python-level in its own process; an allow-list rather than a deny-list, because the known attacks
@@ -97,26 +109,36 @@ What remains. (a) The program sees its calls' arguments (the test inputs) and ma
 with any value it likes: it can memorise answers for inputs it has seen, but to pass it must return
 the right values. (b) Its process is shared by all tests, so it may keep state between calls. (c)
 Python's semantics where two processes differ from one, each shown by a test in
-tests/test_sandbox_semantics.py: a program object measured, iterated, compared or combined (with
-a test value or another program object) or converted to a number fails (its own __eq__, __len__
-or __float__ would let it match any expected value, or answer each question anew; `== None` is
-decided in the test process: a program object is not None), so a right program whose class
-defines __eq__ or __len__ for the test to use loses that test unless the prompt declares the class
-(then its instances are values, judged by the prompt's class); a generator is drawn ahead
-of the test after its 8th item; each call costs a round trip (~0.1 ms), so a test of 100,000s of
-calls times out; the program's random is its own (no state of the test process reaches it, so a
-test's random.seed does not seed it: the test's draws stay the test's); a program class is no class
-in the test process (a test cannot subclass it or name it in `except`); a test object's attribute
-reaches the program as a copy (appending to it is not seen; setting it is); a cyclic or very deep
-argument cannot be sent (the test fails). (d) The test process
-trusts the tests and `context`; a program can still cost the test process some CPU (e.g. a list of
-colliding hashes the test turns into a set), up to the test's CPU watchdog. (e) Where a layer is
-unavailable (no namespaces in a container that forbids them, no seccomp off Linux x86_64, a root
-trainer whose standard library other users cannot read) it is skipped with a warning and what it
-guarded is open (without seccomp and namespaces the program's process could signal or trace the
-test process; without namespaces alone, read the trainer's /proc/PID/mem where ptrace rules allow
-it): run_tests_in_sandbox reports which layers were active. (f) CPU and memory are rationed per
-process, not in total: parallel programs share the machine (sandbox_workers bounds them).
+tests/test_sandbox_semantics.py: a program object measured, iterated, compared or combined (with a
+test value or another program object) or converted to a number fails (its own __eq__, __len__ or
+__float__ would let it match any expected value, or answer each question anew; `== None` is decided
+in the test process: a program object is not None), so a right program whose class defines __eq__ or
+__len__ for the test to use loses that test unless the prompt declares the class (then its instances
+are values, judged by the prompt's class); a generator is drawn ahead of the test after its 8th
+item; each call costs a round trip between the processes, so a test of 100,000s of calls times out;
+the program's random is its own (no state of the test process reaches it, so a test's random.seed
+does not seed it: the test's draws stay the test's); a program class is no class in the test process
+(a test cannot subclass it or name it in `except`), and a test's class is none in the program's
+(type(x) of a test object is the harness's TestObject; isinstance works); a test object's attribute
+reaches the program as a copy (appending to it is not seen; setting it is), and so does an argument
+the program passes to a test's callback (the callback's changes stay in the test process); a cyclic
+or very deep argument cannot be sent (the test fails), nor a test's object of another type that is
+no value and no test object (a socket, a memoryview: the test fails, naming its type); a StringIO
+crosses without its newline translation (its value and position do), and one the program keeps (as a
+list it keeps) is its copy: what a later call writes to it is not written back; of the test's
+patches only builtins are mirrored (a patch of another module's attribute,
+mock.patch('random.randint'), stays the test's: the program's modules are its own, and comparing
+every module's attributes at each call would cost more than the call); a warning the test's filters
+turn into an error is raised in the test when the call returns, after the rest of the program's call
+has run. (d) The test process trusts the tests and `context`; a program can still cost the test
+process some CPU (e.g. a list of colliding hashes the test turns into a set), up to the test's CPU
+watchdog. (e) Where a layer is unavailable (no namespaces in a container that forbids them, no
+seccomp off Linux x86_64, a root trainer whose standard library other users cannot read) it is
+skipped with a warning and what it guarded is open (without seccomp and namespaces the program's
+process could signal or trace the test process; without namespaces alone, read the trainer's
+/proc/PID/mem where ptrace rules allow it): run_tests_in_sandbox reports which layers were active.
+(f) CPU and memory are rationed per process, not in total: parallel programs share the machine
+(sandbox_workers bounds them).
 """
 from __future__ import annotations
 
@@ -144,7 +166,8 @@ def frame(data: bytes) -> bytes:
 
 # the code run inside the sandbox, compiled once here (a child would compile it on every run):
 # each module after the ones it imports; the last one's main() runs the sandbox
-MODULES = ("sandbox_layers", "sandbox_values", "sandbox_link", "sandbox_verdicts", "sandbox_child")
+MODULES = ("sandbox_layers", "sandbox_values", "sandbox_copies", "sandbox_link", "sandbox_verdicts",
+           "sandbox_child")
 CHILD_CODE = b"".join(frame(marshal.dumps(compile(path.read_text(), str(path), "exec",
                                                   dont_inherit=True, optimize=0)))
                       for path in (Path(__file__).with_name(name + ".py") for name in MODULES))

@@ -6,15 +6,18 @@ reads the program's part of the job, puts up the isolation layers (sandbox_layer
 context's modules and forks the program's process (program_side: runs the program, answers
 requests), then the test process reads the tests, runs the context and the tests
 (sandbox_verdicts.py:test_side: decides every verdict, never runs the program's code, writes the
-report). The link between them is sandbox_link.py, the values that cross it sandbox_values.py.
+report). The link between them is sandbox_link.py, the values that cross it sandbox_values.py,
+the copies (a call's arguments, written back; a test's partial, buffer, Random, Pattern, Match)
+sandbox_copies.py.
 These modules import only modules that are built in or cheap to load (no json, signal or site:
 their imports would cost each run more than the fork)."""
 import _sitebuiltins, builtins, io, marshal, os, select, sys
 
+from sandbox_copies import containers, contents, rebuilt_copy, share, snapshot, unchanged
 from sandbox_layers import confine, die_with_parent, drop_privileges, isolate  # sandbox.py's BOOT
 from sandbox_link import (EXIT, LINK, OPS, BINARY, WRITE, TestObject, TestTimeout, answer,
                           attempt, compiled, read_exactly, read_line, run, serve, write_all)
-from sandbox_values import Decoder, containers, dump, error_payload, raised, share, snapshot
+from sandbox_values import IMPORT, Decoder, dump, error_payload, raised
 from sandbox_verdicts import test_side
 
 
@@ -59,22 +62,30 @@ def program_side(job, requests, answers):
     confine(job)
     scope = {"__name__": "__main__", "__builtins__": builtins}
     refs, ids, tests, buffer = {}, {}, {}, bytearray()
-    outputs, declared, sending = (sys.stdout, sys.stderr), set(job["classes"]), []
+    outputs, declared, sending, patches = (sys.stdout, sys.stderr), set(job["classes"]), [], []
 
     def resolve(tag, item):
         if tag == "r" and type(item) is int and item in refs:
             return refs[item]
+        if tag == "X" and type(item) is list and len(item) == 3 and type(item[0]) is int and (
+                item[1] is None or item[1] in declared) and type(item[2]) is bool:
+            if item[0] not in tests:  # (of a class the context declares, or with its own ==)
+                tests[item[0]] = TestObject(*item)
+            return tests[item[0]]
         if tag == "x" and type(item) is int:
             if item not in tests:
                 tests[item] = TestObject(item)
             return tests[item]
         if tag == "M" and type(item) is list and len(item) == 2 and all(
                 type(p) is str for p in item):
-            found = sys.modules.get(item[0]) or __import__(item[0])
+            found = sys.modules.get(item[0]) or IMPORT(item[0])
             for part in item[1].split(".") if item[1] else ():
                 found = getattr(found, part)
             return found
-        raise ValueError("malformed value")
+        found = rebuilt_copy(tag, item)  # (a partial, buffer, Random, Pattern or Match)
+        if found is None:
+            raise ValueError("malformed value")
+        return found
 
     def refer(value, aliases):
         """A program object that is not a value: its reference (a subclass of a value's type
@@ -115,12 +126,43 @@ def program_side(job, requests, answers):
         if type(extra.get("l")) is int:
             sys.setrecursionlimit(max(extra["l"], 100) + 50)
         if extra.get("o"):
-            sys.stdout = __import__("io").StringIO()
+            sys.stdout = io.StringIO()
         if extra.get("e"):
-            sys.stderr = __import__("io").StringIO()
+            sys.stderr = io.StringIO()
+        saved = {}  # what the test's state replaces during this request (after puts it back)
+        if "i" in extra:  # the sys.stdin the test set
+            stdin = extra["i"]
+            saved["i"] = sys.stdin, stdin, snapshot(stdin) if type(stdin).__module__ == "_io" else 0
+            sys.stdin = stdin
+        if extra.get("c"):  # the test catches warnings: the test process shows the program's
+            warnings = IMPORT("warnings")
+            catcher = warnings.catch_warnings(record=True)
+            saved["c"] = catcher, catcher.__enter__()
+            warnings.simplefilter("always")
+        if type(extra.get("b")) is dict:  # the builtins the test replaced (last: __import__ too)
+            saved["b"] = {name: vars(builtins).get(name, LINK) for name in extra["b"]
+                          if type(name) is str}
+            for name in saved["b"]:
+                setattr(builtins, name, extra["b"][name])
+        patches.append((extra, saved))
 
     def after(extra):
         reply = {}
+        saved = patches.pop()[1] if patches and patches[-1][0] is extra else {}
+        for name, value in saved.get("b", {}).items():
+            if value is LINK:
+                vars(builtins).pop(name, None)
+            else:
+                setattr(builtins, name, value)
+        if "c" in saved:
+            catcher, log = saved["c"]
+            catcher.__exit__(None, None, None)
+            reply["c"] = [[error_payload(w.message), w.lineno] for w in log
+                          if isinstance(w.message, Warning) and type(w.lineno) is int]
+        if "i" in saved:
+            sys.stdin, stdin, state = saved["i"]
+            if type(stdin).__module__ == "_io" and not unchanged(state, snapshot(stdin)):
+                reply["i"] = contents(stdin)
         if extra.get("o") and type(sys.stdout).__name__ == "StringIO":
             reply["o"], sys.stdout = sys.stdout.getvalue(), outputs[0]
         if extra.get("e") and type(sys.stderr).__name__ == "StringIO":
@@ -161,11 +203,6 @@ def program_side(job, requests, answers):
             if root:
                 sending.clear()
 
-    def content(container):
-        return (dict(container) if isinstance(container, dict) else set(container)
-                if type(container) is set else bytes(container) if type(container) is bytearray
-                else list(container))
-
     def ops(op, target, a, b, extra):
         """-> (the answer's value as JSON text, its write-backs: [[k, the new contents of the
         call's k-th argument container], ...] for those the call changed)."""
@@ -202,8 +239,9 @@ def program_side(job, requests, answers):
             before_call = [snapshot(c) for c in numbered]
             result = value(*a, **{str(k): v for k, v in b.items()})
             aliases = {id(c): (k, c) for k, c in enumerate(numbered)}
-            writes = ",".join("[%d,%s]" % (k, dump(content(c), refer, aliases))
-                              for k, c in enumerate(numbered) if snapshot(c) != before_call[k])
+            writes = ",".join("[%d,%s]" % (k, dump(contents(c), refer, aliases))
+                              for k, c in enumerate(numbered)
+                              if not unchanged(before_call[k], snapshot(c)))
             return dump(result, refer, aliases), writes
         raise TypeError("no such operation: " + str(op)[:20])
 
@@ -219,9 +257,9 @@ def program_side(job, requests, answers):
             return answer(seq, "e", ValueError(f"an answer of {len(data)} bytes"), {})
         write_all(answers, b"\n" + data.encode() + b"\n")
 
-    LINK.update(side="program", out=answers, refer=refer, ops=ops, before=before, after=after,
-                next=next_message, answered=program_answered, gone="", handles=0, made=0,
-                limit=job["answer_bytes"], decode=Decoder(resolve), answer=answer_with)
+    LINK.update(side="program", out=answers, refer=refer, scope=scope, ops=ops, before=before,
+                after=after, next=next_message, answered=program_answered, gone="", handles=0,
+                made=0, limit=job["answer_bytes"], decode=Decoder(resolve), answer=answer_with)
     code = compiled(job["program"], "<program>")
     status, payload = attempt(lambda: run(code, scope), job["timeout"])
     answer(0, status, None if status == "v" else payload, after({}))

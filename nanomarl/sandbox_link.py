@@ -6,15 +6,16 @@ talk in lines of JSON, either way: a request [seq, "q", op, target, a, b, extra]
 [seq, "a", status, payload, extra] (the test process numbers its requests upwards, the program's
 process downwards). While one side waits for an answer it serves the other's requests (a callback
 from a test calling the program again). A value travels as JSON of exact types (sandbox_values.py);
-an object that is not a value travels as a reference (a program object {"r": n}, a test object
-{"x": n}) whose operations the other side asks for: in the test process a Remote stands for a
-program object, in the program's process a TestObject for a test object. LINK holds the state of
+a call's arguments and a test's partial, io buffer, Random, Pattern or Match as copies
+(sandbox_copies.py); any other object travels as a reference (a program object {"r": n}, a test
+object {"x": n}) whose operations the other side asks for: in the test process a Remote stands for
+a program object, in the program's process a TestObject for a test object. LINK holds the state of
 the side this process is (sandbox_verdicts.py:test_side and sandbox_child.py:program_side fill
 it)."""
 import _signal, _weakref, builtins, os, sys
 
-from sandbox_values import (Abort, ProgramError, containers, describe, dump, error_payload,
-                            raised, shared)  # sandbox.py's BOOT
+from sandbox_copies import containers, shared  # sandbox.py's BOOT
+from sandbox_values import IMPORT, Abort, ProgramError, describe, dump, error_payload, raised
 
 READ, WRITE, EXIT = os.read, os.write, os._exit  # before any program code (it may replace them)
 
@@ -104,7 +105,8 @@ def read_exactly(fd, size):
 
 LINK = dict(seq=0, gone="has not started", buffer=bytearray(), failed="", args=[], released=[])
 # what one process may ask of the other's object: the test of a program object (Remote) its
-# text, type and classes; the program of a test object (test_ops) its length, items, text
+# text, type and classes; the program of a test object (test_ops) its length, truth, items,
+# iteration, text, classes (comparisons and hash: test_ops)
 OPS = dict(len=len, bool=bool, str=str, repr=repr, iter=iter, format=format,
            getitem=lambda a, b: a[b], contains=lambda a, b: b in a,
            isinstance=lambda a, b: isinstance(b, a),
@@ -202,8 +204,10 @@ def gone(why):
 def ask(op, target, a=None, b=None, args=None):
     """A request of the test process: `args` (a call's arguments) are numbered for the answer's
     write-backs and identity; the program's process gets the time this test has left, the
-    recursion limit and whether output is redirected (no other state of the test process: not
-    random's, whose draws would tell the program the test's)."""
+    recursion limit, whether output is redirected, and what the test set of the state a program
+    shares with it in one process (sandbox_verdicts.py:mirrored: builtins it replaced, its
+    sys.stdin, whether it catches warnings); no other state of the test process (not random's,
+    whose draws would tell the program the test's)."""
     extra = {"s": _signal.getitimer(_signal.ITIMER_REAL)[0] or LINK["timeout"]}
     if LINK["released"]:
         extra["f"], LINK["released"] = LINK["released"], []
@@ -213,6 +217,7 @@ def ask(op, target, a=None, b=None, args=None):
         extra["o"] = 1
     if sys.stderr is not LINK["stderr"]:
         extra["e"] = 1
+    extra.update(LINK["mirrored"]())
     try:
         numbered = containers(args, []) if args else []
     except (TestTimeout, Abort):
@@ -337,7 +342,7 @@ class Remote:
             raise abort(ProgramError("a malformed answer"))
         module, name = found
         if module == "builtins":
-            types = __import__("types")
+            types = IMPORT("types")
             for kind in [getattr(builtins, name, None)] + list(vars(types).values()):
                 if isinstance(kind, type) and kind.__module__ == "builtins" and (
                         kind.__qualname__ == name):
@@ -362,16 +367,38 @@ def remote(handle, stream=False):
     return found
 
 
+def compare(name):
+    def method(self, other):  # (the test's method's NotImplemented: [], then Python reflects)
+        if not self.own and name in ("eq", "ne"):  # object's own: identity, as there
+            return getattr(object, "__%s__" % name)(self, other)
+        found = request("cmp", self.handle, name, other)
+        return found[0] if type(found) is list and len(found) == 1 else NotImplemented
+    return method
+
+
 class TestObject:
     """A test object (a callback, a test class or its instance, an iterator), by its handle in
-    the test process: calls, attribute reads and writes and draws are asked of that process."""
-    __slots__ = ("handle",)
+    the test process: calls, attribute reads and writes, draws and the protocol (truth, length,
+    items, iteration, text, comparisons, hash, isinstance with it as the class, `with`) are asked
+    of that process, where the test's own methods answer. An instance of a class the context
+    declares (the prompt's ListNode) has the program's class of that name as its __class__:
+    isinstance(x, ListNode) holds in the program as in one process (type(x) is TestObject)."""
+    __slots__ = ("handle", "kind", "own")
+    __eq__, __ne__, __lt__ = compare("eq"), compare("ne"), compare("lt")
+    __le__, __gt__, __ge__ = compare("le"), compare("gt"), compare("ge")
 
-    def __init__(self, handle):
+    def __init__(self, handle, kind=None, own=False):
         object.__setattr__(self, "handle", handle)
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "own", own)  # its class has its own == or hash (asked there)
 
     def __call__(self, *args, **kwargs):
         return request("call", self.handle, list(args), kwargs)
+
+    @property
+    def __class__(self):  # (no request: the harness's isinstance checks ask this too)
+        found = LINK["scope"].get(self.kind) if self.kind else None
+        return found if isinstance(found, type) and found.__module__ == "__main__" else TestObject
 
     def __getattr__(self, name):
         if name.startswith("__"):
@@ -382,7 +409,7 @@ class TestObject:
         request("setattr", self.handle, name, value)
 
     def __iter__(self):
-        return self
+        return request("iter", self.handle)
 
     def __next__(self):
         return request("next", self.handle)
@@ -390,8 +417,32 @@ class TestObject:
     def __len__(self):
         return request("len", self.handle)
 
+    def __bool__(self):
+        return request("bool", self.handle)
+
+    def __hash__(self):
+        return request("hash", self.handle) if self.own else object.__hash__(self)
+
     def __getitem__(self, key):
         return request("getitem", self.handle, key)
 
+    def __contains__(self, item):
+        return request("contains", self.handle, item)
+
+    def __instancecheck__(self, instance):
+        return request("isinstance", self.handle, instance)
+
+    def __str__(self):
+        return request("str", self.handle)
+
     def __repr__(self):
-        return "<test object %d>" % self.handle
+        return request("repr", self.handle)
+
+    def __format__(self, spec):
+        return request("format", self.handle, spec)
+
+    def __enter__(self):
+        return request("enter", self.handle)
+
+    def __exit__(self, *exception):
+        return request("exit", self.handle, list(exception))

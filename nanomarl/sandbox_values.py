@@ -4,15 +4,15 @@ docstring has the threat model; sandbox_link.py carries it).
 Executed inside the sandbox as the module `sandbox_values` (sandbox.py's BOOT). A value travels as
 JSON of exact types, tagged where JSON has none (dump; Decoder and hook read it back, chunked so
 that the alarm can interrupt); anything else travels as a reference, made by the `refer` and read
-by the `resolve` each side passes in. The mutable containers of a call's arguments are numbered
-alike on both sides (containers, shared, share) and written back after the call (snapshot,
-refill). An exception travels as [name, message, nearest builtin ancestor, arguments]
-(error_payload) and is raised on the other side as an exception of that name and those arguments
-(program_error)."""
+by the `resolve` each side passes in, or as a copy (sandbox_copies.py: a call's arguments, written
+back after it; the test's objects of the standard library that cross as copies). An exception
+travels as [name, message, nearest builtin ancestor, arguments] (error_payload) and is raised on
+the other side as an exception of that name and those arguments (program_error)."""
 import _json, builtins
 
 
 BIG = 1 << 8000  # ints from here on travel as hex (decimal text of over 4300 digits is refused)
+IMPORT = __import__  # (a test's mock.patch of builtins.__import__ is not the harness's)
 IMMUTABLE = {str, int, float, bool, type(None), tuple, frozenset, bytes, complex}
 COLLECTIONS = ("Counter", "OrderedDict", "defaultdict", "deque")
 VIEWS = {"dict_keys": "K", "dict_values": "V", "dict_items": "I"}
@@ -115,7 +115,7 @@ def hook(tagged, resolve):
         if tag == "V":
             return dict(enumerate(item)).values()
         if tag == "T" and len(item) == 2 and item[0] in ("date", "datetime", "time", "timedelta"):
-            kind = getattr(__import__("datetime"), item[0])
+            kind = getattr(IMPORT("datetime"), item[0])
             return kind(*item[1]) if item[0] == "timedelta" else kind.fromisoformat(item[1])
     if kind is str:
         if tag == "i":
@@ -123,9 +123,9 @@ def hook(tagged, resolve):
         if tag == "b" or tag == "y":
             return (bytes if tag == "b" else bytearray).fromhex(item)
         if tag == "E":
-            return __import__("decimal").Decimal(item)
+            return IMPORT("decimal").Decimal(item)
     if tag in ("C", "O", "D", "Q"):
-        collections = __import__("collections")
+        collections = IMPORT("collections")
         if tag == "C" and kind is dict:
             return collections.Counter(item)
         if tag == "O" and kind is dict:
@@ -140,10 +140,10 @@ def hook(tagged, resolve):
         if key not in NAMEDTUPLES:
             if len(NAMEDTUPLES) > 100:
                 NAMEDTUPLES.clear()
-            NAMEDTUPLES[key] = __import__("collections").namedtuple(*key)
+            NAMEDTUPLES[key] = IMPORT("collections").namedtuple(*key)
         return NAMEDTUPLES[key]._make(item[2])
     if tag == "F" and kind is list and len(item) == 2 and all(type(x) is int for x in item):
-        return __import__("fractions").Fraction(*item)
+        return IMPORT("fractions").Fraction(*item)
     return resolve(tag, item)
 
 
@@ -165,71 +165,6 @@ class Decoder:
         return value
 
 
-def containers(values, out):
-    """The mutable containers in values (lists, dicts, sets, bytearrays, Counters, deques, ...),
-    depth first: both processes number a call's arguments alike, for write-back and identity."""
-    for value in values:
-        kind = type(value)
-        if kind is list or kind is dict or kind is set or kind is bytearray or (
-                kind.__module__ == "collections" and kind.__name__ in COLLECTIONS):
-            out.append(value)
-            if kind is not set and kind is not bytearray:
-                containers(value.values() if isinstance(value, dict) else value, out)
-        elif kind is tuple or (issubclass(kind, tuple) and hasattr(kind, "_fields")):
-            containers(value, out)
-    return out
-
-
-def shared(numbered):
-    """[[k, j], ...] for each container numbered twice (the k-th is the j-th, j < k): a container a
-    test passes twice (f(a, a), (a, a)) is one object on the program's side too (share)."""
-    first = {}
-    return [[k, j] for k, c in enumerate(numbered) if (j := first.setdefault(id(c), k)) != k]
-
-
-def share(values, same):
-    """(values with each container of `same` (shared's pairs) replaced by the one it is, the
-    containers numbered as containers() numbers them): the program's copy of f(a, a) holds one
-    list twice. A replaced copy keeps its number (its contents never change: no write-back)."""
-    same, out = {k: j for k, j in same if type(k) is int and type(j) is int and 0 <= j < k}, []
-
-    def walk(value):
-        kind = type(value)
-        if kind is list or kind is dict or kind is set or kind is bytearray or (
-                kind.__module__ == "collections" and kind.__name__ in COLLECTIONS):
-            k = len(out)
-            out.append(value)
-            if kind is not set and kind is not bytearray:
-                for key, item in (list(value.items()) if isinstance(value, dict)
-                                  else enumerate(value)):
-                    if (new := walk(item)) is not item:
-                        value[key] = new
-            return out[same[k]] if k in same else value
-        if kind is tuple or (issubclass(kind, tuple) and hasattr(kind, "_fields")):
-            items = [walk(item) for item in value]
-            if any(new is not old for new, old in zip(items, value)):
-                return tuple(items) if kind is tuple else kind._make(items)
-        return value
-
-    return [walk(value) for value in values], out
-
-
-def snapshot(value):
-    """What a container holds now, to tell later whether a call changed it."""
-    return list(value.items()) if isinstance(value, dict) else (
-        bytes(value) if type(value) is bytearray else set(value) if type(value) is set
-        else list(value))
-
-
-def refill(container, content):
-    """container's contents replaced in place by content (the program's copy after a call)."""
-    if isinstance(container, (dict, set)) or type(container).__name__ == "deque":
-        container.clear()
-        (container.extend if type(container).__name__ == "deque" else container.update)(content)
-    else:
-        container[:] = content
-
-
 class Abort(BaseException):
     """The harness refused something (an argument it cannot send, a program object compared with a
     test value, the program's process gone): the test fails whatever it catches (the failure is
@@ -240,8 +175,10 @@ def describe(error):
     """'Name: message' of an exception (an answer's as the other process gave it)."""
     if type(error) is Abort:
         return str(error)
-    if any(type(arg).__name__ == "Remote" for arg in getattr(error, "args", ())):
-        return type(error).__name__ + ": <program object>"  # (its text would ask the program)
+    for arg in getattr(error, "args", ()):  # (an object's text would ask the other process)
+        if type(arg).__name__ in ("Remote", "TestObject"):
+            return type(error).__name__ + (": <program object>" if type(arg).__name__ == "Remote"
+                                           else ": <test object>")
     try:
         return getattr(error, "program_text", None) or type(error).__name__ + ": " + str(error)
     except BaseException:

@@ -5,13 +5,15 @@ Executed inside the sandbox as the module `sandbox_verdicts` (sandbox.py's BOOT)
 the tests, runs the context and the tests, and writes the report; it never runs the program's code:
 the program's objects are Remotes (sandbox_link.py), whose operations the program's process
 performs. What the program's process may ask of a test object is test_ops; what may be sent to it,
-test_refer."""
+test_refer; what of the test process's state it takes on for a request, mirrored (the builtins a
+test replaced, its sys.stdin, whether it catches warnings: shown here, shown)."""
 import builtins, marshal, os, sys, time
 
 from sandbox_layers import confine  # sandbox.py's BOOT
 from sandbox_link import (LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt, compiled,
                           gone, read_exactly, read_line, remote, run)
-from sandbox_values import Abort, Decoder, ProgramError, describe, dump, raised, refill
+from sandbox_copies import BUFFERS, copied, refill
+from sandbox_values import IMMUTABLE, IMPORT, Abort, Decoder, ProgramError, describe, dump, raised
 
 
 def test_next():
@@ -46,6 +48,13 @@ def test_answered(message):
     for key, stream in (("o", "stdout"), ("e", "stderr")):  # only into a test's redirection
         if type(extra.get(key)) is str and getattr(sys, stream) is not LINK[stream]:
             getattr(sys, stream).write(extra[key])
+    if "i" in extra and type(sys.stdin).__name__ in BUFFERS and sys.stdin is not LINK["stdin"]:
+        try:
+            refill(sys.stdin, extra["i"])
+        except Exception:
+            pass
+    for caught in extra["c"] if type(extra.get("c")) is list and catching() else ():
+        shown(caught)
     if status == "v":
         return payload
     if status == "t":
@@ -54,6 +63,52 @@ def test_answered(message):
     if status == "e" and (error := raised(payload)) is not None:
         raise error
     raise abort(ProgramError("a malformed answer"))
+
+
+def shown(caught):
+    """A warning the program's process caught during a call whose test catches, records or
+    filters warnings ([its error payload, line]), shown here as the program's warning at that
+    line: the test's filters decide (recorded, printed, ignored, raised as an error here)."""
+    if type(caught) is list and len(caught) == 2 and type(caught[1]) is int and isinstance(
+            warning := raised(caught[0]), Warning):
+        sys.modules["warnings"].warn_explicit(warning, type(warning), "<program>", caught[1],
+                                              "__main__", LINK["registry"])
+
+
+def mirrored():
+    """What the program's process takes on for this request, of the state the two would share in
+    one process, where the test set it: the builtins the test replaced (mock.patch of `input`: its
+    objects sent as any argument is), the sys.stdin it set (a StringIO is written back as an
+    argument is), and whether it catches, records or filters warnings (then the program's are
+    caught there and shown here, under the test's filters). Nothing else: the test's globals,
+    other modules' attributes and random's state stay the test's."""
+    extra, start = {}, LINK["builtins"]
+    patched = {name: value for name, value in vars(builtins).items()
+               if start.get(name, start) is not value}
+    if patched:
+        extra["b"] = patched
+    if sys.stdin is not LINK["stdin"]:
+        extra["i"] = sys.stdin
+    if catching():
+        extra["c"] = 1
+    return extra
+
+
+def catching():
+    """Whether the test catches, records or filters warnings (its warnings module's filters or
+    display are not as they were once the context had run)."""
+    warnings, (filters, listed, show, impl) = sys.modules.get("warnings"), LINK["warnings"]
+    return warnings is not None and (warnings.filters is not filters or warnings.filters != listed
+                                     or warnings.showwarning is not show
+                                     or warnings._showwarnmsg_impl is not impl)
+
+
+def shared_state():
+    """The test process's state mirrored() compares with: as it is once the context has run."""
+    warnings = IMPORT("warnings")
+    return dict(builtins=dict(vars(builtins)), stdin=sys.stdin, registry={}, warnings=(
+        warnings.filters, list(warnings.filters), warnings.showwarning,
+        warnings._showwarnmsg_impl))
 
 
 def test_resolve(tag, item):
@@ -70,12 +125,22 @@ def test_resolve(tag, item):
 
 def test_refer(value, aliases):
     """A test object the program's process may use: a program object back as its reference, a
-    builtin or module function by name, a function, class, instance or iterator the tests made, a
-    bound method of a test list, dict or set, an itemgetter, attrgetter or unittest.mock object, as
-    a reference; else the test fails (Abort)."""
+    partial, io buffer, Random, re.Pattern or re.Match as a copy (sandbox_copies.py), a builtin or
+    module function by name, a function, class, instance or iterator the tests made, a bound
+    method of a test list, dict, set, Random or io stream (rng.random, buf.write: called on the
+    test's own object), an itemgetter, attrgetter or unittest.mock object, as a reference (with
+    its class's name if the context declares its class: isinstance with the program's class of
+    that name holds, as in one process; and whether its class has its own == or hash, asked
+    here, or compares by identity, decided there); else the test fails (Abort)."""
     kind = type(value)
     if kind is Remote:
         return '{"r":%d}' % value._Remote__handle
+    try:
+        text = copied(value, test_refer)  # (a partial, buffer, Random, Pattern or Match)
+    except ValueError as e:
+        raise abort(ProgramError("this argument cannot be sent to the program: " + str(e)))
+    if text is not None:
+        return text
     name = getattr(value, "__qualname__", None)
     module = getattr(value, "__module__", None) or "builtins"
     if type(name) is str and module in sys.modules and callable(value) and module != "__main__":
@@ -92,13 +157,20 @@ def test_refer(value, aliases):
     self = getattr(value, "__self__", None)
     if (test_made(value) or kind.__name__ in ("generator", "function") and test_code(value)
             or kind.__name__ == "method" and test_made(self)
-            or kind.__name__ == "builtin_function_or_method" and type(self) in (list, dict, set)
+            or kind.__name__ in ("builtin_function_or_method", "method") and (
+                type(self) in (list, dict, set) or type(self).__module__ in ("random", "_io"))
             or kind.__module__ == "operator" and kind.__name__ in ("itemgetter", "attrgetter")
             or kind.__module__ == "unittest.mock" and callable(value)
             or hasattr(kind, "__next__") and hasattr(kind, "__iter__")):
         if id(value) not in LINK["ids"]:
             LINK["ids"][id(value)] = len(LINK["mine"])
             LINK["mine"][len(LINK["mine"])] = value
+        declared = LINK["classes"].get(kind.__name__) is kind  # (the program's class is its)
+        own = (kind.__eq__ is not object.__eq__ or kind.__ne__ is not object.__ne__
+               or kind.__hash__ is not object.__hash__)  # (else compared by identity there)
+        if declared or own:
+            return '{"X":[%d,%s,%s]}' % (LINK["ids"][id(value)], dump(
+                kind.__name__ if declared else None, None), "true" if own else "false")
         return '{"x":%d}' % LINK["ids"][id(value)]
     raise abort(ProgramError("this argument cannot be sent to the program: " + kind.__name__))
 
@@ -148,25 +220,72 @@ def test_made(value):
     return kind.__module__ == "__main__" and not issubclass(kind, BaseException)
 
 
+COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+def settable(value, name):
+    """Whether the program may set this attribute of a test object: a public attribute of an
+    instance of a test's class (never of a class) which its class does not define, or defines as
+    a slot, a property with a setter (which runs), or a dataclass field whose default is no
+    callable; never a method or other object a test's later call would find there."""
+    if type(name) is not str or name.startswith("_") or not test_made(value) or isinstance(
+            value, type):
+        return False
+    kind = type(value)
+    for owner in kind.__mro__:
+        if name in vars(owner):
+            found = vars(owner)[name]
+            return (type(found).__name__ == "member_descriptor"
+                    or type(found) is property and found.fset is not None
+                    or name in getattr(kind, "__dataclass_fields__", ()) and not callable(found))
+    return True
+
+
+def readable(value, name):
+    """Whether the program may read this attribute of a test object: a public one of a test's
+    class or instance, or of a unittest.mock object one its mock class does not define (what the
+    mock stands for, a mock_open's read, never the mock's records, resets or configuration)."""
+    if type(name) is not str or name.startswith("_"):
+        return False
+    if type(value).__module__ == "unittest.mock":
+        return not hasattr(type(value), name)
+    return test_made(value)
+
+
 def test_ops(op, target, a, b, extra):
-    """What the program's process may do with a test object: call it, read or set its public
-    attributes (an instance or class the tests define; set: an instance's, never the class's
-    own nor its methods or properties), draw from it (an iterator)."""
+    """What the program's process may do with a test object: call it, read public attributes
+    (readable), set an instance's data (settable), draw from it (an iterator), and ask its
+    protocol (truth, length, items, iteration, text, comparisons, hash, isinstance with it,
+    `with`), answered by the test's own methods here."""
     value = LINK["mine"].get(target) if type(target) is int else None
     if value is None:
         raise TypeError("no such test object")
     if op == "call" and callable(value) and type(a) is list and type(b) is dict:
         return value(*a, **{str(k): v for k, v in b.items()})
-    if op == "attr" and type(a) is str and not a.startswith("_") and test_made(value):
+    if op == "attr" and readable(value, a):
         return getattr(value, a)
-    if (op == "setattr" and type(a) is str and not a.startswith("_") and test_made(value)
-            and not isinstance(value, type) and not hasattr(type(value), a)):
-        return setattr(value, a, b)  # an instance's data, never a class's or its methods
+    if op == "setattr" and settable(value, a):
+        return setattr(value, a, b)
     if op == "next" and hasattr(type(value), "__next__"):
         return next(value)
-    if op in ("len", "iter", "bool", "str", "repr", "getitem", "contains") and test_made(value):
-        return OPS[op](value, *([a] if op in ("getitem", "contains") else []))
+    if op == "cmp" and a in COMPARISONS:
+        method = getattr(type(value), "__%s__" % a, None)
+        found = NotImplemented if method is None else method(value, b)
+        return [] if found is NotImplemented else [found]
+    if op == "hash":
+        return hash(value)
+    if op == "enter":  # a `with` in the program (a test's context manager, a mock_open's file)
+        return type(value).__enter__(value)
+    if op == "exit" and type(a) is list and len(a) == 3:
+        return type(value).__exit__(value, *a)
+    if op in ("len", "iter", "bool", "str", "repr", "format", "getitem", "contains",
+              "isinstance"):
+        return OPS[op](value, *([] if op in ("len", "iter", "bool", "str", "repr") else [a]))
     raise TypeError("the program may not " + str(op)[:20] + " a test object")
+
+
+# a message's line breaks as spaces, its other control characters (escapes, NUL, DEL, C1) dropped
+PRINTABLE = dict.fromkeys([*range(9), *range(11, 32), *range(127, 160)]) | {10: " ", 13: " "}
 
 
 class Scope(dict):
@@ -196,7 +315,8 @@ def test_side(job, fds, layers, child):
                 ops=test_ops, next=test_next, answered=test_answered, mine={}, ids={},
                 answer=answer, before=lambda extra: None, after=lambda extra: {},
                 remotes={}, names=set(job["names"]), classes={}, made=({}, {}),
-                limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, stderr=sys.stderr)
+                limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, stderr=sys.stderr,
+                mirrored=mirrored, **shared_state())
     if "random" in sys.modules:  # imported before the fork: its state is the program's too
         sys.modules["random"].seed()
     scope = Scope(__name__="__main__", __builtins__=builtins)
@@ -205,13 +325,14 @@ def test_side(job, fds, layers, child):
                        if isinstance(scope.get(name), type)}  # (rebuilt's)
     for name in LINK["names"]:  # the program's names are the program's, not the context's
         scope.pop(name, None)
+    LINK.update(shared_state())
     tests = [compiled(test, "<test %d>" % i) for i, test in enumerate(tests_job["tests"])]
     verdicts = {"v": b"1", "e": b"0", "t": b"T"}
 
     def message(status, error):
         text = describe(error) if status == "e" else "Timeout: test timed out" * (status == "t")
-        text = text[:300].encode("utf-8", "backslashreplace")[:tests_job["message_bytes"]]
-        return text.replace(b"\n", b" ").replace(b"\r", b" ")
+        text = text[:300].translate(PRINTABLE)
+        return text.encode("utf-8", "backslashreplace")[:tests_job["message_bytes"]]
 
     def loaded():  # the program's load: its answer 0
         while (message := test_next())[1] != "a" or message[0] != 0:
@@ -252,7 +373,7 @@ def watchdog(seconds):
     """The test process's CPU time from now on capped at `seconds` + 1 s (RLIMIT_CPU: SIGXCPU ends
     the run): a watchdog for C code the alarm cannot interrupt, such as a set of colliding hashes
     or the gcd of a forged Fraction, in a test, the load or the prefetch alike."""
-    cpu = __import__("resource")
+    cpu = IMPORT("resource")
     used, hard = sum(os.times()[:2]), cpu.getrlimit(cpu.RLIMIT_CPU)[1]
     try:
         cpu.setrlimit(cpu.RLIMIT_CPU, (min(hard, int(used + seconds) + 1), hard))

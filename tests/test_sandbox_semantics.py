@@ -1,12 +1,13 @@
 """sandbox.py against plain Python's semantics, one test per class of difference between a
 two-process run and one interpreter: escapes (a wrong program credited where plain Python would
 not credit it: captured names, builtins, catchable harness errors, readable output, the context's
-objects, argument copies), harm (zombies, the timeout rule, work the alarm cannot interrupt) and
-false negatives (a right program failed where plain Python passes it: values of richer types,
-program objects, generators, callbacks and test objects, exception subclasses, mutation,
-sys.setrecursionlimit, redirect_stdout, a class as the entry point). Each escape is
-checked beside its right program, so a 0 comes from the wrong value, not from a broken run. The
-gaps that remain are tests too (test_gap_*), each saying why."""
+objects, argument copies, a test's mock), harm (zombies, the timeout rule, work the alarm cannot
+interrupt) and false negatives (a right program failed where plain Python passes it: values of
+richer types, program objects, generators, callbacks and test objects and their protocol,
+partials, buffers, Random generators, patterns and matches, exception subclasses, mutation,
+sys.setrecursionlimit, redirect_stdout, patched builtins, stdin, warnings, a class as the entry
+point). Each escape is checked beside its right program, so a 0 comes from the wrong value, not
+from a broken run. The gaps that remain are tests too (test_gap_*), each saying why."""
 import marshal
 import os
 import subprocess
@@ -365,6 +366,44 @@ def test_the_program_cannot_replace_a_test_classs_methods():
              "assert build(Checker) is False"]
     result = run(program, tests)
     assert result["passed"] == [False, True], result["errors"]
+
+
+def test_the_program_cannot_use_a_tests_mock_or_state_to_forge_its_verdict():
+    """A test's mock the program is handed (a patched builtin) is called and its children read
+    (what it stands for), never its own records, resets or configuration: a program that prints
+    and then resets the mock of print fails `assert_not_called` (plain Python would pass it); a
+    dataclass field whose default is a callable is not replaced; warnings the program's process
+    reports while the test catches none are not shown."""
+    program = """\
+        import gc
+        def reset():
+            print("x")
+            print.reset_mock()
+        def quiet():
+            return 1
+        def cheat(c):
+            c.check = lambda *args: True
+        def forge():
+            for found in gc.get_objects():
+                if type(found) is dict and found.get("side") == "program":
+                    after = found["after"]
+                    def forged(extra):
+                        reply = after(extra)
+                        reply["c"] = [[["UserWarning", "forged", "UserWarning", ("forged",)], 1]]
+                        return reply
+                    found["after"] = forged
+            return 1
+        """
+    tests = ["from unittest import mock\nwith mock.patch('builtins.print') as p:\n"
+             "    try:\n        reset()\n    except Exception:\n        pass\n"
+             "p.assert_not_called()",
+             "with mock.patch('builtins.print') as p:\n    quiet()\np.assert_not_called()",
+             "from dataclasses import dataclass\n@dataclass\nclass C:\n    check: object = len\n"
+             "c = C()\ntry:\n    cheat(c)\nexcept TypeError:\n    pass\nassert c.check is len",
+             "assert forge() == 1 and quiet() == 1"]
+    result = run(program, tests)
+    assert result["passed"] == [False, True, True, True], result["errors"]
+    assert "forged" not in result["stderr"], result["stderr"]
 
 
 LIAR = """\
@@ -876,6 +915,229 @@ def test_a_class_as_the_entry_point_gets_its_credit_through_the_reward_path():
     assert code_reward("", wrong, STACK, **LIMITS)[1]["tests_passed"] == 1  # len(s.items) == 2
 
 
+def test_partials_buffers_random_generators_and_patterns_cross_as_copies():
+    """A test's functools.partial is rebuilt in the program's process from its function (sent as
+    it would be alone), arguments and keywords; io.StringIO and io.BytesIO by value and position,
+    random.Random by its state, each written back after the call as a list is (what the program
+    reads, writes or draws moves the test's own object); a compiled re.Pattern and its bound
+    methods by pattern and flags; a SystemRandom as a SystemRandom (it has no state). A bound
+    method of a test's Random or buffer (rng.random, buf.write) is called on the test's own."""
+    program = """\
+        import functools, io, random, re
+        def apply(f, x):
+            return f(x)
+        def parts(p):
+            assert isinstance(p, functools.partial)
+            return p.func(*p.args, **p.keywords)
+        def first_line(buf):
+            return buf.readline()
+        def shout(buf, text):
+            buf.write(text.upper())
+        def total(stream):
+            return sum(int(line) for line in stream)
+        def draws(rng, n):
+            assert isinstance(rng, random.Random)
+            return [rng.randint(1, 6) for _ in range(n)]
+        def find(pattern, text):
+            assert isinstance(pattern, re.Pattern)
+            return pattern.findall(text)
+        def call(f):
+            return f()
+        def bound(items, key):
+            return [key(item).group() for item in items]
+        """
+    tests = ["import functools\nassert apply(functools.partial(int, base=2), '101') == 5",
+             "assert apply(functools.partial(lambda a, b: a - b, 10), 3) == 7",
+             "assert parts(functools.partial(pow, 2, 5)) == 32",
+             "out = []\napply(functools.partial(list.append, out), 4)\nassert out == [4]",
+             "import io\nbuf = io.StringIO('one\\ntwo\\n')\n"
+             "assert first_line(buf) == 'one\\n' and buf.readline() == 'two\\n'",
+             "buf = io.StringIO()\nbuf.write('a')\nshout(buf, 'bc')\n"
+             "assert buf.getvalue() == 'aBC' and buf.tell() == 3",
+             "buf = io.StringIO('1\\n2\\n3\\n')\nassert total(buf) == 6 and buf.read() == ''",
+             "b = io.BytesIO(b'xy')\nb.seek(1)\nassert first_line(b) == b'y' and b.tell() == 2",
+             "import random\nrng, twin = random.Random(7), random.Random(7)\n"
+             "assert draws(rng, 5) == [twin.randint(1, 6) for _ in range(5)]\n"
+             "assert rng.random() == twin.random()",
+             "assert len(draws(random.SystemRandom(), 3)) == 3",
+             "rng, twin, buf = random.Random(3), random.Random(3), io.StringIO()\n"
+             "assert call(rng.random) == twin.random()\n"
+             "assert call(functools.partial(rng.randint, 1, 6)) == twin.randint(1, 6)\n"
+             "apply(buf.write, 'hey')\nassert buf.getvalue() == 'hey'",
+             "import re\nassert find(re.compile(r'\\d+', re.I), 'a1b22') == ['1', '22']",
+             "assert bound(['a1', 'b2'], re.compile(r'\\w\\d').match) == ['a1', 'b2']"]
+    result = run(program, tests)
+    assert result["passed"] == [True] * len(tests), result["errors"]
+
+
+def test_a_callbacks_match_is_a_match_in_the_program():
+    """A re.Match a test's callback returns (or a test passes) is rebuilt in the program's process
+    as a real re.Match, by running its pattern again where it matched (match, search, fullmatch
+    or the n-th of finditer): group(), groups(), groupdict(), span(), start(), end(), [], its
+    truth, pos, string and re are the test's; one that cannot be rebuilt (a match on a
+    memoryview) fails the test with an error naming it."""
+    program = """\
+        import re
+        def tokens(words, matcher):
+            out = []
+            for word in words:
+                m = matcher(word)
+                if m:
+                    assert isinstance(m, re.Match)
+                    out.append((m.group(), m.groups(), m.groupdict(), m.span(), m.start(1),
+                                m.end(), m[0], m.pos, m.endpos, m.string, m.re.pattern,
+                                m.lastindex, m.expand(r'<\\1>')))
+                else:
+                    out.append(m)
+            return out
+        def whole(m):
+            return m.span(), m.group(0)
+        """
+    summary = ("def summary(words, matcher):\n    return [(m.group(), m.groups(), m.groupdict(), "
+               "m.span(), m.start(1), m.end(), m[0], m.pos, m.endpos, m.string, m.re.pattern, "
+               "m.lastindex, m.expand(r'<\\1>')) if (m := matcher(w)) else m for w in words]\n")
+    tests = [summary + "import re\nwords = ['a12', 'b', 'c3']\n"
+             "for matcher in (lambda w: re.search(r'(?P<num>\\d)(\\d)?', w),\n"
+             "                lambda w: re.compile(r'(\\w)').match(w, 1),\n"
+             "                lambda w: re.fullmatch(r'(a|ab)(c?)\\d*', w),\n"
+             "                lambda w: list(re.finditer(r'(\\w)', w))[-1]):\n"
+             "    assert tokens(words, matcher) == summary(words, matcher)",
+             "assert whole(re.search(r'b+', 'abbbc')) == ((1, 4), 'bbb')",
+             "whole(re.search(rb'\\d', memoryview(b'a1')))"]
+    result = run(program, tests)
+    assert result["passed"] == [True, True, False], result["errors"]
+    assert result["errors"][2] == ("ProgramError: this argument cannot be sent to the program: "
+                                   "memoryview"), result["errors"]
+
+
+TEST_NODE = """\
+    class Node:
+        def __init__(self, val, next=None):
+            self.val, self.next = val, next
+        def __str__(self):
+            return f"Node({self.val})"
+        def __lt__(self, other):
+            return self.val < other.val
+        def __eq__(self, other):
+            return isinstance(other, Node) and self.val == other.val
+        def __hash__(self):
+            return hash(self.val)
+    """
+
+
+def test_a_test_objects_protocol_is_the_tests_in_the_program():
+    """A test object the program holds answers as the test's own object does, its methods run in
+    the test process: its truth (`while node:`), iteration, `in`, str, repr and format, `<` (sort,
+    min, heapq), `==`, `!=` and hash (a set of them), a dataclass's or a slot's field set,
+    isinstance with a test class the test passes, and with the program's class of the name of a
+    class the prompt declares (the test's ListNode is a ListNode); a callback is true."""
+    program = """\
+        import heapq
+        def count(node):
+            n = 0
+            while node:
+                n += 1
+                node = node.next
+            return n
+        def items(bag):
+            return [x for x in bag], 2 in bag, bool(bag)
+        def text(x):
+            return str(x), repr(x), f"{x}"
+        def smallest(nodes):
+            return (min(nodes).val, [n.val for n in sorted(nodes)],
+                    heapq.nsmallest(1, nodes)[0].val)
+        def same(a, b):
+            return a == b, a != b, len({a, b}), a in [b], b in {a: 1}
+        def relabel(node, val):
+            node.val = val
+            return node.val
+        def kind(x, cls):
+            return isinstance(x, cls), isinstance(3, cls)
+        def maybe(key=None):
+            return 1 if key else 0
+        """
+    tests = [textwrap.dedent(TEST_NODE) + "assert count(Node(1, Node(2, Node(3)))) == 3",
+             "class Bag:\n    def __iter__(self):\n        yield from (1, 2)\n"
+             "    def __contains__(self, x):\n        return x == 2\n"
+             "assert items(Bag()) == ([1, 2], True, True)",
+             "n = Node(4)\nassert text(n) == ('Node(4)', repr(n), 'Node(4)')",
+             "assert smallest([Node(3), Node(1), Node(2)]) == (1, [1, 2, 3], 1)",
+             "assert same(Node(1), Node(1)) == (True, False, 1, True, True)\n"
+             "assert same(Node(1), Node(2)) == (False, True, 2, False, False)",
+             "from dataclasses import dataclass\n@dataclass\nclass Cell:\n    val: int = 0\n"
+             "c = Cell()\nassert relabel(c, 5) == 5 and c == Cell(5)",
+             "class Slot:\n    __slots__ = ('val',)\ns = Slot()\n"
+             "assert relabel(s, 6) == 6 and s.val == 6",
+             "assert kind(Node(1), Node) == (True, False)",
+             "assert maybe(lambda x: x) == 1 and maybe() == 0"]
+    result = run(program, tests)
+    assert result["passed"] == [True] * len(tests), result["errors"]
+    # the prompt's class, built by the test: the program's class of that name is its class
+    context = "class ListNode:\n    def __init__(self, val=0, next=None):\n" \
+              "        self.val, self.next = val, next\n"
+    program = context + "def is_node(x):\n    return isinstance(x, ListNode), isinstance(x, int)\n"
+    result = run(program, ["assert is_node(ListNode(1)) == (True, False)"], context=context,
+                 names=["is_node"])
+    assert result["passed"] == [True], result["errors"]
+
+
+def test_a_tests_patched_builtins_stdin_and_warnings_reach_across():
+    """A builtin the test replaces (mock.patch('builtins.input'), a mock_open as `open`) is the
+    program's during the test's calls, as the test's object; a sys.stdin the test sets to a
+    StringIO is the program's stdin (its reads move the test's); the program's warnings during a
+    call the test makes with warnings caught, recorded or filtered are shown in the test process,
+    under the test's filters (recorded, ignored, or raised as errors at the call)."""
+    program = """\
+        import sys, warnings
+        def ask():
+            return int(input("n? ")) * 2
+        def read_all():
+            return [line.strip() for line in sys.stdin]
+        def old(x):
+            warnings.warn("old api", DeprecationWarning)
+            return x
+        def words(path):
+            with open(path) as f:
+                return f.read().split()
+        def noisy():
+            class Custom(UserWarning):
+                pass
+            warnings.warn(Custom("custom"))
+            return 1
+        """
+    tests = ["from unittest import mock\n"
+             "with mock.patch('builtins.input', return_value='21') as m:\n    assert ask() == 42\n"
+             "m.assert_called_once_with('n? ')",
+             "with mock.patch('builtins.input', side_effect=['1', '2']) as m:\n"
+             "    assert [ask(), ask()] == [2, 4]\nassert m.call_count == 2\n"
+             "try:\n    ask()\n    assert False\nexcept Exception as e:\n"
+             "    assert type(e) is not AssertionError",
+             "with mock.patch('builtins.open', mock.mock_open(read_data='a b')) as m:\n"
+             "    assert words('in.txt') == ['a', 'b']\nm.assert_called_once_with('in.txt')",
+             "import io, sys\nsys.stdin = io.StringIO('a\\nb\\nc\\n')\nsys.stdin.readline()\n"
+             "assert read_all() == ['b', 'c'] and sys.stdin.read() == ''",
+             "import warnings\nwith warnings.catch_warnings(record=True) as w:\n"
+             "    warnings.simplefilter('always')\n    assert old(3) == 3 and noisy() == 1\n"
+             "assert [(x.category.__name__, str(x.message)) for x in w] == "
+             "[('DeprecationWarning', 'old api'), ('Custom', 'custom')]\n"
+             "assert issubclass(w[1].category, UserWarning)",
+             "with warnings.catch_warnings():\n    warnings.simplefilter('error')\n    try:\n"
+             "        old(3)\n        assert False\n    except DeprecationWarning as e:\n"
+             "        assert str(e) == 'old api'",
+             "with warnings.catch_warnings(record=True) as w:\n"
+             "    warnings.simplefilter('ignore')\n    old(3)\nassert w == []"]
+    result = run(program, tests)
+    assert result["passed"] == [True] * len(tests), result["errors"]
+
+
+def test_the_report_holds_no_control_characters():
+    """A program's words reach the report (an exception's message): its control characters
+    (escape sequences, NUL, BEL, DEL, C1) are dropped, its line breaks are spaces."""
+    program = "def f():\n    raise ValueError('\\x1b[2J\\x1b]0;x\\x07y\\x00\\x7f\\x9b!\\nz\\tw')\n"
+    result = run(program, ["f()"])
+    assert result["errors"] == ["ValueError: [2J]0;xy! z\tw"], result["errors"]
+
+
 # ----------------------------------------------------------------------------------------------
 # Gaps: where two processes still differ from one (each also in sandbox.py's "What remains")
 # ----------------------------------------------------------------------------------------------
@@ -970,3 +1232,40 @@ def test_gap_a_program_class_is_not_a_class_in_the_test_process():
                            "try:\n    f()\nexcept ValueError:\n    pass"])
     assert result["passed"] == [True, False, False, True]
     assert result["stderr"] == ""
+
+
+def test_gap_what_of_the_tests_state_and_types_does_not_reach_the_program():
+    """A test's patch of a module's attribute other than a builtin (mock.patch('random.randint'))
+    is not the program's (its modules are its own; comparing every module's attributes at each
+    call would cost more than the call); a test object's type in the program is the harness's
+    proxy (isinstance works, type(x) is not the test's class); a warning the test's filters turn
+    into an error is raised when the call returns, after the rest of the call has run; a buffer
+    the program keeps (as a list it keeps) is its copy: what a later call writes to it is not
+    written back."""
+    program = """\
+        import random, warnings
+        class Logger:
+            def __init__(self, out):
+                self.out = out
+            def log(self, text):
+                self.out.write(text)
+        DONE = []
+        def roll():
+            return random.randint(1, 6)
+        def kind(x, cls):
+            return type(x) is cls, isinstance(x, cls)
+        def warn_then_work():
+            warnings.warn("careful")
+            DONE.append(1)
+            return len(DONE)
+        """
+    tests = ["from unittest import mock\nwith mock.patch('random.randint', return_value=9):\n"
+             "    assert roll() == 9",
+             "class Box:\n    pass\nassert kind(Box(), Box) == (True, True)",
+             "import warnings\nwith warnings.catch_warnings():\n    warnings.simplefilter('error')\n"
+             "    try:\n        warn_then_work()\n    except UserWarning:\n        pass\n"
+             "assert warn_then_work() == 1",
+             "import io\nbuf = io.StringIO()\nLogger(buf).log('x')\nassert buf.getvalue() == 'x'"]
+    result = run(program, tests)
+    assert result["passed"] == [False] * 4, result["errors"]
+    assert result["errors"][1:] == ["AssertionError: "] * 3, result["errors"]

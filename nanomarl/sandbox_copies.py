@@ -1,0 +1,263 @@
+"""sandbox_copies.py: what a call's arguments become in the program's process: copies, numbered
+alike on both sides and written back after the call, and the test's objects of the standard
+library that cross as copies rebuilt there (sandbox.py's docstring has the threat model).
+
+Executed inside the sandbox as the module `sandbox_copies` (sandbox.py's BOOT). The mutable
+containers of a call's arguments (lists, dicts, sets, bytearrays, Counters, deques, ...), its
+io.StringIO and io.BytesIO buffers and its random.Random generators are numbered alike on both
+sides (containers, shared, share); after the call the program's process sends the new state of
+those the call changed (snapshot, unchanged, contents) and the test process puts it into its own
+objects (refill). A test's object of one of these standard types, which hold no test code, is sent
+as a copy (copied, test side) and rebuilt in the program's process (rebuilt_copy):
+  a functools.partial: its function (sent as it would be alone: a test's function by reference, a
+    builtin by name), arguments and keywords (values, walked for write-back);
+  an io.StringIO or io.BytesIO: its value and position (closed: closed), written back;
+  a random.Random: its state (getstate), written back; a SystemRandom: a SystemRandom (no state);
+  a compiled re.Pattern and its bound methods (match, sub, ...): pattern and flags;
+  a re.Match: its pattern, string, pos, endpos and how the test process finds it again (match,
+    search, fullmatch or the n-th of finditer with the same spans), run again there: a real
+    re.Match (one its pattern does not find again cannot be sent; the test fails saying so).
+A Pattern or Match on a string that is no value (a memoryview) cannot be sent either."""
+from _operator import is_
+
+from sandbox_values import COLLECTIONS, IMPORT, dump  # sandbox.py's BOOT
+
+BUFFERS = ("StringIO", "BytesIO")
+PATTERN_METHODS = ("match", "search", "fullmatch", "findall", "finditer", "split", "sub", "subn")
+FINDS = ("match", "search", "fullmatch")
+
+
+def numbered(kind):
+    """Whether a call's argument of this type is numbered for write-back: a mutable container, an
+    io buffer, a random.Random."""
+    return kind is list or kind is dict or kind is set or kind is bytearray or (
+        kind.__module__ == "collections" and kind.__name__ in COLLECTIONS) or (
+        kind.__module__ == "_io" and kind.__name__ in BUFFERS) or (
+        kind.__module__ == "random" and kind.__name__ == "Random")
+
+
+def parts(value):
+    """What a value holds that containers() walks, by its exact type (a value's, never a test
+    object's, which the program's process holds as a reference): a list's, tuple's, NamedTuple's
+    or deque's items, a dict's (Counter's, ...) values, a partial's arguments and keywords; None
+    for anything else."""
+    kind = type(value)
+    if kind is list or kind is tuple:
+        return value
+    if kind is dict:
+        return value.values()
+    module, name = kind.__module__, kind.__name__
+    if module == "collections" and name in COLLECTIONS:
+        return value if name == "deque" else value.values()
+    if issubclass(kind, tuple) and hasattr(kind, "_fields"):
+        return value
+    if module == "functools" and name == "partial":
+        return list(value.args) + list(value.keywords.values())
+    return None
+
+
+LEAVES = {int, str, float, bool, type(None), bytes, complex}  # (what containers() skips at once)
+
+
+def containers(values, out):
+    """The numbered objects in values, depth first: both processes number a call's arguments
+    alike, for write-back and identity."""
+    for value in values:
+        if type(value) in LEAVES:
+            continue
+        if numbered(type(value)):
+            out.append(value)
+        inner = parts(value)
+        if inner:
+            containers(inner, out)
+    return out
+
+
+def shared(numbers):
+    """[[k, j], ...] for each object numbered twice (the k-th is the j-th, j < k): a container a
+    test passes twice (f(a, a), (a, a)) is one object on the program's side too (share)."""
+    first = {}
+    return [[k, j] for k, c in enumerate(numbers) if (j := first.setdefault(id(c), k)) != k]
+
+
+def share(values, same):
+    """(values with each object of `same` (shared's pairs) replaced by the one it is, the objects
+    numbered as containers() numbers them): the program's copy of f(a, a) holds one list twice. A
+    replaced copy keeps its number (its contents never change: no write-back)."""
+    same, out = {k: j for k, j in same if type(k) is int and type(j) is int and 0 <= j < k}, []
+
+    def walk(value):
+        kind = type(value)
+        found = value
+        if numbered(kind):
+            k = len(out)
+            out.append(value)
+            found = out[same[k]] if k in same else value
+        inner = parts(value)
+        if not inner:
+            return found
+        items = [walk(item) for item in inner]
+        if all(new is old for new, old in zip(items, inner)):
+            return found
+        if kind is list or numbered(kind) and kind.__name__ == "deque":
+            for i, new in enumerate(items):
+                value[i] = new
+        elif numbered(kind):  # a dict, Counter, OrderedDict or defaultdict: its values
+            for key, new in zip(list(value), items):
+                value[key] = new
+        elif kind.__module__ == "functools":  # a partial
+            cut = len(value.args)
+            return kind(value.func, *items[:cut], **dict(zip(value.keywords, items[cut:])))
+        else:
+            return tuple(items) if kind is tuple else kind._make(items)
+        return found
+
+    return [walk(value) for value in values], out
+
+
+def buffer_state(buffer):
+    """[kind, value (None: closed), position] of an io.StringIO ("s") or io.BytesIO ("b")."""
+    kind = "s" if type(buffer).__name__ == "StringIO" else "b"
+    return [kind, None, 0] if buffer.closed else [kind, buffer.getvalue(), buffer.tell()]
+
+
+def snapshot(value):
+    """What a numbered object holds now, to tell later whether a call changed it (unchanged)."""
+    kind = type(value)
+    if isinstance(value, dict):
+        return [x for pair in value.items() for x in pair]
+    if kind is bytearray:
+        return bytes(value)
+    if kind.__module__ == "_io":
+        return tuple(buffer_state(value))
+    if kind.__module__ == "random":
+        return value.getstate()
+    return list(value)
+
+
+def unchanged(before, after):
+    """Items compared by identity (never by their __eq__, which may be a test object's, asked of
+    the test process); a state by equality."""
+    if type(before) is list:
+        return len(before) == len(after) and all(map(is_, before, after))
+    return before == after
+
+
+def contents(value):
+    """What a numbered object holds, as sent back after a call (refill puts it in place)."""
+    kind = type(value)
+    if isinstance(value, dict):
+        return dict(value)
+    if kind is set or kind is bytearray:
+        return set(value) if kind is set else bytes(value)
+    if kind.__module__ == "_io":
+        return buffer_state(value)
+    if kind.__module__ == "random":
+        return value.getstate()
+    return list(value)
+
+
+def refill(target, content):
+    """target's contents replaced in place by content (the program's copy after a call); a
+    malformed content (of the wrong kind) raises before anything is changed."""
+    kind = type(target)
+    if kind.__module__ == "_io" and kind.__name__ in BUFFERS:
+        text = str if kind.__name__ == "StringIO" else bytes
+        if not (type(content) is list and len(content) == 3 and content[0] in ("s", "b") and (
+                content[1] is None or type(content[1]) is text) and type(content[2]) is int
+                and content[2] >= 0):
+            raise ValueError("malformed contents")
+        if content[1] is None:
+            return target.close()
+        target.seek(0)
+        target.truncate()
+        target.write(content[1])
+        return target.seek(content[2])
+    if kind.__module__ == "random":
+        return target.setstate(content)
+    if isinstance(target, (dict, set)) or kind.__name__ == "deque":
+        target.clear()
+        (target.extend if kind.__name__ == "deque" else target.update)(content)
+    else:
+        target[:] = content
+
+
+def found_again(match):
+    """How its pattern finds this re.Match again, with the same spans, pos and endpos: [one of
+    FINDS, 0], or ["finditer", n] for the n-th match of finditer; None if none does."""
+    pattern, args, regs = match.re, (match.string, match.pos, match.endpos), match.regs
+    for how in FINDS:
+        found = getattr(pattern, how)(*args)
+        if found is not None and found.regs == regs:
+            return [how, 0]
+    for n, found in enumerate(pattern.finditer(*args)):
+        if found.regs == regs:
+            return ["finditer", n]
+        if found.start() > match.start():
+            break
+    return None
+
+
+def copied(value, refer):
+    """The JSON text of a test's object that crosses as a copy (see the docstring), else None;
+    raises ValueError for a re.Match its pattern does not find again."""
+    kind = type(value)
+    module, name = kind.__module__, kind.__name__
+    if module == "functools" and name == "partial":
+        return '{"P":[%s,%s,%s]}' % (dump(value.func, refer), dump(list(value.args), refer),
+                                     dump(dict(value.keywords), refer))
+    if module == "_io" and name in BUFFERS:
+        return '{"B":%s}' % dump(buffer_state(value), refer)
+    if module == "random" and name in ("Random", "SystemRandom"):
+        return '{"U":%s}' % dump(value.getstate() if name == "Random" else None, refer)
+    owner = getattr(value, "__self__", None)
+    if module == "re" and name == "Pattern" or type(owner).__name__ == "Pattern" and (
+            type(owner).__module__ == "re" and getattr(value, "__name__", "") in PATTERN_METHODS):
+        pattern = value if name == "Pattern" else owner
+        return '{"p":%s}' % dump([pattern.pattern, pattern.flags,
+                                  None if name == "Pattern" else value.__name__], refer)
+    if module == "re" and name == "Match":
+        how = found_again(value)
+        if how is None:
+            raise ValueError("a re.Match its pattern does not find again")
+        return '{"H":%s}' % dump([value.re.pattern, value.re.flags, value.string, value.pos,
+                                  value.endpos, how], refer)
+    return None
+
+
+def rebuilt_copy(tag, item):
+    """The program's copy of a test's object (copied's JSON, decoded); None if the tag is no
+    copy's; ValueError if it is malformed."""
+    if tag not in ("P", "B", "U", "p", "H"):
+        return None
+    kind = type(item)
+    if tag == "P" and kind is list and len(item) == 3 and callable(item[0]) and (
+            type(item[1]) is list and type(item[2]) is dict and all(
+                type(key) is str for key in item[2])):
+        return IMPORT("functools").partial(item[0], *item[1], **item[2])
+    if tag == "B" and kind is list and len(item) == 3 and item[0] in ("s", "b"):
+        io = IMPORT("io")
+        made = io.StringIO() if item[0] == "s" else io.BytesIO()
+        refill(made, item)
+        return made
+    if tag == "U":
+        random = IMPORT("random")
+        if item is None:
+            return random.SystemRandom()
+        made = random.Random()
+        made.setstate(item)
+        return made
+    if tag == "p" and kind is list and len(item) == 3 and type(item[1]) is int and (
+            item[2] is None or item[2] in PATTERN_METHODS):
+        pattern = IMPORT("re").compile(item[0], item[1])
+        return pattern if item[2] is None else getattr(pattern, item[2])
+    if tag == "H" and kind is list and len(item) == 6 and type(item[5]) is list and len(
+            item[5]) == 2 and item[5][0] in FINDS + ("finditer",) and type(item[5][1]) is int:
+        pattern = IMPORT("re").compile(item[0], item[1])
+        how, n = item[5]
+        if how != "finditer":
+            return getattr(pattern, how)(item[2], item[3], item[4])
+        for k, found in enumerate(pattern.finditer(item[2], item[3], item[4])):
+            if k == n:
+                return found
+    raise ValueError("malformed value")
