@@ -630,6 +630,9 @@ def evaluate_magrpo(args, device: str, methods: list[str]) -> tuple[dict, list[d
     problems = magrpo.load_problems(args.dataset, "eval", args.limit)
     if not problems:
         arg_error("--dataset", f"{args.dataset} has no eval problems")
+    if problems[0]["kind"] == "split":  # score_sample has no split reward (it would score 0)
+        arg_error("--dataset", f"{args.dataset} in --mode magrpo: its held-out numbers, both turns "
+                               f"and the controls, are magrpo.py's (eval/* in metrics.jsonl)")
     k_values = parse_int_list(args.k_values, "--k-values")
     if not k_values or not all(1 <= k <= args.num_samples for k in k_values):
         arg_error("--k-values", f"each k must be in [1, --num-samples={args.num_samples}], got "

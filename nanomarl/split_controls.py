@@ -60,6 +60,14 @@ def informative_rates(debate, records: list[dict], heard: bool = False) -> list[
     return rates
 
 
+def channel_metrics(debate, records: list[dict]) -> dict:
+    """eval/turn{t}/informative and eval/turn{t}/heard of a debate: informative_rates anywhere in
+    the message and in its first sentence."""
+    kinds = (("informative", False), ("heard", True))
+    return {f"eval/turn{t + 1}/{name}": rate for name, heard in kinds
+            for t, rate in enumerate(informative_rates(debate, records, heard=heard))}
+
+
 def from_second_turn(records: list[dict], debate, show_partner) -> list[dict]:
     """The records with each agent's first view replaced by its turn-2 message in `debate`, the
     partners' turn-1 words shown as show_partner(words): a debate on them, on the adapters of turns
@@ -159,6 +167,17 @@ def replay_records(records: list[dict], heard: list[list[list[str]]]) -> list[di
             for r, per_agent in zip(records, heard)]
 
 
+def control_replays(records: list[dict], first) -> dict[str, list[dict]]:
+    """{control: the records of its replay of turns 2..T from `first`'s turn 1}, in the order they
+    are played: silent (from_second_turn: the partners' words as neutral_message), then CONTROLS
+    (replay_records of control_messages; shuffled only where another problem can be heard)."""
+    replays = {"silent": from_second_turn(records, first, neutral_message)}
+    for control in CONTROLS:
+        if control != "shuffled" or len({r["question"] for r in records}) > 1:
+            replays[control] = replay_records(records, control_messages(records, first, control))
+    return replays
+
+
 def follows_rates(debate, records: list[dict]) -> list[float]:
     """Per turn of a wrong-control replay, the fraction of answers equal to the result computed
     with the numbers heard (heard_result) instead of the true ones."""
@@ -190,28 +209,24 @@ def split_controls(play, team, args, records: list[dict], debate, greedy_debate:
         return {}
     common = dict(greedy=True, prompt_style=args.prompt_style,
                   generate_batch_size=args.generate_batch_size)
-    metrics = {f"eval/turn{t + 1}/informative": rate
-               for t, rate in enumerate(informative_rates(debate, records))}
-    metrics.update({f"eval/turn{t + 1}/heard": rate
-                    for t, rate in enumerate(informative_rates(debate, records, heard=True))})
+    metrics = channel_metrics(debate, records)
     names = team.adapter_names
     first = debate if greedy_debate else play(  # evaluate.py's may be sampled, or in chunks
         records, team.models(), team.agent_tokenizers(), names[:1], args.max_new_tokens, **common)
     silent = mean_agent_accuracy(first)[:1]  # turn 1 as played: no partner words yet
 
-    def replay(replayed: list[dict], show_partner=str):  # turns 2..T
+    def replay(replayed: list[dict], show_partner):  # turns 2..T
         return play(replayed, team.models(), team.agent_tokenizers(), names[1:],
                     args.max_new_tokens, show_partner=show_partner, **common)
     if len(names) > 1:
-        played = replay(from_second_turn(records, first, neutral_message), neutral_message)
-        silent += mean_agent_accuracy(played)
-        kept = {} if answers is None else answers
-        kept["silent"] = played.answers
-        for control in CONTROLS:
-            if control == "shuffled" and len({r["question"] for r in records}) < 2:
-                continue  # no other problem to hear
-            played = replay(replay_records(records, control_messages(records, first, control)))
-            kept[control] = played.answers
+        answers = {} if answers is None else answers
+        for control, replayed in control_replays(records, first).items():
+            # silent: the partners' later words are neutral too; the others hear fixed words
+            played = replay(replayed, neutral_message if control == "silent" else str)
+            answers[control] = played.answers
+            if control == "silent":
+                silent += mean_agent_accuracy(played)
+                continue
             metrics.update({f"eval/{control}/turn{t + 2}/agent_accuracy": acc
                             for t, acc in enumerate(mean_agent_accuracy(played))})
             if control == "wrong":

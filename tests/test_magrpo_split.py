@@ -182,3 +182,14 @@ def test_one_magrpo_step_end_to_end_logs_the_held_out_controls(tmp_path):
         child = samples[2 + 2 * j]  # the first joint action of root j's child
         assert child["prompts"] == split_feedback(problem, [], [[t] for t in root["completions"]])
         assert root["reward"] == 0.0
+
+
+def test_evaluate_py_magrpo_mode_refuses_arith_split(tmp_path):
+    """evaluate.py's MAGRPO mode scores code and writing answers: an arith:split team would score 0
+    there, so it is refused (magrpo.py's own held-out evaluation has both turns and the
+    controls)."""
+    import evaluate
+    flags = ["--mode", "magrpo", "--model", "tiny", "--dataset", "arith:split", "--methods",
+             "single", "--device", "cpu", "--output-dir", str(tmp_path / "eval")]
+    with pytest.raises(SystemExit, match="^error: --dataset: arith:split in --mode magrpo"):
+        evaluate.main(parse_args(evaluate.Args, flags))

@@ -1262,8 +1262,9 @@ def test_gap_what_of_the_tests_state_and_types_does_not_reach_the_program():
     tests = ["from unittest import mock\nwith mock.patch('random.randint', return_value=9):\n"
              "    assert roll() == 9",
              "class Box:\n    pass\nassert kind(Box(), Box) == (True, True)",
-             "import warnings\nwith warnings.catch_warnings():\n    warnings.simplefilter('error')\n"
-             "    try:\n        warn_then_work()\n    except UserWarning:\n        pass\n"
+             "import warnings\nwith warnings.catch_warnings():\n"
+             "    warnings.simplefilter('error')\n    try:\n        warn_then_work()\n"
+             "    except UserWarning:\n        pass\n"
              "assert warn_then_work() == 1",
              "import io\nbuf = io.StringIO()\nLogger(buf).log('x')\nassert buf.getvalue() == 'x'"]
     result = run(program, tests)

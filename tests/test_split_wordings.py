@@ -1,7 +1,7 @@
 """arith:split's held-out variants: the same records in two other wordings (arith:split-w1, -w2) and
 two-digit numbers (arith:split-wide). Each view holds only its agent's number and asks for its own
 opening sentence; the records equal arith:split's apart from the words; the controls read the
-sentence and the numbers from the record; arith:split itself is unchanged; a run trained on
+sentence and the numbers from the record; arith:split's own words are fixed; a run trained on
 arith:split is evaluated on them."""
 import json
 import re
@@ -97,7 +97,7 @@ def test_the_controls_say_the_records_own_sentence_and_numbers():
     assert [heard_result(r, a) for a in range(2)] == ["5", "3"]  # 12 - 7, 11 - 8
     r2 = load_task("arith:split-w2", "test", limit=1)[0]
     assert control_messages([r2], debate, "oracle") == [[["Mine is 11."], ["Mine is 7."]]]
-    # -wide: 12 is no longer the largest number; 99 is (its wrong number is 98)
+    # -wide: the largest number is 99, not 12 (its wrong number is 98)
     wide = dict(kind="sum", parts=[13, 99], answer="112", numbers=[13, 99],
                 canonical="My number is {}.")
     assert wrong_number(12) == 11 and wrong_number(12, 99) == 13 and wrong_number(99, 99) == 98
@@ -123,8 +123,8 @@ def test_the_no_information_bound_by_hand_on_wide_numbers():
     assert 0 < no_information_bound(records) < 0.05
 
 
-# arith:split's words, as they were before its variants (logged numbers depend on them)
-TODAY = {
+# arith:split's first test record in full: its words stay fixed (logged numbers depend on them)
+ARITH_SPLIT_TEST_0 = {
     "id": "arith:split/test/0", "task": "math", "answer": "4",
     "question": "The numbers are 7, 11. Find the difference of the two numbers (the larger minus "
                 "the smaller).",
@@ -149,9 +149,10 @@ TODAY = {
                   "is\" and the number."]}
 
 
-def test_arith_split_is_byte_equal_to_before():
+def test_arith_split_words_are_fixed():
     r = load_task("arith:split", "test", limit=1)[0]
-    assert json.dumps({k: v for k, v in r.items() if k in TODAY}) == json.dumps(TODAY)
+    assert json.dumps({k: v for k, v in r.items() if k in ARITH_SPLIT_TEST_0}) == \
+        json.dumps(ARITH_SPLIT_TEST_0)
     assert (r["kind"], r["canonical"], r["numbers"]) == ("difference", "My number is {}.", [1, 12])
     three = load_task("arith:split", "test", limit=1, num_agents=3)[0]
     assert three["question"] == "The numbers are 6, 7, 4. Find the sum of the 3 numbers."

@@ -141,6 +141,8 @@ def test_the_silent_partner_from_turn_2_is_the_whole_silent_debate():
     token. Three turns (a silent turn feeds the next), a LoRA per (turn, agent) with random B."""
     tok = load_tokenizer("tiny")
     names = [[f"agent{a}_turn{t}" for a in range(2)] for t in range(1, 4)]
+    torch.manual_seed(0)  # make_peft's LoRA A matrices draw from the global generator: the same
+    # adapters whatever ran before (the two != below depend on them)
     model = make_peft([n for turn in names for n in turn])
     records = load_task("arith:split", "test", limit=3, num_agents=2)
     play = dict(max_new_tokens=6, greedy=True, prompt_style="short")

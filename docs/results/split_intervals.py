@@ -5,8 +5,8 @@ untrained team (method offtheshelf, greedy: the same for every seed).
 
 A problem's score is its agents' mean accuracy at the last turn. Each row gives the mean over
 seeds and two 95 % intervals:
-- problems: a bootstrap over the problems (the same draw for every seed and method, so
-  differences are paired), the seeds fixed: what another draw of test problems could give;
+- problems: a bootstrap over the problems (the same draws for every seed and every row, so
+  rows compare paired), the seeds fixed: what another draw of test problems could give;
 - seeds and problems: a bootstrap over the seeds, then over the problems: what another seed
   could give too.
 Then one line per seed. The no-information bound of the problems is exact (no interval: the
@@ -45,9 +45,11 @@ def problem_scores(folder: Path, method: str, records: dict | None = None) -> di
     return scores
 
 
-def intervals(per_seed: np.ndarray, rng: np.random.Generator) -> tuple[float, tuple, tuple]:
-    """per_seed [S, P] -> (mean, 95 % over problems, 95 % over seeds and problems)."""
+def intervals(per_seed: np.ndarray) -> tuple[float, tuple, tuple]:
+    """per_seed [S, P] -> (mean, 95 % over problems, 95 % over seeds and problems). Every call
+    draws the same problems (a fresh generator, seed 0): each row resamples as the others do."""
     s, p = per_seed.shape
+    rng = np.random.default_rng(0)
     problems = rng.integers(0, p, size=(RESAMPLES, p))
     seeds = rng.integers(0, s, size=(RESAMPLES, s))
     over_problems = per_seed[:, problems].mean(axis=(0, 2))
@@ -57,8 +59,9 @@ def intervals(per_seed: np.ndarray, rng: np.random.Generator) -> tuple[float, tu
             tuple(np.percentile(over_both, [2.5, 97.5])))
 
 
-def row(name: str, per_seed: np.ndarray, rng: np.random.Generator) -> str:
-    mean, (a, b), (c, d) = intervals(per_seed, rng)
+def row(name: str, per_seed: np.ndarray) -> str:
+    """One table row, in %: the mean, its two intervals (intervals) and each seed's mean."""
+    mean, (a, b), (c, d) = intervals(per_seed)
     seeds = " ".join(f"{100 * x:.1f}" for x in per_seed.mean(axis=1))
     return (f"| {name} | {100 * mean:.1f} | {100 * a:.1f} to {100 * b:.1f} | "
             f"{100 * c:.1f} to {100 * d:.1f} | {seeds} |")
@@ -85,21 +88,20 @@ def main():
                 sys.exit(f"{f}: {method} holds {len(scores)} problems, not the base's {len(ids)}")
         return np.array([[scores[q] for q in ids] for scores in found])
 
-    rng = np.random.default_rng(0)
     trained = table("maporl")
     untrained = np.array([[base[q] for q in ids]])
     bound = np.array([[no_information_bound([records[q]]) for q in ids]])
     print(f"arith:split {args.split}: {len(ids)} problems, {len(folders)} seeds; turn-2 agent "
           f"accuracy, % (mean; 95 % over problems; over seeds and problems; each seed)\n")
     print("| | mean | problems | seeds and problems | seeds |\n|---|---|---|---|---|")
-    print(row("trained, as played", trained, rng))
+    print(row("trained, as played", trained))
     for control in CONTROLS:
-        print(row(f"trained, {control} partner", table(f"maporl/{control}"), rng))
-    print(row("trained, wrong partner: follows", table("maporl/wrong", follows=True), rng))
-    print(row("untrained, as played", untrained, rng))
-    print(row("no-information bound", bound, rng))
-    print(row("trained - untrained", trained - untrained, rng))
-    print(row("trained - bound", trained - bound, rng))
+        print(row(f"trained, {control} partner", table(f"maporl/{control}")))
+    print(row("trained, wrong partner: follows", table("maporl/wrong", follows=True)))
+    print(row("untrained, as played", untrained))
+    print(row("no-information bound", bound))
+    print(row("trained - untrained", trained - untrained))
+    print(row("trained - bound", trained - bound))
 
 
 if __name__ == "__main__":

@@ -22,9 +22,8 @@ from __future__ import annotations
 from functools import partial
 from types import SimpleNamespace
 
-from nanomarl.split_controls import (CONTROLS, carries_number, control_messages, follows_rates,
-                                     from_second_turn, informative_rates, neutral_message,
-                                     no_information_bound, replay_records, whole_question)
+from nanomarl.split_controls import (carries_number, channel_metrics, control_replays,
+                                     follows_rates, no_information_bound, whole_question)
 from nanomarl.tasks.debate import load_task
 from nanomarl.tasks.debate_prompts import first_message, first_sentence, followup_message
 
@@ -117,21 +116,14 @@ def split_evaluation(play, problems: list[dict], parse) -> dict:
         for a in range(len(texts[0])):
             metrics[f"eval/turn{t + 1}/agent{a}/accuracy"] = accuracy(records, answers, a)
     played = SimpleNamespace(responses=[[one, two] for one, two in zip(first, second)])
-    for heard, name in ((False, "informative"), (True, "heard")):
-        metrics.update({f"eval/turn{t + 1}/{name}": rate for t, rate in
-                        enumerate(informative_rates(played, records, heard=heard))})
-    silent = play([r["views"] for r in from_second_turn(records, turn1, neutral_message)])
+    metrics.update(channel_metrics(played, records))
     metrics["eval/silent/turn1/agent_accuracy"] = metrics["eval/turn1/agent_accuracy"]
-    metrics["eval/silent/turn2/agent_accuracy"] = accuracy(records, answers_of(silent, parse))
-    for control in CONTROLS:
-        if control == "shuffled" and len({r["question"] for r in records}) < 2:
-            continue  # no other problem to hear
-        heard = control_messages(records, turn1, control)
-        answers = answers_of(play([r["views"] for r in replay_records(records, heard)]), parse)
+    for control, replayed in control_replays(records, turn1).items():
+        answers = answers_of(play([r["views"] for r in replayed]), parse)
         metrics[f"eval/{control}/turn2/agent_accuracy"] = accuracy(records, answers)
-        if control == "wrong":
-            replayed = SimpleNamespace(answers=[[per_problem] for per_problem in answers])
-            metrics["eval/wrong/turn2/follows"] = follows_rates(replayed, records)[0]
+        if control == "wrong":  # follows_rates reads answers [b][t][a]: turn 2 alone
+            turn2 = SimpleNamespace(answers=[[per_problem] for per_problem in answers])
+            metrics["eval/wrong/turn2/follows"] = follows_rates(turn2, records)[0]
     metrics["eval/no_information_bound"] = no_information_bound(records)
     alone = answers_of(play([[first_message(whole_question(r), a, "short") for a in range(2)]
                              for r in records]), parse)
