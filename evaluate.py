@@ -425,11 +425,10 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
               + f" | tokens/question {results[method]['tokens_per_question']:.1f}")
         if "views" in records[0]:  # arith:split: the controls of the channel
             answers = {}  # control -> [b][t][a] (turns 2..T): samples.jsonl's METHOD/CONTROL rows
-            controls = debate_split_controls(bases, plans[method], records, args, debate, answers)
-            results[method]["split_controls"] = controls
-            rows += [dict(method=f"{method}/{control}", question=r["id"], gold=r["answer"],
-                          answers=answers[control][b])
-                     for control in answers for b, r in enumerate(records)]
+            controls = results[method]["split_controls"] = debate_split_controls(
+                bases, plans[method], records, args, debate, answers)
+            rows += [dict(method=f"{method}/{c}", question=r["id"], gold=r["answer"], answers=a[b])
+                     for c, a in answers.items() for b, r in enumerate(records)]
             print(f"{method}: " + format_metrics(controls, list(controls)))
     return {m: results[m] for m in methods}, rows, records
 
@@ -445,9 +444,8 @@ def debate_split_controls(bases: Bases, agents: list[tuple[str, list[str]]], rec
                            adapter_names=[[names[t] for _, names in agents]
                                           for t in range(args.num_turns)])
     return split_controls(functools.partial(cotrain.run_debate, fast=args.fast), team, args,
-                          records, debate,
-                          greedy_debate=False,  # sampled, in chunks: turn 1 replayed
-                          answers=answers)
+                          records, debate, answers=answers,
+                          greedy_debate=False)  # sampled, in chunks: turn 1 replayed
 
 
 def evaluate_self_consistency(method: str, bases: Bases, agent: tuple[str, list[str]],
@@ -631,8 +629,7 @@ def evaluate_magrpo(args, device: str, methods: list[str]) -> tuple[dict, list[d
     if not problems:
         arg_error("--dataset", f"{args.dataset} has no eval problems")
     if problems[0]["kind"] == "split":  # score_sample has no split reward (it would score 0)
-        arg_error("--dataset", f"{args.dataset} in --mode magrpo: its held-out numbers, both turns "
-                               f"and the controls, are magrpo.py's (eval/* in metrics.jsonl)")
+        arg_error("--dataset", f"{args.dataset} in --mode magrpo: magrpo.py evaluates it (eval/*)")
     k_values = parse_int_list(args.k_values, "--k-values")
     if not k_values or not all(1 <= k <= args.num_samples for k in k_values):
         arg_error("--k-values", f"each k must be in [1, --num-samples={args.num_samples}], got "
