@@ -47,8 +47,7 @@ Choices of ours (the papers' evaluation code is not public, or does not cover th
 exact method definitions and the outputs: docs/evaluation_details.md.
 
 CPU smoke runs with the tiny random model (it cannot answer, so every number is 0):
-python evaluate.py --model tiny --limit 4 --max-new-tokens 16 \\
-    --sft-questions 4
+python evaluate.py --model tiny --limit 4 --max-new-tokens 16 --sft-questions 4
 python evaluate.py --model tiny --limit 4 --max-new-tokens 16 \\
     --methods offtheshelf,sc-base --dataset reasoning-gym:basic_arithmetic
 python evaluate.py --mode magrpo --model tiny --limit 2 --num-samples 2 \\
@@ -136,6 +135,7 @@ class Args:
     agents: str = ""  # debate method mix, one per seat: base | base:MODEL | RUN_DIR | RUN_DIR:K
     speakers: str = ""  # debate: runs A,B,... or base whose turn-1 adapters speak, with --readers
     readers: str = ""  # debate: runs or base whose later turns read them (nanomarl/pairings.py)
+    split_controls: bool = True  # arith:split: the channel's controls (--no-split-controls: off)
     # ---- generation ----
     greedy: bool = False  # greedy decoding instead of sampling
     temperature: float = 0.3  # sampling temperature (MAPoRL: 0.7 for Phi-3 and Qwen2.5)
@@ -423,7 +423,7 @@ def evaluate_debates(args, device: str, methods: list[str]) -> tuple[dict, list[
                  for b, r in enumerate(records)]
         print(f"{method}: " + accuracy_summary(results[method]["accuracy"])
               + f" | tokens/question {results[method]['tokens_per_question']:.1f}")
-        if "views" in records[0]:  # arith:split: the controls of the channel
+        if "views" in records[0] and args.split_controls:  # arith:split: the channel's controls
             answers = {}  # control -> [b][t][a] (turns 2..T): samples.jsonl's METHOD/CONTROL rows
             controls = results[method]["split_controls"] = debate_split_controls(
                 bases, plans[method], records, args, debate, answers)

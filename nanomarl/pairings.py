@@ -15,6 +15,7 @@ from pathlib import Path
 from nanomarl.cli import arg_error, given_fields
 from nanomarl.eval_runs import (RUN_EVAL_SETTINGS, read_debate_run, read_run, run_agent,
                                 train_overlap)
+from nanomarl.split_controls import no_information_bound
 from nanomarl.tasks.debate import dataset_options, load_task
 
 BASE = "base"  # a source without adapters: the base model in every turn
@@ -176,8 +177,9 @@ def evaluate_pairings(args, bases, play_debates, debate_metrics, split_controls)
             agents = pair_agents(teams[("--speakers", s)], teams[("--readers", r)])
             desc = f"speakers {names[s]} x readers {names[r]}"
             debate = play_debates(bases, agents, records, args, None, True, desc=desc)[0]
-            metrics = dict(**debate_metrics(debate.answers, [q["answer"] for q in records]),
-                           split_controls=split_controls(bases, agents, records, args, debate))
+            metrics = debate_metrics(debate.answers, [q["answer"] for q in records])
+            if args.split_controls:
+                metrics["split_controls"] = split_controls(bases, agents, records, args, debate)
             pairs[-1].append(dict(speakers=s, readers=r, metrics=metrics,
                                   agents=[dict(base=b, adapters=n) for b, n in agents]))
             rows += [dict(method=desc, question=q["id"], gold=q["answer"],
@@ -187,7 +189,7 @@ def evaluate_pairings(args, bases, play_debates, debate_metrics, split_controls)
             print(f"{desc}: " + "  ".join(f"{k} {v:.3f}" for k, v in shown.items()))
     matrices = {k: [[pairing_numbers(c["metrics"])[k] for c in row] for row in pairs]
                 for k in pairing_numbers(pairs[0][0]["metrics"])}
-    bound = pairs[0][0]["metrics"].get("split_controls", {}).get("eval/no_information_bound")
+    bound = no_information_bound(records) if "views" in records[0] else None
     return dict(speakers=speakers, readers=readers, names=names, pairs=pairs, matrices=matrices,
                 no_information_bound=bound, dataset=args.dataset, split=args.split,
                 questions=[r["id"] for r in records]), rows

@@ -124,6 +124,21 @@ def test_the_matrix_is_the_pairings_one_by_one(runs, tmp_path):
     assert "mean: diagonal (each source with itself)" in table
 
 
+
+def test_no_split_controls_plays_the_same_debates_alone(runs, tmp_path):
+    a = str(runs["a"])
+    full, full_rows = evaluate_pairs(tmp_path, "full", "--speakers", a, "--readers", a)
+    bare, bare_rows = evaluate_pairs(tmp_path, "bare", "--speakers", a, "--readers", a,
+                                     "--no-split-controls")
+    metrics = full["pairs"][0][0]["metrics"]
+    assert "split_controls" in metrics and "split_controls" not in bare["pairs"][0][0]["metrics"]
+    assert bare["pairs"][0][0]["metrics"] == {k: v for k, v in metrics.items()
+                                              if k != "split_controls"}
+    assert bare_rows == full_rows  # the pairings' answers; no control adds a row
+    assert set(bare["matrices"]) == {"turn 1", "turn 2", "agent 0 turn 2", "agent 1 turn 2"}
+    bound = metrics["split_controls"]["eval/no_information_bound"]
+    assert bare["no_information_bound"] == full["no_information_bound"] == bound
+
 def test_bad_pairings_are_refused_before_a_model_loads(runs, tmp_path, monkeypatch, capsys):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the bad input was reported")
