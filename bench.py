@@ -20,7 +20,9 @@ being compared runs in the same process on the same model, prompts and number of
                  and cotrain.py/magrpo.py updates both ways (nanomarl/bench_gpu.py)
   cpu        10. the CPU rollout against its roofline: one turn of --cpu-rows rows on two adapters
                  (--fast and --no-fast), tokens/s against this machine's weights-read and FLOP
-                 bounds (a copy measures the bandwidth, a matmul the FLOP/s)
+                 bounds (a copy measures the bandwidth, a matmul the FLOP/s); then a default
+                 cotrain.py run of --cpu-stage-updates updates, its last update and its last
+                 held-out evaluation timed stage by stage (nanomarl/bench_stages.py)
 What each part measures exactly, and how to read it: docs/bench_parts.md.
 
 python bench.py                                        # tiny and smollm2-135m on CPU
@@ -31,7 +33,7 @@ python bench.py --models qwen2.5-1.5b --random-init --device cuda --dtype bfloat
 python bench.py --models smollm2-135m --parts peers    # needs pip install comlrl trl
 python bench.py --parts threads                        # a default cotrain.py update, idle and busy
 python bench.py --device cuda --parts gpu              # the GPU path (--gpu-smoke: a dry run)
-python bench.py --models smollm2-135m --parts cpu --max-new-tokens 40   # the CPU roofline
+python bench.py --models smollm2-135m --parts cpu --max-new-tokens 40   # the CPU roofline, stages
 """
 from __future__ import annotations
 
@@ -75,6 +77,8 @@ class Args:
     parts: str = "speed,memory,end-to-end"  # speed memory end-to-end sandbox peers threads gpu cpu
     gpu_smoke: bool = False  # gpu part: tiny models and sizes (runs on CPU too), a dry run
     cpu_rows: int = 32  # cpu part: rows of the rollout turn, half on each of two adapters
+    cpu_stage_updates: int = 2  # cpu part: cotrain.py updates timed stage by stage (0: none)
+    cpu_stage_flags: str = ""  # cpu part: more cotrain.py flags there (e.g. '--eval-questions 4')
     end_to_end_updates: int = 2  # timed updates per end-to-end run (after one untimed warm-up)
     end_to_end_scripts: str = "cotrain.py,magrpo.py"  # the scripts the end-to-end part runs
     sandbox_programs: int = 164  # sandbox part: the first N HumanEval problems (164 = all)
@@ -331,6 +335,20 @@ def bench_cpu(args, name, device) -> dict:
           f"({100 * entry['fast']['of_bound']:.0f} %), --no-fast {entry['plain']['tok_s']:.0f} "
           f"tok/s ({100 * entry['plain']['of_bound']:.0f} %)")
     return entry
+
+
+def bench_stages(args, name, device, out: Path) -> dict:
+    """10, second half: python cotrain.py --max-steps --cpu-stage-updates [--cpu-stage-flags] on
+    the model, in this process, its last update and last held-out evaluation timed stage by stage
+    (nanomarl/bench_stages.py; its run folder under --output-dir)."""
+    import cotrain
+    from nanomarl import bench_stages as stages
+
+    flags = ["--dtype", args.dtype, "--seed", str(args.seed), *args.cpu_stage_flags.split()]
+    result = stages.cotrain_stages(cotrain, common, parse_args, name, device,
+                                   args.cpu_stage_updates, flags, out)
+    stages.print_stages(name, result)
+    return result
 
 
 # ----------------------------------------------------------------------------------------------
@@ -888,7 +906,8 @@ def main(args):
                          f"cotrain.py or magrpo.py, got {args.threads_script!r}")
     out = writable_dir(args.output_dir)  # before the benchmark, so its results are never lost
     models = args.models.split(",")
-    count = (len(models) * (len(parts & {"speed", "memory", "cpu"}) + ("peers" in parts))
+    stages = "cpu" in parts and args.cpu_stage_updates > 0 and not args.random_init
+    count = (len(models) * (len(parts & {"speed", "memory", "cpu"}) + ("peers" in parts) + stages)
              + len(parts & {"sandbox", "threads", "gpu", "end-to-end"}))
     bar = tqdm(total=count, desc="bench", unit="part")
 
@@ -913,9 +932,14 @@ def main(args):
                   f"(x{m['adapters_vs_one_adapter']:.2f}), A full copies + AdamW "
                   f"{m['full-copies']['peak_mb']:.0f} (x{m['full_copies_vs_adapters']:.2f} of the "
                   "adapters)")
+    if "cpu" in parts and args.random_init and args.cpu_stage_updates:
+        print("cpu stages: skipped with --random-init (cotrain.py loads its model by name)")
     for name in models if "cpu" in parts else []:
         cpu = run_part(f"cpu roofline on {name}", lambda: bench_cpu(args, name, device))
         report["models"].setdefault(name, {})["cpu"] = cpu
+        if stages:  # where a default update and evaluation spend their time
+            cpu["stages"] = run_part(f"cpu stages on {name}",
+                                     lambda: bench_stages(args, name, device, out))
     if "sandbox" in parts:
         report["sandbox"] = run_part("sandbox", lambda: bench_sandbox(args))
     for name in models if "peers" in parts else []:

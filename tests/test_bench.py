@@ -69,8 +69,8 @@ def test_bench_cpu_roofline_on_the_tiny_model(tmp_path):
     model's own weights and tokens, and each path's fraction of the tighter one."""
     out = tmp_path / "bench"
     result = run_script(["bench.py", "--models", "tiny", "--parts", "cpu", "--cpu-rows", "4",
-                         "--max-new-tokens", "3", "--repeats", "1", "--output-dir", str(out)],
-                        timeout=300)
+                         "--max-new-tokens", "3", "--repeats", "1", "--cpu-stage-updates", "0",
+                         "--output-dir", str(out)], timeout=300)
     assert "== cpu roofline on tiny" in result.stdout + result.stderr
     entry = json.loads((out / "bench.json").read_text())["models"]["tiny"]["cpu"]
     model = common.add_adapters(common.load_model("tiny"), ["agent0", "agent1"], r=8, alpha=16)
@@ -86,3 +86,52 @@ def test_bench_cpu_roofline_on_the_tiny_model(tmp_path):
         seconds = entry[path]["seconds"]["median"]
         assert entry[path]["tok_s"] == pytest.approx(12 / seconds)
         assert entry[path]["of_bound"] == pytest.approx(bound / seconds)
+
+
+def test_bench_cpu_stages_of_a_default_update_and_evaluation(tmp_path):
+    """The cpu part's second half: cotrain.py at its defaults (tiny model, 2 held-out questions)
+    for one update, the update and the held-out evaluation timed stage by stage: every stage of
+    the default path appears, the shares sum to one, the stages' calls are the update's counts,
+    and the generate calls are the rollout's and the evaluation's rows."""
+    out = tmp_path / "bench"
+    result = run_script(["bench.py", "--models", "tiny", "--parts", "cpu", "--cpu-rows", "2",
+                         "--max-new-tokens", "2", "--repeats", "1", "--cpu-stage-updates", "1",
+                         "--cpu-stage-flags", "--eval-questions 2", "--output-dir", str(out)],
+                        timeout=300)
+    assert "== cpu stages on tiny" in result.stdout + result.stderr
+    stages = json.loads((out / "bench.json").read_text())["models"]["tiny"]["cpu"]["stages"]
+    assert stages["command"].startswith("cotrain.py --model tiny --device cpu --max-steps 1")
+    assert len(stages["updates"]) == 1 and len(stages["evaluations"]) == 2  # before and after
+    update, evaluation = stages["update"]["stages"], stages["evaluation"]["stages"]
+    assert list(update) == [  # --advantage group: no values; π_old as sampled: no forward
+        "1 rollout: prompts, decoding, answers", "1 rollout: generate, turn 1",
+        "1 rollout: generate, turn 2", "1 rollout: log-probs and entropy of the samples",
+        "2 scorer", "2-3 format gate, penalties, rewards", "4 reference log-probs: forwards",
+        "5 KL-shaped rewards, advantages", "5 KL check", "6 PPO: forwards", "6 PPO: losses",
+        "6 PPO: backwards", "6 PPO: gradient norms, clipping", "6 PPO: optimiser steps",
+        "6 PPO: shuffle, zero_grad, statistics"]
+    required = ["debate: prompts, decoding, answers", "debate: generate, turn 1",
+                "debate: generate, turn 2", "debate: log-probs and entropy", "debate: metrics",
+                "split controls (arith:split)", "control: prompts, decoding, answers",
+                "control: generate, round 1", "control: log-probs and entropy",
+                "control: collecting the answers", "control: token counts, metrics"]
+    assert set(required) <= set(evaluation) <= set(required) | {"control: generate, round 2"}
+    for record in (stages["update"], stages["evaluation"]):
+        assert sum(s["share"] for s in record["stages"].values()) == pytest.approx(1.0)
+        assert sum(s["seconds"] for s in record["stages"].values()) == pytest.approx(
+            record["seconds"])
+    # 2 epochs x 8 micro-batches of one debate (B 2 x K 4); 2 epochs x one step per agent
+    assert update["6 PPO: backwards"]["calls"] == update["6 PPO: losses"]["calls"] == 16
+    assert update["6 PPO: optimiser steps"]["calls"] == 4
+    assert update["6 PPO: gradient norms, clipping"]["calls"] == 4
+    assert update["2 scorer"]["calls"] == 2 and update["5 KL check"]["calls"] == 1
+    # the timed update sits inside cotrain's own timing/step_s, which also computes its metrics
+    assert stages["update"]["seconds"] <= stages["logged"]["timing/step_s"][0] + 0.01
+    calls = {(c["during"], c["stage"]): c for c in stages["generate_calls"]}
+    for turn in (1, 2):  # 8 debates x 2 agents; 2 questions x 2 agents
+        assert calls[("update 1", f"1 rollout: generate, turn {turn}")]["rows"] == 16
+        assert calls[("evaluation 2", f"debate: generate, turn {turn}")]["rows"] == 4
+    assert calls[("evaluation 2", "control: generate, round 1")]["rows"] == 8  # A x T answers
+    for c in stages["generate_calls"]:
+        assert c["longest"] <= c["steps"] <= 48 and c["without_eos"] <= c["rows"]
+        assert c["generated_tokens"] <= c["rows"] * c["steps"] and c["prompt_tokens"] > 0
