@@ -2,16 +2,18 @@
 agent sees only its own number), which say whether a gain is communication. Each replays turns
 2..T of the greedy debate from its turn 1, on the same adapters, with the partners' words replaced:
   silent    a neutral text of the heard length (neutral_message);
-  shuffled  the partner's real turn-1 message on another problem (in distribution, no information);
+  shuffled  the partner's real turn-1 message on another problem, with three agents never a
+            seat-swap of the same one (in distribution, no information);
   oracle    the sentence the record's views ask for (its "canonical": "My number is Y." in
             arith:split) with the partner's true number: the reader's ceiling;
   wrong     the same sentence with a wrong number (wrong_number), and how often the answer is the
             one computed with the number heard (follows).
 Beside them: the no-information bound (the best answer from one's own number alone, exactly, over
-the record's "numbers"),
-agent 0's turn-1 policy alone on the whole question, and how often an agent's message carries its
-own number (the channel in use). cotrain.py's held-out evaluation and evaluate.py report them
-beside the debate. A learner may skip this module.
+the record's "numbers"), agent 0's turn-1 policy alone on the whole question, and how often an
+agent's message carries its own number (the channel in use). They read the fields every record
+of nanomarl/tasks/split.py carries: "kind", "parts", "canonical" and "numbers". cotrain.py's
+held-out evaluation and evaluate.py report them beside the debate. A learner may skip this
+module.
 """
 from __future__ import annotations
 
@@ -21,11 +23,10 @@ from collections import Counter
 
 import torch
 
-from nanomarl.tasks.split import SPLIT_GOALS, SPLIT_NUMBERS, SPLIT_WORDINGS, split_problem
+from nanomarl.tasks.split import SPLIT_NUMBERS, split_problem
 from nanomarl.tasks.debate_prompts import first_sentence, followup_message
 
 NEUTRAL_WORDS = "I have read the question and I am still thinking about it".split()
-CANONICAL = SPLIT_WORDINGS[0]["canonical"]  # "My number is {}.": arith:split's opening sentence
 CONTROLS = ("shuffled", "oracle", "wrong")  # beside silent: the replays of control_messages
 
 
@@ -79,19 +80,9 @@ def from_second_turn(records: list[dict], debate, show_partner) -> list[dict]:
             for b, r in enumerate(records)]
 
 
-def split_kind(record: dict) -> str:
-    """A split record's operation: its "kind", else the kind of split_problem whose result on its
-    parts is its gold (a sum and a difference of numbers from 1 never agree)."""
-    if "kind" in record:
-        return record["kind"]
-    return next(kind for kind in SPLIT_GOALS
-                if str(split_problem(kind, tuple(record["parts"]))) == record["answer"])
-
-
 def drawn_numbers(record: dict) -> range:
-    """The numbers a split record's parts were drawn from: its "numbers" [lo, hi], else
-    arith:split's SPLIT_NUMBERS."""
-    lo, hi = record.get("numbers", (min(SPLIT_NUMBERS), max(SPLIT_NUMBERS)))
+    """The numbers a split record's parts were drawn from: its "numbers" [lo, hi]."""
+    lo, hi = record["numbers"]
     return range(lo, hi + 1)
 
 
@@ -107,7 +98,7 @@ def heard_result(record: dict, agent: int) -> str:
     what an agent that computes with what the wrong control told it answers."""
     largest = drawn_numbers(record)[-1]
     parts = [x if j == agent else wrong_number(x, largest) for j, x in enumerate(record["parts"])]
-    return str(split_problem(split_kind(record), tuple(parts)))
+    return str(split_problem(record["kind"], tuple(parts)))
 
 
 def no_information_bound(records: list[dict]) -> float:
@@ -117,7 +108,7 @@ def no_information_bound(records: list[dict]) -> float:
     random, scored against the gold; the mean over records and seats."""
     hits, seats, cache = 0.0, 0, {}
     for r in records:
-        kind, parts, drawn = split_kind(r), r["parts"], drawn_numbers(r)
+        kind, parts, drawn = r["kind"], r["parts"], drawn_numbers(r)
         for own in parts:
             key = (kind, own, len(parts), drawn)
             if key not in cache:  # the best answers depend on what the seat sees, nothing else
@@ -129,20 +120,28 @@ def no_information_bound(records: list[dict]) -> float:
     return hits / seats
 
 
+def source_key(record: dict) -> tuple:
+    """A split record's problem as the shuffled control tells problems apart: its kind and its
+    numbers, sorted with three agents or more (there a seat-swap tells an agent its partners' true
+    numbers: 1, 3, 2 tells the agent of 1 in 1, 2, 3 the numbers 3 and 2), in seat order with two
+    (a swap tells each agent its own number, no information)."""
+    parts = record["parts"]
+    return record["kind"], tuple(sorted(parts) if len(parts) > 2 else parts)
+
+
 def shuffled_sources(records: list[dict]) -> list[int]:
-    """For each record, the next one (cyclically) with another question: the problem whose
-    partners' turn-1 messages the shuffled control shows (never the record's own problem; needs
-    two questions)."""
-    n = len(records)
-    return [next(k % n for k in range(b + 1, b + n) if records[k % n]["question"] != r["question"])
-            for b, r in enumerate(records)]
+    """For each record, the next one (cyclically) with another problem (source_key): the one
+    whose partners' turn-1 messages the shuffled control shows, never the record's own problem nor,
+    with three agents or more, a seat-swap of it (needs two problems)."""
+    n, keys = len(records), [source_key(r) for r in records]
+    return [next(k % n for k in range(b + 1, b + n) if keys[k % n] != key)
+            for b, key in enumerate(keys)]
 
 
 def control_messages(records: list[dict], debate, control: str) -> list[list[list[str]]]:
     """[b][a]: what agent a of record b hears from each partner j (in order) in `control`:
-    'oracle', the record's "canonical" sentence (else CANONICAL) with j's number; 'wrong', with
-    wrong_number of it; 'shuffled', j's turn-1 message in `debate` on the record shuffled_sources
-    names."""
+    'oracle', the record's "canonical" sentence with j's number; 'wrong', with wrong_number of it;
+    'shuffled', j's turn-1 message in `debate` on the record shuffled_sources names."""
     sources = shuffled_sources(records) if control == "shuffled" else None
     agents = range(len(records[0]["parts"]))
 
@@ -151,7 +150,7 @@ def control_messages(records: list[dict], debate, control: str) -> list[list[lis
             return debate.responses[sources[b]][0][j]
         r, number = records[b], records[b]["parts"][j]
         told = number if control == "oracle" else wrong_number(number, drawn_numbers(r)[-1])
-        return r.get("canonical", CANONICAL).format(told)
+        return r["canonical"].format(told)
     return [[[said(b, j) for j in agents if j != a] for a in agents] for b in range(len(records))]
 
 
@@ -173,7 +172,7 @@ def control_replays(records: list[dict], first) -> dict[str, list[dict]]:
     (replay_records of control_messages; shuffled only where another problem can be heard)."""
     replays = {"silent": from_second_turn(records, first, neutral_message)}
     for control in CONTROLS:
-        if control != "shuffled" or len({r["question"] for r in records}) > 1:
+        if control != "shuffled" or len({source_key(r) for r in records}) > 1:
             replays[control] = replay_records(records, control_messages(records, first, control))
     return replays
 

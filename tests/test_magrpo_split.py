@@ -14,6 +14,7 @@ from nanomarl.cli import parse_args
 from nanomarl.tasks.debate import load_task
 from nanomarl.tasks.debate_prompts import followup_message
 from nanomarl.tasks.problems import load_problems
+from nanomarl.tasks.split import split_problem_list
 from nanomarl.tasks.split_magrpo import (split_evaluation, split_feedback, split_problems,
                                          split_prompts, split_reward)
 
@@ -32,6 +33,10 @@ def test_the_problems_are_arith_splits_own():
     questions = [p["record"]["question"] for p in train]
     # every training problem once: the 102 distinct questions cotrain.py's training draws hold
     assert len(questions) == len(set(questions)) == 102
+    # in split.py's fixed order, numbered from 0
+    assert [(p["record"]["kind"], tuple(p["record"]["parts"])) for p in train] == \
+        split_problem_list("train")
+    assert [p["id"] for p in train[:2]] == ["arith:split/train/0", "arith:split/train/1"]
     drawn = load_task("arith:split", "train", 1000, seed=0)
     assert set(questions) == {r["question"] for r in drawn}
     assert not set(questions) & {p["record"]["question"] for p in held_out + test}

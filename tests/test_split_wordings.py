@@ -12,7 +12,7 @@ import pytest
 import evaluate
 from nanomarl.cli import parse_args
 from nanomarl.split_controls import (control_messages, heard_result, no_information_bound,
-                                     replay_records, split_kind, wrong_number)
+                                     replay_records, wrong_number)
 from nanomarl.tasks.debate import load_task
 from nanomarl.tasks.debate_prompts import first_sentence, followup_message
 from nanomarl.tasks.split import SPLIT_DATASETS, SPLIT_WORDINGS, split_of_problem
@@ -87,7 +87,7 @@ def test_wide_draws_two_digit_numbers_with_disjoint_splits():
 
 def test_the_controls_say_the_records_own_sentence_and_numbers():
     r = load_task("arith:split-w1", "test", limit=1)[0]
-    assert r["parts"] == [7, 11] and split_kind(r) == "difference"
+    assert r["parts"] == [7, 11] and r["kind"] == "difference"
     debate = SimpleNamespace(responses=[[["I hold 7.", "I hold 11."]]])
     assert control_messages([r], debate, "oracle") == [[["I hold 11."], ["I hold 7."]]]
     assert control_messages([r], debate, "wrong") == [[["I hold 12."], ["I hold 8."]]]

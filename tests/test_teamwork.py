@@ -12,12 +12,13 @@ import torch
 import cotrain
 from common import chat_prompt, load_model
 from nanomarl.models import load_tokenizer
-from nanomarl.split_controls import (CANONICAL, carries_number, control_messages, follows_rates,
+from nanomarl.split_controls import (carries_number, control_messages, follows_rates,
                                      from_second_turn, informative_rates, neutral_message,
                                      no_information_bound, replay_records, shuffled_sources,
                                      split_controls, whole_question, wrong_number)
 from nanomarl.tasks.debate import load_task
 from nanomarl.tasks.debate_prompts import first_sentence, followup_message
+from nanomarl.tasks.split import split_problem_list
 from nanomarl.tasks.teamwork import (listed_items, teamwork_problems, teamwork_prompts,
                                      teamwork_reward)
 from test_common import make_peft
@@ -69,6 +70,23 @@ def test_split_held_out_problems_are_disjoint_from_training_and_fixed():
         [r["question"] for r in test]
     assert [r["question"] for r in load_task("arith:split", "train", limit=20, seed=7)] != \
         [r["question"] for r in train[:20]]
+
+
+def test_the_problem_list_holds_each_problem_of_its_split_once_in_a_fixed_order():
+    lists = {s: split_problem_list(s) for s in ("train", "validation", "test")}
+    assert [len(lists[s]) for s in lists] == [102, 72, 114]
+    # 2 kinds x 12 x 12, each problem in one split with its seat-swap
+    assert len(set(lists["train"] + lists["validation"] + lists["test"])) == 288
+    for kind, parts in lists["train"]:
+        assert (kind, parts[::-1]) in lists["train"]
+    # the sums, then the differences, each in the numbers' order; with three agents, sums only
+    rank = {"sum": 0, "difference": 1}
+    assert lists["train"] == sorted(lists["train"], key=lambda p: (rank[p[0]], p[1]))
+    assert sum(len(split_problem_list(s, num_agents=3)) for s in lists) == 12 ** 3
+    # the records are drawn from it: held out, each problem once
+    for split in ("validation", "test"):
+        records = load_task("arith:split", split)
+        assert sorted((r["kind"], tuple(r["parts"])) for r in records) == sorted(lists[split])
 
 
 def test_carries_number_and_informative_rates_by_hand():
@@ -193,11 +211,13 @@ def test_split_controls_in_the_held_out_evaluation(tmp_path):
         assert row["eval/silent/turn1/agent_accuracy"] == row["eval/turn1/agent_accuracy"]
 
 
-def split_record(kind: str, parts: list[int], question: str = "") -> dict:
-    """A hand-made arith:split record: its gold, parts and a followup per agent."""
+def split_record(kind: str, parts: list[int]) -> dict:
+    """A hand-made arith:split record with the fields of a real one: its gold, kind, parts, drawn
+    numbers (1 to 12), opening sentence, a view and a followup per agent."""
     gold = sum(parts) if kind == "sum" else max(parts) - min(parts)
-    return dict(question=question or f"{kind} {parts}", answer=str(gold), parts=parts, task="math",
-                views=[f"Your number is {x}." for x in parts],
+    return dict(id=f"hand/{kind}/{parts}", task="math", question=f"{kind} {parts}",
+                answer=str(gold), parts=parts, kind=kind, canonical="My number is {}.",
+                numbers=[1, 12], views=[f"Your number is {x}." for x in parts],
                 followups=[f"Your number is {x}. Your partner says: {{said}} Find the {kind}."
                            for x in parts])
 
@@ -255,17 +275,40 @@ def test_the_control_messages_are_the_canonical_sentences_and_the_shuffled_partn
     # the canonical sentence is the one each real view asks its agent to start with
     for r in load_task("arith:split", "test", limit=5):
         for a, x in enumerate(r["parts"]):
-            assert f'Start with "{CANONICAL.format(x)}"' in r["views"][a]
+            assert f'Start with "{r["canonical"].format(x)}"' in r["views"][a]
 
 
 def test_the_shuffled_source_is_never_the_same_problem():
-    records = [split_record("sum", [1, 2], "q0"), split_record("sum", [1, 2], "q0"),
-               split_record("sum", [4, 2], "q1"), split_record("difference", [4, 2], "q2")]
+    records = [split_record("sum", [1, 2]), split_record("sum", [1, 2]),
+               split_record("sum", [4, 2]), split_record("difference", [4, 2])]
     assert shuffled_sources(records) == [2, 2, 3, 0]
     held = load_task("arith:split", "test", limit=40)
     sources = shuffled_sources(held)
     assert sources == [(b + 1) % 40 for b in range(40)]  # each problem once: roll by one
     assert all(held[s]["question"] != r["question"] for s, r in zip(sources, held))
+
+
+def test_a_seat_swap_is_never_a_shuffled_source():
+    # three agents: from 1 + 3 + 2, agent 0 of 1 + 2 + 3 would hear 2 and 3, its partners' true
+    # numbers; 3 + 2 + 1 and 2 + 1 + 3 are the same problem too; 1 + 2 + 4 is another
+    records = [split_record("sum", [1, 2, 3]), split_record("sum", [1, 3, 2]),
+               split_record("sum", [3, 2, 1]), split_record("sum", [1, 2, 4]),
+               split_record("sum", [2, 1, 3])]
+    assert shuffled_sources(records) == [3, 3, 3, 4, 3]
+    debate = SimpleNamespace(responses=[[[f"My number is {x}." for x in r["parts"]]]
+                                        for r in records])
+    heard = control_messages(records, debate, "shuffled")
+    assert heard[0][0] == ["My number is 2.", "My number is 4."]  # 1 + 2 + 4's partners
+    # two agents: from 5 + 3, the agent of 3 in 3 + 5 hears 3, its own number: a source
+    assert shuffled_sources([split_record("sum", [3, 5]), split_record("sum", [5, 3]),
+                             split_record("sum", [3, 5])]) == [1, 2, 1]
+    # the held-out problems of three agents: the next one, unless it is a seat-swap
+    held = load_task("arith:split", "test", limit=None, num_agents=3)
+    sources = shuffled_sources(held)
+    numbers = [sorted(r["parts"]) for r in held]
+    assert all(numbers[s] != numbers[b] for b, s in enumerate(sources))
+    swaps = [b for b in range(len(held) - 1) if numbers[b + 1] == numbers[b]]
+    assert swaps and all(sources[b] == b + 2 for b in swaps)
 
 
 def test_follows_counts_the_answers_computed_with_the_heard_number():
@@ -306,10 +349,10 @@ def test_split_controls_replay_every_control_from_the_played_turn_1():
     assert [n for n, _ in calls] == [names[1:]] * 4 + [[names[0][:1]]]
     silent, shuffled, oracle, wrong = (played for _, played in calls[:4])
     heard = {"shuffled": control_messages(records, debate, "shuffled"),
-             "oracle": [[[CANONICAL.format(r["parts"][1 - a])] for a in range(2)]
+             "oracle": [[[r["canonical"].format(r["parts"][1 - a])] for a in range(2)]
                         for r in records],
-             "wrong": [[[CANONICAL.format(wrong_number(r["parts"][1 - a]))] for a in range(2)]
-                       for r in records]}
+             "wrong": [[[r["canonical"].format(wrong_number(r["parts"][1 - a]))]
+                        for a in range(2)] for r in records]}
     for control, played in (("shuffled", shuffled), ("oracle", oracle), ("wrong", wrong)):
         for b, r in enumerate(records):
             for t in range(2):  # turns 2 and 3

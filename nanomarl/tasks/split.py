@@ -81,36 +81,28 @@ def split_problem(kind: str, parts: tuple[int, ...]) -> int:
     return sum(parts) if kind == "sum" else max(parts) - min(parts)
 
 
-def arith_split_records(n: int, split: str, seed: int = 0, num_agents: int = 2,
-                        name: str = "arith:split") -> list[dict]:
-    """arith:split, information split between the agents: a sum (or, with two agents, a
-    difference) of one number per agent (SPLIT_NUMBERS), where agent a's view shows only its own
-    number (the record's "views", one turn-1 message per agent; "followups", its message at a later
-    turn, the partners' words filled in as {said}) and "question" shows them all (the control of
-    one agent that sees everything). The gold is the full result. A question's split is a hash of
-    its kind and numbers, so the held-out splits share no problem with training in any wording or
-    seat order (split_of_problem); n training records are drawn with repetition from the training
-    problems, the held-out splits hold each problem once (seeded order). `name`, a key of
-    SPLIT_DATASETS, sets the wording and the numbers; every record keeps what its controls read:
-    "kind", "canonical" (the opening sentence its views ask for) and "numbers" ([lo, hi] drawn)."""
-    if split not in ("train", "test", "validation"):
-        arg_error("--dataset", f"{name} has splits train, test, validation; got {split!r}")
+def split_problem_list(split: str, num_agents: int = 2,
+                       name: str = "arith:split") -> list[tuple[str, tuple[int, ...]]]:
+    """The distinct problems (kind, parts) of one split of a SPLIT_DATASETS name, in a fixed
+    order: the kinds (sum, then difference; with more than two agents, sum only), each with its
+    parts in itertools.product order. A problem's split is split_of_problem's."""
+    drawn = SPLIT_DATASETS[name][1]
+    kinds = ["sum", "difference"] if num_agents == 2 else ["sum"]
+    return [(kind, parts) for kind in kinds
+            for parts in itertools.product(drawn, repeat=num_agents)
+            if split_of_problem(kind, parts) == split]
+
+
+def problem_records(problems: list[tuple[str, tuple[int, ...]]], split: str,
+                    name: str = "arith:split") -> list[dict]:
+    """The records of `problems` (kind, parts), in order: record i has the id name/split/i; `name`
+    sets the wording and the numbers its controls read (arith_split_records)."""
     wording, drawn = SPLIT_DATASETS[name]
     words = SPLIT_WORDINGS[wording]
-    kinds = ["sum", "difference"] if num_agents == 2 else ["sum"]
-    problems = [(kind, parts) for kind in kinds
-                for parts in itertools.product(drawn, repeat=num_agents)
-                if split_of_problem(kind, parts) == split]
-    # the same seeds in every variant: -w1 and -w2 hold arith:split's problems in its order
-    if split != "train":  # held out: each problem once, in an order no training seed changes
-        random.Random(f"arith:split-{split}-{num_agents}").shuffle(problems)
-        problems = problems[:n]
-    else:
-        rng = random.Random(f"arith:split-{seed}-{num_agents}")
-        problems = [rng.choice(problems) for _ in range(n)]
-    fill = {key: pair[num_agents > 2] for key, pair in words["partners"].items()}
     records = []
     for i, (kind, parts) in enumerate(problems):
+        num_agents = len(parts)
+        fill = {key: pair[num_agents > 2] for key, pair in words["partners"].items()}
         goal = words["goals"][kind].format(count="two" if num_agents == 2 else num_agents)
         numbers = ", ".join(map(str, parts))
         records.append(dict(
@@ -120,3 +112,29 @@ def arith_split_records(n: int, split: str, seed: int = 0, num_agents: int = 2,
             followups=[words["followup"].format(goal=goal, own=x, **fill) for x in parts],
             kind=kind, canonical=words["canonical"], numbers=[min(drawn), max(drawn)]))
     return records
+
+
+def arith_split_records(n: int, split: str, seed: int = 0, num_agents: int = 2,
+                        name: str = "arith:split") -> list[dict]:
+    """arith:split, information split between the agents: a sum (or, with two agents, a
+    difference) of one number per agent (SPLIT_NUMBERS), where agent a's view shows only its own
+    number (the record's "views", one turn-1 message per agent; "followups", its message at a later
+    turn, the partners' words filled in as {said}) and "question" shows them all (the control of
+    one agent that sees everything). The gold is the full result. A question's split is a hash of
+    its kind and numbers, so the held-out splits share no problem with training in any wording or
+    seat order (split_of_problem); n training records are drawn with repetition from the training
+    problems (split_problem_list), the held-out splits hold each problem once (seeded order).
+    `name`, a key of SPLIT_DATASETS, sets the wording and the numbers; every record keeps what its
+    controls read: "kind", "canonical" (the opening sentence its views ask for) and "numbers" ([lo,
+    hi] drawn)."""
+    if split not in ("train", "test", "validation"):
+        arg_error("--dataset", f"{name} has splits train, test, validation; got {split!r}")
+    problems = split_problem_list(split, num_agents, name)
+    # the same seeds in every variant: -w1 and -w2 hold arith:split's problems in its order
+    if split != "train":  # held out: each problem once, in an order no training seed changes
+        random.Random(f"arith:split-{split}-{num_agents}").shuffle(problems)
+        problems = problems[:n]
+    else:
+        rng = random.Random(f"arith:split-{seed}-{num_agents}")
+        problems = [rng.choice(problems) for _ in range(n)]
+    return problem_records(problems, split, name)

@@ -11,11 +11,12 @@ its joint reward is 0, so by MAGRPO's return R = r + γ·mean(child returns) the
 joint action is γ times the mean team correctness of the G turn-2 joint actions played after it,
 the children's mean in place of the one continuation of cotrain.py's final-mean rule.
 
-A problem is {id, kind 'split', record}: the record is arith:split's own (load_task), untouched, so
-split_controls.py reads it as it reads cotrain.py's. Training: the distinct training problems, each
-once; held out: the validation split (--dataset arith:split:test: the test split), the problems and
-the order of cotrain.py's --eval-split. split_evaluation plays both turns greedily with the
-controls of split_controls.py, under cotrain.py's metric names.
+A problem is {id, kind 'split', record}: the record is arith:split's own (nanomarl/tasks/split.py),
+untouched, so split_controls.py reads it as it reads cotrain.py's. Training: the distinct training
+problems, each once, in split.py's fixed order; held out: the validation split (--dataset
+arith:split:test: the test split), the problems and the order of cotrain.py's --eval-split.
+split_evaluation plays both turns greedily with the controls of split_controls.py, under
+cotrain.py's metric names.
 """
 from __future__ import annotations
 
@@ -26,22 +27,18 @@ from nanomarl.split_controls import (carries_number, channel_metrics, control_re
                                      follows_rates, no_information_bound, whole_question)
 from nanomarl.tasks.debate import load_task
 from nanomarl.tasks.debate_prompts import first_message, first_sentence, followup_message
+from nanomarl.tasks.split import problem_records, split_problem_list
 
 SPLIT_ROLES = ["first", "second"]  # agent a holds the record's parts[a]
-TRAIN_DRAWS = 4000  # training records drawn (with repetition) to collect every training problem
-# (arith:split's 102; --seed orders them through magrpo.py's step_indices, never changes them)
 
 
 def split_problems(split: str, held_out: str = "validation") -> list[dict]:
-    """magrpo.py's problems of arith:split: 'train', its distinct training problems in the order
-    load_task first draws them; 'eval', every problem of the `held_out` split in load_task's order.
-    Each is {id (the record's), kind 'split', record (load_task's record)}."""
+    """magrpo.py's problems of arith:split: 'train', its distinct training problems (102) in
+    split_problem_list's fixed order (--seed orders them through magrpo.py's step_indices); 'eval',
+    every problem of the `held_out` split in load_task's order. Each is {id (the record's), kind
+    'split', record (arith:split's record)}."""
     if split == "train":
-        records, seen = [], set()
-        for record in load_task("arith:split", "train", TRAIN_DRAWS, seed=0):
-            if record["question"] not in seen:
-                seen.add(record["question"])
-                records.append(record)
+        records = problem_records(split_problem_list("train"), "train")
     else:
         records = load_task("arith:split", held_out)
     return [dict(id=record["id"], kind="split", record=record) for record in records]
