@@ -224,8 +224,9 @@ def pairings_table(summary: dict) -> str:
     legend = "; ".join(f"{label} = {source}" for source, label in names.items() if source != BASE)
     return ("\n".join(lines) + f"\n\nHeld-out {summary['dataset']} {summary['split']} questions "
             f"({len(summary['questions'])}), greedy: the speakers' turn-1 adapters write the "
-            "turn-1 messages, the readers' adapters of the later turns answer (base: no adapter). "
-            "The controls replace what the readers hear (nanomarl/split_controls.py); whole "
-            "question: the speakers' agent 0 alone at turn 1."
+            "turn-1 messages, the readers' adapters of the later turns answer (base: no adapter)."
+            + (" The controls replace what the readers hear (nanomarl/split_controls.py); whole "
+               "question: the speakers' agent 0 alone at turn 1." if "whole question" in matrices
+               else "")
             + (f" No-information bound: {100 * bound:.1f} %." if bound is not None else "")
             + (f" {legend}." if legend else "") + "\n")

@@ -138,6 +138,8 @@ def test_no_split_controls_plays_the_same_debates_alone(runs, tmp_path):
     assert set(bare["matrices"]) == {"turn 1", "turn 2", "agent 0 turn 2", "agent 1 turn 2"}
     bound = metrics["split_controls"]["eval/no_information_bound"]
     assert bare["no_information_bound"] == full["no_information_bound"] == bound
+    assert "The controls replace" in (tmp_path / "full" / "results.md").read_text()
+    assert "The controls replace" not in (tmp_path / "bare" / "results.md").read_text()
 
 def test_bad_pairings_are_refused_before_a_model_loads(runs, tmp_path, monkeypatch, capsys):
     def refuse(*args, **kwargs):
