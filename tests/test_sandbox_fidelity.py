@@ -2,7 +2,8 @@
 throwaway process) on four hand-written programs for HumanEval/0, each verdict known by hand: a
 right program passes all 7 tests, `return False` passes exactly the 3 tests that expect False, a
 program that raises fails all 7, and one that loops times out on 3 tests (the tests' shared budget
-of 3 timeouts) and fails the 4 it never runs. Offline, no model."""
+of 3 timeouts) and fails the 4 it never runs. Offline; the batched sampling on the tiny model."""
+import argparse
 import importlib.util
 from pathlib import Path
 
@@ -53,3 +54,42 @@ def test_disagreements_are_sorted_by_kind():
     assert fidelity.kind([F, F], [P, F]) == "plain-only"
     assert fidelity.kind([P, F], [F, P]) == "mixed"
     assert fidelity.kind([T, P], [P, P]) == "timeout"
+
+
+def _sampling(**changes) -> argparse.Namespace:
+    """The script's sampling flags on the tiny model, 8 new tokens a completion."""
+    flags = dict(sample=3, model="tiny", batch=4, max_new_tokens=8, temperature=0.5, top_p=0.9,
+                 top_k=50, threads=1, seed=0, dtype="float32")
+    return argparse.Namespace(**{**flags, **changes})
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_batched_sampling_returns_one_program_per_pick_alternating_humaneval_and_minicode(dtype):
+    problems = fidelity.code_problems()
+    programs = fidelity.sampled_programs(problems, _sampling(sample=5, batch=4, dtype=dtype))
+    assert len(programs) == 5  # 10 completions: 3 generate calls of 4, 4 and 2 rows
+    assert [p["problem"].split("/")[0] for p in programs] == ["HumanEval", "minicode"] * 2 + [
+        "HumanEval"]
+    for p in programs:
+        assert set(p) == {"problem", "aux", "main", "source"} and p["source"] == "tiny"
+        assert p["problem"] in problems
+        assert len(p["aux"]) <= 8 and len(p["main"]) <= 8  # byte tokens: 8 new ones at most
+    assert sum(len(p["aux"]) + len(p["main"]) for p in programs) > 0
+    again = fidelity.sampled_programs(problems, _sampling(sample=5, batch=4, dtype=dtype))
+    assert again == programs  # the same --seed and --batch: the same programs
+
+
+def test_each_completion_comes_from_its_own_prompt_at_any_batch_size():
+    from common import load_model
+    from nanomarl.models import load_tokenizer
+    problems = fidelity.code_problems()
+    tokenizer, model = load_tokenizer("tiny"), load_model("tiny")
+    picks = ["HumanEval/12", "minicode/digits/digit_sum", "HumanEval/0"]
+    prompts = fidelity.program_prompts(tokenizer, problems, picks)
+    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    assert len(prompts) == 6 and [len(x) for x in ids] != sorted(len(x) for x in ids)  # reordered
+    assert "Create a helper" in prompts[0] and "Solve this coding" in prompts[1]  # aux, main
+    for batch in (1, 4):
+        out = fidelity.sample_completions(model, tokenizer, prompts, _sampling(batch=batch))
+        assert [query for query, _ in out] == ids  # each row read its own prompt, in order
+        assert all(len(text) <= 8 for _, text in out)

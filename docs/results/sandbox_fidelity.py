@@ -15,10 +15,14 @@ fails), `plain-only` (the reverse) or `mixed`.
 The programs: each distinct code joint action (aux, main) on a minicode or HumanEval problem in the
 committed samples.jsonl files under docs/results/, and with --sample N, N more sampled from --model
 (the task's prompts in the chat template, magrpo.py's sampling defaults), alternately on a
-HumanEval and a minicode problem. Writes --output (the table and every disagreement) and a .json.
+HumanEval and a minicode problem. The sampling is batched: --batch completions (aux and main
+prompts alike) per generate call, taken in order of prompt length so that a call pads little; the
+same --seed and --batch sample the same programs. --dtype bfloat16 samples from bf16 weights (the
+logits in fp32, as magrpo.py --dtype bfloat16 does): faster where the CPU has bf16 matrix units.
+Writes --output (the table and every disagreement) and a .json.
 
   python docs/results/sandbox_fidelity.py                 # the committed samples
-  HF_HUB_OFFLINE=1 python docs/results/sandbox_fidelity.py --sample 1000
+  HF_HUB_OFFLINE=1 python docs/results/sandbox_fidelity.py --sample 1000 --batch 32
 
 Generated code runs only in the sandbox or in the throwaway subprocess, never in this process.
 """
@@ -109,33 +113,62 @@ def committed_programs(problems: dict) -> tuple[list[dict], list[str]]:
     return programs, files
 
 
+def program_prompts(tokenizer, problems: dict, picks: list[str]) -> list[str]:
+    """Each picked problem's aux and main prompts, in that order, in the chat template."""
+    from common import chat_prompt
+    from nanomarl.tasks.kinds import format_prompts
+    return [chat_prompt(tokenizer, [{"role": "user", "content": text}])
+            for pid in picks for text in format_prompts(problems[pid])]  # aux, main
+
+
+def sample_completions(model, tokenizer, prompts: list[str], args) -> list[tuple[list, str]]:
+    """(the prompt's token ids as the model read them, its completion) per prompt, in the prompts'
+    order. --batch rows per generate call, the rows taken in order of prompt length (a call pads
+    little); magrpo.py's sampling: --temperature, --top-p, --top-k, --max-new-tokens, the model's
+    stop tokens, no other logits processor. The same --seed and --batch give the same texts."""
+    import torch
+
+    from common import (NO_PROCESSORS, fp32_head, response_mask_from_ids, stop_token_ids,
+                        tokenize_prompts)
+    stops = stop_token_ids(tokenizer, model)
+    lengths = [len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+    order = sorted(range(len(prompts)), key=lengths.__getitem__)  # stable: ties keep their order
+    done = [None] * len(prompts)
+    for start in range(0, len(order), args.batch):
+        rows = order[start:start + args.batch]
+        ids, mask = tokenize_prompts(tokenizer, [prompts[i] for i in rows], model.device)
+        with torch.no_grad(), fp32_head(model):
+            out = model.generate(input_ids=ids, attention_mask=mask,
+                                 max_new_tokens=args.max_new_tokens, eos_token_id=stops,
+                                 pad_token_id=tokenizer.pad_token_id, do_sample=True,
+                                 temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                                 **NO_PROCESSORS)
+        response = out[:, ids.shape[1]:]
+        keep, _ = response_mask_from_ids(response, stops)  # up to and with the first stop token
+        for i, query, used, ids_out, kept in zip(rows, ids, mask, response, keep):
+            done[i] = (query[used.bool()].tolist(),
+                       tokenizer.decode(ids_out[kept.bool()], skip_special_tokens=True))
+        print(f"sampled {start + len(rows)}/{len(prompts)} completions", flush=True)
+    return done
+
+
 def sampled_programs(problems: dict, args) -> list[dict]:
     """args.sample joint actions of --model, alternately on a HumanEval and a minicode problem."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    from common import chat_prompt, generate, load_model
+    from common import load_model
     from nanomarl.models import load_tokenizer
-    from nanomarl.tasks.kinds import format_prompts
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-    model, tokenizer = load_model(args.model), load_tokenizer(args.model)
+    model, tokenizer = load_model(args.model, args.dtype), load_tokenizer(args.model)
     rng = random.Random(args.seed)
     pools = [[p for p in problems if p.startswith(s)] for s in ("HumanEval/", "minicode/")]
     picks = [rng.choice(pools[i % 2]) for i in range(args.sample)]
-    programs = []
-    for start in range(0, len(picks), args.batch_size):
-        chunk = picks[start:start + args.batch_size]
-        prompts = [chat_prompt(tokenizer, [{"role": "user", "content": text}])
-                   for pid in chunk for text in format_prompts(problems[pid])]  # aux, main
-        out = generate(model, tokenizer, prompts, None, args.max_new_tokens, args.temperature,
-                       args.top_p, args.top_k)
-        texts = [tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
-                 for ids, mask in zip(out["response_ids"], out["response_mask"])]
-        programs += [dict(problem=pid, aux=texts[2 * k], main=texts[2 * k + 1], source=args.model)
-                     for k, pid in enumerate(chunk)]
-        print(f"sampled {len(programs)}/{len(picks)}", flush=True)
-    return programs
+    prompts = program_prompts(tokenizer, problems, picks)
+    texts = [text for _, text in sample_completions(model, tokenizer, prompts, args)]
+    return [dict(problem=pid, aux=texts[2 * k], main=texts[2 * k + 1], source=args.model)
+            for k, pid in enumerate(picks)]
 
 
 def judge_sandbox(problem: dict, aux: str, main: str, timeout: float, memory_mb: int = 512):
@@ -217,9 +250,12 @@ def report(results: list[dict], collected: int, files: list[str], args) -> tuple
                    tests_agreeing=sum(s == p for s, p in pairs), solved_sandbox=solved[0],
                    solved_plain=solved[1], **{f"programs_{k}": n for k, n in count.items()},
                    sampled=args.sample, model=args.model if args.sample else None,
+                   batch=args.batch if args.sample else None,
+                   dtype=args.dtype if args.sample else None,
                    seed=args.seed, timeout=args.timeout)
     rate = f" ({count['agree'] / len(results):.2%})" if results else ""
-    flags = f" --sample {args.sample} --seed {args.seed}" if args.sample else ""
+    flags = f" --sample {args.sample} --batch {args.batch} --seed {args.seed}" * bool(args.sample)
+    flags += f" --dtype {args.dtype}" * bool(args.sample and args.dtype != "float32")
     lines = ["# Sandbox fidelity on real programs", "",
              f"`python docs/results/sandbox_fidelity.py{flags}`: {collected} programs "
              f"({len(files)} committed samples.jsonl files read, {args.sample} sampled), "
@@ -248,7 +284,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sample", type=int, default=0, help="programs to sample from --model")
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--batch-size", type=int, default=8, help="programs per generate call")
+    parser.add_argument("--batch", type=int, default=32, help="completions per generate call")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="the model's weights (magrpo.py's default: float32)")
     parser.add_argument("--max-new-tokens", type=int, default=96)  # magrpo.py's defaults
     parser.add_argument("--temperature", type=float, default=0.5)
     parser.add_argument("--top-p", type=float, default=0.9)
@@ -265,7 +303,8 @@ def main():
     if args.sample:
         start = time.monotonic()
         programs += sampled_programs(problems, args)
-        print(f"sampling: {time.monotonic() - start:.0f} s")
+        seconds = time.monotonic() - start
+        print(f"sampling: {seconds:.0f} s ({args.sample / seconds * 60:.1f} programs a minute)")
     start, results = time.monotonic(), []
     for n, item in enumerate(programs, 1):
         if (result := judge(item, problems, args.timeout)) is not None:
