@@ -47,7 +47,8 @@ Choices of ours (the papers' evaluation code is not public, or does not cover th
 exact method definitions and the outputs: docs/evaluation_details.md.
 
 CPU smoke runs with the tiny random model (it cannot answer, so every number is 0):
-python evaluate.py --model tiny --limit 4 --max-new-tokens 16 --sft-questions 4
+python evaluate.py --model tiny --limit 4 --max-new-tokens 16 \\
+    --sft-questions 4
 python evaluate.py --model tiny --limit 4 --max-new-tokens 16 \\
     --methods offtheshelf,sc-base --dataset reasoning-gym:basic_arithmetic
 python evaluate.py --mode magrpo --model tiny --limit 2 --num-samples 2 \\
@@ -153,8 +154,7 @@ class Args:
     num_agents: int = 3  # A (the paper trains with 2 and evaluates with 3)
     num_turns: int = 3  # T
     batch_size: int = 16  # debates per generate call (each call holds batch_size x A rows)
-    generate_batch_size: int = 0  # rows per generate call (0: a chunk's debates in one call, a
-    # control's A x --batch-size rows)
+    generate_batch_size: int = 0  # rows a generate call (0: a chunk's debates, A x --batch-size)
     prompt_style: Literal["short", "default", "phi3"] = "short"  # debate prompts, as cotrain.py
     feedback_in_prompt: bool = False  # agents read a verifier's scores of earlier answers
     verifier: str = ""  # train_verifier.py run folder, for --feedback-in-prompt
