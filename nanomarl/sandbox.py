@@ -152,6 +152,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -232,11 +233,21 @@ def parse_report(report: bytes, nonce: str, result: dict) -> dict:
     return result
 
 
+PARSING = threading.Lock()  # ast.parse from parallel_map's threads: CPython 3.11 can fail with a
+# SystemError ("AST constructor recursion depth mismatch") when two threads parse at once
+
+
+def parse_body(source: str) -> list:
+    """The top-level statements of source ([] when blank), one thread at a time."""
+    with PARSING:
+        return ast.parse(source).body if source.strip() else []
+
+
 def top_level(source: str) -> tuple[list[str], list[str]]:
     """(the names a module's top-level defs and classes define, the modules its top-level import
     statements import); ([], []) if it does not parse."""
     try:
-        body = ast.parse(source).body if source.strip() else []
+        body = parse_body(source)
     except (SyntaxError, ValueError):
         return [], []
     defined = [node.name for node in body if isinstance(
@@ -251,7 +262,7 @@ def declared_classes(context: str) -> list[str]:
     """The classes the context (the task's prompt) defines at its top level: a program's instance
     of one is a value, rebuilt from its state in the test process."""
     try:
-        body = ast.parse(context).body if context.strip() else []
+        body = parse_body(context)
     except (SyntaxError, ValueError):
         return []
     return [node.name for node in body if isinstance(node, ast.ClassDef)]
