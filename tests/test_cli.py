@@ -341,6 +341,8 @@ RECIPES = {  # recipe -> (script, settings it must give: the paper-scale command
     "maporl-split": (cotrain, dict(dataset="arith:split", max_new_tokens=40, min_response_tokens=4,
                                    eval_self_consistency=False, reward_rule="final-mean",
                                    max_steps=30, lr_decay_steps=30)),
+    "maporl-split-words": (cotrain, dict(dataset="arith:split-mix", max_new_tokens=40,
+                                         reward_rule="final-mean", max_steps=30)),
     "magrpo-teamwork": (magrpo, dict(dataset="teamwork", max_new_tokens=16, eval_problems=40,
                                       joint_mode="cross")),
     "magrpo-split": (magrpo, dict(dataset="arith:split", turns=2, max_new_tokens=40,

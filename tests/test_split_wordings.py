@@ -1,8 +1,9 @@
-"""arith:split's held-out variants: the same records in two other wordings (arith:split-w1, -w2) and
-two-digit numbers (arith:split-wide). Each view holds only its agent's number and asks for its own
-opening sentence; the records equal arith:split's apart from the words; the controls read the
-sentence and the numbers from the record; arith:split's own words are fixed; a run trained on
-arith:split is evaluated on them."""
+"""arith:split's variants: the same records in two held-out wordings (arith:split-w1, -w2), in
+two-digit numbers (arith:split-wide) and in three training wordings cycled by record
+(arith:split-mix). Each view holds only its agent's number and asks for its own opening sentence;
+the records equal arith:split's apart from the words; the controls read the sentence and the
+numbers from the record; arith:split's own words are fixed; a run trained on arith:split is
+evaluated on them."""
 import json
 import re
 from types import SimpleNamespace
@@ -24,9 +25,9 @@ WORDS = ("id", "question", "views", "followups", "canonical")  # what a wording 
 @pytest.mark.parametrize("name", list(SPLIT_DATASETS))
 def test_each_view_holds_only_its_own_number_and_asks_for_its_sentence(name, num_agents):
     records = load_task(name, "test", limit=60, num_agents=num_agents)
-    wording, drawn = SPLIT_DATASETS[name]
-    canonical = SPLIT_WORDINGS[wording]["canonical"]
-    for r in records:
+    wordings, drawn = SPLIT_DATASETS[name]
+    for i, r in enumerate(records):
+        canonical = SPLIT_WORDINGS[wordings[i % len(wordings)]]["canonical"]
         assert r["canonical"] == canonical and r["numbers"] == [min(drawn), max(drawn)]
         assert r["id"].startswith(f"{name}/test/")
         for a, own in enumerate(r["parts"]):
@@ -196,3 +197,102 @@ def test_a_run_trained_on_arith_split_is_evaluated_on_the_variants(tmp_path, tin
     assert pairings["dataset"] == "arith:split-wide" and len(pairings["questions"]) == 2
     assert "oracle turn 2" in pairings["matrices"]
     assert "the pairings play arith:split-wide (typed)" in capsys.readouterr().out
+
+
+MIX = (0, 3, 4)  # arith:split-mix's training wordings, record i in MIX[i % 3]
+
+
+def test_mix_cycles_its_training_wordings_by_record_index():
+    first = load_task("arith:split-mix", "train", 3)
+    assert [(r["parts"], r["kind"], r["canonical"]) for r in first] == [
+        ([10, 12], "sum", "My number is {}."), ([3, 4], "sum", "I was given {}."),
+        ([3, 8], "difference", "My card shows {}.")]
+    assert first[1]["views"][0] == (
+        "The number 3 is yours, and the other number is known only to your partner. Make \"I was "
+        "given 3.\" your first sentence, so that your partner can hear your number. The task: "
+        "calculate the result of adding every number together. Write out each step and close with "
+        "\"The answer is\" and the number.")
+    assert followup_message(first[1], 1, ["I was given 3. Then 7."]) == (
+        "The number 4 is yours. From your partner: \"I was given 3.\" Calculate the result of "
+        "adding every number together. Your reply opens with \"Using 4 and\" followed by the "
+        "number you received, writes out each step and closes with \"The answer is\" and the "
+        "number.")
+    assert first[2]["views"][1] == (
+        "Your reply must end with \"The answer is\" and the number, and its first sentence must "
+        "be \"My card shows 8.\" You drew a card with 8 on it and your partner drew the other "
+        "card; no one sees another's card. The team wants the gap between the two cards (high "
+        "card minus low card): work it out step by step from what the other card shows.")
+    assert first[2]["question"] == ("The cards read 3, 8. What is the gap between the two cards "
+                                    "(high card minus low card)?")
+    base = load_task("arith:split", "train", 300, 3)
+    mix = load_task("arith:split-mix", "train", 300, 3)
+    assert [r["id"] for r in mix] == [f"arith:split-mix/train/{i}" for i in range(300)]
+    for i, (r, b) in enumerate(zip(mix, base)):
+        words = SPLIT_WORDINGS[MIX[i % 3]]
+        fill = {key: pair[0] for key, pair in words["partners"].items()}
+        goal = words["goals"][r["kind"]].format(count="two")
+        assert r["canonical"] == words["canonical"]
+        assert r["views"] == [words["view"].format(goal=goal, own=x, **fill) for x in r["parts"]]
+        assert r["followups"] == [words["followup"].format(goal=goal, own=x, **fill)
+                                  for x in r["parts"]]
+        assert split_of_problem(r["kind"], tuple(r["parts"])) == "train"
+        # arith:split's problem drawn in its order; in wording 0, arith:split's record
+        assert {k: v for k, v in r.items() if k not in WORDS} == \
+            {k: v for k, v in b.items() if k not in WORDS}
+        if i % 3 == 0:
+            assert dict(r, id=b["id"]) == b
+
+
+@pytest.mark.parametrize("num_agents", [2, 3])
+@pytest.mark.parametrize("split", ["validation", "test"])
+def test_mix_holds_out_arith_splits_problems_in_its_order(split, num_agents):
+    base = load_task("arith:split", split, None, num_agents=num_agents)
+    mix = load_task("arith:split-mix", split, None, 5, num_agents=num_agents)  # no seed changes it
+    assert len(mix) == len(base) == {("validation", 2): 72, ("test", 2): 114}.get(
+        (split, num_agents), len(base))
+    assert [(r["parts"], r["kind"], r["answer"], r["numbers"]) for r in mix] == \
+        [(r["parts"], r["kind"], r["answer"], r["numbers"]) for r in base]
+    assert [r["canonical"] for r in mix] == [SPLIT_WORDINGS[MIX[i % 3]]["canonical"]
+                                             for i in range(len(mix))]
+    assert mix[0] == dict(base[0], id=f"arith:split-mix/{split}/0")  # wording 0
+
+
+def test_the_training_wordings_ask_for_their_own_sentence():
+    canonicals = [w["canonical"] for w in SPLIT_WORDINGS]
+    assert canonicals == ["My number is {}.", "I hold {}.", "Mine is {}.", "I was given {}.",
+                          "My card shows {}."]
+    openings = [first_sentence(w["view"]) for w in SPLIT_WORDINGS]
+    # pairwise distinct: sentences, openings, goals, questions
+    assert len(set(canonicals)) == len(set(openings)) == 5
+    assert len({w["goals"][k] for w in SPLIT_WORDINGS for k in ("sum", "difference")}) == 10
+    assert len({w["question"] for w in SPLIT_WORDINGS}) == 5
+    for words in SPLIT_WORDINGS[3:]:
+        assert set(words) == set(SPLIT_WORDINGS[0]) and set(words["goals"]) == {"sum", "difference"}
+        assert all(len(pair) == 2 for pair in words["partners"].values())
+        fill = {key: pair[0] for key, pair in words["partners"].items()}
+        view = words["view"].format(goal="G", own=9, **fill)
+        assert f'"{words["canonical"].format(9)}"' in view and '"The answer is"' in view
+        followup = words["followup"].format(goal="G", own=9, **fill)
+        assert "{said}" in followup and '"The answer is"' in followup
+
+
+def test_the_controls_say_the_training_wordings_own_sentences():
+    records = load_task("arith:split-mix", "validation", limit=3)
+    r3, r4 = records[1], records[2]  # wordings 3 and 4
+    assert (r3["parts"], r3["kind"], r4["parts"], r4["kind"]) == ([3, 4], "difference", [5, 3],
+                                                                  "sum")
+    debate = SimpleNamespace(responses=[[["I was given 3.", "I was given 4."]]])
+    assert control_messages([r3], debate, "oracle") == [[["I was given 4."], ["I was given 3."]]]
+    assert control_messages([r3], debate, "wrong") == [[["I was given 5."], ["I was given 4."]]]
+    replayed = replay_records([r3], control_messages([r3], debate, "wrong"))[0]
+    assert replayed["views"][0].startswith('The number 3 is yours. From your partner: "I was '
+                                           'given 5." Calculate')
+    assert [heard_result(r3, a) for a in range(2)] == ["2", "0"]  # 5 - 3, 4 - 4
+    assert control_messages([r4], debate, "oracle") == [[["My card shows 3."],
+                                                         ["My card shows 5."]]]
+    assert control_messages([r4], debate, "wrong") == [[["My card shows 4."],
+                                                        ["My card shows 6."]]]
+    replayed = replay_records([r4], control_messages([r4], debate, "wrong"))[0]
+    assert replayed["views"][1].startswith('End with "The answer is" and the number. Your card: '
+                                           '3. Your partner\'s message: "My card shows 6."')
+    assert [heard_result(r4, a) for a in range(2)] == ["9", "9"]  # 5 + 4, 6 + 3

@@ -316,8 +316,8 @@ def load_task(name: str, split: str = "train", limit: int | None = None, seed: i
     authors), jsonl:PATH (local, fixed fields), arith (built-in offline generator), or any hub id /
     local data file, read with question_field, answer_field, config and task (math|nli) by
     dataset_records; reasoning-gym:NAME (optional package; settings: --dataset-config). `limit`
-    keeps the first N. arith:split (and its held-out -w1, -w2, -wide): one number per agent
-    (num_agents), arith_split_records."""
+    keeps the first N. arith:split (and its held-out -w1, -w2, -wide, and -mix, its problems in
+    three training wordings): one number per agent (num_agents), arith_split_records."""
     if name.startswith("reasoning-gym:"):
         for flag, value, default in (("--question-field", question_field, "question"),
                                      ("--answer-field", answer_field, "answer"),

@@ -1,9 +1,11 @@
 """arith:split, the debate task that needs a partner: each agent sees only its own number, and
 the sum or the difference needs both. Its words (the turn-1 view and the later turns' followup),
-its problem space and its splits, and its held-out variants: arith:split-w1 and arith:split-w2 (the
-same records in two other wordings, written once and never tuned on) and arith:split-wide (numbers
-13 to 99). cotrain.py reads them through load_task (nanomarl/tasks/debate.py); their controls are
-nanomarl/split_controls.py's.
+its problem space and its splits, and its variants: arith:split-w1 and arith:split-w2 (the same
+records in two held-out wordings, written once and never tuned or trained on), arith:split-wide
+(numbers 13 to 99, never trained on) and arith:split-mix (the same problems as arith:split, each
+record in one of three training wordings, 0, 3 and 4, cycled by its index: a recipe that holds in
+other words, judged in the never-seen ones by -w1 and -w2). cotrain.py reads them through load_task
+(nanomarl/tasks/debate.py); their controls are nanomarl/split_controls.py's.
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ SPLIT_GOALS = {"sum": "the sum of the {count} numbers",
 
 
 # The wordings: 0, arith:split's above; 1 and 2, the same records in held-out words (arith:split-w1,
-# -w2), written before any training on them: another opening sentence, goal and instruction order.
+# -w2), written before any training on them: another opening sentence, goal and instruction order;
+# 3 and 4, training words of arith:split-mix beside 0, as unlike 0, 1 and 2 as 1 and 2 are unlike 0.
 # Each view asks its agent to open with "canonical" (its number in it) and to end with "The answer
 # is" and the number; "partners": the words that differ with two agents and with more.
 SPLIT_WORDINGS = (
@@ -59,12 +62,42 @@ SPLIT_WORDINGS = (
          question="Numbers: {numbers}. Compute {goal}.", canonical="Mine is {}.",
          partners=dict(partner=("your partner", "your partners"),
                        told=("the number you were told", "the numbers you were told"))),
+    dict(view=("The number {own} is yours, and {rest} known only to {partner}. Make \"I was given "
+               "{own}.\" your first sentence, so that {partner} can hear your number. The task: "
+               "calculate {goal}. Write out each step and close with \"The answer is\" and the "
+               "number."),
+         followup=("The number {own} is yours. {messages}: {{said}} Calculate {goal}. Your reply "
+                   "opens with \"Using {own} and\" followed by {received}, writes out each step "
+                   "and closes with \"The answer is\" and the number."),
+         goals={"sum": "the result of adding every number together",
+                "difference": "the larger number minus the smaller number"},
+         question="Given the numbers {numbers}, calculate {goal}.", canonical="I was given {}.",
+         partners=dict(rest=("the other number is", "the other numbers are"),
+                       partner=("your partner", "your partners"),
+                       messages=("From your partner", "From your partners"),
+                       received=("the number you received", "the numbers you received"))),
+    dict(view=("Your reply must end with \"The answer is\" and the number, and its first sentence "
+               "must be \"My card shows {own}.\" You drew a card with {own} on it and {partner} "
+               "drew {cards}; no one sees another's card. The team wants {goal}: work it out step "
+               "by step from what {shows}."),
+         followup=("End with \"The answer is\" and the number. Your card: {own}. {heard}: {{said}} "
+                   "The team wants {goal}. Open your reply with \"Cards {own} and\" plus {theirs}, "
+                   "then work it out step by step."),
+         goals={"sum": "the total of all the cards added up",
+                "difference": "the gap between the two cards (high card minus low card)"},
+         question="The cards read {numbers}. What is {goal}?", canonical="My card shows {}.",
+         partners=dict(partner=("your partner", "your partners"),
+                       cards=("the other card", "the other cards"),
+                       shows=("the other card shows", "the other cards show"),
+                       theirs=("the other card's number", "the other cards' numbers"),
+                       heard=("Your partner's message", "Your partners' messages"))),
 )
 SPLIT_NUMBERS = range(1, 13)  # the numbers arith:split draws, one per agent
 WIDE_NUMBERS = range(13, 100)  # arith:split-wide's: two digits, never trained on
-# each dataset: (its wording, SPLIT_WORDINGS[k]; the numbers it draws)
-SPLIT_DATASETS = {"arith:split": (0, SPLIT_NUMBERS), "arith:split-w1": (1, SPLIT_NUMBERS),
-                  "arith:split-w2": (2, SPLIT_NUMBERS), "arith:split-wide": (0, WIDE_NUMBERS)}
+# each dataset: (its wordings, SPLIT_WORDINGS[k], record i in wordings[i % len]; its numbers)
+SPLIT_DATASETS = {"arith:split": ((0,), SPLIT_NUMBERS), "arith:split-w1": ((1,), SPLIT_NUMBERS),
+                  "arith:split-w2": ((2,), SPLIT_NUMBERS), "arith:split-wide": ((0,), WIDE_NUMBERS),
+                  "arith:split-mix": ((0, 3, 4), SPLIT_NUMBERS)}
 
 
 def split_of_problem(kind: str, parts: tuple[int, ...]) -> str:
@@ -96,11 +129,12 @@ def split_problem_list(split: str, num_agents: int = 2,
 def problem_records(problems: list[tuple[str, tuple[int, ...]]], split: str,
                     name: str = "arith:split") -> list[dict]:
     """The records of `problems` (kind, parts), in order: record i has the id name/split/i; `name`
-    sets the wording and the numbers its controls read (arith_split_records)."""
-    wording, drawn = SPLIT_DATASETS[name]
-    words = SPLIT_WORDINGS[wording]
+    sets the numbers its controls read and the wordings, record i in wordings[i % len(wordings)]
+    (arith:split-mix: 0, 3, 4, 0, ...; arith_split_records)."""
+    wordings, drawn = SPLIT_DATASETS[name]
     records = []
     for i, (kind, parts) in enumerate(problems):
+        words = SPLIT_WORDINGS[wordings[i % len(wordings)]]
         num_agents = len(parts)
         fill = {key: pair[num_agents > 2] for key, pair in words["partners"].items()}
         goal = words["goals"][kind].format(count="two" if num_agents == 2 else num_agents)
@@ -124,13 +158,13 @@ def arith_split_records(n: int, split: str, seed: int = 0, num_agents: int = 2,
     its kind and numbers, so the held-out splits share no problem with training in any wording or
     seat order (split_of_problem); n training records are drawn with repetition from the training
     problems (split_problem_list), the held-out splits hold each problem once (seeded order).
-    `name`, a key of SPLIT_DATASETS, sets the wording and the numbers; every record keeps what its
-    controls read: "kind", "canonical" (the opening sentence its views ask for) and "numbers" ([lo,
-    hi] drawn)."""
+    `name`, a key of SPLIT_DATASETS, sets the numbers and the wordings (one a record, cycled by its
+    index in the list: problem_records); every record keeps what its controls read: "kind",
+    "canonical" (the opening sentence its views ask for) and "numbers" ([lo, hi] drawn)."""
     if split not in ("train", "test", "validation"):
         arg_error("--dataset", f"{name} has splits train, test, validation; got {split!r}")
     problems = split_problem_list(split, num_agents, name)
-    # the same seeds in every variant: -w1 and -w2 hold arith:split's problems in its order
+    # the same seeds in every variant: -w1, -w2 and -mix hold arith:split's problems in its order
     if split != "train":  # held out: each problem once, in an order no training seed changes
         random.Random(f"arith:split-{split}-{num_agents}").shuffle(problems)
         problems = problems[:n]
