@@ -138,12 +138,13 @@ def split_table(debates: dict[str, dict]) -> str:
     return ("\n".join(lines) + "\n\nSplit information (each agent sees its own number): the mean "
             "agent accuracy; the same team, greedy, from its turn 1, with every partner message "
             "replaced by a neutral one (silent), by the partner's turn-1 message on another "
-            "problem (shuffled), by \"My number is Y.\" with the partner's true number (oracle) or "
-            "a wrong one (wrong), and the answers that compute with the wrong number (follows "
-            "wrong); the accuracy of the best answer from one's own number alone (no-information "
-            "bound); agent 0's turn-1 policy alone on the whole question (whole question); the "
-            "messages that carry the agent's own number (informative), and in their first "
-            "sentence, what a partner hears (heard).\n")
+            "problem (shuffled), by the task's opening sentence (\"My number is Y.\" in "
+            "arith:split's words) with the partner's true number (oracle) or a wrong one "
+            "(wrong), and the answers that compute with the wrong number (follows wrong); the "
+            "accuracy of the best answer from one's own number alone (no-information bound); "
+            "agent 0's turn-1 policy alone on the whole question (whole question); the messages "
+            "that carry the agent's own number (informative), and in their first sentence, what a "
+            "partner hears (heard).\n")
 
 
 def samples_table(methods: dict[str, dict], columns: list[str]) -> str:
