@@ -37,8 +37,13 @@ other; those win over the builtins (an entry point named `pow` is the program's)
 program does not define is a NameError, never a builtin or a capture of the test's own variable.
 After a call, the program's process sends back the new contents of the argument containers, io
 buffers and Random generators it changed (the test sees mutation in place, a buffer read or written,
-a generator drawn from), and a returned argument is the test's own object (`f(a) is a` holds; a
-container passed twice, f(a, a), is one object in the program's process too). For each request the
+a generator drawn from; also when the call raised), and a returned argument is the test's own object
+(`f(a) is a` holds; a container passed twice, f(a, a), is one object in the program's process too).
+One the program still holds after the request (in a global, an object, a generator) stays the
+test's object across requests (sandbox_copies.py): whichever side ran last sends its changes to
+it when it hands over (each answer, each request, a callback's too), and either side sends it inside
+a value as a mark the other reads as its own object (a kept list returned later is the test's own;
+passed again, it is the program's same copy). For each request the
 program's process also takes on what the test set of the state the two would share in one process
 (sandbox_verdicts.py:mirrored): the builtins the test replaced (mock.patch('builtins.input'): the
 test's mock, called in the test process), the sys.stdin it set (a StringIO: a copy, written back),
@@ -76,14 +81,17 @@ up these layers, each closing most holes on its own (one missing layer leaves th
      capabilities: no signals, renicing, pinning, memory or environment of other processes, no
      terminal injection (TIOCSTI);
   4. PR_SET_PDEATHSIG (each process dies with its parent) and rlimits: CPU time, address space, file
-     size (caps the output; a print past the cap is dropped, never an error), no processes, no
-     core dumps, 32 file descriptors;
-  5. on Linux x86_64 a seccomp ALLOW-list of the 86 system calls a pure-Python program needs
+     size (caps the output; a print past the cap is dropped, never an error), no new process (32
+     threads in all where seccomp refuses every other clone, none without it), no core dumps, 32
+     file descriptors;
+  5. on Linux x86_64 a seccomp ALLOW-list of the 89 system calls a pure-Python program needs
      (wait4: the test process reaps the program's; a process that cannot fork waits for nothing),
-     5 with argument rules: open/openat read-only, fcntl without F_SETOWN/F_SETSIG/F_SETPIPE_SZ/
+     6 with argument rules: open/openat read-only, fcntl without F_SETOWN/F_SETSIG/F_SETPIPE_SZ/
      O_ASYNC, ioctl only TCGETS/TIOCGWINSZ/FIONBIO/FIOCLEX/FIONCLEX, prlimit64 only to read or
-     on the process itself (a soft limit, at most up to its hard one).
-     Everything else (fork, clone, exec, kill, ptrace, sockets, pipes, memfd, prctl, mount, file
+     on the process itself (a soft limit, at most up to its hard one), clone only for a thread
+     (CLONE_THREAD, without namespace, ptrace, vfork or parent flags; clone3, whose flags a filter
+     cannot read, fails with ENOSYS and the C library falls back on clone).
+     Everything else (fork, exec, kill, ptrace, sockets, pipes, memfd, prctl, mount, file
      writes, ...) fails (EPERM).
 Each test has a wall-clock alarm in the test process (a program that ignores its own alarm only
 loses the test; the alarm marks the test timed out before a test's `except:` can swallow it, and
@@ -121,22 +129,30 @@ does not seed it: the test's draws stay the test's); a program class is no class
 (a test cannot subclass it or name it in `except`), and a test's class is none in the program's
 (type(x) of a test object is the harness's TestObject; isinstance works); a test object's attribute
 reaches the program as a copy (appending to it is not seen; setting it is), and so does an argument
-the program passes to a test's callback (the callback's changes stay in the test process); a cyclic
-or very deep argument cannot be sent (the test fails), nor a test's object of another type that is
-no value and no test object (a socket, a memoryview: the test fails, naming its type); a StringIO
-crosses without its newline translation (its value and position do), and one the program keeps (as a
-list it keeps) is its copy: what a later call writes to it is not written back; of the test's
-patches only builtins are mirrored (a patch of another module's attribute,
-mock.patch('random.randint'), stays the test's: the program's modules are its own, and comparing
-every module's attributes at each call would cost more than the call); a warning the test's filters
-turn into an error is raised in the test when the call returns, after the rest of the program's call
-has run. (d) The test process trusts the tests and `context`; a program can still cost the test
-process some CPU (e.g. a list of colliding hashes the test turns into a set), up to the test's CPU
-watchdog. (e) Where a layer is unavailable (no namespaces in a container that forbids them, no
-seccomp off Linux x86_64, a root trainer whose standard library other users cannot read) it is
-skipped with a warning and what it guarded is open (without seccomp and namespaces the program's
-process could signal or trace the test process; without namespaces alone, read the trainer's
-/proc/PID/mem where ptrace rules allow it): run_tests_in_sandbox reports which layers were active.
+the program passes to a test's callback, but for a kept one (the callback's changes stay in the test
+process); a container the program keeps is the test's object up to 64 of them holding 4,096 items
+(each request compares them on both sides; beyond that one is the program's copy, its later changes
+not written back), and a container put into a kept one afterwards (by the test or the program)
+crosses inside it as a copy (the kept one is compared deep and sent whole: its value follows, the
+other side's own name for the inner one does not); a cyclic or very deep argument cannot be sent
+(the test fails), nor a test's object of another type that is no value and no test object (a socket,
+a memoryview: the test fails, naming its type); a StringIO crosses without its newline translation
+(its value and position do); of the test's patches only builtins are mirrored (a patch of another
+module's attribute, mock.patch('random.randint'), stays the test's: the program's modules are its
+own, and comparing every module's attributes at each call would cost more than the call); a warning
+the test's filters turn into an error is raised in the test when the call returns, after the rest of
+the program's call has run; the test process cannot start a thread (the kernel refuses a thread to a
+process whose children go to another PID namespace, and the test process made the one in which the
+program's process is pid 1), so a test that calls the program from a thread fails; the tests share
+max_timeouts·timeout of wall time (the longest the trainer waits for one program's tests), so slow
+tests that each pass within the timeout can run out of it together. (d) The test process trusts the
+tests and `context`; a program can still cost the test process some CPU (e.g. a list of colliding
+hashes the test turns into a set), up to the test's CPU watchdog. (e) Where a layer is unavailable
+(no namespaces in a container that forbids them, no seccomp off Linux x86_64, a root trainer whose
+standard library other users cannot read) it is skipped with a warning and what it guarded is open
+(without seccomp and namespaces the program's process could signal or trace the test process;
+without namespaces alone, read the trainer's /proc/PID/mem where ptrace rules allow it):
+run_tests_in_sandbox reports which layers were active.
 (f) CPU and memory are rationed per process, not in total: parallel programs share the machine
 (sandbox_workers bounds them).
 """

@@ -13,10 +13,12 @@ These modules import only modules that are built in or cheap to load (no json, s
 their imports would cost each run more than the fork)."""
 import _sitebuiltins, builtins, io, marshal, os, select, sys
 
-from sandbox_copies import containers, contents, rebuilt_copy, share, snapshot, unchanged
+from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, changed, containers, contents, kept_entry,
+                            rebuilt_copy, referenced, share, snapshot, unchanged, unreached)
 from sandbox_layers import confine, die_with_parent, drop_privileges, isolate  # sandbox.py's BOOT
 from sandbox_link import (EXIT, LINK, OPS, BINARY, WRITE, TestObject, TestTimeout, answer,
-                          attempt, compiled, read_exactly, read_line, run, serve, write_all)
+                          attempt, compiled, read_exactly, read_line, run, serve, taken,
+                          with_pairs, write_all)
 from sandbox_values import IMPORT, Decoder, dump, error_payload, raised
 from sandbox_verdicts import test_side
 
@@ -63,10 +65,17 @@ def program_side(job, requests, answers):
     scope = {"__name__": "__main__", "__builtins__": builtins}
     refs, ids, tests, buffer = {}, {}, {}, bytearray()
     outputs, declared, sending, patches = (sys.stdout, sys.stderr), set(job["classes"]), [], []
+    # the containers the program keeps (sandbox_copies.py): {handle: entry}, {id: handle},
+    # {id: its mark}; the argument containers of the calls being served, [extra, numbered, their
+    # snapshots before the call, None once the answer's "w" has their changes]; the news of the
+    # kept ones for the next answer
+    kept, kept_ids, kept_tags, calls, synced, next_kept = {}, {}, {}, [], [], [0]
 
     def resolve(tag, item):
         if tag == "r" and type(item) is int and item in refs:
             return refs[item]
+        if tag == "k" and type(item) is int and item in kept:
+            return kept[item][0]
         if tag == "X" and type(item) is list and len(item) == 3 and type(item[0]) is int and (
                 item[1] is None or item[1] in declared) and type(item[2]) is bool:
             if item[0] not in tests:  # (of a class the context declares, or with its own ==)
@@ -123,6 +132,7 @@ def program_side(job, requests, answers):
         for handle in extra.get("f", ()):
             if handle in refs:
                 del ids[id(refs.pop(handle))]
+        taken(extra)  # the test's changes to the kept containers
         if type(extra.get("l")) is int:
             sys.setrecursionlimit(max(extra["l"], 100) + 50)
         if extra.get("o"):
@@ -172,7 +182,81 @@ def program_side(job, requests, answers):
                 stream.flush()
             except BaseException:
                 pass
+        synced[:] = [kept_news(extra)]
         return reply
+
+    def kept_news(extra):
+        """The news of the kept containers for this request's answer: "w" the changes of a
+        call's argument containers if the call raised (a call that returned sent them), "k"
+        [handle, contents] of the kept ones that changed (but this call's arguments), "n" [k,
+        handle] for this call's k-th argument container if the program holds it now, "d" the
+        handles of those it no longer reaches (or beyond KEPT_ITEMS, the newest first); JSON
+        texts of pairs."""
+        numbered, before = (), None
+        if calls and calls[-1][0] is extra:
+            _, numbered, before = calls.pop()
+        candidates = referenced(numbered)
+        if not kept and not candidates and not before:
+            return []
+        pairs, gone, found = [], [], changed(kept, kept_ids)
+        if found or before:
+            aliases = dict(kept_tags)
+            aliases.update({id(c): '{"a":%d}' % k for k, c in enumerate(numbered)})
+            if before:
+                texts = ["[%d,%s]" % (k, dump(contents(c), refer, aliases))
+                         for k, c in enumerate(numbered) if not unchanged(before[k], snapshot(c))]
+                if texts:
+                    pairs.append('["w",[%s]]' % ",".join(texts))
+                before.clear()  # (a traceback's frame may hold it too)
+            sent = {id(c) for c in numbered}
+            texts = ["[%d,%s]" % (handle, dump(contents(kept[handle][0]), refer, aliases))
+                     for handle in found if id(kept[handle][0]) not in sent]
+            if texts:
+                pairs.append('["k",[%s]]' % ",".join(texts))
+        total = sum(entry[2] for entry in kept.values())
+        for handle in sorted(kept, reverse=True) if total > KEPT_ITEMS else ():
+            if total <= KEPT_ITEMS:
+                break
+            total -= kept[handle][2]
+            gone.append(forget(handle))
+        new = register(numbered, candidates, total)
+        if numbered:
+            numbered.clear()  # (its objects: now referenced by the program only, or by kept)
+        for handle in unreached(kept, kept_ids):
+            forget(handle)
+            if handle in new:
+                del new[handle]
+            else:
+                gone.append(handle)
+        if new:
+            pairs.append('["n",[%s]]' % ",".join("[%d,%d]" % (k, h) for h, k in new.items()))
+        if gone:
+            pairs.append('["d",[%s]]' % ",".join(map(str, gone)))
+        return pairs
+
+    def register(numbered, candidates, total):
+        """{handle: k} for this call's argument containers the program may hold (candidates: the
+        k of those referenced but by numbered), kept from now on (those it does not hold are
+        forgotten next: unreached), within KEPT_OBJECTS and KEPT_ITEMS."""
+        new = {}
+        for k in reversed(candidates):  # (inner ones first: kept on their own, not nested)
+            value = numbered[k]
+            if id(value) in kept_ids or len(kept) >= KEPT_OBJECTS:
+                continue
+            entry = kept_entry(value, kept_ids)
+            if total + entry[2] <= KEPT_ITEMS:
+                total += entry[2]
+                handle = next_kept[0]
+                next_kept[0] += 1
+                kept[handle], kept_ids[id(value)] = entry, handle
+                kept_tags[id(value)] = '{"k":%d}' % handle
+                new[handle] = k
+        return new
+
+    def forget(handle):
+        key = id(kept.pop(handle)[0])
+        del kept_ids[key], kept_tags[key]
+        return handle
 
     def rebuilt(value, aliases):
         """An instance of a class the context declares, by its state, rebuilt in the test process
@@ -216,6 +300,7 @@ def program_side(job, requests, answers):
         if op == "attr" and type(a) is str:
             return dump(getattr(value, a), refer), ""
         if op == "setattr" and type(a) is str:
+            calls.append([extra, containers([b], []), None])  # (kept if the program holds it)
             return dump(setattr(value, a, b), refer), ""
         if op == "next" and type(a) is int:
             items, end = [], None
@@ -231,35 +316,43 @@ def program_side(job, requests, answers):
             args = [b] if a in BINARY or a == "getitem" else b if type(b) is list else []
             return dump(OPS[a](value, *args), refer), ""
         if op == "call" and type(a) is list and type(b) is dict:
+            values, count, keys = a + list(b.values()), len(a), [str(k) for k in b]
             if type(extra.get("m")) is list:  # the test passed one container twice
-                values, numbered = share(a + list(b.values()), extra["m"])
-                a, b = values[:len(a)], dict(zip(b, values[len(a):]))
+                values, numbered = share(values, extra["m"])
             else:
-                numbered = containers(a + list(b.values()), [])
+                numbered = containers(values, [])
+            a.clear()  # (the request's own lists: what holds an argument after the call is the
+            b.clear()  # program's, and keeps it: kept_news)
             before_call = [snapshot(c) for c in numbered]
-            result = value(*a, **{str(k): v for k, v in b.items()})
-            aliases = {id(c): (k, c) for k, c in enumerate(numbered)}
+            call = [extra, numbered, before_call]
+            calls.append(call)
+            result = value(*values[:count], **dict(zip(keys, values[count:])))
+            aliases = dict(kept_tags)
+            aliases.update({id(c): '{"a":%d}' % k for k, c in enumerate(numbered)})
             writes = ",".join("[%d,%s]" % (k, dump(contents(c), refer, aliases))
                               for k, c in enumerate(numbered)
                               if not unchanged(before_call[k], snapshot(c)))
-            return dump(result, refer, aliases), writes
+            text = dump(result, refer, aliases)
+            call[2] = None
+            return text, writes
         raise TypeError("no such operation: " + str(op)[:20])
 
     def answer_with(seq, status, payload, extra):
+        pairs = synced.pop() if synced else []
         if status != "v":
-            return answer(seq, status, payload, extra)
+            return answer(seq, status, payload, extra, pairs)
         text, writes = payload
-        reply = dump(extra, refer)
         if writes:
-            reply = reply[:-2] + ("," if extra else "") + '["w",[' + writes + "]]]}"
-        data = '[%d,"a","v",%s,%s]' % (seq, text, reply)
+            pairs.insert(0, '["w",[' + writes + "]]")
+        data = '[%d,"a","v",%s,%s]' % (seq, text, with_pairs(dump(extra, refer), pairs))
         if len(data) > LINK["limit"]:
             return answer(seq, "e", ValueError(f"an answer of {len(data)} bytes"), {})
         write_all(answers, b"\n" + data.encode() + b"\n")
 
     LINK.update(side="program", out=answers, refer=refer, scope=scope, ops=ops, before=before,
                 after=after, next=next_message, answered=program_answered, gone="", handles=0,
-                made=0, limit=job["answer_bytes"], decode=Decoder(resolve), answer=answer_with)
+                made=0, limit=job["answer_bytes"], decode=Decoder(resolve), answer=answer_with,
+                kept=kept, kept_ids=kept_ids, kept_tags=kept_tags)
     code = compiled(job["program"], "<program>")
     status, payload = attempt(lambda: run(code, scope), job["timeout"])
     answer(0, status, None if status == "v" else payload, after({}))
@@ -267,11 +360,13 @@ def program_side(job, requests, answers):
         message = next_message()
         if message[1] == "q":
             serve(message)
+        calls.clear()
 
 
 def program_answered(message):
     """The test process's answer to a request of the program's (a callback's value)."""
-    _, _, status, payload, _ = message
+    _, _, status, payload, extra = message
+    taken(extra)  # the test's changes to the kept containers meanwhile
     if status == "v":
         return payload
     if status == "e" and type(payload) is list and payload[:1] == ["StopIteration"]:

@@ -11,6 +11,12 @@ libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
 RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC, PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 NEWNS, NEWUTS, NEWIPC, NEWUSER = 0x20000, 0x4000000, 0x8000000, 0x10000000  # CLONE_NEW*
 NEWPID, NEWNET = 0x20000000, 0x40000000
+CLONE_THREAD = 0x10000
+# what a thread's clone never asks for: new namespaces (NEWCGROUP 0x2000000 too), PIDFD 0x1000,
+# PTRACE 0x2000, VFORK 0x4000, PARENT 0x8000, UNTRACED 0x800000
+NOT_A_THREAD = (NEWNS | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | 0x2000000 | 0x1000 | 0x2000
+                | 0x4000 | 0x8000 | 0x800000)
+THREADS = 32  # the threads a run may start, its two processes together (RLIMIT_NPROC)
 
 
 def check(ret, what):
@@ -106,8 +112,8 @@ ALLOWED = [int(call.split(":")[0]) for call in """
 120:getresgid 121:getpgid 124:getsid 127:rt_sigpending 128:rt_sigtimedwait 130:rt_sigsuspend
 131:sigaltstack 140:getpriority 186:gettid 201:time 202:futex 204:sched_getaffinity 217:getdents64
 219:restart_syscall 228:clock_gettime 229:clock_getres 230:clock_nanosleep 231:exit_group
-262:newfstatat 267:readlinkat 269:faccessat 270:pselect6 271:ppoll 292:dup3 309:getcpu
-318:getrandom 332:statx 439:faccessat2""".split()]
+262:newfstatat 267:readlinkat 269:faccessat 270:pselect6 271:ppoll 273:set_robust_list 292:dup3
+309:getcpu 318:getrandom 332:statx 334:rseq 439:faccessat2""".split()]
 
 
 def seccomp_filter():
@@ -117,6 +123,7 @@ def seccomp_filter():
         return None
     LD, JEQ, JSET, RET = 0x20, 0x15, 0x45, 0x06  # classic BPF: load, jump if ==, if & bits, return
     ALLOW, DENY, KILL = 0x7FFF0000, 0x00050001, 0x80000000  # DENY = SECCOMP_RET_ERRNO | EPERM
+    NO_SUCH_CALL = 0x00050026  # SECCOMP_RET_ERRNO | ENOSYS
     ARG = lambda i: 16 + 8 * i  # offset of the low 32 bits of argument i in struct seccomp_data
 
     def one_of(offset, values):  # allow if the argument word is one of values
@@ -140,7 +147,14 @@ def seccomp_filter():
              # only to read (new == NULL)
              302: [(LD, 0, 0, ARG(0)), (JEQ, 0, 2, 0), (LD, 0, 0, ARG(0) + 4), (JEQ, 4, 0, 0),
                    (LD, 0, 0, ARG(2)), (JEQ, 0, 3, 0), (LD, 0, 0, ARG(2) + 4),
-                   (JEQ, 0, 1, 0), (RET, 0, 0, ALLOW), (RET, 0, 0, DENY)]}
+                   (JEQ, 0, 1, 0), (RET, 0, 0, ALLOW), (RET, 0, 0, DENY)],
+             # clone: a thread only (CLONE_THREAD, which the kernel gives only with the parent's
+             # memory and signal handlers: no new process), without namespace, tracing, vfork or
+             # parent flags; clone3 (flags behind a pointer, out of a filter's reach): ENOSYS,
+             # so that the C library falls back on clone
+             56: none_of_bits(ARG(0), NOT_A_THREAD)[:-1] + [
+                 (JSET, 0, 1, CLONE_THREAD), (RET, 0, 0, ALLOW), (RET, 0, 0, DENY)],
+             435: [(RET, 0, 0, NO_SUCH_CALL)]}
     prog = [(LD, 0, 0, 4), (JEQ, 1, 0, 0xC000003E), (RET, 0, 0, KILL), (LD, 0, 0, 0)]  # x86_64, nr
     prog += [ins for nr in ALLOWED for ins in ((JEQ, 0, 1, nr), (RET, 0, 0, ALLOW))]
     prog += [ins for nr, block in rules.items() for ins in [(JEQ, 0, len(block), nr)] + block]
@@ -162,11 +176,17 @@ def die_with_parent(parent_alive):
 
 
 def confine(job):
-    """The rlimits and the seccomp filter of this process (True if the filter is active)."""
-    for name, value in (("CPU", job["cpu_seconds"]), ("AS", job["memory_bytes"]), ("NPROC", 0),
+    """The rlimits and the seccomp filter of this process (True if the filter is active).
+    RLIMIT_NPROC counts the tasks of this uid (the run's own: a fresh uid, or the uid in a user
+    namespace of its own), threads included: the two processes and THREADS threads where the
+    filter refuses every clone but a thread's, none where there is no filter (no process
+    either)."""
+    for name, value in (("CPU", job["cpu_seconds"]), ("AS", job["memory_bytes"]),
                         ("FSIZE", job["file_bytes"]), ("CORE", 0), ("NOFILE", 32), ("MEMLOCK", 0),
                         ("MSGQUEUE", 0), ("RTPRIO", 0)):
         resource.setrlimit(getattr(resource, "RLIMIT_" + name), (value, value))
-    if FILTER is None or libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
-        return False
-    return libc.prctl(22, 2, ctypes.addressof(FILTER[1]), 0, 0) == 0  # PR_SET_SECCOMP, FILTER
+    filtered = FILTER is not None and libc.prctl(38, 1, 0, 0, 0) == 0 and (  # PR_SET_NO_NEW_PRIVS
+        libc.prctl(22, 2, ctypes.addressof(FILTER[1]), 0, 0) == 0)  # PR_SET_SECCOMP, FILTER
+    tasks = 2 + THREADS if filtered else 0
+    resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
+    return filtered

@@ -6,15 +6,17 @@ talk in lines of JSON, either way: a request [seq, "q", op, target, a, b, extra]
 [seq, "a", status, payload, extra] (the test process numbers its requests upwards, the program's
 process downwards). While one side waits for an answer it serves the other's requests (a callback
 from a test calling the program again). A value travels as JSON of exact types (sandbox_values.py);
-a call's arguments and a test's partial, io buffer, Random, Pattern or Match as copies
-(sandbox_copies.py); any other object travels as a reference (a program object {"r": n}, a test
-object {"x": n}) whose operations the other side asks for: in the test process a Remote stands for
-a program object, in the program's process a TestObject for a test object. LINK holds the state of
-the side this process is (sandbox_verdicts.py:test_side and sandbox_child.py:program_side fill
-it)."""
-import _signal, _weakref, builtins, os, sys
+a call's arguments and a test's partial, io buffer, Random, Pattern or Match as copies, a container
+the program keeps as its mark {"k": n} (sandbox_copies.py); any other object travels as a reference
+(a program object {"r": n}, a test object {"x": n}) whose operations the other side asks for: in
+the test process a Remote stands for a program object, in the program's process a TestObject for a
+test object. One thread at a time talks (TALKING: a program's threads may call a test's callback).
+LINK holds the state of the side this process is (sandbox_verdicts.py:test_side and
+sandbox_child.py:program_side fill it)."""
+import _signal, _thread, _weakref, builtins, os, sys
 
-from sandbox_copies import containers, shared  # sandbox.py's BOOT
+from sandbox_copies import (changed, containers, contents, refill, renew, shared,
+                            snapshot)  # sandbox.py's BOOT
 from sandbox_values import IMPORT, Abort, ProgramError, describe, dump, error_payload, raised
 
 READ, WRITE, EXIT = os.read, os.write, os._exit  # before any program code (it may replace them)
@@ -103,7 +105,8 @@ def read_exactly(fd, size):
     return bytes(data)
 
 
-LINK = dict(seq=0, gone="has not started", buffer=bytearray(), failed="", args=[], released=[])
+LINK = dict(seq=0, gone="has not started", buffer=bytearray(), failed="", args=[], released=[],
+            kept={}, kept_ids={}, kept_tags={})
 # what one process may ask of the other's object: the test of a program object (Remote) its
 # text, type and classes; the program of a test object (test_ops) its length, truth, items,
 # iteration, text, classes (comparisons and hash: test_ops)
@@ -128,19 +131,31 @@ def write_all(fd, data):
             gone("stopped reading")  # interrupted mid-request: the stream is out of step
 
 
+# one request at a time: a thread's request and its answer (and the requests served meanwhile)
+# are not interleaved with another thread's (a program's threads calling a test's callback)
+TALKING = _thread.RLock()
+
+
 def request(op, target, a=None, b=None, extra=None):
     """Sends a request to the other process and returns its answer (a value, or the exception it
-    reported raised here); serves the other process's requests meanwhile."""
+    reported raised here); serves the other process's requests meanwhile. A container the program
+    keeps crosses as its mark, and this side's changes to the kept ones go first (told)."""
+    with TALKING:
+        return talk(op, target, a, b, told(extra or {}))
+
+
+def talk(op, target, a, b, extra):
     if LINK["gone"]:
         raise abort(gone(""))
     if LINK["failed"] and LINK["side"] == "test":  # the test has failed: its program is not asked
         raise TestTimeout() if LINK["failed"].startswith("Timeout") else Abort(LINK["failed"])
     step = 1 if LINK["side"] == "test" else -1
     try:
+        refer, aliases = LINK["refer"], LINK["kept_tags"]
         line = "[%d,\"q\",%s,%s,%s,%s,%s]\n" % (LINK["seq"] + step, dump(op, None),
-                                               dump(target, None), dump(a, LINK["refer"]),
-                                               dump(b, LINK["refer"]),
-                                               dump(extra or {}, LINK["refer"]))
+                                               dump(target, None), dump(a, refer, aliases),
+                                               dump(b, refer, aliases),
+                                               dump(extra, refer, aliases))
     except (TestTimeout, Abort):
         raise
     except BaseException as e:  # (a cyclic or too deep argument): the harness's failure
@@ -166,14 +181,45 @@ def serve(message):
     LINK["answer"](seq, status, payload, LINK["after"](extra))
 
 
-def answer(seq, status, payload, extra):
-    """Writes an answer line (status "v" value, "e" exception, "t" timed out)."""
+def with_pairs(text, pairs):
+    """A dumped dict's text with more [key, value] pairs (JSON texts) in it."""
+    if not pairs:
+        return text
+    return text[:-2] + ("," if text != '{"d":[]}' else "") + ",".join(pairs) + "]}"
+
+
+def told(extra):
+    """extra with "k": [handle, contents] of the kept containers (sandbox_copies.py) this side
+    changed since the two sides last agreed on them; each side tells its changes when it hands
+    over (a request, an answer), as one process would see them."""
+    kept = LINK["kept"]
+    if kept and (found := changed(kept, LINK["kept_ids"])):
+        extra = dict(extra, k=[[handle, contents(kept[handle][0])] for handle in found])
+    return extra
+
+
+def taken(extra):
+    """The other side's changes to the kept containers (told's "k") put into this side's."""
+    kept = LINK["kept"]
+    for pair in extra["k"] if type(extra.get("k")) is list else ():
+        if type(pair) is list and len(pair) == 2 and type(pair[0]) is int and pair[0] in kept:
+            try:
+                refill(kept[pair[0]][0], pair[1])
+            except Exception:
+                continue
+            renew(kept[pair[0]], snapshot(kept[pair[0]][0]), LINK["kept_ids"])
+
+
+def answer(seq, status, payload, extra, pairs=()):
+    """Writes an answer line (status "v" value, "e" exception, "t" timed out); pairs: with_pairs'
+    for its extra."""
     try:
         if status == "e":
             payload = error_payload(payload)
         data = '[%d,"a",%s,%s,%s]' % (seq, dump(status, None),
-                                      dump(payload, LINK["refer"]),
-                                      dump(extra, LINK["refer"]))
+                                      dump(payload, LINK["refer"], LINK["kept_tags"]),
+                                      with_pairs(dump(extra, LINK["refer"], LINK["kept_tags"]),
+                                                 pairs))
     except TestTimeout:
         data = '[%d,"a","t",null,{"d":[]}]' % seq
     except BaseException as e:
@@ -204,10 +250,16 @@ def gone(why):
 def ask(op, target, a=None, b=None, args=None):
     """A request of the test process: `args` (a call's arguments) are numbered for the answer's
     write-backs and identity; the program's process gets the time this test has left, the
-    recursion limit, whether output is redirected, and what the test set of the state a program
-    shares with it in one process (sandbox_verdicts.py:mirrored: builtins it replaced, its
-    sys.stdin, whether it catches warnings); no other state of the test process (not random's,
-    whose draws would tell the program the test's)."""
+    recursion limit, whether output is redirected, the test's changes to the containers the
+    program keeps (sandbox_copies.py), and what the test set of the state a program shares with
+    it in one process (sandbox_verdicts.py:mirrored: builtins it replaced, its sys.stdin, whether
+    it catches warnings); no other state of the test process (not random's, whose draws would
+    tell the program the test's)."""
+    with TALKING:
+        return asked(op, target, a, b, args)
+
+
+def asked(op, target, a, b, args):
     extra = {"s": _signal.getitimer(_signal.ITIMER_REAL)[0] or LINK["timeout"]}
     if LINK["released"]:
         extra["f"], LINK["released"] = LINK["released"], []

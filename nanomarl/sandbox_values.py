@@ -24,7 +24,8 @@ def dump(value, refer, aliases=None):
     bytearrays "y" (hex), complex "c", Counter "C", OrderedDict "O", defaultdict "D", deque "Q",
     NamedTuple "n", Fraction "F", Decimal "E", range "R", dict views "K" "V" "I", datetime's
     date, datetime, time and timedelta "T"; anything else is refer(value) (a reference, or
-    Abort). aliases {id: (k, object)}: the call's argument containers, sent as {"a": k}."""
+    Abort). aliases {id: JSON text}: the objects sent as a mark the other side reads as its own
+    (a call's k-th argument container {"a": k}, a kept one {"k": handle}), each alive meanwhile."""
     kind = type(value)
     if kind is str:
         return _json.encode_basestring_ascii(value)
@@ -36,7 +37,7 @@ def dump(value, refer, aliases=None):
         text = repr(value)
         return {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}.get(text, text)
     if aliases and kind not in IMMUTABLE and id(value) in aliases:
-        return '{"a":%d}' % aliases[id(value)][0]
+        return aliases[id(value)]
     if kind is list:
         return "[" + ",".join([dump(v, refer, aliases) for v in value]) + "]"
     if kind is tuple or kind is set or kind is frozenset:

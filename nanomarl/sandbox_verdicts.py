@@ -11,8 +11,9 @@ import builtins, marshal, os, sys, time
 
 from sandbox_layers import confine  # sandbox.py's BOOT
 from sandbox_link import (LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt, compiled,
-                          gone, read_exactly, read_line, remote, run)
-from sandbox_copies import BUFFERS, copied, refill
+                          gone, read_exactly, read_line, remote, run, taken, told)
+from sandbox_copies import (BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, copied, kept_entry, refill, renew,
+                            snapshot)
 from sandbox_values import IMMUTABLE, IMPORT, Abort, Decoder, ProgramError, describe, dump, raised
 
 
@@ -41,18 +42,13 @@ def test_answered(message):
     for write in extra.get("w", ()):
         if type(write) is list and len(write) == 2 and type(write[0]) is int and (
                 0 <= write[0] < len(numbered)):
-            try:
-                refill(numbered[write[0]], write[1])
-            except Exception:
-                pass
+            refilled(numbered[write[0]], write[1])
+    kept_up(extra, numbered)
     for key, stream in (("o", "stdout"), ("e", "stderr")):  # only into a test's redirection
         if type(extra.get(key)) is str and getattr(sys, stream) is not LINK[stream]:
             getattr(sys, stream).write(extra[key])
     if "i" in extra and type(sys.stdin).__name__ in BUFFERS and sys.stdin is not LINK["stdin"]:
-        try:
-            refill(sys.stdin, extra["i"])
-        except Exception:
-            pass
+        refilled(sys.stdin, extra["i"])
     for caught in extra["c"] if type(extra.get("c")) is list and catching() else ():
         shown(caught)
     if status == "v":
@@ -63,6 +59,44 @@ def test_answered(message):
     if status == "e" and (error := raised(payload)) is not None:
         raise error
     raise abort(ProgramError("a malformed answer"))
+
+
+def refilled(target, content):
+    """target refilled with the program's content (a malformed one is ignored); a kept object's
+    snapshot renewed (the two sides agree on it again)."""
+    try:
+        refill(target, content)
+    except Exception:
+        return
+    handle = LINK["kept_ids"].get(id(target))
+    if handle is not None:
+        renew(LINK["kept"][handle], snapshot(target), LINK["kept_ids"])
+
+
+def kept_up(extra, numbered):
+    """The answer's news of the containers the program keeps (sandbox_copies.py): "k" the new
+    contents of kept ones (taken), "n" [k, handle] for each of this call's argument containers
+    it keeps from now on, "d" the handles it forgot. The test process keeps at most twice what
+    the program's process does (an honest program's choices fit; the program's process
+    chooses)."""
+    kept, ids, tags = LINK["kept"], LINK["kept_ids"], LINK["kept_tags"]
+    if not kept and "n" not in extra:
+        return
+    taken(extra)
+    total = sum(entry[2] for entry in kept.values())
+    for pair in extra["n"] if type(extra.get("n")) is list else ():
+        if type(pair) is list and len(pair) == 2 and all(type(k) is int for k in pair) and (
+                0 <= pair[0] < len(numbered) and pair[1] not in kept
+                and id(numbered[pair[0]]) not in ids and len(kept) < 2 * KEPT_OBJECTS):
+            entry = kept_entry(numbered[pair[0]], ids)
+            if total + entry[2] <= 2 * KEPT_ITEMS:
+                total += entry[2]
+                kept[pair[1]], ids[id(entry[0])] = entry, pair[1]
+                tags[id(entry[0])] = '{"k":%d}' % pair[1]
+    for handle in extra["d"] if type(extra.get("d")) is list else ():
+        if type(handle) is int and handle in kept:
+            key = id(kept.pop(handle)[0])
+            del ids[key], tags[key]
 
 
 def shown(caught):
@@ -120,6 +154,8 @@ def test_resolve(tag, item):
         return LINK["mine"][item]
     if tag == "a" and type(item) is int and LINK["args"] and 0 <= item < len(LINK["args"][-1]):
         return LINK["args"][-1][item]
+    if tag == "k" and type(item) is int and item in LINK["kept"]:
+        return LINK["kept"][item][0]
     raise ValueError("malformed value")
 
 
@@ -313,8 +349,9 @@ def test_side(job, fds, layers, child):
     LINK.update(side="test", out=requests, **{"in": answers}, timeout=timeout,
                 limit=job["answer_bytes"], decode=Decoder(test_resolve), gone="", refer=test_refer,
                 ops=test_ops, next=test_next, answered=test_answered, mine={}, ids={},
-                answer=answer, before=lambda extra: None, after=lambda extra: {},
-                remotes={}, names=set(job["names"]), classes={}, made=({}, {}),
+                answer=answer, before=taken, after=lambda extra: told({}),
+                remotes={}, names=set(job["names"]), classes={}, made=({}, {}), kept={},
+                kept_ids={}, kept_tags={},
                 limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, stderr=sys.stderr,
                 mirrored=mirrored, **shared_state())
     if "random" in sys.modules:  # imported before the fork: its state is the program's too

@@ -28,6 +28,21 @@ def run(program: str, tests: list[str], **kwargs) -> dict:
                                 **{**LIMITS, **kwargs})
 
 
+def plain(program: str, tests: list[str]) -> list[bool]:
+    """The verdicts of plain Python: the program and the tests in one scope of this process (for
+    the well-behaved programs of these tests only)."""
+    scope = {"__name__": "plain"}
+    exec(textwrap.dedent(program), scope)
+    verdicts = []
+    for test in tests:
+        try:
+            exec(textwrap.dedent(test), scope)
+            verdicts.append(True)
+        except Exception:
+            verdicts.append(False)
+    return verdicts
+
+
 # ----------------------------------------------------------------------------------------------
 # Escapes
 # ----------------------------------------------------------------------------------------------
@@ -251,12 +266,15 @@ def test_the_contexts_objects_are_not_in_the_programs_process():
 
 def test_mutation_in_place_is_visible_and_a_returned_argument_is_the_tests_own():
     """A function that sorts its argument in place fails "the input is unchanged" and "a new list
-    is returned", as in plain Python; a function meant to mutate passes; nested containers keep
-    their identity."""
+    is returned", as in plain Python, and so does one that sorts it and then raises; a function
+    meant to mutate passes; nested containers keep their identity."""
     program = """\
         def sort_in_place(a):
             a.sort()
             return a
+        def sort_then_raise(a):
+            a.sort()
+            raise ValueError("no")
         def sorted_copy(a):
             return sorted(a)
         def add_one(items):
@@ -271,8 +289,11 @@ def test_mutation_in_place_is_visible_and_a_returned_argument_is_the_tests_own()
              "and b == [1, 2, 3]",
              "x = []\nadd_one(x)\nadd_one(x)\nassert x == [1, 1]",
              "inner = [1]\nd = {'k': inner}\ndeep(d)\n"
-             "assert d == {'k': [1, 2], 'new': {1}} and d['k'] is inner"]
-    assert run(program, tests)["passed"] == [False, False, True, True, True]
+             "assert d == {'k': [1, 2], 'new': {1}} and d['k'] is inner",
+             "a = [3, 1, 2]\ntry:\n    sort_then_raise(a)\nexcept ValueError:\n    pass\n"
+             "assert a == [3, 1, 2]"]
+    assert plain(program, tests) == [False, False, True, True, True, False]
+    assert run(program, tests)["passed"] == [False, False, True, True, True, False]
 
 
 def test_one_container_passed_twice_is_one_object_in_the_program():
@@ -298,6 +319,75 @@ def test_one_container_passed_twice_is_one_object_in_the_program():
              "inner = [1]\nd = {'k': inner}\nassert f(d['k'], [inner][0]) == 0 and inner == []"]
     result = run(program, tests)
     assert result["passed"] == [False, True, True, True, True], result["errors"]
+
+
+def test_a_container_the_program_keeps_stays_the_tests_object():
+    """A container the program keeps from a call (in a global, an object, a generator) is the
+    test's object across calls, as in plain Python: what a later request does to it is written
+    back after that request, and what the test does to it (in a callback too) reaches the
+    program's copy before the program runs again. So the write-back never makes a comparison
+    true that plain Python makes false: a program that empties the list it kept from the first
+    call while sorting the second fails `a == [3, 1, 2]`, and one that adds to a kept list the
+    test has changed since fails `a == [2]`; a log, a logger's buffer, a box of nested lists and
+    a stack a generator keeps, changed by later calls and around a test's callback, pass. Every
+    verdict is plain Python's."""
+    wrong = """\
+        K = []
+        def f(l):
+            K.append(l)
+            if len(K) == 2:
+                K[0].clear()
+            return sorted(l)
+        KEPT = []
+        def keep(l):
+            KEPT.append(l)
+        def add(x):
+            KEPT[0].append(x)
+        """
+    wrong_tests = ["a = [3, 1, 2]\nf(a)\nb = [5, 4]\nassert f(b) == [4, 5] and a == [3, 1, 2]",
+                   "a = []\nkeep(a)\na.append(1)\nadd(2)\nassert a == [2]"]
+    right = """\
+        LOGS, BOXES = [], []
+        def attach(log):
+            LOGS.append(log)
+        def record(event):
+            for log in LOGS:
+                log.append(event)
+            return len(LOGS)
+        def first():
+            return LOGS[0]
+        class Logger:
+            def __init__(self, out):
+                self.out = out
+            def log(self, text):
+                self.out.write(text)
+        def remember(box):
+            BOXES.append(box)
+        def fill(value):
+            for box in BOXES:
+                box["items"].append(value)
+        def push_later(stack):
+            stack.append(len(stack))
+            yield
+        def around(callback):
+            record("before")
+            callback()
+            record("after")
+        """
+    right_tests = ["a = []\nattach(a)\nassert record('x') == 1 and a == ['x']\na.append('y')\n"
+                   "assert record('z') == 1 and a == ['x', 'y', 'z'] and first() is a",
+                   "import io\nbuf = io.StringIO()\nLogger(buf).log('x')\n"
+                   "assert buf.getvalue() == 'x'",
+                   "inner = []\nd = {'items': inner}\nremember(d)\nfill(3)\n"
+                   "assert d == {'items': [3]} and d['items'] is inner",
+                   "s = [7]\ng = push_later(s)\nassert s == [7]\nnext(g)\nassert s == [7, 1]",
+                   "around(lambda: a.append('test'))\n"
+                   "assert a == ['x', 'y', 'z', 'before', 'test', 'after']"]
+    assert plain(wrong, wrong_tests) == [False, False]
+    assert run(wrong, wrong_tests)["passed"] == [False, False]
+    assert plain(right, right_tests) == [True] * 5
+    result = run(right, right_tests)
+    assert result["passed"] == [True] * 5, result["errors"]
 
 
 def test_a_program_object_is_no_number_and_never_none():
@@ -1130,6 +1220,36 @@ def test_a_tests_patched_builtins_stdin_and_warnings_reach_across():
     assert result["passed"] == [True] * len(tests), result["errors"]
 
 
+def test_a_program_may_start_threads_but_no_process():
+    """The program's process may start threads (the seccomp filter lets a clone through only as
+    a thread of its process; RLIMIT_NPROC bounds them): a function that computes in a thread, a
+    ThreadPoolExecutor, and threads calling a test's callback (the link serves one request at a
+    time) pass as in plain Python; a fork still fails."""
+    program = """\
+        import os, threading
+        from concurrent.futures import ThreadPoolExecutor
+        def threaded(x):
+            out = []
+            t = threading.Thread(target=lambda: out.append(x * 2))
+            t.start()
+            t.join()
+            return out[0]
+        def pooled(items, fn):
+            with ThreadPoolExecutor(4) as pool:
+                return list(pool.map(fn, items))
+        def forked():
+            try:
+                os.fork()
+            except OSError as e:
+                return e.errno
+        """
+    tests = ["assert threaded(3) == 6",
+             "assert pooled(range(8), lambda x: x * x) == [x * x for x in range(8)]",
+             "assert forked() == 1"]  # EPERM
+    result = run(program, tests)
+    assert result["passed"] == [True] * len(tests), result["errors"]
+
+
 def test_the_report_holds_no_control_characters():
     """A program's words reach the report (an exception's message): its control characters
     (escape sequences, NUL, BEL, DEL, C1) are dropped, its line breaks are spaces."""
@@ -1234,21 +1354,71 @@ def test_gap_a_program_class_is_not_a_class_in_the_test_process():
     assert result["stderr"] == ""
 
 
+def test_gap_a_test_cannot_start_a_thread_and_a_program_at_most_32():
+    """The test process cannot start a thread: it made the PID namespace in which the program's
+    process is pid 1 (unshare(CLONE_NEWPID)), and the kernel refuses any process whose children
+    go to another PID namespace a thread (EINVAL: a thread group cannot span two), so a test that
+    calls the program from a thread fails where plain Python passes it. The program's threads
+    are bounded: RLIMIT_NPROC counts the two processes and 32 threads, the 33rd alive at once
+    fails to start."""
+    program = """\
+        import threading
+        def double(x):
+            return x * 2
+        def hold(n):
+            threading.stack_size(1 << 18)  # (the address-space limit: not the bound here)
+            stop, threads = threading.Event(), []
+            try:
+                for _ in range(n):
+                    threads.append(threading.Thread(target=stop.wait))
+                    threads[-1].start()
+            except RuntimeError:
+                threads.pop()
+            stop.set()
+            for t in threads:
+                t.join()
+            return len(threads)
+        """
+    tests = ["import threading\nr = []\n"
+             "t = threading.Thread(target=lambda: r.append(double(2)))\n"
+             "t.start()\nt.join()\nassert r == [4]",
+             "assert hold(32) == 32", "assert hold(40) == 32"]
+    result = run(program, tests)
+    assert result["passed"] == [False, True, True], result["errors"]
+    assert result["errors"][0] == "RuntimeError: can't start new thread"
+
+
+def test_gap_the_tests_share_one_wall_time_budget():
+    """The tests share max_timeouts x timeout seconds of wall time, the longest the trainer waits
+    for one program's tests (test_the_timeout_rule_counts_wall_time): five tests of 0.8 s at a
+    timeout of 1 s, each of which plain Python (an alarm per test) passes, give three passes, a
+    timeout (0.6 s of the 3 s are left for the fourth) and a test not run."""
+    result = run("import time\ndef f():\n    time.sleep(0.8)\n    return 1\n",
+                 ["assert f() == 1"] * 5, timeout=1.0)
+    assert result["passed"] == [True, True, True, False, False], result["errors"]
+    assert result["errors"][3:] == ["Timeout: test timed out", "not run"]
+
+
+def test_gap_beyond_4096_items_a_kept_container_is_the_programs_copy():
+    """Each request compares the containers the program keeps with their snapshots on both
+    sides, so at most 64 of them holding 4,096 items are kept (sandbox_copies.py): a list of
+    5,000 the program keeps is its copy, and what a later call does to it is not written back
+    (emptying it passes `a == list(range(5000))`, which plain Python fails); one of 50 is kept."""
+    program = "K = []\ndef keep(l):\n    K.append(l)\ndef clear():\n    K[-1].clear()\n"
+    tests = ["a = list(range(5000))\nkeep(a)\nclear()\nassert a == list(range(5000))",
+             "a = list(range(50))\nkeep(a)\nclear()\nassert a == list(range(50))"]
+    assert plain(program, tests) == [False, False]
+    assert run(program, tests)["passed"] == [True, False]
+
+
 def test_gap_what_of_the_tests_state_and_types_does_not_reach_the_program():
     """A test's patch of a module's attribute other than a builtin (mock.patch('random.randint'))
     is not the program's (its modules are its own; comparing every module's attributes at each
     call would cost more than the call); a test object's type in the program is the harness's
     proxy (isinstance works, type(x) is not the test's class); a warning the test's filters turn
-    into an error is raised when the call returns, after the rest of the call has run; a buffer
-    the program keeps (as a list it keeps) is its copy: what a later call writes to it is not
-    written back."""
+    into an error is raised when the call returns, after the rest of the call has run."""
     program = """\
         import random, warnings
-        class Logger:
-            def __init__(self, out):
-                self.out = out
-            def log(self, text):
-                self.out.write(text)
         DONE = []
         def roll():
             return random.randint(1, 6)
@@ -1265,8 +1435,7 @@ def test_gap_what_of_the_tests_state_and_types_does_not_reach_the_program():
              "import warnings\nwith warnings.catch_warnings():\n"
              "    warnings.simplefilter('error')\n    try:\n        warn_then_work()\n"
              "    except UserWarning:\n        pass\n"
-             "assert warn_then_work() == 1",
-             "import io\nbuf = io.StringIO()\nLogger(buf).log('x')\nassert buf.getvalue() == 'x'"]
+             "assert warn_then_work() == 1"]
     result = run(program, tests)
-    assert result["passed"] == [False] * 4, result["errors"]
-    assert result["errors"][1:] == ["AssertionError: "] * 3, result["errors"]
+    assert result["passed"] == [False] * 3, result["errors"]
+    assert result["errors"][1:] == ["AssertionError: "] * 2, result["errors"]
