@@ -778,7 +778,8 @@ def test_play_self_consistency_chunks_and_token_budgets(monkeypatch):
     calls = []
 
     def fake_debate(recs, models, tokenizers, adapter_names, max_new_tokens, temperature=None,
-                    greedy=False, prompt_style=None, generate_batch_size=0, fast=False):
+                    greedy=False, prompt_style=None, generate_batch_size=0, fast=False,
+                    logprobs=True):
         calls.append(dict(questions=[r["id"] for r in recs], seats=len(models),
                           names=adapter_names, greedy=greedy, temperature=temperature,
                           rows=generate_batch_size, model=models[0], fast=fast))
