@@ -14,7 +14,7 @@ from sandbox_link import (LINK, OPS, Remote, TestTimeout, abort, answer, ask, at
                           gone, read_exactly, read_line, remote, run, taken, told)
 from sandbox_copies import (BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, copied, kept_entry, refill, renew,
                             snapshot)
-from sandbox_values import IMMUTABLE, IMPORT, Abort, Decoder, ProgramError, describe, dump, raised
+from sandbox_values import IMPORT, Abort, Decoder, ProgramError, describe, dump, raised
 
 
 def test_next():

@@ -782,7 +782,8 @@ def test_play_self_consistency_chunks_and_token_budgets(monkeypatch):
                     logprobs=True):
         calls.append(dict(questions=[r["id"] for r in recs], seats=len(models),
                           names=adapter_names, greedy=greedy, temperature=temperature,
-                          rows=generate_batch_size, model=models[0], fast=fast))
+                          rows=generate_batch_size, model=models[0], fast=fast,
+                          logprobs=logprobs))
         b, k = len(recs), len(calls)
         return cotrain.Debate(recs, [[["prompt"] * 2] for _ in recs], [[["text"] * 2] for _ in recs],
                               [[[f"{r['id']}-{k}-{s}" for s in range(2)]] for r in recs],
@@ -802,7 +803,7 @@ def test_play_self_consistency_chunks_and_token_budgets(monkeypatch):
     assert [c["questions"] for c in calls] == [["q0", "q1"], ["q2"], ["q2"]]
     assert all(c["seats"] == 2 and c["names"] == [["r0_agent0"] * 2] and not c["greedy"]
                and c["temperature"] == 0.3 and c["rows"] == 4 and c["model"] == "model of tiny"
-               and c["fast"] for c in calls)  # --fast reaches run_debate
+               and c["fast"] and not c["logprobs"] for c in calls)  # --fast reaches run_debate
     assert samples["answers"] == [["q0-1-0", "q0-1-1"], ["q1-1-0", "q1-1-1"],
                                   ["q2-2-0", "q2-2-1", "q2-3-0", "q2-3-1"]]
     assert samples["tokens"] == [[2, 2], [2, 2], [2] * 4] and samples["prompt_tokens"][2] == [7] * 4
