@@ -38,6 +38,7 @@ import copy
 import itertools
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -125,7 +126,7 @@ class Task:
     feedback: object = None  # (problem, prompt_history, response_history) -> next prompts
     roles: list[str] = field(default_factory=list)  # agent i plays roles[i]
     last_turn_only: bool = False  # True: earlier turns' joint rewards are 0 (only the last scored)
-    evaluate: object = None  # (play, problems) -> held-out metrics (None: evaluate_team's own)
+    evaluate: object = None  # (play, problems, rows=[]) -> held-out metrics; rows: per problem
 
 
 def make_task(args, kind: str = "code", reward_fn=None) -> Task:
@@ -534,11 +535,13 @@ def eval_due(args, eval_problems: list[dict], step: int) -> bool:
 
 
 @torch.no_grad()
-def evaluate_team(agents: Agents, tokenizer, problems: list[dict], task: Task, args) -> dict:
+def evaluate_team(agents: Agents, tokenizer, problems: list[dict], task: Task, args,
+                  run_dir: Path | None = None, step: int = 0) -> dict:
     """The team's greedy joint action on every held-out problem (first turn), scored by the task's
     joint reward (without the reward processor): eval/reward/mean, the mean of every level, and for
     the coding tasks eval/pass_rate, the fraction of problems whose every test passed. A task with
-    its own evaluation (arith:split: both turns and the controls) plays it with `play`."""
+    its own evaluation (arith:split: both turns and the controls) plays it with `play`; its answers
+    per problem go to run_dir's eval_samples.jsonl, each row with its step."""
     t0 = time.time()
 
     def play(prompts: list[list[str]]) -> list[list[str]]:  # [p][i]: agent i's greedy answer
@@ -547,7 +550,10 @@ def evaluate_team(agents: Agents, tokenizer, problems: list[dict], task: Task, a
                                     batch_size=args.generate_batch_size or None, fast=args.fast)
         return [[texts[0] for texts in per_problem] for per_problem in out["texts"]]
     if task.evaluate is not None:
-        metrics = task.evaluate(play, problems)
+        rows = []
+        metrics = task.evaluate(play, problems, rows=rows)
+        if run_dir is not None:
+            log_samples(run_dir, [dict(step=step, **row) for row in rows], "eval_samples.jsonl")
         return {**metrics, "eval/num_questions": len(problems), "timing/eval_s": time.time() - t0}
     jobs = list(zip(problems, play([task.prompts(p) for p in problems])))
     results = parallel_map(lambda job: task.reward(*job), jobs, args.sandbox_workers)
@@ -603,7 +609,7 @@ def main(args: Args):
     if problems[0]["kind"] in ("code", "pipeline"):
         run_tests_in_sandbox("x = 1", [])  # a missing sandbox layer is reported now, once
     if start_step == 0 and eval_due(args, eval_problems, 0):  # 0. the untrained team, held out
-        metrics = evaluate_team(agents, tokenizer, eval_problems, task, args)
+        metrics = evaluate_team(agents, tokenizer, eval_problems, task, args, run_dir)
         log_metrics(run_dir, {"step": 0, **metrics})
     bar = tqdm(range(start_step, args.max_steps), desc="magrpo", initial=start_step,
                total=args.max_steps, disable=rank > 0)
@@ -615,7 +621,8 @@ def main(args: Args):
         metrics.update(rollout_metrics(nodes_by_turn(roots), roots, batches, args.num_generations))
         metrics.update(team_means(metrics, args.num_agents))  # the rollout's, for the log
         if eval_due(args, eval_problems, step + 1):  # the team after this step, held out
-            metrics.update(evaluate_team(agents, tokenizer, eval_problems, task, args))
+            metrics.update(evaluate_team(agents, tokenizer, eval_problems, task, args, run_dir,
+                                         step + 1))
         log_metrics(run_dir, {"step": step + 1, **metrics})  # rank 0 writes its own trees' metrics
         bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}")
         if (step + 1) % args.log_every == 0:

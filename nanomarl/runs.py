@@ -321,10 +321,10 @@ def format_metrics(metrics: dict, keys: list[str]) -> str:
                      if k in metrics and isinstance(metrics[k], (int, float)))
 
 
-def log_samples(run_dir: Path, rows: list[dict]):
+def log_samples(run_dir: Path, rows: list[dict], name: str = "samples.jsonl"):
     """Append rollouts (one JSON object each, with its `step`) to samples.jsonl (rank 0 only)."""
     if is_main_process():
-        with open(Path(run_dir) / "samples.jsonl", "a") as f:
+        with open(Path(run_dir) / name, "a") as f:
             f.writelines(json.dumps(row) + "\n" for row in rows)
 
 # ---------------------------------------------------------------------- safe writes

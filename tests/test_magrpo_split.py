@@ -112,8 +112,8 @@ def test_the_held_out_evaluation_and_its_controls_by_hand():
     problems = split_problems("eval")[:3]
     assert [(p["record"]["parts"], p["record"]["answer"]) for p in problems] == [
         ([6, 8], "2"), ([3, 4], "1"), ([5, 3], "8")]  # difference, difference, sum
-    calls = []
-    m = split_evaluation(scripted_play(calls), problems, extract_answer)
+    calls, rows = [], []
+    m = split_evaluation(scripted_play(calls), problems, extract_answer, rows)
     views, played, silent, shuffled, oracle, wrong, whole = calls
     assert views == [p["record"]["views"] for p in problems]
     # what agent 0 of problem 0 (own 6) hears from its partner (8) in each replay
@@ -148,6 +148,18 @@ def test_the_held_out_evaluation_and_its_controls_by_hand():
     assert bound == Fraction(29, 120) and m["eval/no_information_bound"] == pytest.approx(29 / 120)
     assert m["eval/whole_question/accuracy"] == pytest.approx(1 / 3)  # the sum: problem 2
     assert m["eval/whole_question/agent1/accuracy"] == pytest.approx(1 / 3)
+    # the answers per problem, as evaluate.py's samples.jsonl holds them: turns [t][a]
+    ids = [p["id"] for p in problems]
+    assert [(r["method"], r["question"]) for r in rows] == [
+        (method, q) for method in ("magrpo", "magrpo/silent", "magrpo/shuffled", "magrpo/oracle",
+                                   "magrpo/wrong") for q in ids]
+    assert [r["answers"] for r in rows[:3]] == [
+        [["2", "2"], ["2", "2"]], [[None, "2"], ["1", None]], [[None, None], [None, None]]]
+    assert rows[0]["responses"][1][0] == "The numbers are 6, 8. The answer is 2."
+    assert [r["gold"] for r in rows[:3]] == ["2", "1", "8"]
+    assert [r["answers"] for r in rows[3:6]] == [[[None, None]]] * 3  # silent: nothing heard
+    assert [r["answers"] for r in rows[9:12]] == [[["2", "2"]], [["1", "1"]], [["8", "8"]]]
+    assert rows[12]["answers"][0][0] == "3"  # wrong: agent 0 (6) hears 9, |6 - 9|
 
 
 def test_the_split_task_needs_two_turns(tmp_path):
@@ -187,6 +199,15 @@ def test_one_magrpo_step_end_to_end_logs_the_held_out_controls(tmp_path):
         child = samples[2 + 2 * j]  # the first joint action of root j's child
         assert child["prompts"] == split_feedback(problem, [], [[t] for t in root["completions"]])
         assert root["reward"] == 0.0
+    # the held-out answers per problem, of each evaluation: the metrics' own numbers
+    held_out = [json.loads(line) for line in (run / "eval_samples.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["method"]) for r in held_out] == [
+        (s, m) for s in (0, 1) for m in ("magrpo", "magrpo/silent", "magrpo/shuffled",
+                                         "magrpo/oracle", "magrpo/wrong") for _ in range(3)]
+    for metrics in rows:
+        played = [r for r in held_out if r["step"] == metrics["step"] and r["method"] == "magrpo"]
+        right = [a == r["gold"] for r in played for a in r["answers"][1]]
+        assert sum(right) / len(right) == pytest.approx(metrics["eval/turn2/agent_accuracy"])
 
 
 def test_evaluate_py_magrpo_mode_refuses_arith_split(tmp_path):

@@ -55,3 +55,34 @@ def test_split_intervals_by_hand(tmp_path):
     assert all(table[f"trained, {c} partner"][0] == "0.0" for c in CONTROLS)
     bound = float(table["no-information bound"][0])
     assert 0 < bound < 100 and abs(float(table["trained - bound"][0]) - (75.0 - bound)) < 0.11
+
+
+def test_split_intervals_of_magrpo_runs(tmp_path):
+    """--method magrpo reads magrpo.py run folders: eval_samples.jsonl (not the training samples
+    beside it), each seed's last evaluation and the base's first (step 0, the untrained team)."""
+    records = load_task("arith:split", "validation", limit=4)
+    ids, golds = [r["id"] for r in records], [r["answer"] for r in records]
+
+    def rows(step: int, right: int) -> list[dict]:  # every problem: `right` agents right
+        played = [dict(step=step, method="magrpo", question=q, gold=g,
+                       answers=[["0", "0"], [g] * right + ["0"] * (2 - right)])
+                  for q, g in zip(ids, golds)]
+        return played + [dict(step=step, method=f"magrpo/{c}", question=q, gold=g,
+                              answers=[[g, g] if c == "oracle" else ["x", "x"]])
+                         for c in CONTROLS for q, g in zip(ids, golds)]
+    for name, right in (("s0", 1), ("s1", 2)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "eval_samples.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows(0, 0) + rows(10, 2) + rows(20, right)))
+        (tmp_path / name / "samples.jsonl").write_text(json.dumps(dict(step=5, turn=1)) + "\n")
+    out = subprocess.run([sys.executable, str(ROOT / "docs/results/split_intervals.py"),
+                          "--method", "magrpo", "--split", "validation", "--base",
+                          str(tmp_path / "s0"), str(tmp_path / "s0"), str(tmp_path / "s1")],
+                         capture_output=True, text=True, check=True).stdout
+    table = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in out.splitlines()
+             if line.startswith("| ") and not line.startswith("| |")}
+    assert table["trained, as played"][0] == "75.0"  # step 20: 50 % and 100 %, not step 10's
+    assert table["trained, as played"][3] == "50.0 100.0 |"
+    assert table["untrained, as played"][0] == "0.0"  # step 0
+    assert table["trained, oracle partner"][0] == "100.0"
+    assert table["trained, silent partner"][0] == "0.0"

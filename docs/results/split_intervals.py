@@ -1,7 +1,9 @@
 """The split debate's held-out numbers with their 95 % intervals, from evaluate.py's per-problem
 answers (samples.jsonl) on the test split: one folder per trained seed (method maporl, with the
 controls' rows maporl/silent, maporl/shuffled, maporl/oracle, maporl/wrong) and one folder for the
-untrained team (method offtheshelf, greedy: the same for every seed).
+untrained team (method offtheshelf, greedy: the same for every seed). --method magrpo: magrpo.py
+run folders instead (eval_samples.jsonl, method magrpo and magrpo/CONTROL): each seed's last
+held-out evaluation, and the base's first (step 0, the untrained team).
 
 A problem's score is its agents' mean accuracy at the last turn. Each row gives the mean over
 seeds and two 95 % intervals:
@@ -13,6 +15,7 @@ Then one line per seed. The no-information bound of the problems is exact (no in
 test set is fixed; its interval over problems is given beside it for the differences).
 
     python docs/results/split_intervals.py --base runs/eval-split-base runs/eval-split-s0 ...
+    python docs/results/split_intervals.py --method magrpo --base RUN0 RUN0 RUN1 ...
     (--ids FILE: only the problems whose ids the JSON list in FILE holds)
 """
 import argparse
@@ -31,18 +34,29 @@ CONTROLS = ("silent", "shuffled", "oracle", "wrong")
 RESAMPLES = 10_000
 
 
-def problem_scores(folder: Path, method: str, records: dict | None = None) -> dict[str, float]:
-    """{problem id: its agents' mean accuracy at the last turn} of `method` in an evaluate.py
-    folder; with records (id -> record): the share of answers computed with the wrong control's
-    numbers instead (follows)."""
+def method_rows(folder: Path, method: str, first: bool = False) -> list[dict]:
+    """The rows of `method` in an evaluate.py folder (samples.jsonl) or in a magrpo.py run's
+    held-out answers (eval_samples.jsonl): those of its last evaluation (first: its first)."""
+    path = folder / "eval_samples.jsonl"
+    path = path if path.exists() else folder / "samples.jsonl"
+    rows = [row for row in map(json.loads, path.read_text().splitlines())
+            if row["method"] == method]
+    steps = [row.get("step", 0) for row in rows]
+    step = min(steps, default=0) if first else max(steps, default=0)
+    return [row for row in rows if row.get("step", 0) == step]
+
+
+def problem_scores(folder: Path, method: str, records: dict | None = None,
+                   first: bool = False) -> dict[str, float]:
+    """{problem id: its agents' mean accuracy at the last turn} of `method` in a folder
+    (method_rows); with records (id -> record): the share of answers computed with the wrong
+    control's numbers instead (follows)."""
     scores = {}
-    for line in (folder / "samples.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if row["method"] == method:
-            last, q = row["answers"][-1], row["question"]
-            targets = ([heard_result(records[q], a) for a in range(len(last))] if records
-                       else [row["gold"]] * len(last))
-            scores[q] = sum(a == t for a, t in zip(last, targets)) / len(last)
+    for row in method_rows(folder, method, first):
+        last, q = row["answers"][-1], row["question"]
+        targets = ([heard_result(records[q], a) for a in range(len(last))] if records
+                   else [row["gold"]] * len(last))
+        scores[q] = sum(a == t for a, t in zip(last, targets)) / len(last)
     return scores
 
 
@@ -72,11 +86,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("seeds", nargs="+", help="evaluate.py folders of the trained seeds")
     parser.add_argument("--base", required=True, help="evaluate.py folder of the untrained team")
+    parser.add_argument("--method", default="maporl", choices=["maporl", "magrpo"],
+                        help="magrpo: the folders are magrpo.py runs")
     parser.add_argument("--split", default="test", help="the arith:split split evaluated")
     parser.add_argument("--ids", default="", help="a JSON list of problem ids: only these")
     args = parser.parse_args()
     records = {r["id"]: r for r in load_task("arith:split", args.split, limit=None)}
-    base = problem_scores(Path(args.base), "offtheshelf")
+    method = args.method
+    base = problem_scores(Path(args.base), "offtheshelf" if method == "maporl" else method,
+                          first=True)
     ids = sorted(base)
     if args.ids:
         ids = sorted(set(ids) & set(json.loads(Path(args.ids).read_text())))
@@ -85,14 +103,14 @@ def main():
         sys.exit(f"--base {args.base}: {len(missing)} problems are not arith:split {args.split}")
     folders = [Path(f) for f in args.seeds]
 
-    def table(method: str, follows: bool = False) -> np.ndarray:
-        found = [problem_scores(f, method, records if follows else None) for f in folders]
+    def table(name: str, follows: bool = False) -> np.ndarray:
+        found = [problem_scores(f, name, records if follows else None) for f in folders]
         for f, scores in zip(folders, found):
             if not set(ids) <= set(scores):
-                sys.exit(f"{f}: {method} lacks problems of the base's {len(ids)}")
+                sys.exit(f"{f}: {name} lacks problems of the base's {len(ids)}")
         return np.array([[scores[q] for q in ids] for scores in found])
 
-    trained = table("maporl")
+    trained = table(method)
     untrained = np.array([[base[q] for q in ids]])
     bound = np.array([[no_information_bound([records[q]]) for q in ids]])
     print(f"arith:split {args.split}: {len(ids)} problems, {len(folders)} seeds; turn-2 agent "
@@ -100,8 +118,8 @@ def main():
     print("| | mean | problems | seeds and problems | seeds |\n|---|---|---|---|---|")
     print(row("trained, as played", trained))
     for control in CONTROLS:
-        print(row(f"trained, {control} partner", table(f"maporl/{control}")))
-    print(row("trained, wrong partner: follows", table("maporl/wrong", follows=True)))
+        print(row(f"trained, {control} partner", table(f"{method}/{control}")))
+    print(row("trained, wrong partner: follows", table(f"{method}/wrong", follows=True)))
     print(row("untrained, as played", untrained))
     print(row("no-information bound", bound))
     print(row("trained - untrained", trained - untrained))

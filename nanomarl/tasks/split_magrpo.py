@@ -87,7 +87,7 @@ def accuracy(records: list[dict], answers: list[list[str | None]],
     return sum(hits) / len(hits)
 
 
-def split_evaluation(play, problems: list[dict], parse) -> dict:
+def split_evaluation(play, problems: list[dict], parse, rows: list | None = None) -> dict:
     """The held-out evaluation (magrpo.py's Task.evaluate), greedy. play(prompts [b][a]) -> each
     agent's greedy answer [b][a]. Played: turn 1, then turn 2 on the partners' turn-1 words:
     eval/reward/mean (the joint reward at turn 2) and its levels, eval/turn{t}/agent_accuracy,
@@ -97,8 +97,11 @@ def split_evaluation(play, problems: list[dict], parse) -> dict:
     played), its message on another problem (eval/shuffled/...), "My number is Y." with its true
     number (eval/oracle/...) or a wrong one (eval/wrong/...; eval/wrong/turn2/follows: answers
     computed with the number heard). Also eval/no_information_bound and each agent alone on the
-    whole question (eval/whole_question/accuracy: agent 0, as cotrain.py; /agent1/accuracy)."""
+    whole question (eval/whole_question/accuracy: agent 0, as cotrain.py; /agent1/accuracy).
+    rows: filled with each problem's answers, as evaluate.py's samples.jsonl holds them (method
+    "magrpo": answers [t][a], responses [t][a]; "magrpo/CONTROL": turn 2's answers [[a]])."""
     records = [problem["record"] for problem in problems]
+    rows = [] if rows is None else rows
     first = play([split_prompts(problem) for problem in problems])
     turn1 = SimpleNamespace(responses=[[texts] for texts in first])  # [b][t][a], as cotrain's
     second = play([split_feedback(problem, [], [[text] for text in texts])
@@ -107,16 +110,21 @@ def split_evaluation(play, problems: list[dict], parse) -> dict:
     metrics = {"eval/reward/mean": sum(total for total, _ in scores) / len(scores)}
     metrics.update({f"eval/reward/{key}": sum(levels[key] for _, levels in scores) / len(scores)
                     for key in scores[0][1]})
-    for t, texts in enumerate((first, second)):
-        answers = answers_of(texts, parse)
+    answered = [answers_of(texts, parse) for texts in (first, second)]  # [t][b][a]
+    rows += [dict(method="magrpo", question=r["id"], gold=r["answer"],
+                  answers=[answered[0][b], answered[1][b]], responses=[first[b], second[b]])
+             for b, r in enumerate(records)]
+    for t, answers in enumerate(answered):
         metrics[f"eval/turn{t + 1}/agent_accuracy"] = accuracy(records, answers)
-        for a in range(len(texts[0])):
+        for a in range(len(answers[0])):
             metrics[f"eval/turn{t + 1}/agent{a}/accuracy"] = accuracy(records, answers, a)
     played = SimpleNamespace(responses=[[one, two] for one, two in zip(first, second)])
     metrics.update(channel_metrics(played, records))
     metrics["eval/silent/turn1/agent_accuracy"] = metrics["eval/turn1/agent_accuracy"]
     for control, replayed in control_replays(records, turn1).items():
         answers = answers_of(play([r["views"] for r in replayed]), parse)
+        rows += [dict(method=f"magrpo/{control}", question=r["id"], gold=r["answer"],
+                      answers=[answers[b]]) for b, r in enumerate(records)]
         metrics[f"eval/{control}/turn2/agent_accuracy"] = accuracy(records, answers)
         if control == "wrong":  # follows_rates reads answers [b][t][a]: turn 2 alone
             turn2 = SimpleNamespace(answers=[[per_problem] for per_problem in answers])
