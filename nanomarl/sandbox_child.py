@@ -75,7 +75,7 @@ def program_side(job, requests, answers):
         if tag == "r" and type(item) is int and item in refs:
             return refs[item]
         if tag == "k" and type(item) is int and item in kept:
-            return kept[item][0]
+            return kept[item]["object"]
         if tag == "X" and type(item) is list and len(item) == 3 and type(item[0]) is int and (
                 item[1] is None or item[1] in declared) and type(item[2]) is bool:
             if item[0] not in tests:  # (of a class the context declares, or with its own ==)
@@ -209,15 +209,15 @@ def program_side(job, requests, answers):
                     pairs.append('["w",[%s]]' % ",".join(texts))
                 before.clear()  # (a traceback's frame may hold it too)
             sent = {id(c) for c in numbered}
-            texts = ["[%d,%s]" % (handle, dump(contents(kept[handle][0]), refer, aliases))
-                     for handle in found if id(kept[handle][0]) not in sent]
+            texts = ["[%d,%s]" % (handle, dump(contents(kept[handle]["object"]), refer, aliases))
+                     for handle in found if id(kept[handle]["object"]) not in sent]
             if texts:
                 pairs.append('["k",[%s]]' % ",".join(texts))
-        total = sum(entry[2] for entry in kept.values())
+        total = sum(entry["weight"] for entry in kept.values())
         for handle in sorted(kept, reverse=True) if total > KEPT_ITEMS else ():
             if total <= KEPT_ITEMS:
                 break
-            total -= kept[handle][2]
+            total -= kept[handle]["weight"]
             gone.append(forget(handle))
         new = register(numbered, candidates, total)
         if numbered:
@@ -244,8 +244,8 @@ def program_side(job, requests, answers):
             if id(value) in kept_ids or len(kept) >= KEPT_OBJECTS:
                 continue
             entry = kept_entry(value, kept_ids)
-            if total + entry[2] <= KEPT_ITEMS:
-                total += entry[2]
+            if total + entry["weight"] <= KEPT_ITEMS:
+                total += entry["weight"]
                 handle = next_kept[0]
                 next_kept[0] += 1
                 kept[handle], kept_ids[id(value)] = entry, handle
@@ -254,7 +254,7 @@ def program_side(job, requests, answers):
         return new
 
     def forget(handle):
-        key = id(kept.pop(handle)[0])
+        key = id(kept.pop(handle)["object"])
         del kept_ids[key], kept_tags[key]
         return handle
 

@@ -181,18 +181,20 @@ def nested(state, ids, out, seen):
 
 
 def renew(entry, state, ids):
-    """A kept entry's snapshot, weight, inner ids and nested containers (see kept_entry) from a
-    new snapshot."""
+    """A kept entry's snapshot, weight, inner_ids and nested (see kept_entry) from a new
+    snapshot."""
     inner = nested(state, ids, [], set()) if type(state) is list else []
-    kids = tuple([id(item) for item in state if type(item) not in LEAVES]) if type(
+    inner_ids = tuple([id(item) for item in state if type(item) not in LEAVES]) if type(
         state) is list else ()
-    entry[1:] = state, weight(state) + sum(weight(item[1]) for item in inner), kids, inner
+    entry.update(snapshot=state, weight=weight(state) + sum(weight(item[1]) for item in inner),
+                 inner_ids=inner_ids, nested=inner)
 
 
 def kept_entry(value, ids):
-    """[a kept object, its snapshot, its weight, the ids of the objects in its snapshot that may
-    be kept too, its nested containers and their snapshots]; ids: those of the kept ones."""
-    entry = [value]
+    """{"object": a kept object, "snapshot": its snapshot, "weight": its weight, "inner_ids": the
+    ids of the objects in its snapshot that may be kept too, "nested": its nested containers and
+    their snapshots}; ids: those of the kept ones."""
+    entry = {"object": value}
     renew(entry, snapshot(value), ids)
     return entry
 
@@ -202,25 +204,25 @@ def changed(kept, ids):
     their snapshots, nested containers included (renewed)."""
     found = []
     for handle, entry in kept.items():
-        value, before = entry[0], entry[1]
+        value, before = entry["object"], entry["snapshot"]
         if type(value) is list:  # (the common case: compared in place, no copy)
             if len(value) == len(before) and all(map(is_, value, before)) and all(
-                    unchanged(then, snapshot(inner)) for inner, then in entry[4]):
+                    unchanged(then, snapshot(inner)) for inner, then in entry["nested"]):
                 continue
             state = value[:]
         elif unchanged(before, state := snapshot(value)) and all(
-                unchanged(then, snapshot(inner)) for inner, then in entry[4]):
+                unchanged(then, snapshot(inner)) for inner, then in entry["nested"]):
             continue
         renew(entry, state, ids)
         found.append(handle)
     return found
 
 
-def references(entry, k=0):
-    return getrefcount(entry[k])
+def references(holder, k):
+    return getrefcount(holder[k])
 
 
-BASE = references([[]])  # an object referenced by one list only (an entry, `numbered`)
+BASE = references([[]], 0)  # an object referenced by one list or dict only (`numbered`, an entry)
 
 
 def referenced(numbered):
@@ -237,14 +239,14 @@ def unreached(kept, ids):
     while (a traceback's) counts as the program's: that object is forgotten a request later."""
     inside = {}
     for entry in kept.values():
-        for key in entry[3]:
+        for key in entry["inner_ids"]:
             if key in ids:
                 inside[key] = inside.get(key, 0) + 1
     reached = [handle for handle, entry in kept.items()
-               if references(entry) - BASE > 2 * inside.get(id(entry[0]), 0)]
+               if references(entry, "object") - BASE > 2 * inside.get(id(entry["object"]), 0)]
     seen = set(reached)
     while reached:
-        for key in kept[reached.pop()][3]:
+        for key in kept[reached.pop()]["inner_ids"]:
             handle = ids.get(key)
             if handle is not None and handle not in seen:
                 seen.add(handle)

@@ -194,7 +194,7 @@ def told(extra):
     over (a request, an answer), as one process would see them."""
     kept = LINK["kept"]
     if kept and (found := changed(kept, LINK["kept_ids"])):
-        extra = dict(extra, k=[[handle, contents(kept[handle][0])] for handle in found])
+        extra = dict(extra, k=[[handle, contents(kept[handle]["object"])] for handle in found])
     return extra
 
 
@@ -204,10 +204,10 @@ def taken(extra):
     for pair in extra["k"] if type(extra.get("k")) is list else ():
         if type(pair) is list and len(pair) == 2 and type(pair[0]) is int and pair[0] in kept:
             try:
-                refill(kept[pair[0]][0], pair[1])
+                refill(kept[pair[0]]["object"], pair[1])
             except Exception:
                 continue
-            renew(kept[pair[0]], snapshot(kept[pair[0]][0]), LINK["kept_ids"])
+            renew(kept[pair[0]], snapshot(kept[pair[0]]["object"]), LINK["kept_ids"])
 
 
 def answer(seq, status, payload, extra, pairs=()):

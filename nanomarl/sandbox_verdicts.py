@@ -83,19 +83,19 @@ def kept_up(extra, numbered):
     if not kept and "n" not in extra:
         return
     taken(extra)
-    total = sum(entry[2] for entry in kept.values())
+    total = sum(entry["weight"] for entry in kept.values())
     for pair in extra["n"] if type(extra.get("n")) is list else ():
         if type(pair) is list and len(pair) == 2 and all(type(k) is int for k in pair) and (
                 0 <= pair[0] < len(numbered) and pair[1] not in kept
                 and id(numbered[pair[0]]) not in ids and len(kept) < 2 * KEPT_OBJECTS):
             entry = kept_entry(numbered[pair[0]], ids)
-            if total + entry[2] <= 2 * KEPT_ITEMS:
-                total += entry[2]
-                kept[pair[1]], ids[id(entry[0])] = entry, pair[1]
-                tags[id(entry[0])] = '{"k":%d}' % pair[1]
+            if total + entry["weight"] <= 2 * KEPT_ITEMS:
+                total += entry["weight"]
+                kept[pair[1]], ids[id(entry["object"])] = entry, pair[1]
+                tags[id(entry["object"])] = '{"k":%d}' % pair[1]
     for handle in extra["d"] if type(extra.get("d")) is list else ():
         if type(handle) is int and handle in kept:
-            key = id(kept.pop(handle)[0])
+            key = id(kept.pop(handle)["object"])
             del ids[key], tags[key]
 
 
@@ -155,7 +155,7 @@ def test_resolve(tag, item):
     if tag == "a" and type(item) is int and LINK["args"] and 0 <= item < len(LINK["args"][-1]):
         return LINK["args"][-1][item]
     if tag == "k" and type(item) is int and item in LINK["kept"]:
-        return LINK["kept"][item][0]
+        return LINK["kept"][item]["object"]
     raise ValueError("malformed value")
 
 

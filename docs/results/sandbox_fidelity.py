@@ -124,29 +124,20 @@ def program_prompts(tokenizer, problems: dict, picks: list[str]) -> list[str]:
 def sample_completions(model, tokenizer, prompts: list[str], args) -> list[tuple[list, str]]:
     """(the prompt's token ids as the model read them, its completion) per prompt, in the prompts'
     order. --batch rows per generate call, the rows taken in order of prompt length (a call pads
-    little); magrpo.py's sampling: --temperature, --top-p, --top-k, --max-new-tokens, the model's
-    stop tokens, no other logits processor. The same --seed and --batch give the same texts."""
-    import torch
-
-    from common import (NO_PROCESSORS, fp32_head, response_mask_from_ids, stop_token_ids,
-                        tokenize_prompts)
-    stops = stop_token_ids(tokenizer, model)
+    little); magrpo.py's sampling (common.generate): --temperature, --top-p, --top-k,
+    --max-new-tokens, the model's stop tokens, no other logits processor. The same --seed and
+    --batch give the same texts."""
+    from common import generate
     lengths = [len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
     order = sorted(range(len(prompts)), key=lengths.__getitem__)  # stable: ties keep their order
     done = [None] * len(prompts)
     for start in range(0, len(order), args.batch):
         rows = order[start:start + args.batch]
-        ids, mask = tokenize_prompts(tokenizer, [prompts[i] for i in rows], model.device)
-        with torch.no_grad(), fp32_head(model):
-            out = model.generate(input_ids=ids, attention_mask=mask,
-                                 max_new_tokens=args.max_new_tokens, eos_token_id=stops,
-                                 pad_token_id=tokenizer.pad_token_id, do_sample=True,
-                                 temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                                 **NO_PROCESSORS)
-        response = out[:, ids.shape[1]:]
-        keep, _ = response_mask_from_ids(response, stops)  # up to and with the first stop token
-        for i, query, used, ids_out, kept in zip(rows, ids, mask, response, keep):
-            done[i] = (query[used.bool()].tolist(),
+        out = generate(model, tokenizer, [prompts[i] for i in rows], None, args.max_new_tokens,
+                       args.temperature, args.top_p, args.top_k, logprobs=False)
+        for i, query, used, ids_out, kept in zip(rows, out["query_ids"], out["query_mask"],
+                                                 out["response_ids"], out["response_mask"]):
+            done[i] = (query[used.bool()].tolist(),  # kept: up to and with the first stop token
                        tokenizer.decode(ids_out[kept.bool()], skip_special_tokens=True))
         print(f"sampled {start + len(rows)}/{len(prompts)} completions", flush=True)
     return done
