@@ -194,18 +194,20 @@ def render_prompt(tokenizer, text: str, chat_template: bool) -> str:
 def generate_joint_action(agents: Agents, tokenizer, prompts: list[list[str]], num_samples: int = 1,
                           max_new_tokens: int = 256, temperature: float = 0.7, top_p: float = 1.0,
                           top_k: int = 0, greedy: bool = False, chat_template: bool = True,
-                          batch_size: int | None = None, fast: bool = False) -> dict:
+                          batch_size: int | None = None, fast: bool = False,
+                          logprobs: bool = True) -> dict:
     """All agents answer in parallel: prompts[p][i] is agent i's prompt for problem p; every agent
     samples `num_samples` completions of it. With LoRA agents this is ONE generate call (in chunks
     of `batch_size` rows if given), each row on its agent's adapter; with copies one call per agent.
-    fast: common.generate's fast paths (--fast).
+    fast: common.generate's fast paths (--fast); logprobs=False: no π (the held-out play).
     Returns dict(texts [p][i][g], batches [i]: agent i's common.generate output, rows p-major)."""
     n = len(agents.models)
     P = len(prompts)
     rendered = [[render_prompt(tokenizer, prompts[p][i], chat_template) for i in range(n)]
                 for p in range(P)]
     sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                    top_k=top_k, greedy=greedy, batch_size=batch_size, fast=fast)
+                    top_k=top_k, greedy=greedy, batch_size=batch_size, fast=fast,
+                    logprobs=logprobs)
     if agents.names is not None:  # one batch over all (problem, agent, sample) rows
         rows = [(p, i) for p in range(P) for i in range(n) for _ in range(num_samples)]
         out = generate(agents.models[0], tokenizer, [rendered[p][i] for p, i in rows],
@@ -547,7 +549,8 @@ def evaluate_team(agents: Agents, tokenizer, problems: list[dict], task: Task, a
     def play(prompts: list[list[str]]) -> list[list[str]]:  # [p][i]: agent i's greedy answer
         out = generate_joint_action(agents, tokenizer, prompts, 1, args.max_new_tokens, greedy=True,
                                     chat_template=args.chat_template,
-                                    batch_size=args.generate_batch_size or None, fast=args.fast)
+                                    batch_size=args.generate_batch_size or None, fast=args.fast,
+                                    logprobs=False)
         return [[texts[0] for texts in per_problem] for per_problem in out["texts"]]
     if task.evaluate is not None:
         rows = []

@@ -225,7 +225,8 @@ def test_magrpo_evaluate_team_uses_greedy_joint_actions_and_the_task_reward(monk
     calls = {}
 
     def fake_joint_action(agents, tokenizer, prompts, num_samples, max_new_tokens, greedy=False, **kwargs):
-        calls.update(num_samples=num_samples, greedy=greedy, problems=len(prompts))
+        calls.update(num_samples=num_samples, greedy=greedy, problems=len(prompts),
+                     logprobs=kwargs["logprobs"])
         return dict(texts=[[[f"{p}-aux"], [f"{p}-main"]] for p in range(len(prompts))])
 
     def reward(problem, texts):  # problem i: i of 3 tests pass; 1.5 + fraction
@@ -237,7 +238,7 @@ def test_magrpo_evaluate_team_uses_greedy_joint_actions_and_the_task_reward(monk
     task = magrpo.Task(prompts=lambda p: ["a", "m"], reward=reward, roles=["aux", "main"])
     args = magrpo.Args(sandbox_workers=1)
     m = magrpo.evaluate_team(None, None, problems, task, args)
-    assert calls == dict(num_samples=1, greedy=True, problems=4)
+    assert calls == dict(num_samples=1, greedy=True, problems=4, logprobs=False)  # nothing reads π
     assert m["eval/reward/mean"] == pytest.approx(1.5 + (0 + 1 / 3 + 2 / 3 + 1) / 4)
     assert m["eval/reward/structure"] == 1.0 and m["eval/reward/tests_passed"] == pytest.approx(6 / 4)
     assert m["eval/pass_rate"] == pytest.approx(1 / 4)  # only problem 3 passes every test
