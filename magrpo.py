@@ -56,8 +56,8 @@ from nanomarl.magrpo_run import (RESUME_MUST_MATCH, check_args, check_task, cust
                                  finish_run, held_out_problems, load_state, print_sample,
                                  rollout_metrics, save_state, team_means, tree_samples)
 from nanomarl.models import load_tokenizer
-from nanomarl.runs import (clean_exits, format_metrics, log_metrics, log_samples, resumed_args,
-                           set_torch_threads, start_run)
+from nanomarl.runs import (clean_exits, format_metrics, log_metrics, log_samples, projected_time,
+                           resumed_args, set_torch_threads, start_run)
 from nanomarl.sandbox import parallel_map, run_tests_in_sandbox
 from nanomarl.tasks.code_prompts import level_feedback, plain_feedback
 from nanomarl.tasks.debate import step_indices
@@ -627,6 +627,10 @@ def main(args: Args):
             metrics.update(evaluate_team(agents, tokenizer, eval_problems, task, args, run_dir,
                                          step + 1))
         log_metrics(run_dir, {"step": step + 1, **metrics})  # rank 0 writes its own trees' metrics
+        left = range(step + 2, args.max_steps + 1)  # the steps after this one
+        if step == start_step and left and rank == 0:  # this run's first step: the rest's minutes
+            evals = sum(eval_due(args, eval_problems, s) for s in left)
+            tqdm.write(projected_time(run_dir, metrics["timing/step_s"], len(left), evals))
         bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}")
         if (step + 1) % args.log_every == 0:
             tqdm.write(f"step {step + 1}: " + format_metrics(metrics, [

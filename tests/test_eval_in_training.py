@@ -254,6 +254,10 @@ def test_magrpo_cli_logs_eval_rows_before_and_after(tmp_path):
     assert all("eval/reward/mean" in r and "eval/pass_rate" in r for r in (rows[0], rows[2]))
     assert "eval/reward/mean" not in rows[1]  # --eval-every 0: before and after only
     assert "eval/reward/mean:" in out.stdout
+    # after the first step: 1 step left at its seconds, 1 evaluation (after the last) at step 0's
+    step_s, eval_s = rows[1]["timing/step_s"], rows[0]["timing/eval_s"]
+    assert (f"projected on this machine: {(step_s + eval_s) / 60:.1f} more minutes (1 updates of "
+            f"{step_s:.0f} s, 1 held-out evaluations of {eval_s:.0f} s)") in out.stdout
 
 
 def test_projected_time_counts_the_updates_and_evaluations_left(tmp_path):
