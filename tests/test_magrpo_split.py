@@ -4,7 +4,10 @@ answers, the held-out evaluation and its controls on a scripted team, and one ma
 end on the tiny model."""
 import json
 import re
+import subprocess
+import sys
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +20,8 @@ from nanomarl.tasks.problems import load_problems
 from nanomarl.tasks.split import split_problem_list
 from nanomarl.tasks.split_magrpo import (split_evaluation, split_feedback, split_problems,
                                          split_prompts, split_reward)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_problems_are_arith_splits_own():
@@ -208,6 +213,19 @@ def test_one_magrpo_step_end_to_end_logs_the_held_out_controls(tmp_path):
         played = [r for r in held_out if r["step"] == metrics["step"] and r["method"] == "magrpo"]
         right = [a == r["gold"] for r in played for a in r["answers"][1]]
         assert sum(right) / len(right) == pytest.approx(metrics["eval/turn2/agent_accuracy"])
+    # the run's team on the whole test split afterwards (docs/results/magrpo_split_test.py)
+    out = tmp_path / "test"
+    subprocess.run([sys.executable, str(ROOT / "docs/results/magrpo_split_test.py"), str(run),
+                    str(out)], check=True, capture_output=True)
+    test_rows = [json.loads(line) for line in (out / "eval_samples.jsonl").read_text().splitlines()]
+    ids = [p["id"] for p in load_problems("arith:split:test", "eval")]
+    assert [(r["step"], r["method"], r["question"]) for r in test_rows] == [
+        (1, m, q) for m in ("magrpo", "magrpo/silent", "magrpo/shuffled", "magrpo/oracle",
+                            "magrpo/wrong") for q in ids]
+    (logged,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    right = [a == r["gold"] for r in test_rows[:len(ids)] for a in r["answers"][1]]
+    assert logged["eval/num_questions"] == 114
+    assert sum(right) / len(right) == pytest.approx(logged["eval/turn2/agent_accuracy"])
 
 
 def test_evaluate_py_magrpo_mode_refuses_arith_split(tmp_path):
