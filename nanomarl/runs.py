@@ -148,8 +148,8 @@ def start_run(args, script: str) -> Path:
     by resumed_args). A new run writes args.json (its settings and the script's name). A resume
     appends the flags it was given to resumes.jsonl (the next resume layers them again), writes the
     merged settings to args_resume.json, removes what a killed write left behind, and trims
-    metrics.jsonl to the checkpoint's step (the later steps are logged again). A folder that cannot
-    be written is refused first, with one line."""
+    metrics.jsonl, samples.jsonl and eval_samples.jsonl to the checkpoint's step (the later steps
+    are logged again). A folder that cannot be written is refused first, with one line."""
     check_report_to(getattr(args, "report_to", "none"))  # a missing tracker: refused first
     resume = getattr(args, "resume", "")
     flag = "--resume" if resume else "--output-dir"
@@ -183,7 +183,7 @@ def start_run(args, script: str) -> Path:
         if leftover.suffix == ".old" and not leftover.with_suffix("").exists():
             continue  # X.old without X: the copy load_adapters falls back to
         shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
-    for log in ("metrics.jsonl", "samples.jsonl"):
+    for log in ("metrics.jsonl", "samples.jsonl", "eval_samples.jsonl"):
         trim_jsonl(run_dir / log, _RUN["step"])
     given = {name: getattr(args, name) for name in sorted(given_fields(args) - {"resume"})}
     now = datetime.datetime.now().isoformat(timespec="seconds")
@@ -322,7 +322,8 @@ def format_metrics(metrics: dict, keys: list[str]) -> str:
 
 
 def log_samples(run_dir: Path, rows: list[dict], name: str = "samples.jsonl"):
-    """Append rollouts (one JSON object each, with its `step`) to samples.jsonl (rank 0 only)."""
+    """Append rows (one JSON object each, with its `step`) to the run's `name` (rank 0 only):
+    rollouts to samples.jsonl, held-out answers to eval_samples.jsonl."""
     if is_main_process():
         with open(Path(run_dir) / name, "a") as f:
             f.writelines(json.dumps(row) + "\n" for row in rows)

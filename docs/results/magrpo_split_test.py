@@ -1,34 +1,43 @@
 """A magrpo.py arith:split run's team on every problem of the test split, greedy, with the controls
 (magrpo.py's own held-out evaluation, magrpo.evaluate_team): its metrics (metrics.jsonl) and its
-answers per problem (eval_samples.jsonl, with the run's last step) in OUT; --base: the untrained
-team (both seats the base model, step 0) instead. For a run whose in-training evaluation held fewer
-problems than the split (--eval-problems below its 114).
+answers per problem (eval_samples.jsonl, with its checkpoint's step) in OUT; --base: the untrained
+team (both seats the base model, step 0) instead. The run's settings (args.json, or after a resume
+args_resume.json): its model, dtype, quantisation, threads, tokens and sampling fast paths. For a
+run whose in-training evaluation held fewer problems than the split (--eval-problems below 114).
 
-    python docs/results/magrpo_split_test.py RUN OUT [--base]
+    python docs/results/magrpo_split_test.py RUN OUT [--base] [--limit N: the first N problems]
 """
+import argparse
 import json
 import sys
 from pathlib import Path
-
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import magrpo  # noqa: E402
 from common import load_model  # noqa: E402
 from nanomarl.models import load_adapters, load_tokenizer  # noqa: E402
+from nanomarl.runs import checkpoint_step, set_torch_threads  # noqa: E402
 
 if __name__ == "__main__":
-    run, out, base = Path(sys.argv[1]), Path(sys.argv[2]), "--base" in sys.argv[3:]
-    torch.set_num_threads(2)
-    saved = json.loads((run / "args.json").read_text())
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, help="a magrpo.py run on arith:split")
+    parser.add_argument("out", type=Path, help="the folder to write")
+    parser.add_argument("--base", action="store_true", help="the untrained team instead")
+    parser.add_argument("--limit", type=int, default=None, help="the first N problems only")
+    cli = parser.parse_args()
+    run, out, base = cli.run, cli.out, cli.base
+    settings = run / "args_resume.json"
+    saved = json.loads((settings if settings.is_file() else run / "args.json").read_text())
     args = magrpo.Args(**{k: v for k, v in saved.items() if k in magrpo.Args.__dataclass_fields__})
-    if not args.dataset.startswith("arith:split"):
-        sys.exit(f"{run}: a run on {args.dataset}, not arith:split")
-    model = load_adapters(load_model(args.model), run / "adapters")
+    if not args.dataset.startswith("arith:split") or args.full_finetune:
+        sys.exit(f"{run}: not a LoRA run on arith:split ({args.dataset})")
+    print(set_torch_threads(args.threads))
+    model = load_adapters(load_model(args.model, args.dtype, args.quant), run / "adapters")
     tokenizer = load_tokenizer(args.model)
-    problems = magrpo.load_problems("arith:split:test", "eval", None)
+    problems = magrpo.load_problems("arith:split:test", "eval", cli.limit)
     task = magrpo.make_task(args, "split")
-    names, step = (["__base__"] * 2, 0) if base else (["agent0", "agent1"], args.max_steps)
+    step = 0 if base else checkpoint_step(run / "checkpoint.pt")
+    names = ["__base__"] * 2 if base else ["agent0", "agent1"]
     out.mkdir(parents=True, exist_ok=True)
     team = magrpo.Agents(models=[model, model], names=names)
     metrics = magrpo.evaluate_team(team, tokenizer, problems, task, args, out, step)

@@ -98,7 +98,7 @@ def committed_programs(problems: dict) -> tuple[list[dict], list[str]]:
     """(each distinct code joint action of the committed samples.jsonl files, the files read)."""
     listed = subprocess.run(["git", "ls-files", "docs/results"], cwd=ROOT, text=True,
                             capture_output=True, check=True).stdout.split()
-    files = [f for f in listed if f.endswith("samples.jsonl")]
+    files = [f for f in listed if f.endswith(("/samples.jsonl", "-samples.jsonl"))]  # rollouts
     programs, seen = [], set()
     for name in files:
         for line in (ROOT / name).read_text().splitlines():

@@ -37,8 +37,9 @@ RESAMPLES = 10_000
 def method_rows(folder: Path, method: str, first: bool = False) -> list[dict]:
     """The rows of `method` in an evaluate.py folder (samples.jsonl) or in a magrpo.py run's
     held-out answers (eval_samples.jsonl): those of its last evaluation (first: its first)."""
-    path = folder / "eval_samples.jsonl"
-    path = path if path.exists() else folder / "samples.jsonl"
+    path = folder / ("eval_samples.jsonl" if method.startswith("magrpo") else "samples.jsonl")
+    if not path.is_file():
+        sys.exit(f"{folder}: no {path.name} (--method {method.split('/')[0]})")
     rows = [row for row in map(json.loads, path.read_text().splitlines())
             if row["method"] == method]
     steps = [row.get("step", 0) for row in rows]
@@ -84,8 +85,8 @@ def row(name: str, per_seed: np.ndarray) -> str:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("seeds", nargs="+", help="evaluate.py folders of the trained seeds")
-    parser.add_argument("--base", required=True, help="evaluate.py folder of the untrained team")
+    parser.add_argument("seeds", nargs="+", help="the trained seeds' evaluate.py folders (or runs)")
+    parser.add_argument("--base", required=True, help="the untrained team's folder (or a run)")
     parser.add_argument("--method", default="maporl", choices=["maporl", "magrpo"],
                         help="magrpo: the folders are magrpo.py runs")
     parser.add_argument("--split", default="test", help="the arith:split split evaluated")
