@@ -346,7 +346,7 @@ RECIPES = {  # recipe -> (script, settings it must give: the paper-scale command
     "magrpo-teamwork": (magrpo, dict(dataset="teamwork", max_new_tokens=16, eval_problems=40,
                                       joint_mode="cross")),
     "magrpo-split": (magrpo, dict(dataset="arith:split", turns=2, max_new_tokens=40,
-                                  temperature=0.3, eval_problems=72)),
+                                  temperature=0.3, eval_problems=114)),
 }
 
 
