@@ -99,7 +99,8 @@ def program_side(job, requests, answers):
     def refer(value, aliases):
         """A program object that is not a value: its reference (a subclass of a value's type
         travels as the value plain Python compares: a (str, Enum) member as its str, never the
-        text its __str__ gives; its overridden methods stay here)."""
+        text its __str__ gives; its overridden methods stay here; an exception as its class and
+        arguments)."""
         if type(value) is TestObject:
             return '{"x":%d}' % value.handle
         for base, exact in BASES:
@@ -109,6 +110,8 @@ def program_side(job, requests, answers):
         if kind.__name__ in declared and kind.__module__ == "__main__" and (
                 kind.__qualname__ == kind.__name__):
             return rebuilt(value, aliases)
+        if isinstance(value, BaseException):  # as a raised one crosses (sandbox_values.py)
+            return '{"e":%s}' % dump(error_payload(value), None)
         if id(value) not in ids:
             refs[LINK["handles"]], ids[id(value)] = value, LINK["handles"]
             LINK["handles"] += 1

@@ -311,6 +311,11 @@ def unary(name):
     return lambda self, *a: ask("op", self._Remote__handle, name, list(a))
 
 
+# the types whose instances cross as values (a subclass's as its base's, an exception as itself)
+VALUE_TYPES = (int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset,
+               range, type(None), BaseException)
+
+
 class Remote:
     """A program object, by its handle in the program's process: the test may read and set its
     attributes, call it, ask its text (str, repr, format) and its type; a stream (a generator or a
@@ -389,6 +394,9 @@ class Remote:
 
     @property
     def __class__(self):  # isinstance(x, types.GeneratorType) asks this of a Remote
+        """The builtin type the program's process names (a function, a generator, a class), but
+        never a value's: a value crosses as a value, so a reference naming a value's type is a
+        program object of its own class of that name, which isinstance(x, int) must not pass."""
         found = ask("op", self.__handle, "type", [])
         if type(found) is not list or len(found) != 2 or not all(type(p) is str for p in found):
             raise abort(ProgramError("a malformed answer"))
@@ -397,7 +405,7 @@ class Remote:
             types = IMPORT("types")
             for kind in [getattr(builtins, name, None)] + list(vars(types).values()):
                 if isinstance(kind, type) and kind.__module__ == "builtins" and (
-                        kind.__qualname__ == name):
+                        kind.__qualname__ == name) and not issubclass(kind, VALUE_TYPES):
                     return kind
         return Remote
 

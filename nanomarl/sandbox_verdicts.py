@@ -150,6 +150,8 @@ def test_resolve(tag, item):
         return remote(item, tag == "g")
     if tag in ("o", "S", "W"):
         return rebuilt(tag, item)
+    if tag == "e" and (error := raised(item)) is not None:  # an exception the program returned
+        return error
     if tag == "x" and type(item) is int and item in LINK["mine"]:
         return LINK["mine"][item]
     if tag == "a" and type(item) is int and LINK["args"] and 0 <= item < len(LINK["args"][-1]):

@@ -527,6 +527,26 @@ LIAR = """\
     """
 
 
+def test_a_program_object_is_never_seen_as_a_value_type_it_names():
+    """A program object of its own class named `int` (or `str`, `list`, `ValueError`) in module
+    builtins is no int: in plain Python isinstance says so, and the program's process, which
+    names the class, does not decide what the test process sees. A value of those types crosses
+    as a value, so the right program (returning a real one) passes."""
+    program = """\
+        def fake(name):
+            return type(name, (), {"__module__": "builtins"})()
+        def real(name):
+            return {"int": 1, "str": "s", "list": [], "ValueError": ValueError("x")}[name]
+        """
+    kinds = ["int", "str", "list", "ValueError"]
+    wrong = [f"assert isinstance(fake('{k}'), {k})" for k in kinds]
+    right = [f"assert isinstance(real('{k}'), {k}) and not isinstance(fake('{k}'), {k})"
+             for k in kinds]
+    assert plain(program, wrong) == [False] * 4 and plain(program, right) == [True] * 4
+    result = run(program, wrong + right)
+    assert result["passed"] == [False] * 4 + [True] * 4, result["errors"]
+
+
 def test_a_program_objects_length_truth_iteration_and_comparisons_are_never_asked():
     """A result that is a program object (not a value) answers no question a test decides a
     verdict with: its length, truth, iteration, items, hash and comparisons with another program
@@ -951,6 +971,37 @@ def test_exceptions_cross_with_their_class_and_arguments():
     assert result["errors"][3] == "SystemExit: 3"
 
 
+def test_a_returned_exception_is_a_value_of_its_class():
+    """An exception the program returns (not raises) arrives as an exception of its class with
+    its arguments, alone or inside a container, as in plain Python; a program's subclass as
+    the raised path has it: its name, its arguments and its nearest builtin ancestor."""
+    program = """\
+        class Invalid(ValueError):
+            pass
+        def f():
+            return ValueError("x")
+        def lookup(d, k):
+            try:
+                return d[k]
+            except KeyError as e:
+                return e
+        def errors():
+            return [ValueError(1), KeyError(2)]
+        def invalid():
+            return Invalid("no", 2)
+        """
+    tests = ["assert type(f()) is ValueError", "assert f().args == ('x',) and str(f()) == 'x'",
+             "assert isinstance(f(), Exception) and not isinstance(f(), KeyError)",
+             "e = lookup({}, 'k')\nassert type(e) is KeyError and e.args == ('k',)\n"
+             "assert str(e) == \"'k'\" and isinstance(e, LookupError)",
+             "assert [type(e) for e in errors()] == [ValueError, KeyError]",
+             "e = invalid()\nassert isinstance(e, ValueError) and e.args == ('no', 2)\n"
+             "assert type(e).__name__ == 'Invalid'"]
+    assert plain(program, tests) == [True] * len(tests)
+    result = run(program, tests)
+    assert result["passed"] == [True] * len(tests), result["errors"]
+
+
 def test_prints_of_any_size_never_raise():
     """A print past the output cap (max_output_bytes) is cut from the output the caller sees, never
     an error in the program (or in a test): plain Python prints it."""
@@ -1336,8 +1387,9 @@ def test_gap_a_tests_random_seed_does_not_seed_the_program():
 
 def test_gap_a_program_class_is_not_a_class_in_the_test_process():
     """A program class is a reference: a test can call it, compare and isinstance with it, but
-    not subclass it or name it in `except` (its exceptions arrive as the nearest builtin class's
-    subclass: `except ValueError` catches them)."""
+    not subclass it or name it in `except` (its exceptions, raised or returned, arrive as the
+    nearest builtin class's subclass: `except ValueError` catches them, isinstance with the
+    program's class is False)."""
     program = """\
         class Box:
             def __init__(self, v):
@@ -1346,11 +1398,14 @@ def test_gap_a_program_class_is_not_a_class_in_the_test_process():
             pass
         def f():
             raise Invalid("no")
+        def g():
+            return Invalid("no")
         """
     result = run(program, ["assert Box(3).v == 3", "class Sub(Box):\n    pass",
                            "try:\n    f()\nexcept Invalid:\n    pass",
-                           "try:\n    f()\nexcept ValueError:\n    pass"])
-    assert result["passed"] == [True, False, False, True]
+                           "try:\n    f()\nexcept ValueError:\n    pass",
+                           "assert isinstance(g(), Invalid)", "assert isinstance(g(), ValueError)"])
+    assert result["passed"] == [True, False, False, True, False, True]
     assert result["stderr"] == ""
 
 
