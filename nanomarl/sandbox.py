@@ -15,9 +15,10 @@ crosses as JSON of exact types (None, bool, int of any size, float, complex, str
 list, tuple, set, frozenset, dict, Counter, OrderedDict, defaultdict, deque, NamedTuple, Fraction,
 Decimal, range, dict views, datetime's types; tagged where JSON has no type, so that they stay
 distinct; a subclass of one travels as the base value plain Python compares: a (str, Enum) member as
-its str; an exception as its class, its nearest builtin ancestor and its arguments; an instance of a
-class the context declares (the prompt's ListNode) as its state, rebuilt in the test process as an
-instance of the context's class, shared and cyclic nodes kept); a test's functools.partial,
+its str; an exception as its class, its nearest builtin ancestor and its arguments, made of the
+context's class where the context declares its class; an instance of another class the context
+declares (the prompt's ListNode) as its state, rebuilt in the test process as an instance of the
+context's class, shared and cyclic nodes kept); a test's functools.partial,
 io.StringIO or BytesIO, random.Random, re.Pattern or re.Match crosses as a copy rebuilt in the
 program's process (by its function and arguments, value and position, state, pattern and flags; a
 Match by its spans, found again there: a real re.Match; sandbox_copies.py); any other object crosses

@@ -106,12 +106,12 @@ def program_side(job, requests, answers):
         for base, exact in BASES:
             if isinstance(value, base):
                 return dump(exact(value), refer, aliases)
+        if isinstance(value, BaseException):  # as a raised one crosses (sandbox_values.py)
+            return '{"e":%s}' % dump(error_payload(value), None)
         kind = type(value)
         if kind.__name__ in declared and kind.__module__ == "__main__" and (
                 kind.__qualname__ == kind.__name__):
             return rebuilt(value, aliases)
-        if isinstance(value, BaseException):  # as a raised one crosses (sandbox_values.py)
-            return '{"e":%s}' % dump(error_payload(value), None)
         if id(value) not in ids:
             refs[LINK["handles"]], ids[id(value)] = value, LINK["handles"]
             LINK["handles"] += 1

@@ -6,8 +6,10 @@ JSON of exact types, tagged where JSON has none (dump; Decoder and hook read it 
 that the alarm can interrupt); anything else travels as a reference, made by the `refer` and read
 by the `resolve` each side passes in, or as a copy (sandbox_copies.py: a call's arguments, written
 back after it; the test's objects of the standard library that cross as copies). An exception
-travels as [name, message, nearest builtin ancestor, arguments] (error_payload) and is raised on
-the other side as an exception of that name and those arguments (program_error)."""
+travels as [name, message, nearest builtin ancestor, arguments, whether its class is a module-level
+class of __main__] (error_payload) and is raised on the other side as an exception of that name and
+those arguments (program_error): in the test process, of the context's class of that name where
+the context declares one."""
 import _json, builtins
 
 
@@ -201,14 +203,29 @@ def builtin_exception(name):
 
 
 EXCEPTIONS = {}
+# the exception classes the context declares, by name (test_side fills it in the test process: a
+# program's exception of its module-level class of that name is made of the context's class there)
+DECLARED = {}
 
 
-def program_error(name, message, base="", args=None):
-    """The exception of that name (a builtin one but StopIteration; else a class of that name
-    derived from `base`, its nearest builtin ancestor: a ValueError subclass is caught by `except
-    ValueError`; else a ProgramError), made from its arguments where they crossed (KeyError.args
-    is the key, a UnicodeDecodeError has its five), described as the other process described it."""
-    kind = builtin_exception(name)
+def made(kind, args):
+    """kind(*args) as plain Python makes it where kind's own classes define no __new__ or
+    __init__: by its nearest builtin ancestor's. A context's class is made so too, its code never
+    run (its __init__ takes the parameters the program passed, not the args they became)."""
+    builtin = next(k for k in kind.__mro__ if getattr(builtins, k.__name__, None) is k)
+    error = builtin.__new__(kind, *args)
+    builtin.__init__(error, *args)
+    return error
+
+
+def program_error(name, message, base="", args=None, declared=False):
+    """The exception of that name (a context's class where `declared` says the program's is a
+    module-level one and DECLARED has it; a builtin one but StopIteration; else a class of that
+    name derived from `base`, its nearest builtin ancestor: a ValueError subclass is caught by
+    `except ValueError`; else a ProgramError), made from its arguments where they crossed
+    (KeyError.args is the key, a UnicodeDecodeError has its five), described as the other process
+    described it."""
+    kind = declared is True and DECLARED.get(name) or builtin_exception(name)
     if kind is None and builtin_exception(base) and name.isidentifier():
         if (name, base) not in EXCEPTIONS:
             if len(EXCEPTIONS) > 100:
@@ -220,12 +237,12 @@ def program_error(name, message, base="", args=None):
     error = None
     if kind is not None and type(args) is tuple:
         try:
-            error = kind(*args)
+            error = made(kind, args)
         except Exception:
             pass
     if error is None:
         try:
-            error = (kind or ProgramError)(message)
+            error = made(kind or ProgramError, (message,))
         except Exception:
             error = ProgramError(message)
     error.program_text, error.program_str = name[:100] + ": " + message[:300], message
@@ -233,9 +250,9 @@ def program_error(name, message, base="", args=None):
 
 
 def raised(payload):
-    """The exception an error payload ([name, message, base] or [name, message, base, args])
+    """The exception an error payload ([name, message, base], with args and declared or not)
     describes; None if it is malformed."""
-    if type(payload) is list and len(payload) in (3, 4) and all(
+    if type(payload) is list and len(payload) in (3, 4, 5) and all(
             type(p) is str for p in payload[:3]):
         return program_error(*payload)
     return None
@@ -247,7 +264,8 @@ def refuse(value, aliases=None):
 
 def error_payload(error):
     """[name, message, nearest builtin ancestor's name, its arguments (a tuple of values, or None
-    where one is not a value)] of an exception."""
+    where one is not a value), whether its class is a module-level class of __main__ (a class the
+    context declares is one)] of an exception."""
     base = next((k.__name__ for k in type(error).__mro__ if getattr(builtins, k.__name__, None)
                  is k), "Exception")
     args = getattr(error, "args", None)
@@ -255,5 +273,7 @@ def error_payload(error):
         dump(args, refuse)
     except BaseException:
         args = None
-    return [type(error).__name__, describe(error).partition(": ")[2][:300], base,
-            args if type(args) is tuple else None]
+    kind = type(error)
+    return [kind.__name__, describe(error).partition(": ")[2][:300], base,
+            args if type(args) is tuple else None,
+            kind.__module__ == "__main__" and kind.__qualname__ == kind.__name__]

@@ -14,7 +14,7 @@ from sandbox_link import (LINK, OPS, Remote, TestTimeout, abort, answer, ask, at
                           gone, read_exactly, read_line, remote, run, taken, told)
 from sandbox_copies import (BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, copied, kept_entry, refill, renew,
                             snapshot)
-from sandbox_values import IMPORT, Abort, Decoder, ProgramError, describe, dump, raised
+from sandbox_values import DECLARED, IMPORT, Abort, Decoder, ProgramError, describe, dump, raised
 
 
 def test_next():
@@ -362,6 +362,9 @@ def test_side(job, fds, layers, child):
     context = attempt(lambda: run(compiled(job["context"], "<context>"), scope), timeout)
     LINK["classes"] = {name: scope[name] for name in job["classes"]
                        if isinstance(scope.get(name), type)}  # (rebuilt's)
+    # the context's exception classes (program_error's), but a StopIteration: a stream's end
+    DECLARED.update({name: kind for name, kind in LINK["classes"].items() if issubclass(
+        kind, BaseException) and not issubclass(kind, (StopIteration, StopAsyncIteration))})
     for name in LINK["names"]:  # the program's names are the program's, not the context's
         scope.pop(name, None)
     LINK.update(shared_state())

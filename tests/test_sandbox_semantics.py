@@ -1002,6 +1002,53 @@ def test_a_returned_exception_is_a_value_of_its_class():
     assert result["passed"] == [True] * len(tests), result["errors"]
 
 
+def test_an_exception_of_a_class_the_task_declares_is_the_tasks_class():
+    """An exception of a class the context declares (the prompt's `class Invalid(ValueError)`),
+    raised or returned, arrives as an instance of the context's class with its arguments: a
+    test's `except Invalid`, `except` a declared base, isinstance, args and str are plain
+    Python's. A class the context does not declare (the program's own, or one nested in a
+    function under a declared name) still arrives as its nearest builtin ancestor's subclass
+    (test_gap_a_program_class_is_not_a_class_in_the_test_process)."""
+    context = textwrap.dedent("""\
+        class MyBase(Exception):
+            pass
+        class Invalid(ValueError):
+            pass
+        class Bad(MyBase):
+            pass
+        """)
+    program = context + textwrap.dedent("""\
+        class Other(ValueError):
+            pass
+        def f():
+            raise Invalid("bad")
+        def g():
+            raise Bad("no", 2)
+        def h():
+            return [Invalid("bad")]
+        def other():
+            raise Other("x")
+        def nested():
+            class Invalid(KeyError):
+                pass
+            raise Invalid("k")
+        """)
+    tests = ["try:\n    f()\n    assert False\nexcept Invalid as e:\n"
+             "    assert e.args == ('bad',) and str(e) == 'bad' and type(e) is Invalid",
+             "try:\n    g()\n    assert False\nexcept MyBase as e:\n"
+             "    assert type(e) is Bad and e.args == ('no', 2) and str(e) == \"('no', 2)\"",
+             "e, = h()\nassert isinstance(e, Invalid) and isinstance(e, ValueError)\n"
+             "assert e.args == ('bad',) and str(e) == 'bad'",
+             "try:\n    f()\n    assert False\nexcept ValueError:\n    pass",
+             "try:\n    other()\n    assert False\nexcept ValueError as e:\n"
+             "    assert type(e).__name__ == 'Other' and not isinstance(e, Invalid)",
+             "try:\n    nested()\n    assert False\nexcept Invalid:\n    assert False\n"
+             "except KeyError as e:\n    assert type(e).__name__ == 'Invalid' and e.args == ('k',)"]
+    assert plain(program, tests) == [True] * len(tests)
+    result = run(program, tests, context=context, names=["f", "g", "h", "other", "nested"])
+    assert result["passed"] == [True] * len(tests), result["errors"]
+
+
 def test_prints_of_any_size_never_raise():
     """A print past the output cap (max_output_bytes) is cut from the output the caller sees, never
     an error in the program (or in a test): plain Python prints it."""
@@ -1389,7 +1436,8 @@ def test_gap_a_program_class_is_not_a_class_in_the_test_process():
     """A program class is a reference: a test can call it, compare and isinstance with it, but
     not subclass it or name it in `except` (its exceptions, raised or returned, arrive as the
     nearest builtin class's subclass: `except ValueError` catches them, isinstance with the
-    program's class is False)."""
+    program's class is False; those of a class the context declares arrive as the context's:
+    test_an_exception_of_a_class_the_task_declares_is_the_tasks_class)."""
     program = """\
         class Box:
             def __init__(self, v):
