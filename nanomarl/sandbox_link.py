@@ -17,7 +17,8 @@ import _signal, _thread, _weakref, builtins, os, sys
 
 from sandbox_copies import (changed, containers, contents, refill, renew, shared,
                             snapshot)  # sandbox.py's BOOT
-from sandbox_values import IMPORT, Abort, ProgramError, describe, dump, error_payload, raised
+from sandbox_values import (VALUE_TYPES, IMPORT, Abort, ProgramError, describe, dump,
+                            error_payload, raised)
 
 READ, WRITE, EXIT = os.read, os.write, os._exit  # before any program code (it may replace them)
 
@@ -251,10 +252,8 @@ def ask(op, target, a=None, b=None, args=None):
     """A request of the test process: `args` (a call's arguments) are numbered for the answer's
     write-backs and identity; the program's process gets the time this test has left, the
     recursion limit, whether output is redirected, the test's changes to the containers the
-    program keeps (sandbox_copies.py), and what the test set of the state a program shares with
-    it in one process (sandbox_verdicts.py:mirrored: builtins it replaced, its sys.stdin, whether
-    it catches warnings); no other state of the test process (not random's, whose draws would
-    tell the program the test's)."""
+    program keeps and what the test set of the state the program shares with it in one process
+    (sandbox_verdicts.py:mirrored); not random's state, whose draws would tell the test's."""
     with TALKING:
         return asked(op, target, a, b, args)
 
@@ -294,8 +293,7 @@ def refused(self, *other):
 
 
 def not_a_number(self, *other):
-    """A program object is no number: a conversion the program would answer anew at each call
-    (math.pow asks float() once per term) fails the test instead."""
+    """A program object is no number (math.pow would ask its float() anew at each term)."""
     raise abort(TypeError("a program object converted to a number"))
 
 
@@ -309,11 +307,6 @@ def equals(name):
 
 def unary(name):
     return lambda self, *a: ask("op", self._Remote__handle, name, list(a))
-
-
-# the types whose instances cross as values (a subclass's as its base's, an exception as itself)
-VALUE_TYPES = (int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset,
-               range, type(None), BaseException)
 
 
 class Remote:
@@ -394,9 +387,8 @@ class Remote:
 
     @property
     def __class__(self):  # isinstance(x, types.GeneratorType) asks this of a Remote
-        """The builtin type the program's process names (a function, a generator, a class), but
-        never a value's: a value crosses as a value, so a reference naming a value's type is a
-        program object of its own class of that name, which isinstance(x, int) must not pass."""
+        """The builtin type the program's process names, never a value's (a value crosses as one:
+        a reference naming int is a program object of its own class called int)."""
         found = ask("op", self.__handle, "type", [])
         if type(found) is not list or len(found) != 2 or not all(type(p) is str for p in found):
             raise abort(ProgramError("a malformed answer"))

@@ -202,6 +202,9 @@ def builtin_exception(name):
     return None
 
 
+# the types whose instances cross as values (a subclass's as its base's, an exception as itself)
+VALUE_TYPES = (int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset,
+               range, type(None), BaseException)
 EXCEPTIONS = {}
 # the exception classes the context declares, by name (test_side fills it in the test process: a
 # program's exception of its module-level class of that name is made of the context's class there)
