@@ -19,7 +19,7 @@ from sandbox_layers import confine, die_with_parent, drop_privileges, isolate  #
 from sandbox_link import (EXIT, LINK, OPS, BINARY, WRITE, TestObject, TestTimeout, answer,
                           attempt, compiled, read_exactly, read_line, run, serve, taken,
                           with_pairs, write_all)
-from sandbox_values import IMPORT, Decoder, dump, error_payload, raised
+from sandbox_values import IMPORT, Decoder, dump, error_payload, module_level, raised
 from sandbox_verdicts import test_side
 
 
@@ -109,8 +109,7 @@ def program_side(job, requests, answers):
         if isinstance(value, BaseException):  # as a raised one crosses (sandbox_values.py)
             return '{"e":%s}' % dump(error_payload(value), None)
         kind = type(value)
-        if kind.__name__ in declared and kind.__module__ == "__main__" and (
-                kind.__qualname__ == kind.__name__):
+        if kind.__name__ in declared and module_level(kind):
             return rebuilt(value, aliases)
         if id(value) not in ids:
             refs[LINK["handles"]], ids[id(value)] = value, LINK["handles"]

@@ -211,11 +211,21 @@ EXCEPTIONS = {}
 DECLARED = {}
 
 
+def builtin_ancestor(kind, default=Exception):  # (bound before a program can replace builtins)
+    """The nearest class in kind's ancestry that is a builtin (default where none is)."""
+    return next((k for k in kind.__mro__ if getattr(builtins, k.__name__, None) is k), default)
+
+
+def module_level(kind):
+    """Whether kind is a class defined at the top of the program (or of the context)."""
+    return kind.__module__ == "__main__" and kind.__qualname__ == kind.__name__
+
+
 def made(kind, args):
     """kind(*args) as plain Python makes it where kind's own classes define no __new__ or
     __init__: by its nearest builtin ancestor's. A context's class is made so too, its code never
     run (its __init__ takes the parameters the program passed, not the args they became)."""
-    builtin = next(k for k in kind.__mro__ if getattr(builtins, k.__name__, None) is k)
+    builtin = builtin_ancestor(kind)
     error = builtin.__new__(kind, *args)
     builtin.__init__(error, *args)
     return error
@@ -269,14 +279,12 @@ def error_payload(error):
     """[name, message, nearest builtin ancestor's name, its arguments (a tuple of values, or None
     where one is not a value), whether its class is a module-level class of __main__ (a class the
     context declares is one)] of an exception."""
-    base = next((k.__name__ for k in type(error).__mro__ if getattr(builtins, k.__name__, None)
-                 is k), "Exception")
+    kind = type(error)
+    base = builtin_ancestor(kind).__name__
     args = getattr(error, "args", None)
     try:
         dump(args, refuse)
     except BaseException:
         args = None
-    kind = type(error)
     return [kind.__name__, describe(error).partition(": ")[2][:300], base,
-            args if type(args) is tuple else None,
-            kind.__module__ == "__main__" and kind.__qualname__ == kind.__name__]
+            args if type(args) is tuple else None, module_level(kind)]
