@@ -44,15 +44,22 @@ One the program still holds after the request (in a global, an object, a generat
 test's object across requests (sandbox_copies.py): whichever side ran last sends its changes to
 it when it hands over (each answer, each request, a callback's too), and either side sends it inside
 a value as a mark the other reads as its own object (a kept list returned later is the test's own;
-passed again, it is the program's same copy). For each request the
-program's process also takes on what the test set of the state the two would share in one process
-(sandbox_verdicts.py:mirrored): the builtins the test replaced (mock.patch('builtins.input'): the
-test's mock, called in the test process), the sys.stdin it set (a StringIO: a copy, written back),
-and, while the test catches, records or filters warnings, the program's warnings are caught there
-and shown in the test process under the test's filters (recorded, printed, ignored, or raised as an
-error where the call returns). What the harness refuses (an argument it cannot send, a program
-object asked what only a value answers, the program's process gone, its timeout, a malformed answer)
-fails the test whatever the test catches. So the expected values, the test source, the report and
+passed again, it is the program's same copy). A container the program reads from a test object (an
+attribute, an item, a callback's result, a draw) is kept so from its first read (lent: the program's
+changes reach the test's object in place, a second read is the same object; one of the call's
+arguments is the program's copy of it). For each request the program's process also takes on what
+the test set of the state the two would share in one process (sandbox_verdicts.py:mirrored): the
+builtins the test replaced (mock.patch('builtins.input'): the test's mock, called in the test
+process), the other module attributes it set (mock.patch('random.randint'), patch.object,
+`random.randint = f`: set in the program's module of that name, imported there if need be; the
+test process's modules note what is set on them from outside, so a request compares nothing while
+the test patches nothing; the harness's own lookups keep the originals: sandbox_values.py), the
+sys.stdin it set (a StringIO: a copy, written back), and, while the test catches, records or
+filters warnings, the program's warnings are caught there and shown in the test process under the
+test's filters (recorded, printed, ignored, or raised as an error where the call returns). What
+the harness refuses (an argument it cannot send, a program object asked what only a value answers,
+the program's process gone, its timeout, a malformed answer) fails the test whatever the test
+catches. So the expected values, the test source, the report and
 its nonce never enter the program's process (the tests are read from the job after the fork, the
 context runs after it in the test process only, the output files are write-only there and the
 program's process writes to files of its own, and the test process is not dumpable: where /proc is
@@ -128,19 +135,24 @@ item; each call costs a round trip between the processes, so a test of 100,000s 
 the program's random is its own (no state of the test process reaches it, so a test's random.seed
 does not seed it: the test's draws stay the test's); a program class is no class in the test process
 (a test cannot subclass it or name it in `except`), and a test's class is none in the program's
-(type(x) of a test object is the harness's TestObject; isinstance works); a test object's attribute
-reaches the program as a copy (appending to it is not seen; setting it is), and so does an argument
-the program passes to a test's callback, but for a kept one (the callback's changes stay in the test
-process); a container the program keeps is the test's object up to 64 of them holding 4,096 items
-(each request compares them on both sides; beyond that one is the program's copy, its later changes
-not written back), and a container put into a kept one afterwards (by the test or the program)
-crosses inside it as a copy (the kept one is compared deep and sent whole: its value follows, the
-other side's own name for the inner one does not); a cyclic or very deep argument cannot be sent
-(the test fails), nor a test's object of another type that is no value and no test object (a socket,
-a memoryview: the test fails, naming its type); a StringIO crosses without its newline translation
-(its value and position do); of the test's patches only builtins are mirrored (a patch of another
-module's attribute, mock.patch('random.randint'), stays the test's: the program's modules are its
-own, and comparing every module's attributes at each call would cost more than the call); a warning
+(type(x) of a test object is the harness's TestObject; isinstance works); a container the program
+hands a test object (an attribute it sets, an argument of a test's callback) crosses as a copy, but
+for a kept one (the program's later changes through its own name are not seen, nor the callback's
+changes in the program; read back through the attribute it is the test's); a container the program
+keeps or reads from a test object is the test's object up to 64 of them holding 4,096 items (each
+request compares them on both sides and sends a changed one whole, so a loop of thousands of appends
+through a test object's attribute costs seconds; beyond the bounds one is the program's copy, its
+later changes not written back), and a container put into a kept one afterwards (by the test or
+the program) crosses inside it as a copy (the kept one is compared deep and sent whole: its value
+follows, the other side's own name for the inner one does not); a cyclic or very deep argument
+cannot be sent (the test fails), nor a test's object of another type that is no value and no test
+object (a socket, a memoryview: the test fails, naming its type); a StringIO crosses without its
+newline translation (its value and position do); a test's patch reaches the program only as a
+module's attribute (the state inside a module, mock.patch.dict of os.environ, and sys's other
+attributes stay the test's; a patch of `__main__`'s names is none of the program's: the tests'
+__main__ is not the program's; a value that cannot be sent stays the test's), and in the test
+process a module's type is a subclass of types.ModuleType (isinstance holds, `type(m) is
+types.ModuleType` does not); a warning
 the test's filters turn into an error is raised in the test when the call returns, after the rest of
 the program's call has run; the test process cannot start a thread (the kernel refuses a thread to a
 process whose children go to another PID namespace, and the test process made the one in which the

@@ -19,7 +19,8 @@ from sandbox_layers import confine, die_with_parent, drop_privileges, isolate  #
 from sandbox_link import (EXIT, LINK, OPS, BINARY, WRITE, TestObject, TestTimeout, answer,
                           attempt, compiled, read_exactly, read_line, run, serve, taken,
                           with_pairs, write_all)
-from sandbox_values import IMPORT, Decoder, dump, error_payload, module_level, raised
+from sandbox_values import (IMPORT, Decoder, dump, error_payload, gave_back, module_level,
+                            raised, took_on)
 from sandbox_verdicts import test_side
 
 
@@ -91,7 +92,8 @@ def program_side(job, requests, answers):
             for part in item[1].split(".") if item[1] else ():
                 found = getattr(found, part)
             return found
-        found = rebuilt_copy(tag, item)  # (a partial, buffer, Random, Pattern or Match)
+        # (a partial, buffer, Random, Pattern or Match; a test object's lent container)
+        found = rebuilt_copy(tag, item, (kept, kept_ids, kept_tags, calls))
         if found is None:
             raise ValueError("malformed value")
         return found
@@ -151,6 +153,8 @@ def program_side(job, requests, answers):
             catcher = warnings.catch_warnings(record=True)
             saved["c"] = catcher, catcher.__enter__()
             warnings.simplefilter("always")
+        if type(extra.get("p")) is list:  # the other module attributes the test set
+            saved["p"] = took_on(extra["p"])
         if type(extra.get("b")) is dict:  # the builtins the test replaced (last: __import__ too)
             saved["b"] = {name: vars(builtins).get(name, LINK) for name in extra["b"]
                           if type(name) is str}
@@ -166,6 +170,7 @@ def program_side(job, requests, answers):
                 vars(builtins).pop(name, None)
             else:
                 setattr(builtins, name, value)
+        gave_back(saved.get("p", ()))
         if "c" in saved:
             catcher, log = saved["c"]
             catcher.__exit__(None, None, None)
@@ -354,7 +359,8 @@ def program_side(job, requests, answers):
     LINK.update(side="program", out=answers, refer=refer, scope=scope, ops=ops, before=before,
                 after=after, next=next_message, answered=program_answered, gone="", handles=0,
                 made=0, limit=job["answer_bytes"], decode=Decoder(resolve), answer=answer_with,
-                kept=kept, kept_ids=kept_ids, kept_tags=kept_tags)
+                kept=kept, kept_ids=kept_ids, kept_tags=kept_tags,
+                drop=lambda: [forget(handle) for handle in unreached(kept, kept_ids)])
     code = compiled(job["program"], "<program>")
     status, payload = attempt(lambda: run(code, scope), job["timeout"])
     answer(0, status, None if status == "v" else payload, after({}))

@@ -25,14 +25,21 @@ containers nested in it included); whichever side ran last sends the new content
 changed when it hands over, in each request and each answer (changed; sandbox_link.py:told and
 taken), and either side sends a kept object inside a value as its mark ({"k": handle}), which the
 other reads as its own object (the test gets its own list back). The program's process forgets what
-it no longer reaches, by the references counted (unreached). At most KEPT_OBJECTS objects and
-KEPT_ITEMS items are kept (beyond that, a copy is the program's own): each request compares each
-kept object with its snapshot on both sides, about 0.07 ms of CPU a side at the bound (a call costs
-about 0.02 ms a side), nothing when none is kept."""
+it no longer reaches, by the references counted (unreached), as it hands over. At most KEPT_OBJECTS
+objects and KEPT_ITEMS items are kept (beyond that, a copy is the program's own): each request
+compares each kept object with its snapshot on both sides, about 0.07 ms of CPU a side at the bound
+(a call costs about 0.02 ms a side), nothing when none is kept.
+
+A test object's container the test process hands the program's process (an attribute the program
+reads, an item, a callback's result, a draw: LENT) is lent: kept from then on as a numbered object
+is, under a handle of the test process's (below 0), and sent as {"N": [handle, its value]}, which
+the program's process keeps as that handle's object (borrowed): so the program's changes reach the
+test's own object, and a second read is the same object there; one of the call's arguments is sent
+as {"A": k}, the program's copy of it (lend, settle, lending; within the same bounds)."""
 from _operator import is_
 from sys import getrefcount
 
-from sandbox_values import COLLECTIONS, IMPORT, dump  # sandbox.py's BOOT
+from sandbox_values import COLLECTIONS, dump, unpatched  # sandbox.py's BOOT
 
 BUFFERS = ("StringIO", "BytesIO")
 PATTERN_METHODS = ("match", "search", "fullmatch", "findall", "finditer", "split", "sub", "subn")
@@ -301,6 +308,112 @@ def refill(target, content):
         target[:] = content
 
 
+LENT = ("attr", "call", "next", "getitem")  # the test process's ops whose results are lent
+
+
+def lending(link, refer):
+    """The test process's link (sandbox_link.py:LINK) made to lend what its ops of LENT give: its
+    "ops" and "answer" wrapped (the answer lends, sends, then settles)."""
+    ops, answer = link["ops"], link["answer"]
+    link.update(fresh=[], lent=0, due=False)
+
+    def lent_ops(op, target, a, b, extra):
+        value = ops(op, target, a, b, extra)
+        link["due"] = op in LENT  # (after the requests it served meanwhile)
+        return value
+
+    def lent_answer(seq, status, payload, extra):
+        sent, due, link["due"] = False, link["due"], False
+        try:
+            if due and status == "v":
+                try:
+                    lend(payload, link, refer)
+                except BaseException:  # (a cyclic or unsendable value: answer() sends the error)
+                    settle(link, False)
+            sent = answer(seq, status, payload, extra)
+        finally:
+            settle(link, sent)
+        return sent
+
+    link.update(ops=lent_ops, answer=lent_answer)
+
+
+def reached(values, stop, call, out, seen):
+    """The numbered objects in values and in what they hold, each once, inner ones first; none of
+    stop (ids) nor inside one; one of call (ids) but nothing inside it."""
+    for value in values:
+        key = id(value)
+        if type(value) in LEAVES or key in stop or key in seen:
+            continue
+        seen.add(key)
+        inner = None if key in call else parts(value)
+        if inner:
+            reached(inner, stop, call, out, seen)
+        if numbered(type(value)):
+            out.append(value)
+    return out
+
+
+def lend(value, link, refer):
+    """The numbered objects of a value the test process hands the program's process, marked for
+    the answer (link's kept_tags, noted in its "fresh"): one of the call in progress's arguments
+    {"A": k}; one not kept yet, nor inside a kept one or an outer call's argument, kept under a
+    new handle below 0 within KEPT_OBJECTS and KEPT_ITEMS, {"N": [handle, value]} (borrowed)."""
+    kept, ids, tags, args = link["kept"], link["kept_ids"], link["kept_tags"], link["args"]
+    if type(value) in LEAVES or id(value) in ids or not containers([value], []):
+        return
+    call = {}
+    for k, c in enumerate(args[-1] if args else ()):
+        call.setdefault(id(c), k)
+    stop = {id(c) for level in args[:-1] for c in level}
+    stop.update([id(c) for entry in kept.values() for c, _ in entry["nested"]], ids)
+    total = sum(entry["weight"] for entry in kept.values())
+    for c in reached([value], stop, call, [], set()):
+        key = id(c)
+        if key in call:
+            tags[key] = '{"A":%d}' % call[key]
+            link["fresh"].append((key, None))
+            continue
+        entry = kept_entry(c, ids)
+        if len(kept) >= KEPT_OBJECTS or total + entry["weight"] > KEPT_ITEMS:
+            continue
+        text = '{"N":[%d,%s]}' % (link["lent"] - 1, dump(c, refer, tags))
+        total, link["lent"] = total + entry["weight"], link["lent"] - 1
+        kept[link["lent"]], ids[key], tags[key] = entry, link["lent"], text
+        link["fresh"].append((key, link["lent"]))
+
+
+def settle(link, sent):
+    """The objects lent for one answer (lend): each marked {"k": handle} from now on if the answer
+    went out as a value, else forgotten (the program's process never read it); "A" marks
+    dropped."""
+    kept, ids, tags, fresh = link["kept"], link["kept_ids"], link["kept_tags"], link["fresh"]
+    while fresh:
+        key, handle = fresh.pop()
+        if handle is not None and sent:
+            tags[key] = '{"k":%d}' % handle
+            continue
+        del tags[key]
+        if handle is not None:
+            del kept[handle], ids[key]
+
+
+def borrowed(tag, item, kept, ids, tags, calls):
+    """The program's object for a test's object lent to it (lend): {"A": k} the k-th argument
+    container of the call in progress (calls[-1]); {"N": [handle, value]} that value, kept under
+    the handle from then on, the first time (then the same object); None if malformed."""
+    if tag == "A":
+        args = calls[-1][1] if calls else ()
+        return args[item] if type(item) is int and 0 <= item < len(args) else None
+    if not (type(item) is list and len(item) == 2 and type(item[0]) is int and item[0] < 0
+            and numbered(type(item[1]))):
+        return None
+    if item[0] not in kept:
+        kept[item[0]] = kept_entry(item[1], ids)
+        ids[id(item[1])], tags[id(item[1])] = item[0], '{"k":%d}' % item[0]
+    return kept[item[0]]["object"]
+
+
 def found_again(match):
     """How its pattern finds this re.Match again, with the same spans, pos and endpos: [one of
     FINDS, 0], or ["finditer", n] for the n-th match of finditer; None if none does."""
@@ -344,35 +457,36 @@ def copied(value, refer):
     return None
 
 
-def rebuilt_copy(tag, item):
-    """The program's copy of a test's object (copied's JSON, decoded); None if the tag is no
-    copy's; ValueError if it is malformed."""
+def rebuilt_copy(tag, item, lent=()):
+    """The program's copy of a test's object (copied's JSON, decoded), or its lent object (lent:
+    the kept, their ids and tags and the calls borrowed takes); None if the tag is neither's or a
+    lent one is malformed; ValueError if a copy is malformed."""
+    if tag == "N" or tag == "A":
+        return borrowed(tag, item, *lent) if lent else None
     if tag not in ("P", "B", "U", "p", "H"):
         return None
     kind = type(item)
     if tag == "P" and kind is list and len(item) == 3 and callable(item[0]) and (
             type(item[1]) is list and type(item[2]) is dict and all(
                 type(key) is str for key in item[2])):
-        return IMPORT("functools").partial(item[0], *item[1], **item[2])
+        return unpatched("functools", "partial")(item[0], *item[1], **item[2])
     if tag == "B" and kind is list and len(item) == 3 and item[0] in ("s", "b"):
-        io = IMPORT("io")
-        made = io.StringIO() if item[0] == "s" else io.BytesIO()
+        made = unpatched("io", "StringIO" if item[0] == "s" else "BytesIO")()
         refill(made, item)
         return made
     if tag == "U":
-        random = IMPORT("random")
         if item is None:
-            return random.SystemRandom()
-        made = random.Random()
+            return unpatched("random", "SystemRandom")()
+        made = unpatched("random", "Random")()
         made.setstate(item)
         return made
     if tag == "p" and kind is list and len(item) == 3 and type(item[1]) is int and (
             item[2] is None or item[2] in PATTERN_METHODS):
-        pattern = IMPORT("re").compile(item[0], item[1])
+        pattern = unpatched("re", "compile")(item[0], item[1])
         return pattern if item[2] is None else getattr(pattern, item[2])
     if tag == "H" and kind is list and len(item) == 6 and type(item[5]) is list and len(
             item[5]) == 2 and item[5][0] in FINDS + ("finditer",) and type(item[5][1]) is int:
-        pattern = IMPORT("re").compile(item[0], item[1])
+        pattern = unpatched("re", "compile")(item[0], item[1])
         how, n = item[5]
         if how != "finditer":
             return getattr(pattern, how)(item[2], item[3], item[4])

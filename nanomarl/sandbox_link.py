@@ -1,24 +1,23 @@
 """sandbox_link.py: the link between the two processes of a sandboxed run: the alarm under which
 either runs code, requests and answers both ways, and the proxies of the other side's objects.
 
-Executed inside the sandbox as the module `sandbox_link` (sandbox.py's BOOT). The two processes
-talk in lines of JSON, either way: a request [seq, "q", op, target, a, b, extra] or an answer
-[seq, "a", status, payload, extra] (the test process numbers its requests upwards, the program's
-process downwards). While one side waits for an answer it serves the other's requests (a callback
-from a test calling the program again). A value travels as JSON of exact types (sandbox_values.py);
-a call's arguments and a test's partial, io buffer, Random, Pattern or Match as copies, a container
-the program keeps as its mark {"k": n} (sandbox_copies.py); any other object travels as a reference
-(a program object {"r": n}, a test object {"x": n}) whose operations the other side asks for: in
-the test process a Remote stands for a program object, in the program's process a TestObject for a
-test object. One thread at a time talks (TALKING: a program's threads may call a test's callback).
-LINK holds the state of the side this process is (sandbox_verdicts.py:test_side and
-sandbox_child.py:program_side fill it)."""
+Executed inside the sandbox as the module `sandbox_link` (sandbox.py's BOOT). The two processes talk
+in lines of JSON, either way: a request [seq, "q", op, target, a, b, extra] or an answer [seq, "a",
+status, payload, extra] (the test process numbers its requests upwards, the program's process
+downwards). While one side waits for an answer it serves the other's requests (a callback from a
+test calling the program again). A value travels as JSON of exact types (sandbox_values.py); a
+call's arguments and a test's partial, io buffer, Random, Pattern or Match as copies, a container
+the program keeps, or a test object's container it reads, as its mark {"k": n} (sandbox_copies.py);
+any other object travels as a reference (a program object {"r": n}, a test object {"x": n}) whose
+operations the other side asks for: in the test process a Remote stands for a program object, in the
+program's process a TestObject for a test object. One thread at a time talks (TALKING: a program's
+threads may call a test's callback). LINK holds the state of the side this process is
+(sandbox_verdicts.py:test_side and sandbox_child.py:program_side fill it)."""
 import _signal, _thread, _weakref, builtins, os, sys
 
-from sandbox_copies import (changed, containers, contents, refill, renew, shared,
-                            snapshot)  # sandbox.py's BOOT
+from sandbox_copies import changed, containers, contents, refill, renew, shared, snapshot
 from sandbox_values import (VALUE_TYPES, IMPORT, Abort, ProgramError, describe, dump,
-                            error_payload, raised)
+                            error_payload, raised, with_pairs)  # sandbox.py's BOOT
 
 READ, WRITE, EXIT = os.read, os.write, os._exit  # before any program code (it may replace them)
 
@@ -182,20 +181,17 @@ def serve(message):
     LINK["answer"](seq, status, payload, LINK["after"](extra))
 
 
-def with_pairs(text, pairs):
-    """A dumped dict's text with more [key, value] pairs (JSON texts) in it."""
-    if not pairs:
-        return text
-    return text[:-2] + ("," if text != '{"d":[]}' else "") + ",".join(pairs) + "]}"
-
-
 def told(extra):
     """extra with "k": [handle, contents] of the kept containers (sandbox_copies.py) this side
     changed since the two sides last agreed on them; each side tells its changes when it hands
-    over (a request, an answer), as one process would see them."""
+    over (a request, an answer), as one process would see them; the program's process, "d" the
+    handles of those it no longer reaches (LINK["drop"]: forgotten, a test's read again is lent
+    anew)."""
     kept = LINK["kept"]
     if kept and (found := changed(kept, LINK["kept_ids"])):
         extra = dict(extra, k=[[handle, contents(kept[handle]["object"])] for handle in found])
+    if kept and LINK["side"] == "program" and (dropped := LINK["drop"]()):
+        extra = dict(extra, d=dropped)
     return extra
 
 
@@ -212,8 +208,8 @@ def taken(extra):
 
 
 def answer(seq, status, payload, extra, pairs=()):
-    """Writes an answer line (status "v" value, "e" exception, "t" timed out); pairs: with_pairs'
-    for its extra."""
+    """Writes an answer line (status "v" value, "e" exception, "t" timed out; True if a value
+    went out); pairs: with_pairs' for its extra."""
     try:
         if status == "e":
             payload = error_payload(payload)
@@ -229,6 +225,7 @@ def answer(seq, status, payload, extra, pairs=()):
         data = '[%d,"a","e",%s,{"d":[]}]' % (seq, dump(["ValueError", f"an answer of {len(data)}"
                                                          " bytes", "ValueError"], None))
     write_all(LINK["out"], b"\n" + data.encode() + b"\n")  # a line of its own, after any output
+    return data.startswith('[%d,"a","v"' % seq)
 
 
 def abort(error):

@@ -9,8 +9,10 @@ back after it; the test's objects of the standard library that cross as copies).
 travels as [name, message, nearest builtin ancestor, arguments, whether its class is a module-level
 class of __main__] (error_payload) and is raised on the other side as an exception of that name and
 those arguments (program_error): in the test process, of the context's class of that name where
-the context declares one."""
-import _json, builtins
+the context declares one. A test's patch of a module attribute crosses with each request: noted in
+the test process (its modules are `module`s: noted), set in the program's module for the request
+(took_on, gave_back), and never seen by the harness's own lookups in either (unpatched)."""
+import _json, builtins, sys
 
 
 BIG = 1 << 8000  # ints from here on travel as hex (decimal text of over 4300 digits is refused)
@@ -18,6 +20,95 @@ IMPORT = __import__  # (a test's mock.patch of builtins.__import__ is not the ha
 IMMUTABLE = {str, int, float, bool, type(None), tuple, frozenset, bytes, complex}
 COLLECTIONS = ("Counter", "OrderedDict", "defaultdict", "deque")
 VIEWS = {"dict_keys": "K", "dict_values": "V", "dict_items": "I"}
+# the module attributes a test's patches hold: {(module, attribute): [its value before, ...]}
+PATCHED = {}
+
+
+def unpatched(name, attribute):
+    """A module's attribute as the harness uses it (a datetime rebuilt while a test patches
+    datetime.datetime): as it was before a test's patch in force."""
+    found = IMPORT(name)
+    entry = PATCHED.get((found, attribute))
+    return getattr(found, attribute) if entry is None or entry[0] is PATCHED else entry[0]
+
+
+class module(type(sys)):
+    """The class of the test process's modules once the context has run (watch_modules), named as
+    a module's own (type(m) is not types.ModuleType then; isinstance holds): an attribute set on
+    one from outside (mock.patch('random.randint'), patch.object, `random.randint = f`; never the
+    module's own code, whose globals it sets directly) is noted, so that sandbox_verdicts.py:
+    mirrored compares those only, and nothing while none is set."""
+    __slots__ = ()
+    __module__ = "builtins"
+
+    def __setattr__(self, name, value):
+        noted(self, name, value)
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        noted(self, name, None)
+        object.__delattr__(self, name)
+
+
+def noted(space, name, value):
+    """PATCHED[module, name] = [its value before (PATCHED if none), the last value checked, whether
+    that one can be sent], once until sandbox_verdicts.py:module_patches finds it restored; but a
+    dunder and a submodule that its import sets on its package."""
+    if (space, name) not in PATCHED and not name.startswith("__") and not (
+            type(value) in (type(sys), module) and vars(value).get("__name__") == "%s.%s" % (
+                vars(space).get("__name__"), name)):
+        PATCHED[space, name] = [vars(space).get(name, PATCHED), PATCHED, False]
+
+
+def watch_modules():
+    """The test process's modules, and those it imports from now on (its import machinery's
+    module_from_spec), made `module`s; but builtins, sys and warnings (sandbox_verdicts.py:mirrored
+    has their rules) and the harness's own."""
+    importing = sys.modules.get("_frozen_importlib")
+    made = getattr(importing, "module_from_spec", None)
+
+    def module_from_spec(spec):  # (looked up at each import: a module is one from its birth)
+        found = made(spec)
+        if type(found) is type(sys):
+            found.__class__ = module
+        return found
+    if made is not None:
+        importing.module_from_spec = module_from_spec
+    for name, found in list(sys.modules.items()):
+        if type(found) is type(sys) and not name.startswith("sandbox_") and name not in (
+                "builtins", "sys", "warnings", "__main__"):
+            found.__class__ = module
+
+
+def took_on(patches):
+    """The module attributes the test set (sandbox_verdicts.py:module_patches: [module name,
+    attribute, value]), each set for this request in the dict of the program's module of that name
+    (imported first where it is not yet, as the test's patch imported it; no code of the
+    program's runs): -> what gave_back puts back."""
+    done = []
+    for name, attribute, value in (p for p in patches if type(p) is list and len(p) == 3):
+        try:
+            found = sys.modules.get(name) or IMPORT(name) and sys.modules.get(name)
+        except Exception:  # (no such module here)
+            continue
+        if type(found) is type(sys) and type(attribute) is str:
+            space = vars(found)
+            done.append((found, attribute, space.get(attribute, PATCHED),
+                         (found, attribute) not in PATCHED))
+            PATCHED.setdefault((found, attribute), [done[-1][2]])  # (the harness's: unpatched)
+            space[attribute] = value
+    return done
+
+
+def gave_back(done):
+    """The program's module attributes as they were before took_on, the last one set first."""
+    for found, attribute, former, first in reversed(done):
+        if former is PATCHED:
+            vars(found).pop(attribute, None)
+        else:
+            vars(found)[attribute] = former
+        if first:
+            PATCHED.pop((found, attribute), None)
 
 
 def dump(value, refer, aliases=None):
@@ -82,6 +173,13 @@ def dump(value, refer, aliases=None):
     return refer(value, aliases)
 
 
+def with_pairs(text, pairs):
+    """A dumped dict's text with more [key, value] pairs (JSON texts) in it."""
+    if not pairs:
+        return text
+    return text[:-2] + ("," if text != '{"d":[]}' else "") + ",".join(pairs) + "]}"
+
+
 NAMEDTUPLES = {}
 
 
@@ -118,7 +216,7 @@ def hook(tagged, resolve):
         if tag == "V":
             return dict(enumerate(item)).values()
         if tag == "T" and len(item) == 2 and item[0] in ("date", "datetime", "time", "timedelta"):
-            kind = getattr(IMPORT("datetime"), item[0])
+            kind = unpatched("datetime", item[0])
             return kind(*item[1]) if item[0] == "timedelta" else kind.fromisoformat(item[1])
     if kind is str:
         if tag == "i":
@@ -126,27 +224,25 @@ def hook(tagged, resolve):
         if tag == "b" or tag == "y":
             return (bytes if tag == "b" else bytearray).fromhex(item)
         if tag == "E":
-            return IMPORT("decimal").Decimal(item)
+            return unpatched("decimal", "Decimal")(item)
     if tag in ("C", "O", "D", "Q"):
-        collections = IMPORT("collections")
-        if tag == "C" and kind is dict:
-            return collections.Counter(item)
-        if tag == "O" and kind is dict:
-            return collections.OrderedDict(item)
+        made = unpatched("collections", COLLECTIONS[("C", "O", "D", "Q").index(tag)])
+        if (tag == "C" or tag == "O") and kind is dict:
+            return made(item)
         if tag == "D" and kind is list and len(item) == 2 and type(item[1]) is dict:
-            return collections.defaultdict(item[0], item[1])
+            return made(item[0], item[1])
         if tag == "Q" and kind is list and len(item) == 2 and type(item[0]) is list:
-            return collections.deque(item[0], item[1])
+            return made(item[0], item[1])
     if tag == "n" and kind is list and len(item) == 3 and type(item[0]) is str and (
             type(item[1]) is list and len(item[1]) <= 256):
         key = (item[0], tuple(item[1]))
         if key not in NAMEDTUPLES:
             if len(NAMEDTUPLES) > 100:
                 NAMEDTUPLES.clear()
-            NAMEDTUPLES[key] = IMPORT("collections").namedtuple(*key)
+            NAMEDTUPLES[key] = unpatched("collections", "namedtuple")(*key)
         return NAMEDTUPLES[key]._make(item[2])
     if tag == "F" and kind is list and len(item) == 2 and all(type(x) is int for x in item):
-        return IMPORT("fractions").Fraction(*item)
+        return unpatched("fractions", "Fraction")(*item)
     return resolve(tag, item)
 
 

@@ -6,15 +6,17 @@ the tests, runs the context and the tests, and writes the report; it never runs 
 the program's objects are Remotes (sandbox_link.py), whose operations the program's process
 performs. What the program's process may ask of a test object is test_ops; what may be sent to it,
 test_refer; what of the test process's state it takes on for a request, mirrored (the builtins a
-test replaced, its sys.stdin, whether it catches warnings: shown here, shown)."""
+test replaced, the module attributes it set: module_patches, its sys.stdin, whether it catches
+warnings: shown here, shown)."""
 import builtins, marshal, os, sys, time
 
 from sandbox_layers import confine  # sandbox.py's BOOT
 from sandbox_link import (LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt, compiled,
                           gone, read_exactly, read_line, remote, run, taken, told)
-from sandbox_copies import (BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, copied, kept_entry, refill, renew,
-                            snapshot)
-from sandbox_values import DECLARED, IMPORT, Abort, Decoder, ProgramError, describe, dump, raised
+from sandbox_copies import (BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, copied, kept_entry, lending, refill,
+                            renew, snapshot)
+from sandbox_values import (DECLARED, IMPORT, PATCHED, Abort, Decoder, ProgramError, describe,
+                            dump, module, raised, watch_modules)
 
 
 def test_next():
@@ -74,11 +76,11 @@ def refilled(target, content):
 
 
 def kept_up(extra, numbered):
-    """The answer's news of the containers the program keeps (sandbox_copies.py): "k" the new
-    contents of kept ones (taken), "n" [k, handle] for each of this call's argument containers
-    it keeps from now on, "d" the handles it forgot. The test process keeps at most twice what
-    the program's process does (an honest program's choices fit; the program's process
-    chooses)."""
+    """The news of the containers the program keeps (sandbox_copies.py), in an answer or a
+    request of its process: "k" the new contents of kept ones (taken), "n" [k, handle] for each
+    of this call's argument containers it keeps from now on, "d" the handles it forgot. The test
+    process keeps at most twice what the program's process does (an honest program's choices
+    fit; the program's process chooses)."""
     kept, ids, tags = LINK["kept"], LINK["kept_ids"], LINK["kept_tags"]
     if not kept and "n" not in extra:
         return
@@ -86,7 +88,7 @@ def kept_up(extra, numbered):
     total = sum(entry["weight"] for entry in kept.values())
     for pair in extra["n"] if type(extra.get("n")) is list else ():
         if type(pair) is list and len(pair) == 2 and all(type(k) is int for k in pair) and (
-                0 <= pair[0] < len(numbered) and pair[1] not in kept
+                0 <= pair[0] < len(numbered) and 0 <= pair[1] not in kept
                 and id(numbered[pair[0]]) not in ids and len(kept) < 2 * KEPT_OBJECTS):
             entry = kept_entry(numbered[pair[0]], ids)
             if total + entry["weight"] <= 2 * KEPT_ITEMS:
@@ -112,20 +114,47 @@ def shown(caught):
 def mirrored():
     """What the program's process takes on for this request, of the state the two would share in
     one process, where the test set it: the builtins the test replaced (mock.patch of `input`: its
-    objects sent as any argument is), the sys.stdin it set (a StringIO is written back as an
-    argument is), and whether it catches, records or filters warnings (then the program's are
-    caught there and shown here, under the test's filters). Nothing else: the test's globals,
-    other modules' attributes and random's state stay the test's."""
+    objects sent as any argument is), the other module attributes it set (module_patches: set in
+    the program's modules for the request), the sys.stdin it set (a StringIO is written back as
+    an argument is), and whether it catches, records or filters warnings (then the program's are
+    caught there and shown here, under the test's filters). Nothing else: the test's globals (and
+    a patch of `__main__`'s names: the tests' module is not the program's), the state inside
+    modules (random's, os.environ's) and sys's and warnings' other attributes stay the test's."""
     extra, start = {}, LINK["builtins"]
     patched = {name: value for name, value in vars(builtins).items()
                if start.get(name, start) is not value}
     if patched:
         extra["b"] = patched
+    if PATCHED and (found := module_patches()):
+        extra["p"] = found
     if sys.stdin is not LINK["stdin"]:
         extra["i"] = sys.stdin
     if catching():
         extra["c"] = 1
     return extra
+
+
+def module_patches():
+    """[module name, attribute, value] of each module attribute set from outside (sandbox_values.py:
+    noted) that is not as it was (a deleted one stays deleted in the test only) and can be sent as
+    an argument can (else it stays the test's: doctest's pdb.set_trace, a bound method of its
+    runner's); those restored are forgotten. A value is checked once (the last one checked)."""
+    found = []
+    for key, entry in list(PATCHED.items()):
+        value = vars(key[0]).get(key[1], PATCHED)
+        if value is entry[0]:
+            del PATCHED[key]
+        elif value is not PATCHED and type(vars(key[0]).get("__name__")) is str:
+            if entry[1] is not value:
+                failed, entry[1] = LINK["failed"], value
+                try:
+                    entry[2] = dump(value, test_refer) is not None
+                except (Abort, Exception):
+                    entry[2] = False
+                LINK["failed"] = failed  # (refused: no failure of the test's)
+            if entry[2]:
+                found.append([vars(key[0])["__name__"], key[1], value])
+    return found
 
 
 def catching():
@@ -190,7 +219,7 @@ def test_refer(value, aliases):
             found = None
         if found is value:
             return '{"M":[%s,%s]}' % (dump(module, None), dump(name, None))
-    if kind is type(sys) and sys.modules.get(value.__name__) is value:
+    if kind in (type(sys), module) and sys.modules.get(value.__name__) is value:
         return '{"M":[%s,""]}' % dump(value.__name__, None)
     self = getattr(value, "__self__", None)
     if (test_made(value) or kind.__name__ in ("generator", "function") and test_code(value)
@@ -351,11 +380,12 @@ def test_side(job, fds, layers, child):
     LINK.update(side="test", out=requests, **{"in": answers}, timeout=timeout,
                 limit=job["answer_bytes"], decode=Decoder(test_resolve), gone="", refer=test_refer,
                 ops=test_ops, next=test_next, answered=test_answered, mine={}, ids={},
-                answer=answer, before=taken, after=lambda extra: told({}),
+                before=lambda extra: kept_up(extra, ()), after=lambda extra: told({}),
                 remotes={}, names=set(job["names"]), classes={}, made=({}, {}), kept={},
-                kept_ids={}, kept_tags={},
+                kept_ids={}, kept_tags={}, answer=answer,
                 limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, stderr=sys.stderr,
                 mirrored=mirrored, **shared_state())
+    lending(LINK, test_refer)  # (what test_ops gives: a test object's containers, lent)
     if "random" in sys.modules:  # imported before the fork: its state is the program's too
         sys.modules["random"].seed()
     scope = Scope(__name__="__main__", __builtins__=builtins)
@@ -368,6 +398,7 @@ def test_side(job, fds, layers, child):
     for name in LINK["names"]:  # the program's names are the program's, not the context's
         scope.pop(name, None)
     LINK.update(shared_state())
+    watch_modules()  # (the context's own changes to modules are the baseline)
     tests = [compiled(test, "<test %d>" % i) for i, test in enumerate(tests_job["tests"])]
     verdicts = {"v": b"1", "e": b"0", "t": b"T"}
 
