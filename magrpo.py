@@ -23,7 +23,8 @@ Differences from the paper and the authors' code (docs/magrpo.md lists them all)
   * prompts go through the chat template (--no-chat-template: raw text, as the authors);
   * multi-turn feedback is the offline level_feedback (the paper used an expert LLM).
 --fast (the default): generate() routes rows on several adapters through stacked LoRA matmuls
-(nanomarl/fast.py; on CUDA the static-cache decoder), the same samples; --no-fast: the plain code.
+(nanomarl/fast.py; on CUDA the static-cache decoder), the same samples, and the update forwards
+each distinct prompt once (nanomarl/fast.py:shared_prefix_forward); --no-fast: the plain code.
 
   python magrpo.py  # SmolLM2-135M, minicode, CPU
   python magrpo.py --model tiny --max-steps 4 --max-new-tokens 32  # smoke run
@@ -35,6 +36,7 @@ Differences from the paper and the authors' code (docs/magrpo.md lists them all)
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -44,6 +46,7 @@ from typing import Literal
 import torch
 from tqdm import tqdm
 
+import common
 from common import (adapter_parameters, add_adapters, chat_prompt, extract_answer,
                     forward_responses, generate, load_model, single_adapter)
 from nanomarl import vllm_rollout
@@ -51,6 +54,7 @@ from nanomarl.cli import ModelArgs, RunArgs, arg_error, load_function, parse_arg
 from nanomarl.distributed import (allreduce_gradients, allreduce_sum, init_distributed,
                                   is_main_process, seed_everything,
                                   seed_sampling_per_rank)
+from nanomarl.fast import shared_prefix_forward
 from nanomarl.fast_decode import size_micro_batches
 from nanomarl.magrpo_run import (RESUME_MUST_MATCH, check_args, check_task, custom_reward,
                                  finish_run, held_out_problems, load_state, print_sample,
@@ -424,6 +428,8 @@ def accumulate_agent_loss(agents: Agents, agent: int, batch: dict, advantages: t
     weights = loss_weights(batch["response_mask"], num_nodes, args.num_generations, args.loss_agg,
                            num_tokens)
     totals = dict(loss=0.0, entropy=0.0, kl=0.0, tokens=0.0, logprob_gap=0.0, truncation_gap=0.0)
+    # --fast: each distinct prompt forwarded once (nanomarl/fast.py); plain: forward_responses
+    forward = functools.partial(shared_prefix_forward, common) if args.fast else forward_responses
     for start in range(0, batch["response_mask"].shape[0], args.micro_batch_size):
         # (forward_responses skips the padding columns every row of the chunk has)
         chunk = {k: v[start:start + args.micro_batch_size] for k, v in batch.items()
@@ -434,8 +440,8 @@ def accumulate_agent_loss(agents: Agents, agent: int, batch: dict, advantages: t
         names = None if agents.names is None else [agents.names[agent]] * mask.shape[0]
         query_ids, query_mask, response_ids = (chunk["query_ids"], chunk["query_mask"],
                                                chunk["response_ids"])
-        out = forward_responses(model, query_ids, query_mask, response_ids, mask, names,
-                                args.temperature, output_entropy=True)
+        out = forward(model, query_ids, query_mask, response_ids, mask, names, args.temperature,
+                      output_entropy=True)
         token_loss = -adv.to(mask.device)[:, None] * out["logprobs"]  # eq. 2: −A · log π, per token
         if args.beta > 0:
             if agents.ref_model is None:

@@ -1,9 +1,15 @@
-"""fast.py: stacked-LoRA routing, the fast path of common.generate (fast=True, the scripts'
---fast): rows on several adapters share one generate call, two stacked matmuls per LoRA layer
-instead of peft's per-adapter gather and scatter. The plain path is peft's per-row routing
-(common.generate with fast=False); tests/test_routing.py holds both equal. The other fast paths:
-nanomarl/conversation.py (cotrain.py's forward), nanomarl/fast_decode.py (CUDA), vLLM
-(nanomarl/vllm_rollout.py). A learner may skip this module.
+"""fast.py: two fast paths of the scripts' --fast, each with its plain path beside it and a test
+that both agree. A learner may skip this module.
+
+  * stacked_lora_routing, inside common.generate (fast=True): rows on several adapters share one
+    generate call, two stacked matmuls per LoRA layer instead of peft's per-adapter gather and
+    scatter. Plain: peft's per-row routing (fast=False); tests/test_routing.py.
+  * shared_prefix_forward, magrpo.py's update: forward_responses' outputs with each distinct
+    prompt forwarded once, not once per sampled completion. Plain: common.forward_responses;
+    tests/test_magrpo.py.
+The other fast paths: nanomarl/conversation.py (cotrain.py's forward), nanomarl/fast_decode.py
+(CUDA), vLLM (nanomarl/vllm_rollout.py). This module does not import common.py: the function
+that needs it takes it as an argument.
 
 peft's mixed-adapter forward gathers each adapter's rows, runs its LoRA and scatters the result
 back, in every layer, at every decoding step (about a quarter of a mixed generate call on CPU,
@@ -15,10 +21,20 @@ rank, and s_row [rows, 1, Σr] holding each row's own scaling (lora_alpha / r) o
 block, 0 elsewhere (so a '__base__' row gets no LoRA delta). That is the LoRA update of Hu et al.
 2021 (eq. 3), h = W₀x + BAx, for every row in two matmuls; the other adapters' blocks cost
 |adapters| x r extra columns, and nothing grows with the number of rows. The weights are peft's
-own (read at entry): storage does not change."""
+own (read at entry): storage does not change.
+
+In MAGRPO every agent samples G completions of the same prompt, and prompts are long beside their
+completions (a turn-2 prompt of 150 tokens, completions of 25): forwarding each row as [prompt ;
+completion] computes each prompt G times. shared_prefix_forward runs every distinct prompt once,
+with a KV cache, selects each row's prompt keys and values from it (an index, so the gradients of
+the rows that share a prompt add up in it, as they do across their separate forwards), then
+forwards only the completions on that cache. The logits that predict the completion are the
+prompt's last position's, then the completion's own but the last: forward_responses' numbers, up
+to float rounding."""
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -81,3 +97,42 @@ def _stacked_lora_forward(layer, a_cat, b_cat, row_scale):
         delta = F.linear(F.linear(x.to(a_cat.dtype), a_cat) * row_scale, b_cat)
         return result + delta.to(result.dtype)
     return forward
+
+
+def shared_prefix_forward(common, model, query_ids, query_mask, response_ids, response_mask,
+                          adapter_names: list[str] | None, temperature: float = 1.0,
+                          output_hidden: bool = False, output_entropy: bool = False) -> dict:
+    """common.forward_responses' outputs for the same arguments (after `common`, the module
+    common.py), each distinct prompt forwarded once (the module's docstring). Rows share a prompt
+    when their prompt ids and mask are equal. forward_responses itself serves the rest: no two rows
+    sharing a prompt, rows on several adapters, or output_hidden."""
+    plain = functools.partial(common.forward_responses, model, query_ids, query_mask, response_ids,
+                              response_mask, adapter_names, temperature,
+                              output_hidden=output_hidden, output_entropy=output_entropy)
+    full_width = response_ids.shape[1]
+    first, width = common.first_used_column(query_mask), common.used_width(response_mask)
+    query_ids, query_mask = query_ids[:, first:], query_mask[:, first:].long()
+    response_ids, response_mask = response_ids[:, :width], response_mask[:, :width]
+    # the distinct prompts (ids ; mask), and group[i]: row i's among them
+    prompts, group = torch.unique(torch.cat([query_ids, query_mask], 1), dim=0,
+                                  return_inverse=True)
+    mixed = adapter_names is not None and len(set(adapter_names)) > 1
+    if output_hidden or mixed or len(prompts) == len(group):
+        return plain()
+    q_len = query_ids.shape[1]
+    prompt_ids, prompt_mask = prompts[:, :q_len], prompts[:, q_len:]
+    attention_mask = torch.cat([query_mask, response_mask.long()], dim=1)
+    position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)  # forward_responses' own
+    routing = (contextlib.nullcontext() if adapter_names is None
+               else common.single_adapter(model, adapter_names[0]))
+    with routing, common.fp32_head(model):
+        prefix = model(input_ids=prompt_ids, attention_mask=prompt_mask,
+                       position_ids=(prompt_mask.cumsum(1) - 1).clamp(min=0), use_cache=True,
+                       logits_to_keep=1)
+        prefix.cache.batch_select_indices(group)  # [prompts, ...] -> [rows, ...], differentiable
+        out = model(input_ids=response_ids, attention_mask=attention_mask,
+                    position_ids=position_ids[:, q_len:], cache=prefix.cache, use_cache=True)
+    # the prompt's last position predicts the completion's first token, column j its token j + 1
+    logits = torch.cat([prefix.logits[group], out.logits[:, :-1]], dim=1)
+    result = common.policy_outputs(logits, temperature, response_ids, None, output_entropy)
+    return common.padded_outputs(result, response_mask, full_width)

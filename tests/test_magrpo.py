@@ -1,7 +1,11 @@
 """MAGRPO's algorithm in magrpo.py: group-relative advantages (every mode, zero-variance groups, shuffled
 rows), aligned vs cross joint actions and their credit, returns on a hand-built tree, the shape of real
 multi-turn rollout trees, adapter isolation and the on-policy check, a learning test on a synthetic joint
-reward, and CLI smoke runs (single-turn, two turns with full fine-tuning and a KL, --resume)."""
+reward, the update's shared-prompt forward (--fast, nanomarl/fast.py:shared_prefix_forward) against
+forward_responses (--no-fast) on hand-built batches, its fallbacks and one whole update, and CLI smoke runs
+(single-turn, two turns with full fine-tuning and a KL, --resume)."""
+import copy
+import functools
 import json
 import math
 
@@ -9,9 +13,11 @@ import pytest
 import torch
 from conftest import run_script
 
+import common
 import magrpo as M
-from common import adapter_parameters, load_model
+from common import adapter_parameters, add_adapters, forward_responses, load_model
 from nanomarl.distributed import seed_everything
+from nanomarl.fast import shared_prefix_forward
 from nanomarl.models import load_tokenizer
 
 
@@ -213,6 +219,162 @@ def test_magrpo_learns_a_synthetic_joint_reward(tiny):
     for name, before in zip(agents.names, adapters_before):
         assert any(not torch.equal(a, b) for a, b in zip(before, adapter_parameters(agents.models[0], name)))
     assert all(torch.equal(base_before[n], p) for n, p in agents.models[0].named_parameters() if ".lora_" not in n)
+
+
+# ----------------------------------------------------------------------------------------------
+# the update's shared-prompt forward (--fast, nanomarl/fast.py) against forward_responses (--no-fast)
+# ----------------------------------------------------------------------------------------------
+
+
+def prefix_model(kind: str):
+    """The tiny Qwen2 or a random Llama (SmolLM2's architecture) with adapters agent0 and agent1 whose B
+    matrices are random (with B = 0 the gradients of A are 0 and would compare nothing)."""
+    from nanomarl import bench_gpu
+    from nanomarl.models import hide_bitsandbytes_unless_quantised
+
+    hide_bitsandbytes_unless_quantised()  # and peft's FutureWarning, as load_model does
+    base = (load_model("tiny") if kind == "qwen2" else
+            bench_gpu.build(bench_gpu.SMOKE["llama-smoke"], torch.float32, "cpu", load_tokenizer("tiny")))
+    model = add_adapters(base, ["agent0", "agent1"], r=4, alpha=8)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return model
+
+
+def shared_prompt_batch(vocab: int, G: int = 3) -> dict:
+    """G rows for each of 3 prompts, left-padded to 11 columns: 7 real tokens, 10, and the second's ids with 9
+    real (equal ids, another mask: another prompt); no row uses the first column (the common left padding
+    both forwards cut). Right-padded responses of 9 columns with EOS masks of 1 to 8 tokens (the last column
+    unused by every row)."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, vocab, (3, 11), generator=g)
+    ids[2] = ids[1]
+    mask = torch.zeros(3, 11, dtype=torch.long)
+    for row, real in enumerate((7, 10, 9)):
+        mask[row, 11 - real:] = 1
+    rows = 3 * G
+    response_mask = torch.zeros(rows, 9, dtype=torch.long)
+    for i in range(rows):
+        response_mask[i, :1 + (3 * i) % 8] = 1
+    return dict(query_ids=ids.repeat_interleave(G, 0), query_mask=mask.repeat_interleave(G, 0),
+                response_ids=torch.randint(5, vocab, (rows, 9), generator=g), response_mask=response_mask)
+
+
+def forward_and_grads(forward, model, batch: dict, names, size: int) -> tuple[dict, dict]:
+    """forward over the rows, `size` at a time (magrpo's micro-batches), backward of Σ c·log π with fixed
+    random c per token; the outputs and every LoRA gradient (None where none flowed)."""
+    model.zero_grad(set_to_none=True)
+    coefficients = torch.randn(batch["response_mask"].shape, generator=torch.Generator().manual_seed(2))
+    outs = []
+    for start in range(0, len(coefficients), size):
+        rows = {k: v[start:start + size] for k, v in batch.items()}
+        out = forward(model, *rows.values(), names and names[start:start + size], 0.7, output_entropy=True)
+        if out["logprobs"].requires_grad:  # on '__base__' nothing is trained
+            (out["logprobs"] * coefficients[start:start + size]).sum().backward()
+        outs.append(out)
+    out = {k: torch.cat([o[k] for o in outs]) for k in ("logprobs", "entropy")}
+    grads = {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters() if ".lora_" in n}
+    return out, grads
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+@pytest.mark.parametrize("order, size, adapter, plain_chunks", [
+    ("grouped", 4, "agent0", 1), ("shuffled", 9, "agent0", 0), ("grouped", 5, None, 0), ("grouped", 4, "__base__", 1)])
+def test_shared_prefix_forward_equals_forward_responses(monkeypatch, kind, order, size, adapter, plain_chunks):
+    """Log-probs and entropies within 1e-5 of forward_responses', 0 on padding, and every LoRA gradient within
+    1e-4 relative (the other adapter's: none in both): prompts of three lengths, G = 3 rows each, in order cut
+    by micro-batches of 4 (a group split across two, a prompt alone in the last: forward_responses) or of 5,
+    or shuffled in one; on one adapter, on the active one (names None: full copies) or on none ('__base__').
+    forward_responses serves exactly the micro-batches where no two rows share a prompt."""
+    model = prefix_model(kind)
+    batch = shared_prompt_batch(model.config.vocab_size)
+    if order == "shuffled":
+        perm = torch.randperm(9, generator=torch.Generator().manual_seed(3))
+        batch = {k: v[perm] for k, v in batch.items()}
+    names = None if adapter is None else [adapter] * 9
+    plain, plain_grads = forward_and_grads(forward_responses, model, batch, names, size)
+    served = []
+    monkeypatch.setattr(common, "forward_responses", lambda *a, **k: served.append(1) or forward_responses(*a, **k))
+    out, grads = forward_and_grads(functools.partial(shared_prefix_forward, common), model, batch, names, size)
+    assert len(served) == plain_chunks
+    for k in ("logprobs", "entropy"):
+        assert out[k].shape == (9, 9) and (out[k][batch["response_mask"] == 0] == 0).all()
+        torch.testing.assert_close(out[k], plain[k], atol=1e-5, rtol=0)
+    assert grads.keys() == plain_grads.keys()
+    for n, g in grads.items():
+        if plain_grads[n] is None or adapter == "__base__" or ".agent1." in n:
+            assert g is None and plain_grads[n] is None, n
+        else:
+            assert (g - plain_grads[n]).norm() <= 1e-4 * plain_grads[n].norm() and g.norm() > 0, n
+
+
+@pytest.mark.parametrize("case", ["distinct prompts", "two adapters", "hidden states"])
+def test_shared_prefix_forward_falls_back_to_forward_responses(case):
+    """No two rows sharing a prompt, rows on two adapters, or output_hidden: forward_responses' own outputs."""
+    model = prefix_model("qwen2")
+    batch = shared_prompt_batch(model.config.vocab_size, G=1 if case == "distinct prompts" else 3)
+    rows = batch["response_mask"].shape[0]
+    names = ["agent0", "agent1"] * (rows // 2) + ["agent0"] * (rows % 2) if case == "two adapters" else ["agent0"] * rows
+    kwargs = dict(output_entropy=True, output_hidden=case == "hidden states")
+    with torch.no_grad():
+        out = shared_prefix_forward(common, model, *batch.values(), names, 0.7, **kwargs)
+        plain = forward_responses(model, *batch.values(), names, 0.7, **kwargs)
+    assert out.keys() == plain.keys()
+    for k, v in plain.items():
+        assert (v is None and out[k] is None) if k == "hidden" and case != "hidden states" else torch.equal(out[k], v), k
+
+
+def test_shared_prefix_forward_reads_pi_from_common(monkeypatch):
+    """π's one definition, common.log_policy, replaced (π at twice the temperature): the shared-prompt forward
+    reads the new one, as forward_responses does (tests/test_fast_paths.py::test_one_definition_of_pi)."""
+    model = prefix_model("qwen2")
+    batch, names = shared_prompt_batch(model.config.vocab_size), ["agent0"] * 9
+    with torch.no_grad():
+        real = shared_prefix_forward(common, model, *batch.values(), names, 0.7)["logprobs"]
+        hot = forward_responses(model, *batch.values(), names, 1.4)["logprobs"]  # the real π at 1.4
+        monkeypatch.setattr(common, "log_policy", lambda logits, t: torch.log_softmax(logits.float() / (2 * t), -1))
+        fast = shared_prefix_forward(common, model, *batch.values(), names, 0.7)["logprobs"]
+        plain = forward_responses(model, *batch.values(), names, 0.7)["logprobs"]
+    torch.testing.assert_close(fast, plain, atol=1e-5, rtol=0)
+    torch.testing.assert_close(plain, hot, atol=1e-6, rtol=0)
+    assert (fast - real).abs().max() > 1e-2
+
+
+def test_magrpo_update_fast_equals_plain(tiny):
+    """One MAGRPO update on the same rollout trees with --fast and --no-fast, from the same weights and
+    optimiser state: every agent's loss, entropy and log-prob gap within 1e-5 (relative where larger than 1), its
+    gradient norm within 1e-4
+    relative (prompts of three lengths, G = 4, micro-batches of 3: groups cut)."""
+    seed_everything(0)
+    args = toy_args(num_generations=4, micro_batch_size=3, adv_mode="raw")
+    agents = M.build_agents(args, "cpu")
+    model = agents.models[0]
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(std=0.3)
+    task = M.Task(prompts=lambda p: [p["text"], p["text"] + " go"], reward=lambda p, t: (float(len(t[0]) + 2 * len(t[1])), {}))
+    problems = [dict(id=f"toy/{i}", kind="toy", text="Q" + " x" * (3 * i) + ":") for i in range(3)]
+    roots, batches = M.rollout(agents, tiny, problems, task, args)
+    weights = {n: p.detach().clone() for n, p in model.named_parameters()}
+    states = [copy.deepcopy(o.state_dict()) for o in agents.optimizers]
+    metrics = {}
+    for fast in (False, True):
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(weights[n])
+        for optimizer, state in zip(agents.optimizers, states):
+            optimizer.load_state_dict(copy.deepcopy(state))
+        metrics[fast] = M.magrpo_update(agents, roots, batches, M.Args(**{**vars(args), "fast": fast}))
+    assert any(metrics[False][f"agent{i}/loss"] != 0 for i in range(2))
+    for key, plain in metrics[False].items():
+        if key.endswith("grad_norm"):
+            assert metrics[True][key] == pytest.approx(plain, rel=1e-4), key
+        else:
+            assert metrics[True][key] == pytest.approx(plain, rel=1e-5, abs=1e-5), key
 
 
 # ----------------------------------------------------------------------------------------------
