@@ -51,13 +51,13 @@ class module(type(sys)):
 
 
 def noted(space, name, value):
-    """PATCHED[module, name] = [its value before (PATCHED if none), the last value checked, whether
-    that one can be sent], once until sandbox_verdicts.py:module_patches finds it restored; but a
-    dunder and a submodule that its import sets on its package."""
+    """PATCHED[module, name] = [its value before (PATCHED if none)], once until
+    sandbox_verdicts.py:module_patches finds it restored; but a dunder and a submodule that its
+    import sets on its package."""
     if (space, name) not in PATCHED and not name.startswith("__") and not (
             type(value) in (type(sys), module) and vars(value).get("__name__") == "%s.%s" % (
                 vars(space).get("__name__"), name)):
-        PATCHED[space, name] = [vars(space).get(name, PATCHED), PATCHED, False]
+        PATCHED[space, name] = [vars(space).get(name, PATCHED)]
 
 
 def watch_modules():

@@ -138,21 +138,21 @@ def module_patches():
     """[module name, attribute, value] of each module attribute set from outside (sandbox_values.py:
     noted) that is not as it was (a deleted one stays deleted in the test only) and can be sent as
     an argument can (else it stays the test's: doctest's pdb.set_trace, a bound method of its
-    runner's); those restored are forgotten. A value is checked once (the last one checked)."""
+    runner's); those restored are forgotten. Each value is checked at each request (a patched
+    list may hold an unsendable object since the last one)."""
     found = []
     for key, entry in list(PATCHED.items()):
         value = vars(key[0]).get(key[1], PATCHED)
         if value is entry[0]:
             del PATCHED[key]
         elif value is not PATCHED and type(vars(key[0]).get("__name__")) is str:
-            if entry[1] is not value:
-                failed, entry[1] = LINK["failed"], value
-                try:
-                    entry[2] = dump(value, test_refer) is not None
-                except (Abort, Exception):
-                    entry[2] = False
-                LINK["failed"] = failed  # (refused: no failure of the test's)
-            if entry[2]:
+            failed = LINK["failed"]
+            try:
+                sendable = dump(value, test_refer) is not None
+            except (Abort, Exception):
+                sendable = False
+            LINK["failed"] = failed  # (refused: no failure of the test's)
+            if sendable:
                 found.append([vars(key[0])["__name__"], key[1], value])
     return found
 

@@ -1437,7 +1437,12 @@ def test_a_tests_patch_of_a_module_attribute_reaches_the_program():
              "    dt.now.return_value = real(2020, 1, 2)\n    assert now() == real(2020, 1, 2)\n"
              "    assert type(now()) is real\nassert now().year > 2020",
              "from unittest import mock\nwith mock.patch('json.dumps', return_value='patched'):\n"
-             "    assert dumped([1]) == 'patched'\nassert dumped([1]) == '[1]'"]
+             "    assert dumped([1]) == 'patched'\nassert dumped([1]) == '[1]'",
+             # a patched list that comes to hold what cannot be sent stays the test's from then on
+             "from unittest import mock\nimport string, threading\n"
+             "with mock.patch.object(string, 'EXTRA', [], create=True) as extra:\n"
+             "    assert roll() in range(1, 7)\n    extra.append(threading.Lock())\n"
+             "    assert roll() in range(1, 7)"]
     assert plain(program, tests) == [True] * len(tests)
     result = run(program, tests)
     assert result["passed"] == [True] * len(tests), result["errors"]
