@@ -142,9 +142,10 @@ changes in the program; read back through the attribute it is the test's); a con
 keeps or reads from a test object is the test's object up to 64 of them holding 4,096 items (each
 request compares them on both sides and sends a changed one whole, so a loop of thousands of appends
 through a test object's attribute costs seconds; beyond the bounds one is the program's copy, its
-later changes not written back), and a container put into a kept one afterwards (by the test or
-the program) crosses inside it as a copy (the kept one is compared deep and sent whole: its value
-follows, the other side's own name for the inner one does not); a cyclic or very deep argument
+later changes not written back; a test object's is kept outermost first), and a container put into a
+kept one afterwards (by the test or the program), or inside one beyond the bounds, crosses inside it
+as a copy (the kept one is compared deep and sent whole: its value follows, the other side's own
+name for the inner one does not); a cyclic or very deep argument
 cannot be sent (the test fails), nor a test's object of another type that is no value and no test
 object (a socket, a memoryview: the test fails, naming its type); a StringIO crosses without its
 newline translation (its value and position do); a test's patch reaches the program only as a

@@ -26,16 +26,16 @@ changed when it hands over, in each request and each answer (changed; sandbox_li
 taken), and either side sends a kept object inside a value as its mark ({"k": handle}), which the
 other reads as its own object (the test gets its own list back). The program's process forgets what
 it no longer reaches, by the references counted (unreached), as it hands over. At most KEPT_OBJECTS
-objects and KEPT_ITEMS items are kept (beyond that, a copy is the program's own): each request
-compares each kept object with its snapshot on both sides, about 0.07 ms of CPU a side at the bound
-(a call costs about 0.02 ms a side), nothing when none is kept.
+objects and KEPT_ITEMS items are kept (beyond, a copy is the program's own or, inside a kept one,
+part of its value): each request compares each kept object with its snapshot on both sides, about
+0.07 ms of CPU a side at the bound (a call costs about 0.02 ms a side), nothing when none is kept.
 
 A test object's container the test process hands the program's process (an attribute the program
 reads, an item, a callback's result, a draw: LENT) is lent: kept from then on as a numbered object
 is, under a handle of the test process's (below 0), and sent as {"N": [handle, its value]}, which
 the program's process keeps as that handle's object (borrowed): so the program's changes reach the
 test's own object, and a second read is the same object there; one of the call's arguments is sent
-as {"A": k}, the program's copy of it (lend, settle, lending; within the same bounds)."""
+as {"A": k}, the program's copy of it (lend, settle, lending; the same bounds, outermost first)."""
 from _operator import is_
 from sys import getrefcount
 
@@ -339,8 +339,8 @@ def lending(link, refer):
 
 
 def reached(values, stop, call, out, seen):
-    """The numbered objects in values and in what they hold, each once, inner ones first; none of
-    stop (ids) nor inside one; one of call (ids) but nothing inside it."""
+    """The numbered objects in values and what they hold, each once, inner and last ones first
+    (reversed: outer, first ones first); none of stop (ids), nor inside one or one of call's."""
     for value in values:
         key = id(value)
         if type(value) in LEAVES or key in stop or key in seen:
@@ -348,7 +348,7 @@ def reached(values, stop, call, out, seen):
         seen.add(key)
         inner = None if key in call else parts(value)
         if inner:
-            reached(inner, stop, call, out, seen)
+            reached(reversed(inner), stop, call, out, seen)
         if numbered(type(value)):
             out.append(value)
     return out
@@ -358,29 +358,33 @@ def lend(value, link, refer):
     """The numbered objects of a value the test process hands the program's process, marked for
     the answer (link's kept_tags, noted in its "fresh"): one of the call in progress's arguments
     {"A": k}; one not kept yet, nor inside a kept one or an outer call's argument, kept under a
-    new handle below 0 within KEPT_OBJECTS and KEPT_ITEMS, {"N": [handle, value]} (borrowed)."""
+    new handle below 0 within KEPT_OBJECTS and KEPT_ITEMS (outermost first: one inside a chosen
+    one costs no items), {"N": [handle, value]} (borrowed), marked inner ones first."""
     kept, ids, tags, args = link["kept"], link["kept_ids"], link["kept_tags"], link["args"]
     if type(value) in LEAVES or id(value) in ids or not containers([value], []):
         return
-    call = {}
-    for k, c in enumerate(args[-1] if args else ()):
-        call.setdefault(id(c), k)
+    call = {id(c): k for k, c in reversed([*enumerate(args[-1] if args else ())])}  # (first k)
     stop = {id(c) for level in args[:-1] for c in level}
     stop.update([id(c) for entry in kept.values() for c, _ in entry["nested"]], ids)
-    total = sum(entry["weight"] for entry in kept.values())
-    for c in reached([value], stop, call, [], set()):
+    total, found, covered = sum(entry["weight"] for entry in kept.values()), {}, set()
+    for c in reversed(order := reached([value], stop, call, [], set())):  # (outermost first)
         key = id(c)
         if key in call:
             tags[key] = '{"A":%d}' % call[key]
             link["fresh"].append((key, None))
             continue
         entry = kept_entry(c, ids)
-        if len(kept) >= KEPT_OBJECTS or total + entry["weight"] > KEPT_ITEMS:
+        cost = 0 if key in covered else entry["weight"]  # (inside a kept one: in its weight)
+        if len(kept) >= KEPT_OBJECTS or total + cost > KEPT_ITEMS:
             continue
-        text = '{"N":[%d,%s]}' % (link["lent"] - 1, dump(c, refer, tags))
-        total, link["lent"] = total + entry["weight"], link["lent"] - 1
-        kept[link["lent"]], ids[key], tags[key] = entry, link["lent"], text
+        total, link["lent"] = total + cost, link["lent"] - 1
+        covered.update([id(inner) for inner, _ in entry["nested"]])
+        kept[link["lent"]], ids[key], found[key] = entry, link["lent"], link["lent"]
         link["fresh"].append((key, link["lent"]))
+    for c in order:
+        if (handle := found.get(id(c))) is not None:
+            renew(kept[handle], kept[handle]["snapshot"], ids)
+            tags[id(c)] = '{"N":[%d,%s]}' % (handle, dump(c, refer, tags))
 
 
 def settle(link, sent):
@@ -393,7 +397,7 @@ def settle(link, sent):
         if handle is not None and sent:
             tags[key] = '{"k":%d}' % handle
             continue
-        del tags[key]
+        tags.pop(key, None)  # (none if lend failed before it)
         if handle is not None:
             del kept[handle], ids[key]
 

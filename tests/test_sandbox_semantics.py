@@ -464,6 +464,38 @@ def test_a_test_objects_containers_are_the_tests_own_in_the_program():
     assert result["passed"] == expected, result["errors"]
 
 
+def test_a_test_objects_container_the_program_reads_is_kept_before_what_it_holds():
+    """Of a test object's container that holds more than 64 containers, the one the program
+    reads is kept first (within the bounds, then what it holds: the first ones), so what the
+    program does to it reaches the test's object, as in plain Python: a row added to a grid of
+    100 rows, an item added to one of 100 adjacency lists (the 90th, not kept itself: written
+    back inside the dict), a key set in a dict of 1,000 lists. A program that adds a row where
+    it should not fails `len(o.grid) == 100` (a lost change would pass it). Every verdict is
+    plain Python's."""
+    program = """\
+        def add_row(o):
+            o.grid.append([7])
+        def link(o, u, v):
+            o.adj[u].append(v)
+        def put(o, key, value):
+            o.groups[key] = value
+        """
+    o = "class O:\n    pass\no = O()\n"
+    grid = o + "o.grid = [[0] for _ in range(100)]\nrows, first = o.grid, o.grid[0]\nadd_row(o)\n"
+    tests = [grid + "assert len(o.grid) == 101 and o.grid[-1] == [7] and o.grid is rows\n"
+             "assert o.grid[0] is first",
+             grid + "assert len(o.grid) == 100",
+             o + "o.adj = {i: [] for i in range(100)}\nadj, three = o.adj, o.adj[3]\n"
+             "link(o, 90, 91)\nlink(o, 3, 4)\n"
+             "assert o.adj[90] == [91] and o.adj is adj and o.adj[3] is three and three == [4]",
+             o + "o.groups = {i: [] for i in range(1000)}\ngroups = o.groups\nput(o, 'x', [1])\n"
+             "assert o.groups['x'] == [1] and len(o.groups) == 1001 and o.groups is groups"]
+    expected = [True, False, True, True]
+    assert plain(program, tests) == expected
+    result = run(program, tests)
+    assert result["passed"] == expected, result["errors"]
+
+
 def test_a_program_object_is_no_number_and_never_none():
     """A program object is not a value: converting it to a number (float, int, abs, round, an
     index) fails the test, never asks the program (whose __float__ could answer anew at each call,
@@ -1652,16 +1684,24 @@ def test_gap_beyond_4096_items_a_kept_container_is_the_programs_copy():
     5,000 the program keeps is its copy, and what a later call does to it is not written back
     (emptying it passes `a == list(range(5000))`, which plain Python fails); one of 50 is kept.
     A test object's attribute of 5,000 items is the program's copy too (emptying it is not
-    seen); one of 50 is the test's."""
+    seen), and so is a dict of 3,000 keys (its keys count: 6,000 items; a key set is not seen);
+    one of 50 is the test's. Of a test object's 100 rows, the list and its first 63 rows are
+    kept: a change to the 90th reaches the test inside the list, as a new row (the test's own
+    90th row does not change: `row == [0]` passes)."""
     program = ("K = []\ndef keep(l):\n    K.append(l)\ndef clear():\n    K[-1].clear()\n"
-               "def clear_items(box):\n    box.items.clear()\n")
+               "def clear_items(box):\n    box.items.clear()\n"
+               "def put(box):\n    box.counts['x'] = 1\n"
+               "def add(box):\n    box.rows[90].append(1)\n")
     box = "class Box:\n    pass\nb = Box()\n"
     tests = ["a = list(range(5000))\nkeep(a)\nclear()\nassert a == list(range(5000))",
              "a = list(range(50))\nkeep(a)\nclear()\nassert a == list(range(50))",
              box + "b.items = list(range(5000))\nclear_items(b)\nassert b.items == list(range(5000))",
-             box + "b.items = list(range(50))\nclear_items(b)\nassert b.items == list(range(50))"]
-    assert plain(program, tests) == [False] * 4
-    assert run(program, tests)["passed"] == [True, False, True, False]
+             box + "b.items = list(range(50))\nclear_items(b)\nassert b.items == list(range(50))",
+             box + "b.counts = dict.fromkeys(range(3000), 0)\nput(b)\nassert 'x' not in b.counts",
+             box + "b.rows = [[0] for _ in range(100)]\nrow = b.rows[90]\nadd(b)\n"
+             "assert b.rows[90] == [0, 1] and row == [0]"]
+    assert plain(program, tests) == [False] * 6
+    assert run(program, tests)["passed"] == [True, False, True, False, True, True]
 
 
 def test_gap_what_of_the_tests_state_and_types_does_not_reach_the_program():
