@@ -346,8 +346,7 @@ def test_shared_prefix_forward_reads_pi_from_common(monkeypatch):
 def test_magrpo_update_fast_equals_plain(tiny):
     """One MAGRPO update on the same rollout trees with --fast and --no-fast, from the same weights and
     optimiser state: every agent's loss, entropy and log-prob gap within 1e-5 (relative where larger than 1), its
-    gradient norm within 1e-4
-    relative (prompts of three lengths, G = 4, micro-batches of 3: groups cut)."""
+    gradient norm within 1e-4 relative (prompts of three lengths, G = 4, micro-batches of 3: groups cut)."""
     seed_everything(0)
     args = toy_args(num_generations=4, micro_batch_size=3, adv_mode="raw")
     agents = M.build_agents(args, "cpu")
