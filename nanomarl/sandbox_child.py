@@ -3,19 +3,20 @@ model), and the program's side.
 
 Executed by sandbox.py's BOOT in a fresh `python -I -S -B`, after the modules it imports: main()
 reads the program's part of the job, puts up the isolation layers (sandbox_layers.py), imports the
-context's modules and forks the program's process (program_side: runs the program, answers
-requests), then the test process reads the tests, runs the context and the tests
-(sandbox_verdicts.py:test_side: decides every verdict, never runs the program's code, writes the
-report). The link between them is sandbox_link.py, the values that cross it sandbox_values.py,
-the copies (a call's arguments, written back; a test's partial, buffer, Random, Pattern, Match)
-sandbox_copies.py.
+context's modules and forks the program's process (by way of a middle process: fork_program;
+program_side: runs the program, answers requests), then the test process reads the tests, runs
+the context and the tests (sandbox_verdicts.py:test_side: decides every verdict, never runs the
+program's code, writes the report). The link between them is sandbox_link.py, the values that
+cross it sandbox_values.py, the copies (a call's arguments, written back; a test's partial,
+buffer, Random, Pattern, Match) sandbox_copies.py.
 These modules import only modules that are built in or cheap to load (no json, signal or site:
 their imports would cost each run more than the fork)."""
 import _sitebuiltins, builtins, io, marshal, os, select, sys
 
 from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, changed, containers, contents, kept_entry,
                             rebuilt_copy, referenced, share, snapshot, unchanged, unreached)
-from sandbox_layers import confine, die_with_parent, drop_privileges, isolate  # sandbox.py's BOOT
+from sandbox_layers import (confine, die_with_parent, drop_privileges, fork_program,
+                            isolate)  # sandbox.py's BOOT
 from sandbox_link import (EXIT, LINK, OPS, BINARY, WRITE, TestObject, TestTimeout, answer,
                           attempt, compiled, read_exactly, read_line, run, serve, taken,
                           with_pairs, write_all)
@@ -75,6 +76,8 @@ def program_side(job, requests, answers):
     def resolve(tag, item):
         if tag == "r" and type(item) is int and item in refs:
             return refs[item]
+        if tag == "a" and type(item) is int and LINK["args"] and 0 <= item < len(LINK["args"][-1]):
+            return LINK["args"][-1][item]  # (the k-th container of its call to a test's callback)
         if tag == "k" and type(item) is int and item in kept:
             return kept[item]["object"]
         if tag == "X" and type(item) is list and len(item) == 3 and type(item[0]) is int and (
@@ -372,9 +375,10 @@ def program_side(job, requests, answers):
 
 
 def program_answered(message):
-    """The test process's answer to a request of the program's (a callback's value)."""
+    """The test process's answer to a request of the program's (a callback's value): the test's
+    changes to the kept containers meanwhile and a callback's to its argument containers (taken)."""
     _, _, status, payload, extra = message
-    taken(extra)  # the test's changes to the kept containers meanwhile
+    taken(extra, LINK["args"][-1] if LINK["args"] else ())
     if status == "v":
         return payload
     if status == "e" and type(payload) is list and payload[:1] == ["StopIteration"]:
@@ -434,28 +438,27 @@ def main():
     except OSError as e:
         isolated = b"0 " + str(e).encode()[:200]
         os.chdir("/")
-    unprivileged = drop_privileges(isolated == b"1")
-    die_with_parent(lambda: os.getppid() == parent)
     # the context's modules are imported before the fork (the program's process inherits them);
     # the context itself runs in the test process only, after the fork, so none of its objects
     # (a random.Random() of a helper) exists in the program's process
     for module in job["preload"]:
         attempt(lambda: __import__(module), job["timeout"])
     requests, answers = os.pipe(), os.pipe()
-    try:
-        child = os.fork()
-    except OSError:  # no program's process: the test process reads the end of its answers
-        child = -1
-    if child == 0:  # the program's process: pid 1 of the new PID namespace
-        for fd, target in zip(outputs, (1, 2)):  # not the files the test process writes
-            os.dup2(fd, target)
-        for fd in (job_fd, report_fd, requests[1], answers[0], *outputs):
-            os.close(fd)
+    refused = fork_program(isolated == b"1")  # (before the privileges go: it unshares)
+    if refused is None:  # the program's process: pid 1 of its own PID namespace
         try:
+            for fd, target in zip(outputs, (1, 2)):  # not the files the test process writes
+                os.dup2(fd, target)
+            for fd in (job_fd, report_fd, requests[1], answers[0], *outputs):
+                os.close(fd)
             program_side(job, requests[0], answers[1])
         finally:  # never back into the test process's code
             os._exit(1)
+    unprivileged = drop_privileges(isolated == b"1", os.getpid())  # (the middle process's uid)
+    if refused:
+        isolated = b"0 unshare: " + os.strerror(refused).encode()
+    die_with_parent(lambda: os.getppid() == parent)
     for fd in (requests[0], answers[1], *outputs):
         os.close(fd)
     layers = [b"namespaces " + isolated, b"unprivileged " + (b"1" if unprivileged else b"0")]
-    test_side(job, (job_fd, report_fd, requests[1], answers[0]), layers, child)
+    test_side(job, (job_fd, report_fd, requests[1], answers[0]), layers)

@@ -8,7 +8,8 @@ io.StringIO and io.BytesIO buffers and its random.Random generators are numbered
 sides (containers, shared, share); after the call the program's process sends the new state of
 those the call changed (snapshot, unchanged, contents) and the test process puts it into its own
 objects (refill). A test's object of one of these standard types, which hold no test code, is sent
-as a copy (copied, test side) and rebuilt in the program's process (rebuilt_copy):
+as a copy (sandbox_values.py:copied, test side) and rebuilt in the program's process
+(rebuilt_copy):
   a functools.partial: its function (sent as it would be alone: a test's function by reference, a
     builtin by name), arguments and keywords (values, walked for write-back);
   an io.StringIO or io.BytesIO: its value and position (closed: closed), written back;
@@ -27,23 +28,25 @@ taken), and either side sends a kept object inside a value as its mark ({"k": ha
 other reads as its own object (the test gets its own list back). The program's process forgets what
 it no longer reaches, by the references counted (unreached), as it hands over. At most KEPT_OBJECTS
 objects and KEPT_ITEMS items are kept (beyond, a copy is the program's own or, inside a kept one,
-part of its value): each request compares each kept object with its snapshot on both sides, about
-0.07 ms of CPU a side at the bound (a call costs about 0.02 ms a side), nothing when none is kept.
+part of its value): each request compares each kept object with its snapshot on both sides, a
+cost that grows with what is kept (bench.py --parts sandbox), nothing when none is kept.
 
 A test object's container the test process hands the program's process (an attribute the program
 reads, an item, a callback's result, a draw: LENT) is lent: kept from then on as a numbered object
 is, under a handle of the test process's (below 0), and sent as {"N": [handle, its value]}, which
 the program's process keeps as that handle's object (borrowed): so the program's changes reach the
 test's own object, and a second read is the same object there; one of the call's arguments is sent
-as {"A": k}, the program's copy of it (lend, settle, lending; the same bounds, outermost first)."""
+as {"A": k}, the program's copy of it (lend, settle, lending; the same bounds, outermost first).
+
+The program's arguments to a test's callback are numbered alike too (sandbox_link.py:ask, handed):
+the answer marks each {"a": k}, the program's own object there (`cb(a) is a`), and sends the new
+contents of those the callback changed, also when it raised (handed_back), which the program's
+process puts into its own objects (sandbox_link.py:taken)."""
 from _operator import is_
 from sys import getrefcount
 
-from sandbox_values import COLLECTIONS, dump, unpatched  # sandbox.py's BOOT
-
-BUFFERS = ("StringIO", "BytesIO")
-PATTERN_METHODS = ("match", "search", "fullmatch", "findall", "finditer", "split", "sub", "subn")
-FINDS = ("match", "search", "fullmatch")
+from sandbox_values import (BUFFERS, COLLECTIONS, FINDS, PATTERN_METHODS, buffer_state, dump,
+                            unpatched)  # sandbox.py's BOOT
 
 
 def numbered(kind):
@@ -78,17 +81,21 @@ def parts(value):
 LEAVES = {int, str, float, bool, type(None), bytes, complex}  # (what containers() skips at once)
 
 
-def containers(values, out):
+def containers(values, out, sent=None):
     """The numbered objects in values, depth first: both processes number a call's arguments
-    alike, for write-back and identity."""
+    alike, for write-back and identity (sent, the ids of those the program keeps: its arguments
+    to a test's callback as its process sends them, a partial, io buffer or Random it does not
+    keep as a reference, neither numbered nor walked)."""
     for value in values:
-        if type(value) in LEAVES:
+        kind = type(value)
+        if kind in LEAVES or sent is not None and id(value) not in sent and (
+                kind.__module__ in ("functools", "_io", "random")):
             continue
-        if numbered(type(value)):
+        if numbered(kind):
             out.append(value)
         inner = parts(value)
         if inner:
-            containers(inner, out)
+            containers(inner, out, sent)
     return out
 
 
@@ -132,12 +139,6 @@ def share(values, same):
         return found
 
     return [walk(value) for value in values], out
-
-
-def buffer_state(buffer):
-    """[kind, value (None: closed), position] of an io.StringIO ("s") or io.BytesIO ("b")."""
-    kind = "s" if type(buffer).__name__ == "StringIO" else "b"
-    return [kind, None, 0] if buffer.closed else [kind, buffer.getvalue(), buffer.tell()]
 
 
 def snapshot(value):
@@ -312,19 +313,28 @@ LENT = ("attr", "call", "next", "getitem")  # the test process's ops whose resul
 
 
 def lending(link, refer):
-    """The test process's link (sandbox_link.py:LINK) made to lend what its ops of LENT give: its
-    "ops" and "answer" wrapped (the answer lends, sends, then settles)."""
+    """The test process's link (sandbox_link.py:LINK) made to lend what its ops of LENT give and to
+    hand back the program's arguments to a test's callback (handed): its "ops" and "answer"
+    wrapped (the answer marks those arguments and lends, sends, then settles)."""
     ops, answer = link["ops"], link["answer"]
-    link.update(fresh=[], lent=0, due=False)
+    link.update(fresh=[], lent=0, due=False, given=None)
 
     def lent_ops(op, target, a, b, extra):
-        value = ops(op, target, a, b, extra)
-        link["due"] = op in LENT  # (after the requests it served meanwhile)
+        given = None
+        try:
+            given = handed(a, b, extra) if op == "call" else None
+            value = ops(op, target, a, b, extra)
+        finally:  # (after the requests it served meanwhile: this request's, for its answer)
+            link["given"] = given
+        link["due"] = op in LENT
         return value
 
     def lent_answer(seq, status, payload, extra):
         sent, due, link["due"] = False, link["due"], False
+        given, link["given"] = link["given"], None
         try:
+            if given:
+                extra = handed_back(given, extra, link)
             if due and status == "v":
                 try:
                     lend(payload, link, refer)
@@ -357,15 +367,16 @@ def reached(values, stop, call, out, seen):
 def lend(value, link, refer):
     """The numbered objects of a value the test process hands the program's process, marked for
     the answer (link's kept_tags, noted in its "fresh"): one of the call in progress's arguments
-    {"A": k}; one not kept yet, nor inside a kept one or an outer call's argument, kept under a
-    new handle below 0 within KEPT_OBJECTS and KEPT_ITEMS (outermost first: one inside a chosen
-    one costs no items), {"N": [handle, value]} (borrowed), marked inner ones first."""
+    {"A": k}; one not kept or marked yet (a callback's argument: handed_back), nor inside one or
+    an outer call's argument, kept under a new handle below 0 within KEPT_OBJECTS and KEPT_ITEMS
+    (outermost first: one inside a chosen one costs no items), {"N": [handle, value]}
+    (borrowed), marked inner ones first."""
     kept, ids, tags, args = link["kept"], link["kept_ids"], link["kept_tags"], link["args"]
     if type(value) in LEAVES or id(value) in ids or not containers([value], []):
         return
     call = {id(c): k for k, c in reversed([*enumerate(args[-1] if args else ())])}  # (first k)
     stop = {id(c) for level in args[:-1] for c in level}
-    stop.update([id(c) for entry in kept.values() for c, _ in entry["nested"]], ids)
+    stop.update([id(c) for entry in kept.values() for c, _ in entry["nested"]], tags)
     total, found, covered = sum(entry["weight"] for entry in kept.values()), {}, set()
     for c in reversed(order := reached([value], stop, call, [], set())):  # (outermost first)
         key = id(c)
@@ -402,6 +413,38 @@ def settle(link, sent):
             del kept[handle], ids[key]
 
 
+def handed(a, b, extra):
+    """The program's arguments to a test's callback (a call the test process serves: the request's
+    a and b), their "#" containers numbered as its process numbered them (one passed twice is one
+    object: share, its "m"; a and b changed in place) -> [those containers, their snapshots]; None
+    if a or b is malformed, or if its process numbered fewer (a subclass of list, tuple, dict or
+    set crosses as its base's copy, which it does not number)."""
+    if type(a) is not list or type(b) is not dict:
+        return None
+    values = a + list(b.values())
+    if len(numbered := containers(values, [])) != extra.get("#"):
+        return None
+    if type(extra.get("m")) is list:
+        values, numbered = share(values, extra["m"])
+        b.update(zip(list(b), values[len(a):]))
+        a[:] = values[:len(a)]
+    return [numbered, [snapshot(c) for c in numbered]]
+
+
+def handed_back(given, extra, link):
+    """The answer to a test's callback the program called (given: handed's), also when it raised:
+    its argument containers marked {"a": k}, the program's own objects (a kept one is marked so
+    already; settle drops the marks), extra with "w" [k, contents] of those the callback changed."""
+    numbered, before = given
+    for k, c in enumerate(numbered):
+        if id(c) not in link["kept_tags"]:
+            link["kept_tags"][id(c)] = '{"a":%d}' % k
+            link["fresh"].append((id(c), None))
+    writes = [[k, contents(c)] for k, c in enumerate(numbered)
+              if not unchanged(before[k], snapshot(c))]
+    return dict(extra, w=writes) if writes else extra
+
+
 def borrowed(tag, item, kept, ids, tags, calls):
     """The program's object for a test's object lent to it (lend): {"A": k} the k-th argument
     container of the call in progress (calls[-1]); {"N": [handle, value]} that value, kept under
@@ -418,53 +461,10 @@ def borrowed(tag, item, kept, ids, tags, calls):
     return kept[item[0]]["object"]
 
 
-def found_again(match):
-    """How its pattern finds this re.Match again, with the same spans, pos and endpos: [one of
-    FINDS, 0], or ["finditer", n] for the n-th match of finditer; None if none does."""
-    pattern, args, regs = match.re, (match.string, match.pos, match.endpos), match.regs
-    for how in FINDS:
-        found = getattr(pattern, how)(*args)
-        if found is not None and found.regs == regs:
-            return [how, 0]
-    for n, found in enumerate(pattern.finditer(*args)):
-        if found.regs == regs:
-            return ["finditer", n]
-        if found.start() > match.start():
-            break
-    return None
-
-
-def copied(value, refer):
-    """The JSON text of a test's object that crosses as a copy (see the docstring), else None;
-    raises ValueError for a re.Match its pattern does not find again."""
-    kind = type(value)
-    module, name = kind.__module__, kind.__name__
-    if module == "functools" and name == "partial":
-        return '{"P":[%s,%s,%s]}' % (dump(value.func, refer), dump(list(value.args), refer),
-                                     dump(dict(value.keywords), refer))
-    if module == "_io" and name in BUFFERS:
-        return '{"B":%s}' % dump(buffer_state(value), refer)
-    if module == "random" and name in ("Random", "SystemRandom"):
-        return '{"U":%s}' % dump(value.getstate() if name == "Random" else None, refer)
-    owner = getattr(value, "__self__", None)
-    if module == "re" and name == "Pattern" or type(owner).__name__ == "Pattern" and (
-            type(owner).__module__ == "re" and getattr(value, "__name__", "") in PATTERN_METHODS):
-        pattern = value if name == "Pattern" else owner
-        return '{"p":%s}' % dump([pattern.pattern, pattern.flags,
-                                  None if name == "Pattern" else value.__name__], refer)
-    if module == "re" and name == "Match":
-        how = found_again(value)
-        if how is None:
-            raise ValueError("a re.Match its pattern does not find again")
-        return '{"H":%s}' % dump([value.re.pattern, value.re.flags, value.string, value.pos,
-                                  value.endpos, how], refer)
-    return None
-
-
 def rebuilt_copy(tag, item, lent=()):
-    """The program's copy of a test's object (copied's JSON, decoded), or its lent object (lent:
-    the kept, their ids and tags and the calls borrowed takes); None if the tag is neither's or a
-    lent one is malformed; ValueError if a copy is malformed."""
+    """The program's copy of a test's object (sandbox_values.py:copied's JSON, decoded), or its
+    lent object (lent: the kept, their ids and tags and the calls borrowed takes); None if the tag
+    is neither's or a lent one is malformed; ValueError if a copy is malformed."""
     if tag == "N" or tag == "A":
         return borrowed(tag, item, *lent) if lent else None
     if tag not in ("P", "B", "U", "p", "H"):

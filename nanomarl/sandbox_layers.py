@@ -1,8 +1,9 @@
 """sandbox_layers.py: the isolation layers of a sandboxed run (sandbox.py's docstring lists them).
 
 Executed inside the sandbox, before sandbox_child.py, as the module `sandbox_layers` (sandbox.py's
-BOOT): Linux namespaces (mount, network, IPC, UTS, PID, user), a fresh uid without capabilities,
-PR_SET_PDEATHSIG, rlimits and the seccomp allow-list, all with a few libc calls through ctypes."""
+BOOT): Linux namespaces (mount, network, IPC, UTS, user; the program's process's own PID namespace:
+fork_program), a fresh uid without capabilities, PR_SET_PDEATHSIG, rlimits and the seccomp
+allow-list, all with a few libc calls through ctypes."""
 import _signal, ctypes, os, resource, struct, sys
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -38,11 +39,11 @@ def bind_read_only(path, target):
 
 
 def isolate():
-    """New mount, network, IPC, UTS, PID (and, if not root, user) namespaces; the root becomes an
+    """New mount, network, IPC, UTS (and, if not root, user) namespaces; the root becomes an
     empty read-only tmpfs with read-only binds of /usr, the system libraries and the standard
-    library, site-packages hidden. The next child is pid 1 of the new PID namespace."""
+    library, site-packages hidden. The PID namespace is the program's process's: fork_program."""
     uid, gid = os.getuid(), os.getgid()
-    flags = NEWNS | NEWNET | NEWIPC | NEWUTS | NEWPID | (NEWUSER if uid else 0)
+    flags = NEWNS | NEWNET | NEWIPC | NEWUTS | (NEWUSER if uid else 0)
     check(libc.unshare(flags), "unshare")
     if uid:  # a user namespace in which our own ids are mapped: we may mount (in it only)
         for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
@@ -80,10 +81,11 @@ def isolate():
     os.chdir("/")
 
 
-def drop_privileges(isolated):
-    """Root: a fresh uid/gid (2e9 + pid) without supplementary groups; everyone: no capabilities,
-    and not dumpable (the program's process, of the same uid, cannot open the test process's
-    /proc/PID/fd or mem where /proc is visible)."""
+def drop_privileges(isolated, run):
+    """Root: a fresh uid/gid (2e9 + run, the test process's pid: one for the run's processes)
+    without supplementary groups; everyone: no capabilities, and not dumpable (the program's
+    process, of the same uid, cannot open the test process's /proc/PID/fd or mem where /proc is
+    visible)."""
     def others_can_read(path):  # without namespaces the new uid must still reach the stdlib
         ancestors = [path[:i] or "/" for i in range(len(path)) if path[i] == "/"]
         return (os.stat(path).st_mode & 0o005 == 0o005
@@ -91,7 +93,7 @@ def drop_privileges(isolated):
 
     if os.getuid() == 0 and (isolated or all(others_can_read(p) for p in sys.path
                                              if os.path.isdir(p))):
-        ident = 2000000000 + os.getpid()
+        ident = 2000000000 + run
         os.setgroups([])
         os.setresgid(ident, ident, ident)
         os.setresuid(ident, ident, ident)
@@ -99,6 +101,46 @@ def drop_privileges(isolated):
     check(libc.syscall(126, header, bytes(24)), "capset")  # no capabilities left
     check(libc.prctl(4, 0, 0, 0, 0), "prctl")  # PR_SET_DUMPABLE 0 (the fork keeps it)
     return os.geteuid() != 0
+
+
+def fork_program(isolated):
+    """Forks the program's process by way of a short-lived middle process, which unshares
+    CLONE_NEWPID (where `isolated`: the program's process is pid 1 of the new PID namespace and
+    sees no other process), drops its privileges, forks the program's process and ends. This
+    process, the test process, never unshares CLONE_NEWPID itself (the kernel refuses a thread to
+    a process whose children go to another PID namespace) and so may start threads; as a child
+    subreaper it inherits the program's process, and it reaps the middle one here (before any
+    thread starts: RLIMIT_NPROC counts the two processes). Returns None in the program's process,
+    once the middle one is reaped (its PR_SET_PDEATHSIG, set later, is the test process's); in
+    the test process 0, or the errno of the unshare the kernel refused (the program's process then
+    shares its PID namespace)."""
+    check(libc.prctl(36, 1, 0, 0, 0), "prctl")  # PR_SET_CHILD_SUBREAPER
+    # the program's process waits for the end of this pipe, closed here once the middle process
+    # is reaped: then it is this process's child (the middle one's files close before the kernel
+    # hands its child on, and a PR_SET_PDEATHSIG set in between would fire at the handing on)
+    gate = os.pipe()
+    try:
+        middle = os.fork()
+    except OSError:  # no program's process: the test process reads the end of its answers
+        middle = None
+    if middle != 0:
+        os.close(gate[0])
+        refused = 0 if middle is None else os.WEXITSTATUS(os.waitpid(middle, 0)[1])
+        os.close(gate[1])  # the middle process is reaped: the program's process is a child here
+        return refused
+    program, refused = -1, 0
+    try:  # the middle process
+        if isolated and libc.unshare(NEWPID) != 0:
+            refused = ctypes.get_errno()
+        drop_privileges(isolated, os.getppid())
+        program = os.fork()
+    finally:
+        if program != 0:  # never back into the test process's code
+            os._exit(refused)
+    os.close(gate[1])
+    os.read(gate[0], 1)  # its end: the test process has reaped the middle one
+    os.close(gate[0])
+    return None
 
 
 # x86_64 system calls a pure-Python program needs (everything else fails with EPERM)

@@ -10,10 +10,10 @@ call's arguments and a test's partial, io buffer, Random, Pattern or Match as co
 the program keeps, or a test object's container it reads, as its mark {"k": n} (sandbox_copies.py);
 any other object travels as a reference (a program object {"r": n}, a test object {"x": n}) whose
 operations the other side asks for: in the test process a Remote stands for a program object, in the
-program's process a TestObject for a test object. One thread at a time talks (TALKING: a program's
-threads may call a test's callback). LINK holds the state of the side this process is
-(sandbox_verdicts.py:test_side and sandbox_child.py:program_side fill it)."""
-import _signal, _thread, _weakref, builtins, os, sys
+program's process a TestObject for a test object. One thread at a time talks (TALKING: a test's
+threads may call the program, a program's a test's callback). LINK holds the state of the side this
+process is (sandbox_verdicts.py:test_side and sandbox_child.py:program_side fill it)."""
+import _signal, _thread, _weakref, builtins, os
 
 from sandbox_copies import changed, containers, contents, refill, renew, shared, snapshot
 from sandbox_values import (VALUE_TYPES, IMPORT, Abort, ProgramError, describe, dump,
@@ -27,6 +27,7 @@ class TestTimeout(BaseException):  # not an Exception: `except Exception` does n
 
 
 ALARM = [False]  # armed: the alarm raises TestTimeout only inside attempt()
+MAIN = _thread.get_ident()  # the thread the alarm interrupts (Python runs signal handlers there)
 RING_AGAIN = 0.05  # seconds between rings once the alarm has gone off
 
 
@@ -42,9 +43,10 @@ def on_alarm(signum, frame):
 
 def attempt(fn, seconds):
     """fn() under a wall-clock alarm -> ("v", its value) | ("t", None) | ("e", the exception).
-    Inside another attempt (a request served while waiting for an answer) the outer alarm goes on
-    and its TestTimeout passes through."""
-    if ALARM[0]:
+    Inside another attempt (a request served while waiting for an answer) and in any thread but
+    the main one (a test's or a program's) the outer alarm goes on and its TestTimeout passes
+    through."""
+    if ALARM[0] or _thread.get_ident() != MAIN:
         try:
             return "v", fn()
         except (TestTimeout, Abort):
@@ -106,7 +108,7 @@ def read_exactly(fd, size):
 
 
 LINK = dict(seq=0, gone="has not started", buffer=bytearray(), failed="", args=[], released=[],
-            kept={}, kept_ids={}, kept_tags={})
+            kept={}, kept_ids={}, kept_tags={}, mirrored=dict)  # (but the test process mirrors)
 # what one process may ask of the other's object: the test of a program object (Remote) its
 # text, type and classes; the program of a test object (test_ops) its length, truth, items,
 # iteration, text, classes (comparisons and hash: test_ops)
@@ -132,7 +134,7 @@ def write_all(fd, data):
 
 
 # one request at a time: a thread's request and its answer (and the requests served meanwhile)
-# are not interleaved with another thread's (a program's threads calling a test's callback)
+# are not interleaved with another thread's (a test's calling the program, a program's a callback)
 TALKING = _thread.RLock()
 
 
@@ -195,16 +197,23 @@ def told(extra):
     return extra
 
 
-def taken(extra):
-    """The other side's changes to the kept containers (told's "k") put into this side's."""
-    kept = LINK["kept"]
-    for pair in extra["k"] if type(extra.get("k")) is list else ():
-        if type(pair) is list and len(pair) == 2 and type(pair[0]) is int and pair[0] in kept:
-            try:
-                refill(kept[pair[0]]["object"], pair[1])
-            except Exception:
-                continue
-            renew(kept[pair[0]], snapshot(kept[pair[0]]["object"]), LINK["kept_ids"])
+def taken(extra, numbered=()):
+    """The other side's changes put into this side's containers: told's "k" [handle, contents] of
+    the kept ones and, in an answer, "w" [k, contents] of its call's argument containers
+    (numbered: LINK["args"][-1], as ask numbered them); a malformed one is ignored, a kept one's
+    snapshot renewed (the two sides agree on it again)."""
+    kept, ids = LINK["kept"], LINK["kept_ids"]
+    for key in ("k", "w"):
+        for pair in extra[key] if type(extra.get(key)) is list else ():
+            if type(pair) is list and len(pair) == 2 and type(pair[0]) is int and (
+                    pair[0] in kept if key == "k" else 0 <= pair[0] < len(numbered)):
+                target = kept[pair[0]]["object"] if key == "k" else numbered[pair[0]]
+                try:
+                    refill(target, pair[1])
+                except Exception:
+                    continue
+                if id(target) in ids:
+                    renew(kept[ids[id(target)]], snapshot(target), ids)
 
 
 def answer(seq, status, payload, extra, pairs=()):
@@ -246,39 +255,29 @@ def gone(why):
 
 
 def ask(op, target, a=None, b=None, args=None):
-    """A request of the test process: `args` (a call's arguments) are numbered for the answer's
-    write-backs and identity; the program's process gets the time this test has left, the
-    recursion limit, whether output is redirected, the test's changes to the containers the
-    program keeps and what the test set of the state the program shares with it in one process
-    (sandbox_verdicts.py:mirrored); not random's state, whose draws would tell the test's."""
+    """A request whose `args` (a call's arguments: a test's to the program, the program's to a
+    test's callback, as it sends them) are numbered for the answer's write-backs and identity
+    (sandbox_copies.py), with this side's changes to the kept containers (told) and, from the test
+    process, what the program's process takes on for it (sandbox_verdicts.py:mirrored; not
+    random's state, whose draws would tell the test's). A side's threads ask in turn: each request
+    and its answer is one thread's (TALKING)."""
     with TALKING:
-        return asked(op, target, a, b, args)
-
-
-def asked(op, target, a, b, args):
-    extra = {"s": _signal.getitimer(_signal.ITIMER_REAL)[0] or LINK["timeout"]}
-    if LINK["released"]:
-        extra["f"], LINK["released"] = LINK["released"], []
-    if sys.getrecursionlimit() != LINK["limit_sent"]:
-        extra["l"] = LINK["limit_sent"] = sys.getrecursionlimit()
-    if sys.stdout is not LINK["stdout"]:
-        extra["o"] = 1
-    if sys.stderr is not LINK["stderr"]:
-        extra["e"] = 1
-    extra.update(LINK["mirrored"]())
-    try:
-        numbered = containers(args, []) if args else []
-    except (TestTimeout, Abort):
-        raise
-    except BaseException as e:  # a cyclic argument
-        raise unsendable(e) from None
-    if len(numbered) > 1 and (same := shared(numbered)):
-        extra["m"] = same
-    LINK["args"].append(numbered)
-    try:
-        return request(op, target, a, b, extra)
-    finally:
-        LINK["args"].pop()
+        extra = LINK["mirrored"]()
+        sent = LINK["kept_ids"] if LINK["side"] == "program" else None  # (kept: sent as marks)
+        try:
+            numbered = containers(args, [], sent) if args else []
+        except (TestTimeout, Abort):
+            raise
+        except BaseException as e:  # a cyclic argument (a test's fails the test)
+            raise (unsendable(e) if LINK["side"] == "test" else e) from None
+        extra["#"] = len(numbered)  # (a test's callback checks it: sandbox_copies.py:handed)
+        if len(numbered) > 1 and (same := shared(numbered)):
+            extra["m"] = same
+        LINK["args"].append(numbered)
+        try:
+            return request(op, target, a, b, extra)
+        finally:
+            LINK["args"].pop()
 
 
 def refused(self, *other):
@@ -442,7 +441,7 @@ class TestObject:
         object.__setattr__(self, "own", own)  # its class has its own == or hash (asked there)
 
     def __call__(self, *args, **kwargs):
-        return request("call", self.handle, list(args), kwargs)
+        return ask("call", self.handle, list(args), kwargs, [*args, *kwargs.values()])
 
     @property
     def __class__(self):  # (no request: the harness's isinstance checks ask this too)

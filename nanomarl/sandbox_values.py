@@ -5,7 +5,9 @@ Executed inside the sandbox as the module `sandbox_values` (sandbox.py's BOOT). 
 JSON of exact types, tagged where JSON has none (dump; Decoder and hook read it back, chunked so
 that the alarm can interrupt); anything else travels as a reference, made by the `refer` and read
 by the `resolve` each side passes in, or as a copy (sandbox_copies.py: a call's arguments, written
-back after it; the test's objects of the standard library that cross as copies). An exception
+back after it; the test's objects of the standard library that hold no test code, a partial, an io
+buffer, a Random, a compiled pattern or a match: their JSON text here, copied, rebuilt in the
+program's process by sandbox_copies.py:rebuilt_copy). An exception
 travels as [name, message, nearest builtin ancestor, arguments, whether its class is a module-level
 class of __main__] (error_payload) and is raised on the other side as an exception of that name and
 those arguments (program_error): in the test process, of the context's class of that name where
@@ -179,6 +181,60 @@ def with_pairs(text, pairs):
         return text
     return text[:-2] + ("," if text != '{"d":[]}' else "") + ",".join(pairs) + "]}"
 
+
+BUFFERS = ("StringIO", "BytesIO")
+PATTERN_METHODS = ("match", "search", "fullmatch", "findall", "finditer", "split", "sub", "subn")
+FINDS = ("match", "search", "fullmatch")
+
+
+def buffer_state(buffer):
+    """[kind, value (None: closed), position] of an io.StringIO ("s") or io.BytesIO ("b")."""
+    kind = "s" if type(buffer).__name__ == "StringIO" else "b"
+    return [kind, None, 0] if buffer.closed else [kind, buffer.getvalue(), buffer.tell()]
+
+
+def found_again(match):
+    """How its pattern finds this re.Match again, with the same spans, pos and endpos: [one of
+    FINDS, 0], or ["finditer", n] for the n-th match of finditer; None if none does."""
+    pattern, args, regs = match.re, (match.string, match.pos, match.endpos), match.regs
+    for how in FINDS:
+        found = getattr(pattern, how)(*args)
+        if found is not None and found.regs == regs:
+            return [how, 0]
+    for n, found in enumerate(pattern.finditer(*args)):
+        if found.regs == regs:
+            return ["finditer", n]
+        if found.start() > match.start():
+            break
+    return None
+
+
+def copied(value, refer):
+    """The JSON text of a test's object that crosses as a copy (sandbox_copies.py's docstring
+    lists how each is rebuilt), else None; raises ValueError for a re.Match its pattern does not
+    find again."""
+    kind = type(value)
+    module, name = kind.__module__, kind.__name__
+    if module == "functools" and name == "partial":
+        return '{"P":[%s,%s,%s]}' % (dump(value.func, refer), dump(list(value.args), refer),
+                                     dump(dict(value.keywords), refer))
+    if module == "_io" and name in BUFFERS:
+        return '{"B":%s}' % dump(buffer_state(value), refer)
+    if module == "random" and name in ("Random", "SystemRandom"):
+        return '{"U":%s}' % dump(value.getstate() if name == "Random" else None, refer)
+    owner = getattr(value, "__self__", None)
+    if module == "re" and name == "Pattern" or type(owner).__name__ == "Pattern" and (
+            type(owner).__module__ == "re" and getattr(value, "__name__", "") in PATTERN_METHODS):
+        pattern = value if name == "Pattern" else owner
+        return '{"p":%s}' % dump([pattern.pattern, pattern.flags,
+                                  None if name == "Pattern" else value.__name__], refer)
+    if module == "re" and name == "Match":
+        how = found_again(value)
+        if how is None:
+            raise ValueError("a re.Match its pattern does not find again")
+        return '{"H":%s}' % dump([value.re.pattern, value.re.flags, value.string, value.pos,
+                                  value.endpos, how], refer)
+    return None
 
 NAMEDTUPLES = {}
 

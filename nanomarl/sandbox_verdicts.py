@@ -8,15 +8,14 @@ performs. What the program's process may ask of a test object is test_ops; what 
 test_refer; what of the test process's state it takes on for a request, mirrored (the builtins a
 test replaced, the module attributes it set: module_patches, its sys.stdin, whether it catches
 warnings: shown here, shown)."""
-import builtins, marshal, os, sys, time
+import _signal, builtins, marshal, os, sys, time
 
 from sandbox_layers import confine  # sandbox.py's BOOT
 from sandbox_link import (LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt, compiled,
                           gone, read_exactly, read_line, remote, run, taken, told)
-from sandbox_copies import (BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, copied, kept_entry, lending, refill,
-                            renew, snapshot)
-from sandbox_values import (DECLARED, IMPORT, PATCHED, Abort, Decoder, ProgramError, describe,
-                            dump, module, raised, watch_modules)
+from sandbox_copies import KEPT_ITEMS, KEPT_OBJECTS, kept_entry, lending, refill, renew, snapshot
+from sandbox_values import (BUFFERS, DECLARED, IMPORT, PATCHED, Abort, Decoder, ProgramError,
+                            copied, describe, dump, module, raised, watch_modules)
 
 
 def test_next():
@@ -39,13 +38,8 @@ def test_next():
 def test_answered(message):
     """An answer of the program's process: its write-backs applied to the call's arguments, its
     output printed where the test's is going; its value, or its exception raised."""
-    _, _, status, payload, extra = message
-    numbered = LINK["args"][-1] if LINK["args"] else []
-    for write in extra.get("w", ()):
-        if type(write) is list and len(write) == 2 and type(write[0]) is int and (
-                0 <= write[0] < len(numbered)):
-            refilled(numbered[write[0]], write[1])
-    kept_up(extra, numbered)
+    seq, _, status, payload, extra = message
+    kept_up(extra, LINK["args"][-1] if LINK["args"] else [])
     for key, stream in (("o", "stdout"), ("e", "stderr")):  # only into a test's redirection
         if type(extra.get(key)) is str and getattr(sys, stream) is not LINK[stream]:
             getattr(sys, stream).write(extra[key])
@@ -56,7 +50,8 @@ def test_answered(message):
     if status == "v":
         return payload
     if status == "t":
-        LINK["failed"] = LINK["failed"] or "Timeout: test timed out"
+        if seq >= LINK["first"]:  # (a request of this test's; not of an earlier test's thread)
+            LINK["failed"] = LINK["failed"] or "Timeout: test timed out"
         raise TestTimeout()
     if status == "e" and (error := raised(payload)) is not None:
         raise error
@@ -77,14 +72,14 @@ def refilled(target, content):
 
 def kept_up(extra, numbered):
     """The news of the containers the program keeps (sandbox_copies.py), in an answer or a
-    request of its process: "k" the new contents of kept ones (taken), "n" [k, handle] for each
-    of this call's argument containers it keeps from now on, "d" the handles it forgot. The test
-    process keeps at most twice what the program's process does (an honest program's choices
-    fit; the program's process chooses)."""
+    request of its process: "k" the new contents of kept ones and, in an answer, "w" those of
+    this call's argument containers (numbered; taken), "n" [k, handle] for each of them it keeps
+    from now on, "d" the handles it forgot. The test process keeps at most twice what the
+    program's process does (an honest program's choices fit; the program's process chooses)."""
     kept, ids, tags = LINK["kept"], LINK["kept_ids"], LINK["kept_tags"]
+    taken(extra, numbered)
     if not kept and "n" not in extra:
         return
-    taken(extra)
     total = sum(entry["weight"] for entry in kept.values())
     for pair in extra["n"] if type(extra.get("n")) is list else ():
         if type(pair) is list and len(pair) == 2 and all(type(k) is int for k in pair) and (
@@ -112,15 +107,26 @@ def shown(caught):
 
 
 def mirrored():
-    """What the program's process takes on for this request, of the state the two would share in
-    one process, where the test set it: the builtins the test replaced (mock.patch of `input`: its
-    objects sent as any argument is), the other module attributes it set (module_patches: set in
-    the program's modules for the request), the sys.stdin it set (a StringIO is written back as
-    an argument is), and whether it catches, records or filters warnings (then the program's are
-    caught there and shown here, under the test's filters). Nothing else: the test's globals (and
-    a patch of `__main__`'s names: the tests' module is not the program's), the state inside
-    modules (random's, os.environ's) and sys's and warnings' other attributes stay the test's."""
-    extra, start = {}, LINK["builtins"]
+    """What the program's process takes on for a request of the test process (sandbox_link.py:
+    ask): the time this test has left, the program objects the test no longer holds, and of the
+    state the two would share in one process, where the test set it: the recursion limit, whether
+    output is redirected, the builtins the test replaced (mock.patch of `input`: its objects sent
+    as any argument is), the other module attributes it set (module_patches: set in the program's
+    modules for the request), the sys.stdin it set (a StringIO is written back as an argument is),
+    and whether it catches, records or filters warnings (then the program's are caught there and
+    shown here, under the test's filters). Nothing else: the test's globals (and a patch of
+    `__main__`'s names: the tests' module is not the program's), the state inside modules
+    (random's, os.environ's) and sys's and warnings' other attributes stay the test's."""
+    extra = {"s": _signal.getitimer(_signal.ITIMER_REAL)[0] or LINK["timeout"]}
+    start = LINK["builtins"]
+    if LINK["released"]:
+        extra["f"], LINK["released"] = LINK["released"], []
+    if sys.getrecursionlimit() != LINK["limit_sent"]:
+        extra["l"] = LINK["limit_sent"] = sys.getrecursionlimit()
+    if sys.stdout is not LINK["stdout"]:
+        extra["o"] = 1
+    if sys.stderr is not LINK["stderr"]:
+        extra["e"] = 1
     patched = {name: value for name, value in vars(builtins).items()
                if start.get(name, start) is not value}
     if patched:
@@ -369,7 +375,7 @@ class Scope(dict):
         return value
 
 
-def test_side(job, fds, layers, child):
+def test_side(job, fds, layers):
     """The test process: reads the tests, runs the context, waits for the program to load, runs
     each test, writes the report, and reaps the program's process."""
     job_fd, report_fd, requests, answers = fds
@@ -382,7 +388,7 @@ def test_side(job, fds, layers, child):
                 ops=test_ops, next=test_next, answered=test_answered, mine={}, ids={},
                 before=lambda extra: kept_up(extra, ()), after=lambda extra: told({}),
                 remotes={}, names=set(job["names"]), classes={}, made=({}, {}), kept={},
-                kept_ids={}, kept_tags={}, answer=answer,
+                kept_ids={}, kept_tags={}, answer=answer, first=0,
                 limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, stderr=sys.stderr,
                 mirrored=mirrored, **shared_state())
     lending(LINK, test_refer)  # (what test_ops gives: a test object's containers, lent)
@@ -427,7 +433,7 @@ def test_side(job, fds, layers, child):
             if context[0] != "v":
                 test = ProgramError("context: " + message(*context).decode())
             watchdog(timeout)
-            LINK["failed"], start = "", time.monotonic()
+            LINK["failed"], LINK["first"], start = "", LINK["seq"] + 1, time.monotonic()
             status, error = attempt(lambda: run(test, scope), min(timeout, budget))
             if LINK["failed"]:  # the harness's own failure, whatever the test caught
                 status, error = ("t", None) if LINK["failed"].startswith("Timeout") else (
@@ -438,7 +444,7 @@ def test_side(job, fds, layers, child):
     while report:
         report = report[os.write(report_fd, report):]
     os.close(requests)  # the program's process reads the end of its requests and exits
-    reap(child, 0.5)
+    reap(0.5)
     os._exit(0)
 
 
@@ -464,15 +470,15 @@ def prefetch(scope):
             pass
 
 
-def reap(child, seconds):
-    """Wait, at most `seconds`, for the program's process to end, so that no zombie is left to an
-    init that does not reap (a trainer that is pid 1 of a container); one still running then
-    (a program that ignores the end of its requests) is killed with the group by the trainer,
-    which reaps it."""
+def reap(seconds):
+    """Wait, at most `seconds`, for the program's process (this process's only child) to end, so
+    that no zombie is left to an init that does not reap (a trainer that is pid 1 of a container);
+    one still running then (a program that ignores the end of its requests) is killed with the
+    group by the trainer, which reaps it."""
     deadline = time.monotonic() + seconds
-    while child > 0 and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
         try:
-            if os.waitpid(child, os.WNOHANG)[0]:
+            if os.waitpid(-1, os.WNOHANG)[0]:
                 return
         except ChildProcessError:
             return

@@ -4,11 +4,11 @@ not credit it: captured names, builtins, catchable harness errors, readable outp
 objects, argument copies, a test's mock), harm (zombies, the timeout rule, work the alarm cannot
 interrupt) and false negatives (a right program failed where plain Python passes it: values of
 richer types, program objects, generators, callbacks and test objects and their protocol, partials,
-buffers, Random generators, patterns and matches, exception subclasses, mutation (of arguments and
-of a test object's containers), sys.setrecursionlimit, redirect_stdout, patched builtins and module
-attributes, stdin, warnings, a class as the entry point). Each escape is checked beside its right
-program, so a 0 comes from the wrong value, not from a broken run. The gaps that remain are tests
-too (test_gap_*), each saying why."""
+buffers, Random generators, patterns and matches, exception subclasses, mutation (of arguments, of
+a test object's containers, by a test's callback), sys.setrecursionlimit, redirect_stdout, patched
+builtins and module attributes, stdin, warnings, a class as the entry point). Each escape is checked
+beside its right program, so a 0 comes from the wrong value, not from a broken run. The gaps that
+remain are tests too (test_gap_*), each saying why."""
 import marshal
 import os
 import subprocess
@@ -1013,6 +1013,72 @@ def test_callbacks_and_test_objects_reach_the_program():
     assert result["passed"] == [True] * len(tests), result["errors"]
 
 
+def test_a_test_callbacks_changes_to_the_programs_arguments_reach_the_program():
+    """A test's callback (a function, a mock, a module attribute the test patched) called by the
+    program with the program's containers changes the program's own objects in place, as in
+    plain Python: a patched random.shuffle that reverses its list, a callback that appends, one
+    that updates a dict, one that changes its list and then raises (the program catches and sees
+    the change), one that changes a list inside another, a test's argument the program hands on
+    (the change reaches the test too), one list passed twice, and a list beside the program's own
+    StringIO (a program object: the containers are numbered alike around it); an argument the
+    callback returns is the program's own (`cb(a) is a`)."""
+    program = """\
+        import random
+        def shuffled(xs):
+            items = list(xs)
+            random.shuffle(items)
+            return items
+        def collect(add):
+            out = []
+            add(out)
+            return out
+        def tally(update):
+            counts = {"a": 1}
+            update(counts)
+            return counts
+        def careful(cb):
+            seen = []
+            try:
+                cb(seen)
+            except ValueError:
+                return seen
+        def same(cb):
+            a, inner = [1], [2]
+            return cb(a) is a, cb([inner])[0] is inner, cb((a, a))[1] is a
+        def nested(cb):
+            rows = [[1], [2]]
+            cb(rows)
+            return rows
+        def hand_on(xs, cb):
+            cb(xs)
+            return len(xs)
+        def twice(cb):
+            a = []
+            cb(a, a)
+            return a
+        def beside(cb):
+            import io
+            items = [1]
+            cb(io.StringIO(), items)
+            return items
+        """
+    tests = ["from unittest import mock\n"
+             "with mock.patch('random.shuffle', side_effect=lambda l: l.reverse()) as m:\n"
+             "    assert shuffled([1, 2, 3]) == [3, 2, 1]\nm.assert_called_once_with([3, 2, 1])",
+             "assert collect(lambda l: l.append(7)) == [7]",
+             "assert tally(lambda d: d.update(b=2)) == {'a': 1, 'b': 2}",
+             "def cb(l):\n    l.append(1)\n    raise ValueError\nassert careful(cb) == [1]",
+             "assert same(lambda l: l) == (True, True, True)",
+             "assert nested(lambda rows: rows[1].append(3)) == [[1], [2, 3]]",
+             "xs = [1]\nassert hand_on(xs, lambda l: l.append(2)) == 2 and xs == [1, 2]",
+             "assert twice(lambda x, y: (x.append(1), y.append(2))) == [1, 2]",
+             "assert beside(lambda buffer, items: items.append(2)) == [1, 2]"]
+    expected = [True] * len(tests)
+    assert plain(program, tests) == expected
+    result = run(program, tests)
+    assert result["passed"] == expected, result["errors"]
+
+
 def test_exceptions_recursion_limits_and_redirected_output_behave_as_in_one_process():
     """A ValueError subclass is caught by `except ValueError` (and keeps its name); a test's
     sys.setrecursionlimit is the program's; a test's redirect_stdout captures the program's
@@ -1510,6 +1576,69 @@ def test_a_program_may_start_threads_but_no_process():
     assert result["passed"] == [True] * len(tests), result["errors"]
 
 
+def test_a_test_may_call_the_program_from_threads_and_a_program_at_most_32_threads():
+    """A test may start threads (the program's process is pid 1 of a PID namespace that a
+    short-lived middle process made: the kernel refuses a thread to a process whose children go
+    to another PID namespace, and the test process made none): a test that calls the program from
+    a thread, and two threads each calling it 200 times at once (one request and its answer at a
+    time on the link), get plain Python's verdicts, a wrong expectation, a program's exception and
+    a callback that calls the program again (on the same thread) included. A hang in a test's
+    thread that the main thread joins (in the test's code, in the program's) fails that test as
+    timed out (the alarm rings in the main thread), and the tests after it run as before. The
+    program's threads are bounded: RLIMIT_NPROC counts the two processes and 32 threads, the 33rd
+    alive at once fails to start."""
+    program = """\
+        import threading, time
+        def double(x):
+            return x * 2
+        def pair(x):
+            return [x, {"double": x * 2}]
+        def fail():
+            raise ValueError("no")
+        def apply(f, x):
+            return f(x)
+        def sleepy():
+            time.sleep(60)
+        def hold(n):
+            threading.stack_size(1 << 18)  # (the address-space limit: not the bound here)
+            stop, threads = threading.Event(), []
+            try:
+                for _ in range(n):
+                    threads.append(threading.Thread(target=stop.wait))
+                    threads[-1].start()
+            except RuntimeError:
+                threads.pop()
+            stop.set()
+            for t in threads:
+                t.join()
+            return len(threads)
+        """
+    in_a_thread = "import threading\nr = []\nt = threading.Thread(target=lambda: r.append({}))\n" \
+                  "t.start()\nt.join()\nassert r == {}"
+    calls = [in_a_thread.format("double(2)", "[4]"), in_a_thread.format("double(2)", "[5]"),
+             in_a_thread.format("pair(3)", "[[3, {'double': 6}]]"),
+             in_a_thread.format("apply(lambda v: double(v) + 1, 3)", "[7]"),
+             "import threading\nr = []\ndef caught():\n    try:\n        fail()\n"
+             "    except ValueError as e:\n        r.append(str(e))\n"
+             "t = threading.Thread(target=caught)\nt.start()\nt.join()\nassert r == ['no']",
+             "import threading\nseen = {0: [], 1: []}\n"
+             "def work(k):\n    for i in range(200):\n        x = 1000 * k + i\n"
+             "        seen[k].append(pair(x) == [x, {'double': 2 * x}] and double(x) == 2 * x)\n"
+             "threads = [threading.Thread(target=work, args=(k,)) for k in (0, 1)]\n"
+             "for t in threads:\n    t.start()\nfor t in threads:\n    t.join()\n"
+             "assert seen == {0: [True] * 200, 1: [True] * 200}"]
+    expected = [True, False, True, True, True, True]
+    assert plain(program, calls) == expected
+    result = run(program, calls + ["assert hold(32) == 32", "assert hold(40) == 32"], timeout=5.0)
+    assert result["passed"] == expected + [True, True], result["errors"]
+    assert result["errors"][1] == "AssertionError: "
+    hangs = [in_a_thread.format("threading.Event().wait()", "[True]"),
+             in_a_thread.format("sleepy()", "[None]"), calls[0]]
+    result = run(program, hangs)
+    assert result["passed"] == [False, False, True], result["errors"]
+    assert result["errors"][:2] == ["Timeout: test timed out"] * 2
+
+
 def test_the_report_holds_no_control_characters():
     """A program's words reach the report (an exception's message): its control characters
     (escape sequences, NUL, BEL, DEL, C1) are dropped, its line breaks are spaces."""
@@ -1576,13 +1705,19 @@ def test_gap_the_program_is_asked_only_for_declared_names():
 
 def test_gap_a_container_the_program_hands_a_test_object_is_a_copy():
     """A container the program reads from a test object is the test's own
-    (test_a_test_objects_containers_are_the_tests_own_in_the_program), but one the program hands
-    to a test object (an attribute it sets, an argument of a test's callback) crosses as a copy:
-    the program's later changes through its own name are not seen (through the attribute they
-    are: read back, it is the test's). Beyond the bounds of what is kept (64 containers, 4,096
-    items: test_gap_beyond_4096_items_a_kept_container_is_the_programs_copy) and for one that is
-    also an argument of an enclosing call (a callback's call to the program) or sits inside a
-    kept container, a test object's container arrives as a copy too; and as each request sends a
+    (test_a_test_objects_containers_are_the_tests_own_in_the_program), and a test's callback's
+    changes to the program's arguments reach the program
+    (test_a_test_callbacks_changes_to_the_programs_arguments_reach_the_program), but a container
+    the program hands to a test object (an attribute it sets, an argument of a test's callback)
+    crosses as a copy: what the test object keeps is that copy, so the program's later changes
+    through its own name are not seen (through the attribute they are: read back, it is the
+    test's); and in a call among whose arguments is a subclass of list, tuple, dict or set (it
+    crosses as its base's copy, which the program's process does not number) the callback's
+    changes are not written back (but to a container the program keeps). Beyond the bounds of
+    what is kept (64 containers, 4,096 items:
+    test_gap_beyond_4096_items_a_kept_container_is_the_programs_copy) and for one that is also
+    an argument of an enclosing call (a callback's call to the program) or sits inside a kept
+    container, a test object's container arrives as a copy too; and as each request sends a
     changed kept container whole, a loop of thousands of appends through an attribute costs
     seconds where plain Python takes microseconds."""
     program = """\
@@ -1591,11 +1726,25 @@ def test_gap_a_container_the_program_hands_a_test_object_is_a_copy():
             box.items = kids
             kids.append(1)
             box.items.append(2)
+        def log_then_add(record):
+            items = []
+            record(items)
+            items.append(1)
+        class Row(list):
+            pass
+        def fill(cb):
+            row = Row()
+            cb(row)
+            return len(row)
         """
     tests = ["class Box:\n    pass\nb = Box()\ngive(b)\nassert b.items == [2]",
-             "class Box:\n    pass\nb = Box()\ngive(b)\nassert b.items == [1, 2]"]
-    assert plain(program, tests) == [False, True]
-    assert run(program, tests)["passed"] == [True, False]
+             "class Box:\n    pass\nb = Box()\ngive(b)\nassert b.items == [1, 2]",
+             "seen = []\nlog_then_add(seen.append)\nassert seen == [[]]",
+             "seen = []\nlog_then_add(seen.append)\nassert seen == [[1]]",
+             "assert fill(lambda row: row.append(1)) == 0",
+             "assert fill(lambda row: row.append(1)) == 1"]
+    assert plain(program, tests) == [False, True, False, True, False, True]
+    assert run(program, tests)["passed"] == [True, False, True, False, True, False]
 
 
 def test_gap_a_tests_random_seed_does_not_seed_the_program():
@@ -1633,38 +1782,26 @@ def test_gap_a_program_class_is_not_a_class_in_the_test_process():
     assert result["stderr"] == ""
 
 
-def test_gap_a_test_cannot_start_a_thread_and_a_program_at_most_32():
-    """The test process cannot start a thread: it made the PID namespace in which the program's
-    process is pid 1 (unshare(CLONE_NEWPID)), and the kernel refuses any process whose children
-    go to another PID namespace a thread (EINVAL: a thread group cannot span two), so a test that
-    calls the program from a thread fails where plain Python passes it. The program's threads
-    are bounded: RLIMIT_NPROC counts the two processes and 32 threads, the 33rd alive at once
-    fails to start."""
+def test_gap_a_tests_threads_call_the_program_one_at_a_time():
+    """A test's threads call the program in turn, each request and its answer one thread's (the
+    link carries one round trip at a time), so a call waits for another thread's to end: a thread
+    whose call waits in the program for the main thread's later call times out, where plain
+    Python passes (test_a_test_may_call_the_program_from_threads_and_a_program_at_most_32_threads
+    has threads whose calls do not wait on each other)."""
     program = """\
         import threading
-        def double(x):
-            return x * 2
-        def hold(n):
-            threading.stack_size(1 << 18)  # (the address-space limit: not the bound here)
-            stop, threads = threading.Event(), []
-            try:
-                for _ in range(n):
-                    threads.append(threading.Thread(target=stop.wait))
-                    threads[-1].start()
-            except RuntimeError:
-                threads.pop()
-            stop.set()
-            for t in threads:
-                t.join()
-            return len(threads)
+        gate = threading.Event()
+        def wait():
+            return gate.wait(10)
+        def release():
+            gate.set()
         """
-    tests = ["import threading\nr = []\n"
-             "t = threading.Thread(target=lambda: r.append(double(2)))\n"
-             "t.start()\nt.join()\nassert r == [4]",
-             "assert hold(32) == 32", "assert hold(40) == 32"]
+    tests = ["import threading, time\nr = []\n"
+             "t = threading.Thread(target=lambda: r.append(wait()))\n"
+             "t.start()\ntime.sleep(0.5)\nrelease()\nt.join()\nassert r == [True]"]
+    assert plain(program, tests) == [True]
     result = run(program, tests)
-    assert result["passed"] == [False, True, True], result["errors"]
-    assert result["errors"][0] == "RuntimeError: can't start new thread"
+    assert result["errors"] == ["Timeout: test timed out"]
 
 
 def test_gap_the_tests_share_one_wall_time_budget():
