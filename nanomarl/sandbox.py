@@ -15,9 +15,11 @@ crosses as JSON of exact types (None, bool, int of any size, float, complex, str
 list, tuple, set, frozenset, dict, Counter, OrderedDict, defaultdict, deque, NamedTuple, Fraction,
 Decimal, range, dict views, datetime's types; tagged where JSON has no type, so that they stay
 distinct; a subclass of one travels as the base value plain Python compares: a (str, Enum) member as
-its str; an exception as its class, its nearest builtin ancestor and its arguments, made of the
-context's class where the context declares its class; an instance of another class the context
-declares (the prompt's ListNode) as its state, rebuilt in the test process as an instance of the
+its str, a datetime type's as its datetime value (one of a test's class rebuilt as an instance of
+that class on either side: the frozen clock below); an exception as its class, its nearest builtin
+ancestor and its arguments, made of the context's class where the context declares its class; an
+instance of another class the context declares (the prompt's ListNode) as its state, rebuilt in the
+test process as an instance of the
 context's class, shared and cyclic nodes kept); a test's functools.partial,
 io.StringIO or BytesIO, random.Random, re.Pattern or re.Match crosses as a copy rebuilt in the
 program's process (by its function and arguments, value and position, state, pattern and flags; a
@@ -56,7 +58,13 @@ builtins the test replaced (mock.patch('builtins.input'): the test's mock, calle
 process), the other module attributes it set (mock.patch('random.randint'), patch.object,
 `random.randint = f`: set in the program's module of that name, imported there if need be; the
 test process's modules note what is set on them from outside, so a request compares nothing while
-the test patches nothing; the harness's own lookups keep the originals: sandbox_values.py), the
+the test patches nothing; the harness's own lookups keep the originals: sandbox_values.py), both
+also for the rest of a call in which a test's callback starts, stops or sets one (patcher.start()
+in a callback: the answer carries the patches then in force); a test's class deriving from a
+datetime type (the frozen clock: Frozen(datetime.datetime) with its own now(), patched in as
+datetime.datetime) is a real subclass of that type there, made by the harness, whose public
+methods are the test's, called in the test process (the program's datetime.datetime.now() is the
+frozen value; the constructor and isinstance are datetime's own; its instances are values); the
 sys.stdin it set (a StringIO: a copy, written back), and, while the test catches, records or
 filters warnings, the program's warnings are caught there and shown in the test process under the
 test's filters (recorded, printed, ignored, or raised as an error where the call returns). What
@@ -96,7 +104,8 @@ up these layers, each closing most holes on its own (one missing layer leaves th
   4. PR_SET_PDEATHSIG (each process dies with its parent) and rlimits: CPU time, address space, file
      size (caps the output; a print past the cap is dropped, never an error), no new process (32
      threads in all, the test's and the program's, where seccomp refuses every other clone, none
-     without it), no core dumps, 32 file descriptors;
+     without it; a test's thread refused for want of one fails the test whatever it catches: a
+     program may hold them all), no core dumps, 32 file descriptors;
   5. on Linux x86_64 a seccomp ALLOW-list of the 89 system calls a pure-Python program needs
      (wait4: the test process reaps the program's; a process that cannot fork waits for nothing),
      6 with argument rules: open/openat read-only, fcntl without F_SETOWN/F_SETSIG/F_SETPIPE_SZ/
@@ -159,7 +168,9 @@ test fails, naming its type); a StringIO crosses without its newline translation
 position do); a test's patch reaches the program only as a
 module's attribute (the state inside a module, mock.patch.dict of os.environ, and sys's other
 attributes stay the test's; a patch of `__main__`'s names is none of the program's: the tests'
-__main__ is not the program's; a value that cannot be sent stays the test's), and in the test
+__main__ is not the program's; a value that cannot be sent stays the test's; of a frozen clock's
+class only its public methods are the test's in the program's process, its dunders (its own
+__new__, __eq__, __str__), properties and data are its base's), and in the test
 process a module's type is a subclass of types.ModuleType (isinstance holds, `type(m) is
 types.ModuleType` does not); a warning
 the test's filters turn into an error is raised in the test when the call returns, after the rest of

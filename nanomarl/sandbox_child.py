@@ -16,12 +16,12 @@ import _sitebuiltins, builtins, io, marshal, os, select, sys
 from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, changed, containers, contents, kept_entry,
                             rebuilt_copy, referenced, share, snapshot, unchanged, unreached)
 from sandbox_layers import (confine, die_with_parent, drop_privileges, fork_program,
-                            isolate)  # sandbox.py's BOOT
-from sandbox_link import (EXIT, LINK, OPS, BINARY, WRITE, TestObject, TestTimeout, answer,
+                            guard_threads, isolate)  # sandbox.py's BOOT
+from sandbox_link import (EXIT, LINK, OPS, BINARY, WRITE, TestObject, TestTimeout, abort, answer,
                           attempt, compiled, read_exactly, read_line, run, serve, taken,
                           with_pairs, write_all)
-from sandbox_values import (IMPORT, Decoder, dump, error_payload, gave_back, module_level,
-                            raised, took_on)
+from sandbox_values import (DATETIMES, IMPORT, Decoder, dump, error_payload, gave_back,
+                            module_level, raised, stand_in, took_on)
 from sandbox_verdicts import test_side
 
 
@@ -66,6 +66,7 @@ def program_side(job, requests, answers):
     confine(job)
     scope = {"__name__": "__main__", "__builtins__": builtins}
     refs, ids, tests, buffer = {}, {}, {}, bytearray()
+    clocks, marks = {}, {}  # the stand-ins of a test's frozen clocks: by handle, the mark by id
     outputs, declared, sending, patches = (sys.stdout, sys.stderr), set(job["classes"]), [], []
     # the containers the program keeps (sandbox_copies.py): {handle: entry}, {id: handle},
     # {id: its mark}; the argument containers of the calls being served, [extra, numbered, their
@@ -89,6 +90,13 @@ def program_side(job, requests, answers):
             if item not in tests:
                 tests[item] = TestObject(item)
             return tests[item]
+        if tag == "Z" and type(item) is list and len(item) == 5 and type(item[0]) is int and (
+                item[1] in DATETIMES and type(item[2]) is str and type(item[3]) is dict
+                and type(item[4]) is dict):  # a test's frozen clock (sandbox_values.py)
+            if item[0] not in clocks:  # (one class: isinstance holds across requests)
+                clocks[item[0]] = stand_in(*item[1:])
+                marks[id(clocks[item[0]])] = '{"x":%d}' % item[0]  # (what dump marks with)
+            return clocks[item[0]]
         if tag == "M" and type(item) is list and len(item) == 2 and all(
                 type(p) is str for p in item):
             found = sys.modules.get(item[0]) or IMPORT(item[0])
@@ -108,6 +116,8 @@ def program_side(job, requests, answers):
         arguments)."""
         if type(value) is TestObject:
             return '{"x":%d}' % value.handle
+        if id(value) in marks:  # the stand-in of a test's frozen clock: the test's class
+            return marks[id(value)]
         for base, exact in BASES:
             if isinstance(value, base):
                 return dump(exact(value), refer, aliases)
@@ -156,6 +166,11 @@ def program_side(job, requests, answers):
             catcher = warnings.catch_warnings(record=True)
             saved["c"] = catcher, catcher.__enter__()
             warnings.simplefilter("always")
+        take_on(extra, saved)
+        patches.append((extra, saved))
+
+    def take_on(extra, saved):
+        """The module attributes and builtins the test set, in force until give_back."""
         if type(extra.get("p")) is list:  # the other module attributes the test set
             saved["p"] = took_on(extra["p"])
         if type(extra.get("b")) is dict:  # the builtins the test replaced (last: __import__ too)
@@ -163,17 +178,27 @@ def program_side(job, requests, answers):
                           if type(name) is str}
             for name in saved["b"]:
                 setattr(builtins, name, extra["b"][name])
-        patches.append((extra, saved))
 
-    def after(extra):
-        reply = {}
-        saved = patches.pop()[1] if patches and patches[-1][0] is extra else {}
-        for name, value in saved.get("b", {}).items():
+    def give_back(saved):
+        """The builtins and module attributes take_on set, as they were before."""
+        for name, value in saved.pop("b", {}).items():
             if value is LINK:
                 vars(builtins).pop(name, None)
             else:
                 setattr(builtins, name, value)
-        gave_back(saved.get("p", ()))
+        gave_back(saved.pop("p", ()))
+
+    def retake(extra):
+        """A test's callback started, stopped or set a patch (its answer's "b" and "p": all in
+        force now): they replace those of the request being served, for the rest of it."""
+        if ("b" in extra or "p" in extra) and patches:
+            give_back(patches[-1][1])
+            take_on(extra, patches[-1][1])
+
+    def after(extra):
+        reply = {}
+        saved = patches.pop()[1] if patches and patches[-1][0] is extra else {}
+        give_back(saved)
         if "c" in saved:
             catcher, log = saved["c"]
             catcher.__exit__(None, None, None)
@@ -360,9 +385,9 @@ def program_side(job, requests, answers):
         write_all(answers, b"\n" + data.encode() + b"\n")
 
     LINK.update(side="program", out=answers, refer=refer, scope=scope, ops=ops, before=before,
-                after=after, next=next_message, answered=program_answered, gone="", handles=0,
-                made=0, limit=job["answer_bytes"], decode=Decoder(resolve), answer=answer_with,
-                kept=kept, kept_ids=kept_ids, kept_tags=kept_tags,
+                after=after, next=next_message, answered=program_answered, retake=retake,
+                gone="", handles=0, made=0, limit=job["answer_bytes"], decode=Decoder(resolve),
+                answer=answer_with, kept=kept, kept_ids=kept_ids, kept_tags=kept_tags,
                 drop=lambda: [forget(handle) for handle in unreached(kept, kept_ids)])
     code = compiled(job["program"], "<program>")
     status, payload = attempt(lambda: run(code, scope), job["timeout"])
@@ -376,9 +401,11 @@ def program_side(job, requests, answers):
 
 def program_answered(message):
     """The test process's answer to a request of the program's (a callback's value): the test's
-    changes to the kept containers meanwhile and a callback's to its argument containers (taken)."""
+    changes to the kept containers meanwhile and a callback's to its argument containers (taken),
+    the patches in force where the callback changed them (retake)."""
     _, _, status, payload, extra = message
     taken(extra, LINK["args"][-1] if LINK["args"] else ())
+    LINK["retake"](extra)  # (a patch the callback started, stopped or set)
     if status == "v":
         return payload
     if status == "e" and type(payload) is list and payload[:1] == ["StopIteration"]:
@@ -461,4 +488,5 @@ def main():
     for fd in (requests[0], answers[1], *outputs):
         os.close(fd)
     layers = [b"namespaces " + isolated, b"unprivileged " + (b"1" if unprivileged else b"0")]
+    guard_threads(abort)  # (a test's thread the kernel refuses fails the test: LINK["failed"])
     test_side(job, (job_fd, report_fd, requests[1], answers[0]), layers)

@@ -3,8 +3,10 @@
 Executed inside the sandbox, before sandbox_child.py, as the module `sandbox_layers` (sandbox.py's
 BOOT): Linux namespaces (mount, network, IPC, UTS, user; the program's process's own PID namespace:
 fork_program), a fresh uid without capabilities, PR_SET_PDEATHSIG, rlimits and the seccomp
-allow-list, all with a few libc calls through ctypes."""
-import _signal, ctypes, os, resource, struct, sys
+allow-list, all with a few libc calls through ctypes; and, for the test process, the CPU watchdog
+of each test (watchdog), a refused thread as the harness's failure (guard_threads) and the wait for
+the program's process at the end (reap)."""
+import _signal, _thread, ctypes, os, resource, struct, sys, time
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
@@ -232,3 +234,51 @@ def confine(job):
     tasks = 2 + THREADS if filtered else 0
     resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
     return filtered
+
+
+def guard_threads(fail):
+    """The test process's thread starts, wrapped: one the kernel refuses (RLIMIT_NPROC counts the
+    program's threads with the test's, and a program may hold them all) calls fail(its
+    RuntimeError) first, the harness's failure of the test whatever the test catches, never an
+    error a test could take for the program's own (a pool helper's `except RuntimeError`)."""
+    def guarded(start):
+        def started(*args, **kwargs):
+            try:
+                return start(*args, **kwargs)
+            except RuntimeError as e:
+                fail(e)
+                raise
+        return started
+
+    threading = sys.modules.get("threading")  # (imported already: it holds its own name for it)
+    for owner, name in ((_thread, "start_new_thread"), (_thread, "start_new"),
+                        (_thread, "start_joinable_thread"), (threading, "_start_new_thread"),
+                        (threading, "_start_joinable_thread")):
+        if getattr(owner, name, None) is not None:
+            setattr(owner, name, guarded(getattr(owner, name)))
+
+
+def watchdog(seconds):
+    """The test process's CPU time from now on capped at `seconds` + 1 s (RLIMIT_CPU: SIGXCPU ends
+    the run): a watchdog for C code the alarm cannot interrupt, such as a set of colliding hashes
+    or the gcd of a forged Fraction, in a test, the load or the prefetch alike."""
+    used, hard = sum(os.times()[:2]), resource.getrlimit(resource.RLIMIT_CPU)[1]
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (min(hard, int(used + seconds) + 1), hard))
+    except (ValueError, OSError):
+        pass
+
+
+def reap(seconds):
+    """Wait, at most `seconds`, for the program's process (this process's only child) to end, so
+    that no zombie is left to an init that does not reap (a trainer that is pid 1 of a container);
+    one still running then (a program that ignores the end of its requests) is killed with the
+    group by the trainer, which reaps it."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0]:
+                return
+        except ChildProcessError:
+            return
+        time.sleep(0.002)

@@ -11,9 +11,12 @@ program's process by sandbox_copies.py:rebuilt_copy). An exception
 travels as [name, message, nearest builtin ancestor, arguments, whether its class is a module-level
 class of __main__] (error_payload) and is raised on the other side as an exception of that name and
 those arguments (program_error): in the test process, of the context's class of that name where
-the context declares one. A test's patch of a module attribute crosses with each request: noted in
-the test process (its modules are `module`s: noted), set in the program's module for the request
-(took_on, gave_back), and never seen by the harness's own lookups in either (unpatched)."""
+the context declares one. A test's patch of a module attribute crosses with each request (and a
+callback's answer, where the callback set one): noted in the test process (its modules are
+`module`s: noted), set in the program's module for the request (took_on, gave_back), and never
+seen by the harness's own lookups in either (unpatched). A test's class deriving from a type of
+datetime's (a frozen clock) is a class of the program's process there: a real subclass of that
+type whose public methods are the test's (frozen_class, stand_in)."""
 import _json, builtins, sys
 
 
@@ -22,8 +25,11 @@ IMPORT = __import__  # (a test's mock.patch of builtins.__import__ is not the ha
 IMMUTABLE = {str, int, float, bool, type(None), tuple, frozenset, bytes, complex}
 COLLECTIONS = ("Counter", "OrderedDict", "defaultdict", "deque")
 VIEWS = {"dict_keys": "K", "dict_values": "V", "dict_items": "I"}
+DATETIMES = ("date", "datetime", "time", "timedelta", "timezone")  # datetime's value types
+BY_ARGUMENTS = ("timedelta", "timezone")  # (those that cross by their arguments, not ISO text)
 # the module attributes a test's patches hold: {(module, attribute): [its value before, ...]}
 PATCHED = {}
+SETS = [0]  # how many times the test process's modules had an attribute set from outside
 
 
 def unpatched(name, attribute):
@@ -55,7 +61,8 @@ class module(type(sys)):
 def noted(space, name, value):
     """PATCHED[module, name] = [its value before (PATCHED if none)], once until
     sandbox_verdicts.py:module_patches finds it restored; but a dunder and a submodule that its
-    import sets on its package."""
+    import sets on its package. Each set is counted (SETS: sandbox_verdicts.py:served)."""
+    SETS[0] += 1
     if (space, name) not in PATCHED and not name.startswith("__") and not (
             type(value) in (type(sys), module) and vars(value).get("__name__") == "%s.%s" % (
                 vars(space).get("__name__"), name)):
@@ -118,9 +125,10 @@ def dump(value, refer, aliases=None):
     sets "s", frozensets "f", dicts "d" (a list of pairs), big ints "i" (hex), bytes "b",
     bytearrays "y" (hex), complex "c", Counter "C", OrderedDict "O", defaultdict "D", deque "Q",
     NamedTuple "n", Fraction "F", Decimal "E", range "R", dict views "K" "V" "I", datetime's
-    date, datetime, time and timedelta "T"; anything else is refer(value) (a reference, or
-    Abort). aliases {id: JSON text}: the objects sent as a mark the other side reads as its own
-    (a call's k-th argument container {"a": k}, a kept one {"k": handle}), each alive meanwhile."""
+    date, datetime, time, timedelta and timezone "T" (a subclass's as its base's, a test's
+    marked with its class); anything else is refer(value) (a reference, or Abort). aliases {id:
+    JSON text}: the objects sent as a mark the other side reads as its own (a call's k-th
+    argument container {"a": k}, a kept one {"k": handle}), each alive meanwhile."""
     kind = type(value)
     if kind is str:
         return _json.encode_basestring_ascii(value)
@@ -151,10 +159,6 @@ def dump(value, refer, aliases=None):
     module, name = kind.__module__, kind.__name__
     if module == "builtins" and name in VIEWS:
         return '{"%s":%s}' % (VIEWS[name], dump(list(value), refer, aliases))
-    if module == "datetime" and name in ("date", "datetime", "time", "timedelta"):
-        text = value.isoformat() if name != "timedelta" else [value.days, value.seconds,
-                                                             value.microseconds]
-        return '{"T":[%s,%s]}' % (dump(name, refer), dump(text, refer))
     if module == "collections" and name in COLLECTIONS:
         if name == "deque":
             inner = "[" + dump(list(value), refer, aliases) + "," + dump(value.maxlen, refer) + "]"
@@ -172,7 +176,59 @@ def dump(value, refer, aliases=None):
         return '{"F":[' + dump(value.numerator, refer) + "," + dump(value.denominator, refer) + "]}"
     if module == "decimal" and name == "Decimal":
         return '{"E":' + dump(str(value), refer) + "}"
+    base = datetime_base(kind)  # (a subclass's: by its base's methods, marked with its class)
+    if base is not None:
+        state = (list(base.__reduce__(value)[1]) if base.__name__ in BY_ARGUMENTS
+                 else base.isoformat(value))
+        marked = kind is not base and kind.__module__ == "__main__"  # (a test's: of_class)
+        return '{"T":[%s,%s%s]}' % (dump(base.__name__, None), dump(state, refer),
+                                    "," + refer(kind, aliases) if marked else "")
     return refer(value, aliases)
+
+
+def datetime_base(kind):
+    """The type of datetime's (DATETIMES) that kind is or derives from, else None."""
+    for found in kind.__mro__:
+        if found.__module__ == "datetime" and found.__name__ in DATETIMES:
+            return found
+    return None
+
+
+def of_class(value, kind):
+    """value as an instance of kind where kind derives from value's type (a test's frozen clock,
+    its stand-in), made by that type's own constructor from value's state (no code of kind's
+    runs); else value, whatever kind is."""
+    base = type(value)
+    if issubclass(type(kind), type) and kind is not base and datetime_base(kind) is base:
+        return base.__new__(kind, *base.__reduce__(value)[1])
+    return value
+
+
+def frozen_class(kind, handle, refer):
+    """The JSON text of a test's class that derives from a type of datetime's (a frozen clock:
+    class Frozen(datetime.datetime) with a now() of its own), for the program's process to make
+    its stand-in: {"Z": [handle, the type's name, the class's name, {name: a class or static
+    method}, {name: an instance method}]}, the public methods its classes define (the test's)."""
+    base, methods = datetime_base(kind), {}
+    for owner in reversed(kind.__mro__[:kind.__mro__.index(base)]):  # (the nearest one wins)
+        methods.update((name, type(found).__name__) for name, found in vars(owner).items()
+                       if not name.startswith("_"))
+    texts = [dump({name: getattr(kind, name) for name, how in methods.items() if how in hows},
+                  refer) for hows in (("classmethod", "staticmethod"), ("function",))]
+    return '{"Z":[%d,%s,%s,%s,%s]}' % (handle, dump(base.__name__, None),
+                                       dump(kind.__name__, None), *texts)
+
+
+def stand_in(base, name, on_class, on_instance):
+    """The program's process's class for a test's frozen clock (frozen_class): a real subclass of
+    the type of datetime's (its constructor, isinstance and inherited methods are datetime's, its
+    instances values, marked with the test's class when they cross); the test's methods called in
+    the test process (an instance method with the instance, as an instance of the test's class)."""
+    def on(method):
+        return lambda self, *args, **kwargs: method(self, *args, **kwargs)
+    space = {key: staticmethod(method) for key, method in on_class.items()}
+    space.update({key: on(method) for key, method in on_instance.items()}, __module__="__main__")
+    return type(name, (unpatched("datetime", base),), space)
 
 
 def with_pairs(text, pairs):
@@ -271,9 +327,10 @@ def hook(tagged, resolve):
             return (chunked({}, pairs).keys if tag == "K" else chunked({}, pairs).items)()
         if tag == "V":
             return dict(enumerate(item)).values()
-        if tag == "T" and len(item) == 2 and item[0] in ("date", "datetime", "time", "timedelta"):
+        if tag == "T" and len(item) in (2, 3) and item[0] in DATETIMES:
             kind = unpatched("datetime", item[0])
-            return kind(*item[1]) if item[0] == "timedelta" else kind.fromisoformat(item[1])
+            value = kind(*item[1]) if item[0] in BY_ARGUMENTS else kind.fromisoformat(item[1])
+            return value if len(item) == 2 else of_class(value, item[2])
     if kind is str:
         if tag == "i":
             return int(item, 16)

@@ -7,15 +7,17 @@ the program's objects are Remotes (sandbox_link.py), whose operations the progra
 performs. What the program's process may ask of a test object is test_ops; what may be sent to it,
 test_refer; what of the test process's state it takes on for a request, mirrored (the builtins a
 test replaced, the module attributes it set: module_patches, its sys.stdin, whether it catches
-warnings: shown here, shown)."""
+warnings: shown here, shown), and for the rest of a request, the patches a callback changed
+(serving, served)."""
 import _signal, builtins, marshal, os, sys, time
 
-from sandbox_layers import confine  # sandbox.py's BOOT
+from sandbox_layers import confine, reap, watchdog  # sandbox.py's BOOT
 from sandbox_link import (LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt, compiled,
                           gone, read_exactly, read_line, remote, run, taken, told)
 from sandbox_copies import KEPT_ITEMS, KEPT_OBJECTS, kept_entry, lending, refill, renew, snapshot
-from sandbox_values import (BUFFERS, DECLARED, IMPORT, PATCHED, Abort, Decoder, ProgramError,
-                            copied, describe, dump, module, raised, watch_modules)
+from sandbox_values import (BUFFERS, DECLARED, IMPORT, PATCHED, SETS, Abort, Decoder,
+                            ProgramError, copied, datetime_base, describe, dump, frozen_class,
+                            module, raised, watch_modules)
 
 
 def test_next():
@@ -111,14 +113,14 @@ def mirrored():
     ask): the time this test has left, the program objects the test no longer holds, and of the
     state the two would share in one process, where the test set it: the recursion limit, whether
     output is redirected, the builtins the test replaced (mock.patch of `input`: its objects sent
-    as any argument is), the other module attributes it set (module_patches: set in the program's
-    modules for the request), the sys.stdin it set (a StringIO is written back as an argument is),
-    and whether it catches, records or filters warnings (then the program's are caught there and
-    shown here, under the test's filters). Nothing else: the test's globals (and a patch of
+    as any argument is) and the other module attributes it set (module_patches: set in the
+    program's modules for the request; both again in the answer to a callback that changed them:
+    served), the sys.stdin it set (a StringIO is written back as an argument is), and whether it
+    catches, records or filters warnings (then the program's are caught there and shown here,
+    under the test's filters). Nothing else: the test's globals (and a patch of
     `__main__`'s names: the tests' module is not the program's), the state inside modules
     (random's, os.environ's) and sys's and warnings' other attributes stay the test's."""
     extra = {"s": _signal.getitimer(_signal.ITIMER_REAL)[0] or LINK["timeout"]}
-    start = LINK["builtins"]
     if LINK["released"]:
         extra["f"], LINK["released"] = LINK["released"], []
     if sys.getrecursionlimit() != LINK["limit_sent"]:
@@ -127,17 +129,36 @@ def mirrored():
         extra["o"] = 1
     if sys.stderr is not LINK["stderr"]:
         extra["e"] = 1
-    patched = {name: value for name, value in vars(builtins).items()
-               if start.get(name, start) is not value}
-    if patched:
-        extra["b"] = patched
-    if PATCHED and (found := module_patches()):
-        extra["p"] = found
+    extra.update((key, found) for key, found in in_force().items() if found)
     if sys.stdin is not LINK["stdin"]:
         extra["i"] = sys.stdin
     if catching():
         extra["c"] = 1
     return extra
+
+
+def in_force():
+    """{"b": the builtins the test replaced, "p": the other module attributes it set}."""
+    start = LINK["builtins"]
+    return {"b": {name: value for name, value in vars(builtins).items()
+                  if start.get(name, start) is not value},
+            "p": module_patches() if PATCHED else []}
+
+
+def serving(extra):
+    """Before the test process serves a request of the program's process (a callback's call, a
+    test object's attribute, ...): the news of the kept containers taken; the count of module
+    attributes set (sandbox_values.py:SETS) and the builtins noted, for served."""
+    kept_up(extra, ())
+    extra["patching"] = [SETS[0], dict(vars(builtins))]
+
+
+def served(extra):
+    """The extra of its answer: the news of the kept containers and, where a patch was started,
+    stopped or set meanwhile (a test's callback ran patcher.start()), the patches now in force,
+    the program's for the rest of its request (sandbox_child.py: retake), as in one process."""
+    was = extra["patching"]
+    return told(in_force() if SETS[0] != was[0] or vars(builtins) != was[1] else {})
 
 
 def module_patches():
@@ -198,13 +219,15 @@ def test_resolve(tag, item):
 
 def test_refer(value, aliases):
     """A test object the program's process may use: a program object back as its reference, a
-    partial, io buffer, Random, re.Pattern or re.Match as a copy (sandbox_copies.py), a builtin or
-    module function by name, a function, class, instance or iterator the tests made, a bound
-    method of a test list, dict, set, Random or io stream (rng.random, buf.write: called on the
-    test's own object), an itemgetter, attrgetter or unittest.mock object, as a reference (with
-    its class's name if the context declares its class: isinstance with the program's class of
-    that name holds, as in one process; and whether its class has its own == or hash, asked
-    here, or compares by identity, decided there); else the test fails (Abort)."""
+    partial, io buffer, Random, re.Pattern or re.Match as a copy (sandbox_copies.py), a class of
+    the tests' deriving from a type of datetime's (a frozen clock) as what the program's process
+    makes its stand-in of (sandbox_values.py:frozen_class), a builtin or module function by name,
+    a function, class, instance or iterator the tests made, a bound method of a test list, dict,
+    set, Random or io stream (rng.random, buf.write: called on the test's own object), an
+    itemgetter, attrgetter or unittest.mock object, as a reference (with its class's name if the
+    context declares its class: isinstance with the program's class of that name holds, as in
+    one process; and whether its class has its own == or hash, asked here, or compares by
+    identity, decided there); else the test fails (Abort)."""
     kind = type(value)
     if kind is Remote:
         return '{"r":%d}' % value._Remote__handle
@@ -214,6 +237,11 @@ def test_refer(value, aliases):
         raise abort(ProgramError("this argument cannot be sent to the program: " + str(e)))
     if text is not None:
         return text
+    if issubclass(type(value), type) and test_made(value) and datetime_base(value):
+        handle = held(value)  # a frozen clock: the program's process makes its stand-in
+        if handle not in LINK["clocks"]:  # (once: its methods keep their handles)
+            LINK["clocks"][handle] = frozen_class(value, handle, test_refer)
+        return LINK["clocks"][handle]
     name = getattr(value, "__qualname__", None)
     module = getattr(value, "__module__", None) or "builtins"
     if type(name) is str and module in sys.modules and callable(value) and module != "__main__":
@@ -235,17 +263,23 @@ def test_refer(value, aliases):
             or kind.__module__ == "operator" and kind.__name__ in ("itemgetter", "attrgetter")
             or kind.__module__ == "unittest.mock" and callable(value)
             or hasattr(kind, "__next__") and hasattr(kind, "__iter__")):
-        if id(value) not in LINK["ids"]:
-            LINK["ids"][id(value)] = len(LINK["mine"])
-            LINK["mine"][len(LINK["mine"])] = value
+        handle = held(value)
         declared = LINK["classes"].get(kind.__name__) is kind  # (the program's class is its)
         own = (kind.__eq__ is not object.__eq__ or kind.__ne__ is not object.__ne__
                or kind.__hash__ is not object.__hash__)  # (else compared by identity there)
         if declared or own:
-            return '{"X":[%d,%s,%s]}' % (LINK["ids"][id(value)], dump(
-                kind.__name__ if declared else None, None), "true" if own else "false")
-        return '{"x":%d}' % LINK["ids"][id(value)]
+            return '{"X":[%d,%s,%s]}' % (handle, dump(kind.__name__ if declared else None,
+                                                      None), "true" if own else "false")
+        return '{"x":%d}' % handle
     raise abort(ProgramError("this argument cannot be sent to the program: " + kind.__name__))
+
+
+def held(value):
+    """The handle of a test object the program's process may use (the object kept alive)."""
+    if id(value) not in LINK["ids"]:
+        LINK["ids"][id(value)] = len(LINK["mine"])
+        LINK["mine"][len(LINK["mine"])] = value
+    return LINK["ids"][id(value)]
 
 
 def rebuilt(tag, item):
@@ -386,7 +420,7 @@ def test_side(job, fds, layers):
     LINK.update(side="test", out=requests, **{"in": answers}, timeout=timeout,
                 limit=job["answer_bytes"], decode=Decoder(test_resolve), gone="", refer=test_refer,
                 ops=test_ops, next=test_next, answered=test_answered, mine={}, ids={},
-                before=lambda extra: kept_up(extra, ()), after=lambda extra: told({}),
+                clocks={}, before=serving, after=served,
                 remotes={}, names=set(job["names"]), classes={}, made=({}, {}), kept={},
                 kept_ids={}, kept_tags={}, answer=answer, first=0,
                 limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, stderr=sys.stderr,
@@ -448,18 +482,6 @@ def test_side(job, fds, layers):
     os._exit(0)
 
 
-def watchdog(seconds):
-    """The test process's CPU time from now on capped at `seconds` + 1 s (RLIMIT_CPU: SIGXCPU ends
-    the run): a watchdog for C code the alarm cannot interrupt, such as a set of colliding hashes
-    or the gcd of a forged Fraction, in a test, the load or the prefetch alike."""
-    cpu = IMPORT("resource")
-    used, hard = sum(os.times()[:2]), cpu.getrlimit(cpu.RLIMIT_CPU)[1]
-    try:
-        cpu.setrlimit(cpu.RLIMIT_CPU, (min(hard, int(used + seconds) + 1), hard))
-    except (ValueError, OSError):
-        pass
-
-
 def prefetch(scope):
     """The declared names' program objects in the tests' globals before the first test: a test's
     class body looks a name up there directly, never through Scope.__missing__."""
@@ -468,18 +490,3 @@ def prefetch(scope):
             scope[name]
         except Exception:  # (not defined: a NameError wherever a test uses it)
             pass
-
-
-def reap(seconds):
-    """Wait, at most `seconds`, for the program's process (this process's only child) to end, so
-    that no zombie is left to an init that does not reap (a trainer that is pid 1 of a container);
-    one still running then (a program that ignores the end of its requests) is killed with the
-    group by the trainer, which reaps it."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0]:
-                return
-        except ChildProcessError:
-            return
-        time.sleep(0.002)

@@ -241,3 +241,25 @@ def test_counters_and_generators_travel_and_an_over_long_answer_fails():
     assert result["passed"] == [True, True, False, True], result
     size = result["errors"][2].removeprefix("ValueError: an answer of ").removesuffix(" bytes")
     assert int(size) > ANSWER_BYTES, result["errors"]
+
+
+def test_a_program_that_holds_every_thread_fails_a_test_that_needs_one_whatever_it_catches():
+    """RLIMIT_NPROC counts the test process's threads with the program's: a program that holds
+    them all makes a test's thread fail to start, which fails that test whatever it catches (the
+    harness's refusal), never a RuntimeError the test could take for the program's own."""
+    context = ("from concurrent.futures import ThreadPoolExecutor\n"
+               "def concurrently(fn, *args):\n    with ThreadPoolExecutor(2) as pool:\n"
+               "        return pool.submit(fn, *args).result()\n")
+    hog = ("import threading\nthreading.stack_size(1 << 18)\nheld, stop = [], threading.Event()\n"
+           "try:\n    while len(held) < 64:\n"
+           "        held.append(threading.Thread(target=stop.wait, daemon=True))\n"
+           "        held[-1].start()\nexcept RuntimeError:\n    pass\n")
+    wrong = "def positive(x):\n    return x\n"
+    right = "def positive(x):\n    if x <= 0:\n        raise RuntimeError(x)\n    return x\n"
+    tests = ["try:\n    concurrently(positive, -1)\n    ok = False\nexcept RuntimeError:\n"
+             "    ok = True\nassert ok", "assert concurrently(positive, 3) == 3"]
+    for text, passed in ((wrong, [False, True]), (right, [True, True]),
+                         (hog + wrong, [False, False])):
+        result = run_tests_in_sandbox(text, tests, context=context, names=["positive"], **LIMITS)
+        assert result["passed"] == passed, result
+    assert result["errors"] == ["RuntimeError: can't start new thread"] * 2, result["errors"]

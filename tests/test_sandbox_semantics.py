@@ -6,9 +6,9 @@ interrupt) and false negatives (a right program failed where plain Python passes
 richer types, program objects, generators, callbacks and test objects and their protocol, partials,
 buffers, Random generators, patterns and matches, exception subclasses, mutation (of arguments, of
 a test object's containers, by a test's callback), sys.setrecursionlimit, redirect_stdout, patched
-builtins and module attributes, stdin, warnings, a class as the entry point). Each escape is checked
-beside its right program, so a 0 comes from the wrong value, not from a broken run. The gaps that
-remain are tests too (test_gap_*), each saying why."""
+builtins and module attributes (a frozen clock, a patch a callback sets), stdin, warnings, a class
+as the entry point). Each escape is checked beside its right program, so a 0 comes from the wrong
+value, not from a broken run. The gaps that remain are tests too (test_gap_*), each saying why."""
 import marshal
 import os
 import subprocess
@@ -1546,6 +1546,120 @@ def test_a_tests_patch_of_a_module_attribute_reaches_the_program():
     assert result["passed"] == [True] * len(tests), result["errors"]
 
 
+FROZEN = ("import datetime\nfrom unittest import mock\n"
+          "class Frozen(datetime.datetime):\n    @classmethod\n    def now(cls, tz=None):\n"
+          "        return cls(2020, 1, 2, 3, 4, 5, tzinfo=tz)\n")
+
+
+def test_a_tests_frozen_clock_and_a_patch_set_in_a_callback_reach_the_program():
+    """A test's subclass of a datetime type patched in (the frozen clock: Frozen with its own
+    now(), mock.patch('datetime.datetime', Frozen)) is a real subclass of datetime in the
+    program's process whose public methods are the test's, called in the test process: the
+    program's datetime.datetime.now() (through `import datetime`, `import datetime as dt`, a
+    `from datetime import datetime` in the function) is the frozen value, a value there
+    (strftime, str, arithmetic; a timezone crosses as a value), the patched class's constructor
+    and isinstance are datetime's own, an instance method of the test's class is the test's (and
+    str() calls it, as datetime's does), a date subclass's today() alike; a frozen value the
+    program returns is an instance of the test's class (type(x) is Frozen). A patch a test's
+    callback starts, stops or sets during a call (patcher.start(), .stop(), `random.randint = f`,
+    builtins.input) is the program's for the rest of that call, as in plain Python."""
+    program = """\
+        import datetime, random
+        import datetime as dt
+        def stamp():
+            return datetime.datetime.now().strftime("%Y-%m-%d")
+        def stamp_inner():
+            from datetime import datetime
+            return datetime.now().strftime("%Y-%m-%d %H:%M")
+        def stamp_alias(tz=None):
+            return str(dt.datetime.now(tz))
+        def built():
+            x = datetime.datetime(2021, 5, 6)
+            exact = type(x) is datetime.datetime
+            return x.isoformat(), str(x), isinstance(x, datetime.datetime), exact
+        def today():
+            return datetime.date.today().isoformat()
+        def now_and_later():
+            x = datetime.datetime.now()
+            return x, x + datetime.timedelta(days=1), isinstance(x, datetime.datetime)
+        def roll_around(cb):
+            first = random.randint(1, 6)
+            cb()
+            return first, random.randint(1, 6)
+        def ask_around(cb):
+            cb()
+            return input()
+        """
+    tests = [FROZEN + "with mock.patch('datetime.datetime', Frozen):\n"
+                      "    assert stamp() == '2020-01-02'\nassert stamp() != '2020-01-02'",
+             FROZEN + "with mock.patch('datetime.datetime', Frozen):\n"
+                      "    assert stamp_inner() == '2020-01-02 03:04'",
+             FROZEN + "with mock.patch('datetime.datetime', Frozen):\n"
+                      "    utc = datetime.timezone.utc\n"
+                      "    assert stamp_alias(utc) == '2020-01-02 03:04:05+00:00'",
+             FROZEN + "with mock.patch('datetime.datetime', Frozen):\n"
+                      "    assert built() == ('2021-05-06T00:00:00', '2021-05-06 00:00:00', True, "
+                      "True)",
+             "import datetime\nfrom unittest import mock\nclass Labeled(datetime.datetime):\n"
+             "    def isoformat(self, sep='T', timespec='auto'):\n"
+             "        return 'day %d%s' % (self.day, sep)\n"
+             "with mock.patch('datetime.datetime', Labeled):\n"
+             "    assert built() == ('day 6T', 'day 6 ', True, True)",
+             "import datetime\nfrom unittest import mock\nclass FrozenDate(datetime.date):\n"
+             "    @classmethod\n    def today(cls):\n        return cls(2020, 1, 2)\n"
+             "with mock.patch('datetime.date', FrozenDate):\n    assert today() == '2020-01-02'",
+             FROZEN + "with mock.patch('datetime.datetime', Frozen):\n"
+                      "    x, later, is_datetime = now_and_later()\n"
+                      "assert type(x) is Frozen and x == Frozen(2020, 1, 2, 3, 4, 5)\n"
+                      "assert type(later) is Frozen and is_datetime\n"
+                      "assert later == datetime.datetime(2020, 1, 3, 3, 4, 5)",
+             "from unittest import mock\npatcher = mock.patch('random.randint', return_value=9)\n"
+             "try:\n    assert roll_around(lambda: patcher.start())[1] == 9\nfinally:\n"
+             "    patcher.stop()",
+             "from unittest import mock\npatcher = mock.patch('random.randint', return_value=9)\n"
+             "patcher.start()\nfirst, second = roll_around(lambda: patcher.stop())\n"
+             "assert first == 9 and 1 <= second <= 6",
+             "import random\noriginal = random.randint\n"
+             "def cb():\n    random.randint = lambda a, b: 42\n"
+             "try:\n    assert roll_around(cb)[1] == 42\nfinally:\n    random.randint = original",
+             "from unittest import mock\npatcher = mock.patch('builtins.input', return_value='x')\n"
+             "try:\n    assert ask_around(lambda: patcher.start()) == 'x'\nfinally:\n"
+             "    patcher.stop()"]
+    expected = [True, True, True, True, True, True, True, True, True, True, True]
+    assert plain(program, tests) == expected
+    result = run(program, tests)
+    assert result["passed"] == expected, result["errors"]
+
+
+def test_a_datetime_the_program_makes_is_compared_as_its_value():
+    """A program's subclass of a datetime type, or a frozen clock's stand-in whose == the program
+    replaced, crosses as its datetime value (the stand-in's rebuilt as the test's class): compared
+    by datetime's ==, never by the program's (plain Python credits the always-equal ones)."""
+    program = """\
+        import datetime
+        class Always(datetime.datetime):
+            def __eq__(self, other):
+                return True
+            __hash__ = datetime.datetime.__hash__
+        def forged():
+            return Always(2020, 1, 1)
+        def right():
+            return Always(2021, 1, 1)
+        def forged_clock():
+            datetime.datetime.__eq__ = lambda self, other: True
+            return datetime.datetime.now()
+        """
+    tests = ["import datetime\nassert forged() == datetime.datetime(2021, 1, 1)",
+             "import datetime\nassert right() == datetime.datetime(2021, 1, 1)",
+             FROZEN + "with mock.patch('datetime.datetime', Frozen):\n    x = forged_clock()\n"
+                      "assert x == Frozen(2021, 1, 1)",
+             FROZEN + "with mock.patch('datetime.datetime', Frozen):\n    x = forged_clock()\n"
+                      "assert type(x) is Frozen and x == Frozen(2020, 1, 2, 3, 4, 5)"]
+    assert plain(program, tests) == [True, True, True, True]
+    result = run(program, tests)
+    assert result["passed"] == [False, True, False, True], result["errors"]
+
+
 def test_a_program_may_start_threads_but_no_process():
     """The program's process may start threads (the seccomp filter lets a clone through only as
     a thread of its process; RLIMIT_NPROC bounds them): a function that computes in a thread, a
@@ -1847,9 +1961,11 @@ def test_gap_what_of_the_tests_state_and_types_does_not_reach_the_program():
     os.environ changes the test process's environment only (each process has its own, as it has
     its own random state); a test object's type in the program is the harness's proxy
     (isinstance works, type(x) is not the test's class); a warning the test's filters turn into
-    an error is raised when the call returns, after the rest of the call has run."""
+    an error is raised when the call returns, after the rest of the call has run; of a frozen
+    clock's class only its public methods are the test's in the program's process, its dunders
+    are its base's (its own __str__ is not asked there: that process runs no test code)."""
     program = """\
-        import os, warnings
+        import datetime, os, warnings
         DONE = []
         def env():
             return os.environ.get("NANOMARL_FLAG")
@@ -1859,6 +1975,8 @@ def test_gap_what_of_the_tests_state_and_types_does_not_reach_the_program():
             warnings.warn("careful")
             DONE.append(1)
             return len(DONE)
+        def text():
+            return str(datetime.datetime(2020, 1, 2))
         """
     tests = ["from unittest import mock\n"
              "with mock.patch.dict('os.environ', {'NANOMARL_FLAG': '1'}):\n"
@@ -1867,8 +1985,12 @@ def test_gap_what_of_the_tests_state_and_types_does_not_reach_the_program():
              "import warnings\nwith warnings.catch_warnings():\n"
              "    warnings.simplefilter('error')\n    try:\n        warn_then_work()\n"
              "    except UserWarning:\n        pass\n"
-             "assert warn_then_work() == 1"]
-    assert plain(program, tests[:2]) == [True] * 2  # (the third's warning: a pytest one here)
+             "assert warn_then_work() == 1",
+             "import datetime\nfrom unittest import mock\nclass Shown(datetime.datetime):\n"
+             "    def __str__(self):\n        return 'shown'\n"
+             "with mock.patch('datetime.datetime', Shown):\n    assert text() == 'shown'"]
+    # (the third's warning: a pytest one here)
+    assert [plain(program, [test]) for test in tests[:2] + tests[3:]] == [[True]] * 3
     result = run(program, tests)
-    assert result["passed"] == [False] * 3, result["errors"]
-    assert result["errors"] == ["AssertionError: "] * 3, result["errors"]
+    assert result["passed"] == [False] * 4, result["errors"]
+    assert result["errors"] == ["AssertionError: "] * 4, result["errors"]
