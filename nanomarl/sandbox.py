@@ -58,7 +58,10 @@ builtins the test replaced (mock.patch('builtins.input'): the test's mock, calle
 process), the other module attributes it set (mock.patch('random.randint'), patch.object,
 `random.randint = f`: set in the program's module of that name, imported there if need be; the
 test process's modules note what is set on them from outside, so a request compares nothing while
-the test patches nothing; the harness's own lookups keep the originals: sandbox_values.py), both
+the test patches nothing; the harness's own lookups keep the originals: sandbox_patches.py; each
+value is dumped once a request and sent, but a lasting one (a str, bytes, number, or a tuple or
+frozenset of them), which the program cannot change, only when the test sets another: the
+program's process keeps the last), both
 also for the rest of a call in which a test's callback starts, stops or sets one (patcher.start()
 in a callback: the answer carries the patches then in force); a test's class deriving from a
 datetime type (the frozen clock: Frozen(datetime.datetime) with its own now(), patched in as
@@ -153,9 +156,11 @@ does not seed it: the test's draws stay the test's); a program class is no class
 hands a test object (an attribute it sets, an argument of a test's callback) crosses as a copy, but
 for a kept one: what the test object keeps is that copy (the program's later changes through its own
 name are not seen; read back through the attribute it is the test's), and a callback's changes
-during the call reach the program's objects but in a call among whose arguments is a subclass of
-list, tuple, dict or set (it crosses as its base's copy, which the program's process does not
-number: that call's containers are copies then, but for kept ones); a container the program keeps or
+reach the program's objects when it returns (the program called from inside the callback sees them
+as they were), but in a call among whose arguments is a subclass of list, tuple, dict or set (it
+crosses as its base's copy, which the program's process does not number: that call's containers
+are copies then, but for kept ones), and never those to an instance of a class the context
+declares (the callback's is rebuilt from its state: a copy); a container the program keeps or
 reads from a test object is the test's object up to 64 of them holding 4,096 items (each request
 compares them on both sides and sends a changed one whole, so a loop of thousands of appends through
 a test object's attribute costs seconds; beyond the bounds one is the program's copy, its later
@@ -216,8 +221,8 @@ def frame(data: bytes) -> bytes:
 
 # the code run inside the sandbox, compiled once here (a child would compile it on every run):
 # each module after the ones it imports; the last one's main() runs the sandbox
-MODULES = ("sandbox_layers", "sandbox_values", "sandbox_copies", "sandbox_link", "sandbox_verdicts",
-           "sandbox_child")
+MODULES = ("sandbox_layers", "sandbox_patches", "sandbox_values", "sandbox_copies", "sandbox_link",
+           "sandbox_verdicts", "sandbox_child")
 CHILD_CODE = b"".join(frame(marshal.dumps(compile(path.read_text(), str(path), "exec",
                                                   dont_inherit=True, optimize=0)))
                       for path in (Path(__file__).with_name(name + ".py") for name in MODULES))

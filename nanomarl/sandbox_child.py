@@ -8,7 +8,7 @@ program_side: runs the program, answers requests), then the test process reads t
 the context and the tests (sandbox_verdicts.py:test_side: decides every verdict, never runs the
 program's code, writes the report). The link between them is sandbox_link.py, the values that
 cross it sandbox_values.py, the copies (a call's arguments, written back; a test's partial,
-buffer, Random, Pattern, Match) sandbox_copies.py.
+buffer, Random, Pattern, Match) sandbox_copies.py, a test's patches of modules sandbox_patches.py.
 These modules import only modules that are built in or cheap to load (no json, signal or site:
 their imports would cost each run more than the fork)."""
 import _sitebuiltins, builtins, io, marshal, os, select, sys
@@ -20,8 +20,9 @@ from sandbox_layers import (confine, die_with_parent, drop_privileges, fork_prog
 from sandbox_link import (EXIT, LINK, OPS, BINARY, WRITE, TestObject, TestTimeout, abort, answer,
                           attempt, compiled, read_exactly, read_line, run, serve, taken,
                           with_pairs, write_all)
-from sandbox_values import (DATETIMES, IMPORT, Decoder, dump, error_payload, gave_back,
-                            module_level, raised, stand_in, took_on)
+from sandbox_patches import IMPORT, gave_back, took_on
+from sandbox_values import (DATETIMES, Decoder, dump, error_payload, module_level, raised,
+                            stand_in)
 from sandbox_verdicts import test_side
 
 
@@ -67,6 +68,7 @@ def program_side(job, requests, answers):
     scope = {"__name__": "__main__", "__builtins__": builtins}
     refs, ids, tests, buffer = {}, {}, {}, bytearray()
     clocks, marks = {}, {}  # the stand-ins of a test's frozen clocks: by handle, the mark by id
+    taken_on = {}  # the patches' values the requests took on last (sandbox_patches.py:took_on)
     outputs, declared, sending, patches = (sys.stdout, sys.stderr), set(job["classes"]), [], []
     # the containers the program keeps (sandbox_copies.py): {handle: entry}, {id: handle},
     # {id: its mark}; the argument containers of the calls being served, [extra, numbered, their
@@ -166,13 +168,14 @@ def program_side(job, requests, answers):
             catcher = warnings.catch_warnings(record=True)
             saved["c"] = catcher, catcher.__enter__()
             warnings.simplefilter("always")
-        take_on(extra, saved)
+        take_on(extra, saved, taken_on)
         patches.append((extra, saved))
 
-    def take_on(extra, saved):
-        """The module attributes and builtins the test set, in force until give_back."""
+    def take_on(extra, saved, last=None):
+        """The module attributes and builtins the test set, in force until give_back (last: the
+        values a request took on last, for those it names only)."""
         if type(extra.get("p")) is list:  # the other module attributes the test set
-            saved["p"] = took_on(extra["p"])
+            saved["p"] = took_on(extra["p"], last)
         if type(extra.get("b")) is dict:  # the builtins the test replaced (last: __import__ too)
             saved["b"] = {name: vars(builtins).get(name, LINK) for name in extra["b"]
                           if type(name) is str}

@@ -45,8 +45,8 @@ process puts into its own objects (sandbox_link.py:taken)."""
 from _operator import is_
 from sys import getrefcount
 
-from sandbox_values import (BUFFERS, COLLECTIONS, FINDS, PATTERN_METHODS, buffer_state, dump,
-                            unpatched)  # sandbox.py's BOOT
+from sandbox_patches import unpatched  # sandbox.py's BOOT
+from sandbox_values import BUFFERS, COLLECTIONS, FINDS, PATTERN_METHODS, buffer_state, dump
 
 
 def numbered(kind):

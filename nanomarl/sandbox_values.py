@@ -11,113 +11,26 @@ program's process by sandbox_copies.py:rebuilt_copy). An exception
 travels as [name, message, nearest builtin ancestor, arguments, whether its class is a module-level
 class of __main__] (error_payload) and is raised on the other side as an exception of that name and
 those arguments (program_error): in the test process, of the context's class of that name where
-the context declares one. A test's patch of a module attribute crosses with each request (and a
-callback's answer, where the callback set one): noted in the test process (its modules are
-`module`s: noted), set in the program's module for the request (took_on, gave_back), and never
-seen by the harness's own lookups in either (unpatched). A test's class deriving from a type of
-datetime's (a frozen clock) is a class of the program's process there: a real subclass of that
-type whose public methods are the test's (frozen_class, stand_in)."""
-import _json, builtins, sys
+the context declares one. A test's patch of a module attribute crosses with each request
+(sandbox_patches.py; the value dumped once, when it is checked: Dumped). A test's class deriving
+from a type of datetime's (a frozen clock) is a class of the program's process there: a real
+subclass of that type whose public methods are the test's (frozen_class, stand_in)."""
+import _json, builtins
+
+from sandbox_patches import unpatched  # sandbox.py's BOOT
 
 
 BIG = 1 << 8000  # ints from here on travel as hex (decimal text of over 4300 digits is refused)
-IMPORT = __import__  # (a test's mock.patch of builtins.__import__ is not the harness's)
 IMMUTABLE = {str, int, float, bool, type(None), tuple, frozenset, bytes, complex}
 COLLECTIONS = ("Counter", "OrderedDict", "defaultdict", "deque")
 VIEWS = {"dict_keys": "K", "dict_values": "V", "dict_items": "I"}
 DATETIMES = ("date", "datetime", "time", "timedelta", "timezone")  # datetime's value types
 BY_ARGUMENTS = ("timedelta", "timezone")  # (those that cross by their arguments, not ISO text)
-# the module attributes a test's patches hold: {(module, attribute): [its value before, ...]}
-PATCHED = {}
-SETS = [0]  # how many times the test process's modules had an attribute set from outside
 
 
-def unpatched(name, attribute):
-    """A module's attribute as the harness uses it (a datetime rebuilt while a test patches
-    datetime.datetime): as it was before a test's patch in force."""
-    found = IMPORT(name)
-    entry = PATCHED.get((found, attribute))
-    return getattr(found, attribute) if entry is None or entry[0] is PATCHED else entry[0]
-
-
-class module(type(sys)):
-    """The class of the test process's modules once the context has run (watch_modules), named as
-    a module's own (type(m) is not types.ModuleType then; isinstance holds): an attribute set on
-    one from outside (mock.patch('random.randint'), patch.object, `random.randint = f`; never the
-    module's own code, whose globals it sets directly) is noted, so that sandbox_verdicts.py:
-    mirrored compares those only, and nothing while none is set."""
-    __slots__ = ()
-    __module__ = "builtins"
-
-    def __setattr__(self, name, value):
-        noted(self, name, value)
-        object.__setattr__(self, name, value)
-
-    def __delattr__(self, name):
-        noted(self, name, None)
-        object.__delattr__(self, name)
-
-
-def noted(space, name, value):
-    """PATCHED[module, name] = [its value before (PATCHED if none)], once until
-    sandbox_verdicts.py:module_patches finds it restored; but a dunder and a submodule that its
-    import sets on its package. Each set is counted (SETS: sandbox_verdicts.py:served)."""
-    SETS[0] += 1
-    if (space, name) not in PATCHED and not name.startswith("__") and not (
-            type(value) in (type(sys), module) and vars(value).get("__name__") == "%s.%s" % (
-                vars(space).get("__name__"), name)):
-        PATCHED[space, name] = [vars(space).get(name, PATCHED)]
-
-
-def watch_modules():
-    """The test process's modules, and those it imports from now on (its import machinery's
-    module_from_spec), made `module`s; but builtins, sys and warnings (sandbox_verdicts.py:mirrored
-    has their rules) and the harness's own."""
-    importing = sys.modules.get("_frozen_importlib")
-    made = getattr(importing, "module_from_spec", None)
-
-    def module_from_spec(spec):  # (looked up at each import: a module is one from its birth)
-        found = made(spec)
-        if type(found) is type(sys):
-            found.__class__ = module
-        return found
-    if made is not None:
-        importing.module_from_spec = module_from_spec
-    for name, found in list(sys.modules.items()):
-        if type(found) is type(sys) and not name.startswith("sandbox_") and name not in (
-                "builtins", "sys", "warnings", "__main__"):
-            found.__class__ = module
-
-
-def took_on(patches):
-    """The module attributes the test set (sandbox_verdicts.py:module_patches: [module name,
-    attribute, value]), each set for this request in the dict of the program's module of that name
-    (imported first where it is not yet, as the test's patch imported it; no code of the
-    program's runs): -> what gave_back puts back."""
-    done = []
-    for name, attribute, value in (p for p in patches if type(p) is list and len(p) == 3):
-        try:
-            found = sys.modules.get(name) or IMPORT(name) and sys.modules.get(name)
-        except Exception:  # (no such module here)
-            continue
-        if type(found) is type(sys) and type(attribute) is str:
-            space = vars(found)
-            done.append((found, attribute, space.get(attribute, PATCHED),
-                         (found, attribute) not in PATCHED))
-            PATCHED.setdefault((found, attribute), [done[-1][2]])  # (the harness's: unpatched)
-            space[attribute] = value
-    return done
-
-
-def gave_back(done):
-    """The program's module attributes as they were before took_on, the last one set first."""
-    for found, attribute, former, first in reversed(done):
-        if former is PATCHED:
-            vars(found).pop(attribute, None)
-        else:
-            vars(found)[attribute] = former
-        if first:
-            PATCHED.pop((found, attribute), None)
+class Dumped(str):
+    """JSON text that dump() writes as it is: a value dumped ahead of its request, as it was
+    checked (sandbox_verdicts.py:module_patches)."""
 
 
 def dump(value, refer, aliases=None):
@@ -156,6 +69,8 @@ def dump(value, refer, aliases=None):
     if kind is range:
         return '{"R":[%s,%s,%s]}' % (dump(value.start, refer), dump(value.stop, refer),
                                      dump(value.step, refer))
+    if kind is Dumped:
+        return value
     module, name = kind.__module__, kind.__name__
     if module == "builtins" and name in VIEWS:
         return '{"%s":%s}' % (VIEWS[name], dump(list(value), refer, aliases))

@@ -9,15 +9,15 @@ test_refer; what of the test process's state it takes on for a request, mirrored
 test replaced, the module attributes it set: module_patches, its sys.stdin, whether it catches
 warnings: shown here, shown), and for the rest of a request, the patches a callback changed
 (serving, served)."""
-import _signal, builtins, marshal, os, sys, time
+import _signal, _thread, builtins, marshal, os, sys, time
 
 from sandbox_layers import confine, reap, watchdog  # sandbox.py's BOOT
 from sandbox_link import (LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt, compiled,
                           gone, read_exactly, read_line, remote, run, taken, told)
-from sandbox_copies import KEPT_ITEMS, KEPT_OBJECTS, kept_entry, lending, refill, renew, snapshot
-from sandbox_values import (BUFFERS, DECLARED, IMPORT, PATCHED, SETS, Abort, Decoder,
-                            ProgramError, copied, datetime_base, describe, dump, frozen_class,
-                            module, raised, watch_modules)
+from sandbox_copies import KEPT_ITEMS, KEPT_OBJECTS, LEAVES, kept_entry, lending
+from sandbox_patches import IMPORT, PATCHED, SETS, module, watch_modules
+from sandbox_values import (BUFFERS, DECLARED, Abort, Decoder, Dumped, ProgramError, copied,
+                            datetime_base, describe, dump, frozen_class, raised)
 
 
 def test_next():
@@ -46,7 +46,7 @@ def test_answered(message):
         if type(extra.get(key)) is str and getattr(sys, stream) is not LINK[stream]:
             getattr(sys, stream).write(extra[key])
     if "i" in extra and type(sys.stdin).__name__ in BUFFERS and sys.stdin is not LINK["stdin"]:
-        refilled(sys.stdin, extra["i"])
+        taken({"w": [[0, extra["i"]]]}, [sys.stdin])  # (refilled as an argument is)
     for caught in extra["c"] if type(extra.get("c")) is list and catching() else ():
         shown(caught)
     if status == "v":
@@ -58,18 +58,6 @@ def test_answered(message):
     if status == "e" and (error := raised(payload)) is not None:
         raise error
     raise abort(ProgramError("a malformed answer"))
-
-
-def refilled(target, content):
-    """target refilled with the program's content (a malformed one is ignored); a kept object's
-    snapshot renewed (the two sides agree on it again)."""
-    try:
-        refill(target, content)
-    except Exception:
-        return
-    handle = LINK["kept_ids"].get(id(target))
-    if handle is not None:
-        renew(LINK["kept"][handle], snapshot(target), LINK["kept_ids"])
 
 
 def kept_up(extra, numbered):
@@ -129,7 +117,7 @@ def mirrored():
         extra["o"] = 1
     if sys.stderr is not LINK["stderr"]:
         extra["e"] = 1
-    extra.update((key, found) for key, found in in_force().items() if found)
+    extra.update((key, found) for key, found in in_force(request=True).items() if found)
     if sys.stdin is not LINK["stdin"]:
         extra["i"] = sys.stdin
     if catching():
@@ -137,18 +125,18 @@ def mirrored():
     return extra
 
 
-def in_force():
+def in_force(request=False):
     """{"b": the builtins the test replaced, "p": the other module attributes it set}."""
     start = LINK["builtins"]
     return {"b": {name: value for name, value in vars(builtins).items()
                   if start.get(name, start) is not value},
-            "p": module_patches() if PATCHED else []}
+            "p": module_patches(request) if PATCHED else []}
 
 
 def serving(extra):
     """Before the test process serves a request of the program's process (a callback's call, a
     test object's attribute, ...): the news of the kept containers taken; the count of module
-    attributes set (sandbox_values.py:SETS) and the builtins noted, for served."""
+    attributes set (sandbox_patches.py:SETS) and the builtins noted, for served."""
     kept_up(extra, ())
     extra["patching"] = [SETS[0], dict(vars(builtins))]
 
@@ -161,27 +149,49 @@ def served(extra):
     return told(in_force() if SETS[0] != was[0] or vars(builtins) != was[1] else {})
 
 
-def module_patches():
-    """[module name, attribute, value] of each module attribute set from outside (sandbox_values.py:
-    noted) that is not as it was (a deleted one stays deleted in the test only) and can be sent as
-    an argument can (else it stays the test's: doctest's pdb.set_trace, a bound method of its
-    runner's); those restored are forgotten. Each value is checked at each request (a patched
-    list may hold an unsendable object since the last one)."""
-    found = []
+def module_patches(request):
+    """[module name, attribute, value] of each module attribute set from outside
+    (sandbox_patches.py:noted) that is not as it was (a deleted one stays deleted in the test only)
+    and can be sent as an argument can (else it stays the test's: doctest's pdb.set_trace, a bound
+    method of its runner's), checked each time (a patched list may come to hold an unsendable
+    object); those restored are forgotten. For a request, the value as its JSON text (dumped
+    once), and a lasting one the program's process took on last (LINK["taken_on"]) only named,
+    [module name, attribute] (sandbox_patches.py:took_on; a container, which the program may have
+    changed, is sent anew)."""
+    found, taken_on = [], LINK["taken_on"]
     for key, entry in list(PATCHED.items()):
-        value = vars(key[0]).get(key[1], PATCHED)
+        value, name = vars(key[0]).get(key[1], PATCHED), vars(key[0]).get("__name__")
         if value is entry[0]:
             del PATCHED[key]
-        elif value is not PATCHED and type(vars(key[0]).get("__name__")) is str:
-            failed = LINK["failed"]
-            try:
-                sendable = dump(value, test_refer) is not None
-            except (Abort, Exception):
-                sendable = False
-            LINK["failed"] = failed  # (refused: no failure of the test's)
-            if sendable:
-                found.append([vars(key[0])["__name__"], key[1], value])
+        elif value is not PATCHED and type(name) is str:
+            if request and taken_on.get((name, key[1]), PATCHED) is value:
+                found.append([name, key[1]])
+            elif (text := dumped(value)) is not None:
+                found.append([name, key[1], Dumped(text) if request else value])
+                if request:
+                    taken_on[name, key[1]] = value if lasting(value) else PATCHED
     return found
+
+
+def dumped(value):
+    """value's JSON text as a request sends it, or None where it cannot be sent: a check, whose
+    refusal is no failure of the test's (abort notes none for this thread meanwhile; the alarm's
+    mark and another thread's failure stand)."""
+    LINK["probe"] = _thread.get_ident()
+    try:
+        return dump(value, test_refer, LINK["kept_tags"])
+    except (Abort, Exception):
+        return None
+    finally:
+        LINK["probe"] = None
+
+
+def lasting(value):
+    """Whether the program's copy of value holds nothing it could change: a str, bytes, number,
+    bool or None, or a tuple or frozenset of such."""
+    if type(value) is tuple or type(value) is frozenset:
+        return all([lasting(item) for item in value])
+    return type(value) in LEAVES
 
 
 def catching():
@@ -243,16 +253,16 @@ def test_refer(value, aliases):
             LINK["clocks"][handle] = frozen_class(value, handle, test_refer)
         return LINK["clocks"][handle]
     name = getattr(value, "__qualname__", None)
-    module = getattr(value, "__module__", None) or "builtins"
-    if type(name) is str and module in sys.modules and callable(value) and module != "__main__":
+    owner = getattr(value, "__module__", None) or "builtins"
+    if type(name) is str and owner in sys.modules and callable(value) and owner != "__main__":
         try:
-            found = sys.modules[module]
+            found = sys.modules[owner]
             for part in name.split("."):
                 found = getattr(found, part)
         except AttributeError:
             found = None
         if found is value:
-            return '{"M":[%s,%s]}' % (dump(module, None), dump(name, None))
+            return '{"M":[%s,%s]}' % (dump(owner, None), dump(name, None))
     if kind in (type(sys), module) and sys.modules.get(value.__name__) is value:
         return '{"M":[%s,""]}' % dump(value.__name__, None)
     self = getattr(value, "__self__", None)
@@ -327,9 +337,6 @@ def test_made(value):
     return kind.__module__ == "__main__" and not issubclass(kind, BaseException)
 
 
-COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
-
-
 def settable(value, name):
     """Whether the program may set this attribute of a test object: a public attribute of an
     instance of a test's class (never of a class) which its class does not define, or defines as
@@ -375,7 +382,7 @@ def test_ops(op, target, a, b, extra):
         return setattr(value, a, b)
     if op == "next" and hasattr(type(value), "__next__"):
         return next(value)
-    if op == "cmp" and a in COMPARISONS:
+    if op == "cmp" and a in ("eq", "ne", "lt", "le", "gt", "ge"):
         method = getattr(type(value), "__%s__" % a, None)
         found = NotImplemented if method is None else method(value, b)
         return [] if found is NotImplemented else [found]
@@ -420,7 +427,7 @@ def test_side(job, fds, layers):
     LINK.update(side="test", out=requests, **{"in": answers}, timeout=timeout,
                 limit=job["answer_bytes"], decode=Decoder(test_resolve), gone="", refer=test_refer,
                 ops=test_ops, next=test_next, answered=test_answered, mine={}, ids={},
-                clocks={}, before=serving, after=served,
+                clocks={}, before=serving, after=served, taken_on={},
                 remotes={}, names=set(job["names"]), classes={}, made=({}, {}), kept={},
                 kept_ids={}, kept_tags={}, answer=answer, first=0,
                 limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, stderr=sys.stderr,
@@ -468,6 +475,7 @@ def test_side(job, fds, layers):
                 test = ProgramError("context: " + message(*context).decode())
             watchdog(timeout)
             LINK["failed"], LINK["first"], start = "", LINK["seq"] + 1, time.monotonic()
+            LINK["taken_on"].clear()  # (a request of a failed test may not have gone out)
             status, error = attempt(lambda: run(test, scope), min(timeout, budget))
             if LINK["failed"]:  # the harness's own failure, whatever the test caught
                 status, error = ("t", None) if LINK["failed"].startswith("Timeout") else (

@@ -1546,6 +1546,36 @@ def test_a_tests_patch_of_a_module_attribute_reaches_the_program():
     assert result["passed"] == [True] * len(tests), result["errors"]
 
 
+def test_a_patched_constant_is_sent_while_it_changes_and_stays_one_object():
+    """A patched value crosses dumped once per request; a lasting one (a str, bytes, number, or a
+    tuple or frozenset of them: nothing the program could change) is sent once and then only
+    named while the test's attribute holds that object, so the program sees one object across
+    calls (`is` holds, as in one process) and a new value at the next call; a container (which
+    the program may have changed in its copy) is sent at each, so the test's later changes reach
+    the program too; after a test whose request never went out (an argument that cannot be sent),
+    the next test sends the value again."""
+    program = """\
+        import string
+        SEEN = []
+        def seen():
+            SEEN.append(string.WORDS)
+            return SEEN[-1], len(SEEN) > 1 and SEEN[-1] is SEEN[-2]
+        def read(x=None):
+            return string.WORDS
+        """
+    tests = ["import string\nstring.WORDS = ('alpha', 'beta') * 500\n"
+             "assert seen() == (string.WORDS, False)\nassert seen() == (string.WORDS, True)\n"
+             "string.WORDS = 'changed'\nassert seen() == ('changed', False)\n"
+             "assert seen() == ('changed', True)\nassert read() == 'changed'\n"
+             "string.WORDS = [1]\nassert read() == [1]\nstring.WORDS.append(2)\n"
+             "assert read() == [1, 2]",
+             "import string\nstring.WORDS = 'lost'\nread(object())",
+             "import string\nassert read() == 'lost'\ndel string.WORDS"]
+    assert plain(program, tests) == [True, True, True]
+    result = run(program, tests)
+    assert result["passed"] == [True, False, True], result["errors"]
+
+
 FROZEN = ("import datetime\nfrom unittest import mock\n"
           "class Frozen(datetime.datetime):\n    @classmethod\n    def now(cls, tz=None):\n"
           "        return cls(2020, 1, 2, 3, 4, 5, tzinfo=tz)\n")
@@ -1753,6 +1783,44 @@ def test_a_test_may_call_the_program_from_threads_and_a_program_at_most_32_threa
     assert result["errors"][:2] == ["Timeout: test timed out"] * 2
 
 
+def test_a_timeout_stays_marked_while_a_tests_thread_checks_a_patch():
+    """The alarm marks a timeout (the harness's own failure, whatever the test catches) while a
+    test's thread is inside a request, checking whether a patched value can be sent: the mark
+    stays (that check notes no failure of its own, so it has none to undo). Staged here: the
+    patched value's __getattr__ holds the thread inside the check until the alarm has interrupted
+    the main thread, which then stops it from ringing again (a ring would mark the test anew); a
+    check that put back the flag it had found would wipe the mark, and the test would pass."""
+    program = "def f():\n    return 1\n"
+    staged = """\
+        import signal, string, threading, time
+        entered, noted = threading.Event(), threading.Event()
+        class Hook:
+            def __getattr__(self, name):
+                if not entered.is_set():
+                    entered.set()
+                    noted.wait(5)
+                raise AttributeError(name)
+        def call():
+            try:
+                f()
+            except BaseException:
+                pass
+        string.HOOK = Hook()
+        t = threading.Thread(target=call)
+        t.start()
+        entered.wait(5)
+        try:
+            time.sleep(5)
+        except BaseException:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        noted.set()
+        t.join()
+        """
+    result = run(program, [staged, "assert f() == 1"])
+    assert result["passed"] == [False, True], result["errors"]
+    assert result["errors"][0] == "Timeout: test timed out"
+
+
 def test_the_report_holds_no_control_characters():
     """A program's words reach the report (an exception's message): its control characters
     (escape sequences, NUL, BEL, DEL, C1) are dropped, its line breaks are spaces."""
@@ -1859,6 +1927,44 @@ def test_gap_a_container_the_program_hands_a_test_object_is_a_copy():
              "assert fill(lambda row: row.append(1)) == 1"]
     assert plain(program, tests) == [False, True, False, True, False, True]
     assert run(program, tests)["passed"] == [True, False, True, False, True, False]
+
+
+def test_gap_a_callbacks_change_reaches_the_program_when_the_callback_returns():
+    """A test's callback's changes to the program's arguments are written back with its answer
+    (test_a_test_callbacks_changes_to_the_programs_arguments_reach_the_program): a call of the
+    program from inside the callback, after the change, still sees the argument as it was (the
+    list's length 1 where plain Python sees 2); the program's own name for it has the change once
+    the callback returns."""
+    program = """\
+        def outer(cb):
+            items = [1]
+            cb(items, lambda: len(items))
+            return items
+        """
+    callback = "seen = []\ndef cb(items, size):\n    items.append(2)\n    seen.append(size())\n"
+    tests = [callback + "assert outer(cb) == [1, 2] and seen == [2]",
+             callback + "assert outer(cb) == [1, 2] and seen == [1]"]
+    assert plain(program, tests) == [True, False]
+    assert run(program, tests)["passed"] == [False, True]
+
+
+def test_gap_a_callbacks_change_to_a_declared_class_instance_is_not_written_back():
+    """The program's instance of a class the context declares (a ListNode) reaches a test's
+    callback rebuilt from its state, an instance of the context's class in the test process
+    (test_an_instance_of_a_class_the_task_declares_is_rebuilt_from_its_state): the callback
+    changes that copy, so the program's node keeps its value (1 where plain Python sees 2),
+    unlike a container the program passes, whose changes are written back."""
+    program = textwrap.dedent(NODE) + textwrap.dedent("""\
+        def bump(cb):
+            node = ListNode(1)
+            cb(node)
+            return node.val
+        """)
+    callback = "def cb(node):\n    assert isinstance(node, ListNode)\n    node.val = 2\n"
+    tests = [callback + "assert bump(cb) == 2", callback + "assert bump(cb) == 1"]
+    assert plain(program, tests) == [True, False]
+    result = run(program, tests, context=textwrap.dedent(NODE), names=["bump"])
+    assert result["passed"] == [False, True], result["errors"]
 
 
 def test_gap_a_tests_random_seed_does_not_seed_the_program():
@@ -1994,3 +2100,13 @@ def test_gap_what_of_the_tests_state_and_types_does_not_reach_the_program():
     result = run(program, tests)
     assert result["passed"] == [False] * 4, result["errors"]
     assert result["errors"] == ["AssertionError: "] * 4, result["errors"]
+
+
+def test_a_tests_module_passed_to_the_program_is_the_programs_module_of_that_name():
+    """A module the test hands the program (f(math)) crosses by its name: the program's process's
+    own module of that name (as a module the test imported is the same module in one process)."""
+    program = "def root(m, x):\n    return m.sqrt(x)\ndef name(m):\n    return m.__name__\n"
+    tests = ["import math\nassert root(math, 16) == 4.0", "import json\nassert name(json) == 'json'",
+             "import math\nassert root(math, 16) == 5.0"]
+    assert plain(program, tests) == [True, True, False]
+    assert run(program, tests)["passed"] == [True, True, False]

@@ -1,0 +1,115 @@
+"""sandbox_patches.py: a test's patches of module attributes, mirrored in the program's process
+(sandbox.py's docstring has the threat model).
+
+Executed inside the sandbox as the module `sandbox_patches` (sandbox.py's BOOT). A test's patch of a
+module attribute crosses with each request (and a callback's answer, where the callback set one:
+sandbox_verdicts.py:module_patches, mirrored, served): noted in the test process (its modules are
+`module`s: noted), set in the program's module for the request (took_on, gave_back; a lasting
+value, which the program cannot change, is sent once and then only named while it stays the same:
+the program's process keeps it), and never seen by the harness's own lookups in either
+(unpatched)."""
+import sys
+
+
+IMPORT = __import__  # (a test's mock.patch of builtins.__import__ is not the harness's)
+# the module attributes a test's patches hold: {(module, attribute): [its value before, ...]}
+PATCHED = {}
+SETS = [0]  # how many times the test process's modules had an attribute set from outside
+
+
+def unpatched(name, attribute):
+    """A module's attribute as the harness uses it (a datetime rebuilt while a test patches
+    datetime.datetime): as it was before a test's patch in force."""
+    found = IMPORT(name)
+    entry = PATCHED.get((found, attribute))
+    return getattr(found, attribute) if entry is None or entry[0] is PATCHED else entry[0]
+
+
+class module(type(sys)):
+    """The class of the test process's modules once the context has run (watch_modules), named as
+    a module's own (type(m) is not types.ModuleType then; isinstance holds): an attribute set on
+    one from outside (mock.patch('random.randint'), patch.object, `random.randint = f`; never the
+    module's own code, whose globals it sets directly) is noted, so that sandbox_verdicts.py:
+    mirrored compares those only, and nothing while none is set."""
+    __slots__ = ()
+    __module__ = "builtins"
+
+    def __setattr__(self, name, value):
+        noted(self, name, value)
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        noted(self, name, None)
+        object.__delattr__(self, name)
+
+
+def noted(space, name, value):
+    """PATCHED[module, name] = [its value before (PATCHED if none)], once until
+    sandbox_verdicts.py:module_patches finds it restored; but a dunder and a submodule that its
+    import sets on its package. Each set is counted (SETS: sandbox_verdicts.py:served)."""
+    SETS[0] += 1
+    if (space, name) not in PATCHED and not name.startswith("__") and not (
+            type(value) in (type(sys), module) and vars(value).get("__name__") == "%s.%s" % (
+                vars(space).get("__name__"), name)):
+        PATCHED[space, name] = [vars(space).get(name, PATCHED)]
+
+
+def watch_modules():
+    """The test process's modules, and those it imports from now on (its import machinery's
+    module_from_spec), made `module`s; but builtins, sys and warnings (sandbox_verdicts.py:mirrored
+    has their rules) and the harness's own."""
+    importing = sys.modules.get("_frozen_importlib")
+    made = getattr(importing, "module_from_spec", None)
+
+    def module_from_spec(spec):  # (looked up at each import: a module is one from its birth)
+        found = made(spec)
+        if type(found) is type(sys):
+            found.__class__ = module
+        return found
+    if made is not None:
+        importing.module_from_spec = module_from_spec
+    for name, found in list(sys.modules.items()):
+        if type(found) is type(sys) and not name.startswith("sandbox_") and name not in (
+                "builtins", "sys", "warnings", "__main__"):
+            found.__class__ = module
+
+
+def took_on(patches, last=None):
+    """The module attributes the test set (sandbox_verdicts.py:module_patches: [module name,
+    attribute, value], or in a request [module name, attribute] for the value the requests took
+    on last, noted in `last`), each set for this request in the dict of the program's module of
+    that name (imported first where it is not yet, as the test's patch imported it; no code of
+    the program's runs): -> what gave_back puts back."""
+    done, last = [], {} if last is None else last
+    for patch in patches:
+        if not (type(patch) is list and len(patch) in (2, 3) and type(patch[0]) is str
+                and type(patch[1]) is str):
+            continue
+        name, attribute = key = patch[0], patch[1]
+        if len(patch) == 3:
+            last[key] = patch[2]
+        elif key not in last:
+            continue
+        value = last[key]
+        try:
+            found = sys.modules.get(name) or IMPORT(name) and sys.modules.get(name)
+        except Exception:  # (no such module here)
+            continue
+        if type(found) is type(sys):
+            space = vars(found)
+            done.append((found, attribute, space.get(attribute, PATCHED),
+                         (found, attribute) not in PATCHED))
+            PATCHED.setdefault((found, attribute), [done[-1][2]])  # (the harness's: unpatched)
+            space[attribute] = value
+    return done
+
+
+def gave_back(done):
+    """The program's module attributes as they were before took_on, the last one set first."""
+    for found, attribute, former, first in reversed(done):
+        if former is PATCHED:
+            vars(found).pop(attribute, None)
+        else:
+            vars(found)[attribute] = former
+        if first:
+            PATCHED.pop((found, attribute), None)
