@@ -152,7 +152,8 @@ item; each call costs a round trip between the processes, so a test of 100,000s 
 the program's random is its own (no state of the test process reaches it, so a test's random.seed
 does not seed it: the test's draws stay the test's); a program class is no class in the test process
 (a test cannot subclass it or name it in `except`), and a test's class is none in the program's
-(type(x) of a test object is the harness's TestObject; isinstance works); a container the program
+(type(x) of a test object is the harness's TestObject; isinstance works; but a frozen clock's
+stand-in, a real subclass of datetime's type); a container the program
 hands a test object (an attribute it sets, an argument of a test's callback) crosses as a copy, but
 for a kept one: what the test object keeps is that copy (the program's later changes through its own
 name are not seen; read back through the attribute it is the test's), and a callback's changes

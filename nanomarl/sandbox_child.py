@@ -94,7 +94,7 @@ def program_side(job, requests, answers):
             return tests[item]
         if tag == "Z" and type(item) is list and len(item) == 5 and type(item[0]) is int and (
                 item[1] in DATETIMES and type(item[2]) is str and type(item[3]) is dict
-                and type(item[4]) is dict):  # a test's frozen clock (sandbox_values.py)
+                and type(item[4]) is dict):  # a frozen clock (sandbox_values.py:frozen_class)
             if item[0] not in clocks:  # (one class: isinstance holds across requests)
                 clocks[item[0]] = stand_in(*item[1:])
                 marks[id(clocks[item[0]])] = '{"x":%d}' % item[0]  # (what dump marks with)
@@ -484,7 +484,8 @@ def main():
             program_side(job, requests[0], answers[1])
         finally:  # never back into the test process's code
             os._exit(1)
-    unprivileged = drop_privileges(isolated == b"1", os.getpid())  # (the middle process's uid)
+    # (the uid the middle process gave the program's process: 2e9 + this process's pid)
+    unprivileged = drop_privileges(isolated == b"1", os.getpid())
     if refused:
         isolated = b"0 unshare: " + os.strerror(refused).encode()
     die_with_parent(lambda: os.getppid() == parent)

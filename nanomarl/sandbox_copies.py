@@ -83,9 +83,9 @@ LEAVES = {int, str, float, bool, type(None), bytes, complex}  # (what containers
 
 def containers(values, out, sent=None):
     """The numbered objects in values, depth first: both processes number a call's arguments
-    alike, for write-back and identity (sent, the ids of those the program keeps: its arguments
-    to a test's callback as its process sends them, a partial, io buffer or Random it does not
-    keep as a reference, neither numbered nor walked)."""
+    alike, for write-back and identity. sent: the ids of the objects the program keeps, where its
+    process numbers its arguments to a test's callback: a partial, io buffer or Random it does
+    not keep crosses as a reference there, neither numbered nor walked."""
     for value in values:
         kind = type(value)
         if kind in LEAVES or sent is not None and id(value) not in sent and (

@@ -274,7 +274,7 @@ def ask(op, target, a=None, b=None, args=None):
             raise
         except BaseException as e:  # a cyclic argument (a test's fails the test)
             raise (unsendable(e) if LINK["side"] == "test" else e) from None
-        extra["#"] = len(numbered)  # (a test's callback checks it: sandbox_copies.py:handed)
+        extra["#"] = len(numbered)  # (how many it numbered: sandbox_copies.py:handed checks)
         if len(numbered) > 1 and (same := shared(numbered)):
             extra["m"] = same
         LINK["args"].append(numbered)

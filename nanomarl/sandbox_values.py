@@ -14,7 +14,25 @@ those arguments (program_error): in the test process, of the context's class of 
 the context declares one. A test's patch of a module attribute crosses with each request
 (sandbox_patches.py; the value dumped once, when it is checked: Dumped). A test's class deriving
 from a type of datetime's (a frozen clock) is a class of the program's process there: a real
-subclass of that type whose public methods are the test's (frozen_class, stand_in)."""
+subclass of that type whose public methods are the test's (frozen_class, stand_in).
+
+The tags, an index (each is described where it is made). A value's: dump. A reference's or a
+mark's, read by each side's resolve: {"r": n} a program object, {"g": n} a program's generator
+or iterator (a stream), {"x": n} a test object, {"X": [n, class name, own == or hash]} one whose
+class matters there, {"M": [module, name]} a module or a function of one (both test_refer's),
+{"Z": [...]} a test's frozen clock (frozen_class), {"k": handle} a kept container, {"a": k} the
+k-th argument container of the call answered, {"A": k} and {"N": [handle, value]} a test
+object's container lent (sandbox_copies.py), "P" "B" "U" "p" "H" a copy (copied), "o" "S" "W" an
+instance of a class the context declares (sandbox_verdicts.py:rebuilt), {"e": payload} an
+exception the program returned. The keys of a message's extra: with a request of the test
+process, what the program's process takes on (sandbox_verdicts.py:mirrored): "s" the time left,
+"f" the handles released, "l" the recursion limit, "o" and "e" output redirected, "b" builtins,
+"p" module attributes, "i" sys.stdin, "c" warnings caught; in the program's answer, "o" and "e"
+the output, "i" sys.stdin's contents, "c" the warnings; either way "k" the kept containers' news,
+"d" (the program's) the handles forgotten, "n" (its answer) the argument containers kept from
+now on, "w" (an answer) the argument containers changed, "#" (a request) how many containers
+its arguments hold and "m" those passed twice (sandbox_link.py:told, taken, ask); in an answer
+to a test's callback, "b" and "p" the patches in force (sandbox_verdicts.py:served)."""
 import _json, builtins
 
 from sandbox_patches import unpatched  # sandbox.py's BOOT
@@ -206,6 +224,7 @@ def copied(value, refer):
         return '{"H":%s}' % dump([value.re.pattern, value.re.flags, value.string, value.pos,
                                   value.endpos, how], refer)
     return None
+
 
 NAMEDTUPLES = {}
 

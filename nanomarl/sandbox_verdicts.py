@@ -144,7 +144,7 @@ def serving(extra):
 def served(extra):
     """The extra of its answer: the news of the kept containers and, where a patch was started,
     stopped or set meanwhile (a test's callback ran patcher.start()), the patches now in force,
-    the program's for the rest of its request (sandbox_child.py: retake), as in one process."""
+    the program's for the rest of its request (sandbox_child.py:retake), as in one process."""
     was = extra["patching"]
     return told(in_force() if SETS[0] != was[0] or vars(builtins) != was[1] else {})
 
