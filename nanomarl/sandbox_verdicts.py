@@ -138,15 +138,15 @@ def serving(extra):
     test object's attribute, ...): the news of the kept containers taken; the count of module
     attributes set (sandbox_patches.py:SETS) and the builtins noted, for served."""
     kept_up(extra, ())
-    extra["patching"] = [SETS[0], dict(vars(builtins))]
+    extra["patching"] = [SETS[0], list(vars(builtins).items())]
 
 
 def served(extra):
-    """The extra of its answer: the news of the kept containers and, where a patch was started,
-    stopped or set meanwhile (a test's callback ran patcher.start()), the patches now in force,
-    the program's for the rest of its request (sandbox_child.py:retake), as in one process."""
-    was = extra["patching"]
-    return told(in_force() if SETS[0] != was[0] or vars(builtins) != was[1] else {})
+    """The extra of its answer: the kept containers' news and, where a callback started, stopped or
+    set a patch, the patches in force for the rest of the request (sandbox_child.py:retake)."""
+    was = extra["patching"]  # (the builtins compared by identity: no test's == runs here)
+    same = [(k, id(v)) for k, v in was[1]] == [(k, id(v)) for k, v in vars(builtins).items()]
+    return told(in_force() if SETS[0] != was[0] or not same else {})
 
 
 def module_patches(request):

@@ -2110,3 +2110,16 @@ def test_a_tests_module_passed_to_the_program_is_the_programs_module_of_that_nam
              "import math\nassert root(math, 16) == 5.0"]
     assert plain(program, tests) == [True, True, False]
     assert run(program, tests)["passed"] == [True, True, False]
+
+
+def test_a_builtin_a_callback_replaces_is_compared_by_identity():
+    """A builtin a test's callback replaces during a call reaches the rest of the call; the test
+    process tells it changed by identity, never asking the new object's == (which may raise)."""
+    program = "def ask(prepare):\n    prepare()\n    return int(input()) * 2\n"
+    tests = ["import builtins\nclass Reader:\n    def __call__(self, *args):\n        return '21'\n"
+             "    def __eq__(self, other):\n        raise RuntimeError('no ==')\n"
+             "    __hash__ = object.__hash__\nold = builtins.input\n"
+             "def prepare():\n    builtins.input = Reader()\n"
+             "try:\n    assert ask(prepare) == 42\nfinally:\n    builtins.input = old"]
+    assert plain(program, tests) == [True]
+    assert run(program, tests)["passed"] == [True]
