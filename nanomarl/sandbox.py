@@ -61,7 +61,8 @@ test process's modules note what is set on them from outside, so a request compa
 the test patches nothing; the harness's own lookups keep the originals: sandbox_patches.py; each
 value is dumped once a request and sent, but a lasting one (a str, bytes, number, or a tuple or
 frozenset of them), which the program cannot change, only when the test sets another: the
-program's process keeps the last), both
+program's process keeps the last; a container the test also passes to the call, or inside an
+argument, is the program's copy of that argument: one object there too), both
 also for the rest of a call in which a test's callback starts, stops or sets one (patcher.start()
 in a callback: the answer carries the patches then in force); a test's class deriving from a
 datetime type (the frozen clock: Frozen(datetime.datetime) with its own now(), patched in as
@@ -174,7 +175,9 @@ test fails, naming its type); a StringIO crosses without its newline translation
 position do); a test's patch reaches the program only as a
 module's attribute (the state inside a module, mock.patch.dict of os.environ, and sys's other
 attributes stay the test's; a patch of `__main__`'s names is none of the program's: the tests'
-__main__ is not the program's; a value that cannot be sent stays the test's; of a frozen clock's
+__main__ is not the program's; a value that cannot be sent stays the test's; a patched container
+that holds one of the call's argument containers, rather than being one, crosses as a copy of its
+own; of a frozen clock's
 class only its public methods are the test's in the program's process, its dunders (its own
 __new__, __eq__, __str__), properties and data are its base's), and in the test
 process a module's type is a subclass of types.ModuleType (isinstance holds, `type(m) is

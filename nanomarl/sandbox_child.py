@@ -7,8 +7,7 @@ context's modules and forks the program's process (by way of a middle process: f
 program_side: runs the program, answers requests), then the test process reads the tests, runs
 the context and the tests (sandbox_verdicts.py:test_side: decides every verdict, never runs the
 program's code, writes the report). The link between them is sandbox_link.py, the values that
-cross it sandbox_values.py, the copies (a call's arguments, written back; a test's partial,
-buffer, Random, Pattern, Match) sandbox_copies.py, a test's patches of modules sandbox_patches.py.
+cross it sandbox_values.py, the copies sandbox_copies.py, a test's patches sandbox_patches.py.
 These modules import only modules that are built in or cheap to load (no json, signal or site:
 their imports would cost each run more than the fork)."""
 import _sitebuiltins, builtins, io, marshal, os, select, sys
@@ -20,7 +19,7 @@ from sandbox_layers import (confine, die_with_parent, drop_privileges, fork_prog
 from sandbox_link import (EXIT, LINK, OPS, BINARY, WRITE, TestObject, TestTimeout, abort, answer,
                           attempt, compiled, read_exactly, read_line, run, serve, taken,
                           with_pairs, write_all)
-from sandbox_patches import IMPORT, gave_back, took_on
+from sandbox_patches import IMPORT, gave_back, on_arguments, took_on
 from sandbox_values import (DATETIMES, Decoder, dump, error_payload, module_level, raised,
                             stand_in)
 from sandbox_verdicts import test_side
@@ -71,9 +70,8 @@ def program_side(job, requests, answers):
     taken_on = {}  # the patches' values the requests took on last (sandbox_patches.py:took_on)
     outputs, declared, sending, patches = (sys.stdout, sys.stderr), set(job["classes"]), [], []
     # the containers the program keeps (sandbox_copies.py): {handle: entry}, {id: handle},
-    # {id: its mark}; the argument containers of the calls being served, [extra, numbered, their
-    # snapshots before the call, None once the answer's "w" has their changes]; the news of the
-    # kept ones for the next answer
+    # {id: its mark}; the argument containers of the calls being served (numbering); the news of
+    # the kept ones for the next answer
     kept, kept_ids, kept_tags, calls, synced, next_kept = {}, {}, {}, [], [], [0]
 
     def resolve(tag, item):
@@ -113,9 +111,8 @@ def program_side(job, requests, answers):
 
     def refer(value, aliases):
         """A program object that is not a value: its reference (a subclass of a value's type
-        travels as the value plain Python compares: a (str, Enum) member as its str, never the
-        text its __str__ gives; its overridden methods stay here; an exception as its class and
-        arguments)."""
+        travels as the value plain Python compares, its overridden methods staying here: a (str,
+        Enum) member as its str, never its __str__'s text; an exception as its class and args)."""
         if type(value) is TestObject:
             return '{"x":%d}' % value.handle
         if id(value) in marks:  # the stand-in of a test's frozen clock: the test's class
@@ -224,12 +221,11 @@ def program_side(job, requests, answers):
         return reply
 
     def kept_news(extra):
-        """The news of the kept containers for this request's answer: "w" the changes of a
-        call's argument containers if the call raised (a call that returned sent them), "k"
-        [handle, contents] of the kept ones that changed (but this call's arguments), "n" [k,
-        handle] for this call's k-th argument container if the program holds it now, "d" the
-        handles of those it no longer reaches (or beyond KEPT_ITEMS, the newest first); JSON
-        texts of pairs."""
+        """The news of the kept containers for this request's answer: "w" the changes of a call's
+        argument containers if the call raised (a call that returned sent them), "k" [handle,
+        contents] of the kept ones that changed (but this call's arguments), "n" [k, handle] for
+        this call's k-th argument container if the program holds it now, "d" the handles of those it
+        no longer reaches (or beyond KEPT_ITEMS, the newest first); JSON texts of pairs."""
         numbered, before = (), None
         if calls and calls[-1][0] is extra:
             _, numbered, before = calls.pop()
@@ -271,6 +267,16 @@ def program_side(job, requests, answers):
         if gone:
             pairs.append('["d",[%s]]' % ",".join(map(str, gone)))
         return pairs
+
+    def numbering(extra, numbered, before):
+        """A request's argument containers, numbered alike on both sides, noted in calls: [extra,
+        numbered, their snapshots before the call, None once the answer's "w" has their changes];
+        a module attribute the test set to one of them is that container for the rest of the
+        request (sandbox_patches.py:on_arguments)."""
+        if patches and patches[-1][0] is extra and "p" in patches[-1][1]:
+            patches[-1][1]["p"] += on_arguments(extra["p"], numbered)
+        calls.append([extra, numbered, before])
+        return calls[-1]
 
     def register(numbered, candidates, total):
         """{handle: k} for this call's argument containers the program may hold (candidates: the
@@ -338,7 +344,7 @@ def program_side(job, requests, answers):
         if op == "attr" and type(a) is str:
             return dump(getattr(value, a), refer), ""
         if op == "setattr" and type(a) is str:
-            calls.append([extra, containers([b], []), None])  # (kept if the program holds it)
+            numbering(extra, containers([b], []), None)  # (kept if the program holds it)
             return dump(setattr(value, a, b), refer), ""
         if op == "next" and type(a) is int:
             items, end = [], None
@@ -361,15 +367,13 @@ def program_side(job, requests, answers):
                 numbered = containers(values, [])
             a.clear()  # (the request's own lists: what holds an argument after the call is the
             b.clear()  # program's, and keeps it: kept_news)
-            before_call = [snapshot(c) for c in numbered]
-            call = [extra, numbered, before_call]
-            calls.append(call)
+            call = numbering(extra, numbered, [snapshot(c) for c in numbered])
             result = value(*values[:count], **dict(zip(keys, values[count:])))
             aliases = dict(kept_tags)
             aliases.update({id(c): '{"a":%d}' % k for k, c in enumerate(numbered)})
             writes = ",".join("[%d,%s]" % (k, dump(contents(c), refer, aliases))
                               for k, c in enumerate(numbered)
-                              if not unchanged(before_call[k], snapshot(c)))
+                              if not unchanged(call[2][k], snapshot(c)))
             text = dump(result, refer, aliases)
             call[2] = None
             return text, writes

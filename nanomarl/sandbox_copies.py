@@ -49,13 +49,21 @@ from sandbox_patches import unpatched  # sandbox.py's BOOT
 from sandbox_values import BUFFERS, COLLECTIONS, FINDS, PATTERN_METHODS, buffer_state, dump
 
 
+def copy_type(kind):
+    """Whether kind is a functools.partial, an io buffer or a random.Random: walked (a partial) or
+    numbered (the others) as a container is, but no value: a test's crosses as a copy
+    (sandbox_values.py:copied), a program's as a reference (containers)."""
+    module, name = kind.__module__, kind.__name__
+    return (module == "functools" and name == "partial" or module == "_io" and name in BUFFERS
+            or module == "random" and name == "Random")
+
+
 def numbered(kind):
     """Whether a call's argument of this type is numbered for write-back: a mutable container, an
     io buffer, a random.Random."""
     return kind is list or kind is dict or kind is set or kind is bytearray or (
         kind.__module__ == "collections" and kind.__name__ in COLLECTIONS) or (
-        kind.__module__ == "_io" and kind.__name__ in BUFFERS) or (
-        kind.__module__ == "random" and kind.__name__ == "Random")
+        copy_type(kind) and kind.__name__ != "partial")
 
 
 def parts(value):
@@ -73,7 +81,7 @@ def parts(value):
         return value if name == "deque" else value.values()
     if issubclass(kind, tuple) and hasattr(kind, "_fields"):
         return value
-    if module == "functools" and name == "partial":
+    if copy_type(kind) and name == "partial":
         return list(value.args) + list(value.keywords.values())
     return None
 
@@ -84,12 +92,11 @@ LEAVES = {int, str, float, bool, type(None), bytes, complex}  # (what containers
 def containers(values, out, sent=None):
     """The numbered objects in values, depth first: both processes number a call's arguments
     alike, for write-back and identity. sent: the ids of the objects the program keeps, where its
-    process numbers its arguments to a test's callback: a partial, io buffer or Random it does
-    not keep crosses as a reference there, neither numbered nor walked."""
+    process numbers its arguments to a test's callback: one of a copy_type it does not keep
+    crosses as a reference there, neither numbered nor walked."""
     for value in values:
         kind = type(value)
-        if kind in LEAVES or sent is not None and id(value) not in sent and (
-                kind.__module__ in ("functools", "_io", "random")):
+        if kind in LEAVES or sent is not None and id(value) not in sent and copy_type(kind):
             continue
         if numbered(kind):
             out.append(value)
@@ -188,40 +195,30 @@ def nested(state, ids, out, seen):
     return out
 
 
-def renew(entry, state, ids):
-    """A kept entry's snapshot, weight, inner_ids and nested (see kept_entry) from a new
-    snapshot."""
-    inner = nested(state, ids, [], set()) if type(state) is list else []
-    inner_ids = tuple([id(item) for item in state if type(item) not in LEAVES]) if type(
-        state) is list else ()
-    entry.update(snapshot=state, weight=weight(state) + sum(weight(item[1]) for item in inner),
-                 inner_ids=inner_ids, nested=inner)
-
-
 def kept_entry(value, ids):
-    """{"object": a kept object, "snapshot": its snapshot, "weight": its weight, "inner_ids": the
-    ids of the objects in its snapshot that may be kept too, "nested": its nested containers and
-    their snapshots}; ids: those of the kept ones."""
-    entry = {"object": value}
-    renew(entry, snapshot(value), ids)
-    return entry
+    """{"object": a kept object, "snapshot": its snapshot, "nested": its nested containers and
+    their snapshots (ids: those of the kept ones), "weight": what comparing them all costs,
+    "inner_ids": the ids of the objects in its snapshot that may be kept too}; made anew each time
+    its snapshot is renewed (the two sides agree on it again)."""
+    state = snapshot(value)
+    items = state if type(state) is list else []  # (a list's items, a dict's keys and values)
+    inner = nested(items, ids, [], set())
+    return {"object": value, "snapshot": state, "nested": inner,
+            "weight": weight(state) + sum(weight(then) for _, then in inner),
+            "inner_ids": tuple([id(item) for item in items if type(item) not in LEAVES])}
 
 
 def changed(kept, ids):
     """The handles of the kept objects ({handle: entry}; ids {id: handle}) that changed since
-    their snapshots, nested containers included (renewed)."""
+    their snapshots, nested containers included (their entries renewed)."""
     found = []
     for handle, entry in kept.items():
-        value, before = entry["object"], entry["snapshot"]
-        if type(value) is list:  # (the common case: compared in place, no copy)
-            if len(value) == len(before) and all(map(is_, value, before)) and all(
-                    unchanged(then, snapshot(inner)) for inner, then in entry["nested"]):
-                continue
-            state = value[:]
-        elif unchanged(before, state := snapshot(value)) and all(
+        value = entry["object"]
+        now = value if type(value) is list else snapshot(value)  # (a list: compared in place)
+        if unchanged(entry["snapshot"], now) and all(
                 unchanged(then, snapshot(inner)) for inner, then in entry["nested"]):
             continue
-        renew(entry, state, ids)
+        kept[handle] = kept_entry(value, ids)
         found.append(handle)
     return found
 
@@ -384,17 +381,17 @@ def lend(value, link, refer):
             tags[key] = '{"A":%d}' % call[key]
             link["fresh"].append((key, None))
             continue
-        entry = kept_entry(c, ids)
-        cost = 0 if key in covered else entry["weight"]  # (inside a kept one: in its weight)
-        if len(kept) >= KEPT_OBJECTS or total + cost > KEPT_ITEMS:
+        inside = nested([c], ids, [], set())  # (c and the containers in it, with snapshots)
+        cost = 0 if key in covered else sum(weight(state) for _, state in inside)
+        if len(kept) + len(found) >= KEPT_OBJECTS or total + cost > KEPT_ITEMS:
             continue
         total, link["lent"] = total + cost, link["lent"] - 1
-        covered.update([id(inner) for inner, _ in entry["nested"]])
-        kept[link["lent"]], ids[key], found[key] = entry, link["lent"], link["lent"]
+        covered.update([id(inner) for inner, _ in inside])  # (inside it: in its cost)
+        ids[key] = found[key] = link["lent"]
         link["fresh"].append((key, link["lent"]))
-    for c in order:
+    for c in order:  # (once all are chosen: an entry's nested stops at the kept ones in it)
         if (handle := found.get(id(c))) is not None:
-            renew(kept[handle], kept[handle]["snapshot"], ids)
+            kept[handle] = kept_entry(c, ids)
             tags[id(c)] = '{"N":[%d,%s]}' % (handle, dump(c, refer, tags))
 
 
@@ -408,9 +405,10 @@ def settle(link, sent):
         if handle is not None and sent:
             tags[key] = '{"k":%d}' % handle
             continue
-        tags.pop(key, None)  # (none if lend failed before it)
+        tags.pop(key, None)  # (none, and no entry, if lend failed before it)
         if handle is not None:
-            del kept[handle], ids[key]
+            kept.pop(handle, None)
+            del ids[key]
 
 
 def handed(a, b, extra):

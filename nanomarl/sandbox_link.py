@@ -5,17 +5,15 @@ Executed inside the sandbox as the module `sandbox_link` (sandbox.py's BOOT). Th
 in lines of JSON, either way: a request [seq, "q", op, target, a, b, extra] or an answer [seq, "a",
 status, payload, extra] (the test process numbers its requests upwards, the program's process
 downwards). While one side waits for an answer it serves the other's requests (a callback from a
-test calling the program again). A value travels as JSON of exact types (sandbox_values.py); a
-call's arguments and a test's partial, io buffer, Random, Pattern or Match as copies, a container
-the program keeps, or a test object's container it reads, as its mark {"k": n} (sandbox_copies.py);
-any other object travels as a reference (a program object {"r": n}, a test object {"x": n}) whose
-operations the other side asks for: in the test process a Remote stands for a program object, in the
-program's process a TestObject for a test object. One thread at a time talks (TALKING: a test's
+test calling the program again). What travels, and its tags, is sandbox_values.py's (copies and
+marks: sandbox_copies.py); an object that is no value travels as a reference whose operations the
+other side asks for: in the test process a Remote stands for a program object, in the program's
+process a TestObject for a test object. One thread at a time talks (TALKING: a test's
 threads may call the program, a program's a test's callback). LINK holds the state of the side this
 process is (sandbox_verdicts.py:test_side and sandbox_child.py:program_side fill it)."""
 import _signal, _thread, _weakref, builtins, os
 
-from sandbox_copies import changed, containers, contents, refill, renew, shared, snapshot
+from sandbox_copies import changed, containers, contents, kept_entry, refill, shared
 from sandbox_patches import IMPORT
 from sandbox_values import (VALUE_TYPES, Abort, ProgramError, describe, dump, error_payload,
                             raised, with_pairs)  # sandbox.py's BOOT
@@ -108,8 +106,10 @@ def read_exactly(fd, size):
     return bytes(data)
 
 
+# (mirrored, sent: the test process's hooks, sandbox_verdicts.py; none in the program's process)
 LINK = dict(seq=0, gone="has not started", buffer=bytearray(), failed="", args=[], released=[],
-            kept={}, kept_ids={}, kept_tags={}, mirrored=dict)  # (but the test process mirrors)
+            kept={}, kept_ids={}, kept_tags={}, mirrored=lambda numbered: {},
+            sent=lambda extra: None)
 # what one process may ask of the other's object: the test of a program object (Remote) its
 # text, type and classes; the program of a test object (test_ops) its length, truth, items,
 # iteration, text, classes (comparisons and hash: test_ops)
@@ -167,6 +167,7 @@ def talk(op, target, a, b, extra):
         raise unsendable(e) from None
     LINK["seq"] = seq = LINK["seq"] + step
     write_all(LINK["out"], line.encode())
+    LINK["sent"](extra)  # (out: what it carries is the other side's now; not before)
     while True:
         message = LINK["next"]()
         if message[1] == "q":
@@ -199,22 +200,36 @@ def told(extra):
 
 
 def taken(extra, numbered=()):
-    """The other side's changes put into this side's containers: told's "k" [handle, contents] of
-    the kept ones and, in an answer, "w" [k, contents] of its call's argument containers
-    (numbered: LINK["args"][-1], as ask numbered them); a malformed one is ignored, a kept one's
-    snapshot renewed (the two sides agree on it again)."""
-    kept, ids = LINK["kept"], LINK["kept_ids"]
-    for key in ("k", "w"):
-        for pair in extra[key] if type(extra.get(key)) is list else ():
-            if type(pair) is list and len(pair) == 2 and type(pair[0]) is int and (
-                    pair[0] in kept if key == "k" else 0 <= pair[0] < len(numbered)):
-                target = kept[pair[0]]["object"] if key == "k" else numbered[pair[0]]
-                try:
-                    refill(target, pair[1])
-                except Exception:
-                    continue
-                if id(target) in ids:
-                    renew(kept[ids[id(target)]], snapshot(target), ids)
+    """The other side's changes put into this side's containers (refilled): told's "k" [handle,
+    contents] of the kept ones and, in an answer, "w" [k, contents] of its call's argument
+    containers (numbered: LINK["args"][-1], as ask numbered them); a malformed pair is ignored."""
+    kept = LINK["kept"]
+    for handle, content in pairs(extra.get("k")):
+        if handle in kept:
+            refilled(kept[handle]["object"], content)
+    for k, content in pairs(extra.get("w")):
+        if 0 <= k < len(numbered):
+            refilled(numbered[k], content)
+
+
+def pairs(found):
+    """The well-formed [int, contents] pairs of found (none if it is no list)."""
+    if type(found) is not list:
+        return []
+    return [pair for pair in found if type(pair) is list and len(pair) == 2
+            and type(pair[0]) is int]
+
+
+def refilled(target, content):
+    """target's contents replaced by the other side's (sandbox_copies.py:refill; a malformed
+    content is ignored); a kept one's snapshot renewed (the two sides agree on it again)."""
+    try:
+        refill(target, content)
+    except Exception:
+        return
+    ids = LINK["kept_ids"]
+    if id(target) in ids:
+        LINK["kept"][ids[id(target)]] = kept_entry(target, ids)
 
 
 def answer(seq, status, payload, extra, pairs=()):
@@ -262,11 +277,11 @@ def ask(op, target, a=None, b=None, args=None):
     """A request whose `args` (a call's arguments: a test's to the program, the program's to a
     test's callback, as it sends them) are numbered for the answer's write-backs and identity
     (sandbox_copies.py), with this side's changes to the kept containers (told) and, from the test
-    process, what the program's process takes on for it (sandbox_verdicts.py:mirrored; not
-    random's state, whose draws would tell the test's). A side's threads ask in turn: each request
-    and its answer is one thread's (TALKING)."""
+    process, what the program's process takes on for it, once they are numbered (a patched value
+    that is one of them: sandbox_verdicts.py:mirrored; not random's state, whose draws would tell
+    the test's). A side's threads ask in turn: each request and its answer is one thread's
+    (TALKING)."""
     with TALKING:
-        extra = LINK["mirrored"]()
         sent = LINK["kept_ids"] if LINK["side"] == "program" else None  # (kept: sent as marks)
         try:
             numbered = containers(args, [], sent) if args else []
@@ -274,6 +289,7 @@ def ask(op, target, a=None, b=None, args=None):
             raise
         except BaseException as e:  # a cyclic argument (a test's fails the test)
             raise (unsendable(e) if LINK["side"] == "test" else e) from None
+        extra = LINK["mirrored"](numbered)
         extra["#"] = len(numbered)  # (how many it numbered: sandbox_copies.py:handed checks)
         if len(numbered) > 1 and (same := shared(numbered)):
             extra["m"] = same
@@ -419,6 +435,12 @@ def remote(handle, stream=False):
     return found
 
 
+def asked(op):
+    """A TestObject's method that asks the test process for op on its object, with the method's
+    argument if it has one."""
+    return lambda self, *argument: request(op, self.handle, *argument)
+
+
 def compare(name):
     def method(self, other):  # (the test's method's NotImplemented: [], then Python reflects)
         if not self.own and name in ("eq", "ne"):  # object's own: identity, as there
@@ -438,6 +460,17 @@ class TestObject:
     __slots__ = ("handle", "kind", "own")
     __eq__, __ne__, __lt__ = compare("eq"), compare("ne"), compare("lt")
     __le__, __gt__, __ge__ = compare("le"), compare("gt"), compare("ge")
+    __iter__ = asked("iter")
+    __next__ = asked("next")
+    __len__ = asked("len")
+    __bool__ = asked("bool")
+    __getitem__ = asked("getitem")
+    __contains__ = asked("contains")
+    __instancecheck__ = asked("isinstance")
+    __str__ = asked("str")
+    __repr__ = asked("repr")
+    __format__ = asked("format")
+    __enter__ = asked("enter")
 
     def __init__(self, handle, kind=None, own=False):
         object.__setattr__(self, "handle", handle)
@@ -460,41 +493,8 @@ class TestObject:
     def __setattr__(self, name, value):
         request("setattr", self.handle, name, value)
 
-    def __iter__(self):
-        return request("iter", self.handle)
-
-    def __next__(self):
-        return request("next", self.handle)
-
-    def __len__(self):
-        return request("len", self.handle)
-
-    def __bool__(self):
-        return request("bool", self.handle)
-
     def __hash__(self):
         return request("hash", self.handle) if self.own else object.__hash__(self)
-
-    def __getitem__(self, key):
-        return request("getitem", self.handle, key)
-
-    def __contains__(self, item):
-        return request("contains", self.handle, item)
-
-    def __instancecheck__(self, instance):
-        return request("isinstance", self.handle, instance)
-
-    def __str__(self):
-        return request("str", self.handle)
-
-    def __repr__(self):
-        return request("repr", self.handle)
-
-    def __format__(self, spec):
-        return request("format", self.handle, spec)
-
-    def __enter__(self):
-        return request("enter", self.handle)
 
     def __exit__(self, *exception):
         return request("exit", self.handle, list(exception))

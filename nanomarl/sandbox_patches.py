@@ -6,8 +6,9 @@ module attribute crosses with each request (and a callback's answer, where the c
 sandbox_verdicts.py:module_patches, mirrored, served): noted in the test process (its modules are
 `module`s: noted), set in the program's module for the request (took_on, gave_back; a lasting
 value, which the program cannot change, is sent once and then only named while it stays the same:
-the program's process keeps it), and never seen by the harness's own lookups in either
-(unpatched)."""
+the program's process keeps it; one that is also one of the call's argument containers is the
+program's copy of that argument: on_arguments), and never seen by the harness's own lookups in
+either (unpatched)."""
 import sys
 
 
@@ -77,9 +78,10 @@ def watch_modules():
 def took_on(patches, last=None):
     """The module attributes the test set (sandbox_verdicts.py:module_patches: [module name,
     attribute, value], or in a request [module name, attribute] for the value the requests took
-    on last, noted in `last`), each set for this request in the dict of the program's module of
-    that name (imported first where it is not yet, as the test's patch imported it; no code of
-    the program's runs): -> what gave_back puts back."""
+    on last, noted in `last`; one that is one of the call's arguments is set once they are
+    numbered: on_arguments), each set for this request in the dict of the program's module of
+    that name (imported first where it is not yet, as the test's patch imported it; no code of the
+    program's runs): -> what gave_back puts back."""
     done, last = [], {} if last is None else last
     for patch in patches:
         if not (type(patch) is list and len(patch) in (2, 3) and type(patch[0]) is str
@@ -102,6 +104,16 @@ def took_on(patches, last=None):
             PATCHED.setdefault((found, attribute), [done[-1][2]])  # (the harness's: unpatched)
             space[attribute] = value
     return done
+
+
+def on_arguments(patches, numbered):
+    """The module attributes the test set to one of a call's argument containers (in a request's
+    patches, [module name, attribute, null, k]: sandbox_verdicts.py:module_patches), each set for
+    the rest of the request to the program's k-th one (numbered as the test process numbered
+    them): one object, as in one process -> what gave_back puts back."""
+    return took_on([[patch[0], patch[1], numbered[patch[3]]] for patch in patches
+                    if type(patch) is list and len(patch) == 4 and type(patch[3]) is int
+                    and 0 <= patch[3] < len(numbered)])
 
 
 def gave_back(done):

@@ -27,12 +27,13 @@ instance of a class the context declares (sandbox_verdicts.py:rebuilt), {"e": pa
 exception the program returned. The keys of a message's extra: with a request of the test
 process, what the program's process takes on (sandbox_verdicts.py:mirrored): "s" the time left,
 "f" the handles released, "l" the recursion limit, "o" and "e" output redirected, "b" builtins,
-"p" module attributes, "i" sys.stdin, "c" warnings caught; in the program's answer, "o" and "e"
-the output, "i" sys.stdin's contents, "c" the warnings; either way "k" the kept containers' news,
-"d" (the program's) the handles forgotten, "n" (its answer) the argument containers kept from
-now on, "w" (an answer) the argument containers changed, "#" (a request) how many containers
-its arguments hold and "m" those passed twice (sandbox_link.py:told, taken, ask); in an answer
-to a test's callback, "b" and "p" the patches in force (sandbox_verdicts.py:served)."""
+"p" module attributes (one that is the k-th argument container: [module, attribute, null, k]),
+"i" sys.stdin, "c" warnings caught; in the program's answer, "o" and "e" the output, "i"
+sys.stdin's contents, "c" the warnings; either way "k" the kept containers' news, "d" (the
+program's) the handles forgotten, "n" (its answer) the argument containers kept from now on, "w"
+(an answer) the argument containers changed, "#" (a request) how many containers its arguments
+hold and "m" those passed twice (sandbox_link.py:told, taken, ask); in an answer to a test's
+callback, "b" and "p" the patches in force (sandbox_verdicts.py:served)."""
 import _json, builtins
 
 from sandbox_patches import unpatched  # sandbox.py's BOOT
@@ -48,7 +49,13 @@ BY_ARGUMENTS = ("timedelta", "timezone")  # (those that cross by their arguments
 
 class Dumped(str):
     """JSON text that dump() writes as it is: a value dumped ahead of its request, as it was
-    checked (sandbox_verdicts.py:module_patches)."""
+    checked (sandbox_verdicts.py:module_patches), with the value it was dumped from (`value`:
+    sandbox_verdicts.py:sent notes it once the request is out)."""
+
+    def __new__(cls, text, value):
+        made = super().__new__(cls, text)
+        made.value = value
+        return made
 
 
 def dump(value, refer, aliases=None):

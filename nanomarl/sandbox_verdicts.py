@@ -5,15 +5,14 @@ Executed inside the sandbox as the module `sandbox_verdicts` (sandbox.py's BOOT)
 the tests, runs the context and the tests, and writes the report; it never runs the program's code:
 the program's objects are Remotes (sandbox_link.py), whose operations the program's process
 performs. What the program's process may ask of a test object is test_ops; what may be sent to it,
-test_refer; what of the test process's state it takes on for a request, mirrored (the builtins a
-test replaced, the module attributes it set: module_patches, its sys.stdin, whether it catches
-warnings: shown here, shown), and for the rest of a request, the patches a callback changed
-(serving, served)."""
+test_refer; what of the test process's state it takes on for a request, mirrored (module_patches,
+sent; its warnings are shown here: shown), and for the rest of a request, the patches a callback
+changed (serving, served)."""
 import _signal, _thread, builtins, marshal, os, sys, time
 
 from sandbox_layers import confine, reap, watchdog  # sandbox.py's BOOT
 from sandbox_link import (LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt, compiled,
-                          gone, read_exactly, read_line, remote, run, taken, told)
+                          gone, read_exactly, read_line, refilled, remote, run, taken, told)
 from sandbox_copies import KEPT_ITEMS, KEPT_OBJECTS, LEAVES, kept_entry, lending
 from sandbox_patches import IMPORT, PATCHED, SETS, module, watch_modules
 from sandbox_values import (BUFFERS, DECLARED, Abort, Decoder, Dumped, ProgramError, copied,
@@ -46,7 +45,7 @@ def test_answered(message):
         if type(extra.get(key)) is str and getattr(sys, stream) is not LINK[stream]:
             getattr(sys, stream).write(extra[key])
     if "i" in extra and type(sys.stdin).__name__ in BUFFERS and sys.stdin is not LINK["stdin"]:
-        taken({"w": [[0, extra["i"]]]}, [sys.stdin])  # (refilled as an argument is)
+        refilled(sys.stdin, extra["i"])
     for caught in extra["c"] if type(extra.get("c")) is list and catching() else ():
         shown(caught)
     if status == "v":
@@ -96,28 +95,22 @@ def shown(caught):
                                               "__main__", LINK["registry"])
 
 
-def mirrored():
+def mirrored(numbered):
     """What the program's process takes on for a request of the test process (sandbox_link.py:
-    ask): the time this test has left, the program objects the test no longer holds, and of the
-    state the two would share in one process, where the test set it: the recursion limit, whether
-    output is redirected, the builtins the test replaced (mock.patch of `input`: its objects sent
-    as any argument is) and the other module attributes it set (module_patches: set in the
-    program's modules for the request; both again in the answer to a callback that changed them:
-    served), the sys.stdin it set (a StringIO is written back as an argument is), and whether it
-    catches, records or filters warnings (then the program's are caught there and shown here,
-    under the test's filters). Nothing else: the test's globals (and a patch of
-    `__main__`'s names: the tests' module is not the program's), the state inside modules
-    (random's, os.environ's) and sys's and warnings' other attributes stay the test's."""
+    ask; numbered: its argument containers; sandbox.py's docstring has the rules): the time this
+    test has left, the program objects the test no longer holds and, where the test set them, the
+    recursion limit, output redirected, the builtins it replaced and the other module attributes
+    it set (module_patches), sys.stdin, and whether it catches, records or filters warnings."""
     extra = {"s": _signal.getitimer(_signal.ITIMER_REAL)[0] or LINK["timeout"]}
     if LINK["released"]:
-        extra["f"], LINK["released"] = LINK["released"], []
+        extra["f"] = list(LINK["released"])
     if sys.getrecursionlimit() != LINK["limit_sent"]:
-        extra["l"] = LINK["limit_sent"] = sys.getrecursionlimit()
+        extra["l"] = sys.getrecursionlimit()
     if sys.stdout is not LINK["stdout"]:
         extra["o"] = 1
     if sys.stderr is not LINK["stderr"]:
         extra["e"] = 1
-    extra.update((key, found) for key, found in in_force(request=True).items() if found)
+    extra.update((key, found) for key, found in in_force(numbered).items() if found)
     if sys.stdin is not LINK["stdin"]:
         extra["i"] = sys.stdin
     if catching():
@@ -125,12 +118,12 @@ def mirrored():
     return extra
 
 
-def in_force(request=False):
+def in_force(numbered=None):
     """{"b": the builtins the test replaced, "p": the other module attributes it set}."""
     start = LINK["builtins"]
     return {"b": {name: value for name, value in vars(builtins).items()
                   if start.get(name, start) is not value},
-            "p": module_patches(request) if PATCHED else []}
+            "p": module_patches(numbered) if PATCHED else []}
 
 
 def serving(extra):
@@ -149,28 +142,40 @@ def served(extra):
     return told(in_force() if SETS[0] != was[0] or not same else {})
 
 
-def module_patches(request):
+def module_patches(numbered=None):
     """[module name, attribute, value] of each module attribute set from outside
     (sandbox_patches.py:noted) that is not as it was (a deleted one stays deleted in the test only)
-    and can be sent as an argument can (else it stays the test's: doctest's pdb.set_trace, a bound
-    method of its runner's), checked each time (a patched list may come to hold an unsendable
-    object); those restored are forgotten. For a request, the value as its JSON text (dumped
-    once), and a lasting one the program's process took on last (LINK["taken_on"]) only named,
-    [module name, attribute] (sandbox_patches.py:took_on; a container, which the program may have
-    changed, is sent anew)."""
+    and can be sent as an argument can (else it stays the test's: doctest's pdb.set_trace), checked
+    each time (a patched list may come to hold an unsendable object); those restored are forgotten.
+    For a request (numbered: its argument containers), the value as its JSON text (Dumped once);
+    one of those containers as [module name, attribute, null, k] (sandbox_patches.py:on_arguments);
+    a lasting one the program's process took on last (sent) only named, [module name, attribute]."""
     found, taken_on = [], LINK["taken_on"]
+    first = {id(c): k for k, c in reversed([*enumerate(numbered or ())])}  # (an object's first k)
     for key, entry in list(PATCHED.items()):
         value, name = vars(key[0]).get(key[1], PATCHED), vars(key[0]).get("__name__")
         if value is entry[0]:
             del PATCHED[key]
         elif value is not PATCHED and type(name) is str:
-            if request and taken_on.get((name, key[1]), PATCHED) is value:
+            if id(value) in first:
+                found.append([name, key[1], None, first[id(value)]])
+            elif numbered is not None and taken_on.get((name, key[1]), PATCHED) is value:
                 found.append([name, key[1]])
             elif (text := dumped(value)) is not None:
-                found.append([name, key[1], Dumped(text) if request else value])
-                if request:
-                    taken_on[name, key[1]] = value if lasting(value) else PATCHED
+                found.append([name, key[1], value if numbered is None else Dumped(text, value)])
     return found
+
+
+def sent(extra):
+    """A request is out: what it carries is the program's process's now (one that does not go out
+    leaves it for the next): the handles released, the recursion limit, the patched values
+    (LINK["taken_on"]: a lasting one only named from now on; a container is sent anew each time)."""
+    del LINK["released"][:len(extra.get("f", ()))]  # (those released since stay, after them)
+    LINK["limit_sent"] = extra.get("l", LINK["limit_sent"])
+    for patch in extra.get("p", ()):
+        if len(patch) == 3:
+            value = patch[2].value
+            LINK["taken_on"][patch[0], patch[1]] = value if lasting(value) else PATCHED
 
 
 def dumped(value):
@@ -228,16 +233,13 @@ def test_resolve(tag, item):
 
 
 def test_refer(value, aliases):
-    """A test object the program's process may use: a program object back as its reference, a
-    partial, io buffer, Random, re.Pattern or re.Match as a copy (sandbox_copies.py), a class of
-    the tests' deriving from a type of datetime's (a frozen clock) as what the program's process
-    makes its stand-in of (sandbox_values.py:frozen_class), a builtin or module function by name,
-    a function, class, instance or iterator the tests made, a bound method of a test list, dict,
-    set, Random or io stream (rng.random, buf.write: called on the test's own object), an
-    itemgetter, attrgetter or unittest.mock object, as a reference (with its class's name if the
-    context declares its class: isinstance with the program's class of that name holds, as in
-    one process; and whether its class has its own == or hash, asked here, or compares by
-    identity, decided there); else the test fails (Abort)."""
+    """What the program's process gets for a test's object that is no value: a program object's
+    reference back; a copy (a partial, io buffer, Random, Pattern or Match: sandbox_copies.py); a
+    frozen clock's class (sandbox_values.py:frozen_class); a builtin or module function, or a
+    module, by name; a reference to a function, class, instance or iterator the tests made, a
+    bound method of a test's list, dict, set, Random or io stream (buf.write: on the test's own
+    object), an itemgetter, attrgetter or mock (with its class's name where the context declares
+    it, and whether its class has its own == or hash); else the test fails (Abort)."""
     kind = type(value)
     if kind is Remote:
         return '{"r":%d}' % value._Remote__handle
@@ -392,8 +394,7 @@ def test_ops(op, target, a, b, extra):
         return type(value).__enter__(value)
     if op == "exit" and type(a) is list and len(a) == 3:
         return type(value).__exit__(value, *a)
-    if op in ("len", "iter", "bool", "str", "repr", "format", "getitem", "contains",
-              "isinstance"):
+    if op in OPS and op != "type":  # (its protocol: with the request's a, but for the unary ones)
         return OPS[op](value, *([] if op in ("len", "iter", "bool", "str", "repr") else [a]))
     raise TypeError("the program may not " + str(op)[:20] + " a test object")
 
@@ -427,7 +428,7 @@ def test_side(job, fds, layers):
     LINK.update(side="test", out=requests, **{"in": answers}, timeout=timeout,
                 limit=job["answer_bytes"], decode=Decoder(test_resolve), gone="", refer=test_refer,
                 ops=test_ops, next=test_next, answered=test_answered, mine={}, ids={},
-                clocks={}, before=serving, after=served, taken_on={},
+                clocks={}, before=serving, after=served, taken_on={}, sent=sent,
                 remotes={}, names=set(job["names"]), classes={}, made=({}, {}), kept={},
                 kept_ids={}, kept_tags={}, answer=answer, first=0,
                 limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, stderr=sys.stderr,
@@ -475,7 +476,6 @@ def test_side(job, fds, layers):
                 test = ProgramError("context: " + message(*context).decode())
             watchdog(timeout)
             LINK["failed"], LINK["first"], start = "", LINK["seq"] + 1, time.monotonic()
-            LINK["taken_on"].clear()  # (a request of a failed test may not have gone out)
             status, error = attempt(lambda: run(test, scope), min(timeout, budget))
             if LINK["failed"]:  # the harness's own failure, whatever the test caught
                 status, error = ("t", None) if LINK["failed"].startswith("Timeout") else (

@@ -1553,7 +1553,7 @@ def test_a_patched_constant_is_sent_while_it_changes_and_stays_one_object():
     calls (`is` holds, as in one process) and a new value at the next call; a container (which
     the program may have changed in its copy) is sent at each, so the test's later changes reach
     the program too; after a test whose request never went out (an argument that cannot be sent),
-    the next test sends the value again."""
+    the next test sends the value again, and the recursion limit that test set."""
     program = """\
         import string
         SEEN = []
@@ -1562,6 +1562,8 @@ def test_a_patched_constant_is_sent_while_it_changes_and_stays_one_object():
             return SEEN[-1], len(SEEN) > 1 and SEEN[-1] is SEEN[-2]
         def read(x=None):
             return string.WORDS
+        def depth(n):
+            return 0 if n == 0 else 1 + depth(n - 1)
         """
     tests = ["import string\nstring.WORDS = ('alpha', 'beta') * 500\n"
              "assert seen() == (string.WORDS, False)\nassert seen() == (string.WORDS, True)\n"
@@ -1569,11 +1571,47 @@ def test_a_patched_constant_is_sent_while_it_changes_and_stays_one_object():
              "assert seen() == ('changed', True)\nassert read() == 'changed'\n"
              "string.WORDS = [1]\nassert read() == [1]\nstring.WORDS.append(2)\n"
              "assert read() == [1, 2]",
-             "import string\nstring.WORDS = 'lost'\nread(object())",
-             "import string\nassert read() == 'lost'\ndel string.WORDS"]
+             "import string, sys\nstring.WORDS = 'lost'\nLIMIT = sys.getrecursionlimit()\n"
+             "sys.setrecursionlimit(5000)\nread(object())",
+             "import string, sys\ntry:\n    assert read() == 'lost' and depth(3000) == 3000\n"
+             "finally:\n    sys.setrecursionlimit(LIMIT)\n    del string.WORDS"]
     assert plain(program, tests) == [True, True, True]
     result = run(program, tests)
     assert result["passed"] == [True, False, True], result["errors"]
+
+
+def test_a_patched_container_passed_to_the_call_is_one_object_there():
+    """A module attribute the test patches with a container it also passes to the call (or inside
+    an argument), or that the program keeps, is one object in the program's process too, as in
+    one process: the program's change through either name is seen through the other, in the call
+    and by the test after it."""
+    program = """\
+        import string
+        KEPT = []
+        def keep(items):
+            KEPT.append(items)
+        def kept():
+            string.ITEMS.append(1)
+            return KEPT[-1] is string.ITEMS
+        def grow(items):
+            string.ITEMS.append(len(items))
+            return len(items), len(string.ITEMS)
+        def shrink(items):
+            items.pop()
+            return string.ITEMS[:]
+        def grow_in(box):
+            string.ITEMS.append(9)
+            return box["items"]
+        """
+    patched = ("import string\nfrom unittest import mock\nitems = [0]\n"
+               "with mock.patch.object(string, 'ITEMS', items, create=True):\n")
+    tests = [patched + "    assert grow(items) == (2, 2) and items == [0, 1]",
+             patched + "    assert shrink(items) == [] and items == []",
+             patched + "    assert grow_in({'items': items}) == [0, 9] and items == [0, 9]",
+             patched + "    keep(items)\n    assert kept() and items == [0, 1]"]
+    assert plain(program, tests) == [True] * 4
+    result = run(program, tests)
+    assert result["passed"] == [True] * 4, result["errors"]
 
 
 FROZEN = ("import datetime\nfrom unittest import mock\n"
@@ -2007,18 +2045,22 @@ def test_gap_a_tests_threads_call_the_program_one_at_a_time():
     link carries one round trip at a time), so a call waits for another thread's to end: a thread
     whose call waits in the program for the main thread's later call times out, where plain
     Python passes (test_a_test_may_call_the_program_from_threads_and_a_program_at_most_32_threads
-    has threads whose calls do not wait on each other)."""
+    has threads whose calls do not wait on each other). No timing decides it: the thread's call
+    tells the test it has begun (a callback, served by that thread) before it waits, so the main
+    thread's call comes while it waits, and the program's wait has no end of its own."""
     program = """\
         import threading
         gate = threading.Event()
-        def wait():
-            return gate.wait(10)
+        def wait(begun):
+            begun()
+            return gate.wait()
         def release():
             gate.set()
         """
-    tests = ["import threading, time\nr = []\n"
-             "t = threading.Thread(target=lambda: r.append(wait()))\n"
-             "t.start()\ntime.sleep(0.5)\nrelease()\nt.join()\nassert r == [True]"]
+    tests = ["import threading\nr = []\nstarted = threading.Event()\n"
+             "def begun():\n    started.set()\n"
+             "t = threading.Thread(target=lambda: r.append(wait(begun)))\n"
+             "t.start()\nstarted.wait()\nrelease()\nt.join()\nassert r == [True]"]
     assert plain(program, tests) == [True]
     result = run(program, tests)
     assert result["errors"] == ["Timeout: test timed out"]
@@ -2069,7 +2111,9 @@ def test_gap_what_of_the_tests_state_and_types_does_not_reach_the_program():
     (isinstance works, type(x) is not the test's class); a warning the test's filters turn into
     an error is raised when the call returns, after the rest of the call has run; of a frozen
     clock's class only its public methods are the test's in the program's process, its dunders
-    are its base's (its own __str__ is not asked there: that process runs no test code)."""
+    are its base's (its own __str__ is not asked there: that process runs no test code); a
+    patched container that holds an argument container (rather than being one) is a copy of its
+    own there, so the program's change through it does not reach the argument."""
     program = """\
         import datetime, os, warnings
         DONE = []
@@ -2083,6 +2127,10 @@ def test_gap_what_of_the_tests_state_and_types_does_not_reach_the_program():
             return len(DONE)
         def text():
             return str(datetime.datetime(2020, 1, 2))
+        def grow(items):
+            import string
+            string.BOX[0].append(1)
+            return len(items)
         """
     tests = ["from unittest import mock\n"
              "with mock.patch.dict('os.environ', {'NANOMARL_FLAG': '1'}):\n"
@@ -2094,12 +2142,15 @@ def test_gap_what_of_the_tests_state_and_types_does_not_reach_the_program():
              "assert warn_then_work() == 1",
              "import datetime\nfrom unittest import mock\nclass Shown(datetime.datetime):\n"
              "    def __str__(self):\n        return 'shown'\n"
-             "with mock.patch('datetime.datetime', Shown):\n    assert text() == 'shown'"]
+             "with mock.patch('datetime.datetime', Shown):\n    assert text() == 'shown'",
+             "import string\nfrom unittest import mock\nitems = [0]\n"
+             "with mock.patch.object(string, 'BOX', [items], create=True):\n"
+             "    assert grow(items) == 2 and items == [0, 1]"]
     # (the third's warning: a pytest one here)
-    assert [plain(program, [test]) for test in tests[:2] + tests[3:]] == [[True]] * 3
+    assert [plain(program, [test]) for test in tests[:2] + tests[3:]] == [[True]] * 4
     result = run(program, tests)
-    assert result["passed"] == [False] * 4, result["errors"]
-    assert result["errors"] == ["AssertionError: "] * 4, result["errors"]
+    assert result["passed"] == [False] * 5, result["errors"]
+    assert result["errors"] == ["AssertionError: "] * 5, result["errors"]
 
 
 def test_a_tests_module_passed_to_the_program_is_the_programs_module_of_that_name():
