@@ -164,9 +164,15 @@ crosses as its base's copy, which the program's process does not number: that ca
 are copies then, but for kept ones), and never those to an instance of a class the context
 declares (the callback's is rebuilt from its state: a copy); a container the program keeps or
 reads from a test object is the test's object up to 64 of them holding 4,096 items (each request
-compares them on both sides and sends a changed one whole, so a loop of thousands of appends through
-a test object's attribute costs seconds; beyond the bounds one is the program's copy, its later
-changes not written back; a test object's is kept outermost first), and a container put into a kept
+compares them with their snapshots on both sides, so a loop of appends through a test object's
+attribute costs a comparison of the list at each round trip, though it sends only the new items of
+a list or deque that only grew at its end, and a test object's container of plain values rests
+while the program does not hold it; any other change sends the container whole (a dict's, an
+inner list's, an insert at 0), a test object's list of lists is lent anew at each read, and an
+argument container the program does not keep crosses whole to each call and back, so thousands of
+calls that each add to one list cost seconds; the bounds apply when the program answers, a kept
+container may outgrow them within a call: beyond them one is the program's copy, its later changes
+not written back; a test object's is kept outermost first), and a container put into a kept
 one afterwards (by the test or the program), or inside one beyond the bounds, crosses inside it as a
 copy (the kept one is compared deep and sent whole: its value follows, the other side's own name
 for the inner one does not); a cyclic or very deep argument cannot be sent (the test fails), nor
@@ -225,8 +231,8 @@ def frame(data: bytes) -> bytes:
 
 # the code run inside the sandbox, compiled once here (a child would compile it on every run):
 # each module after the ones it imports; the last one's main() runs the sandbox
-MODULES = ("sandbox_layers", "sandbox_patches", "sandbox_values", "sandbox_copies", "sandbox_link",
-           "sandbox_verdicts", "sandbox_child")
+MODULES = ("sandbox_layers", "sandbox_patches", "sandbox_values", "sandbox_copies",
+           "sandbox_lending", "sandbox_link", "sandbox_verdicts", "sandbox_child")
 CHILD_CODE = b"".join(frame(marshal.dumps(compile(path.read_text(), str(path), "exec",
                                                   dont_inherit=True, optimize=0)))
                       for path in (Path(__file__).with_name(name + ".py") for name in MODULES))

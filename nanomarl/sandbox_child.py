@@ -7,13 +7,14 @@ context's modules and forks the program's process (by way of a middle process: f
 program_side: runs the program, answers requests), then the test process reads the tests, runs
 the context and the tests (sandbox_verdicts.py:test_side: decides every verdict, never runs the
 program's code, writes the report). The link between them is sandbox_link.py, the values that
-cross it sandbox_values.py, the copies sandbox_copies.py, a test's patches sandbox_patches.py.
-These modules import only modules that are built in or cheap to load (no json, signal or site:
-their imports would cost each run more than the fork)."""
+cross it sandbox_values.py, the copies sandbox_copies.py and sandbox_lending.py, a test's patches
+sandbox_patches.py. These modules import only modules that are built in or cheap to load (no
+json, signal or site: their imports would cost each run more than the fork)."""
 import _sitebuiltins, builtins, io, marshal, os, select, sys
 
-from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, changed, containers, contents, kept_entry,
-                            rebuilt_copy, referenced, share, snapshot, unchanged, unreached)
+from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, awake, changed, containers, contents,
+                            kept_entry, news, rebuilt_copy, referenced, share, snapshot, unchanged,
+                            unheld)
 from sandbox_layers import (confine, die_with_parent, drop_privileges, fork_program,
                             guard_threads, isolate)  # sandbox.py's BOOT
 from sandbox_link import (EXIT, LINK, OPS, BINARY, WRITE, TestObject, TestTimeout, abort, answer,
@@ -70,17 +71,17 @@ def program_side(job, requests, answers):
     taken_on = {}  # the patches' values the requests took on last (sandbox_patches.py:took_on)
     outputs, declared, sending, patches = (sys.stdout, sys.stderr), set(job["classes"]), [], []
     # the containers the program keeps (sandbox_copies.py): {handle: entry}, {id: handle},
-    # {id: its mark}; the argument containers of the calls being served (numbering); the news of
-    # the kept ones for the next answer
-    kept, kept_ids, kept_tags, calls, synced, next_kept = {}, {}, {}, [], [], [0]
+    # {id: its mark}; those at rest (sandbox_copies.py:unheld); the argument containers of the
+    # calls being served (numbering); the news of the kept ones for the next answer
+    kept, kept_ids, kept_tags, dormant, calls, synced, next_kept = {}, {}, {}, {}, [], [], [0]
 
     def resolve(tag, item):
         if tag == "r" and type(item) is int and item in refs:
             return refs[item]
         if tag == "a" and type(item) is int and LINK["args"] and 0 <= item < len(LINK["args"][-1]):
             return LINK["args"][-1][item]  # (the k-th container of its call to a test's callback)
-        if tag == "k" and type(item) is int and item in kept:
-            return kept[item]["object"]
+        if tag == "k" and type(item) is int and (item in kept or item in dormant):
+            return awake(item, kept, kept_ids, kept_tags, dormant)
         if tag == "X" and type(item) is list and len(item) == 3 and type(item[0]) is int and (
                 item[1] is None or item[1] in declared) and type(item[2]) is bool:
             if item[0] not in tests:  # (of a class the context declares, or with its own ==)
@@ -222,10 +223,10 @@ def program_side(job, requests, answers):
 
     def kept_news(extra):
         """The news of the kept containers for this request's answer: "w" the changes of a call's
-        argument containers if the call raised (a call that returned sent them), "k" [handle,
-        contents] of the kept ones that changed (but this call's arguments), "n" [k, handle] for
-        this call's k-th argument container if the program holds it now, "d" the handles of those it
-        no longer reaches (or beyond KEPT_ITEMS, the newest first); JSON texts of pairs."""
+        argument containers if it raised (one that returned sent them), "k" the news of the kept
+        ones that changed (but its arguments), "n" [k, handle] for its k-th argument container if
+        the program holds it now, "d" the handles of those it no longer reaches (none rests past an
+        answer: unheld) or beyond KEPT_ITEMS (the newest first); JSON texts of pairs."""
         numbered, before = (), None
         if calls and calls[-1][0] is extra:
             _, numbered, before = calls.pop()
@@ -243,8 +244,8 @@ def program_side(job, requests, answers):
                     pairs.append('["w",[%s]]' % ",".join(texts))
                 before.clear()  # (a traceback's frame may hold it too)
             sent = {id(c) for c in numbered}
-            texts = ["[%d,%s]" % (handle, dump(contents(kept[handle]["object"]), refer, aliases))
-                     for handle in found if id(kept[handle]["object"]) not in sent]
+            texts = [dump(news(handle, kept[handle]["object"], start), refer, aliases)
+                     for handle, start in found if id(kept[handle]["object"]) not in sent]
             if texts:
                 pairs.append('["k",[%s]]' % ",".join(texts))
         total = sum(entry["weight"] for entry in kept.values())
@@ -256,8 +257,7 @@ def program_side(job, requests, answers):
         new = register(numbered, candidates, total)
         if numbered:
             numbered.clear()  # (its objects: now referenced by the program only, or by kept)
-        for handle in unreached(kept, kept_ids):
-            forget(handle)
+        for handle in unheld(kept, kept_ids, kept_tags, dormant, False).get("d", ()):
             if handle in new:
                 del new[handle]
             else:
@@ -395,7 +395,7 @@ def program_side(job, requests, answers):
                 after=after, next=next_message, answered=program_answered, retake=retake,
                 gone="", handles=0, made=0, limit=job["answer_bytes"], decode=Decoder(resolve),
                 answer=answer_with, kept=kept, kept_ids=kept_ids, kept_tags=kept_tags,
-                drop=lambda: [forget(handle) for handle in unreached(kept, kept_ids)])
+                dormant=dormant, drop=lambda: unheld(kept, kept_ids, kept_tags, dormant))
     code = compiled(job["program"], "<program>")
     status, payload = attempt(lambda: run(code, scope), job["timeout"])
     answer(0, status, None if status == "v" else payload, after({}))

@@ -20,33 +20,25 @@ as a copy (sandbox_values.py:copied, test side) and rebuilt in the program's pro
     re.Match (one its pattern does not find again cannot be sent; the test fails saying so).
 A Pattern or Match on a string that is no value (a memoryview) cannot be sent either.
 
-A numbered object the program still holds after the request that brought it (in a global, an object,
-a generator) is kept: both sides remember it under one handle with a snapshot (kept_entry, the
-containers nested in it included); whichever side ran last sends the new contents of those it
-changed when it hands over, in each request and each answer (changed; sandbox_link.py:told and
-taken), and either side sends a kept object inside a value as its mark ({"k": handle}), which the
-other reads as its own object (the test gets its own list back). The program's process forgets what
-it no longer reaches, by the references counted (unreached), as it hands over. At most KEPT_OBJECTS
-objects and KEPT_ITEMS items are kept (beyond, a copy is the program's own or, inside a kept one,
-part of its value): each request compares each kept object with its snapshot on both sides, a
-cost that grows with what is kept (bench.py --parts sandbox), nothing when none is kept.
-
-A test object's container the test process hands the program's process (an attribute the program
-reads, an item, a callback's result, a draw: LENT) is lent: kept from then on as a numbered object
-is, under a handle of the test process's (below 0), and sent as {"N": [handle, its value]}, which
-the program's process keeps as that handle's object (borrowed): so the program's changes reach the
-test's own object, and a second read is the same object there; one of the call's arguments is sent
-as {"A": k}, the program's copy of it (lend, settle, lending; the same bounds, outermost first).
-
-The program's arguments to a test's callback are numbered alike too (sandbox_link.py:ask, handed):
-the answer marks each {"a": k}, the program's own object there (`cb(a) is a`), and sends the new
-contents of those the callback changed, also when it raised (handed_back), which the program's
-process puts into its own objects (sandbox_link.py:taken)."""
+A numbered object the program still holds after the request that brought it (in a global, an
+object, a generator) is kept: both sides remember it under one handle with a snapshot (kept_entry,
+the containers nested in it included); whichever side ran last sends the news of those it changed
+when it hands over, in each request and each answer (changed, news; sandbox_link.py:told and
+taken): its new contents or, for a list or deque that only grew at its end, its new items alone,
+which the other side adds at the end of its own (extend); either side sends a kept object inside a
+value as its mark ({"k": handle}), which the other reads as its own object (the test gets its own
+list back). The program's process forgets what it no longer reaches, by the references counted
+(unreached), as it hands over, but for a test object's container (sandbox_lending.py) that holds
+leaves only: that one rests (unheld) until the test process names it again (awake) or forgets it,
+or the program's process answers. At most KEPT_OBJECTS objects and KEPT_ITEMS items are kept
+(beyond, a copy is the program's own or, inside a kept one, part of its value): each request
+compares each kept object with its snapshot on both sides, a cost that grows with what is kept
+(bench.py --parts sandbox), nothing when none is kept (nor for one at rest)."""
 from _operator import is_
 from sys import getrefcount
 
 from sandbox_patches import unpatched  # sandbox.py's BOOT
-from sandbox_values import BUFFERS, COLLECTIONS, FINDS, PATTERN_METHODS, buffer_state, dump
+from sandbox_values import BUFFERS, COLLECTIONS, FINDS, PATTERN_METHODS, buffer_state
 
 
 def copy_type(kind):
@@ -195,32 +187,80 @@ def nested(state, ids, out, seen):
     return out
 
 
-def kept_entry(value, ids):
+def kept_entry(value, ids, before=None):
     """{"object": a kept object, "snapshot": its snapshot, "nested": its nested containers and
     their snapshots (ids: those of the kept ones), "weight": what comparing them all costs,
     "inner_ids": the ids of the objects in its snapshot that may be kept too}; made anew each time
-    its snapshot is renewed (the two sides agree on it again)."""
+    its snapshot is renewed (the two sides agree on it again). before: its entry when it has only
+    grown at its end since (a list or deque: changed, extend): only its new items are walked."""
     state = snapshot(value)
     items = state if type(state) is list else []  # (a list's items, a dict's keys and values)
-    inner = nested(items, ids, [], set())
+    old = before or {"snapshot": (), "nested": [], "inner_ids": ()}
+    new = items[len(old["snapshot"]):]
+    inner = old["nested"] + nested(new, ids, [], {id(c) for c, _ in old["nested"]})
     return {"object": value, "snapshot": state, "nested": inner,
             "weight": weight(state) + sum(weight(then) for _, then in inner),
-            "inner_ids": tuple([id(item) for item in items if type(item) not in LEAVES])}
+            "inner_ids": old["inner_ids"] + tuple([id(item) for item in new
+                                                   if type(item) not in LEAVES])}
+
+
+def growable(value):
+    """Whether a kept object's news may be its new items alone: a list, or a deque of no maxlen
+    (one with a maxlen drops its first items as it grows)."""
+    kind = type(value)
+    return kind is list or (kind.__module__ == "collections" and kind.__name__ == "deque"
+                            and value.maxlen is None)
 
 
 def changed(kept, ids):
-    """The handles of the kept objects ({handle: entry}; ids {id: handle}) that changed since
-    their snapshots, nested containers included (their entries renewed)."""
+    """[handle, start] for each kept object ({handle: entry}; ids {id: handle}) that changed since
+    its snapshot, nested containers included (its entry renewed): start is its snapshot's length
+    if it only grew at its end (growable, its first items still the snapshot's objects, none
+    nested in them changed: news sends its new items alone), else None (news sends it whole)."""
     found = []
     for handle, entry in kept.items():
-        value = entry["object"]
+        value, then = entry["object"], entry["snapshot"]
         now = value if type(value) is list else snapshot(value)  # (a list: compared in place)
-        if unchanged(entry["snapshot"], now) and all(
-                unchanged(then, snapshot(inner)) for inner, then in entry["nested"]):
+        if unchanged(then, now) and inner_unchanged(entry):
             continue
-        kept[handle] = kept_entry(value, ids)
-        found.append(handle)
+        grew = growable(value) and len(now) > len(then) and all(map(is_, then, now))
+        start = len(then) if grew and inner_unchanged(entry) else None
+        kept[handle] = kept_entry(value, ids, None if start is None else entry)
+        found.append([handle, start])
     return found
+
+
+def inner_unchanged(entry):
+    """Whether the containers nested in a kept object (its entry's) are as their snapshots."""
+    return all(unchanged(then, snapshot(inner)) for inner, then in entry["nested"])
+
+
+def news(handle, value, start):
+    """What the other side is sent of a changed kept object (changed's [handle, start]): [handle,
+    its contents], or [handle, start, its items from start on] (extend puts them at its end)."""
+    if start is None:
+        return [handle, contents(value)]
+    return [handle, start, value[start:] if type(value) is list else list(value)[start:]]
+
+
+def extend(kept, handle, start, tail, ids):
+    """The other side's news [handle, start, tail] (news) put into this side's kept object: tail
+    added at its end if it is growable and holds start items, as its snapshot does (the two sides
+    agreed on those); else (a malformed message) nothing changes."""
+    entry = kept[handle]
+    value = entry["object"]
+    if growable(value) and type(tail) is list and len(value) == start == len(entry["snapshot"]):
+        value.extend(tail)
+        kept[handle] = kept_entry(value, ids, entry)
+
+
+def pairs(found, sizes=(2,)):
+    """The well-formed [int, ..., contents] lists of found (news, "w"; none if it is no list), of
+    one of these sizes."""
+    if type(found) is not list:
+        return []
+    return [item for item in found if type(item) is list and len(item) in sizes
+            and all(type(k) is int for k in item[:-1])]
 
 
 def references(holder, k):
@@ -306,141 +346,40 @@ def refill(target, content):
         target[:] = content
 
 
-LENT = ("attr", "call", "next", "getitem")  # the test process's ops whose results are lent
+def unheld(kept, ids, tags, dormant, rest=True):
+    """The program's process's kept objects it no longer reaches (unreached), forgotten -> {"d":
+    their handles, "z": those of them at rest}, an empty list left out: a test object's container
+    (lent) that holds leaves only rests in dormant {handle: entry}, so that its next read costs no
+    copy, until the test process names it again (awake) or forgets it (unrest); rest False (an
+    answer, which ends every rest, in the test process too): none rests, none is left."""
+    found = {"d": [], "z": []}
+    for handle in unreached(kept, ids):
+        entry = kept.pop(handle)
+        del ids[id(entry["object"])], tags[id(entry["object"])]
+        resting = rest and handle < 0 and not entry["inner_ids"]
+        if resting:
+            dormant[handle] = entry
+        found["z" if resting else "d"].append(handle)
+    if not rest:
+        dormant.clear()
+    return {key: handles for key, handles in found.items() if handles}
 
 
-def lending(link, refer):
-    """The test process's link (sandbox_link.py:LINK) made to lend what its ops of LENT give and to
-    hand back the program's arguments to a test's callback (handed): its "ops" and "answer"
-    wrapped (the answer marks those arguments and lends, sends, then settles)."""
-    ops, answer = link["ops"], link["answer"]
-    link.update(fresh=[], lent=0, due=False, given=None)
-
-    def lent_ops(op, target, a, b, extra):
-        given = None
-        try:
-            given = handed(a, b, extra) if op == "call" else None
-            value = ops(op, target, a, b, extra)
-        finally:  # (after the requests it served meanwhile: this request's, for its answer)
-            link["given"] = given
-        link["due"] = op in LENT
-        return value
-
-    def lent_answer(seq, status, payload, extra):
-        sent, due, link["due"] = False, link["due"], False
-        given, link["given"] = link["given"], None
-        try:
-            if given:
-                extra = handed_back(given, extra, link)
-            if due and status == "v":
-                try:
-                    lend(payload, link, refer)
-                except BaseException:  # (a cyclic or unsendable value: answer() sends the error)
-                    settle(link, False)
-            sent = answer(seq, status, payload, extra)
-        finally:
-            settle(link, sent)
-        return sent
-
-    link.update(ops=lent_ops, answer=lent_answer)
+def awake(handle, kept, ids, tags, dormant):
+    """The kept object of a handle the other side names (a mark, its news), out of rest (unheld)
+    in the program's process; None if there is none."""
+    if handle in dormant:
+        entry = kept[handle] = dormant.pop(handle)
+        ids[id(entry["object"])], tags[id(entry["object"])] = handle, '{"k":%d}' % handle
+    return kept[handle]["object"] if handle in kept else None
 
 
-def reached(values, stop, call, out, seen):
-    """The numbered objects in values and what they hold, each once, inner and last ones first
-    (reversed: outer, first ones first); none of stop (ids), nor inside one or one of call's."""
-    for value in values:
-        key = id(value)
-        if type(value) in LEAVES or key in stop or key in seen:
-            continue
-        seen.add(key)
-        inner = None if key in call else parts(value)
-        if inner:
-            reached(reversed(inner), stop, call, out, seen)
-        if numbered(type(value)):
-            out.append(value)
-    return out
-
-
-def lend(value, link, refer):
-    """The numbered objects of a value the test process hands the program's process, marked for
-    the answer (link's kept_tags, noted in its "fresh"): one of the call in progress's arguments
-    {"A": k}; one not kept or marked yet (a callback's argument: handed_back), nor inside one or
-    an outer call's argument, kept under a new handle below 0 within KEPT_OBJECTS and KEPT_ITEMS
-    (outermost first: one inside a chosen one costs no items), {"N": [handle, value]}
-    (borrowed), marked inner ones first."""
-    kept, ids, tags, args = link["kept"], link["kept_ids"], link["kept_tags"], link["args"]
-    if type(value) in LEAVES or id(value) in ids or not containers([value], []):
-        return
-    call = {id(c): k for k, c in reversed([*enumerate(args[-1] if args else ())])}  # (first k)
-    stop = {id(c) for level in args[:-1] for c in level}
-    stop.update([id(c) for entry in kept.values() for c, _ in entry["nested"]], tags)
-    total, found, covered = sum(entry["weight"] for entry in kept.values()), {}, set()
-    for c in reversed(order := reached([value], stop, call, [], set())):  # (outermost first)
-        key = id(c)
-        if key in call:
-            tags[key] = '{"A":%d}' % call[key]
-            link["fresh"].append((key, None))
-            continue
-        inside = nested([c], ids, [], set())  # (c and the containers in it, with snapshots)
-        cost = 0 if key in covered else sum(weight(state) for _, state in inside)
-        if len(kept) + len(found) >= KEPT_OBJECTS or total + cost > KEPT_ITEMS:
-            continue
-        total, link["lent"] = total + cost, link["lent"] - 1
-        covered.update([id(inner) for inner, _ in inside])  # (inside it: in its cost)
-        ids[key] = found[key] = link["lent"]
-        link["fresh"].append((key, link["lent"]))
-    for c in order:  # (once all are chosen: an entry's nested stops at the kept ones in it)
-        if (handle := found.get(id(c))) is not None:
-            kept[handle] = kept_entry(c, ids)
-            tags[id(c)] = '{"N":[%d,%s]}' % (handle, dump(c, refer, tags))
-
-
-def settle(link, sent):
-    """The objects lent for one answer (lend): each marked {"k": handle} from now on if the answer
-    went out as a value, else forgotten (the program's process never read it); "A" marks
-    dropped."""
-    kept, ids, tags, fresh = link["kept"], link["kept_ids"], link["kept_tags"], link["fresh"]
-    while fresh:
-        key, handle = fresh.pop()
-        if handle is not None and sent:
-            tags[key] = '{"k":%d}' % handle
-            continue
-        tags.pop(key, None)  # (none, and no entry, if lend failed before it)
-        if handle is not None:
-            kept.pop(handle, None)
-            del ids[key]
-
-
-def handed(a, b, extra):
-    """The program's arguments to a test's callback (a call the test process serves: the request's
-    a and b), their "#" containers numbered as its process numbered them (one passed twice is one
-    object: share, its "m"; a and b changed in place) -> [those containers, their snapshots]; None
-    if a or b is malformed, or if its process numbered fewer (a subclass of list, tuple, dict or
-    set crosses as its base's copy, which it does not number)."""
-    if type(a) is not list or type(b) is not dict:
-        return None
-    values = a + list(b.values())
-    if len(numbered := containers(values, [])) != extra.get("#"):
-        return None
-    if type(extra.get("m")) is list:
-        values, numbered = share(values, extra["m"])
-        b.update(zip(list(b), values[len(a):]))
-        a[:] = values[:len(a)]
-    return [numbered, [snapshot(c) for c in numbered]]
-
-
-def handed_back(given, extra, link):
-    """The answer to a test's callback the program called (given: handed's), also when it raised:
-    its argument containers marked {"a": k}, the program's own objects (a kept one is marked so
-    already; settle drops the marks), extra with "w" [k, contents] of those the callback changed."""
-    numbered, before = given
-    for k, c in enumerate(numbered):
-        if id(c) not in link["kept_tags"]:
-            link["kept_tags"][id(c)] = '{"a":%d}' % k
-            link["fresh"].append((id(c), None))
-    writes = [[k, contents(c)] for k, c in enumerate(numbered)
-              if not unchanged(before[k], snapshot(c))]
-    return dict(extra, w=writes) if writes else extra
+def unrest(handles, dormant):
+    """Those at rest in the program's process (unheld) that the test process forgot ("D": a list
+    of handles; anything else is ignored), forgotten."""
+    for handle in handles if type(handles) is list else ():
+        if type(handle) is int:
+            dormant.pop(handle, None)
 
 
 def borrowed(tag, item, kept, ids, tags, calls):

@@ -13,7 +13,8 @@ threads may call the program, a program's a test's callback). LINK holds the sta
 process is (sandbox_verdicts.py:test_side and sandbox_child.py:program_side fill it)."""
 import _signal, _thread, _weakref, builtins, os
 
-from sandbox_copies import changed, containers, contents, kept_entry, refill, shared
+from sandbox_copies import (awake, changed, containers, extend, kept_entry, news, pairs, refill,
+                            shared, unrest)
 from sandbox_patches import IMPORT
 from sandbox_values import (VALUE_TYPES, Abort, ProgramError, describe, dump, error_payload,
                             raised, with_pairs)  # sandbox.py's BOOT
@@ -108,8 +109,8 @@ def read_exactly(fd, size):
 
 # (mirrored, sent: the test process's hooks, sandbox_verdicts.py; none in the program's process)
 LINK = dict(seq=0, gone="has not started", buffer=bytearray(), failed="", args=[], released=[],
-            kept={}, kept_ids={}, kept_tags={}, mirrored=lambda numbered: {},
-            sent=lambda extra: None)
+            kept={}, kept_ids={}, kept_tags={}, dormant={}, mirrored=lambda numbered: {},
+            sent=lambda extra: None, drop=dict)
 # what one process may ask of the other's object: the test of a program object (Remote) its
 # text, type and classes; the program of a test object (test_ops) its length, truth, items,
 # iteration, text, classes (comparisons and hash: test_ops)
@@ -186,38 +187,36 @@ def serve(message):
 
 
 def told(extra):
-    """extra with "k": [handle, contents] of the kept containers (sandbox_copies.py) this side
-    changed since the two sides last agreed on them; each side tells its changes when it hands
-    over (a request, an answer), as one process would see them; the program's process, "d" the
-    handles of those it no longer reaches (LINK["drop"]: forgotten, a test's read again is lent
-    anew)."""
+    """extra with "k": the news (sandbox_copies.py:news) of the kept containers this side changed
+    since the two sides last agreed on them; each side tells its changes when it hands over (a
+    request, an answer), as one process would see them; and LINK["drop"]'s: in the program's
+    process "d" and "z" those it no longer reaches (sandbox_copies.py:unheld), in the test
+    process "D" those it forgot at rest (sandbox_lending.py)."""
     kept = LINK["kept"]
     if kept and (found := changed(kept, LINK["kept_ids"])):
-        extra = dict(extra, k=[[handle, contents(kept[handle]["object"])] for handle in found])
-    if kept and LINK["side"] == "program" and (dropped := LINK["drop"]()):
-        extra = dict(extra, d=dropped)
+        extra = dict(extra, k=[news(handle, kept[handle]["object"], start)
+                               for handle, start in found])
+    if dropped := LINK["drop"]():
+        extra = dict(extra, **dropped)
     return extra
 
 
 def taken(extra, numbered=()):
-    """The other side's changes put into this side's containers (refilled): told's "k" [handle,
-    contents] of the kept ones and, in an answer, "w" [k, contents] of its call's argument
-    containers (numbered: LINK["args"][-1], as ask numbered them); a malformed pair is ignored."""
-    kept = LINK["kept"]
-    for handle, content in pairs(extra.get("k")):
-        if handle in kept:
-            refilled(kept[handle]["object"], content)
+    """The other side's changes put into this side's containers: told's "k" news of the kept ones
+    (refilled, or new items added: sandbox_copies.py:extend; one at rest woken: awake), its "D"
+    and, in an answer, "w" [k, contents] of its call's argument containers (numbered:
+    LINK["args"][-1], as ask numbered them); a malformed one is ignored."""
+    kept, ids, tags, dormant = LINK["kept"], LINK["kept_ids"], LINK["kept_tags"], LINK["dormant"]
+    for item in pairs(extra.get("k"), (2, 3)):
+        target = awake(item[0], kept, ids, tags, dormant)
+        if target is not None and len(item) == 2:
+            refilled(target, item[1])
+        elif target is not None:
+            extend(kept, *item, ids)
+    unrest(extra.get("D"), dormant)  # (in the program's process: those the test's forgot)
     for k, content in pairs(extra.get("w")):
         if 0 <= k < len(numbered):
             refilled(numbered[k], content)
-
-
-def pairs(found):
-    """The well-formed [int, contents] pairs of found (none if it is no list)."""
-    if type(found) is not list:
-        return []
-    return [pair for pair in found if type(pair) is list and len(pair) == 2
-            and type(pair[0]) is int]
 
 
 def refilled(target, content):
@@ -290,7 +289,7 @@ def ask(op, target, a=None, b=None, args=None):
         except BaseException as e:  # a cyclic argument (a test's fails the test)
             raise (unsendable(e) if LINK["side"] == "test" else e) from None
         extra = LINK["mirrored"](numbered)
-        extra["#"] = len(numbered)  # (how many it numbered: sandbox_copies.py:handed checks)
+        extra["#"] = len(numbered)  # (how many it numbered: sandbox_lending.py:handed checks)
         if len(numbered) > 1 and (same := shared(numbered)):
             extra["m"] = same
         LINK["args"].append(numbered)

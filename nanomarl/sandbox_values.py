@@ -22,18 +22,20 @@ or iterator (a stream), {"x": n} a test object, {"X": [n, class name, own == or 
 class matters there, {"M": [module, name]} a module or a function of one (both test_refer's),
 {"Z": [...]} a test's frozen clock (frozen_class), {"k": handle} a kept container, {"a": k} the
 k-th argument container of the call answered, {"A": k} and {"N": [handle, value]} a test
-object's container lent (sandbox_copies.py), "P" "B" "U" "p" "H" a copy (copied), "o" "S" "W" an
+object's container lent (sandbox_lending.py), "P" "B" "U" "p" "H" a copy (copied), "o" "S" "W" an
 instance of a class the context declares (sandbox_verdicts.py:rebuilt), {"e": payload} an
 exception the program returned. The keys of a message's extra: with a request of the test
 process, what the program's process takes on (sandbox_verdicts.py:mirrored): "s" the time left,
 "f" the handles released, "l" the recursion limit, "o" and "e" output redirected, "b" builtins,
 "p" module attributes (one that is the k-th argument container: [module, attribute, null, k]),
 "i" sys.stdin, "c" warnings caught; in the program's answer, "o" and "e" the output, "i"
-sys.stdin's contents, "c" the warnings; either way "k" the kept containers' news, "d" (the
-program's) the handles forgotten, "n" (its answer) the argument containers kept from now on, "w"
-(an answer) the argument containers changed, "#" (a request) how many containers its arguments
-hold and "m" those passed twice (sandbox_link.py:told, taken, ask); in an answer to a test's
-callback, "b" and "p" the patches in force (sandbox_verdicts.py:served)."""
+sys.stdin's contents, "c" the warnings; either way "k" the kept containers' news ([handle,
+contents], or [handle, start, new items]: sandbox_copies.py:news), "d" and "z" (the program's) the
+handles forgotten and at rest, "D" (the test's) those at rest it forgot, "n" (its answer) the
+argument containers kept from now on, "w" (an answer) the argument containers changed, "#" (a
+request) how many containers its arguments hold and "m" those passed twice (sandbox_link.py:told,
+taken, ask); in an answer to a test's callback, "b" and "p" the patches in force
+(sandbox_verdicts.py:served)."""
 import _json, builtins
 
 from sandbox_patches import unpatched  # sandbox.py's BOOT

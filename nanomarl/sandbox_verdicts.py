@@ -13,7 +13,8 @@ import _signal, _thread, builtins, marshal, os, sys, time
 from sandbox_layers import confine, reap, watchdog  # sandbox.py's BOOT
 from sandbox_link import (LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt, compiled,
                           gone, read_exactly, read_line, refilled, remote, run, taken, told)
-from sandbox_copies import KEPT_ITEMS, KEPT_OBJECTS, LEAVES, kept_entry, lending
+from sandbox_copies import KEPT_ITEMS, KEPT_OBJECTS, LEAVES, kept_entry
+from sandbox_lending import lending, let_go
 from sandbox_patches import IMPORT, PATCHED, SETS, module, watch_modules
 from sandbox_values import (BUFFERS, DECLARED, Abort, Decoder, Dumped, ProgramError, copied,
                             datetime_base, describe, dump, frozen_class, raised)
@@ -29,7 +30,9 @@ def test_next():
         try:
             message = LINK["decode"](line)
         except Exception:
-            continue
+            message = None
+        if type(message) is not list or message[1:2] != ["q"]:  # (an answer, or maybe one)
+            LINK["resting"].clear()  # (each ends every rest: sandbox_lending.py:let_go)
         if (type(message) is list and len(message) in (5, 7) and type(message[0]) is int
                 and message[1] in ("q", "a") and len(message) == (7 if message[1] == "q" else 5)
                 and type(message[-1]) is dict):
@@ -63,8 +66,8 @@ def kept_up(extra, numbered):
     """The news of the containers the program keeps (sandbox_copies.py), in an answer or a
     request of its process: "k" the new contents of kept ones and, in an answer, "w" those of
     this call's argument containers (numbered; taken), "n" [k, handle] for each of them it keeps
-    from now on, "d" the handles it forgot. The test process keeps at most twice what the
-    program's process does (an honest program's choices fit; the program's process chooses)."""
+    from now on, "d" the handles it forgot, "z" those at rest (let_go). The test process keeps at
+    most twice what the program's process does (an honest program's choices fit; it chooses)."""
     kept, ids, tags = LINK["kept"], LINK["kept_ids"], LINK["kept_tags"]
     taken(extra, numbered)
     if not kept and "n" not in extra:
@@ -79,10 +82,7 @@ def kept_up(extra, numbered):
                 total += entry["weight"]
                 kept[pair[1]], ids[id(entry["object"])] = entry, pair[1]
                 tags[id(entry["object"])] = '{"k":%d}' % pair[1]
-    for handle in extra["d"] if type(extra.get("d")) is list else ():
-        if type(handle) is int and handle in kept:
-            key = id(kept.pop(handle)["object"])
-            del ids[key], tags[key]
+    let_go(extra, LINK)  # ("d" and "z")
 
 
 def shown(caught):
