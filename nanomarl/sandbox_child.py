@@ -226,12 +226,13 @@ def program_side(job, requests, answers):
         argument containers if it raised (one that returned sent them), "k" the news of the kept
         ones that changed (but its arguments), "n" [k, handle] for its k-th argument container if
         the program holds it now, "d" the handles of those it no longer reaches (none rests past an
-        answer: unheld) or beyond KEPT_ITEMS (the newest first); JSON texts of pairs."""
+        answer: unheld) or beyond KEPT_ITEMS (the highest first); JSON texts of pairs."""
         numbered, before = (), None
         if calls and calls[-1][0] is extra:
             _, numbered, before = calls.pop()
         candidates = referenced(numbered)
         if not kept and not candidates and not before:
+            dormant.clear()  # (an answer ends every rest, as unheld does below)
             return []
         pairs, gone, found = [], [], changed(kept, kept_ids)
         if found or before:
@@ -269,10 +270,9 @@ def program_side(job, requests, answers):
         return pairs
 
     def numbering(extra, numbered, before):
-        """A request's argument containers, numbered alike on both sides, noted in calls: [extra,
-        numbered, their snapshots before the call, None once the answer's "w" has their changes];
-        a module attribute the test set to one of them is that container for the rest of the
-        request (sandbox_patches.py:on_arguments)."""
+        """A request's argument containers noted in calls: [extra, numbered, their snapshots
+        before the call, None once the answer's "w" has their changes]; a module attribute the
+        test set to one of them is that container (sandbox_patches.py:on_arguments)."""
         if patches and patches[-1][0] is extra and "p" in patches[-1][1]:
             patches[-1][1]["p"] += on_arguments(extra["p"], numbered)
         calls.append([extra, numbered, before])

@@ -145,7 +145,7 @@ def request(op, target, a=None, b=None, extra=None):
     reported raised here); serves the other process's requests meanwhile. A container the program
     keeps crosses as its mark, and this side's changes to the kept ones go first (told)."""
     with TALKING:
-        return talk(op, target, a, b, told(extra or {}))
+        return talk(op, target, a, b, extra or {})
 
 
 def talk(op, target, a, b, extra):
@@ -156,10 +156,10 @@ def talk(op, target, a, b, extra):
     step = 1 if LINK["side"] == "test" else -1
     try:
         refer, aliases = LINK["refer"], LINK["kept_tags"]
-        line = "[%d,\"q\",%s,%s,%s,%s,%s]\n" % (LINK["seq"] + step, dump(op, None),
-                                               dump(target, None), dump(a, refer, aliases),
-                                               dump(b, refer, aliases),
-                                               dump(extra, refer, aliases))
+        line = "[%d,\"q\",%s,%s,%s,%s," % (LINK["seq"] + step, dump(op, None), dump(target, None),
+                                         dump(a, refer, aliases), dump(b, refer, aliases))
+        extra = told(extra)  # (after a and b: a request that cannot be sent tells nothing)
+        line += dump(extra, refer, aliases) + "]\n"
     except (TestTimeout, Abort):
         raise
     except BaseException as e:  # (a cyclic or too deep argument): the harness's failure

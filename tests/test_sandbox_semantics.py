@@ -601,6 +601,84 @@ def test_malformed_news_of_a_kept_container_changes_nothing():
     assert result["passed"] == [True, True], result["errors"]
 
 
+def test_an_answer_ends_every_rest_in_the_programs_process_too():
+    """A test object's list the program reads and lets go rests on both sides until the program's
+    process answers (sandbox_copies.py:unheld); an answer of a process that keeps nothing else ends
+    it there too, so 30 calls that each read the list and call back twice leave no copy of it in
+    the program's process (plain Python: the test's one list)."""
+    program = """\
+        import gc
+        def total(box):
+            s = sum(box.items)
+            box.ping()
+            box.ping()
+            return s
+        def copies():
+            return sum(1 for o in gc.get_objects() if type(o) is list and len(o) == 400)
+        """
+    box = ("class Box:\n    def ping(self):\n        pass\n"
+           "b = Box()\nb.items = list(range(1000, 1400))\n")
+    tests = [box + "for _ in range(30):\n    assert total(b) == sum(b.items)\n"
+             "assert copies() <= 1"]
+    assert plain(program, tests) == [True]
+    result = run(program, tests, timeout=5.0)
+    assert result["passed"] == [True], result["errors"]
+
+
+def test_a_kept_list_both_processes_append_to_at_once_keeps_every_item():
+    """A program's thread appends to a test object's list while the program waits for a test's
+    callback that appends to it too: each side's new items reach the other (the other side's go
+    after the items both agreed on, its own after them: sandbox_copies.py:extend), and both lists
+    end with all five items, as plain Python's one list does."""
+    program = """\
+        import threading, time
+        def run(box):
+            out = box.out
+            def worker():
+                time.sleep(0.1)
+                out.append("P")
+            t = threading.Thread(target=worker)
+            t.start()
+            box.log("T")
+            t.join()
+            out.append("Q")
+            box.log("U")
+            out.append("R")
+            return sorted(out)
+        """
+    box = ("import time\nclass Box:\n    def log(self, m):\n        self.out.append(m)\n"
+           "        time.sleep(0.4)\nb = Box()\nb.out = []\n")
+    tests = [box + "assert run(b) == ['P', 'Q', 'R', 'T', 'U']\n"
+             "assert sorted(b.out) == ['P', 'Q', 'R', 'T', 'U']"]
+    assert plain(program, tests) == [True]
+    result = run(program, tests, timeout=5.0)
+    assert result["passed"] == [True], result["errors"]
+
+
+def test_a_request_that_cannot_be_sent_tells_nothing():
+    """A program's request that cannot be sent (a cyclic value set on a test object) fails in the
+    program, and the news of the kept containers it would have carried stays to go with the next
+    one: the later tests, which read a test object's list again, pass (they timed out when that
+    news was lost)."""
+    program = """\
+        KEEP = []
+        def f(box):
+            KEEP.append(box.other)
+            n = len(box.items)
+            a = []
+            a.append(a)
+            box.data = a
+            return n
+        def g(box):
+            return len(box.items)
+        """
+    tests = ["class Box:\n    pass\nb = Box()\nb.items = [1, 2]\nb.other = [0]\nf(b)",
+             "assert g(b) == 2", "assert g(b) == 2"]
+    assert plain(program, tests) == [True, True, True]
+    result = run(program, tests, timeout=2.0)
+    assert result["passed"] == [False, True, True], result["errors"]
+
+
 def test_a_program_object_is_no_number_and_never_none():
     """A program object is not a value: converting it to a number (float, int, abs, round, an
     index) fails the test, never asks the program (whose __float__ could answer anew at each call,
