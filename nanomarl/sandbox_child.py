@@ -6,10 +6,8 @@ reads the program's part of the job, puts up the isolation layers (sandbox_layer
 context's modules and forks the program's process (by way of a middle process: fork_program;
 program_side: runs the program, answers requests), then the test process reads the tests, runs
 the context and the tests (sandbox_verdicts.py:test_side: decides every verdict, never runs the
-program's code, writes the report). The link between them is sandbox_link.py, the values that
-cross it sandbox_values.py, the copies sandbox_copies.py and sandbox_lending.py, a test's patches
-sandbox_patches.py. These modules import only modules that are built in or cheap to load (no
-json, signal or site: their imports would cost each run more than the fork)."""
+program's code, writes the report). The sandbox's modules import only modules that are built in or
+cheap to load (no json, signal or site: their imports would cost each run more than the fork)."""
 import _sitebuiltins, builtins, io, marshal, os, select, sys
 
 from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, awake, changed, containers, contents,
@@ -82,15 +80,13 @@ def program_side(job, requests, answers):
             return LINK["args"][-1][item]  # (the k-th container of its call to a test's callback)
         if tag == "k" and type(item) is int and (item in kept or item in dormant):
             return awake(item, kept, kept_ids, kept_tags, dormant)
+        if tag == "x" and type(item) is int:
+            tag, item = "X", [item, None, False]
         if tag == "X" and type(item) is list and len(item) == 3 and type(item[0]) is int and (
                 item[1] is None or item[1] in declared) and type(item[2]) is bool:
             if item[0] not in tests:  # (of a class the context declares, or with its own ==)
                 tests[item[0]] = TestObject(*item)
             return tests[item[0]]
-        if tag == "x" and type(item) is int:
-            if item not in tests:
-                tests[item] = TestObject(item)
-            return tests[item]
         if tag == "Z" and type(item) is list and len(item) == 5 and type(item[0]) is int and (
                 item[1] in DATETIMES and type(item[2]) is str and type(item[3]) is dict
                 and type(item[4]) is dict):  # a frozen clock (sandbox_values.py:frozen_class)
@@ -112,8 +108,7 @@ def program_side(job, requests, answers):
 
     def refer(value, aliases):
         """A program object that is not a value: its reference (a subclass of a value's type
-        travels as the value plain Python compares, its overridden methods staying here: a (str,
-        Enum) member as its str, never its __str__'s text; an exception as its class and args)."""
+        travels as its base's value, never its methods' text; an exception as its payload)."""
         if type(value) is TestObject:
             return '{"x":%d}' % value.handle
         if id(value) in marks:  # the stand-in of a test's frozen clock: the test's class
@@ -129,9 +124,7 @@ def program_side(job, requests, answers):
         if id(value) not in ids:
             refs[LINK["handles"]], ids[id(value)] = value, LINK["handles"]
             LINK["handles"] += 1
-        if kind in STREAMS:
-            return '{"g":%d}' % ids[id(value)]
-        return '{"r":%d}' % ids[id(value)]
+        return '{"%s":%d}' % ("g" if kind in STREAMS else "r", ids[id(value)])  # (g: a stream)
 
     def next_message():
         while True:
@@ -152,10 +145,9 @@ def program_side(job, requests, answers):
         taken(extra)  # the test's changes to the kept containers
         if type(extra.get("l")) is int:
             sys.setrecursionlimit(max(extra["l"], 100) + 50)
-        if extra.get("o"):
-            sys.stdout = io.StringIO()
-        if extra.get("e"):
-            sys.stderr = io.StringIO()
+        for key, name in (("o", "stdout"), ("e", "stderr")):  # (after gives them back)
+            if extra.get(key):
+                setattr(sys, name, io.StringIO())
         saved = {}  # what the test's state replaces during this request (after puts it back)
         if "i" in extra:  # the sys.stdin the test set
             stdin = extra["i"]
@@ -250,11 +242,11 @@ def program_side(job, requests, answers):
             if texts:
                 pairs.append('["k",[%s]]' % ",".join(texts))
         total = sum(entry["weight"] for entry in kept.values())
-        for handle in sorted(kept, reverse=True) if total > KEPT_ITEMS else ():
-            if total <= KEPT_ITEMS:
-                break
-            total -= kept[handle]["weight"]
-            gone.append(forget(handle))
+        while total > KEPT_ITEMS:  # (the highest handle first)
+            gone.append(max(kept))
+            entry = kept.pop(gone[-1])
+            total -= entry["weight"]
+            del kept_ids[id(entry["object"])], kept_tags[id(entry["object"])]
         new = register(numbered, candidates, total)
         if numbered:
             numbered.clear()  # (its objects: now referenced by the program only, or by kept)
@@ -297,11 +289,6 @@ def program_side(job, requests, answers):
                 new[handle] = k
         return new
 
-    def forget(handle):
-        key = id(kept.pop(handle)["object"])
-        del kept_ids[key], kept_tags[key]
-        return handle
-
     def rebuilt(value, aliases):
         """An instance of a class the context declares, by its state, rebuilt in the test process
         (sandbox_verdicts.py:rebuilt): {"o": [k, class name]} for each, and around the first one
@@ -320,10 +307,8 @@ def program_side(job, requests, answers):
             text = '{"o":[%d,%s]}' % (numbers[id(value)], dump(type(value).__name__, None))
             if not root:
                 return text
-            states, done = [], 0
-            while done < len(found):
-                k, item = found[done]
-                done += 1
+            states = []
+            for k, item in found:  # (found grows as their states are dumped: what they reach)
                 states.append('{"S":[{"o":[%d,%s]},%s]}' % (k, dump(type(item).__name__, None),
                                                            dump(state(item), refer, aliases)))
             return '{"W":[[%s],%s]}' % (",".join(reversed(states)), text)
@@ -407,9 +392,8 @@ def program_side(job, requests, answers):
 
 
 def program_answered(message):
-    """The test process's answer to a request of the program's (a callback's value): the test's
-    changes to the kept containers meanwhile and a callback's to its argument containers (taken),
-    the patches in force where the callback changed them (retake)."""
+    """The test process's answer to a program's request (a callback's value): its news of the
+    containers taken, the patches in force where the callback changed them (retake)."""
     _, _, status, payload, extra = message
     taken(extra, LINK["args"][-1] if LINK["args"] else ())
     LINK["retake"](extra)  # (a patch the callback started, stopped or set)

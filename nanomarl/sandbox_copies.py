@@ -246,17 +246,18 @@ def news(handle, value, start):
 def extend(kept, handle, start, tail, ids):
     """The other side's news [handle, start, tail] (news) put into this side's kept object, whose
     snapshot holds the start items the two sides agreed on: tail goes after them, before what this
-    side added since (a thread's: sent at its next hand-over, as growth); if this side changed
-    those items, it takes the other side's contents (its snapshot and tail), as whole news does.
-    A malformed message (a tail that is no list, another start) changes nothing."""
+    side added since (a thread's, a finalizer's: sent at its next hand-over, as growth); if this
+    side changed those items, it takes the other side's contents (its snapshot and tail), as whole
+    news does. A malformed message (a tail that is no list, another start) changes nothing."""
     entry = kept[handle]
     value, then = entry["object"], entry["snapshot"]
     if not growable(value) or type(tail) is not list or start != len(then):
         return
-    items = list(value)
-    own = items[start:] if len(items) >= start and all(map(is_, then, items)) else []
-    value.clear()
-    value.extend(then + tail + own)
+    if len(value) < start or not all(map(is_, then, value)):  # (this side changed those items)
+        value.clear()
+        value.extend(then)
+    own = [value.pop() for _ in range(len(value) - start)]  # (this side's since, last first)
+    value.extend(tail + own[::-1])
     kept[handle] = dict(kept_entry(then + tail, ids, entry), object=value)  # (agreed: then, tail)
 
 

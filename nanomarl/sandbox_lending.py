@@ -104,24 +104,17 @@ def lend(value, link, refer):
     call = {id(c): k for k, c in reversed([*enumerate(args[-1] if args else ())])}  # (first k)
     stop = {id(c) for level in args[:-1] for c in level}
     stop.update([id(c) for entry in kept.values() for c, _ in entry["nested"]], tags)
-    key = id(value)
-    if key in link["resting"] and key not in call and key not in stop:
-        handle, entry = woken(value, link)
-        if entry:
-            kept[handle], ids[key], tags[key] = entry, handle, '{"k":%d}' % handle
-            link["fresh"].append((key, handle))
-            return
-    if not containers([value], []):
-        return
+    top = (None, None) if id(value) in call or id(value) in stop else woken(value, link)
+    order = [value] if top[1] else reached([value], stop, call, [], set())  # (woken: not walked)
     total, found, covered = sum(entry["weight"] for entry in kept.values()), {}, set()
     woke = {}  # (the entries of those woken)
-    for c in reversed(order := reached([value], stop, call, [], set())):  # (outermost first)
+    for c in reversed(order):  # (outermost first)
         key = id(c)
         if key in call:
             tags[key] = '{"A":%d}' % call[key]
             link["fresh"].append((key, None))
             continue
-        handle, entry = woken(c, link)
+        handle, entry = top if c is value else woken(c, link)
         if entry is None:
             inside = nested([c], ids, [], set())  # (c and the containers in it, with snapshots)
             cost = 0 if key in covered else sum(weight(state) for _, state in inside)

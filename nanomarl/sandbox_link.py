@@ -8,9 +8,8 @@ downwards). While one side waits for an answer it serves the other's requests (a
 test calling the program again). What travels, and its tags, is sandbox_values.py's (copies and
 marks: sandbox_copies.py); an object that is no value travels as a reference whose operations the
 other side asks for: in the test process a Remote stands for a program object, in the program's
-process a TestObject for a test object. One thread at a time talks (TALKING: a test's
-threads may call the program, a program's a test's callback). LINK holds the state of the side this
-process is (sandbox_verdicts.py:test_side and sandbox_child.py:program_side fill it)."""
+process a TestObject for a test object. One thread at a time talks (TALKING). LINK holds the state
+of this process's side (filled by sandbox_verdicts.py:test_side, sandbox_child.py:program_side)."""
 import _signal, _thread, _weakref, builtins, os
 
 from sandbox_copies import (awake, changed, containers, extend, kept_entry, news, pairs, refill,
@@ -111,9 +110,8 @@ def read_exactly(fd, size):
 LINK = dict(seq=0, gone="has not started", buffer=bytearray(), failed="", args=[], released=[],
             kept={}, kept_ids={}, kept_tags={}, dormant={}, mirrored=lambda numbered: {},
             sent=lambda extra: None, drop=dict)
-# what one process may ask of the other's object: the test of a program object (Remote) its
-# text, type and classes; the program of a test object (test_ops) its length, truth, items,
-# iteration, text, classes (comparisons and hash: test_ops)
+# what one process may ask of the other's object: of a program object (Remote) its text, type and
+# classes; of a test object (test_ops) its protocol (but comparisons and hash: test_ops's own)
 OPS = dict(len=len, bool=bool, str=str, repr=repr, iter=iter, format=format,
            getitem=lambda a, b: a[b], contains=lambda a, b: b in a,
            isinstance=lambda a, b: isinstance(b, a),
@@ -141,9 +139,8 @@ TALKING = _thread.RLock()
 
 
 def request(op, target, a=None, b=None, extra=None):
-    """Sends a request to the other process and returns its answer (a value, or the exception it
-    reported raised here); serves the other process's requests meanwhile. A container the program
-    keeps crosses as its mark, and this side's changes to the kept ones go first (told)."""
+    """Sends a request and returns the answer (a value, or the exception the other side reported
+    raised here), serving its requests meanwhile; kept containers cross as marks, news first."""
     with TALKING:
         return talk(op, target, a, b, extra or {})
 
@@ -188,10 +185,8 @@ def serve(message):
 
 def told(extra):
     """extra with "k": the news (sandbox_copies.py:news) of the kept containers this side changed
-    since the two sides last agreed on them; each side tells its changes when it hands over (a
-    request, an answer), as one process would see them; and LINK["drop"]'s: in the program's
-    process "d" and "z" those it no longer reaches (sandbox_copies.py:unheld), in the test
-    process "D" those it forgot at rest (sandbox_lending.py)."""
+    since the two sides last agreed on them (as one process would see them) and LINK["drop"]'s:
+    the program's "d" and "z" (sandbox_copies.py:unheld), the test's "D" (sandbox_lending.py)."""
     kept = LINK["kept"]
     if kept and (found := changed(kept, LINK["kept_ids"])):
         extra = dict(extra, k=[news(handle, kept[handle]["object"], start)
@@ -278,8 +273,7 @@ def ask(op, target, a=None, b=None, args=None):
     (sandbox_copies.py), with this side's changes to the kept containers (told) and, from the test
     process, what the program's process takes on for it, once they are numbered (a patched value
     that is one of them: sandbox_verdicts.py:mirrored; not random's state, whose draws would tell
-    the test's). A side's threads ask in turn: each request and its answer is one thread's
-    (TALKING)."""
+    the test's)."""
     with TALKING:
         sent = LINK["kept_ids"] if LINK["side"] == "program" else None  # (kept: sent as marks)
         try:
@@ -300,10 +294,8 @@ def ask(op, target, a=None, b=None, args=None):
 
 
 def refused(self, *other):
-    """A program object is no value: its length, truth, items, hash, iteration (but a stream's),
-    comparisons and arithmetic, with a test value or another program object, would be answered by
-    program code (anew at each question: a length 1 then 2, equal to everything), so the test
-    fails instead; the program is not asked."""
+    """A program object is no value: what its methods would answer anew at each question (a
+    length 1 then 2, equal to everything) fails the test, never asking the program."""
     raise abort(TypeError("a program object compared, measured or combined: it is no value"))
 
 
@@ -326,18 +318,16 @@ def unary(name):
 
 class Remote:
     """A program object, by its handle in the program's process: the test may read and set its
-    attributes, call it, ask its text (str, repr, format) and its type; a stream (a generator or a
-    builtin iterator of the program's: its reference says so) is drawn lazily, each item asked
-    once (one at a time, then up to 256 ahead; iter() of it is itself, it is true, its equality
-    and hash are its identity). Every other
-    question fails the test (refused, not_a_number); `== None` is decided here (it is not None).
-    A result that is a value crosses as a value, an instance of a class the context declares is
-    rebuilt from its state (sandbox_verdicts.py:rebuilt): what a verdict compares is a value."""
+    attributes, call it, ask its text (str, repr, format) and its type; a stream (a generator or
+    builtin iterator: its reference says so) is drawn lazily, each item asked once (one at a time,
+    then up to 256 ahead; iter() of it is itself, it is true, its equality and hash are its
+    identity). Every other question fails the test (refused, not_a_number); `== None` is decided
+    here (it is not None). A result crosses as a value, a declared class's instance rebuilt from
+    its state (sandbox_verdicts.py:rebuilt): what a verdict compares is a value."""
     __slots__ = ("__handle", "__buffer", "__drawn", "__end", "__stream", "__weakref__")
-    __getitem__ = __setitem__ = __reversed__ = refused
+    __getitem__ = __setitem__ = __reversed__ = __neg__ = __pos__ = __invert__ = refused
     __index__ = __int__ = __float__ = __complex__ = __abs__ = __round__ = not_a_number
-    __neg__ = __pos__ = __invert__ = refused
-    __str__, __format__ = unary("str"), unary("format")
+    __str__, __format__, __repr__ = unary("str"), unary("format"), unary("repr")
     __eq__, __ne__ = equals("eq"), equals("ne")
     __lt__ = __le__ = __gt__ = __ge__ = __add__ = __sub__ = __mul__ = __truediv__ = refused
     __floordiv__ = __mod__ = __pow__ = __and__ = __or__ = __xor__ = __lshift__ = refused
@@ -392,13 +382,9 @@ class Remote:
             self.__drawn += len(got[0])
         if self.__buffer:
             return self.__buffer.pop()
-        end = self.__end
-        if (error := raised(end)) is not None:
+        if (error := raised(self.__end)) is not None:
             raise error
         raise StopIteration
-
-    def __repr__(self):
-        return ask("op", self.__handle, "repr", [])
 
     @property
     def __class__(self):  # isinstance(x, types.GeneratorType) asks this of a Remote
@@ -435,8 +421,7 @@ def remote(handle, stream=False):
 
 
 def asked(op):
-    """A TestObject's method that asks the test process for op on its object, with the method's
-    argument if it has one."""
+    """A TestObject's method: op asked of the test process, with the method's argument if any."""
     return lambda self, *argument: request(op, self.handle, *argument)
 
 

@@ -1,10 +1,8 @@
-"""sandbox_verdicts.py: the test process of a sandboxed run, which decides every verdict
-(sandbox.py's docstring has the threat model).
+"""sandbox_verdicts.py: the test process of a sandboxed run, which decides every verdict and never
+runs the program's code (sandbox.py's docstring has the threat model).
 
-Executed inside the sandbox as the module `sandbox_verdicts` (sandbox.py's BOOT). test_side reads
-the tests, runs the context and the tests, and writes the report; it never runs the program's code:
-the program's objects are Remotes (sandbox_link.py), whose operations the program's process
-performs. What the program's process may ask of a test object is test_ops; what may be sent to it,
+Executed inside the sandbox as the module `sandbox_verdicts` (sandbox.py's BOOT), from test_side.
+What the program's process may ask of a test object is test_ops; what may be sent to it,
 test_refer; what of the test process's state it takes on for a request, mirrored (module_patches,
 sent; its warnings are shown here: shown), and for the rest of a request, the patches a callback
 changed (serving, served)."""
@@ -63,15 +61,12 @@ def test_answered(message):
 
 
 def kept_up(extra, numbered):
-    """The news of the containers the program keeps (sandbox_copies.py), in an answer or a
-    request of its process: "k" the new contents of kept ones and, in an answer, "w" those of
-    this call's argument containers (numbered; taken), "n" [k, handle] for each of them it keeps
-    from now on, "d" the handles it forgot, "z" those at rest (let_go). The test process keeps at
-    most twice what the program's process does (an honest program's choices fit; it chooses)."""
+    """The news of the kept containers (sandbox_copies.py) in an answer or a request of the
+    program's process ("k", "w", "n", "d", "z": sandbox_values.py's index), put in place
+    (numbered: the call's argument containers); the test process keeps at most twice what the
+    program's process does (an honest program's choices fit; it chooses)."""
     kept, ids, tags = LINK["kept"], LINK["kept_ids"], LINK["kept_tags"]
     taken(extra, numbered)
-    if not kept and "n" not in extra:
-        return
     total = sum(entry["weight"] for entry in kept.values())
     for pair in extra["n"] if type(extra.get("n")) is list else ():
         if type(pair) is list and len(pair) == 2 and all(type(k) is int for k in pair) and (
@@ -86,9 +81,8 @@ def kept_up(extra, numbered):
 
 
 def shown(caught):
-    """A warning the program's process caught during a call whose test catches, records or
-    filters warnings ([its error payload, line]), shown here as the program's warning at that
-    line: the test's filters decide (recorded, printed, ignored, raised as an error here)."""
+    """A warning the program's process caught ([its error payload, line]), shown here as the
+    program's warning at that line, under the test's filters (sandbox.py's docstring)."""
     if type(caught) is list and len(caught) == 2 and type(caught[1]) is int and isinstance(
             warning := raised(caught[0]), Warning):
         sys.modules["warnings"].warn_explicit(warning, type(warning), "<program>", caught[1],
@@ -97,19 +91,16 @@ def shown(caught):
 
 def mirrored(numbered):
     """What the program's process takes on for a request of the test process (sandbox_link.py:
-    ask; numbered: its argument containers; sandbox.py's docstring has the rules): the time this
-    test has left, the program objects the test no longer holds and, where the test set them, the
-    recursion limit, output redirected, the builtins it replaced and the other module attributes
-    it set (module_patches), sys.stdin, and whether it catches, records or filters warnings."""
+    ask; numbered: its argument containers): its keys are sandbox_values.py's index, the rules
+    sandbox.py's docstring."""
     extra = {"s": _signal.getitimer(_signal.ITIMER_REAL)[0] or LINK["timeout"]}
     if LINK["released"]:
         extra["f"] = list(LINK["released"])
     if sys.getrecursionlimit() != LINK["limit_sent"]:
         extra["l"] = sys.getrecursionlimit()
-    if sys.stdout is not LINK["stdout"]:
-        extra["o"] = 1
-    if sys.stderr is not LINK["stderr"]:
-        extra["e"] = 1
+    for key, stream in (("o", "stdout"), ("e", "stderr")):  # (output redirected)
+        if getattr(sys, stream) is not LINK[stream]:
+            extra[key] = 1
     extra.update((key, found) for key, found in in_force(numbered).items() if found)
     if sys.stdin is not LINK["stdin"]:
         extra["i"] = sys.stdin
@@ -127,8 +118,7 @@ def in_force(numbered=None):
 
 
 def serving(extra):
-    """Before the test process serves a request of the program's process (a callback's call, a
-    test object's attribute, ...): the news of the kept containers taken; the count of module
+    """Before a request of the program's process is served: its news taken; the count of module
     attributes set (sandbox_patches.py:SETS) and the builtins noted, for served."""
     kept_up(extra, ())
     extra["patching"] = [SETS[0], list(vars(builtins).items())]
@@ -234,12 +224,10 @@ def test_resolve(tag, item):
 
 def test_refer(value, aliases):
     """What the program's process gets for a test's object that is no value: a program object's
-    reference back; a copy (a partial, io buffer, Random, Pattern or Match: sandbox_copies.py); a
-    frozen clock's class (sandbox_values.py:frozen_class); a builtin or module function, or a
-    module, by name; a reference to a function, class, instance or iterator the tests made, a
-    bound method of a test's list, dict, set, Random or io stream (buf.write: on the test's own
-    object), an itemgetter, attrgetter or mock (with its class's name where the context declares
-    it, and whether its class has its own == or hash); else the test fails (Abort)."""
+    reference back; a copy (sandbox_copies.py); a frozen clock's class (frozen_class); a builtin
+    or module function, or a module, by name; a reference to a test object (one the tests made, a
+    bound method of a test's container, Random or io stream, an itemgetter, attrgetter, mock or
+    iterator; "X" where its class matters there); else the test fails (Abort)."""
     kind = type(value)
     if kind is Remote:
         return '{"r":%d}' % value._Remote__handle
@@ -295,10 +283,9 @@ def held(value):
 
 
 def rebuilt(tag, item):
-    """An instance of a class the context declares, from the program's state: {"o": [k, class
-    name]} is the answer's k-th such object (made blank where first met), {"S": [that object,
-    state]} sets its attributes, {"W": [states, value]} is the value once every state is set
-    (sandbox_child.py sends them so). Anything else fails the test (Abort)."""
+    """An instance of a class the context declares, from the program's state (sandbox_child.py's
+    rebuilt sends it): "o" the answer's k-th such object, made blank where first met, "S" its
+    attributes set, "W" the value once every state is set; anything else fails the test (Abort)."""
     made, ids = LINK["made"]  # this answer's objects: by k, by id
     if tag == "o" and type(item) is list and len(item) == 2 and type(item[0]) is int and (
             item[1] in LINK["classes"]):
@@ -369,10 +356,8 @@ def readable(value, name):
 
 
 def test_ops(op, target, a, b, extra):
-    """What the program's process may do with a test object: call it, read public attributes
-    (readable), set an instance's data (settable), draw from it (an iterator), and ask its
-    protocol (truth, length, items, iteration, text, comparisons, hash, isinstance with it,
-    `with`), answered by the test's own methods here."""
+    """What the program's process may do with a test object (sandbox_link.py:TestObject's list),
+    done by the test's own methods here; it reads what is readable, sets what is settable."""
     value = LINK["mine"].get(target) if type(target) is int else None
     if value is None:
         raise TypeError("no such test object")
@@ -404,9 +389,8 @@ PRINTABLE = dict.fromkeys([*range(9), *range(11, 32), *range(127, 160)]) | {10: 
 
 
 class Scope(dict):
-    """The tests' globals: a name in `names` (the entry point, aux, a problem's declared names) is
-    the program's, before the builtins (a program object kept as its Remote); any other name the
-    tests and the context do not define is a builtin or a NameError, never the program's."""
+    """The tests' globals: a name in `names` is the program's, before the builtins (kept as its
+    Remote); any other the tests do not define is a builtin or a NameError, never the program's."""
 
     def __missing__(self, name):
         if name not in LINK["names"]:

@@ -626,30 +626,37 @@ def test_an_answer_ends_every_rest_in_the_programs_process_too():
 
 
 def test_a_kept_list_both_processes_append_to_at_once_keeps_every_item():
-    """A program's thread appends to a test object's list while the program waits for a test's
-    callback that appends to it too: each side's new items reach the other (the other side's go
-    after the items both agreed on, its own after them: sandbox_copies.py:extend), and both lists
-    end with all five items, as plain Python's one list does."""
+    """The program appends to a test object's list while it waits for a test's callback that
+    appends to it too, neither side told of the other's item: each side's new items reach the
+    other (the other side's go after the items both agreed on, its own after them:
+    sandbox_copies.py:extend), and both lists end with all five items, as plain Python's one list
+    does. The order is the protocol's: the program's item comes from the finalizer of a program
+    object the callback lets go, which runs when the callback's next request arrives, before its
+    news is taken (sandbox_child.py: program_side's before); `seen` says the program's list was
+    still empty then."""
     program = """\
-        import threading, time
+        class Note:
+            def __init__(self, out, seen):
+                self.out, self.seen = out, seen
+            def __del__(self):
+                self.seen.append(len(self.out))
+                self.out.append("P")
         def run(box):
-            out = box.out
-            def worker():
-                time.sleep(0.1)
-                out.append("P")
-            t = threading.Thread(target=worker)
-            t.start()
-            box.log("T")
-            t.join()
+            out, seen = box.out, []
+            notes = [Note(out, seen)]
+            def take():
+                return notes.pop() if notes else None
+            box.log("T", take)
             out.append("Q")
-            box.log("U")
+            box.log("U", take)
             out.append("R")
-            return sorted(out)
+            return list(out), seen
         """
-    box = ("import time\nclass Box:\n    def log(self, m):\n        self.out.append(m)\n"
-           "        time.sleep(0.4)\nb = Box()\nb.out = []\n")
-    tests = [box + "assert run(b) == ['P', 'Q', 'R', 'T', 'U']\n"
-             "assert sorted(b.out) == ['P', 'Q', 'R', 'T', 'U']"]
+    box = ("class Box:\n    def log(self, m, take):\n        take()\n"
+           "        self.out.append(m)\n        take()\nb = Box()\nb.out = []\n")
+    tests = [box + "items, seen = run(b)\n"
+             "assert sorted(items) == ['P', 'Q', 'R', 'T', 'U'] and seen == [0]\n"
+             "assert b.out == items"]
     assert plain(program, tests) == [True]
     result = run(program, tests, timeout=5.0)
     assert result["passed"] == [True], result["errors"]
