@@ -49,6 +49,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 from tqdm import tqdm
@@ -71,6 +72,7 @@ class Args:
     # ---- sizes
     agents: str = "2,3"  # numbers of agents A to benchmark the rollout with
     questions: int = 4  # questions B per debate turn (batch = A x B rows)
+    samples: int = 4  # samples K of each question in the training-shaped turn (A x B x K rows)
     max_new_tokens: int = 32  # generated tokens per row (min_new_tokens is set equal)
     turns: int = 3  # turns T for the memory layout A x T adapters
     lora_r: int = 8  # LoRA rank of every adapter
@@ -189,6 +191,14 @@ def bench_rollout(args, model, tokenizer, num_agents, device):
                             past_key_values=cache, use_cache=True)
                 cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
 
+    def sampled_rows(shared: bool):  # the training rollout's turn 1: K samples of every row
+        sampled = [row for row in rows for _ in range(args.samples)]
+        every_row = lambda model, ids, mask, names, route: route(names)  # each row prefilled
+        with mock.patch.object(common, "shared_prefill", common.shared_prefill if shared
+                               else every_row):
+            common.generate(model, tokenizer, [p for _, p in sampled], [a for a, _ in sampled],
+                            fast=True, **gen)
+
     tokens = len(rows) * args.max_new_tokens
     mixed = [a for a, _ in rows]
     t_mixed = timed(lambda: all_rows(mixed), args.repeats, device)  # fast.py:stacked_lora_routing
@@ -199,6 +209,9 @@ def bench_rollout(args, model, tokenizer, num_agents, device):
     # every row (LoRA compute but no per-row routing)
     t_base = timed(lambda: all_rows(["__base__"] * len(rows)), args.repeats, device)
     t_one = timed(lambda: all_rows([names[0]] * len(rows)), args.repeats, device)
+    # each distinct prompt prefilled once (fast.py:shared_prefill) vs every row's own prefill
+    t_shared = timed(lambda: sampled_rows(True), args.repeats, device)
+    t_every = timed(lambda: sampled_rows(False), args.repeats, device)
     return dict(agents=num_agents, rows=len(rows), tokens=tokens,
                 mixed_tok_s=tokens / t_mixed["median"],
                 per_agent_tok_s=tokens / t_per_agent["median"],
@@ -209,8 +222,12 @@ def bench_rollout(args, model, tokenizer, num_agents, device):
                 fraction_of_ceiling=t_ceiling["median"] / t_mixed["median"],
                 base_generate_tok_s=tokens / t_base["median"],
                 one_adapter_generate_tok_s=tokens / t_one["median"],
+                sampled_rows=len(rows) * args.samples,
+                sampled_tok_s=tokens * args.samples / t_shared["median"],
+                shared_prefill_speedup=t_every["median"] / t_shared["median"],
                 seconds=dict(mixed=t_mixed, mixed_peft_routing=t_mixed_peft, per_agent=t_per_agent,
-                             ceiling=t_ceiling, base_generate=t_base, one_adapter_generate=t_one))
+                             ceiling=t_ceiling, base_generate=t_base, one_adapter_generate=t_one,
+                             sampled_shared_prefill=t_shared, sampled_every_prefill=t_every))
 
 
 def bench_training_pass(args, model, tokenizer, num_agents, device):
@@ -281,7 +298,9 @@ def bench_speed(args, name, device) -> dict:
               f"{r['ceiling_tok_s']:.0f} tok/s ({100 * r['fraction_of_ceiling']:.0f}%); "
               f"base-model generate {r['base_generate_tok_s']:.0f}, one adapter "
               f"{r['one_adapter_generate_tok_s']:.0f} tok/s; mixed with peft's routing "
-              f"{r['mixed_peft_routing_tok_s']:.0f} tok/s (stacked x{r['routing_speedup']:.2f}) | "
+              f"{r['mixed_peft_routing_tok_s']:.0f} tok/s (stacked x{r['routing_speedup']:.2f}); "
+              f"K={args.samples} samples of each, {r['sampled_tok_s']:.0f} tok/s (shared "
+              f"prefill x{r['shared_prefill_speedup']:.2f}) | "
               f"training: batched {t['batched_tok_s']:.0f} tok/s, one-at-a-time "
               f"{t['one_at_a_time_tok_s']:.0f} tok/s (x{t['speedup']:.2f}, padding "
               f"x{t['padding_overhead']:.2f}), one mixed-adapter batch "
@@ -960,6 +979,8 @@ def main(args):
     if "peers" in parts and args.peer_steps < 2:
         arg_error("--peer-steps",
                          f"at least 2 (the first is a warm-up), got {args.peer_steps}")
+    if args.samples < 1:
+        arg_error("--samples", f"at least 1 sample of each question, got {args.samples}")
     if "threads" in parts and args.threads_script not in ("cotrain.py", "magrpo.py"):
         arg_error("--threads-script",
                          f"cotrain.py or magrpo.py, got {args.threads_script!r}")

@@ -32,7 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from nanomarl.cli import arg_error
 from nanomarl.distributed import allreduce_sum
-from nanomarl.fast import stackable_lora, stacked_lora_routing
+from nanomarl.fast import shared_prefill, stackable_lora, stacked_lora_routing
 from nanomarl.fast_decode import fast_decoder
 from nanomarl.models import (hide_bitsandbytes_unless_quantised, prepare_quantized,
                              quantization_kwargs, resolve_model)
@@ -136,18 +136,15 @@ def response_mask_from_ids(response_ids: torch.Tensor, stop_ids: list[int]):
     """(mask [B, L] float: 1 up to and including the first stop token, truncated [B] bool)."""
     is_stop = torch.isin(response_ids, torch.tensor(stop_ids, device=response_ids.device))
     stops_before = torch.cumsum(is_stop.long(), dim=1) - is_stop.long()  # strictly before
-    mask = (stops_before == 0).float()
-    return mask, ~is_stop.any(dim=1)
+    return (stops_before == 0).float(), ~is_stop.any(dim=1)
 
 
 def tokenize_prompts(tokenizer, prompts: list, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded ids and mask. A prompt is a text, or a list of token ids taken as they are (a
-    chat continued token by token, nanomarl/tasks/debate_prompts.py:continue_chat)."""
+    """Left-padded ids and mask of texts, or of token ids taken as they are (continue_chat's)."""
     rows = [torch.tensor([tokenizer(p, add_special_tokens=False)["input_ids"] if isinstance(p, str)
                           else list(p)], dtype=torch.long) for p in prompts]
-    ids = pad_cat(rows, tokenizer.pad_token_id, left=True)
-    mask = pad_cat([torch.ones_like(r) for r in rows], 0, left=True)
-    return ids.to(device), mask.to(device)
+    return (pad_cat(rows, tokenizer.pad_token_id, left=True).to(device),
+            pad_cat([torch.ones_like(r) for r in rows], 0, left=True).to(device))
 
 
 # every logits processor a model's generation_config may carry (repetition_penalty, min_p, ...)
@@ -163,18 +160,15 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
              greedy: bool = False, batch_size: int | None = None, fast: bool = False,
              logprobs: bool = True) -> dict:
     """Sample one response per prompt (a text, or token ids used as they are); row i on adapter
-    adapter_names[i] ('__base__': none), batch_size rows per call (None: all). fast (--fast): the
-    same samples through stacked LoRA routing (nanomarl/fast.py) or an engine (vLLM, the CUDA
-    decoder). Returns query_ids/mask [B, Lq] (left-padded), response_ids/mask [B, Lr], truncated
-    [B] (no EOS) and, 0 where masked, [B, Lr]: logprobs and entropy of π (log_policy) and
-    sampling_logprobs of q, what each token was drawn from (top-k/top-p; greedy: 0). logprobs=False
-    (answers nothing trains on): the same samples, those three left at 0 (transformers' path)."""
+    adapter_names[i] ('__base__': none), batch_size rows per call (None: all). Returns query_ids,
+    query_mask [B, Lq] (left-padded), response_ids/mask [B, Lr], truncated [B] (no EOS) and, 0
+    where masked, [B, Lr]: logprobs and entropy of π (log_policy), sampling_logprobs of q, what
+    each token was drawn from (top-k/top-p; greedy: 0). logprobs=False: same samples, those 0."""
     engine = getattr(model, "sampling_engine", None) if fast else None  # vllm_rollout.start's
     if batch_size and batch_size < len(prompts) and not engine:  # a memory bound (vLLM: its own)
         rows = functools.partial(generate, model, tokenizer, max_new_tokens=max_new_tokens,
-                                 temperature=temperature, top_p=top_p, top_k=top_k,
-                                 min_new_tokens=min_new_tokens, greedy=greedy, fast=fast,
-                                 logprobs=logprobs)
+                                 temperature=temperature, top_p=top_p, top_k=top_k, fast=fast,
+                                 min_new_tokens=min_new_tokens, greedy=greedy, logprobs=logprobs)
         return in_chunks(batch_size, tokenizer.pad_token_id, prompts, adapter_names, rows)
     stops = stop_token_ids(tokenizer, model)
     query_ids, query_mask = tokenize_prompts(tokenizer, prompts, next(model.parameters()).device)
@@ -182,23 +176,17 @@ def generate(model, tokenizer, prompts: list, adapter_names: list[str] | None, m
     temperature = 1.0 if greedy else temperature  # greedy: π's log-probs at T = 1
     if fast and not engine and query_ids.is_cuda:  # the static-cache decoder, where it applies
         engine = fast_decoder(model, names)  # nanomarl/fast_decode.py
-    if engine:  # the fast path's samples
-        out = engine.sample(query_ids, query_mask, names, stops, tokenizer.pad_token_id,
-                            max_new_tokens, temperature, top_p, top_k, min_new_tokens, greedy,
-                            log_policy)
-    else:
-        out = sample_with_transformers(model, tokenizer, query_ids, query_mask, names, stops,
-                                       max_new_tokens, temperature, top_p, top_k,
-                                       min_new_tokens, greedy, fast, logprobs)
+    sample_args = (query_ids, query_mask, names, stops, tokenizer.pad_token_id, max_new_tokens,
+                   temperature, top_p, top_k, min_new_tokens, greedy)  # both samplers take these
+    out = (engine.sample(*sample_args, log_policy) if engine  # the fast path's samples
+           else sample_with_transformers(model, *sample_args, fast, logprobs))
     response_ids = out["response_ids"]
     response_mask, truncated = response_mask_from_ids(response_ids, stops)
     if out["logprobs"] is None:  # vLLM: π from the training forward, batch_size rows at a time
-        step = batch_size or len(prompts)
-        parts = [forward_responses(model, *(x[i:i + step] for x in (query_ids, query_mask,
-                                                                   response_ids, response_mask)),
-                                   names and names[i:i + step], temperature, output_entropy=True)
-                 for i in range(0, len(prompts), step)]
-        out.update({k: torch.cat([p[k] for p in parts]) for k in ("logprobs", "entropy")})
+        rows = dict(query_ids=query_ids, query_mask=query_mask, response_ids=response_ids,
+                    response_mask=response_mask, adapter_names=names)
+        out.update(batched(forward_responses, rows, batch_size or len(prompts), model=model,
+                           temperature=temperature, output_entropy=True))
     return dict(query_ids=query_ids, query_mask=query_mask,
                 response_ids=response_ids.masked_fill(response_mask == 0, tokenizer.pad_token_id),
                 response_mask=response_mask, logprobs=out["logprobs"] * response_mask,
@@ -218,7 +206,7 @@ def in_chunks(batch_size: int, pad_id: int, prompts: list, adapter_names, genera
             for k in parts[0]}
 
 
-def sample_with_transformers(model, tokenizer, query_ids, query_mask, names, stops,
+def sample_with_transformers(model, query_ids, query_mask, names, stops, pad_id: int,
                              max_new_tokens, temperature, top_p, top_k, min_new_tokens, greedy,
                              fast, logprobs: bool = True) -> dict:
     """transformers' generate on the left-padded prompts: response_ids [B, Lr], π's logprobs and
@@ -226,14 +214,17 @@ def sample_with_transformers(model, tokenizer, query_ids, query_mask, names, sto
     one_adapter = names is not None and len(set(names)) == 1  # peft's ordinary path
     mixed = names is not None and not one_adapter
     stacked = fast and mixed and stackable_lora(model, names)  # else peft's routing: the same
-    routing = (single_adapter(model, names[0]) if one_adapter else
-               stacked_lora_routing(model, names) if stacked else contextlib.nullcontext())
+    def route(rows):  # a forward of these rows, each on its adapter
+        return (stacked_lora_routing(model, rows) if stacked else
+                single_adapter(model, rows[0]) if one_adapter else contextlib.nullcontext())
+    routing = (shared_prefill(model, query_ids, query_mask, names, route)  # once per prompt
+               if fast and (one_adapter or stacked) else route(names))
     sampling = (dict(do_sample=False) if greedy
                 else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k))
     with routing, fp32_head(model):
         out = model.generate(input_ids=query_ids, attention_mask=query_mask,
                              max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
-                             eos_token_id=stops, pad_token_id=tokenizer.pad_token_id,
+                             eos_token_id=stops, pad_token_id=pad_id,
                              return_dict_in_generate=True, output_logits=logprobs,
                              output_scores=logprobs and not greedy, **sampling, **NO_PROCESSORS,
                              **({"adapter_names": names} if mixed and not stacked else {}))
@@ -255,8 +246,7 @@ def sample_with_transformers(model, tokenizer, query_ids, query_mask, names, sto
 
 def log_policy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """log π_θ(· | s) over the vocabulary, [..., V]: the softmax of the logits at the sampling
-    temperature, in fp32. THE one definition, read by every path (generate, forward_responses, the
-    conversation forward, the CUDA decoder; vLLM samples at the same temperature)."""
+    temperature, in fp32. THE one definition: every path reads it (vLLM samples at the same T)."""
     return F.log_softmax(logits.float() / temperature, dim=-1)
 
 
@@ -284,18 +274,16 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
     first, width = first_used_column(query_mask), used_width(response_mask)
     query_ids, query_mask = query_ids[:, first:], query_mask[:, first:]
     response_ids, response_mask = response_ids[:, :width], response_mask[:, :width]
-    # one adapter for every row: peft's ordinary forward, without the mixed one's gather and scatter
-    one = adapter_names is not None and len(set(adapter_names)) == 1
+    one = adapter_names is not None and len(set(adapter_names)) == 1  # peft's ordinary forward
     routing = single_adapter(model, adapter_names[0]) if one else contextlib.nullcontext()
     extra = {"adapter_names": list(adapter_names)} if adapter_names is not None and not one else {}
     q_len, r_len = query_ids.shape[1], response_ids.shape[1]
     input_ids = torch.cat([query_ids, response_ids], dim=1)
     attention_mask = torch.cat([query_mask.long(), response_mask.long()], dim=1)
-    position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
     with routing, fp32_head(model):  # the logits in fp32 on a bf16 base
-        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                    output_hidden_states=output_hidden, use_cache=False,
-                    logits_to_keep=r_len + 1, **extra)
+        out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                    position_ids=(attention_mask.cumsum(1) - 1).clamp(min=0),
+                    output_hidden_states=output_hidden, logits_to_keep=r_len + 1, **extra)
     # [B, Lr, V]: the logits at p predict token p+1, so positions [Lq-1, Lq+Lr-1) the response
     hidden = out.hidden_states[-1][:, q_len - 1: q_len + r_len - 1] if output_hidden else None
     result = policy_outputs(out.logits[:, :-1], temperature, response_ids, hidden, output_entropy)
@@ -303,10 +291,11 @@ def forward_responses(model, query_ids, query_mask, response_ids, response_mask,
 
 
 def batched(fn, batch: dict[str, torch.Tensor], size: int, **kwargs) -> dict[str, torch.Tensor]:
-    """Apply fn(**rows) to row-chunks of a dict of tensors and concatenate the outputs (to bound
-    memory)."""
+    """Apply fn(**rows) to row-chunks of a dict of tensors (or lists, or None) and concatenate the
+    outputs (to bound memory)."""
     n = next(iter(batch.values())).shape[0]
-    outs = [fn(**{k: v[i:i + size] for k, v in batch.items()}, **kwargs) for i in range(0, n, size)]
+    outs = [fn(**{k: None if v is None else v[i:i + size] for k, v in batch.items()}, **kwargs)
+            for i in range(0, n, size)]
     if isinstance(outs[0], torch.Tensor):
         return torch.cat(outs)
     return {k: (torch.cat([o[k] for o in outs]) if outs[0][k] is not None else None)
@@ -441,8 +430,7 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def last_boxed(text: str) -> str | None:
     """The content of the last closed \\boxed{...} or \\fbox{...} (braces balanced), else None."""
-    starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
-    for start in reversed(starts):
+    for start in reversed([m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]):
         depth, i = 1, start
         while i < len(text) and depth:
             depth += {"{": 1, "}": -1}.get(text[i], 0)
@@ -453,10 +441,9 @@ def last_boxed(text: str) -> str | None:
 
 
 def extract_answer(text: str, task: str) -> str | None:
-    """The final answer of a response, normalised for comparison with the gold, else None (the
-    format gate, the 0/1 scorer and evaluation read it here): the last \\boxed{...}, else the clause
-    after the last 'answer is' / 'Answer:' to its sentence's end (a bare number is no answer); in it
-    'math' takes the last number (normalize_number), 'nli' the first label not negated."""
+    """The final answer of a response, normalised like the gold, else None: the last \\boxed{...},
+    else the clause after the last 'answer is' / 'Answer:' to its sentence's end (a bare number is
+    no answer); in it 'math' takes the last number, 'nli' the first label not negated."""
     boxed = last_boxed(text)
     if boxed is None:
         m = list(re.finditer(r"answer\**\s*(?:is|:)\**\s*:?", text, flags=re.IGNORECASE))

@@ -15,8 +15,9 @@ advantages, 6 PPO, 7 evaluate on held-out questions.
     torchrun --standalone --nproc_per_node 2 cotrain.py --model tiny
 
 --fast (the default): the same numbers, faster: stage 1's generate() routes rows on several adapters
-through stacked LoRA matmuls (nanomarl/fast.py; CUDA: nanomarl/fast_decode.py), stages 4-6 read each
-agent's turns in one forward (nanomarl/conversation.py). --no-fast runs the plain code you read.
+through stacked LoRA matmuls and prefills a question's K samples once (nanomarl/fast.py; CUDA:
+nanomarl/fast_decode.py), stages 4-6 read each agent's turns in one forward
+(nanomarl/conversation.py). --no-fast runs the plain code you read.
 
 Simplifications and differences from the paper and the authors' code (docs/maporl.md says why):
   * Incentives follow the paper's Tables 1-2 (incentive_bonus); the authors' code swaps the W->R α
@@ -155,13 +156,11 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
     # chats[a][b]: the conversation agent a has seen on question b
     chats = [[[{"role": "user", "content": first_message(r, a, prompt_style)}] for r in records]
              for a in range(num_agents)]
-    groups: dict[int, list[int]] = {}  # agents that share one model object, generated together
-    for a, model in enumerate(models):
-        groups.setdefault(id(model), []).append(a)
+    # the agents that share one model object, generated together
+    groups = {id(m): [a for a in range(num_agents) if models[a] is m] for m in models}
     for t in range(num_turns):
         for a, b in ((a, b) for a in range(num_agents if t > 0 else 0) for b in range(batch)):
-            others = [j for j in range(num_agents) if j != a]  # their answers (and scores) at t-1
-            said = [(j, show_partner(d.responses[b][t - 1][j])) for j in others]
+            said = [(j, show_partner(r)) for j, r in enumerate(d.responses[b][t - 1]) if j != a]
             if "followups" in records[b]:  # arith:split: a fresh chat with the partners' words
                 chats[a][b] = [{"role": "user", "content": followup_message(
                     records[b], a, [text for _, text in said])}]
@@ -169,7 +168,7 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
             chats[a][b].append({"role": "user", "content": discussion_message(
                 records[b]["question"], said,
                 prompt_style=prompt_style if records[b]["task"] == "math" else "default",
-                other_scores=([float(d.scores[b, t - 1, j]) for j in others]
+                other_scores=([float(d.scores[b, t - 1, j]) for j, _ in said]
                               if feedback_in_prompt else None),
                 own_score=float(d.scores[b, t - 1, a]) if feedback_in_prompt else None)})
         for agents in groups.values():  # one generate call per base, each row on its own adapter
@@ -192,15 +191,13 @@ def run_debate(records: list[dict], models: list, tokenizers: list, adapter_name
                 for b, r in enumerate(records):
                     text = tok.decode(ro["response_ids"][b][ro["response_mask"][b].bool()],
                                       skip_special_tokens=True)
-                    answer = extract_answer(text, r["task"])
                     d.prompts[b][t][a], d.responses[b][t][a] = texts[k * batch + b], text
-                    d.answers[b][t][a] = answer
+                    d.answers[b][t][a] = answer = extract_answer(text, r["task"])
                     d.correct[b, t, a] = float(answer is not None and answer == r["answer"])
                     chats[a][b].append({"role": "assistant", "content": text})
         if scorer is not None:
             flat = [d.responses[b][t][a] for a in range(num_agents) for b in range(batch)]
-            d.scores[:, t, :] = scorer(records * num_agents, flat).float().cpu().view(
-                num_agents, batch).T
+            d.scores[:, t] = scorer(records * num_agents, flat).float().cpu().view(num_agents, -1).T
     d.generate_s = time.time() - t0
     return d
 
@@ -411,13 +408,12 @@ def forward_pairs(team: Team, exp: dict, rows: torch.Tensor, args: Args, adapter
                   chunk: int = 0, plain: bool = False, **outputs) -> dict:
     """forward_responses over the chosen rows (debates) of every trained (turn, agent), each on its
     own policy adapter or all on `adapter` ('__base__': the reference; 'critic'), `chunk` rows per
-    forward: {(t, a): logprobs, entropy, hidden (None unless asked)}. --fast: one forward per agent
-    over its last turn where that holds the others (nanomarl/conversation.py), else this loop."""
+    forward: {(t, a): logprobs, entropy, hidden (None unless asked)}; --fast: conversation.py's."""
     if args.fast and not plain:
         def loop(part):
             return forward_pairs(team, exp, part, args, adapter, chunk, plain=True, **outputs)
-        read = functools.partial(forward_conversation, temperature=args.temperature)
-        return conversation_forward(team, exp, rows, adapter, chunk, read, loop, **outputs)
+        return conversation_forward(team, exp, rows, adapter, chunk, forward_conversation, loop,
+                                    temperature=args.temperature, **outputs)
     out = {}
     for (t, a), e in exp.items():
         model, name = team.bases[team.agent_base[a]], adapter or team.adapter_names[t][a]
@@ -432,37 +428,34 @@ def forward_pairs(team: Team, exp: dict, rows: torch.Tensor, args: Args, adapter
 @torch.no_grad()
 def make_experience(team: Team, debate: Debate, final_rewards: torch.Tensor, args: Args) -> dict:
     """{(t, a): Experience} for every trained (turn, agent); final_rewards [B, T, A] = R + b."""
-    sampled = {(t, a): debate.rollout[(t, a)] for t, a in team.trained}
-    exp = {key: Experience(**{k: ro[k] for k in (*RESPONSE_KEYS, "as_sampled")})
-           for key, ro in sampled.items()}
+    exp = {key: Experience(**{k: debate.rollout[key][k] for k in (*RESPONSE_KEYS, "as_sampled")})
+           for key in team.trained}
     rows = torch.arange(len(debate.records))  # every debate
     # 4. the reference: the same rows on the base alone
     ref = forward_pairs(team, exp, rows, args, "__base__", args.forward_batch_size)
     # π_old: as sampled in fp32; below fp32 a forward in the update's shapes (TRL's, the authors')
     below_fp32 = (args.dtype, args.quant) != ("float32", "none")
     recompute = args.old_logprobs == "recompute" or (args.old_logprobs == "auto" and below_fp32)
-    old = sampled if not recompute else forward_pairs(
+    old = debate.rollout if not recompute else forward_pairs(
         team, exp, rows, args, None, args.micro_batch_questions, output_entropy=True,
         output_hidden=args.advantage == "gae")
     values = (critic_values(forward_pairs, team, exp, rows, args, old if recompute else None,
                             args.forward_batch_size) if args.advantage == "gae" else None)
     for (t, a), e in exp.items():
         mask = e.response_mask
-        # 5. per-token rewards: -kl_coef x KL at every token, R + b at the last
         final = final_rewards[:, t, a].to(mask.device)
         rewards, kl = kl_shaped_rewards(old[(t, a)]["logprobs"], ref[(t, a)]["logprobs"], mask,
-                                        final, args.kl_coef)
+                                        final, args.kl_coef)  # 5. the per-token rewards
         if values is not None:  # GAE within each response, whitened over this (turn, agent)
             advantages, returns = gae(rewards, values[(t, a)], mask, GAE_GAMMA, args.gae_lambda)
             e.old_values, e.returns = values[(t, a)], returns
-            advantages = masked_whiten(advantages, mask)
+            e.advantages = masked_whiten(advantages, mask)
         else:  # group: R + b against its question's K debates, plus the summed KL's (r_θ)
             penalty = group_advantages(-args.kl_coef * kl.sum(dim=1), args.samples_per_question)
             advantages = group_advantages(final, args.samples_per_question, args.advantage_std)
-            advantages = (advantages + penalty)[:, None] * mask  # --advantage-std: R + b's only
+            e.advantages = (advantages + penalty)[:, None] * mask  # --advantage-std: R + b's only
         e.old_logprobs, e.entropy = old[(t, a)]["logprobs"], old[(t, a)]["entropy"]
         e.ref_logprobs, e.kl, e.rewards = ref[(t, a)]["logprobs"], kl, rewards
-        e.advantages = advantages
     return exp
 
 
@@ -542,8 +535,7 @@ def ppo_update(team: Team, exp: dict, args: Args, shuffle_seed: int = 0) -> dict
                  **{f"grad_norm/{name}": [] for name in team.optimizers})
     for epoch in range(args.ppo_epochs):
         perm = torch.randperm(n_global, generator=shuffle)
-        for start in range(0, n_global, mb_size):
-            minibatch = perm[start:start + mb_size]
+        for minibatch in perm.split(mb_size):
             if world > 1:  # multi-process: this rank's debates of the minibatch
                 minibatch = rank_rows(minibatch, args.samples_per_question)
             counts = torch.stack([e.response_mask[minibatch].sum() for e in exp.values()])
@@ -607,19 +599,16 @@ def rollout_step(team: Team, args: Args, records: list[dict], scorer,
     scores = debate.scores
     good = torch.zeros_like(scores, dtype=torch.bool)
     truncated = torch.zeros_like(scores, dtype=torch.bool)
-    for t in range(args.num_turns):
-        for a, tok in enumerate(team.agent_tokenizers()):
-            ro = debate.rollout[(t, a)]
-            truncated[:, t, a] = ro["truncated"].cpu()
-            for b in range(len(records)):
-                ids = ro["response_ids"][b][ro["response_mask"][b].bool()].tolist()
-                good[b, t, a] = format_ok(debate.answers[b][t][a], ids, args.min_response_tokens,
-                                          decode=tok.decode)
+    for (t, a), ro in debate.rollout.items():  # turn t's agent a: generate()'s tensors
+        truncated[:, t, a] = ro["truncated"].cpu()
+        for b in range(len(records)):
+            ids = ro["response_ids"][b][ro["response_mask"][b].bool()].tolist()
+            good[b, t, a] = format_ok(debate.answers[b][t][a], ids, args.min_response_tokens,
+                                      decode=team.tokenizers[team.agent_base[a]].decode)
     penalized = apply_penalties(scores, good, truncated, args.format_penalty if args.penalize_format
                                 else None, args.missing_eos_penalty)
     # 3. influence-aware reward (Definition 1) + incentives (Tables 1-2, on 0/1 correctness)
-    incentives = [float(x) for x in args.incentives.split(",")]  # α0, α1, β0, β1 (checked)
-    bonus = incentive_bonus(debate.correct, *incentives)
+    bonus = incentive_bonus(debate.correct, *map(float, args.incentives.split(",")))  # α0,α1,β0,β1
     if not builtin_rules:  # your scorer without --reward-fn-rules: its scores alone
         penalized = scores.clone()
         bonus = torch.zeros_like(scores)

@@ -23,8 +23,9 @@ Differences from the paper and the authors' code (docs/magrpo.md lists them all)
   * prompts go through the chat template (--no-chat-template: raw text, as the authors);
   * multi-turn feedback is the offline level_feedback (the paper used an expert LLM).
 --fast (the default): generate() routes rows on several adapters through stacked LoRA matmuls
-(nanomarl/fast.py; on CUDA the static-cache decoder), the same samples, and the update forwards
-each distinct prompt once (nanomarl/fast.py:shared_prefix_forward); --no-fast: the plain code.
+and prefills each distinct prompt once (nanomarl/fast.py; on CUDA the static-cache decoder), the
+same samples, and the update forwards each distinct prompt once
+(nanomarl/fast.py:shared_prefix_forward); --no-fast: the plain code.
 
   python magrpo.py  # SmolLM2-135M, minicode, CPU
   python magrpo.py --model tiny --max-steps 4 --max-new-tokens 32  # smoke run
@@ -207,30 +208,22 @@ def generate_joint_action(agents: Agents, tokenizer, prompts: list[list[str]], n
     Returns dict(texts [p][i][g], batches [i]: agent i's common.generate output, rows p-major)."""
     n = len(agents.models)
     P = len(prompts)
-    rendered = [[render_prompt(tokenizer, prompts[p][i], chat_template) for i in range(n)]
-                for p in range(P)]
-    sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                    top_k=top_k, greedy=greedy, batch_size=batch_size, fast=fast,
-                    logprobs=logprobs)
+    rendered = [[render_prompt(tokenizer, text, chat_template) for text in row] for row in prompts]
+    sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, greedy=greedy,
+                    top_p=top_p, top_k=top_k, batch_size=batch_size, fast=fast, logprobs=logprobs)
     if agents.names is not None:  # one batch over all (problem, agent, sample) rows
         rows = [(p, i) for p in range(P) for i in range(n) for _ in range(num_samples)]
         out = generate(agents.models[0], tokenizer, [rendered[p][i] for p, i in rows],
                        [agents.names[i] for _, i in rows], **sampling)
-        batches = []
-        for i in range(n):
-            index = torch.tensor([r for r, (_, agent) in enumerate(rows) if agent == i])
-            batches.append({k: v[index.to(v.device)] for k, v in out.items()})
+        batches = [{k: v.unflatten(0, (P, n, num_samples))[:, i].flatten(0, 1)  # agent i's rows
+                    for k, v in out.items()} for i in range(n)]
     else:
         batches = [generate(agents.models[i], tokenizer,
                             [rendered[p][i] for p in range(P) for _ in range(num_samples)],
                             None, **sampling) for i in range(n)]
-
-    def decode(batch: dict, row: int) -> str:
-        ids = batch["response_ids"][row][batch["response_mask"][row].bool()]
-        return tokenizer.decode(ids, skip_special_tokens=True)
-
-    texts = [[[decode(batches[i], p * num_samples + g) for g in range(num_samples)]
-              for i in range(n)] for p in range(P)]
+    decoded = [[tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)  # [i][p·G + g]
+                for ids, mask in zip(b["response_ids"], b["response_mask"])] for b in batches]
+    texts = [[d[p * num_samples:(p + 1) * num_samples] for d in decoded] for p in range(P)]
     return dict(texts=texts, batches=batches)
 
 
@@ -313,11 +306,9 @@ def rollout(agents: Agents, tokenizer, problems: list[dict], task: Task,
                                     [(node, h) for (node, _), h in zip(expand, histories)],
                                     args.sandbox_workers)
         frontier = []
-        for (node, j), (prompt_history, response_history), prompts in zip(expand, histories,
-                                                                          next_prompts):
+        for (node, j), history, prompts in zip(expand, histories, next_prompts):
             node.children[j] = Node(problem=node.problem, turn=turn + 1, prompts=prompts,
-                                    prompt_history=prompt_history,
-                                    response_history=response_history)
+                                    prompt_history=history[0], response_history=history[1])
             frontier.append(node.children[j])
         if not frontier:
             break
@@ -431,26 +422,18 @@ def accumulate_agent_loss(agents: Agents, agent: int, batch: dict, advantages: t
     # --fast: each distinct prompt forwarded once (nanomarl/fast.py); plain: forward_responses
     forward = functools.partial(shared_prefix_forward, common) if args.fast else forward_responses
     for start in range(0, batch["response_mask"].shape[0], args.micro_batch_size):
-        # (forward_responses skips the padding columns every row of the chunk has)
-        chunk = {k: v[start:start + args.micro_batch_size] for k, v in batch.items()
-                 if k != "truncated"}
         rows = slice(start, start + args.micro_batch_size)
+        # (forward_responses skips the padding columns every row of the chunk has)
+        chunk = {k: v[rows] for k, v in batch.items()}
         mask = chunk["response_mask"]
         adv, w = advantages[rows], weights[rows]
         names = None if agents.names is None else [agents.names[agent]] * mask.shape[0]
-        query_ids, query_mask, response_ids = (chunk["query_ids"], chunk["query_mask"],
-                                               chunk["response_ids"])
-        out = forward(model, query_ids, query_mask, response_ids, mask, names, args.temperature,
-                      output_entropy=True)
+        inputs = [chunk[k] for k in ("query_ids", "query_mask", "response_ids", "response_mask")]
+        out = forward(model, *inputs, names, args.temperature, output_entropy=True)
         token_loss = -adv.to(mask.device)[:, None] * out["logprobs"]  # eq. 2: −A · log π, per token
-        if args.beta > 0:
-            if agents.ref_model is None:
-                ref = reference_logprobs(model, query_ids, query_mask, response_ids, mask,
-                                         args.temperature)
-            else:
-                with torch.no_grad():
-                    ref = forward_responses(agents.ref_model, query_ids, query_mask, response_ids,
-                                            mask, None, args.temperature)["logprobs"]
+        if args.beta > 0:  # the reference: the base, LoRA adapters off, or its frozen copy
+            ref_model = model if agents.ref_model is None else agents.ref_model
+            ref = reference_logprobs(ref_model, *inputs, args.temperature)
             kl = kl_k3(out["logprobs"], ref) * mask
             token_loss = token_loss + args.beta * kl
             totals["kl"] += kl.sum().item()
@@ -487,7 +470,6 @@ def magrpo_update(agents: Agents, roots: list[Node], batches: list[list[dict]], 
         node.advantages = adv
     # 7. the policy-gradient update, deepest turn first; each agent steps its own optimiser once
     metrics = {}
-    device = agents.params[0][0].device
     multi = torch.distributed.is_initialized()  # under torchrun: sums over the ranks
     for turn in reversed(range(args.turns)):
         nodes = turns[turn] if turn < len(turns) else []  # another rank's trees may go deeper
@@ -495,7 +477,7 @@ def magrpo_update(agents: Agents, roots: list[Node], batches: list[list[dict]], 
         # summed over all ranks (the summed gradients are then those of one process with all trees)
         counts = [len(nodes)] + [batches[turn][i]["response_mask"].sum().item() if nodes else 0.0
                                  for i in range(n)]
-        counts = torch.tensor(counts, dtype=torch.float, device=device)
+        counts = torch.tensor(counts, dtype=torch.float, device=agents.params[0][0].device)
         num_nodes, *num_tokens = (allreduce_sum(counts) if multi else counts).tolist()
         if num_nodes == 0:
             continue  # no tree reached this turn, on any rank

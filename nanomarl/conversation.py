@@ -14,9 +14,8 @@ KEYS = ("query_ids", "query_mask", "response_ids", "response_mask")
 
 def conversation_forward(team, exp: dict, rows: torch.Tensor, adapter: str | None, chunk: int,
                          read, plain, **outputs) -> dict:
-    """cotrain.forward_pairs' {(t, a): outputs} for the rows, `chunk` at a time (0: all): from
-    read(model, {turn: batch}, adapter, **outputs) (common.forward_conversation) for the rows whose
-    last turn holds the earlier ones (Experience.as_sampled), from plain(rows) for the others."""
+    """cotrain.forward_pairs' {(t, a): outputs} for the rows, `chunk` at a time (0: all): read's
+    (common.forward_conversation) where the last turn holds the others, plain(rows)'s elsewhere."""
     turns, agents = sorted({t for t, _ in exp}), sorted({a for _, a in exp})
     names = {a: adapter or team.adapter_names[turns[-1]][a] for a in agents}
     one_chat = len(turns) > 1 and len(exp) == len(turns) * len(agents) and all(
@@ -26,14 +25,12 @@ def conversation_forward(team, exp: dict, rows: torch.Tensor, adapter: str | Non
         return plain(rows)
     out = {}
     for a in agents:
-        model = team.bases[team.agent_base[a]]
-        pieces = [read(model, {t: {k: getattr(exp[(t, a)], k)[part] for k in KEYS}
-                               for t in turns}, names[a], **outputs)
-                  for part in rows[held].split(chunk or len(rows))]
+        pieces = [read(team.bases[team.agent_base[a]],
+                       {t: {k: getattr(exp[(t, a)], k)[part] for k in KEYS} for t in turns},
+                       names[a], **outputs) for part in rows[held].split(chunk or len(rows))]
         for t in turns:
-            out[(t, a)] = {k: None if pieces[0][t][k] is None
-                           else torch.cat([p[t][k] for p in pieces])
-                           for k in ("logprobs", "entropy", "hidden")}
+            out[(t, a)] = {k: None if v is None else torch.cat([p[t][k] for p in pieces])
+                           for k, v in pieces[0][t].items()}
     if held.all():
         return out
     rest = plain(rows[~held])  # in the rows' order again:

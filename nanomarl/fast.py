@@ -4,6 +4,9 @@ that both agree. A learner may skip this module.
   * stacked_lora_routing, inside common.generate (fast=True): rows on several adapters share one
     generate call, two stacked matmuls per LoRA layer instead of peft's per-adapter gather and
     scatter. Plain: peft's per-row routing (fast=False); tests/test_routing.py.
+  * shared_prefill, inside common.generate (fast=True): rows that repeat a prompt on the same
+    adapter (the K samples of a question) run generate's prefill once. Plain: every row's own
+    prefill, the same numbers bit for bit on CPU; tests/test_routing.py.
   * shared_prefix_forward, magrpo.py's update: forward_responses' outputs with each distinct
     prompt forwarded once, not once per sampled completion. Plain: common.forward_responses;
     tests/test_magrpo.py.
@@ -44,8 +47,7 @@ def stackable_lora(model, adapter_names: list[str]) -> bool:
     """Can stacked_lora_routing serve these rows? Plain LoRA on unquantised nn.Linear layers (no
     DoRA, LoRA bias, merge or hook), in eval mode, every name an adapter or '__base__'."""
     from peft import PeftModel
-    from peft.tuners.lora import LoraLayer
-    from peft.tuners.lora.layer import Linear as LoraLinear
+    from peft.tuners.lora import Linear as LoraLinear, LoraLayer
 
     if not isinstance(model, PeftModel) or model.training:
         return False
@@ -80,7 +82,7 @@ def stacked_lora_routing(model, adapter_names: list[str]):
         blocks = torch.block_diag(*[torch.full((1, layer.r[n]), layer.scaling[n]) for n in names])
         row = torch.tensor([names.index(n) if n in names else len(names) for n in adapter_names])
         row_scale = F.pad(blocks, (0, 0, 0, 1))[row].to(a_cat)[:, None, :]  # pad: no adapter
-        layer.forward = _stacked_lora_forward(layer, a_cat, b_cat, row_scale)
+        layer.forward = functools.partial(_stacked_lora_forward, layer, a_cat, b_cat, row_scale)
     try:
         yield model
     finally:
@@ -88,24 +90,55 @@ def stacked_lora_routing(model, adapter_names: list[str]):
             vars(layer).pop("forward", None)  # the class's forward (peft's) again
 
 
-def _stacked_lora_forward(layer, a_cat, b_cat, row_scale):
-    def forward(x, *args, **kwargs):
-        if x.shape[0] != row_scale.shape[0]:
-            raise ValueError(f"stacked_lora_routing: {x.shape[0]} rows in the batch, "
-                             f"{row_scale.shape[0]} adapter names")
-        result = layer.base_layer(x, *args, **kwargs)
-        delta = F.linear(F.linear(x.to(a_cat.dtype), a_cat) * row_scale, b_cat)
-        return result + delta.to(result.dtype)
-    return forward
+def _stacked_lora_forward(layer, a_cat, b_cat, row_scale, x, *args, **kwargs):
+    """A LoRA layer's forward inside stacked_lora_routing: y = W x + B_cat ((A_cat x) ⊙ s_row)."""
+    if x.shape[0] != row_scale.shape[0]:
+        raise ValueError(f"stacked_lora_routing: {x.shape[0]} rows in the batch, "
+                         f"{row_scale.shape[0]} adapter names")
+    result = layer.base_layer(x, *args, **kwargs)
+    delta = F.linear(F.linear(x.to(a_cat.dtype), a_cat) * row_scale, b_cat)
+    return result + delta.to(result.dtype)
+
+
+@contextlib.contextmanager
+def shared_prefill(model, query_ids, query_mask, names: list[str], route):
+    """generate (transformers') inside this block, rows routed by route(names), prefills each
+    distinct row (prompt and adapter) once and hands its keys, values and logits to the rows that
+    repeat it: each row's arithmetic is that of one batch of every row, so the samples are too."""
+    tags = torch.tensor([sorted(set(names)).index(n) for n in names], device=query_ids.device)
+    _, group = torch.unique(torch.cat([query_ids, query_mask, tags[:, None]], 1), dim=0,
+                            return_inverse=True)  # group[i]: row i's distinct row
+    first = torch.zeros_like(group[:int(group.max()) + 1]).scatter(  # a row of each (all equal)
+        0, group, torch.arange(len(group), device=group.device))
+    inner = getattr(model, "get_base_model", lambda: model)()  # peft's wrapped model
+    decoding = contextlib.ExitStack()
+
+    @functools.wraps(inner.forward)  # generate reads the signature (it passes position_ids)
+    def prefill(**inputs):
+        del inner.forward  # the first call only: the decoding steps call the model's own
+        with route([names[i] for i in first.tolist()]):
+            out = inner(**{k: v[first] if torch.is_tensor(v) else v for k, v in inputs.items()})
+        out.cache.batch_select_indices(group)  # [distinct rows, ...] -> [rows, ...]
+        out.logits = out.logits[group]
+        decoding.enter_context(route(names))
+        return out
+    if len(first) == len(group):  # no row repeats another: generate as it is
+        decoding.enter_context(route(names))
+    else:
+        inner.forward = prefill
+    try:
+        with decoding:
+            yield
+    finally:
+        vars(inner).pop("forward", None)
 
 
 def shared_prefix_forward(common, model, query_ids, query_mask, response_ids, response_mask,
                           adapter_names: list[str] | None, temperature: float = 1.0,
                           output_hidden: bool = False, output_entropy: bool = False) -> dict:
-    """common.forward_responses' outputs for the same arguments (after `common`, the module
-    common.py), each distinct prompt forwarded once (the module's docstring). Rows share a prompt
-    when their prompt ids and mask are equal. forward_responses itself serves the rest: no two rows
-    sharing a prompt, rows on several adapters, or output_hidden."""
+    """common.forward_responses' outputs for the same arguments (`common`: the module common.py),
+    each distinct prompt (ids and mask) forwarded once (the module's docstring); forward_responses
+    itself serves the rest: no prompt repeated, rows on several adapters, or output_hidden."""
     plain = functools.partial(common.forward_responses, model, query_ids, query_mask, response_ids,
                               response_mask, adapter_names, temperature,
                               output_hidden=output_hidden, output_entropy=output_entropy)

@@ -24,7 +24,11 @@ def test_bench_speed_and_memory_on_the_tiny_model(tmp_path):
     rollout, training = entry["rollout"][0], entry["training"][0]
     # A x B rows, and min_new_tokens = max_new_tokens: every row generates exactly 4 tokens in every variant
     assert rollout["rows"] == 4 and rollout["tokens"] == 16
-    for key in ("mixed", "per_agent", "ceiling", "base_generate", "one_adapter_generate"):
+    assert rollout["sampled_rows"] == 4 * 4  # K = 4 samples of each row (--samples' default)
+    assert rollout["shared_prefill_speedup"] == pytest.approx(
+        rollout["seconds"]["sampled_every_prefill"]["median"] / rollout["seconds"]["sampled_shared_prefill"]["median"])
+    for key in ("mixed", "per_agent", "ceiling", "base_generate", "one_adapter_generate", "sampled_shared_prefill",
+                "sampled_every_prefill"):
         s = rollout["seconds"][key]
         assert 0 < s["min"] <= s["median"] <= s["max"]
     assert rollout["speedup"] == pytest.approx(rollout["seconds"]["per_agent"]["median"]

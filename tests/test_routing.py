@@ -142,3 +142,34 @@ def test_4bit_layers_keep_peft_routing(tiny_model_dir):
     assert not fast.stackable_lora(model, ["a0", "a1"])
     out = generate(model, load_tokenizer("tiny"), ["ab", "cd"], ["a0", "a1"], max_new_tokens=3, fast=True)
     assert torch.isfinite(out["logprobs"]).all()
+
+
+@pytest.mark.parametrize("names, distinct", [
+    (["a0", "a0", "a1", "a1", "__base__", "__base__"] * 2, 6),  # cotrain: agents' K samples
+    (["a1"] * 12, 2)])  # magrpo: one agent's G samples of each prompt
+def test_shared_prefill_runs_each_distinct_row_once_with_every_rows_numbers(model, tok, monkeypatch,
+                                                                             names, distinct):
+    """generate(fast=True) prefills each distinct (prompt, adapter) row once, and its samples,
+    log-probs and entropies equal, bit for bit, those of the same call prefilling every row."""
+    texts = prompts(tok, 2)
+    rows = [texts[i // 6] for i in range(12)]  # two prompts, each repeated on its adapters
+    widths = []
+    inner = model.get_base_model()  # its decoder counts the rows of each forward
+    hook = inner.get_decoder().register_forward_pre_hook(lambda m, a, kw: widths.append(len(kw["input_ids"])),
+                                           with_kwargs=True)
+    outs = []
+    try:
+        for shared in (True, False):
+            if not shared:  # every row's own prefill: the same routing, no sharing
+                monkeypatch.setattr(common, "shared_prefill", lambda *a: a[-1](a[-2]))
+            torch.manual_seed(0)
+            outs.append(generate(model, tok, rows, names, max_new_tokens=10, min_new_tokens=10,
+                                 temperature=1.0, fast=True))
+    finally:
+        hook.remove()
+    assert widths[0] == distinct and widths[1:10] == [12] * 9  # the prefill, then 9 steps
+    assert widths[10] == 12  # the other call prefills every row
+    for key in ("response_ids", "logprobs", "sampling_logprobs", "entropy"):
+        assert torch.equal(outs[0][key], outs[1][key]), key
+    assert len({tuple(r.tolist()) for r in outs[0]["response_ids"]}) > distinct  # sampled apart
+    assert "forward" not in vars(inner)  # the model's own forward again

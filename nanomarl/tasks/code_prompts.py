@@ -24,8 +24,7 @@ def printable(text: str) -> str:
 
 
 def function_params(prompt: str) -> str | None:
-    """The parameters of the FIRST def in the problem prompt (the authors' regex), joined by
-    ', '."""
+    """The FIRST def's parameters in the problem prompt, joined by ', ' (the authors' regex)."""
     match = re.search(r"def\s+\w+\s*\(([^)]+)\)", prompt)
     return ", ".join(p.strip() for p in match.group(1).split(",") if p.strip()) if match else None
 

@@ -60,9 +60,7 @@ def followup_message(record: dict, agent: int, said: list[str]) -> str:
 def turn1_prompt(question: str, task: str, style: str = "default") -> str:
     """The first user message: the question in the instruction of `style` (nli questions already
     hold the ANLI prompt; NLI_BOX asks for the \\boxed{} label)."""
-    if task == "nli":
-        return question + NLI_BOX
-    return TURN1_MATH[style].format(question=question)
+    return question + NLI_BOX if task == "nli" else TURN1_MATH[style].format(question=question)
 
 
 def discussion_message(question: str, other_answers: list[tuple[int, str]],
@@ -70,8 +68,7 @@ def discussion_message(question: str, other_answers: list[tuple[int, str]],
                        prompt_style: str = "default") -> str:
     """The user message of turn t > 1 for one agent: other_answers, (index, answer at t-1) of every
     OTHER agent, and with --feedback-in-prompt the verifier's other_scores and own_score. 'short'
-    (ours, for small models): one line of instruction; other styles, or feedback: the authors'
-    paragraph (nanomarl/tasks/authors_prompts.py)."""
+    (ours): one line of instruction; other styles, or feedback: the authors' (authors_prompts)."""
     if prompt_style != "short" or other_scores is not None or own_score is not None:
         from nanomarl.tasks.authors_prompts import authors_discussion_message  # off the default
         return authors_discussion_message(question, other_answers, other_scores, own_score)
