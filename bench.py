@@ -182,14 +182,14 @@ def bench_rollout(args, model, tokenizer, num_agents, device):
             position_ids = (query_mask.cumsum(1) - 1).clamp(min=0)
             out = model(input_ids=query_ids, attention_mask=query_mask, position_ids=position_ids,
                         use_cache=True, logits_to_keep=1)
-            cache, mask, pos = out.past_key_values, query_mask, position_ids[:, -1:]
+            cache, mask, pos = out.cache, query_mask, position_ids[:, -1:]
             token = out.logits[:, -1].argmax(-1, keepdim=True)
             for _ in range(args.max_new_tokens - 1):
                 mask = torch.cat([mask, torch.ones_like(token)], 1)
                 pos = pos + 1
                 out = model(input_ids=token, attention_mask=mask, position_ids=pos,
-                            past_key_values=cache, use_cache=True)
-                cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+                            cache=cache, use_cache=True)
+                cache, token = out.cache, out.logits[:, -1].argmax(-1, keepdim=True)
 
     def sampled_rows(shared: bool):  # the training rollout's turn 1: K samples of every row
         sampled = [row for row in rows for _ in range(args.samples)]
