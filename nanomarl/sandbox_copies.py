@@ -30,10 +30,11 @@ value as its mark ({"k": handle}), which the other reads as its own object (the 
 list back). The program's process forgets what it no longer reaches, by the references counted
 (unreached), as it hands over, but for a test object's container (sandbox_lending.py) that holds
 leaves only: that one rests (unheld) until the test process names it again (awake) or forgets it,
-or the program's process answers. At most KEPT_OBJECTS objects and KEPT_ITEMS items are kept
-(beyond, a copy is the program's own or, inside a kept one, part of its value): each request
-compares each kept object with its snapshot on both sides, a cost that grows with what is kept
-(bench.py --parts sandbox), nothing when none is kept (nor for one at rest)."""
+or the program's process answers. At most KEPT_OBJECTS objects and KEPT_ITEMS items (a dict's
+pairs: weight) are kept (beyond, a copy is the program's own or, inside a kept one, part of its
+value): each request compares each kept object with its snapshot on both sides, a cost that
+grows with what is kept (bench.py --parts sandbox), nothing when none is kept (nor for one at
+rest)."""
 from _operator import is_
 from sys import getrefcount
 
@@ -157,11 +158,12 @@ def snapshot(value):
 KEPT_OBJECTS, KEPT_ITEMS = 64, 4096
 
 
-def weight(state):
-    """What comparing a snapshot costs, in items: a list's length; a bytearray's or a buffer's
-    size / 64 (compared at once); a Random's state 10."""
+def weight(value, state):
+    """What comparing value's snapshot (state) costs, in items: a list's length, a dict's pairs
+    (so that the bound counts a dict's items as a list's); a bytearray's or a buffer's size / 64
+    (compared at once); a Random's state 10."""
     if type(state) is list:
-        return 1 + len(state)
+        return 1 + (len(state) // 2 if isinstance(value, dict) else len(state))
     if type(state) is bytes:
         return 1 + len(state) // 64
     if len(state) == 3 and type(state[0]) is str:  # a buffer's (kind, value, position)
@@ -199,7 +201,7 @@ def kept_entry(value, ids, before=None):
     new = items[len(old["snapshot"]):]
     inner = old["nested"] + nested(new, ids, [], {id(c) for c, _ in old["nested"]})
     return {"object": value, "snapshot": state, "nested": inner,
-            "weight": weight(state) + sum(weight(then) for _, then in inner),
+            "weight": weight(value, state) + sum(weight(c, then) for c, then in inner),
             "inner_ids": old["inner_ids"] + tuple([id(item) for item in new
                                                    if type(item) not in LEAVES])}
 

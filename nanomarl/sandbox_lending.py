@@ -117,7 +117,7 @@ def lend(value, link, refer):
         handle, entry = top if c is value else woken(c, link)
         if entry is None:
             inside = nested([c], ids, [], set())  # (c and the containers in it, with snapshots)
-            cost = 0 if key in covered else sum(weight(state) for _, state in inside)
+            cost = 0 if key in covered else sum(weight(inner, state) for inner, state in inside)
             if len(kept) + len(found) >= KEPT_OBJECTS or total + cost > KEPT_ITEMS:
                 continue
             total, link["lent"] = total + cost, link["lent"] - 1

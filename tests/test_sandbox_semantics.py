@@ -561,6 +561,45 @@ def test_a_list_the_program_appends_to_through_a_test_object_costs_its_new_items
     assert result["passed"] == expected, result["errors"]
 
 
+def test_a_dict_of_3000_keys_is_kept_as_a_list_of_3000_items_is():
+    """The bound on what is kept counts a dict's pairs, as a list's items (sandbox_copies.py:weight:
+    a dict of 3,000 keys weighs 3,001, not 6,001), so a dict of 3,000 keys the program keeps from
+    one call and changes in the next ones, or a test object's dict it counts into call after call,
+    is the test's own, as in plain Python: the program's changes reach the test and the test's
+    reach the program (as the program's copy, neither did). The bound is on all that is kept at
+    once: the program forgets the dict it kept before (a call of its own) before it keeps the
+    next one. A test that expects the dict
+    unchanged after the program's change fails; a dict of 5,000 keys is beyond the bound
+    (test_gap_beyond_4096_items_a_kept_container_is_the_programs_copy)."""
+    program = """\
+        K = []
+        def keep(d):
+            K.append(d)
+        def forget():
+            K.clear()
+        def bump(k):
+            K[-1][k] += 1
+            return K[-1][k]
+        def count(box, k):
+            box.counts[k] = box.counts.get(k, 0) + 1
+        def total(box):
+            return sum(box.counts.values())
+        """
+    d = "forget()\nd = dict.fromkeys(range(3000), 0)\nkeep(d)\n"
+    box = "forget()\nclass Box:\n    pass\nb = Box()\nb.counts = dict.fromkeys(range(3000), 0)\n"
+    tests = [d + "for k in range(0, 3000, 100):\n    bump(k)\n"
+             "assert d[100] == 1 and d[101] == 0 and sum(d.values()) == 30",
+             d + "d[7] = 5\nassert bump(7) == 6 and d[7] == 6\nd[7] = 9\nassert bump(7) == 10",
+             box + "for k in range(50):\n    count(b, k)\ncount(b, 'x')\n"
+             "assert b.counts['x'] == 1 and b.counts[49] == 1 and len(b.counts) == 3001\n"
+             "assert total(b) == 51",
+             d + "bump(5)\nassert d[5] == 0"]
+    expected = [True, True, True, False]
+    assert plain(program, tests) == expected
+    result = run(program, tests)
+    assert result["passed"] == expected, result["errors"]
+
+
 def test_malformed_news_of_a_kept_container_changes_nothing():
     """The news of the kept containers the program's process sends is checked before anything
     changes (sandbox_link.py:taken; sandbox_copies.py:extend; sandbox_lending.py:let_go): new items
@@ -2277,8 +2316,8 @@ def test_gap_beyond_4096_items_a_kept_container_is_the_programs_copy():
     5,000 the program keeps is its copy, and what a later call does to it is not written back
     (emptying it passes `a == list(range(5000))`, which plain Python fails); one of 50 is kept.
     A test object's attribute of 5,000 items is the program's copy too (emptying it is not
-    seen), and so is a dict of 3,000 keys (its keys count: 6,000 items; a key set is not seen);
-    one of 50 is the test's. Of a test object's 100 rows, the list and its first 63 rows are
+    seen), and so is a dict of 5,000 keys (a key set is not seen); one of 50 is the
+    test's. Of a test object's 100 rows, the list and its first 63 rows are
     kept: a change to the 90th reaches the test inside the list, as a new row (the test's own
     90th row does not change: `row == [0]` passes)."""
     program = ("K = []\ndef keep(l):\n    K.append(l)\ndef clear():\n    K[-1].clear()\n"
@@ -2290,7 +2329,7 @@ def test_gap_beyond_4096_items_a_kept_container_is_the_programs_copy():
              "a = list(range(50))\nkeep(a)\nclear()\nassert a == list(range(50))",
              box + "b.items = list(range(5000))\nclear_items(b)\nassert b.items == list(range(5000))",
              box + "b.items = list(range(50))\nclear_items(b)\nassert b.items == list(range(50))",
-             box + "b.counts = dict.fromkeys(range(3000), 0)\nput(b)\nassert 'x' not in b.counts",
+             box + "b.counts = dict.fromkeys(range(5000), 0)\nput(b)\nassert 'x' not in b.counts",
              box + "b.rows = [[0] for _ in range(100)]\nrow = b.rows[90]\nadd(b)\n"
              "assert b.rows[90] == [0, 1] and row == [0]"]
     assert plain(program, tests) == [False] * 6
