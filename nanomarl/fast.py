@@ -6,7 +6,8 @@ that both agree. A learner may skip this module.
     scatter. Plain: peft's per-row routing (fast=False); tests/test_routing.py.
   * shared_prefill, inside common.generate (fast=True): rows that repeat a prompt on the same
     adapter (the K samples of a question) run generate's prefill once. Plain: every row's own
-    prefill, the same numbers bit for bit on CPU; tests/test_routing.py.
+    prefill: the same samples (bit for bit where a matmul rounds alike at every batch size);
+    tests/test_routing.py.
   * shared_prefix_forward, magrpo.py's update: forward_responses' outputs with each distinct
     prompt forwarded once, not once per sampled completion. Plain: common.forward_responses;
     tests/test_magrpo.py.

@@ -150,7 +150,7 @@ def test_4bit_layers_keep_peft_routing(tiny_model_dir):
 def test_shared_prefill_runs_each_distinct_row_once_with_every_rows_numbers(model, tok, monkeypatch,
                                                                              names, distinct):
     """generate(fast=True) prefills each distinct (prompt, adapter) row once, and its samples,
-    log-probs and entropies equal, bit for bit, those of the same call prefilling every row."""
+    log-probs and entropies equal those of the same call prefilling every row."""
     texts = prompts(tok, 2)
     rows = [texts[i // 6] for i in range(12)]  # two prompts, each repeated on its adapters
     widths = []
@@ -169,7 +169,10 @@ def test_shared_prefill_runs_each_distinct_row_once_with_every_rows_numbers(mode
         hook.remove()
     assert widths[0] == distinct and widths[1:10] == [12] * 9  # the prefill, then 9 steps
     assert widths[10] == 12  # the other call prefills every row
-    for key in ("response_ids", "logprobs", "sampling_logprobs", "entropy"):
-        assert torch.equal(outs[0][key], outs[1][key]), key
+    assert torch.equal(outs[0]["response_ids"], outs[1]["response_ids"])
+    # bit for bit where a row's matmuls round alike in batches of any size (this project's AMD
+    # EPYC); some CPUs round by the batch's shape (~1e-6, as peft's routing against the stacked)
+    for key in ("logprobs", "sampling_logprobs", "entropy"):
+        torch.testing.assert_close(outs[0][key], outs[1][key], atol=1e-5, rtol=0, msg=key)
     assert len({tuple(r.tolist()) for r in outs[0]["response_ids"]}) > distinct  # sampled apart
     assert "forward" not in vars(inner)  # the model's own forward again
