@@ -568,9 +568,8 @@ def test_a_dict_of_3000_keys_is_kept_as_a_list_of_3000_items_is():
     is the test's own, as in plain Python: the program's changes reach the test and the test's
     reach the program (as the program's copy, neither did). The bound is on all that is kept at
     once: the program forgets the dict it kept before (a call of its own) before it keeps the
-    next one. A test that expects the dict
-    unchanged after the program's change fails; a dict of 5,000 keys is beyond the bound
-    (test_gap_beyond_4096_items_a_kept_container_is_the_programs_copy)."""
+    next one. A test that expects the dict unchanged after the program's change fails; a dict of
+    5,000 keys is beyond the bound (test_gap_beyond_4096_items_a_kept_container_is_the_programs_copy)."""
     program = """\
         K = []
         def keep(d):
@@ -2316,8 +2315,8 @@ def test_gap_beyond_4096_items_a_kept_container_is_the_programs_copy():
     5,000 the program keeps is its copy, and what a later call does to it is not written back
     (emptying it passes `a == list(range(5000))`, which plain Python fails); one of 50 is kept.
     A test object's attribute of 5,000 items is the program's copy too (emptying it is not
-    seen), and so is a dict of 5,000 keys (a key set is not seen); one of 50 is the
-    test's. Of a test object's 100 rows, the list and its first 63 rows are
+    seen), and so is a dict of 5,000 keys (a key set is not seen); one of 50 is the test's.
+    Of a test object's 100 rows, the list and its first 63 rows are
     kept: a change to the 90th reaches the test inside the list, as a new row (the test's own
     90th row does not change: `row == [0]` passes)."""
     program = ("K = []\ndef keep(l):\n    K.append(l)\ndef clear():\n    K[-1].clear()\n"
