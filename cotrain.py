@@ -599,12 +599,13 @@ def rollout_step(team: Team, args: Args, records: list[dict], scorer,
     scores = debate.scores
     good = torch.zeros_like(scores, dtype=torch.bool)
     truncated = torch.zeros_like(scores, dtype=torch.bool)
+    tokenizers = team.agent_tokenizers()
     for (t, a), ro in debate.rollout.items():  # turn t's agent a: generate()'s tensors
         truncated[:, t, a] = ro["truncated"].cpu()
         for b in range(len(records)):
             ids = ro["response_ids"][b][ro["response_mask"][b].bool()].tolist()
             good[b, t, a] = format_ok(debate.answers[b][t][a], ids, args.min_response_tokens,
-                                      decode=team.tokenizers[team.agent_base[a]].decode)
+                                      decode=tokenizers[a].decode)
     penalized = apply_penalties(scores, good, truncated, args.format_penalty if args.penalize_format
                                 else None, args.missing_eos_penalty)
     # 3. influence-aware reward (Definition 1) + incentives (Tables 1-2, on 0/1 correctness)

@@ -105,7 +105,8 @@ def _stacked_lora_forward(layer, a_cat, b_cat, row_scale, x, *args, **kwargs):
 def shared_prefill(model, query_ids, query_mask, names: list[str], route):
     """generate (transformers') inside this block, rows routed by route(names), prefills each
     distinct row (prompt and adapter) once and hands its keys, values and logits to the rows that
-    repeat it: each row's arithmetic is that of one batch of every row, so the samples are too."""
+    repeat it: each row's arithmetic is that of one batch of every row, so the samples are too (up
+    to the rounding of a CPU whose matmuls round by the batch's shape)."""
     tags = torch.tensor([sorted(set(names)).index(n) for n in names], device=query_ids.device)
     _, group = torch.unique(torch.cat([query_ids, query_mask, tags[:, None]], 1), dim=0,
                             return_inverse=True)  # group[i]: row i's distinct row
