@@ -324,7 +324,8 @@ def bench_cpu(args, name, device) -> dict:
     """10. One rollout turn (--cpu-rows rows, half on each of two adapters with non-zero B,
     --max-new-tokens tokens each), with --fast and --no-fast, against the roofline: each decoding
     step reads every weight once (weights-read bound: steps x weight bytes / bandwidth) and costs
-    2 FLOPs per parameter per token, the prompts' tokens included (FLOP bound)."""
+    2 FLOPs per parameter per token, the prompts' tokens included (FLOP bound); and the decoding
+    steps' base products alone (rows x each base Linear's weight, as in one step: products_s)."""
     machine = machine_bounds(device, args.repeats)
     model, tokenizer = load(args, name)
     model = common.add_adapters(model, ["agent0", "agent1"], r=args.lora_r, alpha=2 * args.lora_r)
@@ -342,9 +343,19 @@ def bench_cpu(args, name, device) -> dict:
     read_bound_s = steps * weight_bytes / (machine["bandwidth_gb_s"] * 1e9)
     flop_bound_s = 2 * params * (rows * steps + prompt_tokens) / (machine["matmul_gflop_s"] * 1e9)
     bound_s = max(read_bound_s, flop_bound_s)
+    # one decoding step's base products alone: rows x every base Linear (the head too), fp32
+    weights = [m.weight for n, m in model.get_base_model().named_modules()
+               if isinstance(m, torch.nn.Linear) and "lora_" not in n]
+    inputs = {w.shape[1]: torch.randn(rows, w.shape[1], device=device) for w in weights}
+    products = lambda: [torch.nn.functional.linear(inputs[w.shape[1]], w)  # noqa: E731
+                        for w in weights]
+    products_s = timed(products, args.repeats, device)["median"]
+    product_bytes = sum(w.numel() * w.element_size() for w in weights)
     entry = dict(machine, rows=rows, tokens=rows * steps, prompt_tokens=prompt_tokens,
                  weight_mb=weight_bytes / 2**20, read_bound_s=read_bound_s,
-                 flop_bound_s=flop_bound_s, bound_tok_s=rows * steps / bound_s)
+                 flop_bound_s=flop_bound_s, bound_tok_s=rows * steps / bound_s,
+                 products_s=steps * products_s,
+                 products_gb_s=product_bytes / products_s / 1e9)
     for fast in (True, False):
         t = timed(lambda: common.generate(model, tokenizer, prompts, names, fast=fast, **gen),
                   args.repeats, device)
@@ -355,7 +366,8 @@ def bench_cpu(args, name, device) -> dict:
           f"{entry['bound_tok_s']:.0f} tok/s (weights read {read_bound_s:.2f} s, FLOPs "
           f"{flop_bound_s:.2f} s); --fast {entry['fast']['tok_s']:.0f} tok/s "
           f"({100 * entry['fast']['of_bound']:.0f} %), --no-fast {entry['plain']['tok_s']:.0f} "
-          f"tok/s ({100 * entry['plain']['of_bound']:.0f} %)")
+          f"tok/s ({100 * entry['plain']['of_bound']:.0f} %); the base products alone "
+          f"{entry['products_s']:.2f} s ({entry['products_gb_s']:.1f} GB/s of their weights)")
     return entry
 
 

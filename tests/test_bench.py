@@ -90,6 +90,12 @@ def test_bench_cpu_roofline_on_the_tiny_model(tmp_path):
         seconds = entry[path]["seconds"]["median"]
         assert entry[path]["tok_s"] == pytest.approx(12 / seconds)
         assert entry[path]["of_bound"] == pytest.approx(bound / seconds)
+    # the products alone: every base Linear once a step (the tied head counted as a product)
+    base = model.get_base_model()
+    product_bytes = 4 * (base.lm_head.weight.numel() + sum(
+        p.numel() for n, p in base.named_parameters()
+        if n.endswith(("proj.weight", "proj.base_layer.weight"))))
+    assert entry["products_gb_s"] == pytest.approx(product_bytes * 3 / entry["products_s"] / 1e9)
 
 
 def test_bench_cpu_stages_of_a_default_update_and_evaluation(tmp_path):
