@@ -82,6 +82,12 @@ def program_side(job, requests, answers):
             return awake(item, kept, kept_ids, kept_tags, dormant)
         if tag == "x" and type(item) is int:
             tag, item = "X", [item, None, False]
+        if tag == "G" and type(item) is list and len(item) == 4 and type(item[2]) is str and (
+                type(item[3]) is bool):  # a declared Enum's member: the program's own member
+            try:
+                return scope[item[1]].__members__[item[2]]
+            except Exception:  # (not the program's Enum: the test's object, as "X")
+                tag, item = "X", [item[0], item[1], item[3]]
         if tag == "X" and type(item) is list and len(item) == 3 and type(item[0]) is int and (
                 item[1] is None or item[1] in declared) and type(item[2]) is bool:
             if item[0] not in tests:  # (of a class the context declares, or with its own ==)
@@ -113,6 +119,10 @@ def program_side(job, requests, answers):
             return '{"x":%d}' % value.handle
         if id(value) in marks:  # the stand-in of a test's frozen clock: the test's class
             return marks[id(value)]
+        kind, enum = type(value), sys.modules.get("enum")
+        if kind.__name__ in declared and module_level(kind) and enum and isinstance(
+                value, enum.Enum) and type(getattr(value, "_name_", None)) is str:
+            return '{"G":[%s,%s]}' % (dump(kind.__name__, None), dump(value._name_, None))
         for base, exact in BASES:
             if isinstance(value, base):
                 return dump(exact(value), refer, aliases)

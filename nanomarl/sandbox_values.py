@@ -383,13 +383,13 @@ def made(kind, args):
     return error
 
 
-def program_error(name, message, base="", args=None, declared=False):
+def program_error(name, message, base="", args=None, declared=False, state=None):
     """The exception of that name (a context's class where `declared` says the program's is a
     module-level one and DECLARED has it; a builtin one but StopIteration; else a class of that
     name derived from `base`, its nearest builtin ancestor: a ValueError subclass is caught by
     `except ValueError`; else a ProgramError), made from its arguments where they crossed
-    (KeyError.args is the key, a UnicodeDecodeError has its five), described as the other process
-    described it."""
+    (KeyError.args is the key, a UnicodeDecodeError has its five), with its own public attributes
+    (state: an InsufficientFunds's amount), described as the other process described it."""
     kind = declared is True and DECLARED.get(name) or builtin_exception(name)
     if kind is None and builtin_exception(base) and name.isidentifier():
         if (name, base) not in EXCEPTIONS:
@@ -410,6 +410,9 @@ def program_error(name, message, base="", args=None, declared=False):
             error = made(kind or ProgramError, (message,))
         except Exception:
             error = ProgramError(message)
+    for key, value in state.items() if type(state) is dict else ():  # its own attributes
+        if type(key) is str and not key.startswith("_") and not hasattr(type(error), key):
+            object.__setattr__(error, key, value)  # (never its class's: args, errno, a method)
     error.program_text, error.program_str = name[:100] + ": " + message[:300], message
     return error
 
@@ -417,7 +420,7 @@ def program_error(name, message, base="", args=None, declared=False):
 def raised(payload):
     """The exception an error payload ([name, message, base], with args and declared or not)
     describes; None if it is malformed."""
-    if type(payload) is list and len(payload) in (3, 4, 5) and all(
+    if type(payload) is list and len(payload) in (3, 4, 5, 6) and all(
             type(p) is str for p in payload[:3]):
         return program_error(*payload)
     return None
@@ -430,7 +433,7 @@ def refuse(value, aliases=None):
 def error_payload(error):
     """[name, message, nearest builtin ancestor's name, its arguments (a tuple of values, or None
     where one is not a value), whether its class is a module-level class of __main__ (a class the
-    context declares is one)] of an exception."""
+    context declares is one), its own public attributes that are values] of an exception."""
     kind = type(error)
     base = builtin_ancestor(kind).__name__
     args = getattr(error, "args", None)
@@ -438,5 +441,17 @@ def error_payload(error):
         dump(args, refuse)
     except BaseException:
         args = None
+    state = getattr(error, "__dict__", None)
+    state = {key: value for key, value in (state.items() if type(state) is dict else ())
+             if type(key) is str and not key.startswith(("_", "program_")) and sendable(value)}
     return [kind.__name__, describe(error).partition(": ")[2][:300], base,
-            args if type(args) is tuple else None, module_level(kind)]
+            args if type(args) is tuple else None, module_level(kind), state]
+
+
+def sendable(value):
+    """Whether value is a value (no reference: dump needs no refer)."""
+    try:
+        dump(value, refuse)
+        return True
+    except BaseException:
+        return False

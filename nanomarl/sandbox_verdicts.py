@@ -219,6 +219,10 @@ def test_resolve(tag, item):
         return LINK["args"][-1][item]
     if tag == "k" and type(item) is int and item in LINK["kept"]:
         return LINK["kept"][item]["object"]
+    if tag == "G" and type(item) is list and len(item) == 2 and all(type(p) is str for p in item):
+        kind = LINK["classes"].get(item[0])  # a declared Enum's member, by its name
+        if enum_member(kind, True) and item[1] in kind.__members__:
+            return kind.__members__[item[1]]
     raise ValueError("malformed value")
 
 
@@ -226,8 +230,9 @@ def test_refer(value, aliases):
     """What the program's process gets for a test's object that is no value: a program object's
     reference back; a copy (sandbox_copies.py); a frozen clock's class (frozen_class); a builtin
     or module function, or a module, by name; a reference to a test object (one the tests made, a
-    bound method of a test's container, Random or io stream, an itemgetter, attrgetter, mock or
-    iterator; "X" where its class matters there); else the test fails (Abort)."""
+    bound method of a test's container (a deque's too), Random or io stream, an itemgetter,
+    attrgetter, methodcaller, mock or iterator; "X" where its class matters there, "G" a declared
+    Enum's member); else the test fails (Abort)."""
     kind = type(value)
     if kind is Remote:
         return '{"r":%d}' % value._Remote__handle
@@ -259,19 +264,30 @@ def test_refer(value, aliases):
     if (test_made(value) or kind.__name__ in ("generator", "function") and test_code(value)
             or kind.__name__ == "method" and test_made(self)
             or kind.__name__ in ("builtin_function_or_method", "method") and (
-                type(self) in (list, dict, set) or type(self).__module__ in ("random", "_io"))
-            or kind.__module__ == "operator" and kind.__name__ in ("itemgetter", "attrgetter")
+                type(self) in (list, dict, set)
+                or type(self).__module__ in ("random", "_io", "collections"))
+            or kind.__module__ == "operator" and kind.__name__.endswith(("getter", "caller"))
             or kind.__module__ == "unittest.mock" and callable(value)
             or hasattr(kind, "__next__") and hasattr(kind, "__iter__")):
         handle = held(value)
         declared = LINK["classes"].get(kind.__name__) is kind  # (the program's class is its)
         own = (kind.__eq__ is not object.__eq__ or kind.__ne__ is not object.__ne__
                or kind.__hash__ is not object.__hash__)  # (else compared by identity there)
+        if declared and enum_member(value):  # the program's own member of its class
+            return '{"G":[%d,%s,%s,%s]}' % (handle, dump(kind.__name__, None), dump(
+                value._name_, None), "true" if own else "false")
         if declared or own:
             return '{"X":[%d,%s,%s]}' % (handle, dump(kind.__name__ if declared else None,
                                                       None), "true" if own else "false")
         return '{"x":%d}' % handle
     raise abort(ProgramError("this argument cannot be sent to the program: " + kind.__name__))
+
+
+def enum_member(value, kind=False):
+    """Whether value is an Enum's member (kind: an Enum class)."""
+    enum = sys.modules.get("enum")
+    return enum is not None and (isinstance(value, type) and issubclass(value, enum.Enum)
+                                 if kind else isinstance(value, enum.Enum))
 
 
 def held(value):

@@ -1449,6 +1449,74 @@ def test_an_exception_of_a_class_the_task_declares_is_the_tasks_class():
     assert result["passed"] == [True] * len(tests), result["errors"]
 
 
+def test_an_exceptions_own_attributes_cross_with_it():
+    """An exception's own public attributes that are values (set by its __init__: a context's
+    InsufficientFunds(balance, amount), whose args are its message only; a program's class's)
+    cross with it, as plain Python keeps them; never its class's (args, a method)."""
+    context = textwrap.dedent("""\
+        class InsufficientFunds(Exception):
+            def __init__(self, balance, amount):
+                super().__init__(f"balance {balance} < {amount}")
+                self.balance, self.amount = balance, amount
+        """)
+    program = context + textwrap.dedent("""\
+        class Invalid(ValueError):
+            def __init__(self, field):
+                super().__init__(field + " missing")
+                self.field, self.args_seen = field, 2
+        def withdraw(balance, amount):
+            if amount > balance:
+                raise InsufficientFunds(balance, amount)
+            return balance - amount
+        def validate(user):
+            if "name" not in user:
+                raise Invalid("name")
+        """)
+    tests = ["try:\n    withdraw(10, 50)\n    assert False\nexcept InsufficientFunds as e:\n"
+             "    assert (e.balance, e.amount, str(e)) == (10, 50, 'balance 10 < 50')",
+             "try:\n    validate({})\n    assert False\nexcept ValueError as e:\n"
+             "    assert e.field == 'name' and e.args == ('name missing',)",
+             "try:\n    withdraw(10, 50)\nexcept InsufficientFunds as e:\n"
+             "    assert e.amount == 10"]
+    assert plain(program, tests) == [True, True, False]
+    result = run(program, tests, context=context, names=["withdraw", "validate"])
+    assert result["passed"] == [True, True, False], result["errors"]
+
+
+def test_a_declared_enums_member_crosses_as_that_member():
+    """A member of an Enum the context declares crosses as that member, both ways: the
+    program's Color.GREEN is the test's Color.GREEN (`==`, `is`, .name), and the test's
+    Color.RED is the program's own (`c is Color.RED`, list(Color).index(c)), as in one process."""
+    context = "from enum import Enum\nclass Color(Enum):\n    RED = 1\n    GREEN = 2\n"
+    program = context + textwrap.dedent("""\
+        def next_color(c):
+            members = list(Color)
+            return members[(members.index(c) + 1) % len(members)]
+        def is_red(c):
+            return c is Color.RED
+        """)
+    tests = ["assert next_color(Color.RED) == Color.GREEN and next_color(Color.GREEN) is Color.RED",
+             "assert is_red(Color.RED) and not is_red(Color.GREEN)",
+             "assert next_color(Color.RED).name == 'GREEN'",
+             "assert next_color(Color.RED).value == 1"]
+    assert plain(program, tests) == [True, True, True, False]
+    result = run(program, tests, context=context, names=["next_color", "is_red"])
+    assert result["passed"] == [True, True, True, False], result["errors"]
+
+
+def test_a_tests_methodcaller_and_a_deques_bound_method_reach_the_program():
+    """An operator.methodcaller and a bound method of a test's deque (or Counter, OrderedDict)
+    are callbacks, called in the test process, as an itemgetter and a list's append are."""
+    program = "def each(items, fn):\n    return [fn(x) for x in items]\n"
+    tests = ["import operator\nassert each([' a '], operator.methodcaller('strip')) == ['a']",
+             "import collections\nq = collections.deque()\neach([1, 2], q.appendleft)\n"
+             "assert list(q) == [2, 1]",
+             "c = collections.Counter()\neach('aab', c.update)\nassert c == {'a': 2, 'b': 1}"]
+    assert plain(program, tests) == [True] * 3
+    result = run(program, tests)
+    assert result["passed"] == [True] * 3, result["errors"]
+
+
 def test_prints_of_any_size_never_raise():
     """A print past the output cap (max_output_bytes) is cut from the output the caller sees, never
     an error in the program (or in a test): plain Python prints it."""
