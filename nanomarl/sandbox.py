@@ -16,11 +16,18 @@ list, tuple, set, frozenset, dict, Counter, OrderedDict, defaultdict, deque, Nam
 Decimal, range, dict views, datetime's types; tagged where JSON has no type, so that they stay
 distinct; a subclass of one travels as the base value plain Python compares: a (str, Enum) member as
 its str, a datetime type's as its datetime value (one of a test's class rebuilt as an instance of
-that class on either side: the frozen clock below); an exception as its class, its nearest builtin
-ancestor and its arguments, made of the context's class where the context declares its class; an
-instance of another class the context declares (the prompt's ListNode) as its state, rebuilt in the
-test process as an instance of the
-context's class, shared and cyclic nodes kept); a test's functools.partial,
+that class on either side: the frozen clock below); an exception as its class's name, its nearest
+builtin ancestor, its arguments and its own attributes, raised as the builtin of that name only
+where its class is that builtin (a program's own KeyError(Exception) is no LookupError), else as a
+class of that name derived from that ancestor, or as the context's class (below); an instance of
+another class the context declares (the prompt's ListNode) as its state, rebuilt in the test process
+as an instance of the context's class, shared and cyclic nodes kept; a member of an Enum it declares
+as that member. The program's class of a name the context declares is the context's class only where
+it is the same class as plain Python would see it, one the program repeats (its fingerprint, the
+code and values its own __dict__ holds, whatever its docstrings and lines, holds the context's,
+which the test process sends; more it may define only under names the context's class lacks, or its
+text: __repr__, __str__); one it redefines otherwise shadows the context's: its exceptions are a
+class of their own, its instances and members program objects); a test's functools.partial,
 io.StringIO or BytesIO, random.Random, re.Pattern or re.Match crosses as a copy rebuilt in the
 program's process (by its function and arguments, value and position, state, pattern and flags; a
 Match by its spans, found again there: a real re.Match; sandbox_copies.py); any other object crosses
@@ -28,11 +35,15 @@ as a reference, whose operations the other process performs. A program object (a
 function) is no value: it may be called, its attributes read and set, its text and type asked (a
 class as the entry point: its methods), but its length, truth, items, iteration, hash, conversions
 and comparisons (with a value or another program object) fail the test, never asking the program
-(its methods could answer anew at each question); a generator or builtin iterator is a stream, drawn
-lazily, each item asked once. A test object (a callback, an instance or class of a test's, an
-iterator) is called, read, set (an instance's data, never its class's methods) and drawn by the test
-process, and its protocol (truth, length, items, iteration, text, comparisons, hash, isinstance with
-it) is answered there by the test's own methods; an instance of a class the context declares is an
+(its methods could answer anew at each question; a re.Match is true, as each one is; its __name__,
+__qualname__, __doc__, __module__, __defaults__, __kwdefaults__ and __wrapped__ are read as
+attributes); a generator or builtin iterator is a stream, drawn lazily, each item asked once. A test
+object (a callback, an instance or class of a test's, an iterator) is called, read, set (an
+instance's data, never its class's methods) and drawn by the test process, and its protocol (truth,
+length, items and item assignment, iteration, text, comparisons, arithmetic and conversions: the
+test's own method, whose NotImplemented Python reflects as in one process, hash, isinstance with it)
+is answered there by the test's own methods (the harness's own frames between the two processes'
+calls do not count against the recursion limit); an instance of a class the context declares is an
 instance of the program's class of that name for isinstance. The rule for names: a test may ask the
 program for the names it is given (`names`: the entry point, aux, a problem's declared names; by
 default the program's top-level defs and classes, for a program that brings its own check()) and no

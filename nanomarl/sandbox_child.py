@@ -19,7 +19,7 @@ from sandbox_link import (EXIT, LINK, OPS, BINARY, WRITE, TestObject, TestTimeou
                           attempt, compiled, read_exactly, read_line, run, serve, taken,
                           with_pairs, write_all)
 from sandbox_patches import IMPORT, gave_back, on_arguments, took_on
-from sandbox_values import (DATETIMES, Decoder, dump, error_payload, module_level, raised,
+from sandbox_values import (DATETIMES, PRINTS, Decoder, dump, error_payload, raised, same,
                             stand_in)
 from sandbox_verdicts import test_side
 
@@ -120,16 +120,17 @@ def program_side(job, requests, answers):
         if id(value) in marks:  # the stand-in of a test's frozen clock: the test's class
             return marks[id(value)]
         kind, enum = type(value), sys.modules.get("enum")
-        if kind.__name__ in declared and module_level(kind) and enum and isinstance(
-                value, enum.Enum) and type(getattr(value, "_name_", None)) is str:
+        # the context's class crosses as it (once a class for all an object reaches: rebuilt)
+        context = sending and id(kind) in sending[0][2] or same(kind)
+        if context and enum and isinstance(value, enum.Enum) and type(
+                getattr(value, "_name_", None)) is str:
             return '{"G":[%s,%s]}' % (dump(kind.__name__, None), dump(value._name_, None))
         for base, exact in BASES:
             if isinstance(value, base):
                 return dump(exact(value), refer, aliases)
         if isinstance(value, BaseException):  # as a raised one crosses (sandbox_values.py)
             return '{"e":%s}' % dump(error_payload(value), None)
-        kind = type(value)
-        if kind.__name__ in declared and module_level(kind):
+        if context:
             return rebuilt(value, aliases)
         if id(value) not in ids:
             refs[LINK["handles"]], ids[id(value)] = value, LINK["handles"]
@@ -149,6 +150,8 @@ def program_side(job, requests, answers):
                 return message
 
     def before(extra):
+        if type(extra.get("F")) is dict:  # (the context's classes' fingerprints: same)
+            PRINTS.update(extra["F"])
         for handle in extra.get("f", ()):
             if handle in refs:
                 del ids[id(refs.pop(handle))]
@@ -307,8 +310,9 @@ def program_side(job, requests, answers):
         objects met twice (a shared node, a cycle) are one, a long chain is no deep JSON."""
         root = not sending
         if root:
-            sending.append(({}, []))
-        numbers, found = sending[0]
+            sending.append(({}, [], set()))
+        numbers, found, classes = sending[0]
+        classes.add(id(type(value)))  # (its class is the context's: same)
         try:
             if id(value) not in numbers:
                 numbers[id(value)] = LINK["made"]

@@ -8,8 +8,7 @@ io.StringIO and io.BytesIO buffers and its random.Random generators are numbered
 sides (containers, shared, share); after the call the program's process sends the new state of
 those the call changed (snapshot, unchanged, contents) and the test process puts it into its own
 objects (refill). A test's object of one of these standard types, which hold no test code, is sent
-as a copy (sandbox_values.py:copied, test side) and rebuilt in the program's process
-(rebuilt_copy):
+as a copy (copied, test side) and rebuilt in the program's process (rebuilt_copy):
   a functools.partial: its function (sent as it would be alone: a test's function by reference, a
     builtin by name), arguments and keywords (values, walked for write-back);
   an io.StringIO or io.BytesIO: its value and position (closed: closed), written back;
@@ -39,13 +38,16 @@ from _operator import is_
 from sys import getrefcount
 
 from sandbox_patches import unpatched  # sandbox.py's BOOT
-from sandbox_values import BUFFERS, COLLECTIONS, FINDS, PATTERN_METHODS, buffer_state
+from sandbox_values import BUFFERS, COLLECTIONS, buffer_state, dump
+
+PATTERN_METHODS = ("match", "search", "fullmatch", "findall", "finditer", "split", "sub", "subn")
+FINDS = ("match", "search", "fullmatch")
 
 
 def copy_type(kind):
     """Whether kind is a functools.partial, an io buffer or a random.Random: walked (a partial) or
     numbered (the others) as a container is, but no value: a test's crosses as a copy
-    (sandbox_values.py:copied), a program's as a reference (containers)."""
+    (copied), a program's as a reference (containers)."""
     module, name = kind.__module__, kind.__name__
     return (module == "functools" and name == "partial" or module == "_io" and name in BUFFERS
             or module == "random" and name == "Random")
@@ -407,10 +409,54 @@ def borrowed(tag, item, kept, ids, tags, calls):
     return kept[item[0]]["object"]
 
 
+def found_again(match):
+    """How its pattern finds this re.Match again, with the same spans, pos and endpos: [one of
+    FINDS, 0], or ["finditer", n] for the n-th match of finditer; None if none does."""
+    pattern, args, regs = match.re, (match.string, match.pos, match.endpos), match.regs
+    for how in FINDS:
+        found = getattr(pattern, how)(*args)
+        if found is not None and found.regs == regs:
+            return [how, 0]
+    for n, found in enumerate(pattern.finditer(*args)):
+        if found.regs == regs:
+            return ["finditer", n]
+        if found.start() > match.start():
+            break
+    return None
+
+
+def copied(value, refer):
+    """The JSON text of a test's object that crosses as a copy (the module's docstring lists how
+    each is rebuilt), else None; raises ValueError for a re.Match its pattern does not
+    find again."""
+    kind = type(value)
+    module, name = kind.__module__, kind.__name__
+    if module == "functools" and name == "partial":
+        return '{"P":[%s,%s,%s]}' % (dump(value.func, refer), dump(list(value.args), refer),
+                                     dump(dict(value.keywords), refer))
+    if module == "_io" and name in BUFFERS:
+        return '{"B":%s}' % dump(buffer_state(value), refer)
+    if module == "random" and name in ("Random", "SystemRandom"):
+        return '{"U":%s}' % dump(value.getstate() if name == "Random" else None, refer)
+    owner = getattr(value, "__self__", None)
+    if module == "re" and name == "Pattern" or type(owner).__name__ == "Pattern" and (
+            type(owner).__module__ == "re" and getattr(value, "__name__", "") in PATTERN_METHODS):
+        pattern = value if name == "Pattern" else owner
+        return '{"p":%s}' % dump([pattern.pattern, pattern.flags,
+                                  None if name == "Pattern" else value.__name__], refer)
+    if module == "re" and name == "Match":
+        how = found_again(value)
+        if how is None:
+            raise ValueError("a re.Match its pattern does not find again")
+        return '{"H":%s}' % dump([value.re.pattern, value.re.flags, value.string, value.pos,
+                                  value.endpos, how], refer)
+    return None
+
+
 def rebuilt_copy(tag, item, lent=()):
-    """The program's copy of a test's object (sandbox_values.py:copied's JSON, decoded), or its
-    lent object (lent: the kept, their ids and tags and the calls borrowed takes); None if the tag
-    is neither's or a lent one is malformed; ValueError if a copy is malformed."""
+    """The program's copy of a test's object (copied's JSON, decoded), or its lent object (lent:
+    the kept, their ids and tags and the calls borrowed takes); None if the tag is neither's or a
+    lent one is malformed; ValueError if a copy is malformed."""
     if tag == "N" or tag == "A":
         return borrowed(tag, item, *lent) if lent else None
     if tag not in ("P", "B", "U", "p", "H"):

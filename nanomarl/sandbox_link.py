@@ -8,9 +8,9 @@ downwards). While one side waits for an answer it serves the other's requests (a
 test calling the program again). What travels, and its tags, is sandbox_values.py's (copies and
 marks: sandbox_copies.py); an object that is no value travels as a reference whose operations the
 other side asks for: in the test process a Remote stands for a program object, in the program's
-process a TestObject for a test object. One thread at a time talks (TALKING). LINK holds the state
-of this process's side (filled by sandbox_verdicts.py:test_side, sandbox_child.py:program_side)."""
-import _signal, _thread, _weakref, builtins, os
+process a TestObject for a test object. One thread at a time talks (TALKING). LINK holds this
+side's state (filled by sandbox_verdicts.py:test_side, sandbox_child.py:program_side)."""
+import _operator, _signal, _thread, _weakref, builtins, math, os, sys
 
 from sandbox_copies import (awake, changed, containers, extend, kept_entry, news, pairs, refill,
                             shared, unrest)
@@ -19,6 +19,9 @@ from sandbox_values import (VALUE_TYPES, Abort, ProgramError, describe, dump, er
                             raised, with_pairs)  # sandbox.py's BOOT
 
 READ, WRITE, EXIT = os.read, os.write, os._exit  # before any program code (it may replace them)
+GET_LIMIT, SET_LIMIT = sys.getrecursionlimit, sys.setrecursionlimit
+ROOM, LEVEL = 100, dict(test=10, program=8)  # frames over the limit for the harness (room)
+LIMIT = [0, 0]  # the recursion limit room() set last, the frames it added
 
 
 class TestTimeout(BaseException):  # not an Exception: `except Exception` does not swallow it
@@ -31,9 +34,8 @@ RING_AGAIN = 0.05  # seconds between rings once the alarm has gone off
 
 
 def on_alarm(signum, frame):
-    """In the test process the timeout is noted first (LINK["failed"], which only the harness
-    reads and clears), so a test that swallows the TestTimeout (a bare `except:`) still fails as
-    timed out; the alarm rings again every RING_AGAIN s until attempt() ends."""
+    """The test process notes the timeout first (LINK["failed"]: a test that swallows the
+    TestTimeout still fails as timed out); the alarm rings every RING_AGAIN s until attempt ends."""
     if ALARM[0]:
         if LINK.get("side") == "test":
             LINK["failed"] = LINK["failed"] or "Timeout: test timed out"
@@ -43,8 +45,7 @@ def on_alarm(signum, frame):
 def attempt(fn, seconds):
     """fn() under a wall-clock alarm -> ("v", its value) | ("t", None) | ("e", the exception).
     Inside another attempt (a request served while waiting for an answer) and in any thread but
-    the main one (a test's or a program's) the outer alarm goes on and its TestTimeout passes
-    through."""
+    the main one the outer alarm goes on and its TestTimeout passes through."""
     if ALARM[0] or _thread.get_ident() != MAIN:
         try:
             return "v", fn()
@@ -110,13 +111,31 @@ def read_exactly(fd, size):
 LINK = dict(seq=0, gone="has not started", buffer=bytearray(), failed="", args=[], released=[],
             kept={}, kept_ids={}, kept_tags={}, dormant={}, mirrored=lambda numbered: {},
             sent=lambda extra: None, drop=dict)
-# what one process may ask of the other's object: of a program object (Remote) its text, type and
-# classes; of a test object (test_ops) its protocol (but comparisons and hash: test_ops's own)
+# what one may ask of the other's object: a program object's text, type; a test object's protocol
 OPS = dict(len=len, bool=bool, str=str, repr=repr, iter=iter, format=format,
            getitem=lambda a, b: a[b], contains=lambda a, b: b in a,
            isinstance=lambda a, b: isinstance(b, a),
-           type=lambda a: [type(a).__module__, type(a).__qualname__])
+           type=lambda a: [type(a).__module__, type(a).__qualname__],
+           special=lambda a, asked: special_op(a, asked))
 BINARY = {"contains", "isinstance"}
+ARITHMETIC = "add sub mul matmul truediv floordiv mod pow lshift rshift and xor or".split()
+OPERATORS = {prefix + n for prefix in ("", "r", "i") for n in ARITHMETIC} | {"divmod", "rdivmod"}
+BUILTINS = dict(int=int, float=float, complex=complex, round=round, trunc=math.trunc, **{n: getattr(
+    _operator, n) for n in ("neg", "pos", "invert", "abs", "index", "setitem", "delitem")})
+# a program object's data whose values are values (its __wrapped__: a program object)
+TOLD = {"__name__", "__qualname__", "__doc__", "__module__", "__defaults__", "__kwdefaults__",
+        "__wrapped__"}
+
+
+def special_op(value, asked):
+    """A test object's arithmetic, conversion or item assignment ([name, operands...]) -> [its
+    class's method's result], or [] for none or NotImplemented; a unary one's by the builtin."""
+    name, *operands = asked
+    if type(name) is str and name in BUILTINS:
+        return [BUILTINS[name](value, *operands)]
+    method = getattr(type(value), "__%s__" % name, None) if name in OPERATORS else None
+    found = NotImplemented if method is None else method(value, *operands)
+    return [] if found is NotImplemented else [found]
 
 
 def write_all(fd, data):
@@ -133,8 +152,7 @@ def write_all(fd, data):
             gone("stopped reading")  # interrupted mid-request: the stream is out of step
 
 
-# one request at a time: a thread's request and its answer (and the requests served meanwhile)
-# are not interleaved with another thread's (a test's calling the program, a program's a callback)
+# one request at a time: a thread's request, its answer and the requests served meanwhile
 TALKING = _thread.RLock()
 
 
@@ -142,10 +160,14 @@ def request(op, target, a=None, b=None, extra=None):
     """Sends a request and returns the answer (a value, or the exception the other side reported
     raised here), serving its requests meanwhile; kept containers cross as marks, news first."""
     with TALKING:
-        return talk(op, target, a, b, extra or {})
+        caller = room(LIMIT[1] + ROOM)
+        try:
+            return talk(op, target, a, b, extra or {}, caller)
+        finally:
+            room(caller)
 
 
-def talk(op, target, a, b, extra):
+def talk(op, target, a, b, extra, caller):
     if LINK["gone"]:
         raise abort(gone(""))
     if LINK["failed"] and LINK["side"] == "test":  # the test has failed: its program is not asked
@@ -157,9 +179,7 @@ def talk(op, target, a, b, extra):
                                          dump(a, refer, aliases), dump(b, refer, aliases))
         extra = told(extra)  # (after a and b: a request that cannot be sent tells nothing)
         line += dump(extra, refer, aliases) + "]\n"
-    except (TestTimeout, Abort):
-        raise
-    except BaseException as e:  # (a cyclic or too deep argument): the harness's failure
+    except Exception as e:  # (a cyclic or too deep argument): the harness's failure
         if LINK["side"] != "test":
             raise
         raise unsendable(e) from None
@@ -167,26 +187,50 @@ def talk(op, target, a, b, extra):
     write_all(LINK["out"], line.encode())
     LINK["sent"](extra)  # (out: what it carries is the other side's now; not before)
     while True:
-        message = LINK["next"]()
-        if message[1] == "q":
-            serve(message)
-        elif message[0] == seq:
+        try:
+            if (message := LINK["next"]())[1] == "q":
+                serve(message, caller + LEVEL[LINK["side"]])
+                continue
+        except Exception as e:  # the harness's own failure (no TestTimeout), a request unanswered:
+            if LINK["side"] != "test":  # the test process reads the end (its test fails)
+                EXIT(0)
+            raise abort(e) from None
+        if message[0] == seq:
             return LINK["answered"](message)
 
 
-def serve(message):
-    """Answers one request of the other process (its op run by LINK["ops"], under the alarm the
-    request's time gives, or the one already running)."""
+def serve(message, frames=0):
+    """Answers one request of the other process (LINK["ops"], under its alarm; frames: room's)."""
     seq, _, op, target, a, b, extra = message
     LINK["before"](extra)
-    status, payload = attempt(lambda: LINK["ops"](op, target, a, b, extra), extra.get("s", 1.0))
+    caller = room(frames)
+    try:
+        status, payload = attempt(lambda: LINK["ops"](op, target, a, b, extra), extra.get("s", 1.0))
+    finally:
+        room(caller)
     LINK["answer"](seq, status, payload, LINK["after"](extra))
 
 
+def room(frames):
+    """Sets the recursion limit to the one the test or the program set last (any but room's last)
+    plus `frames` -> the frames added before. A request's harness code runs ROOM over its caller's
+    limit, the code it runs LEVEL (the harness's frames between, as the limit counts them): their
+    calls of each other nest as deep as in one process, the test's or program's own no deeper."""
+    now = GET_LIMIT()
+    own, before = now - LIMIT[1] if now == LIMIT[0] else now, LIMIT[1]
+    try:
+        SET_LIMIT(own + frames)
+    except RecursionError:  # (not below the depth it runs at: it stays higher)
+        pass
+    if LINK.get("limit_sent") == now:  # (the test process's, which mirrored compares with)
+        LINK["limit_sent"] = GET_LIMIT()
+    LIMIT[:] = GET_LIMIT(), GET_LIMIT() - own
+    return before
+
+
 def told(extra):
-    """extra with "k": the news (sandbox_copies.py:news) of the kept containers this side changed
-    since the two sides last agreed on them (as one process would see them) and LINK["drop"]'s:
-    the program's "d" and "z" (sandbox_copies.py:unheld), the test's "D" (sandbox_lending.py)."""
+    """extra with "k": the news of the kept containers this side changed since the two sides last
+    agreed on them, and LINK["drop"]'s ("d", "z": unheld; the test's "D": sandbox_lending.py)."""
     kept = LINK["kept"]
     if kept and (found := changed(kept, LINK["kept_ids"])):
         extra = dict(extra, k=[news(handle, kept[handle]["object"], start)
@@ -197,10 +241,8 @@ def told(extra):
 
 
 def taken(extra, numbered=()):
-    """The other side's changes put into this side's containers: told's "k" news of the kept ones
-    (refilled, or new items added: sandbox_copies.py:extend; one at rest woken: awake), its "D"
-    and, in an answer, "w" [k, contents] of its call's argument containers (numbered:
-    LINK["args"][-1], as ask numbered them); a malformed one is ignored."""
+    """The other side's changes put into this side's containers: told's "k" (refilled, extended,
+    woken), "D" and, in an answer, "w" [k, contents] of its call's numbered arguments."""
     kept, ids, tags, dormant = LINK["kept"], LINK["kept_ids"], LINK["kept_tags"], LINK["dormant"]
     for item in pairs(extra.get("k"), (2, 3)):
         target = awake(item[0], kept, ids, tags, dormant)
@@ -215,8 +257,8 @@ def taken(extra, numbered=()):
 
 
 def refilled(target, content):
-    """target's contents replaced by the other side's (sandbox_copies.py:refill; a malformed
-    content is ignored); a kept one's snapshot renewed (the two sides agree on it again)."""
+    """target's contents replaced by the other side's (refill; a malformed one ignored), a kept
+    one's snapshot renewed (the two sides agree on it again)."""
     try:
         refill(target, content)
     except Exception:
@@ -229,13 +271,12 @@ def refilled(target, content):
 def answer(seq, status, payload, extra, pairs=()):
     """Writes an answer line (status "v" value, "e" exception, "t" timed out; True if a value
     went out); pairs: with_pairs' for its extra."""
+    refer, tags = LINK["refer"], LINK["kept_tags"]
     try:
         if status == "e":
             payload = error_payload(payload)
-        data = '[%d,"a",%s,%s,%s]' % (seq, dump(status, None),
-                                      dump(payload, LINK["refer"], LINK["kept_tags"]),
-                                      with_pairs(dump(extra, LINK["refer"], LINK["kept_tags"]),
-                                                 pairs))
+        data = '[%d,"a",%s,%s,%s]' % (seq, dump(status, None), dump(payload, refer, tags),
+                                      with_pairs(dump(extra, refer, tags), pairs))
     except TestTimeout:
         data = '[%d,"a","t",null,{"d":[]}]' % seq
     except BaseException as e:
@@ -256,8 +297,7 @@ def abort(error):
 
 
 def unsendable(error):
-    """The harness's failure for a test's argument it cannot send (never a TypeError or
-    RecursionError a test could catch)."""
+    """The harness's failure for a test's argument it cannot send (no error a test catches)."""
     return abort(ProgramError("this argument cannot be sent to the program: "
                               + type(error).__name__))
 
@@ -268,19 +308,15 @@ def gone(why):
 
 
 def ask(op, target, a=None, b=None, args=None):
-    """A request whose `args` (a call's arguments: a test's to the program, the program's to a
-    test's callback, as it sends them) are numbered for the answer's write-backs and identity
-    (sandbox_copies.py), with this side's changes to the kept containers (told) and, from the test
-    process, what the program's process takes on for it, once they are numbered (a patched value
-    that is one of them: sandbox_verdicts.py:mirrored; not random's state, whose draws would tell
-    the test's)."""
+    """A request whose `args` (a call's arguments, as it sends them) are numbered for the
+    answer's write-backs and identity (sandbox_copies.py), with this side's changes to the kept
+    containers (told) and, from the test process, what the program's process takes on for it once
+    they are numbered (sandbox_verdicts.py:mirrored)."""
     with TALKING:
         sent = LINK["kept_ids"] if LINK["side"] == "program" else None  # (kept: sent as marks)
         try:
             numbered = containers(args, [], sent) if args else []
-        except (TestTimeout, Abort):
-            raise
-        except BaseException as e:  # a cyclic argument (a test's fails the test)
+        except Exception as e:  # a cyclic argument (a test's fails the test)
             raise (unsendable(e) if LINK["side"] == "test" else e) from None
         extra = LINK["mirrored"](numbered)
         extra["#"] = len(numbered)  # (how many it numbered: sandbox_lending.py:handed checks)
@@ -295,59 +331,42 @@ def ask(op, target, a=None, b=None, args=None):
 
 def refused(self, *other):
     """A program object is no value: what its methods would answer anew at each question (a
-    length 1 then 2, equal to everything) fails the test, never asking the program."""
+    length 1 then 2, equal to everything, a float()) fails the test, never asking the program."""
     raise abort(TypeError("a program object compared, measured or combined: it is no value"))
-
-
-def not_a_number(self, *other):
-    """A program object is no number (math.pow would ask its float() anew at each term)."""
-    raise abort(TypeError("a program object converted to a number"))
-
-
-def equals(name):
-    def method(self, other):
-        if other is None or self._Remote__stream:  # not None; a stream is equal to itself only
-            return (self is other) != (name == "ne")
-        refused(self)
-    return method
-
-
-def unary(name):
-    return lambda self, *a: ask("op", self._Remote__handle, name, list(a))
 
 
 class Remote:
     """A program object, by its handle in the program's process: the test may read and set its
-    attributes, call it, ask its text (str, repr, format) and its type; a stream (a generator or
-    builtin iterator: its reference says so) is drawn lazily, each item asked once (one at a time,
-    then up to 256 ahead; iter() of it is itself, it is true, its equality and hash are its
-    identity). Every other question fails the test (refused, not_a_number); `== None` is decided
-    here (it is not None). A result crosses as a value, a declared class's instance rebuilt from
-    its state (sandbox_verdicts.py:rebuilt): what a verdict compares is a value."""
+    attributes (its TOLD data too), call it, ask its text (str, repr, format) and its type; a
+    stream (a generator or builtin iterator: its reference says so) is drawn lazily, each item
+    asked once (one at a time, then up to 256 ahead; iter() of it is itself, it is true, its
+    equality and hash are its identity); a re.Match is true. Every other question fails the test
+    (refused); `== None` is decided here (it is not None). A result crosses as a value, a declared
+    class's instance rebuilt from its state (sandbox_verdicts.py:rebuilt)."""
     __slots__ = ("__handle", "__buffer", "__drawn", "__end", "__stream", "__weakref__")
-    __getitem__ = __setitem__ = __reversed__ = __neg__ = __pos__ = __invert__ = refused
-    __index__ = __int__ = __float__ = __complex__ = __abs__ = __round__ = not_a_number
-    __str__, __format__, __repr__ = unary("str"), unary("format"), unary("repr")
-    __eq__, __ne__ = equals("eq"), equals("ne")
-    __lt__ = __le__ = __gt__ = __ge__ = __add__ = __sub__ = __mul__ = __truediv__ = refused
-    __floordiv__ = __mod__ = __pow__ = __and__ = __or__ = __xor__ = __lshift__ = refused
-    __rshift__ = __matmul__ = __radd__ = __rsub__ = __rmul__ = __rtruediv__ = refused
-    __rfloordiv__ = __rmod__ = __rpow__ = __rand__ = __ror__ = __rxor__ = __rmatmul__ = refused
+    __getitem__ = __reversed__ = refused  # (and the others below: arithmetic, conversions, <)
+    __str__ = lambda self: ask("op", self.__handle, "str", [])  # its text, its type: asked
+    __repr__ = lambda self: ask("op", self.__handle, "repr", [])
+    __format__ = lambda self, spec: ask("op", self.__handle, "format", [spec])
+    __ne__ = lambda self, other: not self.__eq__(other)
 
     def __init__(self, handle, stream=False):
         self.__handle, self.__buffer, self.__drawn, self.__end = handle, [], 0, None
         self.__stream = stream
 
-    def __bool__(self):
-        return self.__stream or refused(self)
+    def __eq__(self, other):  # not None; a stream is equal to itself only
+        return self is other if other is None or self.__stream else refused(self)
+
+    def __bool__(self):  # (a stream's; a re.Match's, as each one is in plain Python)
+        return self.__stream or self.__kind() == ["re", "Match"] or refused(self)
 
     def __hash__(self):  # (a stream's: its identity, as in plain Python)
         return object.__hash__(self) if self.__stream else refused(self)
 
-    def __getattr__(self, name):
-        if name.startswith(("__", "_Remote__")):  # (a slot not set yet is no attribute to ask)
-            raise AttributeError(name)
-        return ask("attr", self.__handle, name)
+    def __getattribute__(self, name):  # (TOLD: its data, which Remote's own would answer)
+        if name in TOLD or not name.startswith(("__", "_Remote__")):
+            return ask("attr", object.__getattribute__(self, "_Remote__handle"), name)
+        return object.__getattribute__(self, name)  # (a slot not set yet: no attribute to ask)
 
     def __setattr__(self, name, value):
         if name.startswith("_Remote__"):
@@ -388,12 +407,8 @@ class Remote:
 
     @property
     def __class__(self):  # isinstance(x, types.GeneratorType) asks this of a Remote
-        """The builtin type the program's process names, never a value's (a value crosses as one:
-        a reference naming int is a program object of its own class called int)."""
-        found = ask("op", self.__handle, "type", [])
-        if type(found) is not list or len(found) != 2 or not all(type(p) is str for p in found):
-            raise abort(ProgramError("a malformed answer"))
-        module, name = found
+        """The builtin type the program's process names, never a value's (values cross as such)."""
+        module, name = self.__kind()
         if module == "builtins":
             types = IMPORT("types")
             for kind in [getattr(builtins, name, None)] + list(vars(types).values()):
@@ -401,6 +416,12 @@ class Remote:
                         kind.__qualname__ == name) and not issubclass(kind, VALUE_TYPES):
                     return kind
         return Remote
+
+    def __kind(self):
+        found = ask("op", self.__handle, "type", [])  # [its type's module, its qualified name]
+        if type(found) is not list or len(found) != 2 or not all(type(p) is str for p in found):
+            raise abort(ProgramError("a malformed answer"))
+        return found
 
     def __del__(self):
         handle = getattr(self, "_Remote__handle", None)  # (None: its __init__ failed)
@@ -410,8 +431,7 @@ class Remote:
 
 def remote(handle, stream=False):
     """The one Remote of a handle (so `is` holds between two answers naming the same object)."""
-    ref = LINK["remotes"].get(handle)
-    found = ref() if ref is not None else None
+    found = LINK["remotes"].get(handle, lambda: None)()
     if found is None:
         found = Remote(handle, stream)
         LINK["remotes"][handle] = _weakref.ref(found)
@@ -421,15 +441,15 @@ def remote(handle, stream=False):
 
 
 def asked(op):
-    """A TestObject's method: op asked of the test process, with the method's argument if any."""
-    return lambda self, *argument: request(op, self.handle, *argument)
-
-
-def compare(name):
-    def method(self, other):  # (the test's method's NotImplemented: [], then Python reflects)
-        if not self.own and name in ("eq", "ne"):  # object's own: identity, as there
-            return getattr(object, "__%s__" % name)(self, other)
-        found = request("cmp", self.handle, name, other)
+    """A TestObject's method: op asked of the test process (a comparison, arithmetic, conversion
+    or item assignment: test_ops's cmp, special_op); NotImplemented comes back as such."""
+    def method(self, *operands):
+        if op in PROTOCOL or op == "isinstance":
+            return request(op, self.handle, *operands)
+        if not self.own and op in ("eq", "ne"):  # object's own: identity, as there
+            return getattr(object, "__%s__" % op)(self, *operands)
+        found = (request("cmp", self.handle, op, *operands) if op in COMPARISONS
+                 else request("special", self.handle, [op, *operands]))
         return found[0] if type(found) is list and len(found) == 1 else NotImplemented
     return method
 
@@ -437,24 +457,12 @@ def compare(name):
 class TestObject:
     """A test object (a callback, a test class or its instance, an iterator), by its handle in
     the test process: calls, attribute reads and writes, draws and the protocol (truth, length,
-    items, iteration, text, comparisons, hash, isinstance with it as the class, `with`) are asked
-    of that process, where the test's own methods answer. An instance of a class the context
-    declares (the prompt's ListNode) has the program's class of that name as its __class__:
-    isinstance(x, ListNode) holds in the program as in one process (type(x) is TestObject)."""
+    items, iteration, text, comparisons, arithmetic, conversions, hash, isinstance with it as
+    the class, `with`) are asked of that process, where the test's own methods answer (asked).
+    An instance of a class the context declares (the prompt's ListNode) has the program's class
+    of that name as its __class__: isinstance(x, ListNode) holds as in one process."""
     __slots__ = ("handle", "kind", "own")
-    __eq__, __ne__, __lt__ = compare("eq"), compare("ne"), compare("lt")
-    __le__, __gt__, __ge__ = compare("le"), compare("gt"), compare("ge")
-    __iter__ = asked("iter")
-    __next__ = asked("next")
-    __len__ = asked("len")
-    __bool__ = asked("bool")
-    __getitem__ = asked("getitem")
-    __contains__ = asked("contains")
     __instancecheck__ = asked("isinstance")
-    __str__ = asked("str")
-    __repr__ = asked("repr")
-    __format__ = asked("format")
-    __enter__ = asked("enter")
 
     def __init__(self, handle, kind=None, own=False):
         object.__setattr__(self, "handle", handle)
@@ -482,3 +490,11 @@ class TestObject:
 
     def __exit__(self, *exception):
         return request("exit", self.handle, list(exception))
+
+
+COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+PROTOCOL = ("iter", "next", "len", "bool", "getitem", "contains", "str", "repr", "format", "enter")
+for name in (*PROTOCOL, *COMPARISONS, *OPERATORS, *BUILTINS):
+    setattr(TestObject, "__%s__" % name, asked(name))
+for name in (*COMPARISONS[2:], *OPERATORS, *BUILTINS):  # (a program object's: refused)
+    setattr(Remote, "__%s__" % name, refused)

@@ -6,36 +6,38 @@ JSON of exact types, tagged where JSON has none (dump; Decoder and hook read it 
 that the alarm can interrupt); anything else travels as a reference, made by the `refer` and read
 by the `resolve` each side passes in, or as a copy (sandbox_copies.py: a call's arguments, written
 back after it; the test's objects of the standard library that hold no test code, a partial, an io
-buffer, a Random, a compiled pattern or a match: their JSON text here, copied, rebuilt in the
-program's process by sandbox_copies.py:rebuilt_copy). An exception
-travels as [name, message, nearest builtin ancestor, arguments, whether its class is a module-level
-class of __main__] (error_payload) and is raised on the other side as an exception of that name and
-those arguments (program_error): in the test process, of the context's class of that name where
-the context declares one. A test's patch of a module attribute crosses with each request
+buffer, a Random, a compiled pattern or a match: their JSON text, sandbox_copies.py:copied). An
+exception travels as [name, message, nearest builtin ancestor, arguments, whether its class is the
+context's class of its name (same: one the program repeats), its own attributes] (error_payload)
+and is raised on the other side as an exception of that name and those arguments (program_error):
+of the builtin class only where the program's is that builtin, of the context's class in the test
+process where the program's is the same (a fingerprint: same), else of a class of that name derived
+from its nearest builtin ancestor. A test's patch of a module attribute crosses with each request
 (sandbox_patches.py; the value dumped once, when it is checked: Dumped). A test's class deriving
 from a type of datetime's (a frozen clock) is a class of the program's process there: a real
 subclass of that type whose public methods are the test's (frozen_class, stand_in).
 
 The tags, an index (each is described where it is made). A value's: dump. A reference's or a
-mark's, read by each side's resolve: {"r": n} a program object, {"g": n} a program's generator
-or iterator (a stream), {"x": n} a test object, {"X": [n, class name, own == or hash]} one whose
-class matters there, {"M": [module, name]} a module or a function of one (both test_refer's),
+mark's, read by each side's resolve: {"r": n} a program object, {"g": n} a program's generator or
+iterator (a stream), {"x": n} a test object, {"X": [n, class name, own == or hash]} one whose class
+matters there, {"M": [module, name]} a module or a function of one (both test_refer's),
 {"Z": [...]} a test's frozen clock (frozen_class), {"k": handle} a kept container, {"a": k} the
-k-th argument container of the call answered, {"A": k} and {"N": [handle, value]} a test
-object's container lent (sandbox_lending.py), "P" "B" "U" "p" "H" a copy (copied), "o" "S" "W" an
-instance of a class the context declares (sandbox_verdicts.py:rebuilt), {"e": payload} an
-exception the program returned. The keys of a message's extra: with a request of the test
-process, what the program's process takes on (sandbox_verdicts.py:mirrored): "s" the time left,
-"f" the handles released, "l" the recursion limit, "o" and "e" output redirected, "b" builtins,
-"p" module attributes (one that is the k-th argument container: [module, attribute, null, k]),
-"i" sys.stdin, "c" warnings caught; in the program's answer, "o" and "e" the output, "i"
-sys.stdin's contents, "c" the warnings; either way "k" the kept containers' news ([handle,
-contents], or [handle, start, new items]: sandbox_copies.py:news), "d" and "z" (the program's) the
-handles forgotten and at rest, "D" (the test's) those at rest it forgot, "n" (its answer) the
-argument containers kept from now on, "w" (an answer) the argument containers changed, "#" (a
-request) how many containers its arguments hold and "m" those passed twice (sandbox_link.py:told,
-taken, ask); in an answer to a test's callback, "b" and "p" the patches in force
-(sandbox_verdicts.py:served)."""
+k-th argument container of the call answered, {"A": k} and {"N": [handle, value]} a test object's
+container lent (sandbox_lending.py), "P" "B" "U" "p" "H" a copy (sandbox_copies.py:copied), "o"
+"S" "W" an instance of a class the context declares (sandbox_verdicts.py:rebuilt), {"G": ...} a
+member of an Enum it declares, {"e": payload} an exception the program returned. The keys of a
+message's extra: with a request of the test process, what the program's process takes on
+(sandbox_verdicts.py:mirrored): "s" the time left, "f" the handles released, "l" the recursion
+limit, "o" and "e" output redirected, "b" builtins, "p" module attributes (one that is the k-th
+argument container: [module, attribute, null, k]), "i" sys.stdin, "c" warnings caught, "F" (the
+first) the fingerprints of the classes the context declares (same); in the program's answer, "o"
+and "e" the output, "i" sys.stdin's contents, "c" the warnings; either way "k" the kept containers'
+news ([handle, contents], or [handle, start, new items]: sandbox_copies.py:news), "d" and "z" (the
+program's) the handles forgotten and at rest, "D" (the test's) those at rest it forgot, "n" (its
+answer) the argument containers kept from now on, "w" (an answer) the argument containers changed,
+"#" (a request) how many containers its arguments hold and "m" those passed twice
+(sandbox_link.py:told, taken, ask); in an answer to a test's callback, "b" and "p" the patches in
+force (sandbox_verdicts.py:served)."""
 import _json, builtins
 
 from sandbox_patches import unpatched  # sandbox.py's BOOT
@@ -181,58 +183,12 @@ def with_pairs(text, pairs):
 
 
 BUFFERS = ("StringIO", "BytesIO")
-PATTERN_METHODS = ("match", "search", "fullmatch", "findall", "finditer", "split", "sub", "subn")
-FINDS = ("match", "search", "fullmatch")
 
 
 def buffer_state(buffer):
     """[kind, value (None: closed), position] of an io.StringIO ("s") or io.BytesIO ("b")."""
     kind = "s" if type(buffer).__name__ == "StringIO" else "b"
     return [kind, None, 0] if buffer.closed else [kind, buffer.getvalue(), buffer.tell()]
-
-
-def found_again(match):
-    """How its pattern finds this re.Match again, with the same spans, pos and endpos: [one of
-    FINDS, 0], or ["finditer", n] for the n-th match of finditer; None if none does."""
-    pattern, args, regs = match.re, (match.string, match.pos, match.endpos), match.regs
-    for how in FINDS:
-        found = getattr(pattern, how)(*args)
-        if found is not None and found.regs == regs:
-            return [how, 0]
-    for n, found in enumerate(pattern.finditer(*args)):
-        if found.regs == regs:
-            return ["finditer", n]
-        if found.start() > match.start():
-            break
-    return None
-
-
-def copied(value, refer):
-    """The JSON text of a test's object that crosses as a copy (sandbox_copies.py's docstring
-    lists how each is rebuilt), else None; raises ValueError for a re.Match its pattern does not
-    find again."""
-    kind = type(value)
-    module, name = kind.__module__, kind.__name__
-    if module == "functools" and name == "partial":
-        return '{"P":[%s,%s,%s]}' % (dump(value.func, refer), dump(list(value.args), refer),
-                                     dump(dict(value.keywords), refer))
-    if module == "_io" and name in BUFFERS:
-        return '{"B":%s}' % dump(buffer_state(value), refer)
-    if module == "random" and name in ("Random", "SystemRandom"):
-        return '{"U":%s}' % dump(value.getstate() if name == "Random" else None, refer)
-    owner = getattr(value, "__self__", None)
-    if module == "re" and name == "Pattern" or type(owner).__name__ == "Pattern" and (
-            type(owner).__module__ == "re" and getattr(value, "__name__", "") in PATTERN_METHODS):
-        pattern = value if name == "Pattern" else owner
-        return '{"p":%s}' % dump([pattern.pattern, pattern.flags,
-                                  None if name == "Pattern" else value.__name__], refer)
-    if module == "re" and name == "Match":
-        how = found_again(value)
-        if how is None:
-            raise ValueError("a re.Match its pattern does not find again")
-        return '{"H":%s}' % dump([value.re.pattern, value.re.flags, value.string, value.pos,
-                                  value.endpos, how], refer)
-    return None
 
 
 NAMEDTUPLES = {}
@@ -347,7 +303,12 @@ class ProgramError(Exception):
 def builtin_exception(name):
     """The builtin exception class of that name (SystemExit too: it crosses as itself), but
     StopIteration and StopAsyncIteration (a generator's end, the link's own)."""
-    kind = getattr(builtins, name, None) if type(name) is str and name.isidentifier() else None
+    return error_class(getattr(builtins, name, None) if type(name) is str and name.isidentifier()
+                       else None)
+
+
+def error_class(kind):
+    """kind if it is an exception class, but StopIteration and StopAsyncIteration; else None."""
     if isinstance(kind, type) and issubclass(kind, BaseException) and not issubclass(
             kind, (StopIteration, StopAsyncIteration)):
         return kind
@@ -358,9 +319,10 @@ def builtin_exception(name):
 VALUE_TYPES = (int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset,
                range, type(None), BaseException)
 EXCEPTIONS = {}
-# the exception classes the context declares, by name (test_side fills it in the test process: a
-# program's exception of its module-level class of that name is made of the context's class there)
-DECLARED = {}
+# the classes the context declares, by name (sandbox_verdicts.py:test_side fills it in the test
+# process), and in the program's process their fingerprints (PRINTS: the test process's first
+# request brings them): a program's class that is the same (same) crosses as the context's class
+DECLARED, PRINTS = {}, {}
 
 
 def builtin_ancestor(kind, default=Exception):  # (bound before a program can replace builtins)
@@ -371,6 +333,83 @@ def builtin_ancestor(kind, default=Exception):  # (bound before a program can re
 def module_level(kind):
     """Whether kind is a class defined at the top of the program (or of the context)."""
     return kind.__module__ == "__main__" and kind.__qualname__ == kind.__name__
+
+
+def same(kind):
+    """Whether a program's class is the context's class of its name as plain Python sees it (one
+    the program repeats; never one it redefines otherwise): a module-level class of the same
+    ancestry whose own attributes include the context's class's, each alike; any more it defines
+    are names the context's class lacks (a helper method), or its text (__repr__, __str__): the
+    test process never runs them, and a test reading them fails there as it could in plain Python.
+    (A forged fingerprint only claims the context's class.)"""
+    context, mine = PRINTS.get(kind.__name__), module_level(kind) and fingerprint(kind)
+    if type(context) is not list or len(context) != 3 or not mine or mine[0] != context[0]:
+        return False
+    own, names = context[1], context[2]
+    return type(own) is dict and type(names) is list and all(
+        mine[1].get(key) == value for key, value in own.items()) and all(
+        key in own or key in TEXT or key not in names for key in mine[1])
+
+
+def fingerprint(kind):
+    """Numbers the same for classes defined alike, whatever their docstrings and lines: [the hash
+    of its metaclass's name and, for each class of its ancestry, its module and name and, for one
+    of __main__'s above it, the shape of what its own __dict__ holds; {name: the hash of its
+    shape} of its own __dict__; the names it has (dir)], None where they cannot be taken."""
+    try:
+        return [hash((type(kind).__qualname__, *[
+            (k.__module__, k.__qualname__, k.__module__ == "__main__" and shape(
+                [item for item in vars(k).items() if item[0] not in SKIPPED]))
+            for k in kind.__mro__[1:]])),
+            {key: hash(shape(value)) for key, value in vars(kind).items() if key not in SKIPPED},
+            sorted(dir(kind))]
+    except Exception:
+        return None
+
+
+TEXT = ("__repr__", "__str__")
+SKIPPED = ("__doc__", "__module__", "__qualname__", "__dict__", "__weakref__", "__firstlineno__")
+CODES = {}  # a code object's shape, by id: {id: (code object, shape)} (a code object never changes)
+
+
+def shape(value, depth=0):
+    """What a class's attribute is, for fingerprint: a function by its code, defaults and closure;
+    a static or class method or a property by its functions; a code object by the hash of its
+    names and instructions, each constant it loads by its shape (a docstring, never loaded,
+    counts for nothing; line numbers are not in them); a value of a builtin type by itself (a
+    container by its items'); a class by its module and name; anything else by its type's."""
+    kind = type(value)
+    if depth > 20:
+        raise RecursionError("too deep")
+    if kind is type(shape):
+        value = [value.__code__, value.__defaults__, value.__kwdefaults__,
+                 [cell.cell_contents for cell in value.__closure__ or ()]]
+    elif kind is staticmethod or kind is classmethod or kind is property:
+        value = [value.__func__] if kind is not property else [value.fget, value.fset, value.fdel]
+    if type(value) in (list, tuple, set, frozenset, dict):
+        items = value.items() if type(value) is dict else value
+        if len(items) > 1000:
+            return kind.__name__, len(items)
+        found = [shape(item, depth + 1) for item in items]
+        return kind.__name__, frozenset(found) if kind in (set, frozenset) else tuple(found)
+    if kind is type(shape.__code__) and id(value) not in CODES:
+        if len(CODES) > 1000:
+            CODES.clear()
+        ops, loads, arg, steps = value.co_code, unpatched("opcode", "hasconst"), 0, []
+        extended = unpatched("opcode", "EXTENDED_ARG")  # (its argument: the next one's high bits)
+        for i in range(0, len(ops), 2):
+            arg = arg << 8 | ops[i + 1]
+            if ops[i] != extended:
+                steps.append((ops[i], shape(value.co_consts[arg]) if ops[i] in loads else arg))
+                arg = 0
+        CODES[id(value)] = value, hash((tuple(steps), value.co_names, value.co_varnames,
+                                        value.co_argcount, value.co_kwonlyargcount, value.co_flags))
+    if kind is type(shape.__code__):
+        return CODES[id(value)][1]
+    if kind in (int, float, complex, str, bytes, bool, type(None)):
+        return kind.__name__, value
+    owner = value if issubclass(kind, type) else kind
+    return owner.__module__, owner.__qualname__
 
 
 def made(kind, args):
@@ -384,13 +423,16 @@ def made(kind, args):
 
 
 def program_error(name, message, base="", args=None, declared=False, state=None):
-    """The exception of that name (a context's class where `declared` says the program's is a
-    module-level one and DECLARED has it; a builtin one but StopIteration; else a class of that
-    name derived from `base`, its nearest builtin ancestor: a ValueError subclass is caught by
-    `except ValueError`; else a ProgramError), made from its arguments where they crossed
-    (KeyError.args is the key, a UnicodeDecodeError has its five), with its own public attributes
-    (state: an InsufficientFunds's amount), described as the other process described it."""
-    kind = declared is True and DECLARED.get(name) or builtin_exception(name)
+    """The exception of that name (a context's class where `declared` says the program's is the
+    same (same) and DECLARED has it; the builtin one, but StopIteration, where it is its own
+    nearest builtin ancestor, `base`: the program's class is that builtin; else a class of that
+    name derived from `base`: a ValueError subclass is caught by `except ValueError`, a program's
+    own KeyError(Exception) by no `except LookupError`; else a ProgramError), made from its
+    arguments where they crossed (KeyError.args is the key, a UnicodeDecodeError has its five),
+    with its own public attributes (state: an InsufficientFunds's amount), described as the other
+    process described it."""
+    kind = (error_class(declared is True and DECLARED.get(name))
+            or name == base and builtin_exception(name) or None)
     if kind is None and builtin_exception(base) and name.isidentifier():
         if (name, base) not in EXCEPTIONS:
             if len(EXCEPTIONS) > 100:
@@ -432,8 +474,8 @@ def refuse(value, aliases=None):
 
 def error_payload(error):
     """[name, message, nearest builtin ancestor's name, its arguments (a tuple of values, or None
-    where one is not a value), whether its class is a module-level class of __main__ (a class the
-    context declares is one), its own public attributes that are values] of an exception."""
+    where one is not a value), whether its class is the context's class of its name (same), its
+    own public attributes that are values] of an exception."""
     kind = type(error)
     base = builtin_ancestor(kind).__name__
     args = getattr(error, "args", None)
@@ -445,7 +487,7 @@ def error_payload(error):
     state = {key: value for key, value in (state.items() if type(state) is dict else ())
              if type(key) is str and not key.startswith(("_", "program_")) and sendable(value)}
     return [kind.__name__, describe(error).partition(": ")[2][:300], base,
-            args if type(args) is tuple else None, module_level(kind), state]
+            args if type(args) is tuple else None, same(kind), state]
 
 
 def sendable(value):

@@ -11,11 +11,11 @@ import _signal, _thread, builtins, marshal, os, sys, time
 from sandbox_layers import confine, reap, watchdog  # sandbox.py's BOOT
 from sandbox_link import (LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt, compiled,
                           gone, read_exactly, read_line, refilled, remote, run, taken, told)
-from sandbox_copies import KEPT_ITEMS, KEPT_OBJECTS, LEAVES, kept_entry
+from sandbox_copies import KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, kept_entry
 from sandbox_lending import lending, let_go
 from sandbox_patches import IMPORT, PATCHED, SETS, module, watch_modules
-from sandbox_values import (BUFFERS, DECLARED, Abort, Decoder, Dumped, ProgramError, copied,
-                            datetime_base, describe, dump, frozen_class, raised)
+from sandbox_values import (BUFFERS, DECLARED, Abort, Decoder, Dumped, ProgramError,
+                            datetime_base, describe, dump, fingerprint, frozen_class, raised)
 
 
 def test_next():
@@ -106,6 +106,8 @@ def mirrored(numbered):
         extra["i"] = sys.stdin
     if catching():
         extra["c"] = 1
+    if LINK["prints"]:  # (until a request is out with them: sent)
+        extra["F"] = LINK["prints"]
     return extra
 
 
@@ -158,10 +160,13 @@ def module_patches(numbered=None):
 
 def sent(extra):
     """A request is out: what it carries is the program's process's now (one that does not go out
-    leaves it for the next): the handles released, the recursion limit, the patched values
-    (LINK["taken_on"]: a lasting one only named from now on; a container is sent anew each time)."""
+    leaves it for the next): the handles released, the recursion limit, the fingerprints, the
+    patched values (LINK["taken_on"]: a lasting one only named from now on; a container is sent
+    anew each time)."""
     del LINK["released"][:len(extra.get("f", ()))]  # (those released since stay, after them)
     LINK["limit_sent"] = extra.get("l", LINK["limit_sent"])
+    if "F" in extra:
+        LINK["prints"] = {}
     for patch in extra.get("p", ()):
         if len(patch) == 3:
             value = patch[2].value
@@ -220,9 +225,9 @@ def test_resolve(tag, item):
     if tag == "k" and type(item) is int and item in LINK["kept"]:
         return LINK["kept"][item]["object"]
     if tag == "G" and type(item) is list and len(item) == 2 and all(type(p) is str for p in item):
-        kind = LINK["classes"].get(item[0])  # a declared Enum's member, by its name
-        if enum_member(kind, True) and item[1] in kind.__members__:
-            return kind.__members__[item[1]]
+        found = getattr(DECLARED.get(item[0]), "__members__", {}).get(item[1])
+        if enum_member(found):  # a declared Enum's member, by its name
+            return found
     raise ValueError("malformed value")
 
 
@@ -250,12 +255,9 @@ def test_refer(value, aliases):
     name = getattr(value, "__qualname__", None)
     owner = getattr(value, "__module__", None) or "builtins"
     if type(name) is str and owner in sys.modules and callable(value) and owner != "__main__":
-        try:
-            found = sys.modules[owner]
-            for part in name.split("."):
-                found = getattr(found, part)
-        except AttributeError:
-            found = None
+        found = sys.modules[owner]
+        for part in name.split("."):
+            found = getattr(found, part, None)
         if found is value:
             return '{"M":[%s,%s]}' % (dump(owner, None), dump(name, None))
     if kind in (type(sys), module) and sys.modules.get(value.__name__) is value:
@@ -270,7 +272,7 @@ def test_refer(value, aliases):
             or kind.__module__ == "unittest.mock" and callable(value)
             or hasattr(kind, "__next__") and hasattr(kind, "__iter__")):
         handle = held(value)
-        declared = LINK["classes"].get(kind.__name__) is kind  # (the program's class is its)
+        declared = DECLARED.get(kind.__name__) is kind  # (the program's class is its)
         own = (kind.__eq__ is not object.__eq__ or kind.__ne__ is not object.__ne__
                or kind.__hash__ is not object.__hash__)  # (else compared by identity there)
         if declared and enum_member(value):  # the program's own member of its class
@@ -283,11 +285,10 @@ def test_refer(value, aliases):
     raise abort(ProgramError("this argument cannot be sent to the program: " + kind.__name__))
 
 
-def enum_member(value, kind=False):
-    """Whether value is an Enum's member (kind: an Enum class)."""
+def enum_member(value):
+    """Whether value is an Enum's member."""
     enum = sys.modules.get("enum")
-    return enum is not None and (isinstance(value, type) and issubclass(value, enum.Enum)
-                                 if kind else isinstance(value, enum.Enum))
+    return enum is not None and isinstance(value, enum.Enum)
 
 
 def held(value):
@@ -304,9 +305,9 @@ def rebuilt(tag, item):
     attributes set, "W" the value once every state is set; anything else fails the test (Abort)."""
     made, ids = LINK["made"]  # this answer's objects: by k, by id
     if tag == "o" and type(item) is list and len(item) == 2 and type(item[0]) is int and (
-            item[1] in LINK["classes"]):
+            item[1] in DECLARED):
         if item[0] not in made:
-            kind = LINK["classes"][item[1]]
+            kind = DECLARED[item[1]]
             try:
                 made[item[0]] = kind.__new__(kind)
             except Exception as e:  # (a __new__ that wants the constructor's arguments)
@@ -429,7 +430,7 @@ def test_side(job, fds, layers):
                 limit=job["answer_bytes"], decode=Decoder(test_resolve), gone="", refer=test_refer,
                 ops=test_ops, next=test_next, answered=test_answered, mine={}, ids={},
                 clocks={}, before=serving, after=served, taken_on={}, sent=sent,
-                remotes={}, names=set(job["names"]), classes={}, made=({}, {}), kept={},
+                remotes={}, names=set(job["names"]), prints={}, made=({}, {}), kept={},
                 kept_ids={}, kept_tags={}, answer=answer, first=0,
                 limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, stderr=sys.stderr,
                 mirrored=mirrored, **shared_state())
@@ -438,11 +439,10 @@ def test_side(job, fds, layers):
         sys.modules["random"].seed()
     scope = Scope(__name__="__main__", __builtins__=builtins)
     context = attempt(lambda: run(compiled(job["context"], "<context>"), scope), timeout)
-    LINK["classes"] = {name: scope[name] for name in job["classes"]
-                       if isinstance(scope.get(name), type)}  # (rebuilt's)
-    # the context's exception classes (program_error's), but a StopIteration: a stream's end
-    DECLARED.update({name: kind for name, kind in LINK["classes"].items() if issubclass(
-        kind, BaseException) and not issubclass(kind, (StopIteration, StopAsyncIteration))})
+    DECLARED.update((name, scope[name]) for name in job["classes"] if isinstance(
+        scope.get(name), type))  # (and their fingerprints, for the program's process: mirrored)
+    LINK["prints"] = {name: found for name, kind in DECLARED.items()
+                      if (found := fingerprint(kind)) is not None}
     for name in LINK["names"]:  # the program's names are the program's, not the context's
         scope.pop(name, None)
     LINK.update(shared_state())

@@ -1483,6 +1483,89 @@ def test_an_exceptions_own_attributes_cross_with_it():
     assert result["passed"] == [True, True, False], result["errors"]
 
 
+def test_a_programs_class_named_like_a_builtin_exception_is_its_own():
+    """A program's class named like a builtin exception (its own KeyError(Exception), a
+    ValueError(BaseException)) is a class of its own, as in plain Python: raised, returned or
+    ending a stream, no `except LookupError` catches its KeyError and `except Exception` does not
+    catch its ValueError; only the builtin the program raises is that builtin."""
+    body = textwrap.dedent("""\
+        def find(d, k):
+            if k not in d:
+                raise KeyError(k)
+            return d[k]
+        def made(k):
+            return KeyError(k)
+        def stream(xs):
+            yield from xs
+            raise KeyError("end")
+        def root(x):
+            if x < 0:
+                raise ValueError(x)
+            return x
+        """)
+    tests = ["try:\n    find({}, 'a')\n    ok = False\nexcept LookupError:\n    ok = True\n"
+             "assert ok",
+             "assert isinstance(made('a'), LookupError)",
+             "out = []\ntry:\n    for x in stream([1]):\n        out.append(x)\n"
+             "except LookupError:\n    out.append('end')\nassert out == [1, 'end']",
+             "try:\n    root(-1)\n    ok = False\nexcept Exception:\n    ok = True\n"
+             "except BaseException:\n    ok = False\nassert ok"]
+    wrong = "class KeyError(Exception):\n    pass\nclass ValueError(BaseException):\n    pass\n"
+    for program, verdicts in ((body, [True] * 4), (wrong + body, [False] * 4)):
+        assert plain(program, tests) == verdicts
+        result = run(program, tests, names=["find", "made", "stream", "root"])
+        assert result["passed"] == verdicts, result["errors"]
+
+
+def test_a_declared_class_the_program_redefines_otherwise_is_the_programs():
+    """A class the context declares that the program redefines otherwise (an InvalidMove of
+    another base, a Money whose add subtracts, a Color whose GREEN is 3) shadows the context's,
+    as in plain Python: its exception is a class of its own (no `except ValueError` catches an
+    InvalidMove(Exception)), its instance and member program objects (never rebuilt as the
+    context's, whose add the test would run). One it repeats, with docstrings of its own or on
+    other lines, or with a __repr__ and a helper method of its own, is the context's class (a
+    fingerprint of its code, sent by the test process)."""
+    context = textwrap.dedent("""\
+        from enum import Enum
+        class InvalidMove(ValueError):
+            pass
+        class Money:
+            def __init__(self, cents):
+                self.cents = cents
+            def add(self, other):
+                return Money(self.cents + other.cents)
+            def __eq__(self, other):
+                return isinstance(other, Money) and self.cents == other.cents
+        class Color(Enum):
+            RED = 1
+            GREEN = 2
+        """)
+    body = textwrap.dedent("""\
+        def move(x):
+            if x < 0:
+                raise InvalidMove(x)
+            return x
+        def cash(c):
+            return Money(c)
+        def color():
+            return Color.GREEN
+        """)
+    documented = context.replace("    pass\n", '    """A move off the board."""\n').replace(
+        "        self.cents = cents\n", '        """In cents."""\n        self.cents = cents\n')
+    helped = context.replace("    def add(", "    def __repr__(self):\n        return 'M'\n"
+                             "    def double(self):\n        return self.add(self)\n    def add(")
+    redefined = context.replace("(ValueError)", "(Exception)").replace(
+        "self.cents + other", "self.cents - other").replace("GREEN = 2", "GREEN = 3")
+    tests = ["try:\n    move(-1)\n    ok = False\nexcept ValueError:\n    ok = True\nassert ok",
+             "assert cash(5).add(Money(5)) == Money(10)",
+             "assert color().value == 2 and color() is Color.GREEN"]
+    for program, verdicts in ((context + body, [True] * 3), (documented + body, [True] * 3),
+                              (helped + body, [True] * 3), (redefined + body, [False] * 3)):
+        assert plain(program, tests) == verdicts
+        result = run(program, tests, context=context, names=["move", "cash", "color"])
+        assert result["passed"] == verdicts, result["errors"]
+
+
 def test_a_declared_enums_member_crosses_as_that_member():
     """A member of an Enum the context declares crosses as that member, both ways: the
     program's Color.GREEN is the test's Color.GREEN (`==`, `is`, .name), and the test's
@@ -2474,3 +2557,104 @@ def test_a_builtin_a_callback_replaces_is_compared_by_identity():
              "try:\n    assert ask(prepare) == 42\nfinally:\n    builtins.input = old"]
     assert plain(program, tests) == [True]
     assert run(program, tests)["passed"] == [True]
+
+
+def test_a_programs_decorator_on_a_tests_recursive_function_nests_as_deep_as_plain_python():
+    """A program's memoize on a test's recursive function nests a request in a request at each
+    level (the harness's frames on both sides): the harness gives them room, so the recursion goes
+    as deep as in one process, and the program's own recursion no deeper."""
+    program = """\
+        def memoize(f):
+            cache = {}
+            def wrapper(*args):
+                if args not in cache:
+                    cache[args] = f(*args)
+                return cache[args]
+            return wrapper
+        def depth(n):
+            return 0 if n == 0 else 1 + depth(n - 1)
+        """
+    tests = ["@memoize\ndef fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n"
+             "assert fib(200) == 280571172992510140037611932413038677189525",
+             "try:\n    depth(5000)\nexcept RecursionError:\n    pass\nelse:\n    assert False"]
+    assert plain(program, tests) == [True, True]
+    assert run(program, tests)["passed"] == [True, True]
+
+
+def test_a_programs_arithmetic_on_a_tests_objects_is_done_by_their_own_methods():
+    """sum, 3 * v, v + w, -v, abs, float, int, round, v += w, grid[k] = v and del grid[k] in the
+    program on a test's objects run the test's own methods in the test process; its
+    NotImplemented is handed back, so Python tries the other operand's (or raises TypeError)."""
+    program = """\
+        def total(vs):
+            return sum(vs)
+        def mixed(v, w):
+            u = 3 * v + w
+            u += v
+            return -u, abs(v), float(v), int(v), round(v, 1)
+        def put(grid, k, v):
+            grid[k] = v
+            del grid['x']
+        def bad(v):
+            return v + 1
+        """
+    tests = ["class V:\n    def __init__(self, x):\n        self.x = x\n"
+             "    def __add__(self, o):\n        return V(self.x + o.x) if isinstance(o, V) "
+             "else NotImplemented\n"
+             "    def __radd__(self, o):\n        return self if o == 0 else NotImplemented\n"
+             "    def __rmul__(self, k):\n        return V(self.x * k)\n"
+             "    def __neg__(self):\n        return V(-self.x)\n"
+             "    def __abs__(self):\n        return abs(self.x)\n"
+             "    def __float__(self):\n        return float(self.x)\n"
+             "    def __index__(self):\n        return int(self.x)\n"
+             "    def __round__(self, n=None):\n        return round(self.x, n)\n"
+             "    def __eq__(self, o):\n        return isinstance(o, V) and o.x == self.x\n"
+             "assert total([V(1), V(2)]) == V(3)\n"
+             "assert mixed(V(2.25), V(1)) == (V(-10.0), 2.25, 2.25, 2, 2.2)\n"
+             "try:\n    bad(V(1))\nexcept TypeError:\n    pass\nelse:\n    assert False",
+             "class Grid:\n    def __init__(self):\n        self.cells = {'x': 0}\n"
+             "    def __setitem__(self, k, v):\n        self.cells[k] = v\n"
+             "    def __delitem__(self, k):\n        del self.cells[k]\n"
+             "g = Grid()\nput(g, (1, 2), 'v')\nassert g.cells == {(1, 2): 'v'}"]
+    assert plain(program, tests) == [True, True]
+    assert run(program, tests)["passed"] == [True, True]
+
+
+def test_a_re_match_the_program_returns_is_true():
+    """A re.Match is always true in plain Python: so is the program's in the test process."""
+    program = "import re\ndef find(s):\n    return re.search(r'\\d+', s)\n"
+    tests = ["m = find('a12')\nassert m and m.group() == '12'", "assert not find('ab')",
+             "if find('x1'):\n    pass\nelse:\n    assert False"]
+    assert plain(program, tests) == [True, True, True]
+    assert run(program, tests)["passed"] == [True, True, True]
+
+
+def test_a_program_functions_name_doc_and_wrapped_are_read_but_decide_no_comparison():
+    """A program function's __name__, __qualname__, __doc__, __module__, __defaults__ and
+    __kwdefaults__ are values (functools.wraps in a decorator task), its __wrapped__ a program
+    object: read as in plain Python; a program object among them still decides no comparison."""
+    program = """\
+        import functools
+        def logged(f):
+            @functools.wraps(f)
+            def wrapper(*args, **kwargs):
+                return f(*args, **kwargs)
+            return wrapper
+        @logged
+        def add(a, b=2, *, c=3):
+            '''Add two numbers.'''
+            return a + b
+        class Any:
+            def __eq__(self, other):
+                return True
+        def sneaky():
+            pass
+        sneaky.__doc__ = Any()
+        """
+    tests = ["assert add.__name__ == 'add' and add.__qualname__ == 'add'\n"
+             "assert add.__doc__ == 'Add two numbers.' and add.__module__ == __name__",
+             "assert add.__wrapped__.__defaults__ == (2,)\n"
+             "assert add.__wrapped__.__kwdefaults__ == {'c': 3} and add.__wrapped__(1) == 3",
+             "assert sneaky.__doc__ == 'anything'"]
+    assert plain(program, tests) == [True, True, True]
+    assert run(program, tests)["passed"] == [True, True, False]
