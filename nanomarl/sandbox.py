@@ -12,14 +12,17 @@ e.g. the prompt's helpers) and decides every verdict; the program's process, for
 any untrusted code runs, runs the program and then answers the test process's requests over two
 pipes ("the value of name", "call this object", "its attribute", "its next items", ...). A value
 crosses as JSON of exact types (None, bool, int of any size, float, complex, str, bytes, bytearray,
-list, tuple, set, frozenset, dict, Counter, OrderedDict, defaultdict, deque, NamedTuple, Fraction,
-Decimal, range, dict views, datetime's types; tagged where JSON has no type, so that they stay
+list, tuple, set, frozenset, dict, Counter, OrderedDict, defaultdict, deque, NamedTuple (the
+context's class of its name where its fields are that class's), Fraction, Decimal, range, dict
+views, datetime's types; tagged where JSON has no type, so that they stay
 distinct; a subclass of one travels as the base value plain Python compares: a (str, Enum) member as
 its str, a datetime type's as its datetime value (one of a test's class rebuilt as an instance of
 that class on either side: the frozen clock below); an exception as its class's name, its nearest
 builtin ancestor, its arguments and its own attributes, raised as the builtin of that name only
-where its class is that builtin (a program's own KeyError(Exception) is no LookupError), else as a
-class of that name derived from that ancestor, or as the context's class (below); an instance of
+where its class is that builtin (a program's own KeyError(Exception) is no LookupError), as a
+standard library module's class where it is that module's (json.JSONDecodeError: an allow-list of
+modules), as the test's own exception where it is one a test's callback raised (re-raised), else as
+a class of that name derived from that ancestor, or as the context's class (below); an instance of
 another class the context declares (the prompt's ListNode) as its state, rebuilt in the test process
 as an instance of the context's class, shared and cyclic nodes kept; a member of an Enum it declares
 as that member. The program's class of a name the context declares is the context's class only where
@@ -32,8 +35,10 @@ io.StringIO or BytesIO, random.Random, re.Pattern or re.Match crosses as a copy 
 program's process (by its function and arguments, value and position, state, pattern and flags; a
 Match by its spans, found again there: a real re.Match; sandbox_copies.py); any other object crosses
 as a reference, whose operations the other process performs. A program object (a class instance, a
-function) is no value: it may be called, its attributes read and set, its text and type asked (a
-class as the entry point: its methods), but its length, truth, items, iteration, hash, conversions
+function; but a builtin class, Ellipsis, NotImplemented or a builtin function that runs nothing it
+is given, int or max: it crosses by name, the test's own) is no value: it may be called, its
+attributes read and set, its text and type asked (a class as the entry point: its methods), but its
+length, truth, items, iteration, hash, conversions
 and comparisons (with a value or another program object) fail the test, never asking the program
 (its methods could answer anew at each question; a re.Match is true, as each one is; its __name__,
 __qualname__, __doc__, __module__, __defaults__, __kwdefaults__ and __wrapped__ are read as

@@ -18,9 +18,8 @@ from sandbox_layers import (confine, die_with_parent, drop_privileges, fork_prog
 from sandbox_link import (EXIT, LINK, OPS, BINARY, WRITE, TestObject, TestTimeout, abort, answer,
                           attempt, compiled, read_exactly, read_line, run, serve, taken,
                           with_pairs, write_all)
-from sandbox_patches import IMPORT, gave_back, on_arguments, took_on
-from sandbox_values import (DATETIMES, PRINTS, Decoder, dump, error_payload, raised, same,
-                            stand_in)
+from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, stand_in, took_on
+from sandbox_values import CONTEXT, DATETIMES, PRINTS, Decoder, dump, error_payload, raised, same
 from sandbox_verdicts import test_side
 
 
@@ -68,6 +67,7 @@ def program_side(job, requests, answers):
     clocks, marks = {}, {}  # the stand-ins of a test's frozen clocks: by handle, the mark by id
     taken_on = {}  # the patches' values the requests took on last (sandbox_patches.py:took_on)
     outputs, declared, sending, patches = (sys.stdout, sys.stderr), set(job["classes"]), [], []
+    CONTEXT[0] = lambda name: name in declared and scope.get(name) or None  # (hook's "n")
     # the containers the program keeps (sandbox_copies.py): {handle: entry}, {id: handle},
     # {id: its mark}; those at rest (sandbox_copies.py:unheld); the argument containers of the
     # calls being served (numbering); the news of the kept ones for the next answer
@@ -120,6 +120,8 @@ def program_side(job, requests, answers):
         if id(value) in marks:  # the stand-in of a test's frozen clock: the test's class
             return marks[id(value)]
         kind, enum = type(value), sys.modules.get("enum")
+        if (name := by_name(value)) is not None:  # a builtin class or function: the test's own
+            return '{"M":["builtins",%s]}' % dump(name, None)
         # the context's class crosses as it (once a class for all an object reaches: rebuilt)
         context = sending and id(kind) in sending[0][2] or same(kind)
         if context and enum and isinstance(value, enum.Enum) and type(

@@ -38,10 +38,17 @@ from _operator import is_
 from sys import getrefcount
 
 from sandbox_patches import unpatched  # sandbox.py's BOOT
-from sandbox_values import BUFFERS, COLLECTIONS, buffer_state, dump
+from sandbox_values import COLLECTIONS, dump
 
+BUFFERS = ("StringIO", "BytesIO")
 PATTERN_METHODS = ("match", "search", "fullmatch", "findall", "finditer", "split", "sub", "subn")
 FINDS = ("match", "search", "fullmatch")
+
+
+def buffer_state(buffer):
+    """[kind, value (None: closed), position] of an io.StringIO ("s") or io.BytesIO ("b")."""
+    kind = "s" if type(buffer).__name__ == "StringIO" else "b"
+    return [kind, None, 0] if buffer.closed else [kind, buffer.getvalue(), buffer.tell()]
 
 
 def copy_type(kind):

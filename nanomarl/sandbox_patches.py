@@ -8,8 +8,10 @@ sandbox_verdicts.py:module_patches, mirrored, served): noted in the test process
 value, which the program cannot change, is sent once and then only named while it stays the same:
 the program's process keeps it; one that is also one of the call's argument containers is the
 program's copy of that argument: on_arguments), and never seen by the harness's own lookups in
-either (unpatched)."""
-import sys
+either (unpatched). A test's frozen clock is a class of the program's process there (stand_in).
+The originals also name what crosses by name: a builtin class or function (builtin_named), a
+standard library module's exception class (stdlib_error)."""
+import builtins, sys
 
 
 IMPORT = __import__  # (a test's mock.patch of builtins.__import__ is not the harness's)
@@ -24,6 +26,62 @@ def unpatched(name, attribute):
     found = IMPORT(name)
     entry = PATCHED.get((found, attribute))
     return getattr(found, attribute) if entry is None or entry[0] is PATCHED else entry[0]
+
+
+ORIGINAL = dict(vars(builtins), NoneType=type(None), ellipsis=type(...),  # (taken before a
+                NotImplementedType=type(NotImplemented))  # program can replace builtins)
+STDLIB = ("json statistics decimal fractions re csv datetime collections itertools functools heapq "
+          "bisect math string textwrap enum dataclasses typing operator copy").split()
+PURE = frozenset("abs all any ascii bin callable chr divmod format hash hex isinstance issubclass "
+                 "iter len max min next oct ord pow repr round sorted sum".split())
+
+
+def builtin_named(name):
+    """The builtin of that name that crosses by name ({"M": ["builtins", name]}): a class,
+    Ellipsis, NotImplemented or a function of PURE (none that runs what it is given: no eval,
+    open or print); else ValueError (a malformed value)."""
+    found = ORIGINAL.get(name) if type(name) is str else None
+    if found is not None and (isinstance(found, type) or name in PURE or found is ...
+                              or found is NotImplemented):
+        return found
+    raise ValueError("malformed value")
+
+
+def by_name(value):
+    """The name under which value crosses (builtin_named is it: int, max, Ellipsis), else None."""
+    kind = type(value)
+    name = getattr(value, "__name__", None) if kind is type or kind is type(len) else (
+        "Ellipsis" if value is ... else "NotImplemented")
+    try:
+        return name if builtin_named(name) is value else None
+    except ValueError:
+        return None
+
+
+def stdlib_error(module, name):
+    """The exception class of that name of a module of STDLIB's (one of its own, json.decoder's
+    for json, _csv's for csv: its public module), imported if need be; else None."""
+    module = module.partition(".")[0].lstrip("_") if type(module) is str else None
+    try:
+        found = unpatched(module, name) if module in STDLIB else None
+    except Exception:
+        return None
+    if isinstance(found, type) and issubclass(found, BaseException) and found.__name__ == name:
+        return found
+    return None
+
+
+def stand_in(base, name, on_class, on_instance):
+    """The program's process's class for a test's frozen clock (patched in as datetime.datetime;
+    sandbox_values.py:frozen_class sends it): a real subclass of the type of datetime's (its
+    constructor, isinstance and inherited methods are datetime's, its instances values, marked
+    with the test's class when they cross); the test's methods called in the test process (an
+    instance method with the instance, as an instance of the test's class)."""
+    def on(method):
+        return lambda self, *args, **kwargs: method(self, *args, **kwargs)
+    space = {key: staticmethod(method) for key, method in on_class.items()}
+    space.update({key: on(method) for key, method in on_instance.items()}, __module__="__main__")
+    return type(name, (unpatched("datetime", base),), space)
 
 
 class module(type(sys)):

@@ -3,44 +3,48 @@ docstring has the threat model; sandbox_link.py carries it).
 
 Executed inside the sandbox as the module `sandbox_values` (sandbox.py's BOOT). A value travels as
 JSON of exact types, tagged where JSON has none (dump; Decoder and hook read it back, chunked so
-that the alarm can interrupt); anything else travels as a reference, made by the `refer` and read
-by the `resolve` each side passes in, or as a copy (sandbox_copies.py: a call's arguments, written
-back after it; the test's objects of the standard library that hold no test code, a partial, an io
-buffer, a Random, a compiled pattern or a match: their JSON text, sandbox_copies.py:copied). An
-exception travels as [name, message, nearest builtin ancestor, arguments, whether its class is the
-context's class of its name (same: one the program repeats), its own attributes] (error_payload)
-and is raised on the other side as an exception of that name and those arguments (program_error):
-of the builtin class only where the program's is that builtin, of the context's class in the test
-process where the program's is the same (a fingerprint: same), else of a class of that name derived
-from its nearest builtin ancestor. A test's patch of a module attribute crosses with each request
-(sandbox_patches.py; the value dumped once, when it is checked: Dumped). A test's class deriving
-from a type of datetime's (a frozen clock) is a class of the program's process there: a real
-subclass of that type whose public methods are the test's (frozen_class, stand_in).
+that the alarm can interrupt); anything else travels as a reference, made by the `refer` and read by
+the `resolve` each side passes in, or as a copy (sandbox_copies.py: a call's arguments, written back
+after it; the test's objects of the standard library that hold no test code, a partial, an io
+buffer, a Random, a compiled pattern or a match: their JSON text, sandbox_copies.py:copied). A
+NamedTuple crosses as the context's class of its name where its fields are that class's (CONTEXT),
+else as a namedtuple of its name and fields. An exception travels as [name, message, nearest builtin
+ancestor, arguments, whether its class is the context's class of its name (same: one the program
+repeats), its own attributes, its class's module, the test's exception it is] (error_payload) and is
+raised on the other side as an exception of that name and those arguments (program_error): of the
+builtin class only where the program's is that builtin, of the context's class in the test process
+where the program's is the same (a fingerprint: same), of a standard library module's class where it
+is that module's (sandbox_patches.py:stdlib_error), else of a class of that name derived from its
+nearest builtin ancestor; one a test's callback raised is that very object when it comes back
+(RAISED). A test's patch of a module attribute crosses with each request (sandbox_patches.py; the
+value dumped once, when it is checked: Dumped). A test's class deriving from a type of datetime's (a
+frozen clock) is a class of the program's process there: a real subclass of that type whose public
+methods are the test's (frozen_class; sandbox_patches.py:stand_in).
 
-The tags, an index (each is described where it is made). A value's: dump. A reference's or a
-mark's, read by each side's resolve: {"r": n} a program object, {"g": n} a program's generator or
-iterator (a stream), {"x": n} a test object, {"X": [n, class name, own == or hash]} one whose class
-matters there, {"M": [module, name]} a module or a function of one (both test_refer's),
-{"Z": [...]} a test's frozen clock (frozen_class), {"k": handle} a kept container, {"a": k} the
-k-th argument container of the call answered, {"A": k} and {"N": [handle, value]} a test object's
-container lent (sandbox_lending.py), "P" "B" "U" "p" "H" a copy (sandbox_copies.py:copied), "o"
-"S" "W" an instance of a class the context declares (sandbox_verdicts.py:rebuilt), {"G": ...} a
-member of an Enum it declares, {"e": payload} an exception the program returned. The keys of a
-message's extra: with a request of the test process, what the program's process takes on
-(sandbox_verdicts.py:mirrored): "s" the time left, "f" the handles released, "l" the recursion
-limit, "o" and "e" output redirected, "b" builtins, "p" module attributes (one that is the k-th
-argument container: [module, attribute, null, k]), "i" sys.stdin, "c" warnings caught, "F" (the
-first) the fingerprints of the classes the context declares (same); in the program's answer, "o"
-and "e" the output, "i" sys.stdin's contents, "c" the warnings; either way "k" the kept containers'
-news ([handle, contents], or [handle, start, new items]: sandbox_copies.py:news), "d" and "z" (the
-program's) the handles forgotten and at rest, "D" (the test's) those at rest it forgot, "n" (its
-answer) the argument containers kept from now on, "w" (an answer) the argument containers changed,
-"#" (a request) how many containers its arguments hold and "m" those passed twice
-(sandbox_link.py:told, taken, ask); in an answer to a test's callback, "b" and "p" the patches in
-force (sandbox_verdicts.py:served)."""
+The tags, an index (each is described where it is made). A value's: dump. A reference's or a mark's,
+read by each side's resolve: {"r": n} a program object, {"g": n} a program's generator or iterator
+(a stream), {"x": n} a test object, {"X": [n, class name, own == or hash]} one whose class matters
+there, {"M": [module, name]} a module or a function of one (test_refer's), a builtin class or
+function (the program's: sandbox_patches.py:by_name), {"Z": [...]} a test's frozen clock
+(frozen_class), {"k": handle} a kept container, {"a": k} the k-th argument container of the call
+answered, {"A": k} and {"N": [handle, value]} a test object's container lent (sandbox_lending.py),
+"P" "B" "U" "p" "H" a copy (sandbox_copies.py:copied), "o" "S" "W" an instance of a class the
+context declares (sandbox_verdicts.py:rebuilt), {"G": ...} a member of an Enum it declares,
+{"e": payload} an exception the program returned. The keys of a message's extra: with a request of
+the test process, what the program's process takes on (sandbox_verdicts.py:mirrored): "s" the time
+left, "f" the handles released, "l" the recursion limit, "o" and "e" output redirected, "b"
+builtins, "p" module attributes (one that is the k-th argument container: [module, attribute, null,
+k]), "i" sys.stdin, "c" warnings caught, "F" (the first) the fingerprints of the classes the context
+declares (same); in the program's answer, "o" and "e" the output, "i" sys.stdin's contents, "c" the
+warnings; either way "k" the kept containers' news ([handle, contents], or [handle, start, new
+items]: sandbox_copies.py:news), "d" and "z" (the program's) the handles forgotten and at rest, "D"
+(the test's) those at rest it forgot, "n" (its answer) the argument containers kept from now on, "w"
+(an answer) the argument containers changed, "#" (a request) how many containers its arguments hold
+and "m" those passed twice (sandbox_link.py:told, taken, ask); in an answer to a test's callback,
+"b" and "p" the patches in force (sandbox_verdicts.py:served)."""
 import _json, builtins
 
-from sandbox_patches import unpatched  # sandbox.py's BOOT
+from sandbox_patches import stdlib_error, unpatched  # sandbox.py's BOOT
 
 
 BIG = 1 << 8000  # ints from here on travel as hex (decimal text of over 4300 digits is refused)
@@ -163,18 +167,6 @@ def frozen_class(kind, handle, refer):
                                        dump(kind.__name__, None), *texts)
 
 
-def stand_in(base, name, on_class, on_instance):
-    """The program's process's class for a test's frozen clock (frozen_class): a real subclass of
-    the type of datetime's (its constructor, isinstance and inherited methods are datetime's, its
-    instances values, marked with the test's class when they cross); the test's methods called in
-    the test process (an instance method with the instance, as an instance of the test's class)."""
-    def on(method):
-        return lambda self, *args, **kwargs: method(self, *args, **kwargs)
-    space = {key: staticmethod(method) for key, method in on_class.items()}
-    space.update({key: on(method) for key, method in on_instance.items()}, __module__="__main__")
-    return type(name, (unpatched("datetime", base),), space)
-
-
 def with_pairs(text, pairs):
     """A dumped dict's text with more [key, value] pairs (JSON texts) in it."""
     if not pairs:
@@ -182,16 +174,7 @@ def with_pairs(text, pairs):
     return text[:-2] + ("," if text != '{"d":[]}' else "") + ",".join(pairs) + "]}"
 
 
-BUFFERS = ("StringIO", "BytesIO")
-
-
-def buffer_state(buffer):
-    """[kind, value (None: closed), position] of an io.StringIO ("s") or io.BytesIO ("b")."""
-    kind = "s" if type(buffer).__name__ == "StringIO" else "b"
-    return [kind, None, 0] if buffer.closed else [kind, buffer.getvalue(), buffer.tell()]
-
-
-NAMEDTUPLES = {}
+NAMEDTUPLES = {}  # the generic NamedTuple classes hook makes, by name and fields
 
 
 def chunked(out, items):
@@ -247,7 +230,10 @@ def hook(tagged, resolve):
             return made(item[0], item[1])
     if tag == "n" and kind is list and len(item) == 3 and type(item[0]) is str and (
             type(item[1]) is list and len(item[1]) <= 256):
-        key = (item[0], tuple(item[1]))
+        key, found = (item[0], tuple(item[1])), CONTEXT[0](item[0])  # (the context's class)
+        if isinstance(found, type) and issubclass(found, tuple) and type(item[2]) is list and (
+                getattr(found, "_fields", None) == key[1] and len(item[2]) == len(key[1])):
+            return tuple.__new__(found, item[2])
         if key not in NAMEDTUPLES:
             if len(NAMEDTUPLES) > 100:
                 NAMEDTUPLES.clear()
@@ -319,10 +305,12 @@ def error_class(kind):
 VALUE_TYPES = (int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset,
                range, type(None), BaseException)
 EXCEPTIONS = {}
+RAISED, RAISES = {}, [0]  # the test process's exceptions its callbacks raised, by handle; the next
 # the classes the context declares, by name (sandbox_verdicts.py:test_side fills it in the test
 # process), and in the program's process their fingerprints (PRINTS: the test process's first
 # request brings them): a program's class that is the same (same) crosses as the context's class
 DECLARED, PRINTS = {}, {}
+CONTEXT = [DECLARED.get]  # a declared name's class (the program's own in its process): hook's "n"
 
 
 def builtin_ancestor(kind, default=Exception):  # (bound before a program can replace builtins)
@@ -422,17 +410,19 @@ def made(kind, args):
     return error
 
 
-def program_error(name, message, base="", args=None, declared=False, state=None):
+def program_error(name, message, base="", args=None, declared=False, state=None, module="",
+                  handle=None):
     """The exception of that name (a context's class where `declared` says the program's is the
     same (same) and DECLARED has it; the builtin one, but StopIteration, where it is its own
-    nearest builtin ancestor, `base`: the program's class is that builtin; else a class of that
-    name derived from `base`: a ValueError subclass is caught by `except ValueError`, a program's
-    own KeyError(Exception) by no `except LookupError`; else a ProgramError), made from its
-    arguments where they crossed (KeyError.args is the key, a UnicodeDecodeError has its five),
-    with its own public attributes (state: an InsufficientFunds's amount), described as the other
-    process described it."""
+    nearest builtin ancestor, `base`: the program's class is that builtin; that of a module of
+    STDLIB's where the class is that module's (sandbox_patches.py:stdlib_error); else a class of
+    that name derived from `base`: a ValueError subclass is caught by `except ValueError`, a
+    program's own KeyError(Exception) by no `except LookupError`; else a ProgramError), made from
+    its arguments where they crossed (KeyError.args is the key, a UnicodeDecodeError has its
+    five), with its own public attributes (state: an InsufficientFunds's amount), described as the
+    other process described it; `handle`: the test's exception it is, kept on it (raised)."""
     kind = (error_class(declared is True and DECLARED.get(name))
-            or name == base and builtin_exception(name) or None)
+            or name == base and builtin_exception(name) or stdlib_error(module, name) or None)
     if kind is None and builtin_exception(base) and name.isidentifier():
         if (name, base) not in EXCEPTIONS:
             if len(EXCEPTIONS) > 100:
@@ -456,14 +446,19 @@ def program_error(name, message, base="", args=None, declared=False, state=None)
         if type(key) is str and not key.startswith("_") and not hasattr(type(error), key):
             object.__setattr__(error, key, value)  # (never its class's: args, errno, a method)
     error.program_text, error.program_str = name[:100] + ": " + message[:300], message
+    if type(handle) is int:  # (the test's exception: the program's re-raise of it is the test's)
+        error.program_handle = handle
     return error
 
 
 def raised(payload):
-    """The exception an error payload ([name, message, base], with args and declared or not)
-    describes; None if it is malformed."""
-    if type(payload) is list and len(payload) in (3, 4, 5, 6) and all(
+    """The exception an error payload (error_payload's; [name, message, base] at least)
+    describes: in the test process, one its callback raised (a handle of RAISED's) is that very
+    object, whatever the rest says; None if it is malformed."""
+    if type(payload) is list and 3 <= len(payload) <= 8 and all(
             type(p) is str for p in payload[:3]):
+        if len(payload) == 8 and type(payload[7]) is int and payload[7] in RAISED:
+            return RAISED[payload[7]]
         return program_error(*payload)
     return None
 
@@ -472,11 +467,16 @@ def refuse(value, aliases=None):
     raise TypeError("not a value")
 
 
-def error_payload(error):
+def error_payload(error, keep=False):
     """[name, message, nearest builtin ancestor's name, its arguments (a tuple of values, or None
     where one is not a value), whether its class is the context's class of its name (same), its
-    own public attributes that are values] of an exception."""
-    kind = type(error)
+    own public attributes that are values, its class's module, the handle of the test's exception
+    it is (keep: a test's callback raised it, RAISED keeps it; else program_error's, or None)]."""
+    kind, handle = type(error), getattr(error, "program_handle", None)
+    if keep and error_class(kind):  # (never a StopIteration: it would end a test's loop)
+        if len(RAISED) > 256:
+            RAISED.clear()
+        RAISED[RAISES[0]], handle, RAISES[0] = error, RAISES[0], RAISES[0] + 1
     base = builtin_ancestor(kind).__name__
     args = getattr(error, "args", None)
     try:
@@ -487,7 +487,8 @@ def error_payload(error):
     state = {key: value for key, value in (state.items() if type(state) is dict else ())
              if type(key) is str and not key.startswith(("_", "program_")) and sendable(value)}
     return [kind.__name__, describe(error).partition(": ")[2][:300], base,
-            args if type(args) is tuple else None, same(kind), state]
+            args if type(args) is tuple else None, same(kind), state, kind.__module__,
+            handle if type(handle) is int else None]
 
 
 def sendable(value):

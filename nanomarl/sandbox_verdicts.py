@@ -11,10 +11,10 @@ import _signal, _thread, builtins, marshal, os, sys, time
 from sandbox_layers import confine, reap, watchdog  # sandbox.py's BOOT
 from sandbox_link import (LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt, compiled,
                           gone, read_exactly, read_line, refilled, remote, run, taken, told)
-from sandbox_copies import KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, kept_entry
+from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, kept_entry
 from sandbox_lending import lending, let_go
-from sandbox_patches import IMPORT, PATCHED, SETS, module, watch_modules
-from sandbox_values import (BUFFERS, DECLARED, Abort, Decoder, Dumped, ProgramError,
+from sandbox_patches import IMPORT, PATCHED, SETS, builtin_named, module, watch_modules
+from sandbox_values import (DECLARED, Abort, Decoder, Dumped, ProgramError,
                             datetime_base, describe, dump, fingerprint, frozen_class, raised)
 
 
@@ -31,9 +31,8 @@ def test_next():
             message = None
         if type(message) is not list or message[1:2] != ["q"]:  # (an answer, or maybe one)
             LINK["resting"].clear()  # (each ends every rest: sandbox_lending.py:let_go)
-        if (type(message) is list and len(message) in (5, 7) and type(message[0]) is int
-                and message[1] in ("q", "a") and len(message) == (7 if message[1] == "q" else 5)
-                and type(message[-1]) is dict):
+        if (type(message) is list and message[1:2] in (["q"], ["a"]) and type(message[-1]) is dict
+                and len(message) == (7 if message[1] == "q" else 5) and type(message[0]) is int):
             return message
 
 
@@ -207,8 +206,7 @@ def shared_state():
     """The test process's state mirrored() compares with: as it is once the context has run."""
     warnings = IMPORT("warnings")
     return dict(builtins=dict(vars(builtins)), stdin=sys.stdin, registry={}, warnings=(
-        warnings.filters, list(warnings.filters), warnings.showwarning,
-        warnings._showwarnmsg_impl))
+        warnings.filters, list(warnings.filters), warnings.showwarning, warnings._showwarnmsg_impl))
 
 
 def test_resolve(tag, item):
@@ -224,6 +222,8 @@ def test_resolve(tag, item):
         return LINK["args"][-1][item]
     if tag == "k" and type(item) is int and item in LINK["kept"]:
         return LINK["kept"][item]["object"]
+    if tag == "M" and type(item) is list and len(item) == 2 and item[0] == "builtins":
+        return builtin_named(item[1])  # (a builtin class or PURE function; else ValueError)
     if tag == "G" and type(item) is list and len(item) == 2 and all(type(p) is str for p in item):
         found = getattr(DECLARED.get(item[0]), "__members__", {}).get(item[1])
         if enum_member(found):  # a declared Enum's member, by its name

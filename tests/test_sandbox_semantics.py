@@ -2658,3 +2658,121 @@ def test_a_program_functions_name_doc_and_wrapped_are_read_but_decide_no_compari
              "assert sneaky.__doc__ == 'anything'"]
     assert plain(program, tests) == [True, True, True]
     assert run(program, tests)["passed"] == [True, True, False]
+
+
+def test_a_declared_namedtuple_crosses_as_the_context_class_of_its_fields():
+    """A NamedTuple the context declares crosses as its class, both ways, where its fields match:
+    isinstance with it holds and _replace keeps it; a program's class of that name with other
+    fields, or a wrong value, stays a generic namedtuple that no test mistakes for it."""
+    context = "from typing import NamedTuple\nclass Point(NamedTuple):\n    x: int\n    y: int\n"
+    program = context + textwrap.dedent("""\
+        import collections
+        def make(x, y):
+            return Point(x, y)
+        def shift(p, dx):
+            return p._replace(x=p.x + dx)
+        def other():
+            return collections.namedtuple("Point", "x z")(1, 2)
+        """)
+    tests = ["assert isinstance(make(1, 2), Point) and make(1, 2).y == 2",
+             "assert isinstance(shift(Point(1, 2), 3), Point) and shift(Point(1, 2), 3).x == 4",
+             "assert not isinstance(other(), Point) and other() == (1, 2)",
+             "assert shift(Point(1, 2), 3) == Point(1, 2)"]
+    assert plain(program, tests) == [True, True, True, False]
+    result = run(program, tests, context=context, names=["make", "shift", "other"])
+    assert result["passed"] == [True, True, True, False], result["errors"]
+
+
+def test_a_builtin_class_or_pure_function_the_program_returns_is_the_tests_own():
+    """A builtin class, a builtin function that runs nothing it is given (max, len), Ellipsis or
+    NotImplemented the program returns crosses by name: the test's own (`f() is int`); a
+    program's class named like one stays the program's, and eval never reaches the test process
+    (it stays a program object: the one place the sandbox differs from plain Python here)."""
+    program = """\
+        class float:
+            pass
+        def type_of(x):
+            return type(x)
+        def pick(name):
+            return {"int": int, "max": max, "none": type(None), "fake": float}[name]
+        def sentinels():
+            return Ellipsis, NotImplemented
+        def evaluator():
+            return eval
+        """
+    tests = ["assert type_of(1) is int and type_of('a') == str and type_of([]) is list",
+             "assert pick('int')('5') == 5 and pick('max') is max and pick('max')([1, 3]) == 3",
+             "assert pick('none') is type(None) and sentinels() == (..., NotImplemented)",
+             "assert pick('fake') is float",
+             "assert pick('fake') is __builtins__['float'] if type(__builtins__) is dict "
+             "else pick('fake') is __builtins__.float"]
+    assert plain(program, tests) == [True, True, True, True, False]
+    assert run(program, tests)["passed"] == [True, True, True, True, False]
+    assert run(program, ["assert evaluator() is not eval"])["passed"] == [True]
+
+
+def test_a_tests_exception_the_program_re_raises_is_the_tests_own():
+    """An exception a test's callback raises and the program re-raises (a retry helper) is the
+    test's own object: `except Boom` catches it; a program's own class of that name is its own,
+    caught by no `except` of the test's class."""
+    program = """\
+        def retry(fn, attempts):
+            last = None
+            for _ in range(attempts):
+                try:
+                    return fn()
+                except Exception as e:
+                    last = e
+            raise last
+        class Boom(Exception):
+            pass
+        def own(kind=Boom):
+            raise kind("mine")
+        """
+    tests = ["class Boom(Exception):\n    pass\nraised = Boom('x')\ndef always():\n"
+             "    raise raised\ntry:\n    retry(always, 2)\nexcept Boom as e:\n"
+             "    assert e is raised and str(e) == 'x'",
+             "class Boom(Exception):\n    pass\ntry:\n    own()\nexcept Boom:\n    pass\n"
+             "except Exception as e:\n    assert str(e) == 'mine'\n    raise AssertionError"]
+    assert plain(program, tests) == [True, False]
+    assert run(program, tests, names=["retry", "own"])["passed"] == [True, False]
+    forged = """\
+        def check(x, cb):
+            try:
+                cb()
+            except BaseException:
+                pass
+            error = ValueError("forged")
+            error.program_handle = 0  # the test's StopIteration by its handle: never given
+            raise error
+        """
+    tests = ["def cb():\n    raise StopIteration\nassert all(map(lambda x: check(x, cb), [1]))"]
+    assert run(forged, tests)["passed"] == [False]
+
+
+def test_a_standard_library_exception_crosses_as_its_modules_class():
+    """A standard library module's exception (json.JSONDecodeError, statistics.StatisticsError,
+    decimal.InvalidOperation) is that module's class in the test process: its `except` catches
+    it; a program's own class of such a name is its own."""
+    program = """\
+        import json, statistics, decimal
+        def parse(s):
+            return json.loads(s)
+        def mean(xs):
+            return statistics.mean(xs)
+        def to_decimal(s):
+            return decimal.Decimal(s)
+        class JSONDecodeError(ValueError):
+            pass
+        def fake():
+            raise JSONDecodeError("fake")
+        """
+    tests = ["import json\ntry:\n    parse('{bad')\nexcept json.JSONDecodeError as e:\n"
+             "    assert e.pos == 1 and e.msg.startswith('Expecting')",
+             "import statistics\ntry:\n    mean([])\nexcept statistics.StatisticsError:\n    pass",
+             "import decimal\ntry:\n    to_decimal('abc')\n"
+             "except decimal.InvalidOperation:\n    pass",
+             "import json\ntry:\n    fake()\nexcept json.JSONDecodeError:\n    pass\n"
+             "except ValueError:\n    raise AssertionError"]
+    assert plain(program, tests) == [True, True, True, False]
+    assert run(program, tests)["passed"] == [True, True, True, False]
