@@ -191,8 +191,11 @@ container may outgrow them within a call: beyond them one is the program's copy,
 not written back; a test object's is kept outermost first), and a container put into a kept
 one afterwards (by the test or the program), or inside one beyond the bounds, crosses inside it as a
 copy (the kept one is compared deep and sent whole: its value follows, the other side's own name
-for the inner one does not); a cyclic or very deep argument cannot be sent (the test fails), nor
-a test's object of another type that is no value and no test object (a socket, a memoryview: the
+for the inner one does not; so beyond the bounds, or for such an inner container, a program whose
+bug is aliasing, one that returns its cache for the test to change, passes where plain Python
+fails it; so may a generator drawn ahead, whose items were taken before a test's later change, and
+a subclass of a value type, which crosses as its base: `type(r) is str` holds); a cyclic or very
+deep argument cannot be sent (the test fails), nor a test's object of another type that is no value and no test object (a socket, a memoryview: the
 test fails, naming its type); a StringIO crosses without its newline translation (its value and
 position do); a test's patch reaches the program only as a
 module's attribute (the state inside a module, mock.patch.dict of os.environ, and sys's other
