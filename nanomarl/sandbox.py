@@ -196,9 +196,9 @@ bug is aliasing, one that returns its cache for the test to change, passes where
 fails it; so may a generator drawn ahead, whose items were taken before a test's later change, and
 a subclass of a value type, which crosses as its base: `type(r) is str` holds); a cyclic or very
 deep argument cannot be sent (the test fails), nor a test's object of another type that is no
-value and no test object (a socket, a memoryview: the test fails, naming its type); a StringIO crosses without its newline translation (its value and
-position do); a test's patch reaches the program only as a
-module's attribute (the state inside a module, mock.patch.dict of os.environ, and sys's other
+value and no test object (a socket, a memoryview: the test fails, naming its type); a StringIO
+crosses without its newline translation (its value and position do); a test's patch reaches the
+program only as a module's attribute (the state inside a module, mock.patch.dict of os.environ, and sys's other
 attributes stay the test's; a patch of `__main__`'s names is none of the program's: the tests'
 __main__ is not the program's; a value that cannot be sent stays the test's; a patched container
 that holds one of the call's argument containers, rather than being one, crosses as a copy of its
