@@ -170,56 +170,53 @@ the program's random is its own (no state of the test process reaches it, so a t
 does not seed it: the test's draws stay the test's); a program class is no class in the test process
 (a test cannot subclass it or name it in `except`), and a test's class is none in the program's
 (type(x) of a test object is the harness's TestObject; isinstance works; but a frozen clock's
-stand-in, a real subclass of datetime's type); a container the program
-hands a test object (an attribute it sets, an argument of a test's callback) crosses as a copy, but
-for a kept one: what the test object keeps is that copy (the program's later changes through its own
-name are not seen; read back through the attribute it is the test's), and a callback's changes
-reach the program's objects when it returns (the program called from inside the callback sees them
-as they were), but in a call among whose arguments is a subclass of list, tuple, dict or set (it
-crosses as its base's copy, which the program's process does not number: that call's containers
-are copies then, but for kept ones), and never those to an instance of a class the context
-declares (the callback's is rebuilt from its state: a copy); a container the program keeps or
-reads from a test object is the test's object up to 64 of them holding 4,096 items (each request
-compares them with their snapshots on both sides, so a loop of appends through a test object's
-attribute costs a comparison of the list at each round trip, though it sends only the new items of
-a list or deque that only grew at its end, and a test object's container of plain values rests
-while the program does not hold it; any other change sends the container whole (a dict's, an
-inner list's, an insert at 0), a test object's list of lists is lent anew at each read, and an
-argument container the program does not keep crosses whole to each call and back, so thousands of
-calls that each add to one list cost seconds; the bounds apply when the program answers, a kept
-container may outgrow them within a call: beyond them one is the program's copy, its later changes
-not written back; a test object's is kept outermost first), and a container put into a kept
-one afterwards (by the test or the program), or inside one beyond the bounds, crosses inside it as a
-copy (the kept one is compared deep and sent whole: its value follows, the other side's own name
-for the inner one does not; so beyond the bounds, or for such an inner container, a program whose
-bug is aliasing, one that returns its cache for the test to change, passes where plain Python
-fails it; so may a generator drawn ahead, whose items were taken before a test's later change, and
-a subclass of a value type, which crosses as its base: `type(r) is str` holds); a cyclic or very
-deep argument cannot be sent (the test fails), nor a test's object of another type that is no
-value and no test object (a socket, a memoryview: the test fails, naming its type); a StringIO
-crosses without its newline translation (its value and position do); a test's patch reaches the
-program only as a module's attribute (the state inside a module, mock.patch.dict of os.environ, and sys's other
-attributes stay the test's; a patch of `__main__`'s names is none of the program's: the tests'
-__main__ is not the program's; a value that cannot be sent stays the test's; a patched container
-that holds one of the call's argument containers, rather than being one, crosses as a copy of its
-own; of a frozen clock's
-class only its public methods are the test's in the program's process, its dunders (its own
-__new__, __eq__, __str__), properties and data are its base's), and in the test
-process a module's type is a subclass of types.ModuleType (isinstance holds, `type(m) is
-types.ModuleType` does not); a warning
-the test's filters turn into an error is raised in the test when the call returns, after the rest of
-the program's call has run; a test's threads call the program one at a time (a call waits for
-another thread's to end: two calls that wait on each other time out); the tests share
-max_timeouts·timeout of wall time (the longest the trainer waits for one program's tests), so slow
-tests that each pass within the timeout can run out of it together. (d) The test process trusts the
-tests and `context`; a program can still cost the test process some CPU (e.g. a list of colliding
-hashes the test turns into a set), up to the test's CPU watchdog. (e) Where a layer is unavailable
-(no namespaces in a container that forbids them, no seccomp off Linux x86_64, a root trainer whose
-standard library other users cannot read) it is skipped with a warning and what it guarded is open
-(without seccomp no thread starts, the test's or the program's; without seccomp and namespaces the
-program's process could signal or trace the test process; without namespaces alone, read the
-trainer's /proc/PID/mem where ptrace rules allow it): run_tests_in_sandbox reports which layers
-were active.
+stand-in, a real subclass of datetime's type); a container the program hands a test object (an
+attribute it sets, an argument of a test's callback) crosses as a copy, but for a kept one: what the
+test object keeps is that copy (the program's later changes through its own name are not seen; read
+back through the attribute it is the test's), and a callback's changes reach the program's objects
+when it returns (the program called from inside the callback sees them as they were), but in a call
+among whose arguments is a subclass of list, tuple, dict or set (it crosses as its base's copy,
+which the program's process does not number: that call's containers are copies then, but for kept
+ones), and never those to an instance of a class the context declares (the callback's is rebuilt
+from its state: a copy); a container the program keeps or reads from a test object is the test's
+object up to 64 of them holding 4,096 items (each request compares them with their snapshots on both
+sides, so a loop of appends through a test object's attribute costs a comparison of the list at each
+round trip, though it sends only the new items of a list or deque that only grew at its end, and a
+test object's container of plain values rests while the program does not hold it; any other change
+sends the container whole (a dict's, an inner list's, an insert at 0), a test object's list of lists
+is lent anew at each read, and an argument container the program does not keep crosses whole to each
+call and back, so thousands of calls that each add to one list cost seconds; the bounds apply when
+the program answers, a kept container may outgrow them within a call: beyond them one is the
+program's copy, its later changes not written back; a test object's is kept outermost first), and a
+container put into a kept one afterwards (by the test or the program), or inside one beyond the
+bounds, crosses inside it as a copy (the kept one is compared deep and sent whole: its value
+follows, the other side's own name for the inner one does not; so beyond the bounds, or for such an
+inner container, a program whose bug is aliasing, one that returns its cache for the test to change,
+passes where plain Python fails it; so may a generator drawn ahead, whose items were taken before a
+test's later change, and a subclass of a value type, which crosses as its base: `type(r) is str`
+holds); a cyclic or very deep argument cannot be sent (the test fails), nor a test's object of
+another type that is no value and no test object (a socket, a memoryview: the test fails, naming its
+type); a StringIO crosses without its newline translation (its value and position do); a test's
+patch reaches the program only as a module's attribute (the state inside a module, mock.patch.dict
+of os.environ, and sys's other attributes stay the test's; a patch of `__main__`'s names is none of
+the program's: the tests' __main__ is not the program's; a value that cannot be sent stays the
+test's; a patched container that holds one of the call's argument containers, rather than being one,
+crosses as a copy of its own; of a frozen clock's class only its public methods are the test's in
+the program's process, its dunders (its own __new__, __eq__, __str__), properties and data are its
+base's), and in the test process a module's type is a subclass of types.ModuleType (isinstance
+holds, `type(m) is types.ModuleType` does not); a warning the test's filters turn into an error is
+raised in the test when the call returns, after the rest of the program's call has run; a test's
+threads call the program one at a time (a call waits for another thread's to end: two calls that
+wait on each other time out); the tests share max_timeouts·timeout of wall time (the longest the
+trainer waits for one program's tests), so slow tests that each pass within the timeout can run out
+of it together. (d) The test process trusts the tests and `context`; a program can still cost the
+test process some CPU (e.g. a list of colliding hashes the test turns into a set), up to the test's
+CPU watchdog. (e) Where a layer is unavailable (no namespaces in a container that forbids them, no
+seccomp off Linux x86_64, a root trainer whose standard library other users cannot read) it is
+skipped with a warning and what it guarded is open (without seccomp no thread starts, the test's or
+the program's; without seccomp and namespaces the program's process could signal or trace the test
+process; without namespaces alone, read the trainer's /proc/PID/mem where ptrace rules allow it):
+run_tests_in_sandbox reports which layers were active.
 (f) CPU and memory are rationed per process, not in total: parallel programs share the machine
 (sandbox_workers bounds them).
 """
