@@ -118,6 +118,7 @@ def dump(value, refer, aliases=None):
         return '{"%s":%s}' % ({"Counter": "C", "OrderedDict": "O", "defaultdict": "D",
                                "deque": "Q"}[name], inner)
     if issubclass(kind, tuple) and type(getattr(kind, "_fields", None)) is tuple:  # NamedTuple
+        name += "" if name not in PRINTS or same(kind) else "_"  # (redefined: not the context's)
         return ('{"n":[' + dump(name, refer) + "," + dump(list(kind._fields), refer) + ","
                 + dump(list(value), refer, aliases) + "]}")
     if module == "fractions" and name == "Fraction":
@@ -479,16 +480,12 @@ def error_payload(error, keep=False):
         RAISED[RAISES[0]], handle, RAISES[0] = error, RAISES[0], RAISES[0] + 1
     base = builtin_ancestor(kind).__name__
     args = getattr(error, "args", None)
-    try:
-        dump(args, refuse)
-    except BaseException:
-        args = None
     state = getattr(error, "__dict__", None)
     state = {key: value for key, value in (state.items() if type(state) is dict else ())
              if type(key) is str and not key.startswith(("_", "program_")) and sendable(value)}
     return [kind.__name__, describe(error).partition(": ")[2][:300], base,
-            args if type(args) is tuple else None, same(kind), state, kind.__module__,
-            handle if type(handle) is int else None]
+            args if type(args) is tuple and sendable(args) else None, same(kind), state,
+            kind.__module__, handle if type(handle) is int else None]
 
 
 def sendable(value):

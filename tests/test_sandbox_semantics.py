@@ -2683,6 +2683,27 @@ def test_a_declared_namedtuple_crosses_as_the_context_class_of_its_fields():
     assert result["passed"] == [True, True, True, False], result["errors"]
 
 
+def test_a_namedtuple_the_program_redefines_otherwise_is_not_the_contexts():
+    """A program's NamedTuple of a declared name whose method differs (total subtracts) is not the
+    context's class in the test, whose total the test would run: a generic namedtuple there, as
+    in plain Python the program's own class answers; a repeat is the context's."""
+    context = textwrap.dedent("""\
+        from typing import NamedTuple
+        class Pair(NamedTuple):
+            x: int
+            y: int
+            def total(self):
+                return self.x + self.y
+        """)
+    body = "def make(x, y):\n    return Pair(x, y)\n"
+    tests = ["assert make(1, 2).total() == 3", "assert make(1, 2) == (1, 2)"]
+    for program, verdicts in ((context + body, [True, True]),
+                              (context.replace("x + self", "x - self") + body, [False, True])):
+        assert plain(program, tests) == verdicts
+        result = run(program, tests, context=context, names=["make"])
+        assert result["passed"] == verdicts, result["errors"]
+
+
 def test_a_builtin_class_or_pure_function_the_program_returns_is_the_tests_own():
     """A builtin class, a builtin function that runs nothing it is given (max, len), Ellipsis or
     NotImplemented the program returns crosses by name: the test's own (`f() is int`); a
