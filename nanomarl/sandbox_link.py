@@ -273,7 +273,7 @@ def answer(seq, status, payload, extra, pairs=()):
     went out); pairs: with_pairs' for its extra."""
     refer, tags = LINK["refer"], LINK["kept_tags"]
     try:
-        if status == "e":  # (a test's callback's, kept: sandbox_values.py:RAISED)
+        if status == "e":  # (a test's callback's, kept: sandbox_values.py:error_payload)
             payload = error_payload(payload, LINK["side"] == "test")
         data = '[%d,"a",%s,%s,%s]' % (seq, dump(status, None), dump(payload, refer, tags),
                                       with_pairs(dump(extra, refer, tags), pairs))
