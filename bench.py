@@ -347,8 +347,10 @@ def bench_cpu(args, name, device) -> dict:
     weights = [m.weight for n, m in model.get_base_model().named_modules()
                if isinstance(m, torch.nn.Linear) and "lora_" not in n]
     inputs = {w.shape[1]: torch.randn(rows, w.shape[1], device=device) for w in weights}
-    products = lambda: [torch.nn.functional.linear(inputs[w.shape[1]], w)  # noqa: E731
-                        for w in weights]
+
+    def products():
+        return [torch.nn.functional.linear(inputs[w.shape[1]], w) for w in weights]
+
     products_s = timed(products, args.repeats, device)["median"]
     product_bytes = sum(w.numel() * w.element_size() for w in weights)
     entry = dict(machine, rows=rows, tokens=rows * steps, prompt_tokens=prompt_tokens,
