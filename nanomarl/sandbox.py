@@ -13,95 +13,98 @@ any untrusted code runs, runs the program and then answers the test process's re
 pipes ("the value of name", "call this object", "its attribute", "its next items", ...). A value
 crosses as JSON of exact types (None, bool, int of any size, float, complex, str, bytes, bytearray,
 list, tuple, set, frozenset, dict, Counter, OrderedDict, defaultdict, deque, NamedTuple (the
-context's class of its name where its fields are that class's), Fraction, Decimal, range, dict
-views, datetime's types; tagged where JSON has no type, so that they stay
-distinct; a subclass of one travels as the base value plain Python compares: a (str, Enum) member as
-its str, a datetime type's as its datetime value (one of a test's class rebuilt as an instance of
-that class on either side: the frozen clock below); an exception as its class's name, its nearest
-builtin ancestor, its arguments and its own attributes, raised as the builtin of that name only
-where its class is that builtin (a program's own KeyError(Exception) is no LookupError), as a
-standard library module's class where it is that module's (json.JSONDecodeError: an allow-list of
-modules), as the test's own exception where it is one a test's callback raised (re-raised), else as
-a class of that name derived from that ancestor, or as the context's class (below); an instance of
-another class the context declares (the prompt's ListNode) as its state, rebuilt in the test process
-as an instance of the context's class, shared and cyclic nodes kept; a member of an Enum it declares
-as that member. The program's class of a name the context declares is the context's class only where
-it is the same class as plain Python would see it, one the program repeats (its fingerprint, the
-code and values its own __dict__ holds, whatever its docstrings and lines, holds the context's,
-which the test process sends; more it may define only under names the context's class lacks, or its
-text: __repr__, __str__); one it redefines otherwise shadows the context's: its exceptions are a
-class of their own, its instances and members program objects); a test's functools.partial,
-io.StringIO or BytesIO, random.Random, re.Pattern or re.Match crosses as a copy rebuilt in the
-program's process (by its function and arguments, value and position, state, pattern and flags; a
-Match by its spans, found again there: a real re.Match; sandbox_copies.py); any other object crosses
-as a reference, whose operations the other process performs. A program object (a class instance, a
-function; but a builtin class, Ellipsis, NotImplemented or a builtin function that runs nothing it
-is given, int or max: it crosses by name, the test's own) is no value: it may be called, its
-attributes read and set, its text and type asked (a class as the entry point: its methods), but its
-length, truth, items, iteration, hash, conversions
-and comparisons (with a value or another program object) fail the test, never asking the program
-(its methods could answer anew at each question; a re.Match is true, as each one is; its __name__,
-__qualname__, __doc__, __module__, __defaults__, __kwdefaults__ and __wrapped__ are read as
-attributes); a generator or builtin iterator is a stream, drawn lazily, each item asked once. A test
-object (a callback, an instance or class of a test's, an iterator) is called, read, set (an
-instance's data, never its class's methods) and drawn by the test process, and its protocol (truth,
-length, items and item assignment, iteration, text, comparisons, arithmetic and conversions: the
-test's own method, whose NotImplemented Python reflects as in one process, hash, isinstance with it)
-is answered there by the test's own methods (the harness's own frames between the two processes'
-calls do not count against the recursion limit); an instance of a class the context declares is an
-instance of the program's class of that name for isinstance. The rule for names: a test may ask the
-program for the names it is given (`names`: the entry point, aux, a problem's declared names; by
-default the program's top-level defs and classes, for a program that brings its own check()) and no
-other; those win over the builtins (an entry point named `pow` is the program's), and a name the
-program does not define is a NameError, never a builtin or a capture of the test's own variable.
-After a call, the program's process sends back the new contents of the argument containers, io
-buffers and Random generators it changed (the test sees mutation in place, a buffer read or written,
-a generator drawn from; also when the call raised), and a returned argument is the test's own object
-(`f(a) is a` holds; a container passed twice, f(a, a), is one object in the program's process too).
-One the program still holds after the request (in a global, an object, a generator) stays the
-test's object across requests (sandbox_copies.py): whichever side ran last sends its changes to
-it when it hands over (each answer, each request, a callback's too), and either side sends it inside
-a value as a mark the other reads as its own object (a kept list returned later is the test's own;
-passed again, it is the program's same copy). The other way, when the program calls a test's
-callback (a mock, a module attribute the test patched), the test process sends back the callback's
-changes to the program's argument containers (also when it raised; but see (c)), and an argument it
-returns is the program's own (`cb(a) is a`). A container the program reads from a test object (an
-attribute, an item, a callback's result, a draw) is kept so from its first read (lent: the program's
-changes reach the test's object in place, a second read is the same object; one of the call's
-arguments is the program's copy of it). For each request the program's process also takes on what
-the test set of the state the two would share in one process (sandbox_verdicts.py:mirrored): the
-builtins the test replaced (mock.patch('builtins.input'): the test's mock, called in the test
-process), the other module attributes it set (mock.patch('random.randint'), patch.object,
-`random.randint = f`: set in the program's module of that name, imported there if need be; the
-test process's modules note what is set on them from outside, so a request compares nothing while
-the test patches nothing; the harness's own lookups keep the originals: sandbox_patches.py; each
-value is dumped once a request and sent, but a lasting one (a str, bytes, number, or a tuple or
-frozenset of them), which the program cannot change, only when the test sets another: the
-program's process keeps the last; a container the test also passes to the call, or inside an
-argument, is the program's copy of that argument: one object there too), both
-also for the rest of a call in which a test's callback starts, stops or sets one (patcher.start()
-in a callback: the answer carries the patches then in force); a test's class deriving from a
-datetime type (the frozen clock: Frozen(datetime.datetime) with its own now(), patched in as
-datetime.datetime) is a real subclass of that type there, made by the harness, whose public
-methods are the test's, called in the test process (the program's datetime.datetime.now() is the
-frozen value; the constructor and isinstance are datetime's own; its instances are values); the
-sys.stdin it set (a StringIO: a copy, written back), and, while the test catches, records or
-filters warnings, the program's warnings are caught there and shown in the test process under the
-test's filters (recorded, printed, ignored, or raised as an error where the call returns). What
-the harness refuses (an argument it cannot send, a program object asked what only a value answers,
-the program's process gone, its timeout, a malformed answer) fails the test whatever the test
-catches. So the expected values, the test source, the report and
-its nonce never enter the program's process (the tests are read from the job after the fork, the
-context runs after it in the test process only, the output files are write-only there and the
-program's process writes to files of its own, and the test process is not dumpable: where /proc is
-visible, its fd and mem do not open), and nothing the program does to its own interpreter (replaced
-builtins, `-O` via _testinternalcapi or ctypes, gc, settrace and frame jumps, closure cells, __del__
-or metaclass code in an except clause, audit hooks, ctypes patches of int.__eq__, an object whose
-__eq__ is always True) reaches the test process: what crosses is bytes on a pipe, read line by line
-up to a cap, decoded by json into values and references or else ignored. Both processes compile
-their code before running it (optimize=0, dont_inherit=True); the context's modules are imported
-before the fork (the program's process inherits them; random is reseeded in the test process), the
-context itself runs in the test process only.
+context's class of its name where its fields are that class's, else the test's own class of that
+name and fields that crossed to the program: a test's Q comes back a Q), Fraction, Decimal, range,
+dict views, datetime's types, pathlib's pure and posix paths; tagged where JSON has no type, so that
+they stay distinct; a subclass of one travels as the base value plain Python compares: a (str,
+Enum) member as its str, a datetime type's as its datetime value (one of a test's class rebuilt as
+an instance of that class on either side: the frozen clock below); an exception as its class's
+name, its nearest builtin ancestor, its arguments (an OSError's with its errno, strerror and file
+names), its own attributes and its __cause__ and __context__ (each crossing alike), raised as the
+builtin of that name only where its class is that builtin (a program's own KeyError(Exception) is no
+LookupError; a StopIteration only where the test's own code called the program directly: see (c)),
+as a standard library module's class where it is that module's (json.JSONDecodeError: an allow-list
+of modules), as the test's own exception where it is one a test's callback raised (re-raised), else
+as a class of that name derived from that ancestor, or as the context's class (below); an instance
+of another class the context declares (the prompt's ListNode) as its state, rebuilt in the test
+process as an instance of the context's class, shared and cyclic nodes kept; a member of an Enum it
+declares as that member. The program's class of a name the context declares is the context's class
+only where it is the same class as plain Python would see it, one the program repeats (its
+fingerprint, the code and values its own __dict__ holds, whatever its docstrings and lines, holds
+the context's, which the test process sends; more it may define only under names the context's class
+lacks, or its text: __repr__, __str__); one it redefines otherwise shadows the context's: its
+exceptions are a class of their own, its instances and members program objects); a test's
+functools.partial, io.StringIO or BytesIO, random.Random, re.Pattern, re.Match or
+types.SimpleNamespace crosses as a copy rebuilt in the program's process (by its function and
+arguments, value and position, state, pattern and flags, attributes; a Match by its spans, found
+again there: a real re.Match; sandbox_copies.py); any other object crosses as a reference, whose
+operations the other process performs. A program object (a class instance, a function; but a builtin
+class, Ellipsis, NotImplemented or a builtin function that runs nothing it is given, int or max: it
+crosses by name, the test's own) is no value: it may be called, its attributes read and set, its
+text and type asked (a class as the entry point: its methods), but its length, truth, items,
+iteration, hash, conversions and comparisons (with a value or another program object) fail the test,
+never asking the program (its methods could answer anew at each question; a re.Match is true, as
+each one is; its __name__, __qualname__, __doc__, __module__, __defaults__, __kwdefaults__ and
+__wrapped__ are read as attributes); a generator or builtin iterator is a stream, drawn lazily, each
+item asked once. A test object (a callback, an instance or class of a test's, an iterator) is
+called, read, set (an instance's data, never its class's methods) and drawn by the test process, and
+its protocol (truth, length, items and item assignment, iteration, text, comparisons, arithmetic and
+conversions: the test's own method, whose NotImplemented Python reflects as in one process, hash,
+isinstance with it) is answered there by the test's own methods (the harness's own frames between
+the two processes' calls do not count against the recursion limit); an instance of a class the
+context declares is an instance of the program's class of that name for isinstance. The rule for
+names: a test may ask the program for the names it is given (`names`: the entry point, aux, a
+problem's declared names; by default the program's top-level defs and classes, for a program that
+brings its own check()) and no other; those win over the builtins (an entry point named `pow` is the
+program's), and a name the program does not define is a NameError, never a builtin or a capture of
+the test's own variable. After a call, the program's process sends back the new contents of the
+argument containers, io buffers and Random generators it changed (the test sees mutation in place, a
+buffer read or written, a generator drawn from; also when the call raised), and a returned argument
+is the test's own object (`f(a) is a` holds; a container passed twice, f(a, a), is one object in the
+program's process too). One the program still holds after the request (in a global, an object, a
+generator) stays the test's object across requests (sandbox_copies.py): whichever side ran last
+sends its changes to it when it hands over (each answer, each request, a callback's too), and either
+side sends it inside a value as a mark the other reads as its own object (a kept list returned later
+is the test's own; passed again, it is the program's same copy). The other way, when the program
+calls a test's callback (a mock, a module attribute the test patched), the test process sends back
+the callback's changes to the program's argument containers (also when it raised; but see (c)), and
+an argument it returns is the program's own (`cb(a) is a`). A container the program reads from a
+test object (an attribute, an item, a callback's result, a draw) is kept so from its first read
+(lent: the program's changes reach the test's object in place, a second read is the same object; one
+of the call's arguments is the program's copy of it). For each request the program's process also
+takes on what the test set of the state the two would share in one process
+(sandbox_verdicts.py:mirrored): the builtins the test replaced (mock.patch('builtins.input'): the
+test's mock, called in the test process), the other module attributes it set
+(mock.patch('random.randint'), patch.object, `random.randint = f`: set in the program's module of
+that name, imported there if need be; the test process's modules note what is set on them from
+outside, so a request compares nothing while the test patches nothing; the harness's own lookups
+keep the originals: sandbox_patches.py; each value is dumped once a request and sent, but a lasting
+one (a str, bytes, number, or a tuple or frozenset of them), which the program cannot change, only
+when the test sets another: the program's process keeps the last; a container the test also passes
+to the call, or inside an argument, is the program's copy of that argument: one object there too),
+both also for the rest of a call in which a test's callback starts, stops or sets one
+(patcher.start() in a callback: the answer carries the patches then in force); a test's class
+deriving from a datetime type (the frozen clock: Frozen(datetime.datetime) with its own now(),
+patched in as datetime.datetime) is a real subclass of that type there, made by the harness, whose
+public methods are the test's, called in the test process (the program's datetime.datetime.now() is
+the frozen value; the constructor and isinstance are datetime's own; its instances are values); the
+sys.stdin it set (a StringIO: a copy, written back), and, while the test catches, records or filters
+warnings, the program's warnings are caught there and shown in the test process under the test's
+filters (recorded, printed, ignored, or raised as an error where the call returns). What the harness
+refuses (an argument it cannot send, a program object asked what only a value answers, the program's
+process gone, its timeout, a malformed answer) fails the test whatever the test catches. So the
+expected values, the test source, the report and its nonce never enter the program's process (the
+tests are read from the job after the fork, the context runs after it in the test process only, the
+output files are write-only there and the program's process writes to files of its own, and the test
+process is not dumpable: where /proc is visible, its fd and mem do not open), and nothing the
+program does to its own interpreter (replaced builtins, `-O` via _testinternalcapi or ctypes, gc,
+settrace and frame jumps, closure cells, __del__ or metaclass code in an except clause, audit hooks,
+ctypes patches of int.__eq__, an object whose __eq__ is always True) reaches the test process: what
+crosses is bytes on a pipe, read line by line up to a cap, decoded by json into values and
+references or else ignored. Both processes compile their code before running it (optimize=0,
+dont_inherit=True); the context's modules are imported before the fork (the program's process
+inherits them; random is reseeded in the test process), the context itself runs in the test process
+only.
 
 Isolation. Each run is a fresh `python -I -S -B` process which, before any untrusted code runs, puts
 up these layers, each closing most holes on its own (one missing layer leaves the others standing):
@@ -169,8 +172,15 @@ item; each call costs a round trip between the processes, so a test of 100,000s 
 the program's random is its own (no state of the test process reaches it, so a test's random.seed
 does not seed it: the test's draws stay the test's); a program class is no class in the test process
 (a test cannot subclass it or name it in `except`), and a test's class is none in the program's
-(type(x) of a test object is the harness's TestObject; isinstance works; but a frozen clock's
-stand-in, a real subclass of datetime's type); a container the program hands a test object (an
+(type(x) of a test object is a proxy class the harness makes once for each of the test's classes,
+of its name, qualified name and module, callable only where the test's objects are, with a test's
+dataclass's fields: isinstance works, `type(x) is Cls` does not; vars() of a test's dataclass
+instance is a copy of its fields' values, and dataclasses.replace() makes only an instance of a
+class the context declares; but a frozen clock's stand-in, a real subclass of datetime's type); a
+program's StopIteration reaches the test as one only through plain calls of the test's own code (not
+through `obj.f()`, a partial, a comprehension, unittest's runner or the callable form of
+assertRaises, nor map() or next() of a test's iterator: there it fails the test); an exception's
+__cause__ and __context__ are cut three levels down; a container the program hands a test object (an
 attribute it sets, an argument of a test's callback) crosses as a copy, but for a kept one: what the
 test object keeps is that copy (the program's later changes through its own name are not seen; read
 back through the attribute it is the test's), and a callback's changes reach the program's objects
@@ -248,7 +258,8 @@ def frame(data: bytes) -> bytes:
 # the code run inside the sandbox, compiled once here (a child would compile it on every run):
 # each module after the ones it imports; the last one's main() runs the sandbox
 MODULES = ("sandbox_layers", "sandbox_patches", "sandbox_values", "sandbox_copies",
-           "sandbox_lending", "sandbox_link", "sandbox_verdicts", "sandbox_child")
+           "sandbox_lending", "sandbox_link", "sandbox_proxies", "sandbox_verdicts",
+           "sandbox_child")
 CHILD_CODE = b"".join(frame(marshal.dumps(compile(path.read_text(), str(path), "exec",
                                                   dont_inherit=True, optimize=0)))
                       for path in (Path(__file__).with_name(name + ".py") for name in MODULES))

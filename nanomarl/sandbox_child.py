@@ -15,10 +15,11 @@ from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, awake, changed, containers
                             unheld)
 from sandbox_layers import (confine, die_with_parent, drop_privileges, fork_program,
                             guard_threads, isolate)  # sandbox.py's BOOT
-from sandbox_link import (EXIT, LINK, OPS, BINARY, WRITE, TestObject, TestTimeout, abort, answer,
-                          attempt, compiled, read_exactly, read_line, run, serve, taken,
-                          with_pairs, write_all)
+from sandbox_link import (EXIT, LINK, OPS, BINARY, WRITE, TestTimeout, abort, answer, attempt,
+                          compiled, read_exactly, read_line, run, serve, taken, with_pairs,
+                          write_all)
 from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, stand_in, took_on
+from sandbox_proxies import TestObject, test_object
 from sandbox_values import CONTEXT, DATETIMES, PRINTS, Decoder, dump, error_payload, raised, same
 from sandbox_verdicts import test_side
 
@@ -88,14 +89,11 @@ def program_side(job, requests, answers):
                 return scope[item[1]].__members__[item[2]]
             except Exception:  # (not the program's Enum: the test's object, as "X")
                 tag, item = "X", [item[0], item[1], item[3]]
-        if tag == "X" and type(item) is list and len(item) == 3 and type(item[0]) is int and (
-                item[1] is None or item[1] in declared) and type(item[2]) is bool:
-            if item[0] not in tests:  # (of a class the context declares, or with its own ==)
-                tests[item[0]] = TestObject(*item)
-            return tests[item[0]]
+        if tag == "X" and (found := test_object(item, tests, declared)) is not None:
+            return found  # (of a class the context declares, or with its own ==, or told of)
         if tag == "Z" and type(item) is list and len(item) == 5 and type(item[0]) is int and (
                 item[1] in DATETIMES and type(item[2]) is str and type(item[3]) is dict
-                and type(item[4]) is dict):  # a frozen clock (sandbox_values.py:frozen_class)
+                and type(item[4]) is dict):  # a frozen clock (sandbox_verdicts.py:frozen_class)
             if item[0] not in clocks:  # (one class: isinstance holds across requests)
                 clocks[item[0]] = stand_in(*item[1:])
                 marks[id(clocks[item[0]])] = '{"x":%d}' % item[0]  # (what dump marks with)
@@ -115,7 +113,7 @@ def program_side(job, requests, answers):
     def refer(value, aliases):
         """A program object that is not a value: its reference (a subclass of a value's type
         travels as its base's value, never its methods' text; an exception as its payload)."""
-        if type(value) is TestObject:
+        if issubclass(type(value), TestObject):  # (a proxy class's)
             return '{"x":%d}' % value.handle
         if id(value) in marks:  # the stand-in of a test's frozen clock: the test's class
             return marks[id(value)]

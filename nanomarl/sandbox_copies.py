@@ -3,16 +3,17 @@ alike on both sides and written back after the call, and the test's objects of t
 library that cross as copies rebuilt there (sandbox.py's docstring has the threat model).
 
 Executed inside the sandbox as the module `sandbox_copies` (sandbox.py's BOOT). The mutable
-containers of a call's arguments (lists, dicts, sets, bytearrays, Counters, deques, ...), its
-io.StringIO and io.BytesIO buffers and its random.Random generators are numbered alike on both
-sides (containers, shared, share); after the call the program's process sends the new state of
-those the call changed (snapshot, unchanged, contents) and the test process puts it into its own
-objects (refill). A test's object of one of these standard types, which hold no test code, is sent
-as a copy (copied, test side) and rebuilt in the program's process (rebuilt_copy):
+containers of a call's arguments (lists, dicts, sets, bytearrays, Counters, deques, ...), its io
+buffers, Random generators and SimpleNamespace objects are numbered alike on both sides
+(containers, shared, share); after the call the program's process sends the new state of those the
+call changed (snapshot, unchanged, contents) and the test process puts it into its own objects
+(refill). A test's object of one of these standard types, which hold no test code, is sent as a
+copy (copied, test side) and rebuilt in the program's process (rebuilt_copy):
   a functools.partial: its function (sent as it would be alone: a test's function by reference, a
     builtin by name), arguments and keywords (values, walked for write-back);
   an io.StringIO or io.BytesIO: its value and position (closed: closed), written back;
   a random.Random: its state (getstate), written back; a SystemRandom: a SystemRandom (no state);
+  a types.SimpleNamespace: its attributes (a dict's items: walked, written back);
   a compiled re.Pattern and its bound methods (match, sub, ...): pattern and flags;
   a re.Match: its pattern, string, pos, endpos and how the test process finds it again (match,
     search, fullmatch or the n-th of finditer with the same spans), run again there: a real
@@ -35,7 +36,7 @@ value): each request compares each kept object with its snapshot on both sides, 
 grows with what is kept (bench.py --parts sandbox), nothing when none is kept (nor for one at
 rest)."""
 from _operator import is_
-from sys import getrefcount
+from sys import getrefcount, implementation
 
 from sandbox_patches import unpatched  # sandbox.py's BOOT
 from sandbox_values import COLLECTIONS, dump
@@ -43,6 +44,7 @@ from sandbox_values import COLLECTIONS, dump
 BUFFERS = ("StringIO", "BytesIO")
 PATTERN_METHODS = ("match", "search", "fullmatch", "findall", "finditer", "split", "sub", "subn")
 FINDS = ("match", "search", "fullmatch")
+NAMESPACE = type(implementation)  # types.SimpleNamespace (as the types module takes it)
 
 
 def buffer_state(buffer):
@@ -52,17 +54,22 @@ def buffer_state(buffer):
 
 
 def copy_type(kind):
-    """Whether kind is a functools.partial, an io buffer or a random.Random: walked (a partial) or
-    numbered (the others) as a container is, but no value: a test's crosses as a copy
-    (copied), a program's as a reference (containers)."""
+    """Whether kind is a functools.partial, an io buffer, a random.Random or a SimpleNamespace:
+    walked (a partial) or numbered (the others) as a container is, but no value: a test's crosses
+    as a copy (copied), a program's as a reference (containers)."""
     module, name = kind.__module__, kind.__name__
     return (module == "functools" and name == "partial" or module == "_io" and name in BUFFERS
-            or module == "random" and name == "Random")
+            or module == "random" and name == "Random" or kind is NAMESPACE)
+
+
+def keyed(value):
+    """What holds its items by key: a dict, a SimpleNamespace's vars(); else None."""
+    return value if isinstance(value, dict) else vars(value) if type(value) is NAMESPACE else None
 
 
 def numbered(kind):
     """Whether a call's argument of this type is numbered for write-back: a mutable container, an
-    io buffer, a random.Random."""
+    io buffer, a random.Random, a SimpleNamespace."""
     return kind is list or kind is dict or kind is set or kind is bytearray or (
         kind.__module__ == "collections" and kind.__name__ in COLLECTIONS) or (
         copy_type(kind) and kind.__name__ != "partial")
@@ -71,18 +78,14 @@ def numbered(kind):
 def parts(value):
     """What a value holds that containers() walks, by its exact type (a value's, never a test
     object's, which the program's process holds as a reference): a list's, tuple's, NamedTuple's
-    or deque's items, a dict's (Counter's, ...) values, a partial's arguments and keywords; None
-    for anything else."""
+    or deque's items, a dict's (Counter's, ...) values, a SimpleNamespace's attributes, a partial's
+    arguments and keywords; None for anything else."""
     kind = type(value)
-    if kind is list or kind is tuple:
+    if kind is list or kind is tuple or issubclass(kind, tuple) and hasattr(kind, "_fields"):
         return value
-    if kind is dict:
-        return value.values()
     module, name = kind.__module__, kind.__name__
-    if module == "collections" and name in COLLECTIONS:
-        return value if name == "deque" else value.values()
-    if issubclass(kind, tuple) and hasattr(kind, "_fields"):
-        return value
+    if kind is dict or kind is NAMESPACE or module == "collections" and name in COLLECTIONS:
+        return value if name == "deque" else keyed(value).values()
     if copy_type(kind) and name == "partial":
         return list(value.args) + list(value.keywords.values())
     return None
@@ -122,8 +125,7 @@ def share(values, same):
     same, out = {k: j for k, j in same if type(k) is int and type(j) is int and 0 <= j < k}, []
 
     def walk(value):
-        kind = type(value)
-        found = value
+        kind, found = type(value), value
         if numbered(kind):
             k = len(out)
             out.append(value)
@@ -137,9 +139,9 @@ def share(values, same):
         if kind is list or numbered(kind) and kind.__name__ == "deque":
             for i, new in enumerate(items):
                 value[i] = new
-        elif numbered(kind):  # a dict, Counter, OrderedDict or defaultdict: its values
-            for key, new in zip(list(value), items):
-                value[key] = new
+        elif numbered(kind):  # a dict, Counter, OrderedDict, defaultdict, SimpleNamespace
+            for key, new in zip(list(keyed(value)), items):
+                keyed(value)[key] = new
         elif kind.__module__ == "functools":  # a partial
             cut = len(value.args)
             return kind(value.func, *items[:cut], **dict(zip(value.keywords, items[cut:])))
@@ -153,8 +155,8 @@ def share(values, same):
 def snapshot(value):
     """What a numbered object holds now, to tell later whether a call changed it (unchanged)."""
     kind = type(value)
-    if isinstance(value, dict):
-        return [x for pair in value.items() for x in pair]
+    if keyed(value) is not None:
+        return [x for pair in keyed(value).items() for x in pair]
     if kind is bytearray:
         return bytes(value)
     if kind.__module__ == "_io":
@@ -172,7 +174,7 @@ def weight(value, state):
     (so that the bound counts a dict's items as a list's); a bytearray's or a buffer's size / 64
     (compared at once); a Random's state 10."""
     if type(state) is list:
-        return 1 + (len(state) // 2 if isinstance(value, dict) else len(state))
+        return 1 + (len(state) // 2 if keyed(value) is not None else len(state))
     if type(state) is bytes:
         return 1 + len(state) // 64
     if len(state) == 3 and type(state[0]) is str:  # a buffer's (kind, value, position)
@@ -275,10 +277,8 @@ def extend(kept, handle, start, tail, ids):
 def pairs(found, sizes=(2,)):
     """The well-formed [int, ..., contents] lists of found (news, "w"; none if it is no list), of
     one of these sizes."""
-    if type(found) is not list:
-        return []
     return [item for item in found if type(item) is list and len(item) in sizes
-            and all(type(k) is int for k in item[:-1])]
+            and all(type(k) is int for k in item[:-1])] if type(found) is list else []
 
 
 def references(holder, k):
@@ -328,8 +328,8 @@ def unchanged(before, after):
 def contents(value):
     """What a numbered object holds, as sent back after a call (refill puts it in place)."""
     kind = type(value)
-    if isinstance(value, dict):
-        return dict(value)
+    if keyed(value) is not None:
+        return dict(keyed(value))
     if kind is set or kind is bytearray:
         return set(value) if kind is set else bytes(value)
     if kind.__module__ == "_io":
@@ -357,7 +357,10 @@ def refill(target, content):
         return target.seek(content[2])
     if kind.__module__ == "random":
         return target.setstate(content)
-    if isinstance(target, (dict, set)) or kind.__name__ == "deque":
+    if kind is NAMESPACE and not (type(content) is dict and all(type(k) is str for k in content)):
+        raise ValueError("malformed contents")  # (its attributes: names)
+    if isinstance(target, set) or keyed(target) is not None or kind.__name__ == "deque":
+        target = keyed(target) if keyed(target) is not None else target
         target.clear()
         (target.extend if kind.__name__ == "deque" else target.update)(content)
     else:
@@ -421,8 +424,7 @@ def found_again(match):
     FINDS, 0], or ["finditer", n] for the n-th match of finditer; None if none does."""
     pattern, args, regs = match.re, (match.string, match.pos, match.endpos), match.regs
     for how in FINDS:
-        found = getattr(pattern, how)(*args)
-        if found is not None and found.regs == regs:
+        if (found := getattr(pattern, how)(*args)) is not None and found.regs == regs:
             return [how, 0]
     for n, found in enumerate(pattern.finditer(*args)):
         if found.regs == regs:
@@ -434,8 +436,7 @@ def found_again(match):
 
 def copied(value, refer):
     """The JSON text of a test's object that crosses as a copy (the module's docstring lists how
-    each is rebuilt), else None; raises ValueError for a re.Match its pattern does not
-    find again."""
+    each is rebuilt), else None; ValueError for a re.Match its pattern does not find again."""
     kind = type(value)
     module, name = kind.__module__, kind.__name__
     if module == "functools" and name == "partial":
@@ -445,6 +446,8 @@ def copied(value, refer):
         return '{"B":%s}' % dump(buffer_state(value), refer)
     if module == "random" and name in ("Random", "SystemRandom"):
         return '{"U":%s}' % dump(value.getstate() if name == "Random" else None, refer)
+    if kind is NAMESPACE:
+        return '{"j":%s}' % dump(dict(vars(value)), refer)
     owner = getattr(value, "__self__", None)
     if module == "re" and name == "Pattern" or type(owner).__name__ == "Pattern" and (
             type(owner).__module__ == "re" and getattr(value, "__name__", "") in PATTERN_METHODS):
@@ -466,22 +469,20 @@ def rebuilt_copy(tag, item, lent=()):
     lent one is malformed; ValueError if a copy is malformed."""
     if tag == "N" or tag == "A":
         return borrowed(tag, item, *lent) if lent else None
-    if tag not in ("P", "B", "U", "p", "H"):
+    if tag not in ("P", "B", "U", "p", "H", "j"):
         return None
     kind = type(item)
     if tag == "P" and kind is list and len(item) == 3 and callable(item[0]) and (
             type(item[1]) is list and type(item[2]) is dict and all(
                 type(key) is str for key in item[2])):
         return unpatched("functools", "partial")(item[0], *item[1], **item[2])
-    if tag == "B" and kind is list and len(item) == 3 and item[0] in ("s", "b"):
-        made = unpatched("io", "StringIO" if item[0] == "s" else "BytesIO")()
+    if tag == "U" and item is None:
+        return unpatched("random", "SystemRandom")()
+    if tag == "U" or tag == "j" and kind is dict or tag == "B" and kind is list and len(
+            item) == 3 and item[0] in ("s", "b"):  # (filled as a write-back fills one)
+        made = (unpatched("random", "Random")() if tag == "U" else NAMESPACE() if tag == "j"
+                else unpatched("io", "StringIO" if item[0] == "s" else "BytesIO")())
         refill(made, item)
-        return made
-    if tag == "U":
-        if item is None:
-            return unpatched("random", "SystemRandom")()
-        made = unpatched("random", "Random")()
-        made.setstate(item)
         return made
     if tag == "p" and kind is list and len(item) == 3 and type(item[1]) is int and (
             item[2] is None or item[2] in PATTERN_METHODS):

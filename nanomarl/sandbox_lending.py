@@ -23,7 +23,11 @@ KEPT_OBJECTS rest (beyond, the oldest is forgotten on both sides: "D", forgotten
 The program's arguments to a test's callback are numbered alike too (sandbox_link.py:ask, handed):
 the answer marks each {"a": k}, the program's own object there (`cb(a) is a`), and sends the new
 contents of those the callback changed, also when it raised (handed_back), which the program's
-process puts into its own objects (sandbox_link.py:taken)."""
+process puts into its own objects (sandbox_link.py:taken).
+
+What the program's process may read and set of a test object at all (sandbox_verdicts.py:test_ops
+does it) is readable and settable: the public data of a test's instance, never the harness's or a
+mock's own."""
 from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, LEAVES, containers, contents,
                             inner_unchanged, kept_entry, nested, numbered, parts, share, snapshot,
                             unchanged, weight)  # sandbox.py's BOOT
@@ -214,3 +218,38 @@ def handed_back(given, extra, link):
     writes = [[k, contents(c)] for k, c in enumerate(numbered)
               if not unchanged(before[k], snapshot(c))]
     return dict(extra, w=writes) if writes else extra
+
+
+def test_made(value):
+    """A class the tests (or the context) define, or an instance of one."""
+    kind = value if issubclass(type(value), type) else type(value)
+    return kind.__module__ == "__main__" and not issubclass(kind, BaseException)
+
+
+def settable(value, name):
+    """Whether the program may set this attribute of a test object: a public attribute of an
+    instance of a test's class (never of a class) which its class does not define, or defines as
+    a slot, a property with a setter (which runs), or a dataclass field whose default is no
+    callable; never a method or other object a test's later call would find there."""
+    if type(name) is not str or name.startswith("_") or not test_made(value) or isinstance(
+            value, type):
+        return False
+    kind = type(value)
+    for owner in kind.__mro__:
+        if name in vars(owner):
+            found = vars(owner)[name]
+            return (type(found).__name__ == "member_descriptor"
+                    or type(found) is property and found.fset is not None
+                    or name in getattr(kind, "__dataclass_fields__", ()) and not callable(found))
+    return True
+
+
+def readable(value, name):
+    """Whether the program may read this attribute of a test object: a public one of a test's
+    class or instance, or of a unittest.mock object one its mock class does not define (what the
+    mock stands for, a mock_open's read, never the mock's records, resets or configuration)."""
+    if type(name) is not str or name.startswith("_"):
+        return False
+    if type(value).__module__ == "unittest.mock":
+        return not hasattr(type(value), name)
+    return test_made(value)

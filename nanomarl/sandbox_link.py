@@ -8,8 +8,9 @@ downwards). While one side waits for an answer it serves the other's requests (a
 test calling the program again). What travels, and its tags, is sandbox_values.py's (copies and
 marks: sandbox_copies.py); an object that is no value travels as a reference whose operations the
 other side asks for: in the test process a Remote stands for a program object, in the program's
-process a TestObject for a test object. One thread at a time talks (TALKING). LINK holds this
-side's state (filled by sandbox_verdicts.py:test_side, sandbox_child.py:program_side)."""
+process a TestObject for a test object (of its class's proxy class: sandbox_proxies.py). One thread
+at a time talks (TALKING). LINK holds this side's state (filled by sandbox_verdicts.py:test_side,
+sandbox_child.py:program_side)."""
 import _operator, _signal, _thread, _weakref, builtins, math, os, sys
 
 from sandbox_copies import (awake, changed, containers, extend, kept_entry, news, pairs, refill,
@@ -440,61 +441,6 @@ def remote(handle, stream=False):
     return found
 
 
-def asked(op):
-    """A TestObject's method: op asked of the test process (a comparison, arithmetic, conversion
-    or item assignment: test_ops's cmp, special_op); NotImplemented comes back as such."""
-    def method(self, *operands):
-        if op in PROTOCOL or op == "isinstance":
-            return request(op, self.handle, *operands)
-        if not self.own and op in ("eq", "ne"):  # object's own: identity, as there
-            return getattr(object, "__%s__" % op)(self, *operands)
-        found = (request("cmp", self.handle, op, *operands) if op in COMPARISONS
-                 else request("special", self.handle, [op, *operands]))
-        return found[0] if type(found) is list and len(found) == 1 else NotImplemented
-    return method
-
-
-class TestObject:
-    """A test object (a callback, a test class or its instance, an iterator), by its handle in
-    the test process: calls, attribute reads and writes, draws and the protocol (truth, length,
-    items, iteration, text, comparisons, arithmetic, conversions, hash, isinstance with it as
-    the class, `with`) are asked of that process, where the test's own methods answer (asked).
-    An instance of a class the context declares (the prompt's ListNode) has the program's class
-    of that name as its __class__: isinstance(x, ListNode) holds as in one process."""
-    __slots__ = ("handle", "kind", "own")
-    __instancecheck__ = asked("isinstance")
-
-    def __init__(self, handle, kind=None, own=False):
-        object.__setattr__(self, "handle", handle)
-        object.__setattr__(self, "kind", kind)
-        object.__setattr__(self, "own", own)  # its class has its own == or hash (asked there)
-
-    def __call__(self, *args, **kwargs):
-        return ask("call", self.handle, list(args), kwargs, [*args, *kwargs.values()])
-
-    @property
-    def __class__(self):  # (no request: the harness's isinstance checks ask this too)
-        found = LINK["scope"].get(self.kind) if self.kind else None
-        return found if isinstance(found, type) and found.__module__ == "__main__" else TestObject
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return request("attr", self.handle, name)
-
-    def __setattr__(self, name, value):
-        request("setattr", self.handle, name, value)
-
-    def __hash__(self):
-        return request("hash", self.handle) if self.own else object.__hash__(self)
-
-    def __exit__(self, *exception):
-        return request("exit", self.handle, list(exception))
-
-
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
-PROTOCOL = ("iter", "next", "len", "bool", "getitem", "contains", "str", "repr", "format", "enter")
-for name in (*PROTOCOL, *COMPARISONS, *OPERATORS, *BUILTINS):
-    setattr(TestObject, "__%s__" % name, asked(name))
 for name in (*COMPARISONS[2:], *OPERATORS, *BUILTINS):  # (a program object's: refused)
     setattr(Remote, "__%s__" % name, refused)

@@ -8,9 +8,12 @@ sandbox_verdicts.py:module_patches, mirrored, served): noted in the test process
 value, which the program cannot change, is sent once and then only named while it stays the same:
 the program's process keeps it; one that is also one of the call's argument containers is the
 program's copy of that argument: on_arguments), and never seen by the harness's own lookups in
-either (unpatched). A test's frozen clock is a class of the program's process there (stand_in).
+either (unpatched). A test's frozen clock is a class of the program's process there (stand_in;
+its values: datetime_base, of_class).
 The originals also name what crosses by name: a builtin class or function (builtin_named), a
-standard library module's exception class (stdlib_error)."""
+standard library module's exception class (stdlib_error); and a program's class that is the
+context's class of its name as plain Python sees it crosses as that class (same: by the
+fingerprints the test process sends)."""
 import builtins, sys
 
 
@@ -71,9 +74,30 @@ def stdlib_error(module, name):
     return None
 
 
+DATETIMES = ("date", "datetime", "time", "timedelta", "timezone")  # datetime's value types
+
+
+def datetime_base(kind):
+    """The type of datetime's (DATETIMES) that kind is or derives from, else None."""
+    for found in kind.__mro__:
+        if found.__module__ == "datetime" and found.__name__ in DATETIMES:
+            return found
+    return None
+
+
+def of_class(value, kind):
+    """value as an instance of kind where kind derives from value's type (a test's frozen clock,
+    its stand-in), made by that type's own constructor from value's state (no code of kind's
+    runs); else value, whatever kind is."""
+    base = type(value)
+    if issubclass(type(kind), type) and kind is not base and datetime_base(kind) is base:
+        return base.__new__(kind, *base.__reduce__(value)[1])
+    return value
+
+
 def stand_in(base, name, on_class, on_instance):
     """The program's process's class for a test's frozen clock (patched in as datetime.datetime;
-    sandbox_values.py:frozen_class sends it): a real subclass of the type of datetime's (its
+    sandbox_verdicts.py:frozen_class sends it): a real subclass of the type of datetime's (its
     constructor, isinstance and inherited methods are datetime's, its instances values, marked
     with the test's class when they cross); the test's methods called in the test process (an
     instance method with the instance, as an instance of the test's class)."""
@@ -82,6 +106,93 @@ def stand_in(base, name, on_class, on_instance):
     space = {key: staticmethod(method) for key, method in on_class.items()}
     space.update({key: on(method) for key, method in on_instance.items()}, __module__="__main__")
     return type(name, (unpatched("datetime", base),), space)
+
+
+# in the program's process, the fingerprints of the classes the context declares (the test
+# process's first request brings them: sandbox_verdicts.py:mirrored), for same
+PRINTS = {}
+
+
+def module_level(kind):
+    """Whether kind is a class defined at the top of the program (or of the context)."""
+    return kind.__module__ == "__main__" and kind.__qualname__ == kind.__name__
+
+
+def same(kind):
+    """Whether a program's class is the context's class of its name as plain Python sees it (one
+    the program repeats; never one it redefines otherwise): a module-level class of the same
+    ancestry whose own attributes include the context's class's, each alike; any more it defines
+    are names the context's class lacks (a helper method), or its text (__repr__, __str__): the
+    test process never runs them, and a test reading them fails there as it could in plain Python.
+    (A forged fingerprint only claims the context's class.)"""
+    context, mine = PRINTS.get(kind.__name__), module_level(kind) and fingerprint(kind)
+    if type(context) is not list or len(context) != 3 or not mine or mine[0] != context[0]:
+        return False
+    own, names = context[1], context[2]
+    return type(own) is dict and type(names) is list and all(
+        mine[1].get(key) == value for key, value in own.items()) and all(
+        key in own or key in TEXT or key not in names for key in mine[1])
+
+
+def fingerprint(kind):
+    """Numbers the same for classes defined alike, whatever their docstrings and lines: [the hash
+    of its metaclass's name and, for each class of its ancestry, its module and name and, for one
+    of __main__'s above it, the shape of what its own __dict__ holds; {name: the hash of its
+    shape} of its own __dict__; the names it has (dir)], None where they cannot be taken."""
+    try:
+        return [hash((type(kind).__qualname__, *[
+            (k.__module__, k.__qualname__, k.__module__ == "__main__" and shape(
+                [item for item in vars(k).items() if item[0] not in SKIPPED]))
+            for k in kind.__mro__[1:]])),
+            {key: hash(shape(value)) for key, value in vars(kind).items() if key not in SKIPPED},
+            sorted(dir(kind))]
+    except Exception:
+        return None
+
+
+TEXT = ("__repr__", "__str__")
+SKIPPED = ("__doc__", "__module__", "__qualname__", "__dict__", "__weakref__", "__firstlineno__")
+CODES = {}  # a code object's shape, by id: {id: (code object, shape)} (a code object never changes)
+
+
+def shape(value, depth=0):
+    """What a class's attribute is, for fingerprint: a function by its code, defaults and closure;
+    a static or class method or a property by its functions; a code object by the hash of its
+    names and instructions, each constant it loads by its shape (a docstring, never loaded,
+    counts for nothing; line numbers are not in them); a value of a builtin type by itself (a
+    container by its items'); a class by its module and name; anything else by its type's."""
+    kind = type(value)
+    if depth > 20:
+        raise RecursionError("too deep")
+    if kind is type(shape):
+        value = [value.__code__, value.__defaults__, value.__kwdefaults__,
+                 [cell.cell_contents for cell in value.__closure__ or ()]]
+    elif kind is staticmethod or kind is classmethod or kind is property:
+        value = [value.__func__] if kind is not property else [value.fget, value.fset, value.fdel]
+    if type(value) in (list, tuple, set, frozenset, dict):
+        items = value.items() if type(value) is dict else value
+        if len(items) > 1000:
+            return kind.__name__, len(items)
+        found = [shape(item, depth + 1) for item in items]
+        return kind.__name__, frozenset(found) if kind in (set, frozenset) else tuple(found)
+    if kind is type(shape.__code__) and id(value) not in CODES:
+        if len(CODES) > 1000:
+            CODES.clear()
+        ops, loads, arg, steps = value.co_code, unpatched("opcode", "hasconst"), 0, []
+        extended = unpatched("opcode", "EXTENDED_ARG")  # (its argument: the next one's high bits)
+        for i in range(0, len(ops), 2):
+            arg = arg << 8 | ops[i + 1]
+            if ops[i] != extended:
+                steps.append((ops[i], shape(value.co_consts[arg]) if ops[i] in loads else arg))
+                arg = 0
+        CODES[id(value)] = value, hash((tuple(steps), value.co_names, value.co_varnames,
+                                        value.co_argcount, value.co_kwonlyargcount, value.co_flags))
+    if kind is type(shape.__code__):
+        return CODES[id(value)][1]
+    if kind in (int, float, complex, str, bytes, bool, type(None)):
+        return kind.__name__, value
+    owner = value if issubclass(kind, type) else kind
+    return owner.__module__, owner.__qualname__
 
 
 class module(type(sys)):

@@ -8,27 +8,31 @@ the `resolve` each side passes in, or as a copy (sandbox_copies.py: a call's arg
 after it; the test's objects of the standard library that hold no test code, a partial, an io
 buffer, a Random, a compiled pattern or a match: their JSON text, sandbox_copies.py:copied). A
 NamedTuple crosses as the context's class of its name where its fields are that class's (CONTEXT),
-else as a namedtuple of its name and fields. An exception travels as [name, message, nearest builtin
-ancestor, arguments, whether its class is the context's class of its name (same: one the program
-repeats), its own attributes, its class's module, the test's exception it is] (error_payload) and is
-raised on the other side as an exception of that name and those arguments (program_error): of the
-builtin class only where the program's is that builtin, of the context's class in the test process
-where the program's is the same (a fingerprint: same), of a standard library module's class where it
-is that module's (sandbox_patches.py:stdlib_error), else of a class of that name derived from its
-nearest builtin ancestor; one a test's callback raised is that very object when it comes back
-(RAISED). A test's patch of a module attribute crosses with each request (sandbox_patches.py; the
-value dumped once, when it is checked: Dumped). A test's class deriving from a type of datetime's (a
-frozen clock) is a class of the program's process there: a real subclass of that type whose public
-methods are the test's (frozen_class; sandbox_patches.py:stand_in).
+or as the receiving side's own class of that name and fields that crossed before (TUPLES: a test's Q
+comes back a Q), else as a namedtuple of its name and fields. An exception travels as [name,
+message, nearest builtin ancestor, arguments, whether its class is the context's class of its name
+(same: one the program repeats), its own attributes, its class's module, the test's exception it is,
+its __cause__ and __context__] (error_payload, chain) and is raised on the other side as an
+exception of that name and those arguments (program_error): of the builtin class only where the
+program's is that builtin (a StopIteration only where the test called the program directly: direct),
+of the context's class in the test process where the program's is the same (a fingerprint: same), of
+a standard library module's class where it is that module's (sandbox_patches.py:stdlib_error), else
+of a class of that name derived from its nearest builtin ancestor; one a test's callback raised is
+that very object when it comes back (RAISED). A test's patch of a module attribute crosses with each
+request (sandbox_patches.py; the value dumped once, when it is checked: Dumped). A test's class
+deriving from a type of datetime's (a frozen clock) is a class of the program's process there: a
+real subclass of that type whose public methods are the test's
+(sandbox_verdicts.py:frozen_class; sandbox_patches.py:stand_in).
 
 The tags, an index (each is described where it is made). A value's: dump. A reference's or a mark's,
 read by each side's resolve: {"r": n} a program object, {"g": n} a program's generator or iterator
-(a stream), {"x": n} a test object, {"X": [n, class name, own == or hash]} one whose class matters
-there, {"M": [module, name]} a module or a function of one (test_refer's), a builtin class or
-function (the program's: sandbox_patches.py:by_name), {"Z": [...]} a test's frozen clock
-(frozen_class), {"k": handle} a kept container, {"a": k} the k-th argument container of the call
+(a stream), {"x": n} a test object sent back, {"X": [n, class name, own == or hash, what its class
+looks like: sandbox_proxies.py:looks]} one sent to the program, {"M": [module, name]} a module or a
+function of one (test_refer's), a builtin class or function (the program's:
+sandbox_patches.py:by_name), {"Z": [...]} a test's frozen clock (sandbox_verdicts.py:frozen_class),
+{"k": handle} a kept container, {"a": k} the k-th argument container of the call
 answered, {"A": k} and {"N": [handle, value]} a test object's container lent (sandbox_lending.py),
-"P" "B" "U" "p" "H" a copy (sandbox_copies.py:copied), "o" "S" "W" an instance of a class the
+"P" "B" "U" "p" "H" "j" a copy (sandbox_copies.py:copied), "o" "S" "W" an instance of a class the
 context declares (sandbox_verdicts.py:rebuilt), {"G": ...} a member of an Enum it declares,
 {"e": payload} an exception the program returned. The keys of a message's extra: with a request of
 the test process, what the program's process takes on (sandbox_verdicts.py:mirrored): "s" the time
@@ -42,17 +46,18 @@ items]: sandbox_copies.py:news), "d" and "z" (the program's) the handles forgott
 (an answer) the argument containers changed, "#" (a request) how many containers its arguments hold
 and "m" those passed twice (sandbox_link.py:told, taken, ask); in an answer to a test's callback,
 "b" and "p" the patches in force (sandbox_verdicts.py:served)."""
-import _json, builtins
+import _json, builtins, sys
 
-from sandbox_patches import stdlib_error, unpatched  # sandbox.py's BOOT
+from sandbox_patches import (DATETIMES, PRINTS, datetime_base, of_class, same, stdlib_error,
+                             unpatched)  # sandbox.py's BOOT
 
 
 BIG = 1 << 8000  # ints from here on travel as hex (decimal text of over 4300 digits is refused)
 IMMUTABLE = {str, int, float, bool, type(None), tuple, frozenset, bytes, complex}
 COLLECTIONS = ("Counter", "OrderedDict", "defaultdict", "deque")
 VIEWS = {"dict_keys": "K", "dict_values": "V", "dict_items": "I"}
-DATETIMES = ("date", "datetime", "time", "timedelta", "timezone")  # datetime's value types
 BY_ARGUMENTS = ("timedelta", "timezone")  # (those that cross by their arguments, not ISO text)
+PATHS = ("PurePosixPath", "PureWindowsPath", "PosixPath")  # pathlib's (no WindowsPath here)
 
 
 class Dumped(str):
@@ -70,11 +75,12 @@ def dump(value, refer, aliases=None):
     """value as JSON text: None, bool, float, str, small ints and lists as JSON; tuples "t",
     sets "s", frozensets "f", dicts "d" (a list of pairs), big ints "i" (hex), bytes "b",
     bytearrays "y" (hex), complex "c", Counter "C", OrderedDict "O", defaultdict "D", deque "Q",
-    NamedTuple "n", Fraction "F", Decimal "E", range "R", dict views "K" "V" "I", datetime's
-    date, datetime, time, timedelta and timezone "T" (a subclass's as its base's, a test's
-    marked with its class); anything else is refer(value) (a reference, or Abort). aliases {id:
-    JSON text}: the objects sent as a mark the other side reads as its own (a call's k-th
-    argument container {"a": k}, a kept one {"k": handle}), each alive meanwhile."""
+    NamedTuple "n", Fraction "F", Decimal "E", pathlib's paths "L", range "R", dict views "K"
+    "V" "I", datetime's date, datetime, time, timedelta and timezone "T" (a subclass's as its
+    base's, a test's marked with its class); anything else is refer(value) (a reference, or
+    Abort). aliases {id: JSON text}: the objects sent as a mark the other side reads as its own
+    (a call's k-th argument container {"a": k}, a kept one {"k": handle}), each alive
+    meanwhile."""
     kind = type(value)
     if kind is str:
         return _json.encode_basestring_ascii(value)
@@ -119,12 +125,18 @@ def dump(value, refer, aliases=None):
                                "deque": "Q"}[name], inner)
     if issubclass(kind, tuple) and type(getattr(kind, "_fields", None)) is tuple:  # NamedTuple
         name += "" if name not in PRINTS or same(kind) else "_"  # (redefined: not the context's)
+        if module == "__main__" and all(type(field) is str for field in kind._fields):
+            if len(TUPLES) > 100:  # (this side's own class of the name and fields: hook's "n")
+                TUPLES.clear()
+            TUPLES[name, kind._fields] = kind
         return ('{"n":[' + dump(name, refer) + "," + dump(list(kind._fields), refer) + ","
                 + dump(list(value), refer, aliases) + "]}")
     if module == "fractions" and name == "Fraction":
         return '{"F":[' + dump(value.numerator, refer) + "," + dump(value.denominator, refer) + "]}"
     if module == "decimal" and name == "Decimal":
         return '{"E":' + dump(str(value), refer) + "}"
+    if module == "pathlib" and name in PATHS:
+        return '{"L":[%s,%s]}' % (dump(name, None), dump(str(value), None))
     base = datetime_base(kind)  # (a subclass's: by its base's methods, marked with its class)
     if base is not None:
         state = (list(base.__reduce__(value)[1]) if base.__name__ in BY_ARGUMENTS
@@ -135,39 +147,6 @@ def dump(value, refer, aliases=None):
     return refer(value, aliases)
 
 
-def datetime_base(kind):
-    """The type of datetime's (DATETIMES) that kind is or derives from, else None."""
-    for found in kind.__mro__:
-        if found.__module__ == "datetime" and found.__name__ in DATETIMES:
-            return found
-    return None
-
-
-def of_class(value, kind):
-    """value as an instance of kind where kind derives from value's type (a test's frozen clock,
-    its stand-in), made by that type's own constructor from value's state (no code of kind's
-    runs); else value, whatever kind is."""
-    base = type(value)
-    if issubclass(type(kind), type) and kind is not base and datetime_base(kind) is base:
-        return base.__new__(kind, *base.__reduce__(value)[1])
-    return value
-
-
-def frozen_class(kind, handle, refer):
-    """The JSON text of a test's class that derives from a type of datetime's (a frozen clock:
-    class Frozen(datetime.datetime) with a now() of its own), for the program's process to make
-    its stand-in: {"Z": [handle, the type's name, the class's name, {name: a class or static
-    method}, {name: an instance method}]}, the public methods its classes define (the test's)."""
-    base, methods = datetime_base(kind), {}
-    for owner in reversed(kind.__mro__[:kind.__mro__.index(base)]):  # (the nearest one wins)
-        methods.update((name, type(found).__name__) for name, found in vars(owner).items()
-                       if not name.startswith("_"))
-    texts = [dump({name: getattr(kind, name) for name, how in methods.items() if how in hows},
-                  refer) for hows in (("classmethod", "staticmethod"), ("function",))]
-    return '{"Z":[%d,%s,%s,%s,%s]}' % (handle, dump(base.__name__, None),
-                                       dump(kind.__name__, None), *texts)
-
-
 def with_pairs(text, pairs):
     """A dumped dict's text with more [key, value] pairs (JSON texts) in it."""
     if not pairs:
@@ -176,6 +155,7 @@ def with_pairs(text, pairs):
 
 
 NAMEDTUPLES = {}  # the generic NamedTuple classes hook makes, by name and fields
+TUPLES = {}  # the NamedTuple classes of this side's own (a test's, the program's) sent, likewise
 
 
 def chunked(out, items):
@@ -210,6 +190,8 @@ def hook(tagged, resolve):
             return (chunked({}, pairs).keys if tag == "K" else chunked({}, pairs).items)()
         if tag == "V":
             return dict(enumerate(item)).values()
+        if tag == "L" and len(item) == 2 and item[0] in PATHS and type(item[1]) is str:
+            return unpatched("pathlib", item[0])(item[1])
         if tag == "T" and len(item) in (2, 3) and item[0] in DATETIMES:
             kind = unpatched("datetime", item[0])
             value = kind(*item[1]) if item[0] in BY_ARGUMENTS else kind.fromisoformat(item[1])
@@ -230,10 +212,13 @@ def hook(tagged, resolve):
         if tag == "Q" and kind is list and len(item) == 2 and type(item[0]) is list:
             return made(item[0], item[1])
     if tag == "n" and kind is list and len(item) == 3 and type(item[0]) is str and (
-            type(item[1]) is list and len(item[1]) <= 256):
+            type(item[1]) is list and len(item[1]) <= 256 and type(item[2]) is list
+            and len(item[2]) == len(item[1]) and all(type(field) is str for field in item[1])):
         key, found = (item[0], tuple(item[1])), CONTEXT[0](item[0])  # (the context's class)
-        if isinstance(found, type) and issubclass(found, tuple) and type(item[2]) is list and (
-                getattr(found, "_fields", None) == key[1] and len(item[2]) == len(key[1])):
+        if not (isinstance(found, type) and issubclass(found, tuple)
+                and getattr(found, "_fields", None) == key[1]):
+            found = TUPLES.get(key)  # (a class of this side's own that crossed, as the test's Q)
+        if found is not None:
             return tuple.__new__(found, item[2])
         if key not in NAMEDTUPLES:
             if len(NAMEDTUPLES) > 100:
@@ -274,8 +259,9 @@ def describe(error):
     if type(error) is Abort:
         return str(error)
     for arg in getattr(error, "args", ()):  # (an object's text would ask the other process)
-        if type(arg).__name__ in ("Remote", "TestObject"):
-            return type(error).__name__ + (": <program object>" if type(arg).__name__ == "Remote"
+        kinds = [kind.__name__ for kind in type(arg).__mro__]  # (a TestObject's proxy class's)
+        if "Remote" in kinds or "TestObject" in kinds:
+            return type(error).__name__ + (": <program object>" if "Remote" in kinds
                                            else ": <test object>")
     try:
         return getattr(error, "program_text", None) or type(error).__name__ + ": " + str(error)
@@ -287,17 +273,14 @@ class ProgramError(Exception):
     """The program's exception (or the end of its process), raised in the test process."""
 
 
-def builtin_exception(name):
-    """The builtin exception class of that name (SystemExit too: it crosses as itself), but
-    StopIteration and StopAsyncIteration (a generator's end, the link's own)."""
-    return error_class(getattr(builtins, name, None) if type(name) is str and name.isidentifier()
-                       else None)
-
-
-def error_class(kind):
-    """kind if it is an exception class, but StopIteration and StopAsyncIteration; else None."""
+def error_class(kind, stop=False):
+    """kind (or the builtin of that name) if it is an exception class (SystemExit too: it crosses
+    as itself), but StopIteration (a generator's end, the link's own; unless `stop`: raised's) and
+    StopAsyncIteration; else None."""
+    if type(kind) is str:
+        kind = getattr(builtins, kind, None) if kind.isidentifier() else None
     if isinstance(kind, type) and issubclass(kind, BaseException) and not issubclass(
-            kind, (StopIteration, StopAsyncIteration)):
+            kind, StopAsyncIteration) and (stop is True or not issubclass(kind, StopIteration)):
         return kind
     return None
 
@@ -308,97 +291,14 @@ VALUE_TYPES = (int, float, complex, str, bytes, bytearray, list, tuple, dict, se
 EXCEPTIONS = {}
 RAISED, RAISES = {}, [0]  # the test process's exceptions its callbacks raised, by handle; the next
 # the classes the context declares, by name (sandbox_verdicts.py:test_side fills it in the test
-# process), and in the program's process their fingerprints (PRINTS: the test process's first
-# request brings them): a program's class that is the same (same) crosses as the context's class
-DECLARED, PRINTS = {}, {}
+# process): a program's class that is the same (sandbox_patches.py:same) crosses as the context's
+DECLARED = {}
 CONTEXT = [DECLARED.get]  # a declared name's class (the program's own in its process): hook's "n"
 
 
 def builtin_ancestor(kind, default=Exception):  # (bound before a program can replace builtins)
     """The nearest class in kind's ancestry that is a builtin (default where none is)."""
     return next((k for k in kind.__mro__ if getattr(builtins, k.__name__, None) is k), default)
-
-
-def module_level(kind):
-    """Whether kind is a class defined at the top of the program (or of the context)."""
-    return kind.__module__ == "__main__" and kind.__qualname__ == kind.__name__
-
-
-def same(kind):
-    """Whether a program's class is the context's class of its name as plain Python sees it (one
-    the program repeats; never one it redefines otherwise): a module-level class of the same
-    ancestry whose own attributes include the context's class's, each alike; any more it defines
-    are names the context's class lacks (a helper method), or its text (__repr__, __str__): the
-    test process never runs them, and a test reading them fails there as it could in plain Python.
-    (A forged fingerprint only claims the context's class.)"""
-    context, mine = PRINTS.get(kind.__name__), module_level(kind) and fingerprint(kind)
-    if type(context) is not list or len(context) != 3 or not mine or mine[0] != context[0]:
-        return False
-    own, names = context[1], context[2]
-    return type(own) is dict and type(names) is list and all(
-        mine[1].get(key) == value for key, value in own.items()) and all(
-        key in own or key in TEXT or key not in names for key in mine[1])
-
-
-def fingerprint(kind):
-    """Numbers the same for classes defined alike, whatever their docstrings and lines: [the hash
-    of its metaclass's name and, for each class of its ancestry, its module and name and, for one
-    of __main__'s above it, the shape of what its own __dict__ holds; {name: the hash of its
-    shape} of its own __dict__; the names it has (dir)], None where they cannot be taken."""
-    try:
-        return [hash((type(kind).__qualname__, *[
-            (k.__module__, k.__qualname__, k.__module__ == "__main__" and shape(
-                [item for item in vars(k).items() if item[0] not in SKIPPED]))
-            for k in kind.__mro__[1:]])),
-            {key: hash(shape(value)) for key, value in vars(kind).items() if key not in SKIPPED},
-            sorted(dir(kind))]
-    except Exception:
-        return None
-
-
-TEXT = ("__repr__", "__str__")
-SKIPPED = ("__doc__", "__module__", "__qualname__", "__dict__", "__weakref__", "__firstlineno__")
-CODES = {}  # a code object's shape, by id: {id: (code object, shape)} (a code object never changes)
-
-
-def shape(value, depth=0):
-    """What a class's attribute is, for fingerprint: a function by its code, defaults and closure;
-    a static or class method or a property by its functions; a code object by the hash of its
-    names and instructions, each constant it loads by its shape (a docstring, never loaded,
-    counts for nothing; line numbers are not in them); a value of a builtin type by itself (a
-    container by its items'); a class by its module and name; anything else by its type's."""
-    kind = type(value)
-    if depth > 20:
-        raise RecursionError("too deep")
-    if kind is type(shape):
-        value = [value.__code__, value.__defaults__, value.__kwdefaults__,
-                 [cell.cell_contents for cell in value.__closure__ or ()]]
-    elif kind is staticmethod or kind is classmethod or kind is property:
-        value = [value.__func__] if kind is not property else [value.fget, value.fset, value.fdel]
-    if type(value) in (list, tuple, set, frozenset, dict):
-        items = value.items() if type(value) is dict else value
-        if len(items) > 1000:
-            return kind.__name__, len(items)
-        found = [shape(item, depth + 1) for item in items]
-        return kind.__name__, frozenset(found) if kind in (set, frozenset) else tuple(found)
-    if kind is type(shape.__code__) and id(value) not in CODES:
-        if len(CODES) > 1000:
-            CODES.clear()
-        ops, loads, arg, steps = value.co_code, unpatched("opcode", "hasconst"), 0, []
-        extended = unpatched("opcode", "EXTENDED_ARG")  # (its argument: the next one's high bits)
-        for i in range(0, len(ops), 2):
-            arg = arg << 8 | ops[i + 1]
-            if ops[i] != extended:
-                steps.append((ops[i], shape(value.co_consts[arg]) if ops[i] in loads else arg))
-                arg = 0
-        CODES[id(value)] = value, hash((tuple(steps), value.co_names, value.co_varnames,
-                                        value.co_argcount, value.co_kwonlyargcount, value.co_flags))
-    if kind is type(shape.__code__):
-        return CODES[id(value)][1]
-    if kind in (int, float, complex, str, bytes, bool, type(None)):
-        return kind.__name__, value
-    owner = value if issubclass(kind, type) else kind
-    return owner.__module__, owner.__qualname__
 
 
 def made(kind, args):
@@ -412,23 +312,24 @@ def made(kind, args):
 
 
 def program_error(name, message, base="", args=None, declared=False, state=None, module="",
-                  handle=None):
+                  handle=None, stop=False):
     """The exception of that name (a context's class where `declared` says the program's is the
-    same (same) and DECLARED has it; the builtin one, but StopIteration, where it is its own
-    nearest builtin ancestor, `base`: the program's class is that builtin; that of a module of
-    STDLIB's where the class is that module's (sandbox_patches.py:stdlib_error); else a class of
-    that name derived from `base`: a ValueError subclass is caught by `except ValueError`, a
-    program's own KeyError(Exception) by no `except LookupError`; else a ProgramError), made from
-    its arguments where they crossed (KeyError.args is the key, a UnicodeDecodeError has its
-    five), with its own public attributes (state: an InsufficientFunds's amount), described as the
-    other process described it; `handle`: the test's exception it is, kept on it (raised)."""
-    kind = (error_class(declared is True and DECLARED.get(name))
-            or name == base and builtin_exception(name) or stdlib_error(module, name) or None)
-    if kind is None and builtin_exception(base) and name.isidentifier():
+    same (same) and DECLARED has it; the builtin one, but StopIteration (unless `stop`), where it
+    is its own nearest builtin ancestor, `base`: the program's class is that builtin; that of a
+    module of STDLIB's where the class is that module's (sandbox_patches.py:stdlib_error); else a
+    class of that name derived from `base`: a ValueError subclass is caught by `except
+    ValueError`, a program's own KeyError(Exception) by no `except LookupError`; else a
+    ProgramError), made from its arguments where they crossed (KeyError.args is the key, a
+    UnicodeDecodeError has its five), with its own public attributes (state: an
+    InsufficientFunds's amount), described as the other process described it; `handle`: the
+    test's exception it is, kept on it (raised)."""
+    kind = (error_class(declared is True and DECLARED.get(name), stop)
+            or name == base and error_class(name, stop) or stdlib_error(module, name) or None)
+    if kind is None and error_class(base, stop) and name.isidentifier():
         if (name, base) not in EXCEPTIONS:
             if len(EXCEPTIONS) > 100:
                 EXCEPTIONS.clear()
-            EXCEPTIONS[name, base] = type(name, (builtin_exception(base),), {
+            EXCEPTIONS[name, base] = type(name, (error_class(base, stop),), {
                 "__module__": "program",
                 "__str__": lambda self: getattr(self, "program_str", "")})
         kind = EXCEPTIONS[name, base]
@@ -452,27 +353,43 @@ def program_error(name, message, base="", args=None, declared=False, state=None,
     return error
 
 
-def raised(payload):
+def raised(payload, stop=None, depth=0):
     """The exception an error payload (error_payload's; [name, message, base] at least)
     describes: in the test process, one its callback raised (a handle of RAISED's) is that very
-    object, whatever the rest says; None if it is malformed."""
-    if type(payload) is list and 3 <= len(payload) <= 8 and all(
+    object, whatever the rest says; a StopIteration only where stop() says so (the test called
+    the program directly: direct) or it is a link of a chain (stop True: no loop ever sees it
+    raised); with the __cause__ and __context__ that crossed with it, down to DEPTH levels, each
+    made as it is; None if it is malformed."""
+    if type(payload) is not list or not 3 <= len(payload) <= 9 or not all(
             type(p) is str for p in payload[:3]):
-        if len(payload) == 8 and type(payload[7]) is int and payload[7] in RAISED:
-            return RAISED[payload[7]]
-        return program_error(*payload)
-    return None
+        return None
+    if len(payload) >= 8 and type(payload[7]) is int and payload[7] in RAISED:
+        return RAISED[payload[7]]
+    try:  # (a StopIteration only where stop says so; a stop that fails says no)
+        stop = payload[2] == "StopIteration" and (stop is True or stop is not None and stop())
+    except Exception:
+        stop = False
+    error = program_error(*payload[:8], stop=stop is True)
+    links = payload[8] if len(payload) == 9 and depth < DEPTH else None
+    if type(links) is list and len(links) == 3:  # (set as the exception's own: no class's code)
+        cause, context = [raised(link, True, depth + 1) for link in links[:2]]
+        object.__setattr__(error, "__cause__", cause)
+        object.__setattr__(error, "__context__", cause if links[1] is True else context)
+        object.__setattr__(error, "__suppress_context__", links[2] is True)
+    return error
 
 
 def refuse(value, aliases=None):
     raise TypeError("not a value")
 
 
-def error_payload(error, keep=False):
+def error_payload(error, keep=False, depth=0):
     """[name, message, nearest builtin ancestor's name, its arguments (a tuple of values, or None
-    where one is not a value), whether its class is the context's class of its name (same), its
-    own public attributes that are values, its class's module, the handle of the test's exception
-    it is (keep: a test's callback raised it, RAISED keeps it; else program_error's, or None)]."""
+    where one is not a value; an OSError's with its file names, as OSError(errno, strerror,
+    filename, None, filename2) makes it again), whether its class is the context's class of its
+    name (same), its own public attributes that are values, its class's module, the handle of the
+    test's exception it is (keep: a test's callback raised it, RAISED keeps it; else
+    program_error's, or None), its links (chain)]."""
     kind, handle = type(error), getattr(error, "program_handle", None)
     if keep and error_class(kind):  # (never a StopIteration: it would end a test's loop)
         if len(RAISED) > 256:
@@ -480,12 +397,30 @@ def error_payload(error, keep=False):
         RAISED[RAISES[0]], handle, RAISES[0] = error, RAISES[0], RAISES[0] + 1
     base = builtin_ancestor(kind).__name__
     args = getattr(error, "args", None)
+    names = (error.filename, error.filename2) if isinstance(error, OSError) else (None, None)
+    if names[0] is not None and type(args) is tuple and len(args) == 2:  # (errno, strerror)
+        args += (names[0],) if names[1] is None else (names[0], None, names[1])
     state = getattr(error, "__dict__", None)
     state = {key: value for key, value in (state.items() if type(state) is dict else ())
              if type(key) is str and not key.startswith(("_", "program_")) and sendable(value)}
     return [kind.__name__, describe(error).partition(": ")[2][:300], base,
             args if type(args) is tuple and sendable(args) else None, same(kind), state,
-            kind.__module__, handle if type(handle) is int else None]
+            kind.__module__, handle if type(handle) is int else None, chain(error, depth)]
+
+
+DEPTH = 3  # the links of a chain sent and made: its __cause__ and __context__, 3 levels down
+
+
+def chain(error, depth):
+    """[its __cause__'s payload, its __context__'s (true: its cause), whether its context is
+    suppressed] while depth < DEPTH (a cycle ends there too); else None, as where it has neither."""
+    cause, context = getattr(error, "__cause__", None), getattr(error, "__context__", None)
+    if depth >= DEPTH or cause is None and context is None:
+        return None
+    return [error_payload(cause, False, depth + 1) if isinstance(cause, BaseException) else None,
+            True if context is cause else error_payload(context, False, depth + 1)
+            if isinstance(context, BaseException) else None,
+            getattr(error, "__suppress_context__", False) is True]
 
 
 def sendable(value):
@@ -495,3 +430,64 @@ def sendable(value):
         return True
     except BaseException:
         return False
+
+
+SOURCES, CALLS = {}, {}  # by file name ("<test 0>"), the test process's sources and their calls
+STOPS = 0x20 | 0x80 | 0x100 | 0x200  # a generator's or coroutine's code (CO_GENERATOR, ...)
+
+
+def direct(answered, call):
+    """Whether the program's call whose answer this thread's frame of `answered` reads (above it
+    the link's talk, request and ask, then a Remote's __call__, whose code is `call`) was made by
+    the test's own code through plain calls only (its StopIteration is one in the test then):
+    each frame up from that __call__ is the test's or the context's, its instruction a call (in
+    its source) of a name that holds that Remote, then the function of the frame below, up to
+    the test's top level or a generator (which makes a StopIteration a RuntimeError). A C
+    function between (map, iter(f, end), next() of a test's iterator) would end an iteration."""
+    frame, code = sys._getframe(1), None
+    while frame is not None and frame.f_code is not answered:
+        frame = frame.f_back
+    frame = frame and frame.f_back
+    while frame is not None and frame.f_code.co_filename == call.co_filename and (
+            frame.f_code.co_name in ("talk", "request", "ask")):
+        frame = frame.f_back
+    if frame is None or frame.f_code is not call:
+        return False
+    target, frame = frame.f_locals.get("self"), frame.f_back
+    for _ in range(64):
+        if frame is None or frame.f_code.co_filename not in SOURCES:
+            return False
+        found = named(frame, called(frame))
+        if found is not target if code is None else (
+                type(found) is not type(direct) or found.__code__ is not code):
+            return False
+        code, frame = frame.f_code, frame.f_back
+        if code.co_flags & STOPS or code.co_name == "<module>" and code.co_filename[:5] == "<test":
+            return True
+    return False
+
+
+def called(frame):
+    """The name a test's frame is calling (its instruction now a call of `name(...)`), or None."""
+    code, at, ops = frame.f_code, frame.f_lasti, unpatched("opcode", "opmap")
+    while at > 0 and code.co_code[at] == ops["CACHE"]:  # (a call's inline cache, after it)
+        at -= 2
+    if code.co_code[at] not in [ops.get(op) for op in ("CALL", "CALL_KW", "CALL_FUNCTION_EX")]:
+        return None
+    if code.co_filename not in CALLS:
+        CALLS[code.co_filename] = {(node.lineno, node.end_lineno, node.col_offset,
+                                    node.end_col_offset): node.func.id
+                                   for node in unpatched("ast", "walk")(unpatched("ast", "parse")(
+                                       SOURCES[code.co_filename]))
+                                   if type(node).__name__ == "Call"
+                                   and type(node.func).__name__ == "Name"}
+    return CALLS[code.co_filename].get([*code.co_positions()][at // 2])
+
+
+def named(frame, name):
+    """What `name` is in frame: its local, else its global, else its builtin (looked up: no code
+    runs, a Scope's __missing__ neither); None for none."""
+    for space in (frame.f_locals, frame.f_globals, frame.f_builtins) if name else ():
+        if name in space:
+            return space[name]
+    return None

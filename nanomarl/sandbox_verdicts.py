@@ -12,10 +12,12 @@ from sandbox_layers import confine, reap, watchdog  # sandbox.py's BOOT
 from sandbox_link import (LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt, compiled,
                           gone, read_exactly, read_line, refilled, remote, run, taken, told)
 from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, kept_entry
-from sandbox_lending import lending, let_go
-from sandbox_patches import IMPORT, PATCHED, SETS, builtin_named, module, watch_modules
-from sandbox_values import (DECLARED, Abort, Decoder, Dumped, ProgramError,
-                            datetime_base, describe, dump, fingerprint, frozen_class, raised)
+from sandbox_lending import lending, let_go, readable, settable, test_made
+from sandbox_patches import (IMPORT, PATCHED, SETS, builtin_named, fingerprint, module,
+                             watch_modules)
+from sandbox_proxies import looks
+from sandbox_values import (DECLARED, SOURCES, Abort, Decoder, Dumped, ProgramError,
+                            datetime_base, describe, direct, dump, raised)
 
 
 def test_next():
@@ -54,7 +56,8 @@ def test_answered(message):
         if seq >= LINK["first"]:  # (a request of this test's; not of an earlier test's thread)
             LINK["failed"] = LINK["failed"] or "Timeout: test timed out"
         raise TestTimeout()
-    if status == "e" and (error := raised(payload)) is not None:
+    if status == "e" and (error := raised(payload, lambda: direct(  # (a StopIteration's)
+            test_answered.__code__, Remote.__call__.__code__))) is not None:
         raise error
     raise abort(ProgramError("a malformed answer"))
 
@@ -236,8 +239,8 @@ def test_refer(value, aliases):
     reference back; a copy (sandbox_copies.py); a frozen clock's class (frozen_class); a builtin
     or module function, or a module, by name; a reference to a test object (one the tests made, a
     bound method of a test's container (a deque's too), Random or io stream, an itemgetter,
-    attrgetter, methodcaller, mock or iterator; "X" where its class matters there, "G" a declared
-    Enum's member); else the test fails (Abort)."""
+    attrgetter, methodcaller, mock or iterator: "X" with what looks tells of its class, "G" a
+    declared Enum's member); else the test fails (Abort)."""
     kind = type(value)
     if kind is Remote:
         return '{"r":%d}' % value._Remote__handle
@@ -278,11 +281,24 @@ def test_refer(value, aliases):
         if declared and enum_member(value):  # the program's own member of its class
             return '{"G":[%d,%s,%s,%s]}' % (handle, dump(kind.__name__, None), dump(
                 value._name_, None), "true" if own else "false")
-        if declared or own:
-            return '{"X":[%d,%s,%s]}' % (handle, dump(kind.__name__ if declared else None,
-                                                      None), "true" if own else "false")
-        return '{"x":%d}' % handle
+        return '{"X":[%d,%s,%s,%s]}' % (handle, dump(kind.__name__ if declared else None, None),
+                                        "true" if own else "false", looks(value))
     raise abort(ProgramError("this argument cannot be sent to the program: " + kind.__name__))
+
+
+def frozen_class(kind, handle, refer):
+    """The JSON text of a test's class that derives from a type of datetime's (a frozen clock:
+    class Frozen(datetime.datetime) with a now() of its own), for the program's process to make
+    its stand-in: {"Z": [handle, the type's name, the class's name, {name: a class or static
+    method}, {name: an instance method}]}, the public methods its classes define (the test's)."""
+    base, methods = datetime_base(kind), {}
+    for owner in reversed(kind.__mro__[:kind.__mro__.index(base)]):  # (the nearest one wins)
+        methods.update((name, type(found).__name__) for name, found in vars(owner).items()
+                       if not name.startswith("_"))
+    texts = [dump({name: getattr(kind, name) for name, how in methods.items() if how in hows},
+                  refer) for hows in (("classmethod", "staticmethod"), ("function",))]
+    return '{"Z":[%d,%s,%s,%s,%s]}' % (handle, dump(base.__name__, None),
+                                       dump(kind.__name__, None), *texts)
 
 
 def enum_member(value):
@@ -337,44 +353,10 @@ def test_code(function):
     return code is not None and code.co_filename.startswith(("<test", "<context>"))
 
 
-def test_made(value):
-    """A class the tests (or the context) define, or an instance of one."""
-    kind = value if issubclass(type(value), type) else type(value)
-    return kind.__module__ == "__main__" and not issubclass(kind, BaseException)
-
-
-def settable(value, name):
-    """Whether the program may set this attribute of a test object: a public attribute of an
-    instance of a test's class (never of a class) which its class does not define, or defines as
-    a slot, a property with a setter (which runs), or a dataclass field whose default is no
-    callable; never a method or other object a test's later call would find there."""
-    if type(name) is not str or name.startswith("_") or not test_made(value) or isinstance(
-            value, type):
-        return False
-    kind = type(value)
-    for owner in kind.__mro__:
-        if name in vars(owner):
-            found = vars(owner)[name]
-            return (type(found).__name__ == "member_descriptor"
-                    or type(found) is property and found.fset is not None
-                    or name in getattr(kind, "__dataclass_fields__", ()) and not callable(found))
-    return True
-
-
-def readable(value, name):
-    """Whether the program may read this attribute of a test object: a public one of a test's
-    class or instance, or of a unittest.mock object one its mock class does not define (what the
-    mock stands for, a mock_open's read, never the mock's records, resets or configuration)."""
-    if type(name) is not str or name.startswith("_"):
-        return False
-    if type(value).__module__ == "unittest.mock":
-        return not hasattr(type(value), name)
-    return test_made(value)
-
-
 def test_ops(op, target, a, b, extra):
-    """What the program's process may do with a test object (sandbox_link.py:TestObject's list),
-    done by the test's own methods here; it reads what is readable, sets what is settable."""
+    """What the program's process may do with a test object (sandbox_proxies.py:TestObject's
+    list), done by the test's own methods here; it reads what is readable, sets what is settable
+    (sandbox_lending.py:readable, settable)."""
     value = LINK["mine"].get(target) if type(target) is int else None
     if value is None:
         raise TypeError("no such test object")
@@ -438,6 +420,8 @@ def test_side(job, fds, layers):
     if "random" in sys.modules:  # imported before the fork: its state is the program's too
         sys.modules["random"].seed()
     scope = Scope(__name__="__main__", __builtins__=builtins)
+    SOURCES.update({"<test %d>" % i: test for i, test in enumerate(tests_job["tests"])})
+    SOURCES["<context>"] = job["context"]  # (what sandbox_values.py:direct reads)
     context = attempt(lambda: run(compiled(job["context"], "<context>"), scope), timeout)
     DECLARED.update((name, scope[name]) for name in job["classes"] if isinstance(
         scope.get(name), type))  # (and their fingerprints, for the program's process: mirrored)

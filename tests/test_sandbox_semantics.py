@@ -3,12 +3,13 @@ two-process run and one interpreter: escapes (a wrong program credited where pla
 not credit it: captured names, builtins, catchable harness errors, readable output, the context's
 objects, argument copies, a test's mock), harm (zombies, the timeout rule, work the alarm cannot
 interrupt) and false negatives (a right program failed where plain Python passes it: values of
-richer types, program objects, generators, callbacks and test objects and their protocol, partials,
-buffers, Random generators, patterns and matches, exception subclasses, mutation (of arguments, of
-a test object's containers, by a test's callback), sys.setrecursionlimit, redirect_stdout, patched
-builtins and module attributes (a frozen clock, a patch a callback sets), stdin, warnings, a class
-as the entry point). Each escape is checked beside its right program, so a 0 comes from the wrong
-value, not from a broken run. The gaps that remain are tests too (test_gap_*), each saying why."""
+richer types, program objects, generators, callbacks and test objects and their protocol and class
+(callable, named, a dataclass's fields), partials, buffers, Random generators, SimpleNamespaces,
+paths, patterns and matches, exception subclasses, mutation (of arguments, of a test object's
+containers, by a test's callback), sys.setrecursionlimit, redirect_stdout, patched builtins and
+module attributes (a frozen clock, a patch a callback sets), stdin, warnings, a class as the entry
+point). Each escape is checked beside its right program, so a 0 comes from the wrong value, not
+from a broken run. The gaps that remain are tests too (test_gap_*), each saying why."""
 import marshal
 import os
 import subprocess
@@ -2797,3 +2798,147 @@ def test_a_standard_library_exception_crosses_as_its_modules_class():
              "except ValueError:\n    raise AssertionError"]
     assert plain(program, tests) == [True, True, True, False]
     assert run(program, tests)["passed"] == [True, True, True, False]
+
+
+def test_a_test_objects_class_is_its_own_for_callable_and_type():
+    """A test object's class in the program's process is a proxy class of the test's class's name
+    (sandbox_proxies.py): callable(x) only where the test's object is (a resolver returns a test's
+    instance, the test's own object, and calls its callback), type(x).__name__, __qualname__ and
+    x.__class__.__name__ are its class's, and two instances of one class are of one type, those of
+    two classes (of one name too) of two."""
+    program = """\
+        def resolve(value):
+            return value() if callable(value) else value
+        def describe(shape):
+            return f"{type(shape).__name__}: {shape.area()}"
+        def names(x):
+            return type(x).__name__, type(x).__qualname__, x.__class__.__name__
+        def same_type(a, b):
+            return type(a) is type(b)
+        """
+    tests = ["class Box:\n    pass\nb = Box()\nassert resolve(b) is b and resolve(lambda: 3) == 3",
+             "class Square:\n    def area(self):\n        return 4\n"
+             "assert describe(Square()) == 'Square: 4' and names(Square()) == ('Square',) * 3",
+             "class Clock:\n    def __call__(self):\n        return 9\n"
+             "assert resolve(Clock()) == 9",
+             "class A:\n    pass\nclass B:\n    pass\nB.__name__ = B.__qualname__ = 'A'\n"
+             "assert same_type(A(), A()) and not same_type(A(), B()) and names(B())[0] == 'A'",
+             "items = []\nassert names(items.append)[0] == 'builtin_function_or_method'\n"
+             "assert names(lambda: 1) == ('function',) * 3\n"
+             "assert names(iter(items))[0] == 'list_iterator'"]
+    assert plain(program, tests) == [True] * len(tests)
+    result = run(program, tests)
+    assert result["passed"] == [True] * len(tests), result["errors"]
+
+
+def test_a_declared_classes_instance_is_named_and_callable_as_its_class():
+    """An instance of a class the prompt declares, the test's, is in the program an instance of
+    the program's class of that name (isinstance), of a proxy class of its name, callable only
+    where that class defines __call__: a resolver returns it, the test's own object."""
+    context = "class Node:\n    def __init__(self, val):\n        self.val = val\n"
+    program = context + textwrap.dedent("""\
+        def resolve(value):
+            return value() if callable(value) else value
+        def describe(node):
+            return type(node).__name__, node.__class__.__name__, isinstance(node, Node)
+        """)
+    tests = ["n = Node(1)\nassert resolve(n) is n and resolve(lambda: 2) == 2",
+             "assert describe(Node(3)) == ('Node', 'Node', True)"]
+    assert plain(program, tests) == [True, True]
+    result = run(program, tests, context=context, names=["resolve", "describe"])
+    assert result["passed"] == [True, True], result["errors"]
+
+
+def test_a_tests_dataclass_instance_has_its_fields_in_the_program():
+    """A test's instance of a dataclass the prompt declares is a dataclass instance in the program
+    (its proxy class has the fields of the program's class of that name): dataclasses.fields,
+    asdict, astuple and vars() read its fields (vars(): a copy of their values), replace() makes
+    an instance of the program's class, the prompt's in the test; a field the program sets is the
+    test's object's."""
+    context = ("from dataclasses import dataclass\n@dataclass\nclass Employee:\n"
+               "    name: str\n    salary: float\n")
+    program = context + textwrap.dedent("""\
+        import dataclasses
+        def give_raise(e, pct):
+            return dataclasses.replace(e, salary=round(e.salary * (1 + pct / 100), 2))
+        def rows(e):
+            return (dataclasses.astuple(e), dataclasses.asdict(e), vars(e),
+                    [f.name for f in dataclasses.fields(e)], dataclasses.is_dataclass(e))
+        def pay(e, salary):
+            e.salary = salary
+        """)
+    tests = ["assert give_raise(Employee('a', 100.0), 10) == Employee('a', 110.0)",
+             "assert rows(Employee('b', 5.0)) == (('b', 5.0), {'name': 'b', 'salary': 5.0}, "
+             "{'name': 'b', 'salary': 5.0}, ['name', 'salary'], True)",
+             "e = Employee('c', 1.0)\npay(e, 2.0)\nassert e == Employee('c', 2.0)"]
+    assert plain(program, tests) == [True] * 3
+    result = run(program, tests, context=context, names=["give_raise", "rows", "pay"])
+    assert result["passed"] == [True] * 3, result["errors"]
+
+
+def test_a_tests_own_dataclass_has_its_fields_in_the_program():
+    """A dataclass the test defines (none the prompt declares) has its fields in the program too,
+    as the test process tells them: dataclasses.fields, asdict, astuple and vars() read them."""
+    program = """\
+        import dataclasses
+        def rows(p):
+            return (dataclasses.astuple(p), dataclasses.asdict(p), sorted(vars(p)),
+                    [f.name for f in dataclasses.fields(p)], type(p).__name__)
+        """
+    tests = ["from dataclasses import dataclass, field\n@dataclass\nclass P:\n    x: int\n"
+             "    tags: list = field(default_factory=list)\n"
+             "assert rows(P(1, ['a'])) == ((1, ['a']), {'x': 1, 'tags': ['a']}, ['tags', 'x'], "
+             "['x', 'tags'], 'P')"]
+    assert plain(program, tests) == [True]
+    assert run(program, tests)["passed"] == [True]
+
+
+def test_a_tests_simple_namespace_crosses_as_a_copy_written_back():
+    """A test's types.SimpleNamespace crosses as a copy, numbered and written back as a dict is
+    (sandbox_copies.py): vars() and its attributes are the test's, the attributes the program
+    sets or changes (a list's append) are the test's object's after the call, a returned one is
+    the test's own object, and one the program keeps stays the test's across calls."""
+    program = """\
+        KEPT = []
+        def attrs(ns):
+            return sorted(vars(ns)), ns.a + ns.b
+        def update(ns):
+            ns.total = sum(ns.items)
+            ns.items.append(0)
+            return ns
+        def keep(ns):
+            KEPT.append(ns)
+        def later():
+            KEPT[0].seen = True
+        """
+    tests = ["import types\nassert attrs(types.SimpleNamespace(b=1, a=2)) == (['a', 'b'], 3)",
+             "import types\nns = types.SimpleNamespace(items=[1, 2])\n"
+             "assert update(ns) is ns and ns.total == 3 and ns.items == [1, 2, 0]",
+             "import types\nns = types.SimpleNamespace()\nkeep(ns)\nlater()\nassert ns.seen"]
+    assert plain(program, tests) == [True] * 3
+    result = run(program, tests)
+    assert result["passed"] == [True] * 3, result["errors"]
+
+
+def test_a_pathlib_path_crosses_as_a_value():
+    """A pathlib path crosses as a value, either way, of its class (PurePosixPath, PureWindowsPath,
+    PosixPath) and its text: the program reads a test's path's parts (suffix, `/`,
+    os.path.basename), a path it returns is equal to the test's."""
+    program = """\
+        import os, pathlib
+        def parts(p, name):
+            return p.suffix, str(p / name), os.path.basename(p), type(p).__name__
+        def make_path(*parts):
+            return pathlib.Path(*parts)
+        def windows():
+            return pathlib.PureWindowsPath('c:/x') / 'y'
+        """
+    tests = ["import pathlib\nassert parts(pathlib.Path('a/b.txt'), 'c') == "
+             "('.txt', 'a/b.txt/c', 'b.txt', 'PosixPath')",
+             "import pathlib\nassert make_path('a', 'b') == pathlib.Path('a/b')\n"
+             "assert type(make_path('a')) is pathlib.PosixPath\n"
+             "assert str(make_path('a', 'b')) == 'a/b'",
+             "import pathlib\nassert windows() == pathlib.PureWindowsPath('c:/x/y')"]
+    assert plain(program, tests) == [True] * 3
+    result = run(program, tests)
+    assert result["passed"] == [True] * 3, result["errors"]

@@ -1,0 +1,156 @@
+"""sandbox_proxies.py: a test object as the program's process sees it (sandbox.py's docstring has
+the threat model), executed inside the sandbox as the module `sandbox_proxies` (sandbox.py's BOOT).
+A test object (a callback, a test class or its instance, an iterator) is there a TestObject, whose
+every operation is a request the test process answers with the test's own methods (asked,
+sandbox_link.py:request), of a subclass made once for each class of the test's (test_object,
+proxy_class) from what the test process tells of that class (looks): its name, qualified name and
+module (type(x).__name__ is the test's class's), whether its objects are callable (only then has
+the subclass a __call__: callable(x) is as in one process) and its dataclass fields
+(dataclasses.fields, asdict, astuple and replace work; vars(x) is a copy of their values). Where
+the test process tells nothing of the class ({"x": n}), the subclass is named TestObject and
+callable, or made from the program's class of the name the context declares. A proxy holds no
+code of the test's, and the test process serves only the handles it gave."""
+import sys
+
+from sandbox_link import BUILTINS, COMPARISONS, LINK, OPERATORS, ask, request  # sandbox.py's BOOT
+from sandbox_patches import IMPORT
+from sandbox_values import dump
+
+
+def asked(op):
+    """A TestObject's method: op asked of the test process (a comparison, arithmetic, conversion
+    or item assignment: test_ops's cmp, special_op); NotImplemented comes back as such."""
+    def method(self, *operands):
+        if op in PROTOCOL or op == "isinstance":
+            return request(op, self.handle, *operands)
+        if not self.own and op in ("eq", "ne"):  # object's own: identity, as there
+            return getattr(object, "__%s__" % op)(self, *operands)
+        found = (request("cmp", self.handle, op, *operands) if op in COMPARISONS
+                 else request("special", self.handle, [op, *operands]))
+        return found[0] if type(found) is list and len(found) == 1 else NotImplemented
+    return method
+
+
+class TestObject:
+    """A test object, by its handle in the test process, an instance of its class's proxy class
+    (proxy_class): its calls, attribute reads and writes, draws and protocol (truth, length, items,
+    iteration, text, comparisons, arithmetic, conversions, hash, isinstance with it as the class,
+    `with`) are asked of that process, where the test's own methods answer (asked). Its __class__
+    is the program's class of the name the context declares (isinstance(x, ListNode) holds as in
+    one process), else its proxy class."""
+    __slots__ = ("handle", "kind", "own")
+    __instancecheck__ = asked("isinstance")
+    __setattr__ = lambda self, name, value: request("setattr", self.handle, name, value)
+    __exit__ = lambda self, *exception: request("exit", self.handle, list(exception))
+
+    def __init__(self, handle, kind=None, own=False):
+        object.__setattr__(self, "handle", handle)
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "own", own)  # its class has its own == or hash (asked there)
+
+    @property
+    def __class__(self):  # (no request: the harness's isinstance checks ask this too)
+        found = declared_class(self.kind)
+        return type(self) if found is None else found
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return request("attr", self.handle, name)
+
+    def __hash__(self):
+        return request("hash", self.handle) if self.own else object.__hash__(self)
+
+
+def declared_class(kind):
+    """The program's class of a name the context declares (in the program's process), else None."""
+    found = LINK["scope"].get(kind) if type(kind) is str else None
+    return found if isinstance(found, type) and found.__module__ == "__main__" else None
+
+
+PROTOCOL = ("iter", "next", "len", "bool", "getitem", "contains", "str", "repr", "format", "enter")
+for name in (*PROTOCOL, *COMPARISONS, *OPERATORS, *BUILTINS):
+    setattr(TestObject, "__%s__" % name, asked(name))
+
+
+def call(self, *args, **kwargs):  # (the __call__ of a callable test object's proxy class)
+    return ask("call", self.handle, list(args), kwargs, [*args, *kwargs.values()])
+
+
+def field_values(self):  # (the __dict__ of a test's dataclass's proxy class: a copy)
+    return {f.name: getattr(self, f.name) for f in IMPORT("dataclasses").fields(self)}
+
+
+PROXIES = {}  # the program's process's proxy classes, by (declared name, the class's number)
+LOOKS = {}  # the test process's account of each class it told of, by id: (class, its JSON text)
+
+
+def looks(value):
+    """What the test process tells the program's process of a test object's class, for its proxy
+    class (test_object): the JSON text of [a number of its own, its __name__, __qualname__ and
+    __module__, whether its objects are callable, its dataclass fields ([name, init] each) or
+    null], made once for each class (kept: its number stays its own)."""
+    kind = type(value)
+    if id(kind) not in LOOKS:
+        module, fields, dataclasses = getattr(kind, "__module__", None), None, sys.modules.get(
+            "dataclasses")
+        try:
+            if dataclasses is not None and dataclasses.is_dataclass(kind):
+                fields = [[f.name, bool(f.init)] for f in dataclasses.fields(kind)]
+        except Exception:  # (a class's own __dataclass_fields__ of another kind: none)
+            pass
+        LOOKS[id(kind)] = kind, dump([len(LOOKS), kind.__name__, kind.__qualname__, module if type(
+            module) is str else None, callable(value), fields], None)
+    return LOOKS[id(kind)][1]
+
+
+def test_object(item, made, declared):
+    """The program's proxy of a test object, {"X": [its handle, the name of its class where the
+    context declares it (declared: those names), whether its class has its own == or hash, what
+    looks tells of its class (where the test process tells)]}: the one made for that handle
+    (made), else an instance of its class's proxy class (proxy_class, made the first time); None
+    if malformed."""
+    if not (type(item) is list and len(item) in (3, 4) and type(item[0]) is int and (
+            item[1] is None or item[1] in declared) and type(item[2]) is bool):
+        return None
+    if item[0] not in made:
+        told = item[3] if len(item) == 4 and type(item[3]) is list and len(item[3]) == 6 and type(
+            item[3][0]) is int else None
+        key = (item[1], None if told is None else told[0])
+        if key not in PROXIES:
+            try:
+                PROXIES[key] = proxy_class(item[1], told)
+            except Exception:  # (a name type() refuses: a proxy class of no name of the test's)
+                PROXIES[key] = proxy_class(None, None)
+        made[item[0]] = PROXIES[key](*item[:3])
+    return made[item[0]]
+
+
+def proxy_class(kind, told):
+    """A test object's proxy class, a subclass of TestObject: as the test process tells of its
+    class (looks); where it tells nothing, of the program's class of a name the context declares
+    (kind: its name, a __call__ where that class has one, its dataclass fields), else TestObject
+    by name, callable (a callback's)."""
+    declared, fields = declared_class(kind), None
+    if told is not None:
+        _, name, qualname, module, calls, fields = told
+    elif declared is not None:
+        name, qualname, module = declared.__name__, declared.__qualname__, "__main__"
+        calls = any("__call__" in vars(k) for k in declared.__mro__[:-1])
+    else:
+        name, qualname, module, calls = "TestObject", "TestObject", __name__, True
+    namespace = {"__slots__": (), "__module__": module, "__qualname__": qualname}
+    if calls is True:
+        namespace["__call__"] = call
+    made = None  # (the dataclass whose fields its instances have)
+    if hasattr(declared, "__dataclass_fields__") and (fields is not None or told is None):
+        made = declared  # (replace() makes an instance of it: its __class__)
+    elif type(fields) is list and all(
+            type(f) is list and len(f) == 2 and type(f[0]) is str for f in fields):
+        dataclasses = IMPORT("dataclasses")
+        made = dataclasses.make_dataclass(name, [(f[0], "typing.Any", dataclasses.field(
+            init=f[1] is True)) for f in fields])
+    if made is not None:
+        namespace.update(__dataclass_fields__=made.__dataclass_fields__, __dict__=property(
+            field_values), __dataclass_params__=made.__dataclass_params__)
+    return type(name, (TestObject,), namespace)
