@@ -45,66 +45,67 @@ text and type asked (a class as the entry point: its methods), but its length, t
 iteration, hash, conversions and comparisons (with a value or another program object) fail the test,
 never asking the program (its methods could answer anew at each question; a re.Match is true, as
 each one is; its __name__, __qualname__, __doc__, __module__, __defaults__, __kwdefaults__ and
-__wrapped__ are read as attributes); a generator or builtin iterator is a stream, drawn lazily, each
-item asked once. A test object (a callback, an instance or class of a test's, an iterator) is
-called, read, set (an instance's data, never its class's methods) and drawn by the test process, and
-its protocol (truth, length, items and item assignment, iteration, text, comparisons, arithmetic and
-conversions: the test's own method, whose NotImplemented Python reflects as in one process, hash,
-isinstance with it) is answered there by the test's own methods (the harness's own frames between
-the two processes' calls do not count against the recursion limit); an instance of a class the
-context declares is an instance of the program's class of that name for isinstance. The rule for
-names: a test may ask the program for the names it is given (`names`: the entry point, aux, a
-problem's declared names; by default the program's top-level defs and classes, for a program that
-brings its own check()) and no other; those win over the builtins (an entry point named `pow` is the
-program's), and a name the program does not define is a NameError, never a builtin or a capture of
-the test's own variable. After a call, the program's process sends back the new contents of the
-argument containers, io buffers and Random generators it changed (the test sees mutation in place, a
-buffer read or written, a generator drawn from; also when the call raised), and a returned argument
-is the test's own object (`f(a) is a` holds; a container passed twice, f(a, a), is one object in the
-program's process too). One the program still holds after the request (in a global, an object, a
-generator) stays the test's object across requests (sandbox_copies.py): whichever side ran last
-sends its changes to it when it hands over (each answer, each request, a callback's too), and either
-side sends it inside a value as a mark the other reads as its own object (a kept list returned later
-is the test's own; passed again, it is the program's same copy). The other way, when the program
-calls a test's callback (a mock, a module attribute the test patched), the test process sends back
-the callback's changes to the program's argument containers (also when it raised; but see (c)), and
-an argument it returns is the program's own (`cb(a) is a`). A container the program reads from a
-test object (an attribute, an item, a callback's result, a draw) is kept so from its first read
-(lent: the program's changes reach the test's object in place, a second read is the same object; one
-of the call's arguments is the program's copy of it). For each request the program's process also
-takes on what the test set of the state the two would share in one process
-(sandbox_verdicts.py:mirrored): the builtins the test replaced (mock.patch('builtins.input'): the
-test's mock, called in the test process), the other module attributes it set
-(mock.patch('random.randint'), patch.object, `random.randint = f`: set in the program's module of
-that name, imported there if need be; the test process's modules note what is set on them from
-outside, so a request compares nothing while the test patches nothing; the harness's own lookups
-keep the originals: sandbox_patches.py; each value is dumped once a request and sent, but a lasting
-one (a str, bytes, number, or a tuple or frozenset of them), which the program cannot change, only
-when the test sets another: the program's process keeps the last; a container the test also passes
-to the call, or inside an argument, is the program's copy of that argument: one object there too),
-both also for the rest of a call in which a test's callback starts, stops or sets one
-(patcher.start() in a callback: the answer carries the patches then in force); a test's class
-deriving from a datetime type (the frozen clock: Frozen(datetime.datetime) with its own now(),
-patched in as datetime.datetime) is a real subclass of that type there, made by the harness, whose
-public methods are the test's, called in the test process (the program's datetime.datetime.now() is
-the frozen value; the constructor and isinstance are datetime's own; its instances are values); the
-sys.stdin it set (a StringIO: a copy, written back), and, while the test catches, records or filters
-warnings, the program's warnings are caught there and shown in the test process under the test's
-filters (recorded, printed, ignored, or raised as an error where the call returns). What the harness
-refuses (an argument it cannot send, a program object asked what only a value answers, the program's
-process gone, its timeout, a malformed answer) fails the test whatever the test catches. So the
-expected values, the test source, the report and its nonce never enter the program's process (the
-tests are read from the job after the fork, the context runs after it in the test process only, the
-output files are write-only there and the program's process writes to files of its own, and the test
-process is not dumpable: where /proc is visible, its fd and mem do not open), and nothing the
-program does to its own interpreter (replaced builtins, `-O` via _testinternalcapi or ctypes, gc,
-settrace and frame jumps, closure cells, __del__ or metaclass code in an except clause, audit hooks,
-ctypes patches of int.__eq__, an object whose __eq__ is always True) reaches the test process: what
-crosses is bytes on a pipe, read line by line up to a cap, decoded by json into values and
-references or else ignored. Both processes compile their code before running it (optimize=0,
-dont_inherit=True); the context's modules are imported before the fork (the program's process
-inherits them; random is reseeded in the test process), the context itself runs in the test process
-only.
+__wrapped__, and copies of its __dict__ and __annotations__, are read as attributes); a generator or
+builtin iterator is a stream, drawn lazily, each item asked once. A test object (a callback, an
+instance or class of a test's, an iterator) is called, read, set (an instance's data, never its
+class's methods) and drawn by the test process, and its protocol (truth, length, items and item
+assignment, iteration, text, comparisons, arithmetic and conversions: the test's own method, whose
+NotImplemented Python reflects as in one process, hash, isinstance with it) is answered there by the
+test's own methods (a test's function's, method's or class's __name__, __qualname__, __doc__ and
+__module__ are read there: functools.wraps) (the harness's own frames between the two processes'
+calls do not count against the recursion limit); an instance of a class the context declares is an
+instance of the program's class of that name for isinstance. The rule for names: a test may ask the
+program for the names it is given (`names`: the entry point, aux, a problem's declared names; by
+default the program's top-level defs and classes, for a program that brings its own check()) and no
+other; those win over the builtins (an entry point named `pow` is the program's), and a name the
+program does not define is a NameError, never a builtin or a capture of the test's own variable.
+After a call, the program's process sends back the new contents of the argument containers, io
+buffers and Random generators it changed (the test sees mutation in place, a buffer read or written,
+a generator drawn from; also when the call raised), and a returned argument is the test's own object
+(`f(a) is a` holds; a container passed twice, f(a, a), is one object in the program's process too).
+One the program still holds after the request (in a global, an object, a generator) stays the test's
+object across requests (sandbox_copies.py): whichever side ran last sends its changes to it when it
+hands over (each answer, each request, a callback's too), and either side sends it inside a value as
+a mark the other reads as its own object (a kept list returned later is the test's own; passed
+again, it is the program's same copy). The other way, when the program calls a test's callback (a
+mock, a module attribute the test patched), the test process sends back the callback's changes to
+the program's argument containers (also when it raised; but see (c)), and an argument it returns is
+the program's own (`cb(a) is a`). A container the program reads from a test object (an attribute, an
+item, a callback's result, a draw) is kept so from its first read (lent: the program's changes reach
+the test's object in place, a second read is the same object; one of the call's arguments is the
+program's copy of it). For each request the program's process also takes on what the test set of the
+state the two would share in one process (sandbox_verdicts.py:mirrored): the builtins the test
+replaced (mock.patch('builtins.input'): the test's mock, called in the test process), the other
+module attributes it set (mock.patch('random.randint'), patch.object, `random.randint = f`: set in
+the program's module of that name, imported there if need be; the test process's modules note what
+is set on them from outside, so a request compares nothing while the test patches nothing; the
+harness's own lookups keep the originals: sandbox_patches.py; each value is dumped once a request
+and sent, but a lasting one (a str, bytes, number, or a tuple or frozenset of them), which the
+program cannot change, only when the test sets another: the program's process keeps the last; a
+container the test also passes to the call, or inside an argument, is the program's copy of that
+argument: one object there too), both also for the rest of a call in which a test's callback starts,
+stops or sets one (patcher.start() in a callback: the answer carries the patches then in force); a
+test's class deriving from a datetime type (the frozen clock: Frozen(datetime.datetime) with its own
+now(), patched in as datetime.datetime) is a real subclass of that type there, made by the harness,
+whose public methods are the test's, called in the test process (the program's
+datetime.datetime.now() is the frozen value; the constructor and isinstance are datetime's own; its
+instances are values); the sys.stdin it set (a StringIO: a copy, written back), the sys.argv it
+assigned or patched, and, while the test catches, records or filters warnings, the program's
+warnings are caught there and shown in the test process under the test's filters (recorded, printed,
+ignored, or raised as an error where the call returns). What the harness refuses (an argument it
+cannot send, a program object asked what only a value answers, the program's process gone, its
+timeout, a malformed answer) fails the test whatever the test catches. So the expected values, the
+test source, the report and its nonce never enter the program's process (the tests are read from the
+job after the fork, the context runs after it in the test process only, the output files are
+write-only there and the program's process writes to files of its own, and the test process is not
+dumpable: where /proc is visible, its fd and mem do not open), and nothing the program does to its
+own interpreter (replaced builtins, `-O` via _testinternalcapi or ctypes, gc, settrace and frame
+jumps, closure cells, __del__ or metaclass code in an except clause, audit hooks, ctypes patches of
+int.__eq__, an object whose __eq__ is always True) reaches the test process: what crosses is bytes
+on a pipe, read line by line up to a cap, decoded by json into values and references or else
+ignored. Both processes compile their code before running it (optimize=0, dont_inherit=True); the
+context's modules are imported before the fork (the program's process inherits them; random is
+reseeded in the test process), the context itself runs in the test process only.
 
 Isolation. Each run is a fresh `python -I -S -B` process which, before any untrusted code runs, puts
 up these layers, each closing most holes on its own (one missing layer leaves the others standing):
@@ -204,31 +205,34 @@ follows, the other side's own name for the inner one does not; so beyond the bou
 inner container, a program whose bug is aliasing, one that returns its cache for the test to change,
 passes where plain Python fails it; so may a generator drawn ahead, whose items were taken before a
 test's later change, and a subclass of a value type, which crosses as its base: `type(r) is str`
-holds); a cyclic or very deep argument cannot be sent (the test fails), nor a test's object of
-another type that is no value and no test object (a socket, a memoryview: the test fails, naming its
-type); a StringIO crosses without its newline translation (its value and position do); a test's
-patch reaches the program only as a module's attribute (the state inside a module, mock.patch.dict
-of os.environ, and sys's other attributes stay the test's; a patch of `__main__`'s names is none of
-the program's: the tests' __main__ is not the program's; a value that cannot be sent stays the
-test's; a patched container that holds one of the call's argument containers, rather than being one,
-crosses as a copy of its own; of a frozen clock's class only its public methods are the test's in
-the program's process, its dunders (its own __new__, __eq__, __str__), properties and data are its
-base's), and in the test process a module's type is a subclass of types.ModuleType (isinstance
-holds, `type(m) is types.ModuleType` does not); a warning the test's filters turn into an error is
-raised in the test when the call returns, after the rest of the program's call has run; a test's
-threads call the program one at a time (a call waits for another thread's to end: two calls that
-wait on each other time out); the tests share max_timeouts·timeout of wall time (the longest the
-trainer waits for one program's tests), so slow tests that each pass within the timeout can run out
-of it together. (d) The test process trusts the tests and `context`; a program can still cost the
-test process some CPU (e.g. a list of colliding hashes the test turns into a set), up to the test's
-CPU watchdog. (e) Where a layer is unavailable (no namespaces in a container that forbids them, no
-seccomp off Linux x86_64, a root trainer whose standard library other users cannot read) it is
-skipped with a warning and what it guarded is open (without seccomp no thread starts, the test's or
-the program's; without seccomp and namespaces the program's process could signal or trace the test
-process; without namespaces alone, read the trainer's /proc/PID/mem where ptrace rules allow it):
-run_tests_in_sandbox reports which layers were active.
-(f) CPU and memory are rationed per process, not in total: parallel programs share the machine
-(sandbox_workers bounds them).
+holds); a cyclic argument, or one nested deeper than the harness's own limit (values are dumped
+under a limit of 13,333 frames and read under 20,000, whatever either side's limit: some 6,000
+levels), cannot be sent (the test fails; the program's process numbers a call's arguments and dumps
+its result under the program's own limit), nor a test's object of another type that is no value and
+no test object (a socket, a memoryview: the test fails, naming its type); an in-place change of
+sys.argv does not reach the program, nor do the program's log records reach the test's handlers
+(assertLogs sees none); a StringIO crosses without its newline translation (its value and position
+do); a test's patch reaches the program only as a module's attribute (the state inside a module,
+mock.patch.dict of os.environ, and sys's other attributes stay the test's; a patch of `__main__`'s
+names is none of the program's: the tests' __main__ is not the program's; a value that cannot be
+sent stays the test's; a patched container that holds one of the call's argument containers, rather
+than being one, crosses as a copy of its own; of a frozen clock's class only its public methods are
+the test's in the program's process, its dunders (its own __new__, __eq__, __str__), properties and
+data are its base's), and in the test process a module's type is a subclass of types.ModuleType
+(isinstance holds, `type(m) is types.ModuleType` does not); a warning the test's filters turn into
+an error is raised in the test when the call returns, after the rest of the program's call has run;
+a test's threads call the program one at a time (a call waits for another thread's to end: two calls
+that wait on each other time out); the tests share max_timeouts·timeout of wall time (the longest
+the trainer waits for one program's tests), so slow tests that each pass within the timeout can run
+out of it together. (d) The test process trusts the tests and `context`; a program can still cost
+the test process some CPU (e.g. a list of colliding hashes the test turns into a set), up to the
+test's CPU watchdog. (e) Where a layer is unavailable (no namespaces in a container that forbids
+them, no seccomp off Linux x86_64, a root trainer whose standard library other users cannot read) it
+is skipped with a warning and what it guarded is open (without seccomp no thread starts, the test's
+or the program's; without seccomp and namespaces the program's process could signal or trace the
+test process; without namespaces alone, read the trainer's /proc/PID/mem where ptrace rules allow
+it): run_tests_in_sandbox reports which layers were active. (f) CPU and memory are rationed per
+process, not in total: parallel programs share the machine (sandbox_workers bounds them).
 """
 from __future__ import annotations
 

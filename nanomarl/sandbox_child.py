@@ -15,9 +15,9 @@ from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, awake, changed, containers
                             unheld)
 from sandbox_layers import (confine, die_with_parent, drop_privileges, fork_program,
                             guard_threads, isolate)  # sandbox.py's BOOT
-from sandbox_link import (EXIT, LINK, OPS, BINARY, WRITE, TestTimeout, abort, answer, attempt,
-                          compiled, read_exactly, read_line, run, serve, taken, with_pairs,
-                          write_all)
+from sandbox_link import (DEEP, EXIT, LINK, OPS, BINARY, WRITE, TestTimeout, abort, answer,
+                          attempt, compiled, deep, read_exactly, read_line, run, serve, taken,
+                          with_pairs, write_all)
 from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, stand_in, took_on
 from sandbox_proxies import TestObject, test_object
 from sandbox_values import CONTEXT, DATETIMES, PRINTS, Decoder, dump, error_payload, raised, same
@@ -143,7 +143,7 @@ def program_side(job, requests, answers):
             if line is None:
                 EXIT(0)
             try:
-                message = LINK["decode"](line)
+                message = deep(LINK["decode"], line, limit=DEEP)
             except Exception:
                 continue
             if type(message) is list and len(message) in (5, 7) and type(message[-1]) is dict:

@@ -247,7 +247,13 @@ def settable(value, name):
 def readable(value, name):
     """Whether the program may read this attribute of a test object: a public one of a test's
     class or instance, or of a unittest.mock object one its mock class does not define (what the
-    mock stands for, a mock_open's read, never the mock's records, resets or configuration)."""
+    mock stands for, a mock_open's read, never the mock's records, resets or configuration); a
+    test's function's, method's or class's __name__, __qualname__, __doc__ or __module__ where it
+    is a str or None (sandbox_proxies.py:texts)."""
+    if name in ("__name__", "__qualname__", "__doc__", "__module__"):
+        return (type(value).__module__ == "builtins" and type(value).__name__ in (
+            "function", "method") or isinstance(value, type) and test_made(value)) and type(
+            getattr(value, name, None)) in (str, type(None))
     if type(name) is not str or name.startswith("_"):
         return False
     if type(value).__module__ == "unittest.mock":

@@ -23,6 +23,9 @@ READ, WRITE, EXIT = os.read, os.write, os._exit  # before any program code (it m
 GET_LIMIT, SET_LIMIT = sys.getrecursionlimit, sys.setrecursionlimit
 ROOM, LEVEL = 100, dict(test=10, program=8)  # frames over the limit for the harness (room)
 LIMIT = [0, 0]  # the recursion limit room() set last, the frames it added
+DEEP = 20000  # the recursion limit under which a value is read (deep): json's scanner, ~130 bytes
+# of C stack a level, stays within 3 MB; one is numbered and dumped under 2/3 of it (deep): a
+# dict's level is three of JSON's
 
 
 class TestTimeout(BaseException):  # not an Exception: `except Exception` does not swallow it
@@ -70,6 +73,21 @@ def attempt(fn, seconds):
     finally:
         ALARM[0] = False
         _signal.setitimer(_signal.ITIMER_REAL, 0)
+
+
+def deep(fn, *args, limit=DEEP * 2 // 3):
+    """fn(*args) under the recursion limit `limit` (the harness's walk of a value, whatever the
+    test's or the program's own limit: a value nested some 6,000 deep crosses, a deeper one fails),
+    the limit as it was after; under the limit as it is where the stack is deeper already."""
+    now = GET_LIMIT()
+    try:
+        SET_LIMIT(limit)
+    except RecursionError:
+        return fn(*args)
+    try:
+        return fn(*args)
+    finally:
+        SET_LIMIT(now)
 
 
 def compiled(source, name):
@@ -123,9 +141,10 @@ ARITHMETIC = "add sub mul matmul truediv floordiv mod pow lshift rshift and xor 
 OPERATORS = {prefix + n for prefix in ("", "r", "i") for n in ARITHMETIC} | {"divmod", "rdivmod"}
 BUILTINS = dict(int=int, float=float, complex=complex, round=round, trunc=math.trunc, **{n: getattr(
     _operator, n) for n in ("neg", "pos", "invert", "abs", "index", "setitem", "delitem")})
-# a program object's data whose values are values (its __wrapped__: a program object)
+# a program object's data whose values are values (its __wrapped__: a program object; its
+# __dict__ and __annotations__: copies)
 TOLD = {"__name__", "__qualname__", "__doc__", "__module__", "__defaults__", "__kwdefaults__",
-        "__wrapped__"}
+        "__wrapped__", "__dict__", "__annotations__"}
 
 
 def special_op(value, asked):
@@ -177,7 +196,7 @@ def talk(op, target, a, b, extra, caller):
     try:
         refer, aliases = LINK["refer"], LINK["kept_tags"]
         line = "[%d,\"q\",%s,%s,%s,%s," % (LINK["seq"] + step, dump(op, None), dump(target, None),
-                                         dump(a, refer, aliases), dump(b, refer, aliases))
+                                         *[deep(dump, v, refer, aliases) for v in (a, b)])
         extra = told(extra)  # (after a and b: a request that cannot be sent tells nothing)
         line += dump(extra, refer, aliases) + "]\n"
     except Exception as e:  # (a cyclic or too deep argument): the harness's failure
@@ -276,7 +295,7 @@ def answer(seq, status, payload, extra, pairs=()):
     try:
         if status == "e":  # (a test's callback's, kept: sandbox_values.py:error_payload)
             payload = error_payload(payload, LINK["side"] == "test")
-        data = '[%d,"a",%s,%s,%s]' % (seq, dump(status, None), dump(payload, refer, tags),
+        data = '[%d,"a",%s,%s,%s]' % (seq, dump(status, None), deep(dump, payload, refer, tags),
                                       with_pairs(dump(extra, refer, tags), pairs))
     except TestTimeout:
         data = '[%d,"a","t",null,{"d":[]}]' % seq
@@ -316,7 +335,7 @@ def ask(op, target, a=None, b=None, args=None):
     with TALKING:
         sent = LINK["kept_ids"] if LINK["side"] == "program" else None  # (kept: sent as marks)
         try:
-            numbered = containers(args, [], sent) if args else []
+            numbered = deep(containers, args, [], sent) if args else []
         except Exception as e:  # a cyclic argument (a test's fails the test)
             raise (unsendable(e) if LINK["side"] == "test" else e) from None
         extra = LINK["mirrored"](numbered)

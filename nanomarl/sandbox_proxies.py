@@ -77,6 +77,21 @@ def call(self, *args, **kwargs):  # (the __call__ of a callable test object's pr
     return ask("call", self.handle, list(args), kwargs, [*args, *kwargs.values()])
 
 
+TEXTS = ("__name__", "__qualname__", "__doc__", "__module__")  # (sandbox_lending.py:readable)
+
+
+def texts(self, name):  # (the __getattribute__ of a callable test object's proxy class)
+    """A test's function's, method's or class's __name__, __qualname__, __doc__ and __module__ are
+    the test's (functools.wraps copies them); its other attributes and those the test process
+    refuses (a callable instance's) are TestObject's."""
+    if name in TEXTS:
+        try:
+            return request("attr", object.__getattribute__(self, "handle"), name)
+        except Exception:
+            pass
+    return object.__getattribute__(self, name)
+
+
 def field_values(self):  # (the __dict__ of a test's dataclass's proxy class: a copy)
     return {f.name: getattr(self, f.name) for f in IMPORT("dataclasses").fields(self)}
 
@@ -141,7 +156,7 @@ def proxy_class(kind, told):
         name, qualname, module, calls = "TestObject", "TestObject", __name__, True
     namespace = {"__slots__": (), "__module__": module, "__qualname__": qualname}
     if calls is True:
-        namespace["__call__"] = call
+        namespace.update(__call__=call, __getattribute__=texts)
     made = None  # (the dataclass whose fields its instances have)
     if hasattr(declared, "__dataclass_fields__") and (fields is not None or told is None):
         made = declared  # (replace() makes an instance of it: its __class__)

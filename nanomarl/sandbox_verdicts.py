@@ -9,8 +9,9 @@ changed (serving, served)."""
 import _signal, _thread, builtins, marshal, os, sys, time
 
 from sandbox_layers import confine, reap, watchdog  # sandbox.py's BOOT
-from sandbox_link import (LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt, compiled,
-                          gone, read_exactly, read_line, refilled, remote, run, taken, told)
+from sandbox_link import (DEEP, LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt,
+                          compiled, deep, gone, read_exactly, read_line, refilled, remote, run,
+                          taken, told)
 from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, kept_entry
 from sandbox_lending import lending, let_go, readable, settable, test_made
 from sandbox_patches import (IMPORT, PATCHED, SETS, builtin_named, fingerprint, module,
@@ -28,7 +29,9 @@ def test_next():
             raise abort(gone("has ended or sent an over-long answer"))
         LINK["made"] = ({}, {})  # the objects rebuilt from this line (rebuilt)
         try:
-            message = LINK["decode"](line)
+            message = deep(LINK["decode"], line, limit=DEEP)
+        except RecursionError:  # (nested deeper than the program's process dumps: forged)
+            raise abort(ProgramError("an answer nested too deep")) from None
         except Exception:
             message = None
         if type(message) is not list or message[1:2] != ["q"]:  # (an answer, or maybe one)
@@ -114,8 +117,11 @@ def mirrored(numbered):
 
 
 def in_force(numbered=None):
-    """{"b": the builtins the test replaced, "p": the other module attributes it set}."""
+    """{"b": the builtins the test replaced, "p": the other module attributes it set (sys.argv
+    too, by identity: sys is no watched module)}."""
     start = LINK["builtins"]
+    if sys.argv is not LINK["argv"]:  # (module_patches forgets it once it is restored)
+        PATCHED.setdefault((sys, "argv"), [LINK["argv"]])
     return {"b": {name: value for name, value in vars(builtins).items()
                   if start.get(name, start) is not value},
             "p": module_patches(numbered) if PATCHED else []}
@@ -208,8 +214,9 @@ def catching():
 def shared_state():
     """The test process's state mirrored() compares with: as it is once the context has run."""
     warnings = IMPORT("warnings")
-    return dict(builtins=dict(vars(builtins)), stdin=sys.stdin, registry={}, warnings=(
-        warnings.filters, list(warnings.filters), warnings.showwarning, warnings._showwarnmsg_impl))
+    return dict(builtins=dict(vars(builtins)), stdin=sys.stdin, argv=sys.argv, registry={},
+                warnings=(warnings.filters, list(warnings.filters), warnings.showwarning,
+                          warnings._showwarnmsg_impl))
 
 
 def test_resolve(tag, item):

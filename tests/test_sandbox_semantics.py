@@ -2942,3 +2942,87 @@ def test_a_pathlib_path_crosses_as_a_value():
     assert plain(program, tests) == [True] * 3
     result = run(program, tests)
     assert result["passed"] == [True] * 3, result["errors"]
+
+
+def test_functools_wraps_of_a_tests_function_copies_its_name():
+    """A program's decorator applied to a test's function (functools.wraps) gives the wrapper the
+    test function's __name__, __qualname__, __doc__ and __module__ (strings read from the test
+    process: sandbox_lending.py:readable), and its __wrapped__ is the test's function."""
+    program = """\
+        import functools
+        def memoize(f):
+            cache = {}
+            @functools.wraps(f)
+            def wrapper(*args):
+                if args not in cache:
+                    cache[args] = f(*args)
+                return cache[args]
+            return wrapper
+        """
+    tests = ["@memoize\ndef square(x):\n    '''Square.'''\n    return x * x\n"
+             "assert (square.__name__, square.__qualname__, square.__doc__, square.__module__) =="
+             " ('square', 'square', 'Square.', __name__)\n"
+             "assert square.__wrapped__ is square.__wrapped__ and square.__wrapped__(3) == 9",
+             "class K:\n    pass\nassert memoize(K).__name__ == 'K'"]
+    assert plain(program, tests) == [True] * 2
+    result = run(program, tests)
+    assert result["passed"] == [True] * 2, result["errors"]
+
+
+def test_vars_and_annotations_of_a_program_object_are_values():
+    """A test reads a program instance's __dict__ (obj.__dict__, vars(obj)) and a program
+    function's __annotations__ as dict values (copies; a builtin class in them crosses by name:
+    `is int` holds)."""
+    program = """\
+        class Student:
+            def __init__(self, name, grade):
+                self.name = name
+                self.grade = grade
+        def add(a: int, b: int = 2) -> int:
+            return a + b
+        """
+    tests = ["s = Student('a', 3)\nassert s.__dict__ == {'name': 'a', 'grade': 3}",
+             "assert vars(Student('b', 1)) == {'name': 'b', 'grade': 1}",
+             "assert add.__annotations__ == {'a': int, 'b': int, 'return': int}\n"
+             "assert add.__annotations__['return'] is int"]
+    assert plain(program, tests) == [True] * 3
+    result = run(program, tests)
+    assert result["passed"] == [True] * 3, result["errors"]
+
+
+def test_a_deep_argument_crosses_to_a_program_that_raised_its_limit():
+    """A test's argument nested 3,000 deep reaches a program that raised its own recursion limit
+    (the harness dumps and reads values under a limit of its own: sandbox_link.py:deep); a
+    100,000-deep one cannot be sent (the test fails cleanly) and the next test runs."""
+    program = """\
+        import sys
+        sys.setrecursionlimit(20000)
+        def flatten(x):
+            return [y for i in x for y in flatten(i)] if isinstance(x, list) else [x]
+        """
+    tests = ["x = 1\nfor _ in range(3000):\n    x = [x]\nassert flatten(x) == [1]",
+             "x = 1\nfor _ in range(100000):\n    x = [x]\nflatten(x)",
+             "assert flatten([[1], [2, [3]]]) == [1, 2, 3]"]
+    assert plain(program, tests) == [True, False, True]  # (flatten's RecursionError there)
+    result = run(program, tests)
+    assert result["passed"] == [True, False, True], result["errors"]
+    assert "cannot be sent" in result["errors"][1]
+
+
+def test_a_tests_sys_argv_reaches_the_program():
+    """A test's sys.argv (assigned, or mock.patch.object) is the program's sys.argv during its
+    calls; restored, the program's is its own again."""
+    program = """\
+        import sys
+        def main():
+            return sum(int(a) for a in sys.argv[1:])
+        def count():
+            return len(sys.argv)
+        """
+    tests = ["import sys\nfrom unittest import mock\n"
+             "with mock.patch.object(sys, 'argv', ['prog', '2', '3']):\n    assert main() == 5\n"
+             "n = count()\nsys.argv = ['p', '7']\nassert main() == 7\nsys.argv = ['p']\n"
+             "assert main() == 0"]
+    assert plain(program, tests) == [True]
+    result = run(program, tests)
+    assert result["passed"] == [True], result["errors"]
