@@ -16,12 +16,12 @@ list, tuple, set, frozenset, dict, Counter, OrderedDict, defaultdict, deque, Nam
 context's class of its name where its fields are that class's, else the test's own class of that
 name and fields that crossed to the program: a test's Q comes back a Q), Fraction, Decimal, range,
 dict views, datetime's types, pathlib's pure and posix paths; tagged where JSON has no type, so that
-they stay distinct; a subclass of one travels as the base value plain Python compares: a (str,
-Enum) member as its str, a datetime type's as its datetime value (one of a test's class rebuilt as
-an instance of that class on either side: the frozen clock below); an exception as its class's
-name, its nearest builtin ancestor, its arguments (an OSError's with its errno, strerror and file
-names), its own attributes and its __cause__ and __context__ (each crossing alike), raised as the
-builtin of that name only where its class is that builtin (a program's own KeyError(Exception) is no
+they stay distinct; a subclass of one travels as the base value plain Python compares: a (str, Enum)
+member as its str, a datetime type's as its datetime value (one of a test's class rebuilt as an
+instance of that class on either side: the frozen clock below); an exception as its class's name,
+its nearest builtin ancestor, its arguments (an OSError's with its errno, strerror and file names),
+its own attributes and its __cause__ and __context__ (each crossing alike), raised as the builtin of
+that name only where its class is that builtin (a program's own KeyError(Exception) is no
 LookupError; a StopIteration only where the test's own code called the program directly: see (c)),
 as a standard library module's class where it is that module's (json.JSONDecodeError: an allow-list
 of modules), as the test's own exception where it is one a test's callback raised (re-raised), else
@@ -51,60 +51,61 @@ instance or class of a test's, an iterator) is called, read, set (an instance's 
 class's methods) and drawn by the test process, and its protocol (truth, length, items and item
 assignment, iteration, text, comparisons, arithmetic and conversions: the test's own method, whose
 NotImplemented Python reflects as in one process, hash, isinstance with it) is answered there by the
-test's own methods (a test's function's, method's or class's __name__, __qualname__, __doc__ and
-__module__ are read there: functools.wraps) (the harness's own frames between the two processes'
-calls do not count against the recursion limit); an instance of a class the context declares is an
-instance of the program's class of that name for isinstance. The rule for names: a test may ask the
-program for the names it is given (`names`: the entry point, aux, a problem's declared names; by
-default the program's top-level defs and classes, for a program that brings its own check()) and no
-other; those win over the builtins (an entry point named `pow` is the program's), and a name the
-program does not define is a NameError, never a builtin or a capture of the test's own variable.
-After a call, the program's process sends back the new contents of the argument containers, io
-buffers and Random generators it changed (the test sees mutation in place, a buffer read or written,
-a generator drawn from; also when the call raised), and a returned argument is the test's own object
-(`f(a) is a` holds; a container passed twice, f(a, a), is one object in the program's process too).
-One the program still holds after the request (in a global, an object, a generator) stays the test's
-object across requests (sandbox_copies.py): whichever side ran last sends its changes to it when it
-hands over (each answer, each request, a callback's too), and either side sends it inside a value as
-a mark the other reads as its own object (a kept list returned later is the test's own; passed
-again, it is the program's same copy). The other way, when the program calls a test's callback (a
-mock, a module attribute the test patched), the test process sends back the callback's changes to
-the program's argument containers (also when it raised; but see (c)), and an argument it returns is
-the program's own (`cb(a) is a`). A container the program reads from a test object (an attribute, an
-item, a callback's result, a draw) is kept so from its first read (lent: the program's changes reach
-the test's object in place, a second read is the same object; one of the call's arguments is the
-program's copy of it). For each request the program's process also takes on what the test set of the
-state the two would share in one process (sandbox_verdicts.py:mirrored): the builtins the test
-replaced (mock.patch('builtins.input'): the test's mock, called in the test process), the other
-module attributes it set (mock.patch('random.randint'), patch.object, `random.randint = f`: set in
-the program's module of that name, imported there if need be; the test process's modules note what
-is set on them from outside, so a request compares nothing while the test patches nothing; the
-harness's own lookups keep the originals: sandbox_patches.py; each value is dumped once a request
-and sent, but a lasting one (a str, bytes, number, or a tuple or frozenset of them), which the
-program cannot change, only when the test sets another: the program's process keeps the last; a
-container the test also passes to the call, or inside an argument, is the program's copy of that
-argument: one object there too), both also for the rest of a call in which a test's callback starts,
-stops or sets one (patcher.start() in a callback: the answer carries the patches then in force); a
-test's class deriving from a datetime type (the frozen clock: Frozen(datetime.datetime) with its own
-now(), patched in as datetime.datetime) is a real subclass of that type there, made by the harness,
-whose public methods are the test's, called in the test process (the program's
-datetime.datetime.now() is the frozen value; the constructor and isinstance are datetime's own; its
-instances are values); the sys.stdin it set (a StringIO: a copy, written back), the sys.argv it
-assigned or patched, and, while the test catches, records or filters warnings, the program's
-warnings are caught there and shown in the test process under the test's filters (recorded, printed,
-ignored, or raised as an error where the call returns). What the harness refuses (an argument it
-cannot send, a program object asked what only a value answers, the program's process gone, its
-timeout, a malformed answer) fails the test whatever the test catches. So the expected values, the
-test source, the report and its nonce never enter the program's process (the tests are read from the
-job after the fork, the context runs after it in the test process only, the output files are
-write-only there and the program's process writes to files of its own, and the test process is not
-dumpable: where /proc is visible, its fd and mem do not open), and nothing the program does to its
-own interpreter (replaced builtins, `-O` via _testinternalcapi or ctypes, gc, settrace and frame
-jumps, closure cells, __del__ or metaclass code in an except clause, audit hooks, ctypes patches of
-int.__eq__, an object whose __eq__ is always True) reaches the test process: what crosses is bytes
-on a pipe, read line by line up to a cap, decoded by json into values and references or else
-ignored. Both processes compile their code before running it (optimize=0, dont_inherit=True); the
-context's modules are imported before the fork (the program's process inherits them; random is
+test's own methods, as are the texts functools.wraps copies (the harness's own frames between the
+two processes' calls do not count against the recursion limit); an instance of a class the context
+declares is an instance of the program's class of that name for isinstance. The rule for names: a
+test may ask the program for the names it is given (`names`: the entry point, aux, a problem's
+declared names; by default the program's top-level defs and classes, for a program that brings its
+own check()) and no other; those win over the builtins (an entry point named `pow` is the
+program's), and a name the program does not define is a NameError, never a builtin or a capture of
+the test's own variable. After a call, the program's process sends back the new contents of the
+argument containers, io buffers and Random generators it changed (the test sees mutation in place, a
+buffer read or written, a generator drawn from; also when the call raised), and a returned argument
+is the test's own object (`f(a) is a` holds; a container passed twice, f(a, a), is one object in the
+program's process too). One the program still holds after the request (in a global, an object, a
+generator) stays the test's object across requests (sandbox_copies.py): whichever side ran last
+sends its changes to it when it hands over (each answer, each request, a callback's too), and either
+side sends it inside a value as a mark the other reads as its own object (a kept list returned later
+is the test's own; passed again, it is the program's same copy). The other way, when the program
+calls a test's callback (a mock, a module attribute the test patched), the test process sends back
+the callback's changes to the program's argument containers (also when it raised; but see (c)), and
+an argument it returns is the program's own (`cb(a) is a`). A container the program reads from a
+test object (an attribute, an item, a callback's result, a draw) is kept so from its first read
+(lent: the program's changes reach the test's object in place, a second read is the same object; one
+of the call's arguments is the program's copy of it). For each request the program's process also
+takes on what the test set of the state the two would share in one process
+(sandbox_verdicts.py:mirrored): the builtins the test replaced (mock.patch('builtins.input'): the
+test's mock, called in the test process), the other module attributes it set
+(mock.patch('random.randint'), patch.object, `random.randint = f`: set in the program's module of
+that name, imported there if need be; the test process's modules note what is set on them from
+outside, so a request compares nothing while the test patches nothing; the harness's own lookups
+keep the originals: sandbox_patches.py; each value is dumped once a request and sent, but a lasting
+one (a str, bytes, number, or a tuple or frozenset of them), which the program cannot change, only
+when the test sets another: the program's process keeps the last; a container the test also passes
+to the call, or inside an argument, is the program's copy of that argument: one object there too),
+both also for the rest of a call in which a test's callback starts, stops or sets one
+(patcher.start() in a callback: the answer carries the patches then in force); a test's class
+deriving from a datetime type (the frozen clock: Frozen(datetime.datetime) with its own now(),
+patched in as datetime.datetime) is a real subclass of that type there, made by the harness, whose
+public methods are the test's, called in the test process (the program's datetime.datetime.now() is
+the frozen value; the constructor and isinstance are datetime's own; its instances are values); the
+sys.stdin it set (a StringIO: a copy, written back), the sys.argv it assigned or patched, and, while
+the test catches, records or filters warnings, the program's warnings are caught there and shown in
+the test process under the test's filters (recorded, printed, ignored, or raised as an error where
+the call returns), and, while one of the test's loggers has a handler (assertLogs), the program's
+log records, at the test's levels, are new records of the test's nearest logger of their name (their
+level and text: sandbox_caught.py). What the harness refuses (an argument it cannot send, a program
+object asked what only a value answers, the program's process gone, its timeout, a malformed answer)
+fails the test whatever the test catches. So the expected values, the test source, the report and
+its nonce never enter the program's process (the tests are read from the job after the fork, the
+context runs after it in the test process only, the output files are write-only there and the
+program's process writes to files of its own, and the test process is not dumpable: where /proc is
+visible, its fd and mem do not open), and nothing the program does to its own interpreter (replaced
+builtins, `-O`, gc, settrace, closure cells, audit hooks, ctypes patches of int.__eq__, an object
+whose __eq__ is always True: tests/test_sandbox_hostile.py) reaches the test process: what crosses
+is bytes on a pipe, read line by line up to a cap, decoded by json into values and references or
+else ignored. Both processes compile their code before running it (optimize=0, dont_inherit=True);
+the context's modules are imported before the fork (the program's process inherits them; random is
 reseeded in the test process), the context itself runs in the test process only.
 
 Isolation. Each run is a fresh `python -I -S -B` process which, before any untrusted code runs, puts
@@ -173,8 +174,8 @@ item; each call costs a round trip between the processes, so a test of 100,000s 
 the program's random is its own (no state of the test process reaches it, so a test's random.seed
 does not seed it: the test's draws stay the test's); a program class is no class in the test process
 (a test cannot subclass it or name it in `except`), and a test's class is none in the program's
-(type(x) of a test object is a proxy class the harness makes once for each of the test's classes,
-of its name, qualified name and module, callable only where the test's objects are, with a test's
+(type(x) of a test object is a proxy class the harness makes once for each of the test's classes, of
+its name, qualified name and module, callable only where the test's objects are, with a test's
 dataclass's fields: isinstance works, `type(x) is Cls` does not; vars() of a test's dataclass
 instance is a copy of its fields' values, and dataclasses.replace() makes only an instance of a
 class the context declares; but a frozen clock's stand-in, a real subclass of datetime's type); a
@@ -205,34 +206,34 @@ follows, the other side's own name for the inner one does not; so beyond the bou
 inner container, a program whose bug is aliasing, one that returns its cache for the test to change,
 passes where plain Python fails it; so may a generator drawn ahead, whose items were taken before a
 test's later change, and a subclass of a value type, which crosses as its base: `type(r) is str`
-holds); a cyclic argument, or one nested deeper than the harness's own limit (values are dumped
-under a limit of 13,333 frames and read under 20,000, whatever either side's limit: some 6,000
-levels), cannot be sent (the test fails; the program's process numbers a call's arguments and dumps
-its result under the program's own limit), nor a test's object of another type that is no value and
-no test object (a socket, a memoryview: the test fails, naming its type); an in-place change of
-sys.argv does not reach the program, nor do the program's log records reach the test's handlers
-(assertLogs sees none); a StringIO crosses without its newline translation (its value and position
-do); a test's patch reaches the program only as a module's attribute (the state inside a module,
-mock.patch.dict of os.environ, and sys's other attributes stay the test's; a patch of `__main__`'s
-names is none of the program's: the tests' __main__ is not the program's; a value that cannot be
-sent stays the test's; a patched container that holds one of the call's argument containers, rather
-than being one, crosses as a copy of its own; of a frozen clock's class only its public methods are
-the test's in the program's process, its dunders (its own __new__, __eq__, __str__), properties and
-data are its base's), and in the test process a module's type is a subclass of types.ModuleType
-(isinstance holds, `type(m) is types.ModuleType` does not); a warning the test's filters turn into
-an error is raised in the test when the call returns, after the rest of the program's call has run;
-a test's threads call the program one at a time (a call waits for another thread's to end: two calls
-that wait on each other time out); the tests share max_timeouts·timeout of wall time (the longest
-the trainer waits for one program's tests), so slow tests that each pass within the timeout can run
-out of it together. (d) The test process trusts the tests and `context`; a program can still cost
-the test process some CPU (e.g. a list of colliding hashes the test turns into a set), up to the
-test's CPU watchdog. (e) Where a layer is unavailable (no namespaces in a container that forbids
-them, no seccomp off Linux x86_64, a root trainer whose standard library other users cannot read) it
-is skipped with a warning and what it guarded is open (without seccomp no thread starts, the test's
-or the program's; without seccomp and namespaces the program's process could signal or trace the
-test process; without namespaces alone, read the trainer's /proc/PID/mem where ptrace rules allow
-it): run_tests_in_sandbox reports which layers were active. (f) CPU and memory are rationed per
-process, not in total: parallel programs share the machine (sandbox_workers bounds them).
+holds); a cyclic argument, or one nested deeper than the harness's own limit (some 6,000 levels,
+whatever either side's limit: sandbox_link.py:deep), cannot be sent (the test fails; the program's
+process numbers a call's arguments and dumps its result under the program's own limit), nor a test's
+object of another type that is no value and no test object (a socket, a memoryview: the test fails,
+naming its type); an in-place change of sys.argv does not reach the program, nor do the log records
+the program makes while it loads or on a logger that does not propagate reach the test's handlers; a
+StringIO crosses without its newline translation (its value and position do); a test's patch reaches
+the program only as a module's attribute (the state inside a module, mock.patch.dict of os.environ,
+and sys's other attributes stay the test's; a patch of `__main__`'s names is none of the program's:
+the tests' __main__ is not the program's; a value that cannot be sent stays the test's; a patched
+container that holds one of the call's argument containers, rather than being one, crosses as a copy
+of its own; of a frozen clock's class only its public methods are the test's in the program's
+process, its dunders (its own __new__, __eq__, __str__), properties and data are its base's), and in
+the test process a module's type is a subclass of types.ModuleType (isinstance holds, `type(m) is
+types.ModuleType` does not); a warning the test's filters turn into an error is raised in the test
+when the call returns, after the rest of the program's call has run; a test's threads call the
+program one at a time (a call waits for another thread's to end: two calls that wait on each other
+time out); the tests share max_timeouts·timeout of wall time (the longest the trainer waits for one
+program's tests), so slow tests that each pass within the timeout can run out of it together. (d)
+The test process trusts the tests and `context`; a program can still cost the test process some CPU
+(e.g. a list of colliding hashes the test turns into a set), up to the test's CPU watchdog. (e)
+Where a layer is unavailable (no namespaces in a container that forbids them, no seccomp off Linux
+x86_64, a root trainer whose standard library other users cannot read) it is skipped with a warning
+and what it guarded is open (without seccomp no thread starts, the test's or the program's; without
+seccomp and namespaces the program's process could signal or trace the test process; without
+namespaces alone, read the trainer's /proc/PID/mem where ptrace rules allow it):
+run_tests_in_sandbox reports which layers were active. (f) CPU and memory are rationed per process,
+not in total: parallel programs share the machine (sandbox_workers bounds them).
 """
 from __future__ import annotations
 
@@ -262,8 +263,8 @@ def frame(data: bytes) -> bytes:
 # the code run inside the sandbox, compiled once here (a child would compile it on every run):
 # each module after the ones it imports; the last one's main() runs the sandbox
 MODULES = ("sandbox_layers", "sandbox_patches", "sandbox_values", "sandbox_copies",
-           "sandbox_lending", "sandbox_link", "sandbox_proxies", "sandbox_verdicts",
-           "sandbox_child")
+           "sandbox_lending", "sandbox_link", "sandbox_proxies", "sandbox_caught",
+           "sandbox_verdicts", "sandbox_child")
 CHILD_CODE = b"".join(frame(marshal.dumps(compile(path.read_text(), str(path), "exec",
                                                   dont_inherit=True, optimize=0)))
                       for path in (Path(__file__).with_name(name + ".py") for name in MODULES))

@@ -10,6 +10,7 @@ program's code, writes the report). The sandbox's modules import only modules th
 cheap to load (no json, signal or site: their imports would cost each run more than the fork)."""
 import _sitebuiltins, builtins, io, marshal, os, select, sys
 
+from sandbox_caught import catch, caught  # sandbox.py's BOOT
 from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, awake, changed, containers, contents,
                             kept_entry, news, rebuilt_copy, referenced, share, snapshot, unchanged,
                             unheld)
@@ -166,11 +167,7 @@ def program_side(job, requests, answers):
             stdin = extra["i"]
             saved["i"] = sys.stdin, stdin, snapshot(stdin) if type(stdin).__module__ == "_io" else 0
             sys.stdin = stdin
-        if extra.get("c"):  # the test catches warnings: the test process shows the program's
-            warnings = IMPORT("warnings")
-            catcher = warnings.catch_warnings(record=True)
-            saved["c"] = catcher, catcher.__enter__()
-            warnings.simplefilter("always")
+        catch(extra, saved)  # (its warnings and log records, for the test process to show)
         take_on(extra, saved, taken_on)
         patches.append((extra, saved))
 
@@ -205,11 +202,7 @@ def program_side(job, requests, answers):
         reply = {}
         saved = patches.pop()[1] if patches and patches[-1][0] is extra else {}
         give_back(saved)
-        if "c" in saved:
-            catcher, log = saved["c"]
-            catcher.__exit__(None, None, None)
-            reply["c"] = [[error_payload(w.message), w.lineno] for w in log
-                          if isinstance(w.message, Warning) and type(w.lineno) is int]
+        caught(saved, reply)
         if "i" in saved:
             sys.stdin, stdin, state = saved["i"]
             if type(stdin).__module__ == "_io" and not unchanged(state, snapshot(stdin)):

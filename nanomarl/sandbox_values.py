@@ -38,14 +38,15 @@ context declares (sandbox_verdicts.py:rebuilt), {"G": ...} a member of an Enum i
 the test process, what the program's process takes on (sandbox_verdicts.py:mirrored): "s" the time
 left, "f" the handles released, "l" the recursion limit, "o" and "e" output redirected, "b"
 builtins, "p" module attributes (one that is the k-th argument container: [module, attribute, null,
-k]), "i" sys.stdin, "c" warnings caught, "F" (the first) the fingerprints of the classes the context
-declares (same); in the program's answer, "o" and "e" the output, "i" sys.stdin's contents, "c" the
-warnings; either way "k" the kept containers' news ([handle, contents], or [handle, start, new
-items]: sandbox_copies.py:news), "d" and "z" (the program's) the handles forgotten and at rest, "D"
-(the test's) those at rest it forgot, "n" (its answer) the argument containers kept from now on, "w"
-(an answer) the argument containers changed, "#" (a request) how many containers its arguments hold
-and "m" those passed twice (sandbox_link.py:told, taken, ask); in an answer to a test's callback,
-"b" and "p" the patches in force (sandbox_verdicts.py:served)."""
+k]), "i" sys.stdin, "c" warnings caught, "g" log records noted (the test's logger levels:
+sandbox_caught.py:watched), "F" (the first) the fingerprints of the classes the context declares
+(same); in the program's answer, "o" and "e" the output, "i" sys.stdin's contents, "c" the warnings,
+"g" the log records; either way "k" the kept containers' news ([handle, contents], or [handle,
+start, new items]: sandbox_copies.py:news), "d" and "z" (the program's) the handles forgotten and at
+rest, "D" (the test's) those at rest it forgot, "n" (its answer) the argument containers kept from
+now on, "w" (an answer) the argument containers changed, "#" (a request) how many containers its
+arguments hold and "m" those passed twice (sandbox_link.py:told, taken, ask); in an answer to a
+test's callback, "b" and "p" the patches in force (sandbox_verdicts.py:served)."""
 import _json, builtins, sys
 
 from sandbox_patches import (DATETIMES, PRINTS, datetime_base, of_class, same, stdlib_error,

@@ -4,18 +4,18 @@ runs the program's code (sandbox.py's docstring has the threat model).
 Executed inside the sandbox as the module `sandbox_verdicts` (sandbox.py's BOOT), from test_side.
 What the program's process may ask of a test object is test_ops; what may be sent to it,
 test_refer; what of the test process's state it takes on for a request, mirrored (module_patches,
-sent; its warnings are shown here: shown), and for the rest of a request, the patches a callback
-changed (serving, served)."""
+sent; its warnings and log records are shown here: sandbox_caught.py:displayed), and for the rest
+of a request, the patches a callback changed (serving, served)."""
 import _signal, _thread, builtins, marshal, os, sys, time
 
-from sandbox_layers import confine, reap, watchdog  # sandbox.py's BOOT
+from sandbox_caught import displayed, levels, warnings_state, watched  # sandbox.py's BOOT
+from sandbox_layers import confine, reap, watchdog
 from sandbox_link import (DEEP, LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt,
                           compiled, deep, gone, read_exactly, read_line, refilled, remote, run,
                           taken, told)
 from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, kept_entry
 from sandbox_lending import lending, let_go, readable, settable, test_made
-from sandbox_patches import (IMPORT, PATCHED, SETS, builtin_named, fingerprint, module,
-                             watch_modules)
+from sandbox_patches import PATCHED, SETS, builtin_named, fingerprint, module, watch_modules
 from sandbox_proxies import looks
 from sandbox_values import (DECLARED, SOURCES, Abort, Decoder, Dumped, ProgramError,
                             datetime_base, describe, direct, dump, raised)
@@ -51,8 +51,7 @@ def test_answered(message):
             getattr(sys, stream).write(extra[key])
     if "i" in extra and type(sys.stdin).__name__ in BUFFERS and sys.stdin is not LINK["stdin"]:
         refilled(sys.stdin, extra["i"])
-    for caught in extra["c"] if type(extra.get("c")) is list and catching() else ():
-        shown(caught)
+    displayed(extra)  # (its warnings and log records)
     if status == "v":
         return payload
     if status == "t":
@@ -85,15 +84,6 @@ def kept_up(extra, numbered):
     let_go(extra, LINK)  # ("d" and "z")
 
 
-def shown(caught):
-    """A warning the program's process caught ([its error payload, line]), shown here as the
-    program's warning at that line, under the test's filters (sandbox.py's docstring)."""
-    if type(caught) is list and len(caught) == 2 and type(caught[1]) is int and isinstance(
-            warning := raised(caught[0]), Warning):
-        sys.modules["warnings"].warn_explicit(warning, type(warning), "<program>", caught[1],
-                                              "__main__", LINK["registry"])
-
-
 def mirrored(numbered):
     """What the program's process takes on for a request of the test process (sandbox_link.py:
     ask; numbered: its argument containers): its keys are sandbox_values.py's index, the rules
@@ -109,8 +99,7 @@ def mirrored(numbered):
     extra.update((key, found) for key, found in in_force(numbered).items() if found)
     if sys.stdin is not LINK["stdin"]:
         extra["i"] = sys.stdin
-    if catching():
-        extra["c"] = 1
+    extra.update(watched())  # (warnings and log records caught)
     if LINK["prints"]:  # (until a request is out with them: sent)
         extra["F"] = LINK["prints"]
     return extra
@@ -202,21 +191,10 @@ def lasting(value):
     return type(value) in LEAVES
 
 
-def catching():
-    """Whether the test catches, records or filters warnings (its warnings module's filters or
-    display are not as they were once the context had run)."""
-    warnings, (filters, listed, show, impl) = sys.modules.get("warnings"), LINK["warnings"]
-    return warnings is not None and (warnings.filters is not filters or warnings.filters != listed
-                                     or warnings.showwarning is not show
-                                     or warnings._showwarnmsg_impl is not impl)
-
-
 def shared_state():
     """The test process's state mirrored() compares with: as it is once the context has run."""
-    warnings = IMPORT("warnings")
     return dict(builtins=dict(vars(builtins)), stdin=sys.stdin, argv=sys.argv, registry={},
-                warnings=(warnings.filters, list(warnings.filters), warnings.showwarning,
-                          warnings._showwarnmsg_impl))
+                warnings=warnings_state())
 
 
 def test_resolve(tag, item):
@@ -422,7 +400,7 @@ def test_side(job, fds, layers):
                 remotes={}, names=set(job["names"]), prints={}, made=({}, {}), kept={},
                 kept_ids={}, kept_tags={}, answer=answer, first=0,
                 limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, stderr=sys.stderr,
-                mirrored=mirrored, **shared_state())
+                mirrored=mirrored, logs=levels(), **shared_state())
     lending(LINK, test_refer)  # (what test_ops gives: a test object's containers, lent)
     if "random" in sys.modules:  # imported before the fork: its state is the program's too
         sys.modules["random"].seed()

@@ -3026,3 +3026,54 @@ def test_a_tests_sys_argv_reaches_the_program():
     assert plain(program, tests) == [True]
     result = run(program, tests)
     assert result["passed"] == [True], result["errors"]
+
+
+def test_a_programs_log_records_reach_the_tests_handlers():
+    """While a test's logger has a handler (assertLogs), the program's log records of its calls
+    reach it as in one process: its message formatted by the program, its level and logger name
+    (one of __name__ is __main__'s), an exception's text, under the test's levels (a debug record
+    is not shown at WARNING, even where the program's own basicConfig chose DEBUG); while the
+    test has none, none crosses (the program's own last-resort output is its stderr only)."""
+    program = """\
+        import logging
+        logging.basicConfig(level=logging.DEBUG)
+        log = logging.getLogger('calc.ops')
+        def process(x):
+            logging.debug('checking %s', x)
+            if x < 0:
+                logging.warning('negative input %s', x)
+            return abs(x)
+        def divide(a, b):
+            log.info('divide %d by %d', a, b)
+            try:
+                return a / b
+            except ZeroDivisionError:
+                log.exception('no quotient')
+        def named():
+            logging.getLogger(__name__).error('from %s', __name__)
+        """
+    tests = ["import unittest\ntc = unittest.TestCase()\n"
+             "with tc.assertLogs(level='WARNING') as cm:\n    assert process(-1) == 1\n"
+             "assert cm.output == ['WARNING:root:negative input -1']\n"
+             "assert cm.records[0].levelno == 30 and cm.records[0].getMessage() == "
+             "'negative input -1'",
+             "import unittest\ntc = unittest.TestCase()\n"
+             "with tc.assertLogs('calc', level='INFO') as cm:\n    divide(6, 3)\n    divide(1, 0)\n"
+             "assert cm.output[:2] == ['INFO:calc.ops:divide 6 by 3',\n"
+             "                         'INFO:calc.ops:divide 1 by 0']\n"
+             "assert cm.output[2].startswith('ERROR:calc.ops:no quotient\\nTraceback')\n"
+             "assert 'ZeroDivisionError' in cm.output[2]",
+             "import unittest\ntc = unittest.TestCase()\n"
+             "with tc.assertLogs(level='DEBUG') as cm:\n    process(2)\n"
+             "assert cm.output == ['DEBUG:root:checking 2']\n"
+             "with tc.assertNoLogs(level='INFO'):\n    process(3)"]
+    assert plain(program, tests) == [True] * 3
+    own = ["import unittest\ntc = unittest.TestCase()\n"
+           "with tc.assertLogs('__main__') as cm:\n    named()\n"
+           "assert cm.output == ['ERROR:__main__:from __main__']",
+           "import contextlib, io, logging\nbuffer = io.StringIO()\n"
+           "with contextlib.redirect_stderr(buffer):\n    assert process(-4) == 4\n"
+           "assert buffer.getvalue() == '' and logging.root.handlers == []\n"
+           "assert 'calc.ops' not in logging.Logger.manager.loggerDict"]
+    result = run(program, tests + own)
+    assert result["passed"] == [True] * 5, result["errors"]
