@@ -86,27 +86,27 @@ to the call, or inside an argument, is the program's copy of that argument: one 
 both also for the rest of a call in which a test's callback starts, stops or sets one
 (patcher.start() in a callback: the answer carries the patches then in force); a test's class
 deriving from a datetime type (the frozen clock: Frozen(datetime.datetime) with its own now(),
-patched in as datetime.datetime) is a real subclass of that type there, made by the harness, whose
-public methods are the test's, called in the test process (the program's datetime.datetime.now() is
-the frozen value; the constructor and isinstance are datetime's own; its instances are values); the
-sys.stdin it set (a StringIO: a copy, written back), the sys.argv it assigned or patched, and, while
-the test catches, records or filters warnings, the program's warnings are caught there and shown in
-the test process under the test's filters (recorded, printed, ignored, or raised as an error where
-the call returns), and, while one of the test's loggers has a handler (assertLogs), the program's
-log records, at the test's levels, are new records of the test's nearest logger of their name (their
-level and text: sandbox_caught.py). What the harness refuses (an argument it cannot send, a program
-object asked what only a value answers, the program's process gone, its timeout, a malformed answer)
-fails the test whatever the test catches. So the expected values, the test source, the report and
-its nonce never enter the program's process (the tests are read from the job after the fork, the
-context runs after it in the test process only, the output files are write-only there and the
-program's process writes to files of its own, and the test process is not dumpable: where /proc is
-visible, its fd and mem do not open), and nothing the program does to its own interpreter (replaced
-builtins, `-O`, gc, settrace, closure cells, audit hooks, ctypes patches of int.__eq__, an object
-whose __eq__ is always True: tests/test_sandbox_hostile.py) reaches the test process: what crosses
-is bytes on a pipe, read line by line up to a cap, decoded by json into values and references or
-else ignored. Both processes compile their code before running it (optimize=0, dont_inherit=True);
-the context's modules are imported before the fork (the program's process inherits them; random is
-reseeded in the test process), the context itself runs in the test process only.
+patched in as datetime.datetime) is a real subclass of that type there whose public methods are the
+test's, called in the test process (the program's datetime.datetime.now() is the frozen value; the
+constructor and isinstance are datetime's own; its instances are values); the sys.stdin it set (a
+StringIO: a copy, written back), the sys.argv it assigned or patched, and, while the test catches,
+records or filters warnings, the program's warnings are caught there and shown in the test process
+under the test's filters (recorded, printed, ignored, or raised as an error where the call returns),
+and, while one of the test's loggers has a handler (assertLogs), the program's log records, at the
+test's levels, are new records of the test's nearest logger of their name (their level and text:
+sandbox_caught.py). What the harness refuses (an argument it cannot send, a program object asked
+what only a value answers, the program's process gone, its timeout, a malformed answer) fails the
+test whatever the test catches. So the expected values, the test source, the report and its nonce
+never enter the program's process (the tests are read from the job after the fork, the context runs
+after it in the test process only, the output files are write-only there and the program's process
+writes to files of its own, and the test process is not dumpable: where /proc is visible, its fd and
+mem do not open), and nothing the program does to its own interpreter (replaced builtins, `-O`, gc,
+settrace, closure cells, audit hooks, ctypes patches of int.__eq__, an object whose __eq__ is always
+True: tests/test_sandbox_hostile.py) reaches the test process: what crosses is bytes on a pipe, read
+line by line up to a cap, decoded by json into values and references or else ignored. Both processes
+compile their code before running it (optimize=0, dont_inherit=True); the context's modules are
+imported before the fork (the program's process inherits them; random is reseeded in the test
+process), the context itself runs in the test process only.
 
 Isolation. Each run is a fresh `python -I -S -B` process which, before any untrusted code runs, puts
 up these layers, each closing most holes on its own (one missing layer leaves the others standing):
@@ -158,7 +158,7 @@ Python-level in its own process; an allow-list rather than a deny-list, because 
 process for the verdict, because every in-process guard of a verdict has a bypass. The namespaces
 are set up with a few libc calls (unshare, mount, pivot_root) instead of bubblewrap or nsjail: the
 same kernel mechanism and no system package to install, and the seccomp filter must be installed by
-the Python process itself after it has started (a filter set before exec would have to allow exec).
+the Python process itself after it has started (one set before exec would have to allow exec).
 
 What remains. (a) The program sees its calls' arguments (the test inputs) and may answer each call
 with any value it likes: it can memorise answers for inputs it has seen, but to pass it must return
@@ -172,66 +172,66 @@ __len__ for the test to use loses that test unless the prompt declares the class
 are values, judged by the prompt's class); a generator is drawn ahead of the test after its 8th
 item; each call costs a round trip between the processes, so a test of 100,000s of calls times out;
 the program's random is its own (no state of the test process reaches it, so a test's random.seed
-does not seed it: the test's draws stay the test's); a program class is no class in the test process
-(a test cannot subclass it or name it in `except`), and a test's class is none in the program's
-(type(x) of a test object is a proxy class the harness makes once for each of the test's classes, of
-its name, qualified name and module, callable only where the test's objects are, with a test's
-dataclass's fields: isinstance works, `type(x) is Cls` does not; vars() of a test's dataclass
-instance is a copy of its fields' values, and dataclasses.replace() makes only an instance of a
-class the context declares; but a frozen clock's stand-in, a real subclass of datetime's type); a
-program's StopIteration reaches the test as one only through plain calls of the test's own code (not
-through `obj.f()`, a partial, a comprehension, unittest's runner or the callable form of
-assertRaises, nor map() or next() of a test's iterator: there it fails the test); an exception's
-__cause__ and __context__ are cut three levels down; a container the program hands a test object (an
-attribute it sets, an argument of a test's callback) crosses as a copy, but for a kept one: what the
-test object keeps is that copy (the program's later changes through its own name are not seen; read
-back through the attribute it is the test's), and a callback's changes reach the program's objects
-when it returns (the program called from inside the callback sees them as they were), but in a call
-among whose arguments is a subclass of list, tuple, dict or set (it crosses as its base's copy,
-which the program's process does not number: that call's containers are copies then, but for kept
-ones), and never those to an instance of a class the context declares (the callback's is rebuilt
-from its state: a copy); a container the program keeps or reads from a test object is the test's
-object up to 64 of them holding 4,096 items (each request compares them with their snapshots on both
-sides, so a loop of appends through a test object's attribute costs a comparison of the list at each
-round trip, though it sends only the new items of a list or deque that only grew at its end, and a
-test object's container of plain values rests while the program does not hold it; any other change
-sends the container whole (a dict's, an inner list's, an insert at 0), a test object's list of lists
-is lent anew at each read, and an argument container the program does not keep crosses whole to each
-call and back, so thousands of calls that each add to one list cost seconds; the bounds apply when
-the program answers, a kept container may outgrow them within a call: beyond them one is the
-program's copy, its later changes not written back; a test object's is kept outermost first), and a
-container put into a kept one afterwards (by the test or the program), or inside one beyond the
-bounds, crosses inside it as a copy (the kept one is compared deep and sent whole: its value
-follows, the other side's own name for the inner one does not; so beyond the bounds, or for such an
-inner container, a program whose bug is aliasing, one that returns its cache for the test to change,
-passes where plain Python fails it; so may a generator drawn ahead, whose items were taken before a
-test's later change, and a subclass of a value type, which crosses as its base: `type(r) is str`
-holds); a cyclic argument, or one nested deeper than the harness's own limit (some 6,000 levels,
-whatever either side's limit: sandbox_link.py:deep), cannot be sent (the test fails; the program's
-process numbers a call's arguments and dumps its result under the program's own limit), nor a test's
-object of another type that is no value and no test object (a socket, a memoryview: the test fails,
-naming its type); an in-place change of sys.argv does not reach the program, nor do the log records
-the program makes while it loads or on a logger that does not propagate reach the test's handlers; a
-StringIO crosses without its newline translation (its value and position do); a test's patch reaches
-the program only as a module's attribute (the state inside a module, mock.patch.dict of os.environ,
-and sys's other attributes stay the test's; a patch of `__main__`'s names is none of the program's:
-the tests' __main__ is not the program's; a value that cannot be sent stays the test's; a patched
-container that holds one of the call's argument containers, rather than being one, crosses as a copy
-of its own; of a frozen clock's class only its public methods are the test's in the program's
-process, its dunders (its own __new__, __eq__, __str__), properties and data are its base's), and in
-the test process a module's type is a subclass of types.ModuleType (isinstance holds, `type(m) is
-types.ModuleType` does not); a warning the test's filters turn into an error is raised in the test
-when the call returns, after the rest of the program's call has run; a test's threads call the
-program one at a time (a call waits for another thread's to end: two calls that wait on each other
-time out); the tests share max_timeouts·timeout of wall time (the longest the trainer waits for one
-program's tests), so slow tests that each pass within the timeout can run out of it together. (d)
-The test process trusts the tests and `context`; a program can still cost the test process some CPU
-(e.g. a list of colliding hashes the test turns into a set), up to the test's CPU watchdog. (e)
-Where a layer is unavailable (no namespaces in a container that forbids them, no seccomp off Linux
-x86_64, a root trainer whose standard library other users cannot read) it is skipped with a warning
-and what it guarded is open (without seccomp no thread starts, the test's or the program's; without
-seccomp and namespaces the program's process could signal or trace the test process; without
-namespaces alone, read the trainer's /proc/PID/mem where ptrace rules allow it):
+does not seed it); a program class is no class in the test process (a test cannot subclass it or
+name it in `except`), and a test's class is none in the program's (type(x) of a test object is a
+proxy class the harness makes once for each of the test's classes, of its name, qualified name and
+module, callable only where the test's objects are, with a test's dataclass's fields: isinstance
+works, `type(x) is Cls` does not; vars() of a test's dataclass instance is a copy of its fields'
+values, and dataclasses.replace() makes only an instance of a class the context declares; but a
+frozen clock's stand-in, a real subclass of datetime's type); a program's StopIteration reaches the
+test as one only through plain calls of the test's own code (not through `obj.f()`, a partial, a
+comprehension, unittest's runner or the callable form of assertRaises, nor map() or next() of a
+test's iterator: there it fails the test); an exception's __cause__ and __context__ are cut three
+levels down; a container the program hands a test object (an attribute it sets, an argument of a
+test's callback) crosses as a copy, but for a kept one: what the test object keeps is that copy (the
+program's later changes through its own name are not seen; read back through the attribute it is the
+test's), and a callback's changes reach the program's objects when it returns (the program called
+from inside the callback sees them as they were), but in a call among whose arguments is a subclass
+of list, tuple, dict or set (it crosses as its base's copy, which the program's process does not
+number: that call's containers are copies then, but for kept ones), and never those to an instance
+of a class the context declares (the callback's is rebuilt from its state: a copy); a container the
+program keeps or reads from a test object is the test's object up to 64 of them holding 4,096 items
+(each request compares them with their snapshots on both sides, so a loop of appends through a test
+object's attribute costs a comparison of the list at each round trip, though it sends only the new
+items of a list or deque that only grew at its end, and a test object's container of plain values
+rests while the program does not hold it; any other change sends the container whole (a dict's, an
+inner list's, an insert at 0), a test object's list of lists is lent anew at each read, and an
+argument container the program does not keep crosses whole to each call and back, so thousands of
+calls that each add to one list cost seconds; the bounds apply when the program answers, a kept
+container may outgrow them within a call: beyond them one is the program's copy, its later changes
+not written back; a test object's is kept outermost first), and a container put into a kept one
+afterwards (by the test or the program), or inside one beyond the bounds, crosses inside it as a
+copy (the kept one is compared deep and sent whole: its value follows, the other side's own name for
+the inner one does not); a container of the program's own (a global, an attribute) that a call
+returns or the test reads is a copy too, so, as beyond the bounds or for such an inner container, a
+program whose bug is aliasing (one that returns its cache or its list for the test to change) passes
+where plain Python fails it; so may a generator drawn ahead, whose items were taken before a test's
+later change, and a subclass of a value type, which crosses as its base: `type(r) is str` holds); a
+cyclic argument, or one nested deeper than the harness's own limit (some 6,000 levels:
+sandbox_link.py:deep), cannot be sent (the test fails), nor a test's object of another type that is
+no value and no test object (a socket, a memoryview: the error names its type); an in-place change
+of sys.argv does not reach the program, nor the program's change of it the test, nor do the log
+records the program makes while it loads or on a logger that does not propagate reach the test's
+handlers; a StringIO crosses without its newline translation (its value and position do); a test's
+patch reaches the program only as a module's attribute (the state inside a module, mock.patch.dict
+of os.environ, and sys's other attributes stay the test's; a patch of `__main__`'s names is none of
+the program's: the tests' __main__ is not the program's; a value that cannot be sent stays the
+test's; a patched container that holds one of the call's argument containers, rather than being one,
+crosses as a copy of its own; of a frozen clock's class only its public methods are the test's in
+the program's process, its dunders (its own __new__, __eq__, __str__), properties and data are its
+base's), and in the test process a module's type is a subclass of types.ModuleType (isinstance
+holds, `type(m) is types.ModuleType` does not); a warning the test's filters turn into an error is
+raised in the test when the call returns, after the rest of the program's call has run; a test's
+threads call the program one at a time (a call waits for another thread's to end: two calls that
+wait on each other time out); the tests share max_timeouts·timeout of wall time (the longest the
+trainer waits for one program's tests), so slow tests that each pass within the timeout can run out
+of it together. (d) The test process trusts the tests and `context`; a program can still cost the
+test process some CPU (e.g. a list of colliding hashes the test turns into a set), up to the test's
+CPU watchdog. (e) Where a layer is unavailable (no namespaces in a container that forbids them, no
+seccomp off Linux x86_64, a root trainer whose standard library other users cannot read) it is
+skipped with a warning and what it guarded is open (without seccomp no thread starts, the test's or
+the program's; without seccomp and namespaces the program's process could signal or trace the test
+process; without namespaces alone, read the trainer's /proc/PID/mem where ptrace rules allow it):
 run_tests_in_sandbox reports which layers were active. (f) CPU and memory are rationed per process,
 not in total: parallel programs share the machine (sandbox_workers bounds them).
 """

@@ -142,9 +142,11 @@ OPERATORS = {prefix + n for prefix in ("", "r", "i") for n in ARITHMETIC} | {"di
 BUILTINS = dict(int=int, float=float, complex=complex, round=round, trunc=math.trunc, **{n: getattr(
     _operator, n) for n in ("neg", "pos", "invert", "abs", "index", "setitem", "delitem")})
 # a program object's data whose values are values (its __wrapped__: a program object; its
-# __dict__ and __annotations__: copies)
+# __dict__ and __annotations__: copies, read-only: a change to one could never reach the object)
+COPIES = ("__dict__", "__annotations__")
 TOLD = {"__name__", "__qualname__", "__doc__", "__module__", "__defaults__", "__kwdefaults__",
-        "__wrapped__", "__dict__", "__annotations__"}
+        "__wrapped__", *COPIES}
+MAPPING = type(type.__dict__)  # types.MappingProxyType
 
 
 def special_op(value, asked):
@@ -192,15 +194,17 @@ def talk(op, target, a, b, extra, caller):
         raise abort(gone(""))
     if LINK["failed"] and LINK["side"] == "test":  # the test has failed: its program is not asked
         raise TestTimeout() if LINK["failed"].startswith("Timeout") else Abort(LINK["failed"])
-    step = 1 if LINK["side"] == "test" else -1
+    step, count = 1 if LINK["side"] == "test" else -1, len(LINK.get("mine", ()))
     try:
         refer, aliases = LINK["refer"], LINK["kept_tags"]
         line = "[%d,\"q\",%s,%s,%s,%s," % (LINK["seq"] + step, dump(op, None), dump(target, None),
                                          *[deep(dump, v, refer, aliases) for v in (a, b)])
         extra = told(extra)  # (after a and b: a request that cannot be sent tells nothing)
         line += dump(extra, refer, aliases) + "]\n"
-    except Exception as e:  # (a cyclic or too deep argument): the harness's failure
-        if LINK["side"] != "test":
+    except BaseException as e:  # (a cyclic or too deep argument): the harness's failure
+        if LINK["side"] == "test":
+            unnumbered(count)  # (one it cannot send: Abort)
+        if LINK["side"] != "test" or not isinstance(e, Exception):
             raise
         raise unsendable(e) from None
     LINK["seq"] = seq = LINK["seq"] + step
@@ -291,12 +295,12 @@ def refilled(target, content):
 def answer(seq, status, payload, extra, pairs=()):
     """Writes an answer line (status "v" value, "e" exception, "t" timed out; True if a value
     went out); pairs: with_pairs' for its extra."""
-    refer, tags = LINK["refer"], LINK["kept_tags"]
+    refer, tags, count, whole = LINK["refer"], LINK["kept_tags"], len(LINK.get("mine", ())), None
     try:
         if status == "e":  # (a test's callback's, kept: sandbox_values.py:error_payload)
             payload = error_payload(payload, LINK["side"] == "test")
-        data = '[%d,"a",%s,%s,%s]' % (seq, dump(status, None), deep(dump, payload, refer, tags),
-                                      with_pairs(dump(extra, refer, tags), pairs))
+        data = whole = '[%d,"a",%s,%s,%s]' % (seq, dump(status, None), deep(
+            dump, payload, refer, tags), with_pairs(dump(extra, refer, tags), pairs))
     except TestTimeout:
         data = '[%d,"a","t",null,{"d":[]}]' % seq
     except BaseException as e:
@@ -304,8 +308,18 @@ def answer(seq, status, payload, extra, pairs=()):
     if len(data) > LINK["limit"]:
         data = '[%d,"a","e",%s,{"d":[]}]' % (seq, dump(["ValueError", f"an answer of {len(data)}"
                                                          " bytes", "ValueError"], None))
+    if data is not whole:
+        unnumbered(count)  # (what it numbered did not go out)
     write_all(LINK["out"], b"\n" + data.encode() + b"\n")  # a line of its own, after any output
     return data.startswith('[%d,"a","v"' % seq)
+
+
+def unnumbered(count):
+    """Forgets the test objects the test process numbered since there were `count` (a dump that
+    failed: none of them went out, so no handle the program could guess reaches one)."""
+    mine = LINK.get("mine")
+    while mine and len(mine) > count:
+        LINK["ids"].pop(id(mine.pop(len(mine) - 1)), None)
 
 
 def abort(error):
@@ -385,7 +399,8 @@ class Remote:
 
     def __getattribute__(self, name):  # (TOLD: its data, which Remote's own would answer)
         if name in TOLD or not name.startswith(("__", "_Remote__")):
-            return ask("attr", object.__getattribute__(self, "_Remote__handle"), name)
+            found = ask("attr", object.__getattribute__(self, "_Remote__handle"), name)
+            return MAPPING(found) if name in COPIES and type(found) is dict else found
         return object.__getattribute__(self, name)  # (a slot not set yet: no attribute to ask)
 
     def __setattr__(self, name, value):

@@ -12,7 +12,7 @@ from sandbox_caught import displayed, levels, warnings_state, watched  # sandbox
 from sandbox_layers import confine, reap, watchdog
 from sandbox_link import (DEEP, LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt,
                           compiled, deep, gone, read_exactly, read_line, refilled, remote, run,
-                          taken, told)
+                          taken, told, unnumbered)
 from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, kept_entry
 from sandbox_lending import lending, let_go, readable, settable, test_made
 from sandbox_patches import PATCHED, SETS, builtin_named, fingerprint, module, watch_modules
@@ -174,10 +174,11 @@ def dumped(value):
     """value's JSON text as a request sends it, or None where it cannot be sent: a check, whose
     refusal is no failure of the test's (abort notes none for this thread meanwhile; the alarm's
     mark and another thread's failure stand)."""
-    LINK["probe"] = _thread.get_ident()
+    LINK["probe"], count = _thread.get_ident(), len(LINK["mine"])
     try:
         return dump(value, test_refer, LINK["kept_tags"])
     except (Abort, Exception):
+        unnumbered(count)
         return None
     finally:
         LINK["probe"] = None

@@ -2972,7 +2972,8 @@ def test_functools_wraps_of_a_tests_function_copies_its_name():
 def test_vars_and_annotations_of_a_program_object_are_values():
     """A test reads a program instance's __dict__ (obj.__dict__, vars(obj)) and a program
     function's __annotations__ as dict values (copies; a builtin class in them crosses by name:
-    `is int` holds)."""
+    `is int` holds), read-only: a change through one, which plain Python makes to the object,
+    fails the test (a copy's change would leave the object as it was, where plain Python fails)."""
     program = """\
         class Student:
             def __init__(self, name, grade):
@@ -2984,10 +2985,12 @@ def test_vars_and_annotations_of_a_program_object_are_values():
     tests = ["s = Student('a', 3)\nassert s.__dict__ == {'name': 'a', 'grade': 3}",
              "assert vars(Student('b', 1)) == {'name': 'b', 'grade': 1}",
              "assert add.__annotations__ == {'a': int, 'b': int, 'return': int}\n"
-             "assert add.__annotations__['return'] is int"]
-    assert plain(program, tests) == [True] * 3
+             "assert add.__annotations__['return'] is int",
+             "s = Student('a', 3)\nd = s.__dict__\nd['grade'] = 9\nassert s.grade == 3",
+             "s = Student('a', 3)\nvars(s).clear()\nassert s.name == 'a'"]
+    assert plain(program, tests) == [True] * 3 + [False] * 2
     result = run(program, tests)
-    assert result["passed"] == [True] * 3, result["errors"]
+    assert result["passed"] == [True] * 3 + [False] * 2, result["errors"]
 
 
 def test_a_deep_argument_crosses_to_a_program_that_raised_its_limit():
@@ -3077,3 +3080,32 @@ def test_a_programs_log_records_reach_the_tests_handlers():
            "assert 'calc.ops' not in logging.Logger.manager.loggerDict"]
     result = run(program, tests + own)
     assert result["passed"] == [True] * 5, result["errors"]
+
+
+def test_a_test_object_of_an_argument_that_cannot_be_sent_stays_out_of_reach():
+    """A test's argument that cannot be sent (a memoryview beside a test's function) fails the
+    test before any of it goes out: the test objects its dump numbered on the way are forgotten,
+    so a program that guesses handles (a TestObject of its own, made through gc) reaches none of
+    them in a later test (it read the test's secret before)."""
+    program = """\
+        import gc
+        def f(*args):
+            return 0
+        def steal():
+            for found in gc.get_objects():
+                if type(found) is dict and found.get("__name__") == "sandbox_proxies":
+                    proxies = found
+            out = []
+            for handle in range(6):
+                try:
+                    out.append(proxies["call"](proxies["TestObject"](handle)))
+                except BaseException as e:
+                    out.append(type(e).__name__)
+            return out
+        """
+    tests = ["secret = lambda: 'the expected answer'\nf([secret, memoryview(b'')])",
+             "stolen = steal()\nassert 'the expected answer' not in stolen, stolen",
+             "keep = lambda: 'sent'\nf(keep)\nassert 'sent' in steal()"]
+    result = run(program, tests)
+    assert result["passed"] == [False, True, True], result["errors"]
+    assert "cannot be sent to the program: memoryview" in result["errors"][0]
