@@ -8,21 +8,22 @@ the `resolve` each side passes in, or as a copy (sandbox_copies.py: a call's arg
 after it; the test's objects of the standard library that hold no test code, a partial, an io
 buffer, a Random, a compiled pattern or a match: their JSON text, sandbox_copies.py:copied). A
 NamedTuple crosses as the context's class of its name where its fields are that class's (CONTEXT),
-or as the receiving side's own class of that name and fields that crossed before (TUPLES: a test's Q
-comes back a Q), else as a namedtuple of its name and fields. An exception travels as [name,
-message, nearest builtin ancestor, arguments, whether its class is the context's class of its name
-(same: one the program repeats), its own attributes, its class's module, the test's exception it is,
-its __cause__ and __context__] (error_payload, chain) and is raised on the other side as an
-exception of that name and those arguments (program_error): of the builtin class only where the
-program's is that builtin (a StopIteration only where the test called the program directly: direct),
-of the context's class in the test process where the program's is the same (a fingerprint: same), of
-a standard library module's class where it is that module's (sandbox_patches.py:stdlib_error), else
-of a class of that name derived from its nearest builtin ancestor; one a test's callback raised is
-that very object when it comes back (RAISED). A test's patch of a module attribute crosses with each
-request (sandbox_patches.py; the value dumped once, when it is checked: Dumped). A test's class
-deriving from a type of datetime's (a frozen clock) is a class of the program's process there: a
-real subclass of that type whose public methods are the test's
-(sandbox_verdicts.py:frozen_class; sandbox_patches.py:stand_in).
+or, where its class is the one the sending side's hook made of the receiving side's (marked), as
+that class (TUPLES: a test's Q comes back a Q; a program's own is none of the test's), else as a
+namedtuple of its name and fields. An exception travels as [name, message, nearest builtin ancestor,
+arguments, whether its class is the context's class of its name (same: one the program repeats), its
+own attributes, its class's module, the test's exception it is, its __cause__ and __context__]
+(error_payload, chain) and is raised on the other side as an exception of that name and those
+arguments (program_error): of the builtin class only where the program's is that builtin (a
+StopIteration only where the test called the program directly: direct; else the harness refuses it:
+REFUSE; an OSError's errno picks no subclass: made), of the context's class in the test process
+where the program's is the same (a fingerprint: same), of a standard library module's class where it
+is that module's (sandbox_patches.py:stdlib_error), else of a class of that name derived from its
+nearest builtin ancestor; one a test's callback raised is that very object when it comes back
+(RAISED). A test's patch of a module attribute crosses with each request (sandbox_patches.py; the
+value dumped once, when it is checked: Dumped). A test's class deriving from a type of datetime's (a
+frozen clock) is a class of the program's process there: a real subclass of that type whose public
+methods are the test's (sandbox_verdicts.py:frozen_class; sandbox_patches.py:stand_in).
 
 The tags, an index (each is described where it is made). A value's: dump. A reference's or a mark's,
 read by each side's resolve: {"r": n} a program object, {"g": n} a program's generator or iterator
@@ -73,14 +74,14 @@ class Dumped(str):
 
 
 def dump(value, refer, aliases=None):
-    """value as JSON text: None, bool, float, str, small ints and lists as JSON; tuples "t",
-    sets "s", frozensets "f", dicts "d" (a list of pairs), big ints "i" (hex), bytes "b",
-    bytearrays "y" (hex), complex "c", Counter "C", OrderedDict "O", defaultdict "D", deque "Q",
-    NamedTuple "n", Fraction "F", Decimal "E", pathlib's paths "L", range "R", dict views "K"
-    "V" "I", datetime's date, datetime, time, timedelta and timezone "T" (a subclass's as its
-    base's, a test's marked with its class); anything else is refer(value) (a reference, or
-    Abort). aliases {id: JSON text}: the objects sent as a mark the other side reads as its own
-    (a call's k-th argument container {"a": k}, a kept one {"k": handle}), each alive
+    """value as JSON text: None, bool, float, str, small ints and lists as JSON; tuples "t", sets
+    "s", frozensets "f", dicts "d" (a list of pairs), big ints "i" (hex), bytes "b", bytearrays "y"
+    (hex), complex "c", Counter "C", OrderedDict "O", defaultdict "D", deque "Q", NamedTuple "n"
+    (marked true where hook made its class), Fraction "F", Decimal "E", pathlib's paths "L", range
+    "R", dict views "K" "V" "I", datetime's date, datetime, time, timedelta and timezone "T" (a
+    subclass's as its base's, a test's marked with its class); anything else is refer(value) (a
+    reference, or Abort). aliases {id: JSON text}: the objects sent as a mark the other side reads
+    as its own (a call's k-th argument container {"a": k}, a kept one {"k": handle}), each alive
     meanwhile."""
     kind = type(value)
     if kind is str:
@@ -125,13 +126,15 @@ def dump(value, refer, aliases=None):
         return '{"%s":%s}' % ({"Counter": "C", "OrderedDict": "O", "defaultdict": "D",
                                "deque": "Q"}[name], inner)
     if issubclass(kind, tuple) and type(getattr(kind, "_fields", None)) is tuple:  # NamedTuple
+        named = all(type(field) is str for field in kind._fields)  # (a class hook's "n" made)
+        theirs = named and NAMEDTUPLES.get((name, kind._fields)) is kind
         name += "" if name not in PRINTS or same(kind) else "_"  # (redefined: not the context's)
-        if module == "__main__" and all(type(field) is str for field in kind._fields):
+        if module == "__main__" and named:
             if len(TUPLES) > 100:  # (this side's own class of the name and fields: hook's "n")
                 TUPLES.clear()
             TUPLES[name, kind._fields] = kind
         return ('{"n":[' + dump(name, refer) + "," + dump(list(kind._fields), refer) + ","
-                + dump(list(value), refer, aliases) + "]}")
+                + dump(list(value), refer, aliases) + (",true]}" if theirs else "]}"))
     if module == "fractions" and name == "Fraction":
         return '{"F":[' + dump(value.numerator, refer) + "," + dump(value.denominator, refer) + "]}"
     if module == "decimal" and name == "Decimal":
@@ -212,13 +215,13 @@ def hook(tagged, resolve):
             return made(item[0], item[1])
         if tag == "Q" and kind is list and len(item) == 2 and type(item[0]) is list:
             return made(item[0], item[1])
-    if tag == "n" and kind is list and len(item) == 3 and type(item[0]) is str and (
+    if tag == "n" and kind is list and len(item) in (3, 4) and type(item[0]) is str and (
             type(item[1]) is list and len(item[1]) <= 256 and type(item[2]) is list
             and len(item[2]) == len(item[1]) and all(type(field) is str for field in item[1])):
         key, found = (item[0], tuple(item[1])), CONTEXT[0](item[0])  # (the context's class)
         if not (isinstance(found, type) and issubclass(found, tuple)
                 and getattr(found, "_fields", None) == key[1]):
-            found = TUPLES.get(key)  # (a class of this side's own that crossed, as the test's Q)
+            found = len(item) == 4 and item[3] is True and TUPLES.get(key) or None  # (marked)
         if found is not None:
             return tuple.__new__(found, item[2])
         if key not in NAMEDTUPLES:
@@ -295,6 +298,7 @@ RAISED, RAISES = {}, [0]  # the test process's exceptions its callbacks raised, 
 # process): a program's class that is the same (sandbox_patches.py:same) crosses as the context's
 DECLARED = {}
 CONTEXT = [DECLARED.get]  # a declared name's class (the program's own in its process): hook's "n"
+REFUSE = [None]  # the test process's sandbox_link.py:abort (raised; none in the program's process)
 
 
 def builtin_ancestor(kind, default=Exception):  # (bound before a program can replace builtins)
@@ -304,28 +308,34 @@ def builtin_ancestor(kind, default=Exception):  # (bound before a program can re
 
 def made(kind, args):
     """kind(*args) as plain Python makes it where kind's own classes define no __new__ or
-    __init__: by its nearest builtin ancestor's. A context's class is made so too, its code never
-    run (its __init__ takes the parameters the program passed, not the args they became)."""
+    __init__: by its nearest builtin ancestor's, of that very class (an OSError's errno picks no
+    subclass). A context's class is made so too, its code never run (its __init__ takes the
+    parameters the program passed, not the args they became)."""
     builtin = builtin_ancestor(kind)
     error = builtin.__new__(kind, *args)
     builtin.__init__(error, *args)
+    if type(error) is not kind:  # (OSError's __new__ picks a subclass by errno: never here)
+        parsed, error = error, builtin.__new__(kind)
+        for key in ("args", "errno", "strerror", "filename", "filename2"):
+            setattr(error, key, getattr(parsed, key))
     return error
 
 
 def program_error(name, message, base="", args=None, declared=False, state=None, module="",
                   handle=None, stop=False):
-    """The exception of that name (a context's class where `declared` says the program's is the
-    same (same) and DECLARED has it; the builtin one, but StopIteration (unless `stop`), where it
-    is its own nearest builtin ancestor, `base`: the program's class is that builtin; that of a
-    module of STDLIB's where the class is that module's (sandbox_patches.py:stdlib_error); else a
-    class of that name derived from `base`: a ValueError subclass is caught by `except
-    ValueError`, a program's own KeyError(Exception) by no `except LookupError`; else a
-    ProgramError), made from its arguments where they crossed (KeyError.args is the key, a
-    UnicodeDecodeError has its five), with its own public attributes (state: an
-    InsufficientFunds's amount), described as the other process described it; `handle`: the
-    test's exception it is, kept on it (raised)."""
+    """The exception of that name (a context's class where `declared` says the program's is the same
+    (same) and DECLARED has it; the builtin one, but StopIteration (unless `stop`), where it is its
+    own nearest builtin ancestor, `base`, of module builtins: the program's class is that builtin;
+    that of a module of STDLIB's where the class is that module's (sandbox_patches.py:stdlib_error);
+    else a class of that name derived from `base`: a ValueError subclass is caught by `except
+    ValueError`, a program's own KeyError(Exception) or OSError(OSError) by no `except LookupError`
+    or `except FileNotFoundError`; else a ProgramError), made from its arguments where they crossed
+    (KeyError.args is the key, a UnicodeDecodeError has its five), with its own public attributes
+    (state: an InsufficientFunds's amount), described as the other process described it; `handle`:
+    the test's exception it is, kept on it (raised)."""
     kind = (error_class(declared is True and DECLARED.get(name), stop)
-            or name == base and error_class(name, stop) or stdlib_error(module, name) or None)
+            or name == base and module in ("builtins", "") and error_class(name, stop)
+            or stdlib_error(module, name) or None)
     if kind is None and error_class(base, stop) and name.isidentifier():
         if (name, base) not in EXCEPTIONS:
             if len(EXCEPTIONS) > 100:
@@ -334,17 +344,13 @@ def program_error(name, message, base="", args=None, declared=False, state=None,
                 "__module__": "program",
                 "__str__": lambda self: getattr(self, "program_str", "")})
         kind = EXCEPTIONS[name, base]
-    error = None
-    if kind is not None and type(args) is tuple:
+    error = ProgramError(message)  # (where neither its arguments nor its message make it)
+    for tried in ([args] if kind is not None and type(args) is tuple else []) + [(message,)]:
         try:
-            error = made(kind, args)
+            error = made(kind or ProgramError, tried)
+            break
         except Exception:
             pass
-    if error is None:
-        try:
-            error = made(kind or ProgramError, (message,))
-        except Exception:
-            error = ProgramError(message)
     for key, value in state.items() if type(state) is dict else ():  # its own attributes
         if type(key) is str and not key.startswith("_") and not hasattr(type(error), key):
             object.__setattr__(error, key, value)  # (never its class's: args, errno, a method)
@@ -359,7 +365,8 @@ def raised(payload, stop=None, depth=0):
     describes: in the test process, one its callback raised (a handle of RAISED's) is that very
     object, whatever the rest says; a StopIteration only where stop() says so (the test called
     the program directly: direct) or it is a link of a chain (stop True: no loop ever sees it
-    raised); with the __cause__ and __context__ that crossed with it, down to DEPTH levels, each
+    raised), else the harness refuses it there (REFUSE: an Abort, the test fails whatever it
+    catches); with the __cause__ and __context__ that crossed with it, down to DEPTH levels, each
     made as it is; None if it is malformed."""
     if type(payload) is not list or not 3 <= len(payload) <= 9 or not all(
             type(p) is str for p in payload[:3]):
@@ -371,6 +378,8 @@ def raised(payload, stop=None, depth=0):
     except Exception:
         stop = False
     error = program_error(*payload[:8], stop=stop is True)
+    if payload[2] == "StopIteration" and stop is not True and REFUSE[0] is not None:
+        raise REFUSE[0](error)  # (no `except` of the test's catches it)
     links = payload[8] if len(payload) == 9 and depth < DEPTH else None
     if type(links) is list and len(links) == 3:  # (set as the exception's own: no class's code)
         cause, context = [raised(link, True, depth + 1) for link in links[:2]]
@@ -378,10 +387,6 @@ def raised(payload, stop=None, depth=0):
         object.__setattr__(error, "__context__", cause if links[1] is True else context)
         object.__setattr__(error, "__suppress_context__", links[2] is True)
     return error
-
-
-def refuse(value, aliases=None):
-    raise TypeError("not a value")
 
 
 def error_payload(error, keep=False, depth=0):
@@ -427,7 +432,7 @@ def chain(error, depth):
 def sendable(value):
     """Whether value is a value (no reference: dump needs no refer)."""
     try:
-        dump(value, refuse)
+        dump(value, None)  # (no refer: a reference fails)
         return True
     except BaseException:
         return False
@@ -473,7 +478,7 @@ def called(frame):
     code, at, ops = frame.f_code, frame.f_lasti, unpatched("opcode", "opmap")
     while at > 0 and code.co_code[at] == ops["CACHE"]:  # (a call's inline cache, after it)
         at -= 2
-    if code.co_code[at] not in [ops.get(op) for op in ("CALL", "CALL_KW", "CALL_FUNCTION_EX")]:
+    if code.co_code[at] not in [ops.get(op) for op in ("CALL", "CALL_KW")]:
         return None
     if code.co_filename not in CALLS:
         CALLS[code.co_filename] = {(node.lineno, node.end_lineno, node.col_offset,

@@ -17,7 +17,7 @@ from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, ke
 from sandbox_lending import lending, let_go, readable, settable, test_made
 from sandbox_patches import PATCHED, SETS, builtin_named, fingerprint, module, watch_modules
 from sandbox_proxies import looks
-from sandbox_values import (DECLARED, SOURCES, Abort, Decoder, Dumped, ProgramError,
+from sandbox_values import (DECLARED, REFUSE, SOURCES, Abort, Decoder, Dumped, ProgramError,
                             datetime_base, describe, direct, dump, raised)
 
 
@@ -402,6 +402,7 @@ def test_side(job, fds, layers):
                 kept_ids={}, kept_tags={}, answer=answer, first=0,
                 limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, stderr=sys.stderr,
                 mirrored=mirrored, logs=levels(), **shared_state())
+    REFUSE[0] = abort  # (a StopIteration no test code may catch: sandbox_values.py:raised)
     lending(LINK, test_refer)  # (what test_ops gives: a test object's containers, lent)
     if "random" in sys.modules:  # imported before the fork: its state is the program's too
         sys.modules["random"].seed()

@@ -205,3 +205,120 @@ def test_a_tests_own_namedtuple_crosses_back_as_its_class():
              "origin_shift(Q(1, 9), 1)\nassert not isinstance(other(), Q) and other() == (1, 2)"]
     assert plain(program, tests) == [True] * 3
     assert run(program, tests)["passed"] == [True] * 3
+
+
+def test_a_stop_iteration_the_harness_refuses_fails_the_test_whatever_it_catches():
+    """A program's StopIteration out of a call the test does not make directly (a method, a call
+    inside a C iteration) is the harness's refusal: no `except` of the test's takes it for another
+    exception (a wrong pop() that raises StopIteration is no IndexError) or swallows it."""
+    program = """\
+        class Stack:
+            def pop(self):
+                raise StopIteration
+        def pop_empty():
+            raise StopIteration
+        """
+    wrong = ["try:\n    Stack().pop()\nexcept StopIteration:\n    assert False\n"
+             "except Exception:\n    pass",
+             "try:\n    Stack().pop()\nexcept StopIteration:\n    assert False\nexcept:\n    pass",
+             "try:\n    Stack().pop()\nexcept BaseException as e:\n"
+             "    assert not isinstance(e, StopIteration)"]
+    right = ["try:\n    pop_empty()\nexcept StopIteration:\n    pass"]
+    assert plain(program, wrong + right) == [False] * 3 + [True]
+    result = run(program, wrong + right)
+    assert result["passed"] == [False] * 3 + [True]
+    assert result["errors"][:3] == ["StopIteration: "] * 3
+    forged = """\
+        import gc
+        def gen():
+            yield 1
+            for f in gc.get_objects():  # (a StopIteration as the stream's end: never the end)
+                if type(f).__name__ == "function" and "error_payload" in f.__globals__:
+                    f.__globals__["error_payload"] = lambda *a: ["StopIteration"] * 3
+            raise ValueError("not the end")
+        """
+    ended = ["items = []\nfor x in gen():\n    items.append(x)\nassert items == [1]",
+             "items = []\ntry:\n    for x in gen():\n        items.append(x)\n"
+             "except BaseException:\n    pass\nassert items == [1]"]
+    assert run(forged, ended)["passed"] == [False] * 2
+
+
+def test_a_star_call_never_takes_a_stop_iteration_for_the_end_of_its_unpacking():
+    """`f(*map(g, xs))` runs map inside the call's own instruction: a StopIteration of g's would
+    end map early there, so it is no direct call's and fails the test (a plain f(*args) too)."""
+    program = """\
+        def f(*xs):
+            if xs == (2,):
+                raise StopIteration
+            return sum(xs) if xs else 100
+        """
+    ended = ["r = f(*map(f, [1, 2, 3]))\nassert r == 1, r",
+             "try:\n    r = f(*map(f, [1, 2, 3]))\nexcept BaseException:\n    r = 1\nassert r == 1"]
+    assert plain(program, ended) == [True] * 2
+    result = run(program, ended + ["try:\n    f(2)\nexcept StopIteration:\n    pass",
+                                   "assert f(*[1, 3]) == 4"])
+    assert result["passed"] == [False] * 2 + [True] * 2
+
+
+def test_a_programs_own_namedtuple_crosses_as_a_namedtuple_not_the_tests_class():
+    """A value of the program's own NamedTuple class reaches the test as a namedtuple of its name
+    and fields, never the test's class of that name (it is none in plain Python); the test's own
+    values, changed by the program, come back as the test's class, and the program's own values
+    the test hands back are the program's class again."""
+    program = """\
+        from collections import namedtuple
+        _P = namedtuple('Point', ['x', 'y'])
+        def shift(p):
+            return _P(p.x + 1, p.y)
+        def moved(p):
+            return p._replace(x=p.x + 1)
+        def origin():
+            return _P(0, 0)
+        def mine(p):
+            return type(p) is _P
+        """
+    wrong = ["from collections import namedtuple\nPoint = namedtuple('Point', 'x y')\n"
+             "r = shift(Point(1, 2))\nassert r == (2, 2) and isinstance(r, Point)",
+             "from typing import NamedTuple\nclass Point(NamedTuple):\n    x: int\n    y: int\n"
+             "shift(Point(1, 2))\nassert type(origin()) is Point"]
+    right = ["from collections import namedtuple\nPoint = namedtuple('Point', 'x y')\n"
+             "r = moved(Point(1, 2))\nassert type(r) is Point and r == Point(2, 2)",
+             "from collections import namedtuple\nPoint = namedtuple('Point', 'x y')\n"
+             "r = shift(Point(1, 2))\nassert r == (2, 2) and r.x == 2 and type(r) is not Point\n"
+             "assert mine(r) and mine(origin()) and not mine(Point(0, 0))"]
+    assert plain(program, wrong + right) == [False] * 2 + [True] * 2
+    assert run(program, wrong + right)["passed"] == [False] * 2 + [True] * 2
+
+
+def test_an_oserror_is_of_its_own_class_whatever_its_name_or_errno():
+    """A program's own class named OSError is no builtin OSError in the test (it makes no
+    FileNotFoundError of errno 2), and a builtin OSError whose args the program set stays an
+    OSError: its errno picks no subclass."""
+    program = """\
+        import builtins
+        def openit(name):
+            class OSError(builtins.OSError):
+                pass
+            raise OSError(2, 'No such file or directory', name)
+        def reset(name):
+            e = OSError('cannot')
+            e.args = (2, 'No such file')
+            raise e
+        def named(name):
+            e = OSError()
+            e.filename = name
+            e.args = (13, 'x')
+            raise e
+        """
+    wrong = ["try:\n    openit('f')\nexcept FileNotFoundError:\n    pass",
+             "try:\n    reset('f')\nexcept FileNotFoundError:\n    pass",
+             "try:\n    named('f')\nexcept PermissionError:\n    pass"]
+    right = ["try:\n    openit('f')\nexcept OSError as e:\n"
+             "    assert type(e) is not OSError and type(e).__name__ == 'OSError'\n"
+             "    assert e.errno == 2 and e.filename == 'f'",
+             "try:\n    reset('f')\nexcept OSError as e:\n"
+             "    assert type(e) is OSError and e.args == (2, 'No such file')",
+             "try:\n    named('f')\nexcept OSError as e:\n"
+             "    assert type(e) is OSError and e.filename == 'f' and e.args == (13, 'x')"]
+    assert plain(program, wrong + right) == [False] * 3 + [True] * 3
+    assert run(program, wrong + right)["passed"] == [False] * 3 + [True] * 3
