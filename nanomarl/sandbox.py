@@ -45,18 +45,18 @@ text and type asked (a class as the entry point: its methods), but its length, t
 iteration, hash, conversions and comparisons (with a value or another program object) fail the test,
 never asking the program (its methods could answer anew at each question; a re.Match is true, as
 each one is; its __name__, __qualname__, __doc__, __module__, __defaults__, __kwdefaults__ and
-__wrapped__, and copies of its __dict__ and __annotations__, are read as attributes); a generator or
-builtin iterator is a stream, drawn lazily, each item asked once. A test object (a callback, an
-instance or class of a test's, an iterator) is called, read, set (an instance's data, never its
-class's methods) and drawn by the test process, and its protocol (truth, length, items and item
-assignment, iteration, text, comparisons, arithmetic and conversions: the test's own method, whose
-NotImplemented Python reflects as in one process, hash, isinstance with it) is answered there by the
-test's own methods, as are the texts functools.wraps copies (the harness's own frames between the
-two processes' calls do not count against the recursion limit); an instance of a class the context
-declares is an instance of the program's class of that name for isinstance. The rule for names: a
-test may ask the program for the names it is given (`names`: the entry point, aux, a problem's
-declared names; by default the program's top-level defs and classes, for a program that brings its
-own check()) and no other; those win over the builtins (an entry point named `pow` is the
+__wrapped__, and read-only snapshots of its __dict__ and __annotations__, are read as attributes); a
+generator or builtin iterator is a stream, drawn lazily, each item asked once. A test object (a
+callback, an instance or class of a test's, an iterator) is called, read, set (an instance's data,
+never its class's methods) and drawn by the test process, and its protocol (truth, length, items and
+item assignment, iteration, text, comparisons, arithmetic and conversions: the test's own method,
+whose NotImplemented Python reflects as in one process, hash, isinstance with it) is answered there
+by the test's own methods, as are the texts functools.wraps copies (the harness's own frames between
+the two processes' calls do not count against the recursion limit); an instance of a class the
+context declares is an instance of the program's class of that name for isinstance. The rule for
+names: a test may ask the program for the names it is given (`names`: the entry point, aux, a
+problem's declared names; by default the program's top-level defs and classes, for a program that
+brings its own check()) and no other; those win over the builtins (an entry point named `pow` is the
 program's), and a name the program does not define is a NameError, never a builtin or a capture of
 the test's own variable. After a call, the program's process sends back the new contents of the
 argument containers, io buffers and Random generators it changed (the test sees mutation in place, a

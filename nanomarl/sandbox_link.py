@@ -142,7 +142,7 @@ OPERATORS = {prefix + n for prefix in ("", "r", "i") for n in ARITHMETIC} | {"di
 BUILTINS = dict(int=int, float=float, complex=complex, round=round, trunc=math.trunc, **{n: getattr(
     _operator, n) for n in ("neg", "pos", "invert", "abs", "index", "setitem", "delitem")})
 # a program object's data whose values are values (its __wrapped__: a program object; its
-# __dict__ and __annotations__: copies, read-only: a change to one could never reach the object)
+# __dict__ and __annotations__: read-only snapshots, as a change to a copy never reaches the object)
 COPIES = ("__dict__", "__annotations__")
 TOLD = {"__name__", "__qualname__", "__doc__", "__module__", "__defaults__", "__kwdefaults__",
         "__wrapped__", *COPIES}
