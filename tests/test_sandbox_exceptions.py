@@ -4,30 +4,7 @@ between would take for its end), an exception's __cause__ and __context__ (a bou
 OSError's errno, strerror and file names, and a NamedTuple class the test itself defines, which a
 program's value of its name and fields crosses back as. Each right program is checked beside the
 wrong one or the forged answer it must not credit."""
-import textwrap
-
-from nanomarl.sandbox import run_tests_in_sandbox
-
-LIMITS = dict(timeout=1.0, memory_mb=256)
-
-
-def run(program: str, tests: list[str], **kwargs) -> dict:
-    return run_tests_in_sandbox(textwrap.dedent(program), [textwrap.dedent(t) for t in tests],
-                                **{**LIMITS, **kwargs})
-
-
-def plain(program: str, tests: list[str]) -> list[bool]:
-    """The verdicts of plain Python: the program and the tests in one scope of this process."""
-    scope = {"__name__": "plain"}
-    exec(textwrap.dedent(program), scope)
-    verdicts = []
-    for test in tests:
-        try:
-            exec(textwrap.dedent(test), scope)
-            verdicts.append(True)
-        except Exception:
-            verdicts.append(False)
-    return verdicts
+from test_sandbox_semantics import plain, run
 
 
 def test_a_programs_stop_iteration_reaches_a_direct_call_of_the_test_as_itself():
@@ -35,7 +12,7 @@ def test_a_programs_stop_iteration_reaches_a_direct_call_of_the_test_as_itself()
     in its own function called by name, or in a generator, which makes it a RuntimeError) is a
     StopIteration there, its value kept; where a C iteration is between (map, iter(f, end), a test
     iterator's __next__ that next() or list() calls) it would end that iteration early, deciding
-    the verdict (all() of nothing is True), so it stays the harness's ProgramError there."""
+    the verdict (all() of nothing is True), so there the harness refuses it."""
     program = """\
         def first(it):
             return next(iter(it))
