@@ -2,7 +2,7 @@
 program's StopIteration out of a call the test makes directly (never one that a C iteration
 between would take for its end), an exception's __cause__ and __context__ (a bounded chain),
 OSError's errno, strerror and file names, and a NamedTuple class the test itself defines, which a
-program's value of its name and fields crosses back as. Each right program is checked beside the
+value the program makes from it crosses back as (never one of the program's own of that name). Each right program is checked beside the
 wrong one or the forged answer it must not credit."""
 from test_sandbox_semantics import plain, run
 
@@ -161,7 +161,7 @@ def test_an_oserror_keeps_its_errno_strerror_and_file_names():
 
 def test_a_tests_own_namedtuple_crosses_back_as_its_class():
     """A NamedTuple class the test defines (typing's or collections') is a namedtuple of its name
-    and fields in the program's process, and a value of that name and fields crosses back as the
+    and fields in the program's process, and a value made from it crosses back as the
     test's class: _replace works there, isinstance and type() hold here; one of other fields is
     not the test's class."""
     program = """\
