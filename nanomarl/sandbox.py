@@ -63,12 +63,12 @@ argument containers, io buffers and Random generators it changed (the test sees 
 buffer read or written, a generator drawn from; also when the call raised), and a returned argument
 is the test's own object (`f(a) is a` holds; a container passed twice, f(a, a), is one object in the
 program's process too). One the program still holds after the request (in a global, an object, a
-generator) stays the test's object across requests (sandbox_copies.py): whichever side ran last
-sends its changes to it when it hands over (each answer, each request, a callback's too), and either
-side sends it inside a value as a mark the other reads as its own object (a kept list returned later
-is the test's own; passed again, it is the program's same copy). The other way, when the program
-calls a test's callback (a mock, a module attribute the test patched), the test process sends back
-the callback's changes to the program's argument containers (also when it raised; but see (c)), and
+generator), as one of its own it sends back and holds, stays the test's object across requests
+(sandbox_copies.py): whichever side ran last sends its changes when it hands over (each answer, each
+request, a callback's too), and either side sends it in a value as a mark the other reads as its own
+(a kept list returned later is the test's own; passed again, the program's). The other way, when the
+program calls a test's callback (a mock, a module attribute the test patched), the test process
+sends back the callback's changes to the program's arguments (also when it raised; but see (c)), and
 an argument it returns is the program's own (`cb(a) is a`). A container the program reads from a
 test object (an attribute, an item, a callback's result, a draw) is kept so from its first read
 (lent: the program's changes reach the test's object in place, a second read is the same object; one
@@ -190,24 +190,24 @@ from inside the callback sees them as they were), but in a call among whose argu
 of list, tuple, dict or set (it crosses as its base's copy, which the program's process does not
 number: that call's containers are copies then, but for kept ones), and never those to an instance
 of a class the context declares (the callback's is rebuilt from its state: a copy); a container the
-program keeps or reads from a test object is the test's object up to 64 of them holding 4,096 items
-(each request compares them with their snapshots on both sides, so a loop of appends through a test
-object's attribute costs a comparison of the list at each round trip, though it sends only the new
-items of a list or deque that only grew at its end, and a test object's container of plain values
-rests while the program does not hold it; any other change sends the container whole (a dict's, an
-inner list's, an insert at 0), a test object's list of lists is lent anew at each read, and an
-argument container the program does not keep crosses whole to each call and back, so thousands of
-calls that each add to one list cost seconds; the bounds apply when the program answers, a kept
-container may outgrow them within a call: beyond them one is the program's copy, its later changes
-not written back; a test object's is kept outermost first), and a container put into a kept one
-afterwards (by the test or the program), or inside one beyond the bounds, crosses inside it as a
-copy (the kept one is compared deep and sent whole: its value follows, the other side's own name for
-the inner one does not); a container of the program's own (a global, an attribute) that a call
-returns or the test reads is a copy too, so, as beyond the bounds or for such an inner container, a
-program whose bug is aliasing (one that returns its cache or its list for the test to change) passes
-where plain Python fails it; so may a generator drawn ahead, whose items were taken before a test's
-later change, and a subclass of a value type, which crosses as its base: `type(r) is str` holds); a
-cyclic argument, or one nested deeper than the harness's own limit (some 6,000 levels:
+program keeps (its own too) or reads from a test object is the test's object up to 64 of them
+holding 4,096 items (each request compares them with their snapshots on both sides, so a loop of
+appends through a test object's attribute costs a comparison of the list at each round trip, though
+it sends only the new items of a list or deque that only grew at its end; any other change sends the
+container whole (a dict's, an inner list's, an insert at 0), a test object's list of lists is lent
+anew at each read, and an argument container the program does not keep crosses whole to each call
+and back, so thousands of calls that each add to one list cost seconds; the bounds apply when the
+program answers, a kept container may outgrow them within a call: beyond them one is the program's
+copy, its later changes not written back; a test object's or its own is kept outermost first), and a
+container put into a kept one afterwards (by the test or the program), or inside one beyond the
+bounds, crosses inside it as a copy (the kept one is compared deep and sent whole: its value
+follows, the other side's own name for the inner one does not); so, as beyond the bounds or for such
+an inner one, for one of the program's own that it puts into an argument (unless kept), reaches only
+through an outer call's argument or a weak reference, or that a `__dict__` snapshot holds, a program
+whose bug is aliasing (one that returns its cache or its list for the test to change) passes where
+plain Python fails it; so may a generator drawn ahead, whose items were taken before a test's later
+change, and a subclass of a value type, which crosses as its base: `type(r) is str` holds); a cyclic
+argument, or one nested deeper than the harness's own limit (some 6,000 levels:
 sandbox_link.py:deep), cannot be sent (the test fails), nor a test's object of another type that is
 no value and no test object (a socket, a memoryview: the error names its type); an in-place change
 of sys.argv does not reach the program, nor the program's change of it the test, nor do the log

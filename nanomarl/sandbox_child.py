@@ -11,12 +11,12 @@ cheap to load (no json, signal or site: their imports would cost each run more t
 import _sitebuiltins, builtins, io, marshal, os, select, sys
 
 from sandbox_caught import catch, caught  # sandbox.py's BOOT
-from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, awake, changed, containers, contents,
-                            kept_entry, news, rebuilt_copy, referenced, share, snapshot, unchanged,
-                            unheld)
-from sandbox_layers import (confine, die_with_parent, drop_privileges, fork_program,
-                            guard_threads, isolate)  # sandbox.py's BOOT
-from sandbox_link import (DEEP, EXIT, LINK, OPS, BINARY, WRITE, TestTimeout, abort, answer,
+from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, changed, containers, contents, kept_entry,
+                            news, rebuilt_copy, referenced, share, snapshot, unchanged)
+from sandbox_lending import awake, lent_back, unheld, unlent
+from sandbox_layers import (capped_streams, confine, die_with_parent, drop_privileges,
+                            fork_program, guard_threads, isolate)  # sandbox.py's BOOT
+from sandbox_link import (COPIES, DEEP, EXIT, LINK, OPS, BINARY, TestTimeout, abort, answer,
                           attempt, compiled, deep, read_exactly, read_line, run, serve, taken,
                           with_pairs, write_all)
 from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, stand_in, took_on
@@ -71,7 +71,7 @@ def program_side(job, requests, answers):
     outputs, declared, sending, patches = (sys.stdout, sys.stderr), set(job["classes"]), [], []
     CONTEXT[0] = lambda name: name in declared and scope.get(name) or None  # (hook's "n")
     # the containers the program keeps (sandbox_copies.py): {handle: entry}, {id: handle},
-    # {id: its mark}; those at rest (sandbox_copies.py:unheld); the argument containers of the
+    # {id: its mark}; those at rest (sandbox_lending.py:unheld); the argument containers of the
     # calls being served (numbering); the news of the kept ones for the next answer
     kept, kept_ids, kept_tags, dormant, calls, synced, next_kept = {}, {}, {}, {}, [], [], [0]
 
@@ -295,6 +295,16 @@ def program_side(job, requests, answers):
                 new[handle] = k
         return new
 
+    def marked(box, aliases=None):
+        """aliases (by default the kept containers' marks) with those of the containers of box's
+        values (a list the harness alone holds) that the program still reaches, kept from now on
+        (sandbox_lending.py:lent_back; not the argument containers of the calls in progress)."""
+        aliases = dict(kept_tags) if aliases is None else aliases
+        stop = [id(c) for level in LINK["args"] for c in level]
+        stop += [id(c) for call in calls for c in call[1]]
+        lent_back(box, LINK, aliases, stop, next_kept)
+        return aliases
+
     def rebuilt(value, aliases):
         """An instance of a class the context declares, by its state, rebuilt in the test process
         (sandbox_verdicts.py:rebuilt): {"o": [k, class name]} for each, and around the first one
@@ -329,12 +339,16 @@ def program_side(job, requests, answers):
         if op == "get":
             if type(target) is not str or target not in scope:
                 raise NameError(f"name {target!r} is not defined")
-            return dump(scope[target], refer), ""
+            box = [scope[target]]
+            aliases = marked(box)  # (before box[0] is read: a reference of its own meanwhile)
+            return dump(box[0], refer, aliases), ""
         if type(target) is not int or target not in refs:
             raise TypeError("a stale or malformed reference")
         value = refs[target]
         if op == "attr" and type(a) is str:
-            return dump(getattr(value, a), refer), ""
+            box = [getattr(value, a)]
+            aliases = None if a in COPIES else marked(box)  # (their snapshots are never kept)
+            return dump(box[0], refer, aliases), ""
         if op == "setattr" and type(a) is str:
             numbering(extra, containers([b], []), None)  # (kept if the program holds it)
             return dump(setattr(value, a, b), refer), ""
@@ -347,7 +361,8 @@ def program_side(job, requests, answers):
                 end = "stop"
             except Exception as e:
                 end = error_payload(e)
-            return dump([items, end], refer), ""
+            aliases = marked(items)
+            return dump([items, end], refer, aliases), ""
         if op == "op" and a in OPS:
             args = [b] if a in BINARY or a == "getitem" else b if type(b) is list else []
             return dump(OPS[a](value, *args), refer), ""
@@ -360,13 +375,14 @@ def program_side(job, requests, answers):
             a.clear()  # (the request's own lists: what holds an argument after the call is the
             b.clear()  # program's, and keeps it: kept_news)
             call = numbering(extra, numbered, [snapshot(c) for c in numbered])
-            result = value(*values[:count], **dict(zip(keys, values[count:])))
+            box = [value(*values[:count], **dict(zip(keys, values[count:])))]  # (its result)
             aliases = dict(kept_tags)
             aliases.update({id(c): '{"a":%d}' % k for k, c in enumerate(numbered)})
             writes = ",".join("[%d,%s]" % (k, dump(contents(c), refer, aliases))
                               for k, c in enumerate(numbered)
                               if not unchanged(call[2][k], snapshot(c)))
-            text = dump(result, refer, aliases)
+            marked(box, aliases)  # (before box[0] is read: a reference of its own meanwhile)
+            text = dump(box[0], refer, aliases)
             call[2] = None
             return text, writes
         raise TypeError("no such operation: " + str(op)[:20])
@@ -374,11 +390,13 @@ def program_side(job, requests, answers):
     def answer_with(seq, status, payload, extra):
         pairs = synced.pop() if synced else []
         if status != "v":
+            unlent(LINK, False)  # (the containers its value would have lent)
             return answer(seq, status, payload, extra, pairs)
         text, writes = payload
         if writes:
             pairs.insert(0, '["w",[' + writes + "]]")
         data = '[%d,"a","v",%s,%s]' % (seq, text, with_pairs(dump(extra, refer), pairs))
+        unlent(LINK, len(data) <= LINK["limit"])
         if len(data) > LINK["limit"]:
             return answer(seq, "e", ValueError(f"an answer of {len(data)} bytes"), {})
         write_all(answers, b"\n" + data.encode() + b"\n")
@@ -387,7 +405,8 @@ def program_side(job, requests, answers):
                 after=after, next=next_message, answered=program_answered, retake=retake,
                 gone="", handles=0, made=0, limit=job["answer_bytes"], decode=Decoder(resolve),
                 answer=answer_with, kept=kept, kept_ids=kept_ids, kept_tags=kept_tags,
-                dormant=dormant, drop=lambda: unheld(kept, kept_ids, kept_tags, dormant))
+                dormant=dormant, drop=lambda: unheld(kept, kept_ids, kept_tags, dormant),
+                lending=[])
     code = compiled(job["program"], "<program>")
     status, payload = attempt(lambda: run(code, scope), job["timeout"])
     answer(0, status, None if status == "v" else payload, after({}))
@@ -411,42 +430,6 @@ def program_answered(message):
     if status == "e" and (error := raised(payload)) is not None:
         raise error
     raise TestTimeout()
-
-
-class Capped(io.RawIOBase):
-    """The file under sys.stdout or sys.stderr: keeps the first `room` bytes written and drops the
-    rest without an error (past RLIMIT_FSIZE a write would raise OSError in the print that plain
-    Python makes; the caller reads only the first few KB anyway)."""
-
-    def __init__(self, fd, room):
-        super().__init__()
-        self.fd, self.room = fd, room
-
-    def writable(self):
-        return True
-
-    def fileno(self):
-        return self.fd
-
-    def write(self, data):
-        size = len(data)
-        try:
-            while self.room > 0 and data and (sent := WRITE(self.fd, data[:self.room])):
-                data, self.room = data[sent:], self.room - sent
-        except OSError:
-            self.room = 0
-        return size
-
-
-def capped_streams(room):
-    """sys.stdout and sys.stderr (and their __stdout__/__stderr__) on Capped files of `room`
-    bytes, each as the interpreter made it (encoding, errors, stderr line-buffered)."""
-    for name, fd in (("stdout", 1), ("stderr", 2)):
-        old = getattr(sys, name)
-        stream = io.TextIOWrapper(io.BufferedWriter(Capped(fd, room)), encoding=old.encoding,
-                                  errors=old.errors, line_buffering=name == "stderr")
-        setattr(sys, name, stream)
-        setattr(sys, "__%s__" % name, stream)
 
 
 def main():

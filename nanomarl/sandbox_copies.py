@@ -27,14 +27,16 @@ when it hands over, in each request and each answer (changed, news; sandbox_link
 taken): its new contents or, for a list or deque that only grew at its end, its new items alone,
 which the other side adds at the end of its own (extend); either side sends a kept object inside a
 value as its mark ({"k": handle}), which the other reads as its own object (the test gets its own
-list back). The program's process forgets what it no longer reaches, by the references counted
-(unreached), as it hands over, but for a test object's container (sandbox_lending.py) that holds
-leaves only: that one rests (unheld) until the test process names it again (awake) or forgets it,
-or the program's process answers. At most KEPT_OBJECTS objects and KEPT_ITEMS items (a dict's
-pairs: weight) are kept (beyond, a copy is the program's own or, inside a kept one, part of its
-value): each request compares each kept object with its snapshot on both sides, a cost that
-grows with what is kept (bench.py --parts sandbox), nothing when none is kept (nor for one at
-rest)."""
+list back). A container of the program's own that it still reaches and sends in a value (a
+call's result, an attribute, a draw) is kept so too from then on (sandbox_lending.py:lent_back,
+received). The program's process forgets what it no longer reaches, by the references counted
+(sandbox_lending.py:unreached), as it hands over, but for a test object's container that holds
+leaves only: that one rests (sandbox_lending.py:unheld) until the test process names it again
+(awake) or forgets it, or the program's process answers. At most KEPT_OBJECTS objects and
+KEPT_ITEMS items (a dict's pairs: weight) are kept (beyond, a copy is the program's own or, inside
+a kept one, part of its value): each request compares each kept object with its snapshot on both
+sides, a cost that grows with what is kept (bench.py --parts sandbox), nothing when none is kept
+(nor for one at rest)."""
 from _operator import is_
 from sys import getrefcount, implementation
 
@@ -277,8 +279,13 @@ def extend(kept, handle, start, tail, ids):
 def pairs(found, sizes=(2,)):
     """The well-formed [int, ..., contents] lists of found (news, "w"; none if it is no list), of
     one of these sizes."""
-    return [item for item in found if type(item) is list and len(item) in sizes
-            and all(type(k) is int for k in item[:-1])] if type(found) is list else []
+    if type(found) is not list:
+        return []
+    well_formed = []
+    for item in found:
+        if type(item) is list and len(item) in sizes and all(type(k) is int for k in item[:-1]):
+            well_formed.append(item)
+    return well_formed
 
 
 def references(holder, k):
@@ -292,29 +299,6 @@ def referenced(numbered):
     """The k of each object of numbered (each there once) referenced from elsewhere too: only
     those may be kept (the others are gone once numbered is)."""
     return [k for k in range(len(numbered)) if references(numbered, k) > BASE]
-
-
-def unreached(kept, ids):
-    """The handles of the kept objects ({handle: entry}, ids {id: handle}) the program's process
-    no longer reaches, from the references counted: the entry's, two for each place in a kept
-    object (its contents and its snapshot, current), the rest the program's; an object the
-    program references is reached, and so is what it holds. A reference the harness holds for a
-    while (a traceback's) counts as the program's: that object is forgotten a request later."""
-    inside = {}
-    for entry in kept.values():
-        for key in entry["inner_ids"]:
-            if key in ids:
-                inside[key] = inside.get(key, 0) + 1
-    reached = [handle for handle, entry in kept.items()
-               if references(entry, "object") - BASE > 2 * inside.get(id(entry["object"]), 0)]
-    seen = set(reached)
-    while reached:
-        for key in kept[reached.pop()]["inner_ids"]:
-            handle = ids.get(key)
-            if handle is not None and handle not in seen:
-                seen.add(handle)
-                reached.append(handle)
-    return [handle for handle in kept if handle not in seen]
 
 
 def unchanged(before, after):
@@ -365,42 +349,6 @@ def refill(target, content):
         (target.extend if kind.__name__ == "deque" else target.update)(content)
     else:
         target[:] = content
-
-
-def unheld(kept, ids, tags, dormant, rest=True):
-    """The program's process's kept objects it no longer reaches (unreached), forgotten -> {"d":
-    their handles, "z": those of them at rest}, an empty list left out: a test object's container
-    (lent) that holds leaves only rests in dormant {handle: entry}, so that its next read costs no
-    copy, until the test process names it again (awake) or forgets it (unrest); rest False (an
-    answer, which ends every rest, in the test process too): none rests, none is left."""
-    found = {"d": [], "z": []}
-    for handle in unreached(kept, ids):
-        entry = kept.pop(handle)
-        del ids[id(entry["object"])], tags[id(entry["object"])]
-        resting = rest and handle < 0 and not entry["inner_ids"]
-        if resting:
-            dormant[handle] = entry
-        found["z" if resting else "d"].append(handle)
-    if not rest:
-        dormant.clear()
-    return {key: handles for key, handles in found.items() if handles}
-
-
-def awake(handle, kept, ids, tags, dormant):
-    """The kept object of a handle the other side names (a mark, its news), out of rest (unheld)
-    in the program's process; None if there is none."""
-    if handle in dormant:
-        entry = kept[handle] = dormant.pop(handle)
-        ids[id(entry["object"])], tags[id(entry["object"])] = handle, '{"k":%d}' % handle
-    return kept[handle]["object"] if handle in kept else None
-
-
-def unrest(handles, dormant):
-    """Those at rest in the program's process (unheld) that the test process forgot ("D": a list
-    of handles; anything else is ignored), forgotten."""
-    for handle in handles if type(handles) is list else ():
-        if type(handle) is int:
-            dormant.pop(handle, None)
 
 
 def borrowed(tag, item, kept, ids, tags, calls):

@@ -5,8 +5,9 @@ BOOT): Linux namespaces (mount, network, IPC, UTS, user; the program's process's
 fork_program), a fresh uid without capabilities, PR_SET_PDEATHSIG, rlimits and the seccomp
 allow-list, all with a few libc calls through ctypes; and, for the test process, the CPU watchdog
 of each test (watchdog), a refused thread as the harness's failure (guard_threads) and the wait for
-the program's process at the end (reap)."""
-import _signal, _thread, ctypes, os, resource, struct, sys, time
+the program's process at the end (reap); the output files under sys.stdout and sys.stderr,
+capped at RLIMIT_FSIZE's size without an error (Capped)."""
+import _signal, _thread, ctypes, io, os, resource, struct, sys, time
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
@@ -20,6 +21,7 @@ CLONE_THREAD = 0x10000
 NOT_A_THREAD = (NEWNS | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | 0x2000000 | 0x1000 | 0x2000
                 | 0x4000 | 0x8000 | 0x800000)
 THREADS = 32  # the threads a run may start, its two processes together (RLIMIT_NPROC)
+WRITE = os.write  # (taken before any program code: it may replace os.write)
 
 
 def check(ret, what):
@@ -282,3 +284,39 @@ def reap(seconds):
         except ChildProcessError:
             return
         time.sleep(0.002)
+
+
+class Capped(io.RawIOBase):
+    """The file under sys.stdout or sys.stderr: keeps the first `room` bytes written and drops the
+    rest without an error (past RLIMIT_FSIZE a write would raise OSError in the print that plain
+    Python makes; the caller reads only the first few KB anyway)."""
+
+    def __init__(self, fd, room):
+        super().__init__()
+        self.fd, self.room = fd, room
+
+    def writable(self):
+        return True
+
+    def fileno(self):
+        return self.fd
+
+    def write(self, data):
+        size = len(data)
+        try:
+            while self.room > 0 and data and (sent := WRITE(self.fd, data[:self.room])):
+                data, self.room = data[sent:], self.room - sent
+        except OSError:
+            self.room = 0
+        return size
+
+
+def capped_streams(room):
+    """sys.stdout and sys.stderr (and their __stdout__/__stderr__) on Capped files of `room`
+    bytes, each as the interpreter made it (encoding, errors, stderr line-buffered)."""
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        stream = io.TextIOWrapper(io.BufferedWriter(Capped(fd, room)), encoding=old.encoding,
+                                  errors=old.errors, line_buffering=name == "stderr")
+        setattr(sys, name, stream)
+        setattr(sys, "__%s__" % name, stream)

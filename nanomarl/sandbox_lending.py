@@ -1,7 +1,7 @@
-"""sandbox_lending.py: the test process's side of the containers kept on both sides
-(sandbox_copies.py): those of a test object's it lends the program's process, those at rest, and
-the program's arguments to a test's callback it hands back (sandbox.py's docstring has the threat
-model).
+"""sandbox_lending.py: the containers kept on both sides (sandbox_copies.py) that one side lends
+the other: a test object's the test process lends the program's process, those at rest, the
+program's arguments to a test's callback it hands back, and the program's own containers it
+sends back (sandbox.py's docstring has the threat model).
 
 Executed inside the sandbox as the module `sandbox_lending` (sandbox.py's BOOT). A test object's
 container the test process hands the program's process (an attribute the program reads, an item,
@@ -13,24 +13,36 @@ call's arguments is sent as {"A": k}, the program's copy of it (lend, settle, le
 bounds, outermost first).
 
 A lent container that holds leaves only (ints, strs, ...) rests once the program's process no
-longer reaches it ("z": sandbox_copies.py:unheld): both sides keep it and its snapshot, compared
-with nothing at each request (let_go); read again, it wakes, marked {"k": handle}, if the test's
-object is as it was (woken; else it is lent anew), whatever its size: a loop that appends through
-`box.items` costs no copy of the list at each read. Every answer of the program's process ends
-every rest on both sides (sandbox_verdicts.py:test_next; the bounds apply again there); at most
-KEPT_OBJECTS rest (beyond, the oldest is forgotten on both sides: "D", forgotten).
+longer reaches it ("z": unheld, from the references counted: unreached): both sides keep it and its
+snapshot, compared with nothing at each request (let_go); read again, it wakes, marked {"k":
+handle}, if the test's object is as it was (woken; else it is lent anew), whatever its size: a loop
+that appends through `box.items` costs no copy of the list at each read. Every answer of the
+program's process ends every rest on both sides (sandbox_verdicts.py:test_next; the bounds apply
+again there); at most KEPT_OBJECTS rest (beyond, the oldest is forgotten on both sides: "D",
+forgotten).
 
 The program's arguments to a test's callback are numbered alike too (sandbox_link.py:ask, handed):
 the answer marks each {"a": k}, the program's own object there (`cb(a) is a`), and sends the new
 contents of those the callback changed, also when it raised (handed_back), which the program's
 process puts into its own objects (sandbox_link.py:taken).
 
+The other way, a container of the program's own that the program's process sends back (a call's
+result, an attribute the test reads, a generator's draw: sandbox_child.py:program_side) is lent
+if the program still reaches it, from the references counted: one referenced by more than the
+value that holds it (a global's, an attribute's, a closure cell's, a cache's list) and all it
+holds; a fresh one, referenced by the value alone, stays a copy (reached_back). It is kept from
+then on under a handle of the program's process's (from 0 up) and sent as {"N": [handle, its
+value]}, which the test process keeps as that handle's object (received): the test's changes
+reach the program's own object and the program's later changes the test's copy, and the next
+time it crosses it is the test's same object (lent_back, unlent; the same bounds, outermost
+first; beyond them, or inside a kept one, a copy).
+
 What the program's process may read and set of a test object at all (sandbox_verdicts.py:test_ops
 does it) is readable and settable: the public data of a test's instance, never the harness's or a
 mock's own."""
-from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, LEAVES, containers, contents,
-                            inner_unchanged, kept_entry, nested, numbered, parts, share, snapshot,
-                            unchanged, weight)  # sandbox.py's BOOT
+from sandbox_copies import (BASE, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, containers, contents,
+                            copy_type, inner_unchanged, kept_entry, nested, numbered, parts,
+                            references, share, snapshot, unchanged, weight)  # sandbox.py's BOOT
 from sandbox_values import dump
 
 
@@ -42,7 +54,7 @@ def lending(link, refer):
     hand back the program's arguments to a test's callback (handed): its "ops" and "answer"
     wrapped (the answer marks those arguments and lends, sends, then settles)."""
     ops, answer = link["ops"], link["answer"]
-    link.update(fresh=[], lent=0, due=False, given=None, resting={}, forgot=[])
+    link.update(fresh=[], lent=0, due=False, given=None, resting={}, forgot=[], received=[])
 
     def forgotten():  # (told's: "D" the handles forgotten at rest, which the program's forgets)
         found, link["forgot"] = link["forgot"], []
@@ -110,7 +122,7 @@ def lend(value, link, refer):
     stop.update([id(c) for entry in kept.values() for c, _ in entry["nested"]], tags)
     top = (None, None) if id(value) in call or id(value) in stop else woken(value, link)
     order = [value] if top[1] else reached([value], stop, call, [], set())  # (woken: not walked)
-    total, found, covered = sum(entry["weight"] for entry in kept.values()), {}, set()
+    room, found = [sum(entry["weight"] for entry in kept.values()), set()], {}
     woke = {}  # (the entries of those woken)
     for c in reversed(order):  # (outermost first)
         key = id(c)
@@ -120,12 +132,9 @@ def lend(value, link, refer):
             continue
         handle, entry = top if c is value else woken(c, link)
         if entry is None:
-            inside = nested([c], ids, [], set())  # (c and the containers in it, with snapshots)
-            cost = 0 if key in covered else sum(weight(inner, state) for inner, state in inside)
-            if len(kept) + len(found) >= KEPT_OBJECTS or total + cost > KEPT_ITEMS:
+            if not fits(c, ids, len(kept) + len(found), room):
                 continue
-            total, link["lent"] = total + cost, link["lent"] - 1
-            covered.update([id(inner) for inner, _ in inside])  # (inside it: in its cost)
+            link["lent"] -= 1
             handle = link["lent"]
         else:  # (whatever its size: the bounds apply again when the program's process answers)
             woke[key] = entry
@@ -137,6 +146,21 @@ def lend(value, link, refer):
         elif handle is not None:
             kept[handle] = kept_entry(c, ids)
             tags[id(c)] = '{"N":[%d,%s]}' % (handle, dump(c, refer, tags))
+
+
+def fits(c, ids, count, room):
+    """Whether c may be kept too, count objects being kept or chosen already, within KEPT_OBJECTS
+    and KEPT_ITEMS (room: [the items they hold, the ids inside a chosen one, which its cost
+    counts: one of them costs none]); if so, its items and those inside it counted in room."""
+    if count >= KEPT_OBJECTS:
+        return False
+    inside = nested([c], ids, [], set())  # (c and the containers in it, with snapshots)
+    cost = 0 if id(c) in room[1] else sum(weight(inner, state) for inner, state in inside)
+    if room[0] + cost > KEPT_ITEMS:
+        return False
+    room[0] += cost
+    room[1].update([id(inner) for inner, _ in inside])
+    return True
 
 
 def settle(link, sent):
@@ -218,6 +242,171 @@ def handed_back(given, extra, link):
     writes = [[k, contents(c)] for k, c in enumerate(numbered)
               if not unchanged(before[k], snapshot(c))]
     return dict(extra, w=writes) if writes else extra
+
+
+def walked(box, stop):
+    """The containers and tuples that box's values send as values (through lists, tuples, dicts'
+    values and deques; none of stop, the ids of those marked, nor inside one; none that crosses
+    as a reference: copy_type), each once, inner ones first -> (them, {id: the references they and
+    box hold to it}, {id: the ids of those it holds})."""
+    found, counts, inner, stack = [], {}, {}, [[None, iter(box)]]
+    while stack:  # (no recursion: a value nested deeper than the limit fails in dump, not here)
+        top = stack[-1]
+        item = next(top[1], stack)
+        if item is stack:  # (all it holds walked)
+            stack.pop()
+            if top[0] is not None:
+                found.append(top[0])
+            continue
+        kind, key = type(item), id(item)
+        if kind in LEAVES or key in stop or copy_type(kind):
+            continue
+        held = parts(item)
+        if held is None and not numbered(kind):
+            continue
+        if top[0] is not None:
+            inner.setdefault(id(top[0]), []).append(key)
+        counts[key] = counts.get(key, 0) + 1
+        if counts[key] == 1:  # (its leaves skipped at once: a long list of numbers costs little)
+            stack.append([item, iter([x for x in held or () if type(x) not in LEAVES])])
+    return found, counts, inner
+
+
+def reached_back(box, stop):
+    """The containers of box's values (walked) that the program's process reaches from elsewhere
+    too, inner ones first: each referenced more often than the walked ones and box reference it
+    (by a global, an object, a closure cell, a cache, a generator's frame), and each inside one
+    of those or inside a tuple so referenced. A fresh value is referenced by box and its own
+    containers alone: none of it is reached."""
+    found, counts, inner = walked(box, stop)
+    reached = [id(found[k]) for k in range(len(found))
+               if references(found, k) - BASE > counts[id(found[k])]]
+    seen = set(reached)
+    while reached:  # (what a reached one holds is reached)
+        for key in inner.get(reached.pop(), ()):
+            if key not in seen:
+                seen.add(key)
+                reached.append(key)
+    return [c for c in found if id(c) in seen and numbered(type(c))]
+
+
+def lent_back(box, link, aliases, stop, handles):
+    """The containers of box's values (a list the harness alone holds: a call's result, an
+    attribute, a generator's draws) that the program's process still reaches (reached_back), kept
+    from now on as an argument container it holds is, under handles of its own (handles: [the
+    next], from 0 up), within KEPT_OBJECTS and KEPT_ITEMS (outermost first, as lend), none of stop
+    (the calls' argument containers: copies) nor inside a kept one: marked in aliases for the
+    answer {"N": [handle, value]} (the test process keeps its copy under the handle: received),
+    {"k": handle} in link's kept_tags from then on; noted in link's "lending" until the answer
+    goes out (else forgotten: unlent)."""
+    if all([type(value) in LEAVES for value in box]):
+        return
+    kept, ids, tags = link["kept"], link["kept_ids"], link["kept_tags"]
+    stop = set(stop).union(aliases, [id(c) for entry in kept.values() for c, _ in entry["nested"]])
+    order = reached_back(box, stop)
+    room, chosen = [sum(entry["weight"] for entry in kept.values()), set()], {}
+    for c in reversed(order):  # (outermost first)
+        if fits(c, ids, len(kept) + len(chosen), room):
+            chosen[id(c)] = ids[id(c)] = handles[0]
+            link["lending"].append((handles[0], id(c)))
+            handles[0] += 1
+    for c in order:  # (once all are chosen: an entry's nested stops at the kept ones in it)
+        if id(c) in chosen:
+            handle = chosen[id(c)]
+            kept[handle], tags[id(c)] = kept_entry(c, ids), '{"k":%d}' % handle
+            aliases[id(c)] = '{"N":[%d,%s]}' % (handle, dump(c, link["refer"], aliases))
+
+
+def unlent(link, sent):
+    """The containers lent_back kept for an answer: kept on if it went out as a value (sent), else
+    forgotten (the test process never read them)."""
+    kept, ids, tags, lending = link["kept"], link["kept_ids"], link["kept_tags"], link["lending"]
+    while lending:
+        handle, key = lending.pop()
+        if not sent and ids.get(key) == handle:
+            kept.pop(handle, None)
+            del ids[key]
+            tags.pop(key, None)
+
+
+def received(item, link):
+    """The test process's object for a container the program's process keeps from now on
+    ({"N": [handle >= 0, value]}: lent_back): value, kept under the handle within twice the
+    bounds (as sandbox_verdicts.py:kept_up's "n"; beyond, a copy), its entry made anew once the
+    message's write-backs are in (link's "received": kept_up); the handle's object if it is kept
+    already (met twice in one value); None if malformed."""
+    if not (type(item) is list and len(item) == 2 and type(item[0]) is int and item[0] >= 0
+            and numbered(type(item[1])) and not copy_type(type(item[1]))):
+        return None
+    kept, ids, tags = link["kept"], link["kept_ids"], link["kept_tags"]
+    handle, value = item
+    if handle in kept or id(value) in ids:
+        return kept[handle]["object"] if handle in kept else value
+    entry = kept_entry(value, ids)
+    total = sum(other["weight"] for other in kept.values()) + entry["weight"]
+    if len(kept) < 2 * KEPT_OBJECTS and total <= 2 * KEPT_ITEMS:
+        kept[handle], ids[id(value)], tags[id(value)] = entry, handle, '{"k":%d}' % handle
+        link["received"].append(handle)
+    return value
+
+
+def unreached(kept, ids):
+    """The handles of the kept objects ({handle: entry}, ids {id: handle}) the program's process
+    no longer reaches, from the references counted: the entry's, two for each place in a kept
+    object (its contents and its snapshot, current), the rest the program's; an object the
+    program references is reached, and so is what it holds. A reference the harness holds for a
+    while (a traceback's) counts as the program's: that object is forgotten a request later."""
+    inside = {}
+    for entry in kept.values():
+        for key in entry["inner_ids"]:
+            if key in ids:
+                inside[key] = inside.get(key, 0) + 1
+    reached = [handle for handle, entry in kept.items()
+               if references(entry, "object") - BASE > 2 * inside.get(id(entry["object"]), 0)]
+    seen = set(reached)
+    while reached:
+        for key in kept[reached.pop()]["inner_ids"]:
+            handle = ids.get(key)
+            if handle is not None and handle not in seen:
+                seen.add(handle)
+                reached.append(handle)
+    return [handle for handle in kept if handle not in seen]
+
+
+def unheld(kept, ids, tags, dormant, rest=True):
+    """The program's process's kept objects it no longer reaches (unreached), forgotten -> {"d":
+    their handles, "z": those of them at rest}, an empty list left out: a test object's container
+    (lent) that holds leaves only rests in dormant {handle: entry}, so that its next read costs no
+    copy, until the test process names it again (awake) or forgets it (unrest); rest False (an
+    answer, which ends every rest, in the test process too): none rests, none is left."""
+    found = {"d": [], "z": []}
+    for handle in unreached(kept, ids):
+        entry = kept.pop(handle)
+        del ids[id(entry["object"])], tags[id(entry["object"])]
+        resting = rest and handle < 0 and not entry["inner_ids"]
+        if resting:
+            dormant[handle] = entry
+        found["z" if resting else "d"].append(handle)
+    if not rest:
+        dormant.clear()
+    return {key: handles for key, handles in found.items() if handles}
+
+
+def awake(handle, kept, ids, tags, dormant):
+    """The kept object of a handle the other side names (a mark, its news), out of rest (unheld)
+    in the program's process; None if there is none."""
+    if handle in dormant:
+        entry = kept[handle] = dormant.pop(handle)
+        ids[id(entry["object"])], tags[id(entry["object"])] = handle, '{"k":%d}' % handle
+    return kept[handle]["object"] if handle in kept else None
+
+
+def unrest(handles, dormant):
+    """Those at rest in the program's process (unheld) that the test process forgot ("D": a list
+    of handles; anything else is ignored), forgotten."""
+    for handle in handles if type(handles) is list else ():
+        if type(handle) is int:
+            dormant.pop(handle, None)
 
 
 def test_made(value):

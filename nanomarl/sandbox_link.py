@@ -13,8 +13,8 @@ at a time talks (TALKING). LINK holds this side's state (filled by sandbox_verdi
 sandbox_child.py:program_side)."""
 import _operator, _signal, _thread, _weakref, builtins, math, os, sys
 
-from sandbox_copies import (awake, changed, containers, extend, kept_entry, news, pairs, refill,
-                            shared, unrest)
+from sandbox_copies import changed, containers, extend, kept_entry, news, pairs, refill, shared
+from sandbox_lending import awake, unrest
 from sandbox_patches import IMPORT
 from sandbox_values import (VALUE_TYPES, Abort, ProgramError, describe, dump, error_payload,
                             raised, with_pairs)  # sandbox.py's BOOT

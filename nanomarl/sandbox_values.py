@@ -31,23 +31,24 @@ read by each side's resolve: {"r": n} a program object, {"g": n} a program's gen
 looks like: sandbox_proxies.py:looks]} one sent to the program, {"M": [module, name]} a module or a
 function of one (test_refer's), a builtin class or function (the program's:
 sandbox_patches.py:by_name), {"Z": [...]} a test's frozen clock (sandbox_verdicts.py:frozen_class),
-{"k": handle} a kept container, {"a": k} the k-th argument container of the call
-answered, {"A": k} and {"N": [handle, value]} a test object's container lent (sandbox_lending.py),
-"P" "B" "U" "p" "H" "j" a copy (sandbox_copies.py:copied), "o" "S" "W" an instance of a class the
-context declares (sandbox_verdicts.py:rebuilt), {"G": ...} a member of an Enum it declares,
-{"e": payload} an exception the program returned. The keys of a message's extra: with a request of
-the test process, what the program's process takes on (sandbox_verdicts.py:mirrored): "s" the time
-left, "f" the handles released, "l" the recursion limit, "o" and "e" output redirected, "b"
-builtins, "p" module attributes (one that is the k-th argument container: [module, attribute, null,
-k]), "i" sys.stdin, "c" warnings caught, "g" log records noted (the test's logger levels:
-sandbox_caught.py:watched), "F" (the first) the fingerprints of the classes the context declares
-(same); in the program's answer, "o" and "e" the output, "i" sys.stdin's contents, "c" the warnings,
-"g" the log records; either way "k" the kept containers' news ([handle, contents], or [handle,
-start, new items]: sandbox_copies.py:news), "d" and "z" (the program's) the handles forgotten and at
-rest, "D" (the test's) those at rest it forgot, "n" (its answer) the argument containers kept from
-now on, "w" (an answer) the argument containers changed, "#" (a request) how many containers its
-arguments hold and "m" those passed twice (sandbox_link.py:told, taken, ask); in an answer to a
-test's callback, "b" and "p" the patches in force (sandbox_verdicts.py:served)."""
+{"k": handle} a kept container, {"a": k} the k-th argument container of the call answered, {"A": k}
+and {"N": [handle, value]} a test object's container lent, or, its handle from 0 up, a program's own
+(sandbox_lending.py), "P" "B" "U" "p" "H" "j" a copy (sandbox_copies.py:copied), "o" "S" "W" an
+instance of a class the context declares (sandbox_verdicts.py:rebuilt), {"G": ...} a member of an
+Enum it declares, {"e": payload} an exception the program returned. The keys of a message's extra:
+with a request of the test process, what the program's process takes on
+(sandbox_verdicts.py:mirrored): "s" the time left, "f" the handles released, "l" the recursion
+limit, "o" and "e" output redirected, "b" builtins, "p" module attributes (one that is the k-th
+argument container: [module, attribute, null, k]), "i" sys.stdin, "c" warnings caught, "g" log
+records noted (the test's logger levels: sandbox_caught.py:watched), "F" (the first) the
+fingerprints of the classes the context declares (same); in the program's answer, "o" and "e" the
+output, "i" sys.stdin's contents, "c" the warnings, "g" the log records; either way "k" the kept
+containers' news ([handle, contents], or [handle, start, new items]: sandbox_copies.py:news), "d"
+and "z" (the program's) the handles forgotten and at rest, "D" (the test's) those at rest it forgot,
+"n" (its answer) the argument containers kept from now on, "w" (an answer) the argument containers
+changed, "#" (a request) how many containers its arguments hold and "m" those passed twice
+(sandbox_link.py:told, taken, ask); in an answer to a test's callback, "b" and "p" the patches in
+force (sandbox_verdicts.py:served)."""
 import _json, builtins, sys
 
 from sandbox_patches import (DATETIMES, PRINTS, datetime_base, of_class, same, stdlib_error,

@@ -14,7 +14,7 @@ from sandbox_link import (DEEP, LINK, OPS, Remote, TestTimeout, abort, answer, a
                           compiled, deep, gone, read_exactly, read_line, refilled, remote, run,
                           taken, told, unnumbered)
 from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, kept_entry
-from sandbox_lending import lending, let_go, readable, settable, test_made
+from sandbox_lending import lending, let_go, readable, received, settable, test_made
 from sandbox_patches import PATCHED, SETS, builtin_named, fingerprint, module, watch_modules
 from sandbox_proxies import looks
 from sandbox_values import (DECLARED, REFUSE, SOURCES, Abort, Decoder, Dumped, ProgramError,
@@ -67,10 +67,15 @@ def test_answered(message):
 def kept_up(extra, numbered):
     """The news of the kept containers (sandbox_copies.py) in an answer or a request of the
     program's process ("k", "w", "n", "d", "z": sandbox_values.py's index), put in place
-    (numbered: the call's argument containers); the test process keeps at most twice what the
-    program's process does (an honest program's choices fit; it chooses)."""
+    (numbered: the call's argument containers; those its value lent, "N", are kept already:
+    sandbox_lending.py:received); the test process keeps at most twice what the program's process
+    does (an honest program's choices fit; it chooses)."""
     kept, ids, tags = LINK["kept"], LINK["kept_ids"], LINK["kept_tags"]
     taken(extra, numbered)
+    for handle in LINK["received"]:  # (its value's: made anew after the write-backs, as there)
+        if handle in kept:
+            kept[handle] = kept_entry(kept[handle]["object"], ids)
+    LINK["received"].clear()
     total = sum(entry["weight"] for entry in kept.values())
     for pair in extra["n"] if type(extra.get("n")) is list else ():
         if type(pair) is list and len(pair) == 2 and all(type(k) is int for k in pair) and (
@@ -211,6 +216,8 @@ def test_resolve(tag, item):
         return LINK["args"][-1][item]
     if tag == "k" and type(item) is int and item in LINK["kept"]:
         return LINK["kept"][item]["object"]
+    if tag == "N" and (found := received(item, LINK)) is not None:  # (a program's, kept now)
+        return found
     if tag == "M" and type(item) is list and len(item) == 2 and item[0] == "builtins":
         return builtin_named(item[1])  # (a builtin class or PURE function; else ValueError)
     if tag == "G" and type(item) is list and len(item) == 2 and all(type(p) is str for p in item):

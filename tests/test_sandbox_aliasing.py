@@ -1,0 +1,211 @@
+"""sandbox.py against plain Python's semantics for a container of the program's own (a global, an
+attribute, a closure cell, a cache) that a call returns, the test reads through a program object
+or a generator yields: one the program still reaches is kept from then on, as an argument
+container it keeps is (sandbox_lending.py:lent_back), so the test's changes reach the program and
+the program's reach the test's object; a fresh one stays a plain copy. Each wrong program (whose
+bug is aliasing) is checked beside the right one, with the verdicts of plain Python."""
+from test_sandbox_semantics import plain, run
+
+HISTORY = """\
+    HIST = []
+    def history():
+        return HIST
+    def record(x):
+        HIST.append(x)
+    """
+COPIED = HISTORY.replace("return HIST", "return list(HIST)")
+
+
+def test_a_list_the_program_returns_and_keeps_is_its_own_both_ways():
+    """`h = history()` is the program's HIST: the test's append reaches the program (the wrong
+    program fails `history() == []` as in plain Python), the program's later append reaches h,
+    and two calls give one object; a program that returns a copy passes the first and fails the
+    others."""
+    tests = ["h = history()\nh.append('junk')\nassert history() == []",
+             "h = history()\nrecord(1)\nassert h[-1] == 1",
+             "assert history() is history()"]
+    for program in (HISTORY, COPIED):
+        expected = plain(program, tests)
+        assert run(program, tests)["passed"] == expected, program
+    assert plain(HISTORY, tests) == [False, True, True]
+    assert plain(COPIED, tests) == [True, False, False]
+
+
+def test_a_method_returning_self_items_and_an_attribute_read_are_the_objects_own():
+    """A method that returns `self.items` and a read of `s.items` through the program object give
+    the instance's own list: the test's append is the stack's push (plain Python's aliasing)."""
+    program = """\
+        class Stack:
+            def __init__(self):
+                self.items = []
+            def view(self):
+                return self.items
+            def size(self):
+                return len(self.items)
+            def push(self, x):
+                self.items.append(x)
+        """
+    tests = ["s = Stack()\ns.view().append(1)\nassert s.size() == 0",
+             "s = Stack()\ns.items.append(1)\nassert s.size() == 1",
+             "s = Stack()\nv = s.view()\ns.push(2)\nassert v == [2] and s.items is v"]
+    expected = plain(program, tests)
+    assert expected == [False, True, True]
+    assert run(program, tests)["passed"] == expected
+
+
+def test_a_memoised_result_the_test_changes_is_what_the_next_call_returns():
+    """A memoising program returns its cache's dict, its whole cache, or an lru_cache's list:
+    the test's change to what it returned is what the next call returns, as in plain Python, so
+    the program whose results the test may change fails a later check."""
+    program = """\
+        import functools
+        CACHE = {}
+        def counts(word):
+            if word not in CACHE:
+                CACHE[word] = {c: word.count(c) for c in word}
+            return CACHE[word]
+        def cache():
+            return CACHE
+        @functools.lru_cache(maxsize=None)
+        def divisors(n):
+            return [d for d in range(1, n + 1) if n % d == 0]
+        """
+    tests = ["d = counts('aab')\nd['a'] = 99\nassert counts('aab') == {'a': 2, 'b': 1}",
+             "counts('xy')\ncache()['xy']['x'] = 5\nassert counts('xy')['x'] == 5",
+             "divisors(12).append(99)\nassert divisors(12) == [1, 2, 3, 4, 6, 12]",
+             "c = cache()\ncounts('new')\nassert 'new' in c"]
+    expected = plain(program, tests)
+    assert expected == [False, True, False, True]
+    assert run(program, tests)["passed"] == expected
+
+
+def test_a_nested_container_returned_keeps_its_inner_lists_too():
+    """A list of lists the program keeps, returned whole or as a fresh list of its rows: a change
+    to a row reaches the program's grid, and the program's change to a cell reaches the test's
+    row; a fresh outer list stays a copy (appending to it changes nothing there)."""
+    program = """\
+        GRID = [[0] * 3 for _ in range(3)]
+        def grid():
+            return GRID
+        def rows():
+            return list(GRID)
+        def cell(r, c):
+            return GRID[r][c]
+        def put(r, c, v):
+            GRID[r][c] = v
+        """
+    tests = ["grid()[1][1] = 5\nassert cell(1, 1) == 0",
+             "rows()[0][0] = 7\nassert cell(0, 0) == 0",
+             "g = grid()\nput(2, 2, 9)\nassert g[2][2] == 9",
+             "r = rows()\nput(0, 1, 4)\nassert r[0][1] == 4",
+             "r = rows()\nr.append([1])\nassert len(grid()) == 3"]
+    expected = plain(program, tests)
+    assert expected == [False, False, True, True, True]
+    assert run(program, tests)["passed"] == expected
+
+
+def test_a_fresh_container_stays_a_plain_copy_and_costs_no_kept_room():
+    """A list the program makes anew at each call and does not keep crosses as a copy: the
+    test's change does not reach the next call's result, and 200 of them (each in a list it
+    returns) take none of the 64 containers kept, so the program's HIST is still kept after."""
+    program = HISTORY.rstrip(" ") + """\
+    def fresh():
+        return [1, 2]
+    def nested():
+        return [[1], [2]]
+    """
+    tests = ["a = fresh()\na.append(3)\nassert fresh() == [1, 2]",
+             "n = nested()\nn[0].append(3)\nassert nested() == [[1], [2]]",
+             "kept = [fresh() for _ in range(100)] + [nested() for _ in range(100)]\n"
+             "h = history()\nh.append(1)\nassert history() == [1] and history() is h"]
+    expected = plain(program, tests)
+    assert expected == [True, True, True]
+    assert run(program, tests)["passed"] == expected
+
+
+def test_a_generator_yielding_its_own_list_gives_that_list_each_time():
+    """A generator that yields its one buffer list, growing it between yields, gives the same
+    list three times, as plain Python does (each item a copy would be [0], [0, 1], [0, 1, 2])."""
+    program = """\
+        def gen():
+            buf = []
+            for i in range(3):
+                buf.append(i)
+                yield buf
+        """
+    tests = ["assert list(gen()) == [[0, 1, 2]] * 3",
+             "a, b, c = gen()\nassert a is b is c"]
+    expected = plain(program, tests)
+    assert expected == [True, True]
+    assert run(program, tests)["passed"] == expected
+
+
+def test_beyond_64_returned_containers_the_rest_are_copies():
+    """The bounds of what is kept hold for returned containers too (64 containers, 4,096 items):
+    of 100 lists the program keeps and returns, the first 64 are its own (the test's change
+    reaches it), the rest copies, as documented; a list of 5,000 items is a copy (emptying it
+    is not seen); no test crashes the run."""
+    program = """\
+        LISTS = [[i] for i in range(100)]
+        BIG = list(range(5000))
+        def get(i):
+            return LISTS[i]
+        def big():
+            return BIG
+        """
+    tests = ["got = [get(i) for i in range(100)]\nfor g in got:\n    g.append(0)\n"
+             "assert [len(get(i)) for i in range(100)] == [2] * 64 + [1] * 36",
+             "b = big()\nb.clear()\nassert big() == list(range(5000))",
+             "assert get(3) == [3, 0]"]
+    assert plain(program, tests) == [False, False, True]
+    result = run(program, tests, timeout=5.0)
+    assert result["completed"]
+    assert result["passed"] == [True, True, True], result["errors"]
+
+
+def test_a_hostile_program_changing_what_it_returned_does_not_break_the_run():
+    """A program that returns its list and then changes it from a thread, from a finalizer that
+    the collector runs at any allocation, or returns a list of a million items or a cyclic one:
+    the run completes, each test gets a verdict, and the test after them passes."""
+    program = """\
+        import gc, threading
+        DATA = []
+        def spin():
+            for i in range(50000):
+                DATA.append(i)
+                if len(DATA) > 500:
+                    DATA.clear()
+        def threaded():
+            threading.Thread(target=spin, daemon=True).start()
+            return DATA
+        class Evil:
+            def __del__(self):
+                DATA.append(len(DATA))
+                DATA[:] = DATA[-3:]
+        def finalized():
+            gc.set_threshold(3)
+            for _ in range(50):
+                e = Evil()
+                e.me = e
+            return [DATA, [DATA], {'d': DATA}]
+        HUGE = list(range(10 ** 6))
+        def huge():
+            gc.set_threshold(700, 10, 10)
+            return HUGE
+        CYCLE = []
+        CYCLE.append(CYCLE)
+        def cyclic():
+            return CYCLE
+        def add(a, b):
+            return a + b
+        """
+    tests = ["for _ in range(5):\n    d = threaded()\n    d.append(-1)\nassert type(d) is list",
+             "for _ in range(20):\n    f = finalized()\nassert f[0] is f[1][0] is f[2]['d']",
+             "h = huge()\nh.append(1)\nassert len(huge()) == 10 ** 6",
+             "cyclic()",
+             "assert add(1, 2) == 3"]
+    result = run(program, tests, timeout=10.0, memory_mb=512)
+    assert result["completed"], result
+    assert result["passed"][0] and result["passed"][1] and result["passed"][4], result["errors"]
+    assert result["passed"][2] is True  # (beyond the bounds: a copy, as documented)
+    assert result["passed"][3] is False  # (a cyclic value cannot be sent)
