@@ -12,9 +12,10 @@ e.g. the prompt's helpers) and decides every verdict; the program's process, for
 any untrusted code runs, runs the program and then answers the test process's requests over two
 pipes ("the value of name", "call this object", "its attribute", "its next items", ...). A value
 crosses as JSON of exact types (None, bool, int of any size, float, complex, str, bytes, bytearray,
-list, tuple, set, frozenset, dict, Counter, OrderedDict, defaultdict, deque, NamedTuple (the
-context's class of its name where its fields are that class's, else the test's own class of that
-name and fields that crossed to the program: a test's Q comes back a Q), Fraction, Decimal, range,
+list, tuple, set, frozenset, dict, Counter, OrderedDict, defaultdict, deque, NamedTuple (the class
+of its name the context declares, by `class` or `X = namedtuple("X", ...)`, where its fields are
+that class's, else the test's own class of that name and fields that crossed to the program: a
+test's Q comes back a Q), Fraction, Decimal, range,
 dict views, datetime's types, pathlib's pure and posix paths; tagged where JSON has no type, so that
 they stay distinct; a subclass of one travels as the base value plain Python compares: a (str, Enum)
 member as its str, a datetime type's as its datetime value (one of a test's class rebuilt as an
@@ -40,13 +41,16 @@ arguments, value and position, state, pattern and flags, attributes; a Match by 
 again there: a real re.Match; sandbox_copies.py); any other object crosses as a reference, whose
 operations the other process performs. A program object (a class instance, a function; but a builtin
 class, Ellipsis, NotImplemented or a builtin function that runs nothing it is given, int or max: it
-crosses by name, the test's own) is no value: it may be called, its attributes read and set, its
-text and type asked (a class as the entry point: its methods), but its length, truth, items,
-iteration, hash, conversions and comparisons (with a value or another program object) fail the test,
-never asking the program (its methods could answer anew at each question; a re.Match is true, as
-each one is; its __name__, __qualname__, __doc__, __module__, __defaults__, __kwdefaults__ and
-__wrapped__, and read-only snapshots of its __dict__ and __annotations__, are read as attributes); a
-generator or builtin iterator is a stream, drawn lazily, each item asked once. A test object (a
+crosses by name, the test's own) is no value: it has the protocol methods its type has, no other
+(callable(), hasattr, the ABCs as in one process), and a builtin type (a function's, a generator's)
+only where its type is that type (sandbox_remote.py): it may be called, used in `with` (its own
+__enter__ and __exit__), its attributes read and set, its text asked (a class as the entry point:
+its methods), but its length, truth, items, iteration, hash, conversions and comparisons (with a
+value or another program object) fail the test, never asking the program (its methods could answer
+anew at each question; a re.Match is true, as each one is; its __name__, __qualname__, __doc__,
+__module__, __defaults__, __kwdefaults__ and __wrapped__, and read-only snapshots of its __dict__
+and __annotations__, are read as attributes); a generator or builtin iterator is a stream, drawn
+lazily, each item asked once. A test object (a
 callback, an instance or class of a test's, an iterator) is called, read, set (an instance's data,
 never its class's methods) and drawn by the test process, and its protocol (truth, length, items and
 item assignment, iteration, text, comparisons, arithmetic and conversions: the test's own method,
@@ -169,8 +173,12 @@ test value or another program object) or converted to a number fails (its own __
 __float__ would let it match any expected value, or answer each question anew; `== None` is decided
 in the test process: a program object is not None), so a right program whose class defines __eq__ or
 __len__ for the test to use loses that test unless the prompt declares the class (then its instances
-are values, judged by the prompt's class); a generator is drawn ahead of the test after its 8th
-item; each call costs a round trip between the processes, so a test of 100,000s of calls times out;
+are values, judged by the prompt's class); type(x) of a program object is a class of the harness's
+(named Remote, with the protocol methods its type had when it first crossed, and __bool__;
+isinstance with a builtin type holds where its type is that type, `type(x) is` does not), and its
+__exit__ gets a copy of the test's exception (without its traceback); a generator is drawn ahead of
+the test after its 8th item; each call costs a round trip between the processes, so a test of
+100,000s of calls times out;
 the program's random is its own (no state of the test process reaches it, so a test's random.seed
 does not seed it); a program class is no class in the test process (a test cannot subclass it or
 name it in `except`), and a test's class is none in the program's (type(x) of a test object is a
@@ -237,7 +245,6 @@ not in total: parallel programs share the machine (sandbox_workers bounds them).
 """
 from __future__ import annotations
 
-import ast
 import marshal
 import math
 import os
@@ -247,10 +254,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from nanomarl.sandbox_sources import top_level
 
 MESSAGE_BYTES = 600  # the most bytes of one error message in the report
 ANSWER_BYTES = 1 << 26  # the longest answer line the test process reads from the program's process
@@ -263,8 +271,8 @@ def frame(data: bytes) -> bytes:
 # the code run inside the sandbox, compiled once here (a child would compile it on every run):
 # each module after the ones it imports; the last one's main() runs the sandbox
 MODULES = ("sandbox_layers", "sandbox_patches", "sandbox_values", "sandbox_copies",
-           "sandbox_lending", "sandbox_link", "sandbox_proxies", "sandbox_caught",
-           "sandbox_verdicts", "sandbox_child")
+           "sandbox_lending", "sandbox_link", "sandbox_remote", "sandbox_proxies",
+           "sandbox_caught", "sandbox_verdicts", "sandbox_child")
 CHILD_CODE = b"".join(frame(marshal.dumps(compile(path.read_text(), str(path), "exec",
                                                   dont_inherit=True, optimize=0)))
                       for path in (Path(__file__).with_name(name + ".py") for name in MODULES))
@@ -329,41 +337,6 @@ def parse_report(report: bytes, nonce: str, result: dict) -> dict:
     return result
 
 
-PARSING = threading.Lock()  # ast.parse from parallel_map's threads: CPython 3.11 can fail with a
-# SystemError ("AST constructor recursion depth mismatch") when two threads parse at once
-
-
-def parse_body(source: str) -> list:
-    """The top-level statements of source ([] when blank), one thread at a time."""
-    with PARSING:
-        return ast.parse(source).body if source.strip() else []
-
-
-def top_level(source: str) -> tuple[list[str], list[str]]:
-    """(the names a module's top-level defs and classes define, the modules its top-level import
-    statements import); ([], []) if it does not parse."""
-    try:
-        body = parse_body(source)
-    except (SyntaxError, ValueError):
-        return [], []
-    defined = [node.name for node in body if isinstance(
-        node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-    return defined, [name for node in body for name in (
-        [alias.name for alias in node.names] if isinstance(node, ast.Import)
-        else [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level
-        else [])]
-
-
-def declared_classes(context: str) -> list[str]:
-    """The classes the context (the task's prompt) defines at its top level: a program's instance
-    of one is a value, rebuilt from its state in the test process."""
-    try:
-        body = parse_body(context)
-    except (SyntaxError, ValueError):
-        return []
-    return [node.name for node in body if isinstance(node, ast.ClassDef)]
-
-
 def output_file() -> tuple[int, int]:
     """(write-only, read-only) descriptors of a fresh unlinked temporary file: the sandbox writes
     its output through the first and cannot read it back; the program's process writes to files
@@ -414,11 +387,11 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
     # the program's part, read before the fork, then the tests' part, read by the test process
     if names is None:
         names = top_level(program)[0]
+    _, preload, classes = top_level(context)
     job = CHILD_CODE + frame(marshal.dumps(dict(
         program=program, context=context, timeout=timeout, cpu_seconds=math.ceil(wall) + 1,
         memory_bytes=memory_mb << 20, file_bytes=max_output_bytes, answer_bytes=ANSWER_BYTES,
-        names=[str(name) for name in names], classes=declared_classes(context),
-        preload=top_level(context)[1])))
+        names=[str(name) for name in names], classes=classes, preload=preload)))
     job += marshal.dumps(dict(nonce=nonce, tests=list(tests), max_timeouts=max_timeouts,
                               message_bytes=MESSAGE_BYTES))
     cap, closing = report_cap(nonce, len(tests)), nonce.encode() + b" done\n"

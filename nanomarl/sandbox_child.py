@@ -16,11 +16,12 @@ from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, changed, containers, conte
 from sandbox_lending import awake, lent_back, unheld, unlent
 from sandbox_layers import (capped_streams, confine, die_with_parent, drop_privileges,
                             fork_program, guard_threads, isolate)  # sandbox.py's BOOT
-from sandbox_link import (COPIES, DEEP, EXIT, LINK, OPS, BINARY, TestTimeout, abort, answer,
-                          attempt, compiled, deep, read_exactly, read_line, run, serve, taken,
-                          with_pairs, write_all)
+from sandbox_link import (DEEP, EXIT, LINK, OPS, BINARY, TestTimeout, abort, answer, attempt,
+                          compiled, deep, read_exactly, read_line, run, serve, taken, with_pairs,
+                          write_all)
 from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, stand_in, took_on
 from sandbox_proxies import TestObject, test_object
+from sandbox_remote import COPIES, kind_of, traits
 from sandbox_values import CONTEXT, DATETIMES, PRINTS, Decoder, dump, error_payload, raised, same
 from sandbox_verdicts import test_side
 
@@ -29,23 +30,6 @@ from sandbox_verdicts import test_side
 BASES = ((str, str.__str__), (int, int.__int__), (float, float.__float__), (bytes, bytes),
          (complex, complex), (list, list.copy), (tuple, tuple), (dict, dict.copy),
          (set, set.copy), (frozenset, frozenset))
-
-
-def stream_types():
-    """The types of generators and of builtin and itertools iterators, taken before the program
-    runs: their objects travel as streams (sandbox_link.py:Remote), drawn once, item by item."""
-    itertools = __import__("itertools")
-    samples = ([], (), "", "\u0100", b"", bytearray(), range(0), range(1 << 70), set(), {},
-               {}.values(), {}.items())
-    kinds = {type(iter(sample)) for sample in samples} | {
-        type(reversed([])), type(reversed(range(0))), type(reversed({})), type(iter(int, 1)),
-        type((lambda: (yield))()), type(iter(type("Items", (), {"__getitem__": len})()))}
-    return frozenset(kinds | {kind for module in (builtins, itertools)
-                              for kind in vars(module).values()
-                              if isinstance(kind, type) and hasattr(kind, "__next__")})
-
-
-STREAMS = stream_types()
 
 
 def state(value):
@@ -136,7 +120,7 @@ def program_side(job, requests, answers):
         if id(value) not in ids:
             refs[LINK["handles"]], ids[id(value)] = value, LINK["handles"]
             LINK["handles"] += 1
-        return '{"%s":%d}' % ("g" if kind in STREAMS else "r", ids[id(value)])  # (g: a stream)
+        return '{"r":[%d,%s,%d]}' % (ids[id(value)], dump(kind_of(kind), None), traits(kind))
 
     def next_message():
         while True:
@@ -335,22 +319,19 @@ def program_side(job, requests, answers):
 
     def ops(op, target, a, b, extra):
         """-> (the answer's value as JSON text, its write-backs: [[k, the new contents of the
-        call's k-th argument container], ...] for those the call changed)."""
+        call's k-th argument container], ...] for those the call changed). The harness walks
+        values under deep's limit (the program's own code under its own)."""
         if op == "get":
             if type(target) is not str or target not in scope:
                 raise NameError(f"name {target!r} is not defined")
-            box = [scope[target]]
-            aliases = marked(box)  # (before box[0] is read: a reference of its own meanwhile)
-            return dump(box[0], refer, aliases), ""
+            return sent([scope[target]]), ""
         if type(target) is not int or target not in refs:
             raise TypeError("a stale or malformed reference")
         value = refs[target]
         if op == "attr" and type(a) is str:
-            box = [getattr(value, a)]
-            aliases = None if a in COPIES else marked(box)  # (their snapshots are never kept)
-            return dump(box[0], refer, aliases), ""
+            return sent([getattr(value, a)], a in COPIES), ""  # (their snapshots are never kept)
         if op == "setattr" and type(a) is str:
-            numbering(extra, containers([b], []), None)  # (kept if the program holds it)
+            numbering(extra, deep(containers, [b], []), None)  # (kept if the program holds it)
             return dump(setattr(value, a, b), refer), ""
         if op == "next" and type(a) is int:
             items, end = [], None
@@ -361,31 +342,44 @@ def program_side(job, requests, answers):
                 end = "stop"
             except Exception as e:
                 end = error_payload(e)
-            aliases = marked(items)
-            return dump([items, end], refer, aliases), ""
+            aliases = deep(marked, items)
+            return deep(dump, [items, end], refer, aliases), ""
         if op == "op" and a in OPS:
             args = [b] if a in BINARY or a == "getitem" else b if type(b) is list else []
-            return dump(OPS[a](value, *args), refer), ""
+            return deep(dump, OPS[a](value, *args), refer), ""
+        if op == "enter":  # a `with` in the test: the program's own __enter__ and __exit__
+            return sent([type(value).__enter__(value)]), ""
+        if op == "exit" and (a is None or (error := raised(a)) is not None):
+            exited = (None, None, None) if a is None else (type(error), error, None)
+            return sent([type(value).__exit__(value, *exited)]), ""
         if op == "call" and type(a) is list and type(b) is dict:
             values, count, keys = a + list(b.values()), len(a), [str(k) for k in b]
             if type(extra.get("m")) is list:  # the test passed one container twice
-                values, numbered = share(values, extra["m"])
+                values, numbered = deep(share, values, extra["m"])
             else:
-                numbered = containers(values, [])
+                numbered = deep(containers, values, [])
             a.clear()  # (the request's own lists: what holds an argument after the call is the
             b.clear()  # program's, and keeps it: kept_news)
             call = numbering(extra, numbered, [snapshot(c) for c in numbered])
             box = [value(*values[:count], **dict(zip(keys, values[count:])))]  # (its result)
             aliases = dict(kept_tags)
             aliases.update({id(c): '{"a":%d}' % k for k, c in enumerate(numbered)})
-            writes = ",".join("[%d,%s]" % (k, dump(contents(c), refer, aliases))
+            writes = ",".join("[%d,%s]" % (k, deep(dump, contents(c), refer, aliases))
                               for k, c in enumerate(numbered)
                               if not unchanged(call[2][k], snapshot(c)))
-            marked(box, aliases)  # (before box[0] is read: a reference of its own meanwhile)
-            text = dump(box[0], refer, aliases)
+            text = sent(box, False, aliases)
             call[2] = None
             return text, writes
         raise TypeError("no such operation: " + str(op)[:20])
+
+    def sent(box, copy=False, aliases=None):
+        """box[0]'s JSON text (box: a list the harness alone holds), the containers the program
+        still reaches in it kept from now on (marked, before box[0] is read: a reference of its
+        own meanwhile), but for a copy (a __dict__ snapshot)."""
+        def text():
+            found = None if copy else marked(box, aliases)
+            return dump(box[0], refer, found)
+        return deep(text)
 
     def answer_with(seq, status, payload, extra):
         pairs = synced.pop() if synced else []

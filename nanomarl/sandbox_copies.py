@@ -187,18 +187,24 @@ def weight(value, state):
 def nested(state, ids, out, seen):
     """[(container, snapshot), ...] of the containers inside a snapshot's items, through tuples
     and containers but not into kept ones (ids): a change deep inside a kept container (a list
-    the program put into it, or the test) is its change too."""
-    for value in state:
-        if type(value) in LEAVES or id(value) in ids or id(value) in seen:
-            continue
-        seen.add(id(value))
-        if numbered(type(value)):
-            out.append((value, snapshot(value)))
-            inner = out[-1][1] if type(out[-1][1]) is list else None
+    the program put into it, or the test) is its change too. Depth first, on a stack of its own
+    (a value nested thousands deep is walked at any recursion limit)."""
+    stack = [iter(state)]
+    while stack:
+        for value in stack[-1]:
+            if type(value) in LEAVES or id(value) in ids or id(value) in seen:
+                continue
+            seen.add(id(value))
+            if numbered(type(value)):
+                out.append((value, snapshot(value)))
+                inner = out[-1][1] if type(out[-1][1]) is list else None
+            else:
+                inner = parts(value)
+            if inner:
+                stack.append(iter(inner))
+                break
         else:
-            inner = parts(value)
-        if inner:
-            nested(inner, ids, out, seen)
+            stack.pop()
     return out
 
 

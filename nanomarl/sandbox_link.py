@@ -1,5 +1,5 @@
 """sandbox_link.py: the link between the two processes of a sandboxed run: the alarm under which
-either runs code, requests and answers both ways, and the proxies of the other side's objects.
+either runs code, and requests and answers both ways.
 
 Executed inside the sandbox as the module `sandbox_link` (sandbox.py's BOOT). The two processes talk
 in lines of JSON, either way: a request [seq, "q", op, target, a, b, extra] or an answer [seq, "a",
@@ -7,17 +7,16 @@ status, payload, extra] (the test process numbers its requests upwards, the prog
 downwards). While one side waits for an answer it serves the other's requests (a callback from a
 test calling the program again). What travels, and its tags, is sandbox_values.py's (copies and
 marks: sandbox_copies.py); an object that is no value travels as a reference whose operations the
-other side asks for: in the test process a Remote stands for a program object, in the program's
-process a TestObject for a test object (of its class's proxy class: sandbox_proxies.py). One thread
-at a time talks (TALKING). LINK holds this side's state (filled by sandbox_verdicts.py:test_side,
-sandbox_child.py:program_side)."""
-import _operator, _signal, _thread, _weakref, builtins, math, os, sys
+other side asks for: in the test process a Remote for a program object (of the subclass for what
+its type has: sandbox_remote.py), in the program's process a TestObject for a test object (of its
+class's proxy class: sandbox_proxies.py). One thread at a time talks (TALKING). LINK holds this
+side's state (filled by sandbox_verdicts.py:test_side, sandbox_child.py:program_side)."""
+import _operator, _signal, _thread, math, os, sys
 
 from sandbox_copies import changed, containers, extend, kept_entry, news, pairs, refill, shared
 from sandbox_lending import awake, unrest
-from sandbox_patches import IMPORT
-from sandbox_values import (VALUE_TYPES, Abort, ProgramError, describe, dump, error_payload,
-                            raised, with_pairs)  # sandbox.py's BOOT
+from sandbox_values import (Abort, ProgramError, describe, dump, error_payload,
+                            with_pairs)  # sandbox.py's BOOT
 
 READ, WRITE, EXIT = os.read, os.write, os._exit  # before any program code (it may replace them)
 GET_LIMIT, SET_LIMIT = sys.getrecursionlimit, sys.setrecursionlimit
@@ -130,23 +129,17 @@ def read_exactly(fd, size):
 LINK = dict(seq=0, gone="has not started", buffer=bytearray(), failed="", args=[], released=[],
             kept={}, kept_ids={}, kept_tags={}, dormant={}, mirrored=lambda numbered: {},
             sent=lambda extra: None, drop=dict)
-# what one may ask of the other's object: a program object's text, type; a test object's protocol
+# what one may ask of the other's object: a program object's text; a test object's protocol
 OPS = dict(len=len, bool=bool, str=str, repr=repr, iter=iter, format=format,
            getitem=lambda a, b: a[b], contains=lambda a, b: b in a,
            isinstance=lambda a, b: isinstance(b, a),
-           type=lambda a: [type(a).__module__, type(a).__qualname__],
            special=lambda a, asked: special_op(a, asked))
 BINARY = {"contains", "isinstance"}
+COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 ARITHMETIC = "add sub mul matmul truediv floordiv mod pow lshift rshift and xor or".split()
 OPERATORS = {prefix + n for prefix in ("", "r", "i") for n in ARITHMETIC} | {"divmod", "rdivmod"}
 BUILTINS = dict(int=int, float=float, complex=complex, round=round, trunc=math.trunc, **{n: getattr(
     _operator, n) for n in ("neg", "pos", "invert", "abs", "index", "setitem", "delitem")})
-# a program object's data whose values are values (its __wrapped__: a program object; its
-# __dict__ and __annotations__: read-only snapshots, as a change to a copy never reaches the object)
-COPIES = ("__dict__", "__annotations__")
-TOLD = {"__name__", "__qualname__", "__doc__", "__module__", "__defaults__", "__kwdefaults__",
-        "__wrapped__", *COPIES}
-MAPPING = type(type.__dict__)  # types.MappingProxyType
 
 
 def special_op(value, asked):
@@ -362,119 +355,3 @@ def ask(op, target, a=None, b=None, args=None):
         finally:
             LINK["args"].pop()
 
-
-def refused(self, *other):
-    """A program object is no value: what its methods would answer anew at each question (a
-    length 1 then 2, equal to everything, a float()) fails the test, never asking the program."""
-    raise abort(TypeError("a program object compared, measured or combined: it is no value"))
-
-
-class Remote:
-    """A program object, by its handle in the program's process: the test may read and set its
-    attributes (its TOLD data too), call it, ask its text (str, repr, format) and its type; a
-    stream (a generator or builtin iterator: its reference says so) is drawn lazily, each item
-    asked once (one at a time, then up to 256 ahead; iter() of it is itself, it is true, its
-    equality and hash are its identity); a re.Match is true. Every other question fails the test
-    (refused); `== None` is decided here (it is not None). A result crosses as a value, a declared
-    class's instance rebuilt from its state (sandbox_verdicts.py:rebuilt)."""
-    __slots__ = ("__handle", "__buffer", "__drawn", "__end", "__stream", "__weakref__")
-    __getitem__ = __reversed__ = refused  # (and the others below: arithmetic, conversions, <)
-    __str__ = lambda self: ask("op", self.__handle, "str", [])  # its text, its type: asked
-    __repr__ = lambda self: ask("op", self.__handle, "repr", [])
-    __format__ = lambda self, spec: ask("op", self.__handle, "format", [spec])
-    __ne__ = lambda self, other: not self.__eq__(other)
-
-    def __init__(self, handle, stream=False):
-        self.__handle, self.__buffer, self.__drawn, self.__end = handle, [], 0, None
-        self.__stream = stream
-
-    def __eq__(self, other):  # not None; a stream is equal to itself only
-        return self is other if other is None or self.__stream else refused(self)
-
-    def __bool__(self):  # (a stream's; a re.Match's, as each one is in plain Python)
-        return self.__stream or self.__kind() == ["re", "Match"] or refused(self)
-
-    def __hash__(self):  # (a stream's: its identity, as in plain Python)
-        return object.__hash__(self) if self.__stream else refused(self)
-
-    def __getattribute__(self, name):  # (TOLD: its data, which Remote's own would answer)
-        if name in TOLD or not name.startswith(("__", "_Remote__")):
-            found = ask("attr", object.__getattribute__(self, "_Remote__handle"), name)
-            return MAPPING(found) if name in COPIES and type(found) is dict else found
-        return object.__getattribute__(self, name)  # (a slot not set yet: no attribute to ask)
-
-    def __setattr__(self, name, value):
-        if name.startswith("_Remote__"):
-            return object.__setattr__(self, name, value)
-        ask("setattr", self.__handle, name, value, [value])
-
-    def __call__(self, *args, **kwargs):
-        return ask("call", self.__handle, list(args), kwargs, [*args, *kwargs.values()])
-
-    def __iter__(self):
-        return self if self.__stream else refused(self)
-
-    def __len__(self):  # (a stream has none, as in plain Python: list() asks, then draws)
-        if self.__stream:
-            raise TypeError("a stream has no len()")
-        refused(self)
-
-    def __instancecheck__(self, instance):  # a test's value is no instance of a program class
-        return type(instance) is Remote and ask("op", self.__handle, "isinstance", instance)
-
-    def __contains__(self, item):  # a stream's: drawn and compared here, as plain Python does
-        return any(x is item or x == item for x in iter(self))
-
-    def __next__(self):
-        if not self.__stream:
-            refused(self)
-        if not self.__buffer and self.__end is None:
-            got = ask("next", self.__handle, 1 if self.__drawn < 8 else min(self.__drawn, 256))
-            if type(got) is not list or len(got) != 2 or type(got[0]) is not list:
-                raise abort(ProgramError("a malformed answer"))
-            self.__buffer, self.__end = got[0][::-1], got[1]
-            self.__drawn += len(got[0])
-        if self.__buffer:
-            return self.__buffer.pop()
-        if (error := raised(self.__end)) is not None:
-            raise error
-        raise StopIteration
-
-    @property
-    def __class__(self):  # isinstance(x, types.GeneratorType) asks this of a Remote
-        """The builtin type the program's process names, never a value's (values cross as such)."""
-        module, name = self.__kind()
-        if module == "builtins":
-            types = IMPORT("types")
-            for kind in [getattr(builtins, name, None)] + list(vars(types).values()):
-                if isinstance(kind, type) and kind.__module__ == "builtins" and (
-                        kind.__qualname__ == name) and not issubclass(kind, VALUE_TYPES):
-                    return kind
-        return Remote
-
-    def __kind(self):
-        found = ask("op", self.__handle, "type", [])  # [its type's module, its qualified name]
-        if type(found) is not list or len(found) != 2 or not all(type(p) is str for p in found):
-            raise abort(ProgramError("a malformed answer"))
-        return found
-
-    def __del__(self):
-        handle = getattr(self, "_Remote__handle", None)  # (None: its __init__ failed)
-        if handle is not None:
-            LINK["released"].append(handle)
-
-
-def remote(handle, stream=False):
-    """The one Remote of a handle (so `is` holds between two answers naming the same object)."""
-    found = LINK["remotes"].get(handle, lambda: None)()
-    if found is None:
-        found = Remote(handle, stream)
-        LINK["remotes"][handle] = _weakref.ref(found)
-        if handle in LINK["released"]:  # collected, but the program still holds it: keep it
-            LINK["released"].remove(handle)
-    return found
-
-
-COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
-for name in (*COMPARISONS[2:], *OPERATORS, *BUILTINS):  # (a program object's: refused)
-    setattr(Remote, "__%s__" % name, refused)

@@ -26,9 +26,9 @@ frozen clock) is a class of the program's process there: a real subclass of that
 methods are the test's (sandbox_verdicts.py:frozen_class; sandbox_patches.py:stand_in).
 
 The tags, an index (each is described where it is made). A value's: dump. A reference's or a mark's,
-read by each side's resolve: {"r": n} a program object, {"g": n} a program's generator or iterator
-(a stream), {"x": n} a test object sent back, {"X": [n, class name, own == or hash, what its class
-looks like: sandbox_proxies.py:looks]} one sent to the program, {"M": [module, name]} a module or a
+read by each side's resolve: {"r": [n, kind, traits]} a program object (sandbox_remote.py), {"r": n}
+one sent back, {"x": n} a test object sent back, {"X": [n, class name, own == or hash, how its class
+looks: sandbox_proxies.py:looks]} one sent to the program, {"M": [module, name]} a module or a
 function of one (test_refer's), a builtin class or function (the program's:
 sandbox_patches.py:by_name), {"Z": [...]} a test's frozen clock (sandbox_verdicts.py:frozen_class),
 {"k": handle} a kept container, {"a": k} the k-th argument container of the call answered, {"A": k}
@@ -443,9 +443,9 @@ SOURCES, CALLS = {}, {}  # by file name ("<test 0>"), the test process's sources
 STOPS = 0x20 | 0x80 | 0x100 | 0x200  # a generator's or coroutine's code (CO_GENERATOR, ...)
 
 
-def direct(answered, call):
+def direct(answered, call, link):
     """Whether the program's call whose answer this thread's frame of `answered` reads (above it
-    the link's talk, request and ask, then a Remote's __call__, whose code is `call`) was made by
+    the link's talk, request and ask: `link`, then a Remote's __call__, `call`) was made by
     the test's own code through plain calls only (its StopIteration is one in the test then):
     each frame up from that __call__ is the test's or the context's, its instruction a call (in
     its source) of a name that holds that Remote, then the function of the frame below, up to
@@ -455,8 +455,7 @@ def direct(answered, call):
     while frame is not None and frame.f_code is not answered:
         frame = frame.f_back
     frame = frame and frame.f_back
-    while frame is not None and frame.f_code.co_filename == call.co_filename and (
-            frame.f_code.co_name in ("talk", "request", "ask")):
+    while frame is not None and any(frame.f_code is code for code in link):
         frame = frame.f_back
     if frame is None or frame.f_code is not call:
         return False

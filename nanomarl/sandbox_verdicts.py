@@ -10,13 +10,14 @@ import _signal, _thread, builtins, marshal, os, sys, time
 
 from sandbox_caught import displayed, levels, warnings_state, watched  # sandbox.py's BOOT
 from sandbox_layers import confine, reap, watchdog
-from sandbox_link import (DEEP, LINK, OPS, Remote, TestTimeout, abort, answer, ask, attempt,
-                          compiled, deep, gone, read_exactly, read_line, refilled, remote, run,
-                          taken, told, unnumbered)
+from sandbox_link import (DEEP, LINK, OPS, TestTimeout, abort, answer, ask, attempt, compiled,
+                          deep, gone, read_exactly, read_line, refilled, request, run, taken,
+                          talk, told, unnumbered)
 from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, kept_entry
 from sandbox_lending import lending, let_go, readable, received, settable, test_made
 from sandbox_patches import PATCHED, SETS, builtin_named, fingerprint, module, watch_modules
 from sandbox_proxies import looks
+from sandbox_remote import Remote, remote
 from sandbox_values import (DECLARED, REFUSE, SOURCES, Abort, Decoder, Dumped, ProgramError,
                             datetime_base, describe, direct, dump, raised)
 
@@ -59,9 +60,12 @@ def test_answered(message):
             LINK["failed"] = LINK["failed"] or "Timeout: test timed out"
         raise TestTimeout()
     if status == "e" and (error := raised(payload, lambda: direct(  # (a StopIteration's)
-            test_answered.__code__, Remote.__call__.__code__))) is not None:
+            test_answered.__code__, Remote._Remote__call.__code__, LINKED))) is not None:
         raise error
     raise abort(ProgramError("a malformed answer"))
+
+
+LINKED = (talk.__code__, request.__code__, ask.__code__)  # (a call's frames: direct skips them)
 
 
 def kept_up(extra, numbered):
@@ -204,8 +208,8 @@ def shared_state():
 
 
 def test_resolve(tag, item):
-    if (tag == "r" or tag == "g") and type(item) is int:
-        return remote(item, tag == "g")
+    if tag == "r" and (found := remote(item)) is not None:  # (a program object)
+        return found
     if tag in ("o", "S", "W"):
         return rebuilt(tag, item)
     if tag == "e" and (error := raised(item)) is not None:  # an exception the program returned
@@ -235,7 +239,7 @@ def test_refer(value, aliases):
     attrgetter, methodcaller, mock or iterator: "X" with what looks tells of its class, "G" a
     declared Enum's member); else the test fails (Abort)."""
     kind = type(value)
-    if kind is Remote:
+    if issubclass(kind, Remote):
         return '{"r":%d}' % value._Remote__handle
     try:
         text = copied(value, test_refer)  # (a partial, buffer, Random, Pattern or Match)
@@ -371,7 +375,7 @@ def test_ops(op, target, a, b, extra):
         return type(value).__enter__(value)
     if op == "exit" and type(a) is list and len(a) == 3:
         return type(value).__exit__(value, *a)
-    if op in OPS and op != "type":  # (its protocol: with the request's a, but for the unary ones)
+    if op in OPS:  # (its protocol: with the request's a, but for the unary ones)
         return OPS[op](value, *([] if op in ("len", "iter", "bool", "str", "repr") else [a]))
     raise TypeError("the program may not " + str(op)[:20] + " a test object")
 
@@ -388,7 +392,7 @@ class Scope(dict):
         if name not in LINK["names"]:
             raise KeyError(name)
         value = ask("get", name)
-        if type(value) is Remote:
+        if issubclass(type(value), Remote):
             self[name] = value
         return value
 

@@ -152,21 +152,21 @@ def test_an_argument_the_harness_cannot_copy_fails_the_test_whatever_it_catches(
 
 def test_a_malformed_answer_fails_the_test_whatever_it_catches():
     """The program's process may answer anything (here it patches its own copy of the harness so
-    that a program object names no type): the test process refuses the answer as the harness's
-    failure, never as an exception (TypeError, ValueError) a test could catch."""
+    that the exception it raised crosses as no exception): the test process refuses the answer as
+    the harness's failure, never as an exception (TypeError, ValueError) a test could catch."""
     program = """\
         import gc
         for found in gc.get_objects():
-            if type(found) is dict and "getitem" in found and "isinstance" in found:
-                found["type"] = lambda value: 5
-        class Box:
-            pass
+            if type(found) is dict and "talk" in found and "error_payload" in found:
+                found["error_payload"] = lambda error, keep=False: 5
         def f():
-            return Box()
+            raise ValueError("x")
+        def g():
+            return 1
         """
-    tests = ["try:\n    isinstance(f(), int)\nexcept Exception:\n    pass",
-             "try:\n    assert isinstance(f(), int)\nexcept BaseException:\n    pass",
-             "assert f() is not None"]
+    tests = ["try:\n    f()\nexcept Exception:\n    pass",
+             "try:\n    f()\nexcept BaseException:\n    pass",
+             "assert g() == 1"]
     result = run(program, tests)
     assert result["passed"] == [False, False, True], result["errors"]
     assert result["errors"][:2] == ["ProgramError: a malformed answer"] * 2
@@ -727,9 +727,10 @@ def test_a_request_that_cannot_be_sent_tells_nothing():
 
 def test_a_program_object_is_no_number_and_never_none():
     """A program object is not a value: converting it to a number (float, int, abs, round, an
-    index) fails the test, never asks the program (whose __float__ could answer anew at each call,
-    as math.pow asks, and fake a root of x**2 + x + 2); `== None` and `!= None` are decided in the
-    test process (a program object is not None), so walking a program's linked list still works."""
+    index, where its type has the method) fails the test, never asks the program (whose __float__
+    could answer anew at each call, as math.pow asks, and fake a root of x**2 + x + 2), even where
+    the test catches; `== None` and `!= None` are decided in the test process (a program object is
+    not None), so walking a program's linked list still works."""
     program = """\
         class Fickle:
             def __init__(self):
@@ -751,7 +752,7 @@ def test_a_program_object_is_no_number_and_never_none():
     poly = ("import math\ndef poly(xs, x):\n"
             "    return sum(c * math.pow(x, i) for i, c in enumerate(xs))\n")
     tests = ["assert root() == None", poly + "assert math.fabs(poly([2, 1, 1], root())) < 1e-4",
-             "try:\n    int(root())\nexcept Exception:\n    pass",
+             "try:\n    float(root())\nexcept Exception:\n    pass",
              "n = chain()\ncount = 0\nwhile n != None:\n    count += 1\n    n = n.next\n"
              "assert count == 3 and chain() is not None and not (chain() == None)"]
     result = run(program, tests)

@@ -1,0 +1,219 @@
+"""sandbox_remote.py: a program object as the test process sees it (sandbox.py's docstring has the
+threat model), executed inside the sandbox as the module `sandbox_remote` (sandbox.py's BOOT): the
+mirror of sandbox_proxies.py. The program's process sends an object that is no value as a reference
+{"r": [its handle, its kind, its traits]} (sandbox_child.py:program_side's refer), both decided by
+the harness from its type, never from a name the program can set: its kind, the name of the builtin
+type it is an instance of (a function, a generator, a bound method, a module: KINDS, found by that
+type's identity, taken before the program runs) or re.Match, else null; its traits, which of the
+protocol's methods (TRAITS: __call__, __iter__, __next__, __len__, __hash__, __enter__, ...) its
+type has. In the test process it is a Remote of the subclass made once for those traits
+(remote_class), which defines those methods only (and __bool__: a program object's truth fails the
+test, but a stream's and a re.Match's): callable(x), hasattr(x, "__iter__") and the ABCs (Iterator,
+Sized, Callable, Hashable) say what plain Python says. One of a builtin kind has that type's traits
+(as the test process reads them, whatever the claim) and that type as its __class__ (isinstance(g,
+types.GeneratorType)): a forged claim makes it no more than a real object of that kind, or of a
+class the program could define, would be."""
+import _weakref, builtins, sys
+
+from sandbox_link import BUILTINS, COMPARISONS, LINK, OPERATORS, TestTimeout, abort, ask
+from sandbox_patches import unpatched
+from sandbox_values import (VALUE_TYPES, Abort, ProgramError, error_payload,
+                            raised)  # sandbox.py's BOOT
+
+
+def stream_types():
+    """The types of generators and of builtin and itertools iterators, taken before the program
+    runs: their objects travel as streams (Remote), drawn once, item by item."""
+    itertools = __import__("itertools")
+    samples = ([], (), "", "\u0100", b"", bytearray(), range(0), range(1 << 70), set(), {},
+               {}.values(), {}.items())
+    kinds = {type(iter(sample)) for sample in samples} | {
+        type(reversed([])), type(reversed(range(0))), type(reversed({})), type(iter(int, 1)),
+        type((lambda: (yield))()), type(iter(type("Items", (), {"__getitem__": len})()))}
+    return frozenset(kinds | {kind for module in (builtins, itertools)
+                              for kind in vars(module).values()
+                              if isinstance(kind, type) and hasattr(kind, "__next__")})
+
+
+STREAMS = stream_types()
+
+
+def builtin_kinds():
+    """{id: (type, its module.qualname)} of the builtin types whose instances cross as program
+    objects: the streams', builtins' and module types' types (types is loaded already: ctypes),
+    but the value types'. Held here, none of their ids is ever another object's."""
+    types = sys.modules.get("types") or __import__("types")
+    found = {}
+    for kind in [*STREAMS, *vars(builtins).values(), *vars(types).values()]:
+        if isinstance(kind, type) and not issubclass(kind, VALUE_TYPES):
+            found[id(kind)] = kind, "%s.%s" % (kind.__module__, kind.__qualname__)
+    return found
+
+
+KINDS = builtin_kinds()
+NAMED = {name: kind for kind, name in KINDS.values()}
+STREAM_IDS = frozenset(map(id, STREAMS))
+# the protocol's methods a Remote has only where the program object's type has them (a bit each)
+TRAITS = ("call", "iter", "next", "hash", "enter", "exit", "instancecheck", "len", "bool",
+          "contains", "getitem", "reversed", *sorted(OPERATORS), *sorted(BUILTINS))
+
+
+def traits(kind):
+    """The bits of TRAITS whose method kind has (the nearest class's own, where not None, as
+    Python looks one up); 0 where its ancestry cannot be read (the program's metaclass)."""
+    try:
+        own = {}
+        for owner in reversed(kind.__mro__):
+            own.update(vars(owner))
+        return sum(1 << i for i, name in enumerate(TRAITS) if own.get(f"__{name}__") is not None)
+    except Exception:
+        return 0
+
+
+def refused(self, *other):
+    """A program object is no value: what its methods would answer anew at each question (a
+    length 1 then 2, equal to everything, a float()) fails the test, never asking the program."""
+    raise abort(TypeError("a program object compared, measured or combined: it is no value"))
+
+
+class Remote:
+    """A program object, by its handle in the program's process: the test may read and set its
+    attributes (TOLD: its data too), ask its text (str, repr, format) and, where its type has
+    them (its subclass's traits), call it, use it in `with` (its own __enter__ and __exit__ run
+    there, the exception crossing as one of the test's callbacks does), ask isinstance of it (a
+    class); a stream (a generator or builtin iterator) is drawn lazily, each item asked once (one
+    at a time, then up to 256 ahead; iter() of it is itself, its equality and hash are its
+    identity). Its other methods fail the test (refused); `== None` is decided here (it is not
+    None). A result crosses as a value, a declared class's instance rebuilt from its state
+    (sandbox_verdicts.py:rebuilt)."""
+    __slots__ = ("__handle", "__kind", "__stream", "__buffer", "__drawn", "__end", "__weakref__")
+    __str__ = lambda self: ask("op", self.__handle, "str", [])  # its text: asked
+    __repr__ = lambda self: ask("op", self.__handle, "repr", [])
+    __format__ = lambda self, spec: ask("op", self.__handle, "format", [spec])
+    __ne__ = lambda self, other: not self.__eq__(other)
+    __hash__ = None  # (a stream's, where its type has one: its identity)
+
+    def __init__(self, handle, kind=None):
+        self.__handle, self.__kind, self.__buffer, self.__drawn, self.__end = (
+            handle, kind, [], 0, None)
+        self.__stream = kind is not None and id(kind) in STREAM_IDS
+
+    def __eq__(self, other):  # not None; a stream is equal to itself only
+        return self is other if other is None or self.__stream else refused(self)
+
+    def __getattribute__(self, name):  # (TOLD: its data, which Remote's own would answer)
+        if name in TOLD or not name.startswith(("__", "_Remote__")):
+            found = ask("attr", object.__getattribute__(self, "_Remote__handle"), name)
+            return MAPPING(found) if name in COPIES and type(found) is dict else found
+        return object.__getattribute__(self, name)  # (a slot not set yet: no attribute to ask)
+
+    def __setattr__(self, name, value):
+        if name.startswith("_Remote__"):
+            return object.__setattr__(self, name, value)
+        ask("setattr", self.__handle, name, value, [value])
+
+    @property
+    def __class__(self):  # isinstance(x, types.GeneratorType) asks this of a Remote
+        """Its builtin kind (KINDS), else its own class (never a value's: values cross as such)."""
+        return type(self) if self.__kind is None else self.__kind
+
+    def __call(self, *args, **kwargs):
+        return ask("call", self.__handle, list(args), kwargs, [*args, *kwargs.values()])
+
+    def __iter(self):
+        return self if self.__stream else refused(self)
+
+    def __hashed(self):
+        return object.__hash__(self) if self.__stream else refused(self)
+
+    def __enter(self):
+        return ask("enter", self.__handle)
+
+    def __exit(self, kind, error, traceback):
+        """The program's __exit__ with the exception as a test's callback's crosses (its type
+        and value there; no traceback), none where the harness fails the test; its result's
+        truth, decided here, suppresses the exception."""
+        if isinstance(error, (Abort, TestTimeout)):
+            return False
+        return ask("exit", self.__handle, None if error is None else error_payload(error, True))
+
+    def __instancecheck(self, instance):  # a test's value is no instance of a program class
+        return issubclass(type(instance), Remote) and ask("op", self.__handle, "isinstance",
+                                                          instance)
+
+    def __next(self):
+        if not self.__stream:
+            refused(self)
+        if not self.__buffer and self.__end is None:
+            got = ask("next", self.__handle, 1 if self.__drawn < 8 else min(self.__drawn, 256))
+            if type(got) is not list or len(got) != 2 or type(got[0]) is not list:
+                raise abort(ProgramError("a malformed answer"))
+            self.__buffer, self.__end = got[0][::-1], got[1]
+            self.__drawn += len(got[0])
+        if self.__buffer:
+            return self.__buffer.pop()
+        if (error := raised(self.__end)) is not None:
+            raise error
+        raise StopIteration
+
+    def __del__(self):
+        handle = getattr(self, "_Remote__handle", None)  # (None: its __init__ failed)
+        if handle is not None:
+            LINK["released"].append(handle)
+
+
+for name in COMPARISONS[2:]:  # (every object has them: refused)
+    setattr(Remote, "__%s__" % name, refused)
+METHODS = dict(call=Remote._Remote__call, iter=Remote._Remote__iter, next=Remote._Remote__next,
+               hash=Remote._Remote__hashed, enter=Remote._Remote__enter,
+               exit=Remote._Remote__exit, instancecheck=Remote._Remote__instancecheck)
+CLASSES = {}  # the subclasses of Remote made, by their traits
+# a program object's data whose values are values (its __wrapped__: a program object; its
+# __dict__ and __annotations__: read-only snapshots, as a change to a copy never reaches the object)
+COPIES = ("__dict__", "__annotations__")
+TOLD = {"__name__", "__qualname__", "__doc__", "__module__", "__defaults__", "__kwdefaults__",
+        "__wrapped__", *COPIES}
+MAPPING = type(type.__dict__)  # types.MappingProxyType
+
+
+def remote_class(bits):
+    """The subclass of Remote whose methods are those of TRAITS' bits (refused, but METHODS')."""
+    if bits not in CLASSES:
+        if len(CLASSES) > 256:  # (a forged answer's many: made anew)
+            CLASSES.clear()
+        space = {"__slots__": (), "__module__": __name__, "__qualname__": "Remote"}
+        space.update(("__%s__" % name, METHODS.get(name, refused))
+                     for i, name in enumerate(TRAITS) if bits >> i & 1)
+        CLASSES[bits] = type("Remote", (Remote,), space)
+    return CLASSES[bits]
+
+
+def kind_of(kind):
+    """The name of a program object's type where it is a builtin type (KINDS) or re.Match (true,
+    as each one is), else None."""
+    if id(kind) in KINDS:
+        return KINDS[id(kind)][1]
+    return "re.Match" if kind is getattr(sys.modules.get("re"), "Match", ()) else None
+
+
+def remote(item):
+    """The one Remote of a handle (so `is` holds between two answers naming the same object), of
+    the reference's kind and traits (a builtin kind's: its type's); its truth fails the test but
+    for a stream's and a re.Match's (the program's type's __bool__ or __len__ could answer anew,
+    and one with neither, always true, is no value either); None if malformed."""
+    if not (type(item) is list and len(item) == 3 and type(item[0]) is int and (
+            item[1] is None or item[1] == "re.Match" or type(item[1]) is str and item[1] in NAMED)
+            and type(item[2]) is int and item[2] >= 0):
+        return None
+    handle, name = item[0], item[1]
+    kind = unpatched("re", "Match") if name == "re.Match" else NAMED.get(name)
+    found = LINK["remotes"].get(handle, lambda: None)()
+    if found is None:
+        bits = traits(kind) if kind is not None else item[2] & ((1 << len(TRAITS)) - 1)
+        if name != "re.Match" and id(kind) not in STREAM_IDS:
+            bits |= 1 << TRAITS.index("bool")
+        found = remote_class(bits)(handle, kind)
+        LINK["remotes"][handle] = _weakref.ref(found)
+        if handle in LINK["released"]:  # collected, but the program still holds it: keep it
+            LINK["released"].remove(handle)
+    return found
