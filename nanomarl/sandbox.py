@@ -198,19 +198,26 @@ from inside the callback sees them as they were), but in a call among whose argu
 of list, tuple, dict or set (it crosses as its base's copy, which the program's process does not
 number: that call's containers are copies then, but for kept ones), and never those to an instance
 of a class the context declares (the callback's is rebuilt from its state: a copy); a container the
-program keeps (its own too) or reads from a test object is the test's object up to 64 of them
-holding 4,096 items (each request compares them with their snapshots on both sides, so a loop of
-appends through a test object's attribute costs a comparison of the list at each round trip, though
-it sends only the new items of a list or deque that only grew at its end; any other change sends the
-container whole (a dict's, an inner list's, an insert at 0), a test object's list of lists is lent
-anew at each read, and an argument container the program does not keep crosses whole to each call
-and back, so thousands of calls that each add to one list cost seconds; the bounds apply when the
-program answers, a kept container may outgrow them within a call: beyond them one is the program's
-copy, its later changes not written back; a test object's or its own is kept outermost first), and a
-container put into a kept one afterwards (by the test or the program), or inside one beyond the
-bounds, crosses inside it as a copy (the kept one is compared deep and sent whole: its value
-follows, the other side's own name for the inner one does not); so, as beyond the bounds or for such
-an inner one, for one of the program's own that it puts into an argument (unless kept), reaches only
+program keeps or reads from a test object is the test's object up to 64 of them holding 4,096
+items, and one of its own that it returns up to 16 more holding 1,024 (a room of their own: they
+never crowd out the others; sandbox_copies.py:rooms) (each request compares them with their
+snapshots on both sides, so a loop of appends through a test object's attribute costs a comparison
+of the list at each round trip, though it sends only the new items of a list or deque that only
+grew at its end and the new keys of a dict that only gained some; any other change sends the
+container whole (a dict's value changed, an inner list's, an insert at 0), a test object's list of
+lists is lent anew at each read, and an argument container the program does not keep crosses whole
+to each call and back, so thousands of calls that each add to one list cost seconds; the bounds
+apply when the program answers, a kept container may outgrow them within a call: beyond them one is
+the program's copy, its later changes not written back; a test object's or its own is kept
+outermost first; one whose change cannot be sent, nested deeper than the harness's limit or holding
+what cannot be sent (the test's object()), is forgotten on both sides as it would be sent, failing
+no request but one that passes it (an argument that cannot be sent): a copy from then on, that
+change its side's alone, the program's copy as it was before it), and a container put into a kept
+one afterwards (by the test or the program), or inside one beyond the bounds, crosses inside it as a
+copy (the kept one is compared deep and sent whole: its value follows, the other side's own name for
+the inner one does not: an inner list the program adds to a kept list and then returns alone is a
+copy, not the test's item of that list); so, as beyond the bounds or for such an inner one, for one
+of the program's own that it puts into an argument (unless kept), reaches only
 through an outer call's argument or a weak reference, or that a `__dict__` snapshot holds, a program
 whose bug is aliasing (one that returns its cache or its list for the test to change) passes where
 plain Python fails it; so may a generator drawn ahead, whose items were taken before a test's later

@@ -11,14 +11,14 @@ cheap to load (no json, signal or site: their imports would cost each run more t
 import _sitebuiltins, builtins, io, marshal, os, select, sys
 
 from sandbox_caught import catch, caught  # sandbox.py's BOOT
-from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, changed, containers, contents, kept_entry,
-                            news, rebuilt_copy, referenced, share, snapshot, unchanged)
+from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, OWN_ITEMS, containers, contents, kept_entry,
+                            rebuilt_copy, referenced, rooms, share, snapshot, unchanged)
 from sandbox_lending import awake, lent_back, unheld, unlent
 from sandbox_layers import (capped_streams, confine, die_with_parent, drop_privileges,
                             fork_program, guard_threads, isolate)  # sandbox.py's BOOT
 from sandbox_link import (DEEP, EXIT, LINK, OPS, BINARY, TestTimeout, abort, answer, attempt,
-                          compiled, deep, read_exactly, read_line, run, serve, taken, with_pairs,
-                          write_all)
+                          compiled, deep, read_exactly, read_line, run, serve, taken, tidings,
+                          with_pairs, write_all)
 from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, stand_in, took_on
 from sandbox_proxies import TestObject, test_object
 from sandbox_remote import COPIES, kind_of, traits
@@ -200,15 +200,22 @@ def program_side(job, requests, answers):
                 stream.flush()
             except BaseException:
                 pass
-        synced[:] = [kept_news(extra)]
+        try:
+            synced[:] = [kept_news(extra)]
+        except Exception:  # (the harness's own failure, no exit: all kept forgotten both sides)
+            synced[:] = [['["d",%s]' % dump([*kept, *dormant], None)]]
+            for found in (kept, kept_ids, kept_tags, dormant):
+                found.clear()
         return reply
 
     def kept_news(extra):
         """The news of the kept containers for this request's answer: "w" the changes of a call's
         argument containers if it raised (one that returned sent them), "k" the news of the kept
-        ones that changed (but its arguments), "n" [k, handle] for its k-th argument container if
-        the program holds it now, "d" the handles of those it no longer reaches (none rests past an
-        answer: unheld) or beyond KEPT_ITEMS (the highest first); JSON texts of pairs."""
+        ones that changed (but its arguments: tidings, each walked under deep's limit), "n" [k,
+        handle] for its k-th argument container if the program holds it now, "d" the handles of
+        those it no longer reaches (none rests past an answer: unheld), whose news cannot be sent,
+        or beyond KEPT_ITEMS or, the program's own returned, OWN_ITEMS (the highest first); JSON
+        texts of pairs (they go out whatever the answer: sandbox_link.py:answer)."""
         numbered, before = (), None
         if calls and calls[-1][0] is extra:
             _, numbered, before = calls.pop()
@@ -216,28 +223,30 @@ def program_side(job, requests, answers):
         if not kept and not candidates and not before:
             dormant.clear()  # (an answer ends every rest, as unheld does below)
             return []
-        pairs, gone, found = [], [], changed(kept, kept_ids)
-        if found or before:
-            aliases = dict(kept_tags)
-            aliases.update({id(c): '{"a":%d}' % k for k, c in enumerate(numbered)})
-            if before:
-                texts = ["[%d,%s]" % (k, dump(contents(c), refer, aliases))
-                         for k, c in enumerate(numbered) if not unchanged(before[k], snapshot(c))]
-                if texts:
-                    pairs.append('["w",[%s]]' % ",".join(texts))
-                before.clear()  # (a traceback's frame may hold it too)
-            sent = {id(c) for c in numbered}
-            texts = [dump(news(handle, kept[handle]["object"], start), refer, aliases)
-                     for handle, start in found if id(kept[handle]["object"]) not in sent]
-            if texts:
-                pairs.append('["k",[%s]]' % ",".join(texts))
-        total = sum(entry["weight"] for entry in kept.values())
-        while total > KEPT_ITEMS:  # (the highest handle first)
-            gone.append(max(kept))
-            entry = kept.pop(gone[-1])
-            total -= entry["weight"]
-            del kept_ids[id(entry["object"])], kept_tags[id(entry["object"])]
-        new = register(numbered, candidates, total)
+        marks = {id(c): '{"a":%d}' % k for k, c in enumerate(numbered)}
+        pairs, texts = [], []
+        for k, c in enumerate(numbered if before else ()):
+            if not unchanged(before[k], snapshot(c)):
+                try:
+                    texts.append("[%d,%s]" % (k, deep(dump, contents(c), refer,
+                                                      {**kept_tags, **marks})))
+                except Exception:  # (nested too deep: not written back, nor kept)
+                    candidates = [j for j in candidates if j != k]
+        if texts:
+            pairs.append('["w",[%s]]' % ",".join(texts))
+        if before:
+            before.clear()  # (a traceback's frame may hold it too)
+        texts, gone = tidings(marks, set(marks))
+        if texts:
+            pairs.append('["k",[%s]]' % ",".join(texts))
+        for mine, bound in ((False, KEPT_ITEMS), (True, OWN_ITEMS)):  # (each room's own bound)
+            total = rooms(kept, LINK["own"], mine)[1]
+            while total > bound:  # (the highest handle first)
+                gone.append(max(h for h in kept if (h in LINK["own"]) is mine))
+                entry = kept.pop(gone[-1])
+                total -= entry["weight"]
+                del kept_ids[id(entry["object"])], kept_tags[id(entry["object"])]
+        new = register(numbered, candidates)
         if numbered:
             numbered.clear()  # (its objects: now referenced by the program only, or by kept)
         for handle in unheld(kept, kept_ids, kept_tags, dormant, False).get("d", ()):
@@ -260,18 +269,19 @@ def program_side(job, requests, answers):
         calls.append([extra, numbered, before])
         return calls[-1]
 
-    def register(numbered, candidates, total):
+    def register(numbered, candidates):
         """{handle: k} for this call's argument containers the program may hold (candidates: the
         k of those referenced but by numbered), kept from now on (those it does not hold are
-        forgotten next: unreached), within KEPT_OBJECTS and KEPT_ITEMS."""
-        new = {}
+        forgotten next: unreached), within KEPT_OBJECTS and KEPT_ITEMS (with the test objects'
+        lent, not the program's own returned: sandbox_copies.py:rooms)."""
+        new, (count, total) = {}, rooms(kept, LINK["own"], False)
         for k in reversed(candidates):  # (inner ones first: kept on their own, not nested)
             value = numbered[k]
-            if id(value) in kept_ids or len(kept) >= KEPT_OBJECTS:
+            if id(value) in kept_ids or count >= KEPT_OBJECTS:
                 continue
             entry = kept_entry(value, kept_ids)
             if total + entry["weight"] <= KEPT_ITEMS:
-                total += entry["weight"]
+                count, total = count + 1, total + entry["weight"]
                 handle = next_kept[0]
                 next_kept[0] += 1
                 kept[handle], kept_ids[id(value)] = entry, handle
@@ -392,7 +402,7 @@ def program_side(job, requests, answers):
         data = '[%d,"a","v",%s,%s]' % (seq, text, with_pairs(dump(extra, refer), pairs))
         unlent(LINK, len(data) <= LINK["limit"])
         if len(data) > LINK["limit"]:
-            return answer(seq, "e", ValueError(f"an answer of {len(data)} bytes"), {})
+            return answer(seq, "e", ValueError(f"an answer of {len(data)} bytes"), {}, pairs)
         write_all(answers, b"\n" + data.encode() + b"\n")
 
     LINK.update(side="program", out=answers, refer=refer, scope=scope, ops=ops, before=before,

@@ -33,10 +33,13 @@ received). The program's process forgets what it no longer reaches, by the refer
 (sandbox_lending.py:unreached), as it hands over, but for a test object's container that holds
 leaves only: that one rests (sandbox_lending.py:unheld) until the test process names it again
 (awake) or forgets it, or the program's process answers. At most KEPT_OBJECTS objects and
-KEPT_ITEMS items (a dict's pairs: weight) are kept (beyond, a copy is the program's own or, inside
-a kept one, part of its value): each request compares each kept object with its snapshot on both
-sides, a cost that grows with what is kept (bench.py --parts sandbox), nothing when none is kept
-(nor for one at rest)."""
+KEPT_ITEMS items (a dict's pairs: weight) are kept, and in a room of their own (rooms: they never
+crowd out the others) at most OWN_OBJECTS and OWN_ITEMS of the program's own containers returned
+(beyond, a copy is the program's own or, inside a kept one, part of its value); one whose news
+cannot be sent (nested too deep, holding what is no value) is forgotten on both sides, a copy
+from then on (sandbox_link.py:told): each request compares each kept object with its snapshot on
+both sides, a cost that grows with what is kept (bench.py --parts sandbox), nothing when none is
+kept (nor for one at rest)."""
 from _operator import is_
 from sys import getrefcount, implementation
 
@@ -168,7 +171,17 @@ def snapshot(value):
     return list(value)
 
 
-KEPT_OBJECTS, KEPT_ITEMS = 64, 4096
+KEPT_OBJECTS, KEPT_ITEMS = 64, 4096  # the argument containers kept and a test object's lent
+OWN_OBJECTS, OWN_ITEMS = 16, 1024  # the program's own containers it returned: a room of their own
+
+
+def rooms(kept, own, mine):
+    """[how many, the items they hold (weight)] of the kept objects ({handle: entry}) in one room:
+    the program's own containers it returned (own: their handles, those forgotten dropped from it)
+    if mine, else the others."""
+    own.intersection_update(kept)
+    found = [entry["weight"] for handle, entry in kept.items() if (handle in own) is mine]
+    return [len(found), sum(found)]
 
 
 def weight(value, state):
@@ -208,13 +221,14 @@ def nested(state, ids, out, seen):
     return out
 
 
-def kept_entry(value, ids, before=None):
-    """{"object": a kept object, "snapshot": its snapshot, "nested": its nested containers and
-    their snapshots (ids: those of the kept ones), "weight": what comparing them all costs,
-    "inner_ids": the ids of the objects in its snapshot that may be kept too}; made anew each time
-    its snapshot is renewed (the two sides agree on it again). before: its entry when it has only
-    grown at its end since (a list or deque: changed, extend): only its new items are walked."""
-    state = snapshot(value)
+def kept_entry(value, ids, before=None, state=None):
+    """{"object": a kept object, "snapshot": its snapshot (state, else as it is now), "nested": its
+    nested containers and their snapshots (ids: those of the kept ones), "weight": what comparing
+    them all costs, "inner_ids": the ids of the objects in its snapshot that may be kept too};
+    made anew each time its snapshot is renewed (the two sides agree on it again). before: its
+    entry when it has only grown at its end since (growable: changed, extend): only its new items
+    are walked."""
+    state = snapshot(value) if state is None else state
     items = state if type(state) is list else []  # (a list's items, a dict's keys and values)
     old = before or {"snapshot": (), "nested": [], "inner_ids": ()}
     new = items[len(old["snapshot"]):]
@@ -226,18 +240,20 @@ def kept_entry(value, ids, before=None):
 
 
 def growable(value):
-    """Whether a kept object's news may be its new items alone: a list, or a deque of no maxlen
-    (one with a maxlen drops its first items as it grows)."""
+    """Whether a kept object's news may be its new items alone: a list, a deque of no maxlen (one
+    with a maxlen drops its first items as it grows), a dict, Counter, OrderedDict or defaultdict
+    (new keys come after the others: its snapshot's pairs, flat, grow at their end)."""
     kind = type(value)
-    return kind is list or (kind.__module__ == "collections" and kind.__name__ == "deque"
-                            and value.maxlen is None)
+    return kind is list or keyed(value) is value or (
+        kind.__module__ == "collections" and kind.__name__ == "deque" and value.maxlen is None)
 
 
 def changed(kept, ids):
-    """[handle, start] for each kept object ({handle: entry}; ids {id: handle}) that changed since
-    its snapshot, nested containers included (its entry renewed): start is its snapshot's length
-    if it only grew at its end (growable, its first items still the snapshot's objects, none
-    nested in them changed: news sends its new items alone), else None (news sends it whole)."""
+    """[handle, start, its entry renewed] for each kept object ({handle: entry}; ids {id: handle})
+    that changed since its snapshot, nested containers included (the caller puts the entry in
+    place once its news will go out: sandbox_link.py:tidings): start is its snapshot's length if
+    it only grew at its end (growable, its first items still the snapshot's objects, none nested
+    in them changed: news sends its new items alone), else None (news sends it whole)."""
     found = []
     for handle, entry in kept.items():
         value, then = entry["object"], entry["snapshot"]
@@ -246,8 +262,7 @@ def changed(kept, ids):
             continue
         grew = growable(value) and len(now) > len(then) and all(map(is_, then, now))
         start = len(then) if grew and inner_unchanged(entry) else None
-        kept[handle] = kept_entry(value, ids, None if start is None else entry)
-        found.append([handle, start])
+        found.append([handle, start, kept_entry(value, ids, None if start is None else entry)])
     return found
 
 
@@ -258,28 +273,43 @@ def inner_unchanged(entry):
 
 def news(handle, value, start):
     """What the other side is sent of a changed kept object (changed's [handle, start]): [handle,
-    its contents], or [handle, start, its items from start on] (extend puts them at its end)."""
+    its contents], or [handle, start, its items (a dict's pairs, flat) from start on] (extend puts
+    them at its end)."""
     if start is None:
         return [handle, contents(value)]
-    return [handle, start, value[start:] if type(value) is list else list(value)[start:]]
+    return [handle, start, value[start:] if type(value) is list else snapshot(value)[start:]]
 
 
 def extend(kept, handle, start, tail, ids):
     """The other side's news [handle, start, tail] (news) put into this side's kept object, whose
     snapshot holds the start items the two sides agreed on: tail goes after them, before what this
-    side added since (a thread's, a finalizer's: sent at its next hand-over, as growth); if this
-    side changed those items, it takes the other side's contents (its snapshot and tail), as whole
-    news does. A malformed message (a tail that is no list, another start) changes nothing."""
+    side added since (a thread's, a finalizer's: sent at its next hand-over, as growth; a dict's
+    come before, sent whole then); if this side changed those items, it takes the other side's
+    contents (its snapshot and tail), as whole news does. A malformed message (a tail that is no
+    list, another start, an odd tail or a key no dict holds for a dict) changes nothing more."""
     entry = kept[handle]
     value, then = entry["object"], entry["snapshot"]
-    if not growable(value) or type(tail) is not list or start != len(then):
+    mapping = keyed(value) is value
+    if not growable(value) or type(tail) is not list or start != len(then) or (
+            mapping and len(tail) % 2):
         return
-    if len(value) < start or not all(map(is_, then, value)):  # (this side changed those items)
+    now = snapshot(value) if mapping else value
+    if len(now) < start or not all(map(is_, then, now)):  # (this side changed those items)
         value.clear()
-        value.extend(then)
-    own = [value.pop() for _ in range(len(value) - start)]  # (this side's since, last first)
-    value.extend(tail + own[::-1])
-    kept[handle] = dict(kept_entry(then + tail, ids, entry), object=value)  # (agreed: then, tail)
+        if not mapping:
+            value.extend(then)
+        for key, item in zip(then[::2], then[1::2]) if mapping else ():
+            value[key] = item
+    if mapping:
+        try:
+            for key, item in zip(tail[::2], tail[1::2]):  # (its own __setitem__: a Counter's too)
+                value[key] = item
+        except TypeError:
+            return
+    else:
+        own = [value.pop() for _ in range(len(value) - start)]  # (this side's since, last first)
+        value.extend(tail + own[::-1])
+    kept[handle] = kept_entry(value, ids, entry, then + tail)  # (agreed: then, tail)
 
 
 def pairs(found, sizes=(2,)):

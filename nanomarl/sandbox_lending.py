@@ -34,19 +34,23 @@ holds; a fresh one, referenced by the value alone, stays a copy (reached_back). 
 then on under a handle of the program's process's (from 0 up) and sent as {"N": [handle, its
 value]}, which the test process keeps as that handle's object (received): the test's changes
 reach the program's own object and the program's later changes the test's copy, and the next
-time it crosses it is the test's same object (lent_back, unlent; the same bounds, outermost
-first; beyond them, or inside a kept one, a copy).
+time it crosses it is the test's same object (lent_back, unlent; outermost first, within a room
+of their own: sandbox_copies.py:rooms; beyond it, or inside a kept one, a copy; the lists of a
+view of its dict, .values() or .items(), alike: walked).
 
 What the program's process may read and set of a test object at all (sandbox_verdicts.py:test_ops
 does it) is readable and settable: the public data of a test's instance, never the harness's or a
 mock's own."""
-from sandbox_copies import (BASE, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, containers, contents,
-                            copy_type, inner_unchanged, kept_entry, nested, numbered, parts,
-                            references, share, snapshot, unchanged, weight)  # sandbox.py's BOOT
+from sandbox_copies import (BASE, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, OWN_ITEMS, OWN_OBJECTS,
+                            containers, contents, copy_type, inner_unchanged, kept_entry, nested,
+                            numbered, parts, references, rooms, share, snapshot, unchanged,
+                            weight)  # sandbox.py's BOOT
 from sandbox_values import dump
+from gc import get_referents
 
 
 LENT = ("attr", "call", "next", "getitem")  # the test process's ops whose results are lent
+VIEWED = ("dict_values", "dict_items")  # the views walked as their dict's values (walked)
 
 
 def lending(link, refer):
@@ -122,8 +126,8 @@ def lend(value, link, refer):
     stop.update([id(c) for entry in kept.values() for c, _ in entry["nested"]], tags)
     top = (None, None) if id(value) in call or id(value) in stop else woken(value, link)
     order = [value] if top[1] else reached([value], stop, call, [], set())  # (woken: not walked)
-    room, found = [sum(entry["weight"] for entry in kept.values()), set()], {}
-    woke = {}  # (the entries of those woken)
+    (count, items), found = rooms(kept, link["own"], False), {}
+    room, woke = [items, set()], {}  # (the entries of those woken)
     for c in reversed(order):  # (outermost first)
         key = id(c)
         if key in call:
@@ -132,7 +136,7 @@ def lend(value, link, refer):
             continue
         handle, entry = top if c is value else woken(c, link)
         if entry is None:
-            if not fits(c, ids, len(kept) + len(found), room):
+            if not fits(c, ids, count + len(found), room):
                 continue
             link["lent"] -= 1
             handle = link["lent"]
@@ -148,15 +152,15 @@ def lend(value, link, refer):
             tags[id(c)] = '{"N":[%d,%s]}' % (handle, dump(c, refer, tags))
 
 
-def fits(c, ids, count, room):
-    """Whether c may be kept too, count objects being kept or chosen already, within KEPT_OBJECTS
-    and KEPT_ITEMS (room: [the items they hold, the ids inside a chosen one, which its cost
-    counts: one of them costs none]); if so, its items and those inside it counted in room."""
-    if count >= KEPT_OBJECTS:
+def fits(c, ids, count, room, bounds=(KEPT_OBJECTS, KEPT_ITEMS)):
+    """Whether c may be kept too, count objects being kept or chosen already in its room, within
+    its bounds (room: [the items they hold, the ids inside a chosen one, which its cost counts: one
+    of them costs none]); if so, its items and those inside it counted in room."""
+    if count >= bounds[0]:
         return False
     inside = nested([c], ids, [], set())  # (c and the containers in it, with snapshots)
     cost = 0 if id(c) in room[1] else sum(weight(inner, state) for inner, state in inside)
-    if room[0] + cost > KEPT_ITEMS:
+    if room[0] + cost > bounds[1]:
         return False
     room[0] += cost
     room[1].update([id(inner) for inner, _ in inside])
@@ -246,10 +250,11 @@ def handed_back(given, extra, link):
 
 def walked(box, stop):
     """The containers and tuples that box's values send as values (through lists, tuples, dicts'
-    values and deques; none of stop, the ids of those marked, nor inside one; none that crosses
-    as a reference: copy_type), each once, inner ones first -> (them, {id: the references they and
-    box hold to it}, {id: the ids of those it holds})."""
-    found, counts, inner, stack = [], {}, {}, [[None, iter(box)]]
+    values, a dict's values or items view's values and deques; none of stop, the ids of those
+    marked, nor inside one; none that crosses as a reference: copy_type), each once, inner ones
+    first -> (them, {id: the references they and box hold to it}, {id: the ids of those it
+    holds}, the ids of the views whose dict something else holds too: reached)."""
+    found, counts, inner, stack, views = [], {}, {}, [[None, iter(box)]], set()
     while stack:  # (no recursion: a value nested deeper than the limit fails in dump, not here)
         top = stack[-1]
         item = next(top[1], stack)
@@ -262,6 +267,11 @@ def walked(box, stop):
         if kind in LEAVES or key in stop or copy_type(kind):
             continue
         held = parts(item)
+        if held is None and kind.__module__ == "builtins" and kind.__name__ in VIEWED:
+            owner = get_referents(item)  # ([its dict], held by the view and whatever else)
+            if references(owner, 0) - BASE > 1:
+                views.add(key)
+            held = list(dict.values(owner[0])) if isinstance(owner[0], dict) else None
         if held is None and not numbered(kind):
             continue
         if top[0] is not None:
@@ -269,18 +279,18 @@ def walked(box, stop):
         counts[key] = counts.get(key, 0) + 1
         if counts[key] == 1:  # (its leaves skipped at once: a long list of numbers costs little)
             stack.append([item, iter([x for x in held or () if type(x) not in LEAVES])])
-    return found, counts, inner
+    return found, counts, inner, views
 
 
 def reached_back(box, stop):
     """The containers of box's values (walked) that the program's process reaches from elsewhere
     too, inner ones first: each referenced more often than the walked ones and box reference it
     (by a global, an object, a closure cell, a cache, a generator's frame), and each inside one
-    of those or inside a tuple so referenced. A fresh value is referenced by box and its own
-    containers alone: none of it is reached."""
-    found, counts, inner = walked(box, stop)
+    of those, inside a tuple so referenced or in a view of a dict so referenced. A fresh value is
+    referenced by box and its own containers alone: none of it is reached."""
+    found, counts, inner, views = walked(box, stop)
     reached = [id(found[k]) for k in range(len(found))
-               if references(found, k) - BASE > counts[id(found[k])]]
+               if references(found, k) - BASE > counts[id(found[k])] or id(found[k]) in views]
     seen = set(reached)
     while reached:  # (what a reached one holds is reached)
         for key in inner.get(reached.pop(), ()):
@@ -294,19 +304,20 @@ def lent_back(box, link, aliases, stop, handles):
     """The containers of box's values (a list the harness alone holds: a call's result, an
     attribute, a generator's draws) that the program's process still reaches (reached_back), kept
     from now on as an argument container it holds is, under handles of its own (handles: [the
-    next], from 0 up), within KEPT_OBJECTS and KEPT_ITEMS (outermost first, as lend), none of stop
-    (the calls' argument containers: copies) nor inside a kept one: marked in aliases for the
-    answer {"N": [handle, value]} (the test process keeps its copy under the handle: received),
-    {"k": handle} in link's kept_tags from then on; noted in link's "lending" until the answer
-    goes out (else forgotten: unlent)."""
+    next], from 0 up), within OWN_OBJECTS and OWN_ITEMS (a room of their own: link's "own" holds
+    their handles; outermost first, as lend), none of stop (the calls' argument containers:
+    copies) nor inside a kept one: marked in aliases for the answer {"N": [handle, value]} (the
+    test process keeps its copy under the handle: received), {"k": handle} in link's kept_tags
+    from then on; noted in link's "lending" until the answer goes out (else forgotten: unlent)."""
     if all([type(value) in LEAVES for value in box]):
         return
     kept, ids, tags = link["kept"], link["kept_ids"], link["kept_tags"]
     stop = set(stop).union(aliases, [id(c) for entry in kept.values() for c, _ in entry["nested"]])
     order = reached_back(box, stop)
-    room, chosen = [sum(entry["weight"] for entry in kept.values()), set()], {}
+    (count, items), chosen = rooms(kept, link["own"], True), {}
+    room = [items, set()]
     for c in reversed(order):  # (outermost first)
-        if fits(c, ids, len(kept) + len(chosen), room):
+        if fits(c, ids, count + len(chosen), room, (OWN_OBJECTS, OWN_ITEMS)):
             chosen[id(c)] = ids[id(c)] = handles[0]
             link["lending"].append((handles[0], id(c)))
             handles[0] += 1
@@ -314,6 +325,7 @@ def lent_back(box, link, aliases, stop, handles):
         if id(c) in chosen:
             handle = chosen[id(c)]
             kept[handle], tags[id(c)] = kept_entry(c, ids), '{"k":%d}' % handle
+            link["own"].add(handle)
             aliases[id(c)] = '{"N":[%d,%s]}' % (handle, dump(c, link["refer"], aliases))
 
 
@@ -332,9 +344,10 @@ def unlent(link, sent):
 def received(item, link):
     """The test process's object for a container the program's process keeps from now on
     ({"N": [handle >= 0, value]}: lent_back): value, kept under the handle within twice the
-    bounds (as sandbox_verdicts.py:kept_up's "n"; beyond, a copy), its entry made anew once the
-    message's write-backs are in (link's "received": kept_up); the handle's object if it is kept
-    already (met twice in one value); None if malformed."""
+    bounds of their room (OWN_OBJECTS, OWN_ITEMS; as sandbox_verdicts.py:kept_up's "n"; beyond, a
+    copy), its entry made anew once the message's write-backs are in (link's "received":
+    kept_up); the handle's object if it is kept already (met twice in one value); None if
+    malformed."""
     if not (type(item) is list and len(item) == 2 and type(item[0]) is int and item[0] >= 0
             and numbered(type(item[1])) and not copy_type(type(item[1]))):
         return None
@@ -342,11 +355,11 @@ def received(item, link):
     handle, value = item
     if handle in kept or id(value) in ids:
         return kept[handle]["object"] if handle in kept else value
-    entry = kept_entry(value, ids)
-    total = sum(other["weight"] for other in kept.values()) + entry["weight"]
-    if len(kept) < 2 * KEPT_OBJECTS and total <= 2 * KEPT_ITEMS:
+    entry, (count, items) = kept_entry(value, ids), rooms(kept, link["own"], True)
+    if count < 2 * OWN_OBJECTS and items + entry["weight"] <= 2 * OWN_ITEMS:
         kept[handle], ids[id(value)], tags[id(value)] = entry, handle, '{"k":%d}' % handle
         link["received"].append(handle)
+        link["own"].add(handle)
     return value
 
 
@@ -401,12 +414,17 @@ def awake(handle, kept, ids, tags, dormant):
     return kept[handle]["object"] if handle in kept else None
 
 
-def unrest(handles, dormant):
-    """Those at rest in the program's process (unheld) that the test process forgot ("D": a list
-    of handles; anything else is ignored), forgotten."""
+def unrest(handles, kept, ids, tags, dormant):
+    """Those the test process forgot ("D": a list of handles; anything else is ignored), forgotten
+    in the program's process: at rest (unheld) or kept (one whose news the test process could not
+    send: sandbox_link.py:told)."""
     for handle in handles if type(handles) is list else ():
         if type(handle) is int:
             dormant.pop(handle, None)
+            if handle in kept:
+                key = id(kept.pop(handle)["object"])
+                del ids[key]
+                tags.pop(key, None)
 
 
 def test_made(value):

@@ -127,7 +127,7 @@ def read_exactly(fd, size):
 
 # (mirrored, sent: the test process's hooks, sandbox_verdicts.py; none in the program's process)
 LINK = dict(seq=0, gone="has not started", buffer=bytearray(), failed="", args=[], released=[],
-            kept={}, kept_ids={}, kept_tags={}, dormant={}, mirrored=lambda numbered: {},
+            kept={}, kept_ids={}, kept_tags={}, dormant={}, own=set(), mirrored=lambda numbered: {},
             sent=lambda extra: None, drop=dict)
 # what one may ask of the other's object: a program object's text; a test object's protocol
 OPS = dict(len=len, bool=bool, str=str, repr=repr, iter=iter, format=format,
@@ -192,8 +192,9 @@ def talk(op, target, a, b, extra, caller):
         refer, aliases = LINK["refer"], LINK["kept_tags"]
         line = "[%d,\"q\",%s,%s,%s,%s," % (LINK["seq"] + step, dump(op, None), dump(target, None),
                                          *[deep(dump, v, refer, aliases) for v in (a, b)])
-        extra = told(extra)  # (after a and b: a request that cannot be sent tells nothing)
-        line += dump(extra, refer, aliases) + "]\n"
+        # (told last, once all else is dumped: a request that cannot be sent tells nothing)
+        args = {id(c) for c in LINK["args"][-1]} if LINK["args"] else ()
+        line += with_pairs(dump(extra, refer, aliases), told(args)) + "]\n"
     except BaseException as e:  # (a cyclic or too deep argument): the harness's failure
         if LINK["side"] == "test":
             unnumbered(count)  # (one it cannot send: Abort)
@@ -245,16 +246,59 @@ def room(frames):
     return before
 
 
-def told(extra):
-    """extra with "k": the news of the kept containers this side changed since the two sides last
-    agreed on them, and LINK["drop"]'s ("d", "z": unheld; the test's "D": sandbox_lending.py)."""
-    kept = LINK["kept"]
-    if kept and (found := changed(kept, LINK["kept_ids"])):
-        extra = dict(extra, k=[news(handle, kept[handle]["object"], start)
-                               for handle, start in found])
-    if dropped := LINK["drop"]():
-        extra = dict(extra, **dropped)
-    return extra
+def told(args=()):
+    """The pairs (JSON texts) a request or an answer carries for the kept containers: "k" the news
+    of those this side changed since the two sides last agreed on them (tidings), LINK["drop"]'s
+    ("d", "z": unheld; the test's "D": sandbox_lending.py) and those whose news cannot be sent,
+    forgotten on both sides (the test's "D", the program's "d"), but one among args (the ids of
+    the argument containers of the call it asks for: that request cannot be sent, nothing
+    changes). Called last, once all else the line holds is dumped: what it renews and forgets
+    goes out."""
+    texts, dropped = tidings(args=args)
+    found = LINK["drop"]()
+    if dropped:
+        key = "D" if LINK["side"] == "test" else "d"
+        found[key] = found.get(key, []) + dropped
+    return (['["k",[%s]]' % ",".join(texts)] if texts else []) + [
+        dump([key, handles], None) for key, handles in found.items()]
+
+
+def tidings(marks=None, skip=(), args=()):
+    """The news (JSON texts) of the kept containers this side changed (sandbox_copies.py:changed;
+    but those of skip, ids whose changes go otherwise; marks: more aliases than the kept ones'),
+    each dumped under deep's limit, and the handles of those whose news cannot be sent (nested
+    deeper than that limit, holding what cannot be sent: no failure of the test's, abort notes
+    none; but one among args: its error raised) -> (texts, handles): once all are dumped, the
+    entries of those sent renewed (the two sides agree on them again), those not sent forgotten
+    (a copy from then on)."""
+    kept, ids, tags = LINK["kept"], LINK["kept_ids"], LINK["kept_tags"]
+    found = changed(kept, ids) if kept else ()
+    aliases = {**tags, **marks} if found and marks else tags
+    texts, dropped, renewed = [], [], []
+    LINK["probe"], count = _thread.get_ident(), len(LINK.get("mine", ()))
+    try:
+        for handle, start, entry in found:
+            if id(entry["object"]) not in skip:
+                try:
+                    texts.append(deep(dump, news(handle, entry["object"], start), LINK["refer"],
+                                      aliases))
+                except (Abort, Exception):
+                    unnumbered(count)  # (the test objects its dump numbered: none went out)
+                    if id(entry["object"]) in args:
+                        raise
+                    dropped.append(handle)
+                    continue
+                count = len(LINK.get("mine", ()))
+            renewed.append((handle, entry))
+    finally:
+        LINK["probe"] = None
+    for handle, entry in renewed:
+        kept[handle] = entry
+    for handle in dropped:
+        key = id(kept.pop(handle)["object"])
+        del ids[key]
+        tags.pop(key, None)
+    return texts, dropped
 
 
 def taken(extra, numbered=()):
@@ -267,7 +311,7 @@ def taken(extra, numbered=()):
             refilled(target, item[1])
         elif target is not None:
             extend(kept, *item, ids)
-    unrest(extra.get("D"), dormant)  # (in the program's process: those the test's forgot)
+    unrest(extra.get("D"), kept, ids, tags, dormant)  # (in the program's: the test's forgot)
     for k, content in pairs(extra.get("w")):
         if 0 <= k < len(numbered):
             refilled(numbered[k], content)
@@ -285,22 +329,28 @@ def refilled(target, content):
         LINK["kept"][ids[id(target)]] = kept_entry(target, ids)
 
 
-def answer(seq, status, payload, extra, pairs=()):
+def answer(seq, status, payload, extra, pairs=None):
     """Writes an answer line (status "v" value, "e" exception, "t" timed out; True if a value
-    went out); pairs: with_pairs' for its extra."""
+    went out); pairs: with_pairs' for its extra (None: told's), also when what else it holds
+    cannot be sent (what told renewed and forgot goes out)."""
+    pairs = told() if pairs is None else pairs
     refer, tags, count, whole = LINK["refer"], LINK["kept_tags"], len(LINK.get("mine", ())), None
+    empty = with_pairs('{"d":[]}', pairs)
     try:
         if status == "e":  # (a test's callback's, kept: sandbox_values.py:error_payload)
             payload = error_payload(payload, LINK["side"] == "test")
         data = whole = '[%d,"a",%s,%s,%s]' % (seq, dump(status, None), deep(
             dump, payload, refer, tags), with_pairs(dump(extra, refer, tags), pairs))
     except TestTimeout:
-        data = '[%d,"a","t",null,{"d":[]}]' % seq
+        data = '[%d,"a","t",null,%s]' % (seq, empty)
     except BaseException as e:
-        data = '[%d,"a","e",%s,{"d":[]}]' % (seq, dump(error_payload(e), None))
-    if len(data) > LINK["limit"]:
-        data = '[%d,"a","e",%s,{"d":[]}]' % (seq, dump(["ValueError", f"an answer of {len(data)}"
-                                                         " bytes", "ValueError"], None))
+        data = '[%d,"a","e",%s,%s]' % (seq, dump(error_payload(e), None), empty)
+    size = len(data)
+    for tail in (empty, '{"d":[]}') if size > LINK["limit"] else ():
+        data = '[%d,"a","e",%s,%s]' % (seq, dump(["ValueError", f"an answer of {size} bytes",
+                                                  "ValueError"], None), tail)
+        if len(data) <= LINK["limit"]:
+            break
     if data is not whole:
         unnumbered(count)  # (what it numbered did not go out)
     write_all(LINK["out"], b"\n" + data.encode() + b"\n")  # a line of its own, after any output

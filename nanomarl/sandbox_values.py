@@ -43,8 +43,8 @@ argument container: [module, attribute, null, k]), "i" sys.stdin, "c" warnings c
 records noted (the test's logger levels: sandbox_caught.py:watched), "F" (the first) the
 fingerprints of the classes the context declares (same); in the program's answer, "o" and "e" the
 output, "i" sys.stdin's contents, "c" the warnings, "g" the log records; either way "k" the kept
-containers' news ([handle, contents], or [handle, start, new items]: sandbox_copies.py:news), "d"
-and "z" (the program's) the handles forgotten and at rest, "D" (the test's) those at rest it forgot,
+containers' news ([handle, contents] or [handle, start, new items, a dict's pairs flat]:
+sandbox_copies.py:news), "d" and "z" (the program's) those forgotten and at rest, "D" the test's,
 "n" (its answer) the argument containers kept from now on, "w" (an answer) the argument containers
 changed, "#" (a request) how many containers its arguments hold and "m" those passed twice
 (sandbox_link.py:told, taken, ask); in an answer to a test's callback, "b" and "p" the patches in

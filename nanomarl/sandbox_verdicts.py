@@ -12,8 +12,8 @@ from sandbox_caught import displayed, levels, warnings_state, watched  # sandbox
 from sandbox_layers import confine, reap, watchdog
 from sandbox_link import (DEEP, LINK, OPS, TestTimeout, abort, answer, ask, attempt, compiled,
                           deep, gone, read_exactly, read_line, refilled, request, run, taken,
-                          talk, told, unnumbered)
-from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, kept_entry
+                          talk, unnumbered)
+from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, kept_entry, rooms
 from sandbox_lending import lending, let_go, readable, received, settable, test_made
 from sandbox_patches import PATCHED, SETS, builtin_named, fingerprint, module, watch_modules
 from sandbox_proxies import looks
@@ -80,14 +80,14 @@ def kept_up(extra, numbered):
         if handle in kept:
             kept[handle] = kept_entry(kept[handle]["object"], ids)
     LINK["received"].clear()
-    total = sum(entry["weight"] for entry in kept.values())
+    room = rooms(kept, LINK["own"], False)  # (not the program's own returned: their room)
     for pair in extra["n"] if type(extra.get("n")) is list else ():
         if type(pair) is list and len(pair) == 2 and all(type(k) is int for k in pair) and (
                 0 <= pair[0] < len(numbered) and 0 <= pair[1] not in kept
-                and id(numbered[pair[0]]) not in ids and len(kept) < 2 * KEPT_OBJECTS):
+                and id(numbered[pair[0]]) not in ids and room[0] < 2 * KEPT_OBJECTS):
             entry = kept_entry(numbered[pair[0]], ids)
-            if total + entry["weight"] <= 2 * KEPT_ITEMS:
-                total += entry["weight"]
+            if room[1] + entry["weight"] <= 2 * KEPT_ITEMS:
+                room[0], room[1] = room[0] + 1, room[1] + entry["weight"]
                 kept[pair[1]], ids[id(entry["object"])] = entry, pair[1]
                 tags[id(entry["object"])] = '{"k":%d}' % pair[1]
     let_go(extra, LINK)  # ("d" and "z")
@@ -133,11 +133,12 @@ def serving(extra):
 
 
 def served(extra):
-    """The extra of its answer: the kept containers' news and, where a callback started, stopped or
-    set a patch, the patches in force for the rest of the request (sandbox_child.py:retake)."""
+    """The extra of its answer (sandbox_link.py:answer adds the kept containers' news): where a
+    callback started, stopped or set a patch, the patches in force for the rest of the request
+    (sandbox_child.py:retake)."""
     was = extra["patching"]  # (the builtins compared by identity: no test's == runs here)
     same = [(k, id(v)) for k, v in was[1]] == [(k, id(v)) for k, v in vars(builtins).items()]
-    return told(in_force() if SETS[0] != was[0] or not same else {})
+    return in_force() if SETS[0] != was[0] or not same else {}
 
 
 def module_patches(numbered=None):

@@ -107,7 +107,7 @@ def test_a_nested_container_returned_keeps_its_inner_lists_too():
 def test_a_fresh_container_stays_a_plain_copy_and_costs_no_kept_room():
     """A list the program makes anew at each call and does not keep crosses as a copy: the
     test's change does not reach the next call's result, and 200 of them (each in a list it
-    returns) take none of the 64 containers kept, so the program's HIST is still kept after."""
+    returns) take none of the 16 of its own kept, so the program's HIST is still kept after."""
     program = HISTORY.rstrip(" ") + """\
     def fresh():
         return [1, 2]
@@ -140,11 +140,11 @@ def test_a_generator_yielding_its_own_list_gives_that_list_each_time():
     assert run(program, tests)["passed"] == expected
 
 
-def test_beyond_64_returned_containers_the_rest_are_copies():
-    """The bounds of what is kept hold for returned containers too (64 containers, 4,096 items):
-    of 100 lists the program keeps and returns, the first 64 are its own (the test's change
-    reaches it), the rest copies, as documented; a list of 5,000 items is a copy (emptying it
-    is not seen); no test crashes the run."""
+def test_beyond_16_returned_containers_the_rest_are_copies():
+    """The program's own containers returned have a room of their own (16 containers, 1,024
+    items: sandbox_copies.py:rooms): of 100 lists the program keeps and returns, the first
+    16 are its own (the test's change reaches it), the rest copies, as documented; a list of
+    5,000 items is a copy (emptying it is not seen); no test crashes the run."""
     program = """\
         LISTS = [[i] for i in range(100)]
         BIG = list(range(5000))
@@ -154,7 +154,7 @@ def test_beyond_64_returned_containers_the_rest_are_copies():
             return BIG
         """
     tests = ["got = [get(i) for i in range(100)]\nfor g in got:\n    g.append(0)\n"
-             "assert [len(get(i)) for i in range(100)] == [2] * 64 + [1] * 36",
+             "assert [len(get(i)) for i in range(100)] == [2] * 16 + [1] * 84",
              "b = big()\nb.clear()\nassert big() == list(range(5000))",
              "assert get(3) == [3, 0]"]
     assert plain(program, tests) == [False, False, True]
@@ -209,3 +209,195 @@ def test_a_hostile_program_changing_what_it_returned_does_not_break_the_run():
     assert result["passed"][0] and result["passed"][1] and result["passed"][4], result["errors"]
     assert result["passed"][2] is True  # (beyond the bounds: a copy, as documented)
     assert result["passed"][3] is False  # (a cyclic value cannot be sent)
+
+
+def test_a_kept_container_nested_deep_crosses_and_the_run_goes_on():
+    """A kept dict the program grows into a tree 500 levels deep and a kept list the test nests
+    700 deep cross as in plain Python; one the program nests 10,000 deep, or the test 20,000,
+    is beyond the harness's limit (sandbox_link.py:deep): its news cannot be sent, so it is
+    forgotten on both sides (a copy from then on), and neither process fails a later test."""
+    program = """\
+        ROOT = {"tree": None}
+        def tree():
+            return ROOT
+        def insert(k):
+            node = {"k": k, "l": None, "r": None}
+            if ROOT["tree"] is None:
+                ROOT["tree"] = node
+                return
+            cur = ROOT["tree"]
+            while cur[side := "l" if k < cur["k"] else "r"] is not None:
+                cur = cur[side]
+            cur[side] = node
+        def height():
+            n, cur = 0, ROOT["tree"]
+            while cur is not None:
+                n, cur = n + 1, cur["r"]
+            return n
+        G, H = [], []
+        def get():
+            return G
+        def hold():
+            return H
+        def depth():
+            n, cur = 0, G
+            while cur:
+                n, cur = n + 1, cur[0]
+            return n
+        STACK = {"top": None, "n": 0}
+        def stack():
+            return STACK
+        def push_many(n):
+            for i in range(n):
+                STACK["top"] = (i, STACK["top"])
+            STACK["n"] += n
+        def size():
+            return STACK["n"]
+        def add(a, b):
+            return a + b
+        """
+    tests = ["g = get()\nx = g\nfor _ in range(700):\n    x.append([])\n    x = x[0]\n"
+             "assert depth() == 700",
+             "h = hold()\nx = h\nfor _ in range(20000):\n    x.append([])\n    x = x[0]\n"
+             "assert add(2, 2) == 4",
+             "s = stack()\npush_many(10000)\nassert size() == 10000",
+             "assert add(1, 2) == 3",
+             "t = tree()\nfor i in range(500):\n    insert(i)\nassert height() == 500",
+             "assert add(3, 4) == 7",
+             "assert height() == 500 and tree()['tree']['k'] == 0 and depth() == 700"]
+    expected = plain(program, tests)
+    assert expected == [True] * 7
+    result = run(program, tests, timeout=10.0)
+    assert result["passed"] == expected, result["errors"]
+
+
+def test_a_change_that_cannot_be_sent_forgets_that_container_alone():
+    """The test puts an object that cannot be sent (no value, no test object) into the program's
+    kept dict: its news are not sent, the dict is forgotten on both sides (as beyond the bounds:
+    the program's keeps what it had, the test's changes to that object stay the test's) and no
+    later test fails for it; read again, the program's dict is kept anew. Passed to the program
+    then, it is an argument that cannot be sent: that test fails (as documented), no other."""
+    program = """\
+        REG = {}
+        def registry():
+            return REG
+        def has(k):
+            return k in REG
+        def size(d):
+            return len(d)
+        def add(a, b):
+            return a + b
+        """
+    tests = ["r = registry()\nr['x'] = object()\nr['y'] = 1\nassert 'x' in r",
+             "assert add(1, 2) == 3",
+             "r = registry()\nr['z'] = 2\nassert has('z') and registry() is r",
+             "assert has('z') and add(2, 2) == 4",
+             "assert has('y')",
+             "r = registry()\nr['w'] = object()\nassert size(r) == len(r)",
+             "assert add(5, 5) == 10"]
+    assert plain(program, tests) == [True] * 7
+    result = run(program, tests)
+    assert result["passed"] == [True] * 4 + [False, False, True], result["errors"]
+    assert "cannot be sent" in result["errors"][5]  # (y: the test's alone; w: an argument)
+
+
+GRAPH = """\
+    class Graph:
+        def __init__(self, n):
+            self.adj = {i: [] for i in range(n)}
+    G = Graph(100)
+    def graph():
+        return G.adj
+    class View:
+        def __init__(self, data):
+            self.data = data
+        def total(self):
+            return sum(self.data)
+    HOG = [[i] * 60 for i in range(64)]
+    def hog():
+        return HOG
+    def push(box):
+        box.items.append(99)
+    """
+
+
+def test_the_programs_returned_containers_have_a_room_of_their_own():
+    """The program's own containers returned (a dict of 100 lists, 64 lists of 60) fill a room of
+    their own (16 containers, 1,024 items: sandbox_copies.py:rooms), never the one of the
+    argument containers the program keeps and of a test object's it reads: after them, a View
+    that keeps the test's list still sees the test's append, and the program's append to a test
+    object's list still reaches it, as in plain Python (a right program passes, a wrong one
+    fails)."""
+    view = ("data = [1, 2]\nv = View(data)\ndata.append(3)\nassert v.total() == 6")
+    box = ("class Box:\n    def __init__(self):\n        self.items = [1]\n"
+           "b = Box()\npush(b)\nassert b.items == [1, 99]")
+    tests = [view, "assert len(graph()) == 100", "h = hog()\nassert len(h) == 64", view, box,
+             view.replace("== 6", "== 3")]
+    expected = plain(GRAPH, tests)
+    assert expected == [True] * 5 + [False]
+    assert run(GRAPH, tests)["passed"] == expected
+
+
+def test_a_view_of_the_programs_dict_gives_its_own_lists():
+    """`.values()` and `.items()` of the program's dict of lists give its own lists, as in plain
+    Python: the test's insert reaches the program (a wrong program that hands out its buckets
+    fails), the program's append reaches the test's; a view of a fresh dict gives copies."""
+    program = """\
+        TABLE = {1: ['x'], 2: ['y']}
+        def buckets():
+            return TABLE.values()
+        def pairs():
+            return TABLE.items()
+        def lookup(k):
+            return TABLE[k][0]
+        def put(k, v):
+            TABLE[k].append(v)
+        def fresh():
+            return {1: ['x']}.values()
+        """
+    tests = ["for b in buckets():\n    b.insert(0, 'junk')\nassert lookup(1) == 'x'",
+             "for k, b in pairs():\n    b.insert(0, 'more')\nassert lookup(2) == 'more'",
+             "v = list(buckets())\nput(1, 'z')\nassert v[0][-1] == 'z'",
+             "for b in fresh():\n    b.append(1)\nassert list(fresh()) == [['x']]"]
+    expected = plain(program, tests)
+    assert expected == [False, True, True, True]
+    assert run(program, tests)["passed"] == expected
+
+
+def test_a_kept_dict_that_gains_keys_sends_them_alone():
+    """A memo dict and a Counter the test read once, then 3,000 calls that each add a key: each
+    call sends its new pair alone (sandbox_copies.py:news) until the dict is beyond the room of
+    the program's own (a copy from then on), so the loop ends within a 3 s timeout as in plain
+    Python; the keys either side adds reach the other in their order, and a reordered or changed
+    one crosses whole."""
+    program = """\
+        from collections import Counter, OrderedDict
+        MEMO, COUNTS, TABLE = {}, Counter(), OrderedDict(a=1)
+        def cache():
+            return MEMO
+        def sq(n):
+            if n not in MEMO:
+                MEMO[n] = n * n
+            return MEMO[n]
+        def counts():
+            return COUNTS
+        def see(w):
+            COUNTS[w] += 1
+            return COUNTS[w]
+        def table():
+            return TABLE
+        def put(k, v):
+            TABLE[k] = v
+        def last():
+            TABLE.move_to_end('a')
+            return list(TABLE)
+        """
+    tests = ["c = cache()\nfor i in range(3000):\n    assert sq(i) == i * i",
+             "c = counts()\nfor i in range(3000):\n    assert see(str(i)) == 1",
+             "d = table()\nd['b'] = 2\nput('c', 3)\nd['d'] = 4\n"
+             "assert list(table()) == list(d) == ['a', 'b', 'c', 'd'] and table() is d",
+             "d = table()\nassert last() == ['b', 'c', 'd', 'a'] == list(d)\nd['b'] = 0\n"
+             "put('e', 5)\nassert d == {'b': 0, 'c': 3, 'd': 4, 'a': 1, 'e': 5} == table()"]
+    expected = plain(program, tests)
+    assert expected == [True] * 4
+    assert run(program, tests, timeout=3.0)["passed"] == expected
