@@ -98,9 +98,10 @@ records or filters warnings, the program's warnings are caught there and shown i
 under the test's filters (recorded, printed, ignored, or raised as an error where the call returns),
 and, while one of the test's loggers has a handler (assertLogs), the program's log records, at the
 test's levels, are new records of the test's nearest logger of their name (their level and text:
-sandbox_caught.py). What the harness refuses (an argument it cannot send, a program object asked
-what only a value answers, the program's process gone, its timeout, a malformed answer) fails the
-test whatever the test catches. So the expected values, the test source, the report and its nonce
+sandbox_caught.py). What the harness refuses (an argument it cannot send, a program's result or
+change it cannot send: cyclic, too deep, over the answer's size; a program object asked what only a
+value answers, the program's process gone, its timeout, a malformed answer) fails the test whatever
+the test catches. So the expected values, the test source, the report and its nonce
 never enter the program's process (the tests are read from the job after the fork, the context runs
 after it in the test process only, the output files are write-only there and the program's process
 writes to files of its own, and the test process is not dumpable: where /proc is visible, its fd and
@@ -176,9 +177,11 @@ __len__ for the test to use loses that test unless the prompt declares the class
 are values, judged by the prompt's class); type(x) of a program object is a class of the harness's
 (named Remote, with the protocol methods its type had when it first crossed, and __bool__;
 isinstance with a builtin type holds where its type is that type, `type(x) is` does not), and its
-__exit__ gets a copy of the test's exception (without its traceback); a generator is drawn ahead of
-the test after its 8th item; each call costs a round trip between the processes, so a test of
-100,000s of calls times out;
+__exit__ gets a copy of the test's exception without its traceback (one raised by the test's own
+code as an instance of its class alone: no arguments, attributes or chain, so no expected value
+enters the program's process; one that came from the program as it was); a generator is drawn
+ahead of the test after its 8th item; each call costs a round trip between the processes, so a test
+of 100,000s of calls times out;
 the program's random is its own (no state of the test process reaches it, so a test's random.seed
 does not seed it); a program class is no class in the test process (a test cannot subclass it or
 name it in `except`), and a test's class is none in the program's (type(x) of a test object is a
@@ -209,10 +212,11 @@ lists is lent anew at each read, and an argument container the program does not 
 to each call and back, so thousands of calls that each add to one list cost seconds; the bounds
 apply when the program answers, a kept container may outgrow them within a call: beyond them one is
 the program's copy, its later changes not written back; a test object's or its own is kept
-outermost first; one whose change cannot be sent, nested deeper than the harness's limit or holding
-what cannot be sent (the test's object()), is forgotten on both sides as it would be sent, failing
-no request but one that passes it (an argument that cannot be sent): a copy from then on, that
-change its side's alone, the program's copy as it was before it), and a container put into a kept
+outermost first; one whose change by the test cannot be sent, nested deeper than the harness's
+limit or holding what cannot be sent (the test's object()), is forgotten on both sides as it would
+be sent, failing no request but one that passes it (an argument that cannot be sent): a copy from
+then on, that change the test's alone, the program's copy as it was before it; one the program so
+changes, or an argument it so changes, fails the test as a refusal), and a container put into a kept
 one afterwards (by the test or the program), or inside one beyond the bounds, crosses inside it as a
 copy (the kept one is compared deep and sent whole: its value follows, the other side's own name for
 the inner one does not: an inner list the program adds to a kept list and then returns alone is a

@@ -17,8 +17,8 @@ from sandbox_lending import awake, lent_back, unheld, unlent
 from sandbox_layers import (capped_streams, confine, die_with_parent, drop_privileges,
                             fork_program, guard_threads, isolate)  # sandbox.py's BOOT
 from sandbox_link import (DEEP, EXIT, LINK, OPS, BINARY, TestTimeout, abort, answer, attempt,
-                          compiled, deep, read_exactly, read_line, run, serve, taken, tidings,
-                          with_pairs, write_all)
+                          refuse, compiled, deep, read_exactly, read_line, run, serve, taken,
+                          tidings, with_pairs, write_all)
 from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, stand_in, took_on
 from sandbox_proxies import TestObject, test_object
 from sandbox_remote import COPIES, kind_of, traits
@@ -203,6 +203,7 @@ def program_side(job, requests, answers):
         try:
             synced[:] = [kept_news(extra)]
         except Exception:  # (the harness's own failure, no exit: all kept forgotten both sides)
+            refuse("the program's changes cannot be sent")
             synced[:] = [['["d",%s]' % dump([*kept, *dormant], None)]]
             for found in (kept, kept_ids, kept_tags, dormant):
                 found.clear()
@@ -230,7 +231,8 @@ def program_side(job, requests, answers):
                 try:
                     texts.append("[%d,%s]" % (k, deep(dump, contents(c), refer,
                                                       {**kept_tags, **marks})))
-                except Exception:  # (nested too deep: not written back, nor kept)
+                except Exception:  # (nested too deep: not written back, nor kept; refused)
+                    refuse("a change the program made to an argument cannot be sent")
                     candidates = [j for j in candidates if j != k]
         if texts:
             pairs.append('["w",[%s]]' % ",".join(texts))
@@ -352,11 +354,11 @@ def program_side(job, requests, answers):
                 end = "stop"
             except Exception as e:
                 end = error_payload(e)
-            aliases = deep(marked, items)
-            return deep(dump, [items, end], refer, aliases), ""
+            return refusing(lambda: deep(dump, [items, end], refer, deep(marked, items))), ""
         if op == "op" and a in OPS:
             args = [b] if a in BINARY or a == "getitem" else b if type(b) is list else []
-            return deep(dump, OPS[a](value, *args), refer), ""
+            box = [OPS[a](value, *args)]
+            return refusing(lambda: deep(dump, box.pop(), refer)), ""
         if op == "enter":  # a `with` in the test: the program's own __enter__ and __exit__
             return sent([type(value).__enter__(value)]), ""
         if op == "exit" and (a is None or (error := raised(a)) is not None):
@@ -374,9 +376,9 @@ def program_side(job, requests, answers):
             box = [value(*values[:count], **dict(zip(keys, values[count:])))]  # (its result)
             aliases = dict(kept_tags)
             aliases.update({id(c): '{"a":%d}' % k for k, c in enumerate(numbered)})
-            writes = ",".join("[%d,%s]" % (k, deep(dump, contents(c), refer, aliases))
-                              for k, c in enumerate(numbered)
-                              if not unchanged(call[2][k], snapshot(c)))
+            writes = refusing(lambda: ",".join(
+                "[%d,%s]" % (k, deep(dump, contents(c), refer, aliases))
+                for k, c in enumerate(numbered) if not unchanged(call[2][k], snapshot(c))))
             text = sent(box, False, aliases)
             call[2] = None
             return text, writes
@@ -389,20 +391,32 @@ def program_side(job, requests, answers):
         def text():
             found = None if copy else marked(box, aliases)
             return dump(box[0], refer, found)
-        return deep(text)
+        return refusing(lambda: deep(text))
+
+    def refusing(fn):
+        """fn() (the harness's dump of what a request must send back); its failure (cyclic, too
+        deep, ...) is the harness's refusal (refuse), not the program's exception."""
+        try:
+            return fn()
+        except TestTimeout:
+            raise
+        except BaseException as e:
+            refuse("the program's answer cannot be sent: " + type(e).__name__)
+            raise
 
     def answer_with(seq, status, payload, extra):
         pairs = synced.pop() if synced else []
-        if status != "v":
+        if status != "v" or LINK.get("refused"):
             unlent(LINK, False)  # (the containers its value would have lent)
-            return answer(seq, status, payload, extra, pairs)
+            return answer(seq, status, payload if status != "v" else None, extra, pairs)
         text, writes = payload
         if writes:
             pairs.insert(0, '["w",[' + writes + "]]")
         data = '[%d,"a","v",%s,%s]' % (seq, text, with_pairs(dump(extra, refer), pairs))
         unlent(LINK, len(data) <= LINK["limit"])
         if len(data) > LINK["limit"]:
-            return answer(seq, "e", ValueError(f"an answer of {len(data)} bytes"), {}, pairs)
+            refuse(f"an answer of {len(data)} bytes")
+            return answer(seq, "v", None, {}, pairs)
         write_all(answers, b"\n" + data.encode() + b"\n")
 
     LINK.update(side="program", out=answers, refer=refer, scope=scope, ops=ops, before=before,

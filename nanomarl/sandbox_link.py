@@ -294,6 +294,8 @@ def tidings(marks=None, skip=(), args=()):
         LINK["probe"] = None
     for handle, entry in renewed:
         kept[handle] = entry
+    if dropped and LINK["side"] == "program":  # (the program's change: the test may not miss it)
+        refuse("a change the program made cannot be sent")
     for handle in dropped:
         key = id(kept.pop(handle)["object"])
         del ids[key]
@@ -330,31 +332,45 @@ def refilled(target, content):
 
 
 def answer(seq, status, payload, extra, pairs=None):
-    """Writes an answer line (status "v" value, "e" exception, "t" timed out; True if a value
-    went out); pairs: with_pairs' for its extra (None: told's), also when what else it holds
-    cannot be sent (what told renewed and forgot goes out)."""
+    """Writes an answer line (status "v" value, "e" exception, "t" timed out, the program's "h"
+    the harness refused: refuse; True if a value went out); pairs: with_pairs' for its extra
+    (None: told's), also when what else it holds cannot be sent (what told renewed and forgot goes
+    out)."""
     pairs = told() if pairs is None else pairs
     refer, tags, count, whole = LINK["refer"], LINK["kept_tags"], len(LINK.get("mine", ())), None
-    empty = with_pairs('{"d":[]}', pairs)
+    empty, program = with_pairs('{"d":[]}', pairs), LINK["side"] == "program"
     try:
         if status == "e":  # (a test's callback's, kept: sandbox_values.py:error_payload)
-            payload = error_payload(payload, LINK["side"] == "test")
+            payload = error_payload(payload, not program)
         data = whole = '[%d,"a",%s,%s,%s]' % (seq, dump(status, None), deep(
             dump, payload, refer, tags), with_pairs(dump(extra, refer, tags), pairs))
     except TestTimeout:
         data = '[%d,"a","t",null,%s]' % (seq, empty)
     except BaseException as e:
+        if program:
+            refuse("the program's answer cannot be sent: " + type(e).__name__)
         data = '[%d,"a","e",%s,%s]' % (seq, dump(error_payload(e), None), empty)
     size = len(data)
-    for tail in (empty, '{"d":[]}') if size > LINK["limit"] else ():
-        data = '[%d,"a","e",%s,%s]' % (seq, dump(["ValueError", f"an answer of {size} bytes",
-                                                  "ValueError"], None), tail)
+    if program and size > LINK["limit"]:
+        refuse(f"an answer of {size} bytes")
+    if program and LINK.get("refused"):  # the harness's failure, no program's exception
+        data = '[%d,"a","h",%s,%s]' % (seq, dump(LINK.pop("refused")[:200], None), empty)
+    for tail in (empty, '{"d":[]}') if len(data) > LINK["limit"] else ():
+        data = '[%d,"a",%s,%s]' % (seq, '"h","an answer too long"' if program else '"e",' + dump(
+            ["ValueError", f"an answer of {size} bytes", "ValueError"], None), tail)
         if len(data) <= LINK["limit"]:
             break
     if data is not whole:
         unnumbered(count)  # (what it numbered did not go out)
     write_all(LINK["out"], b"\n" + data.encode() + b"\n")  # a line of its own, after any output
     return data.startswith('[%d,"a","v"' % seq)
+
+
+def refuse(why):
+    """In the program's process: what the harness must send (a result, a change of a kept or
+    argument container) cannot be; its next answer is "h" (sandbox_verdicts.py:test_answered: the
+    test fails whatever it catches), never the program's exception or a silent loss."""
+    LINK["refused"] = LINK.get("refused") or why
 
 
 def unnumbered(count):

@@ -55,6 +55,8 @@ def test_answered(message):
     displayed(extra)  # (its warnings and log records)
     if status == "v":
         return payload
+    if status == "h":  # (its harness refused: sandbox_link.py:refuse; forged, it fails its own)
+        raise abort(ProgramError("the harness refused: " + str(payload)[:200]))
     if status == "t":
         if seq >= LINK["first"]:  # (a request of this test's; not of an earlier test's thread)
             LINK["failed"] = LINK["failed"] or "Timeout: test timed out"

@@ -131,7 +131,8 @@ def test_a_program_object_has_only_the_protocol_methods_its_type_has():
 def test_a_program_object_is_a_context_manager_with_its_own_enter_and_exit():
     """A test's `with` on a program's context manager (its class, a contextlib.contextmanager)
     runs its __enter__ and __exit__ in the program's process: __exit__ gets the test's exception
-    (its class and value; a test's own exception as a class of that name) and its result's truth,
+    (its class, without its arguments; a test's own exception as a class of that name) and its
+    result's truth,
     decided in the test process, suppresses it; an exception the program re-raises is the test's
     own object. A manager that does not suppress it, or a failing body, fails the test."""
     program = """\
@@ -152,7 +153,7 @@ def test_a_program_object_is_a_context_manager_with_its_own_enter_and_exit():
             def __enter__(self):
                 return self
             def __exit__(self, kind, error, traceback):
-                return kind is not None and kind.__name__ == self.name and str(error) == "boom"
+                return kind is not None and kind.__name__ == self.name
         @contextlib.contextmanager
         def collecting(log):
             log.append("start")
@@ -174,7 +175,7 @@ def test_a_program_object_is_a_context_manager_with_its_own_enter_and_exit():
              "log = []\nwith collecting(log) as l:\n    l.append('mid')\n"
              "assert l is log and log == ['start', 'mid', 'end']",
              "with Suppress('ValueError'):\n    raise ValueError('boom')",
-             "try:\n    with Suppress('ValueError'):\n        raise ValueError('other')\n"
+             "try:\n    with Suppress('KeyError'):\n        raise ValueError('other')\n"
              "except ValueError as e:\n    assert str(e) == 'other'",
              "with ignoring('ZeroDivisionError'):\n    1 / 0",
              "class Mine(Exception):\n    pass\ne = Mine('x')\ntry:\n"
@@ -281,3 +282,65 @@ def test_a_namedtuple_the_context_makes_by_assignment_is_declared():
         assert plain(program, tests) == verdicts
         result = run(program, tests, context=context, names=names)
         assert result["passed"] == verdicts, result["errors"]
+
+
+def test_a_result_the_harness_cannot_send_is_no_exception_a_test_catches():
+    """A result too long for an answer, cyclic or nested too deep is the harness refusing (the
+    test fails whatever it catches), not the program raising: plain Python returns it; a
+    program's own exception (its RecursionError) stays one the test catches."""
+    program = """\
+        def sqrt_int(x):
+            return "x" * (1 << 26) if x < 0 else int(x ** 0.5)
+        def f(x):
+            a = []
+            a.append(a)
+            return a
+        def deep(x):
+            a = []
+            for _ in range(100000):
+                a = [a]
+            return a
+        def loop(x):
+            return loop(x)
+        """
+    tests = ["try:\n    sqrt_int(-4)\n    assert False\nexcept ValueError:\n    pass",
+             "import unittest\nunittest.TestCase().assertRaises(ValueError, sqrt_int, -1)",
+             "try:\n    f(-1)\n    ok = False\nexcept Exception:\n    ok = True\nassert ok",
+             "import unittest\nwith unittest.TestCase().assertRaises(Exception):\n    f(1)",
+             "try:\n    deep(1)\n    ok = False\nexcept Exception:\n    ok = True\nassert ok",
+             "try:\n    loop(1)\nexcept RecursionError:\n    pass\nelse:\n    assert False",
+             "assert sqrt_int(16) == 4"]
+    assert plain(program, tests[:4] + tests[5:]) == [False] * 4 + [True] * 2
+    result = run(program, tests)
+    assert result["passed"] == [False] * 5 + [True] * 2, result["errors"]
+
+
+def test_a_tests_own_exception_reaches_exit_as_its_class_alone():
+    """A program's __exit__ gets a test's own exception as an instance of its class without
+    arguments, attributes or chain (an assertion's message may hold an expected value, which never
+    enters the program's process); its class still decides the suppression; an exception that
+    came from the program reaches it as it was."""
+    program = """\
+        SEEN = []
+        class Spy:
+            def __enter__(self):
+                return self
+            def __exit__(self, kind, error, traceback):
+                SEEN.append((kind.__name__, repr(error), repr(vars(error)),
+                             repr(error.__context__), repr(error.__cause__)))
+                return kind.__name__ == "KeyError"
+        def seen():
+            return SEEN[-1]
+        def boom():
+            raise ValueError("mine")
+        """
+    tests = ["try:\n    with Spy():\n        raise AssertionError('want EXPECTED-42')\n"
+             "except AssertionError:\n    pass\nassert 'EXPECTED' not in str(seen())",
+             "e = KeyError('k')\ne.note = 'EXPECTED'\ntry:\n    with Spy():\n        try:\n"
+             "            1 / 0\n        except ZeroDivisionError as z:\n"
+             "            raise e from ValueError('EXPECTED')\nfinally:\n"
+             "    assert 'EXPECTED' not in str(seen()) and seen()[0] == 'KeyError'",
+             "try:\n    with Spy():\n        boom()\nexcept ValueError as e:\n"
+             "    assert str(e) == 'mine'\nassert 'mine' in seen()[1]"]
+    result = run(program, tests)
+    assert result["passed"] == [True] * 3, result["errors"]
