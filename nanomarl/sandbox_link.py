@@ -355,9 +355,11 @@ def answer(seq, status, payload, extra, pairs=None):
         refuse(f"an answer of {size} bytes")
     if program and LINK.get("refused"):  # the harness's failure, no program's exception
         data = '[%d,"a","h",%s,%s]' % (seq, dump(LINK.pop("refused")[:200], None), empty)
+    failure = '"e",' + dump(["ValueError", f"an answer of {size} bytes", "ValueError"], None)
+    if program:  # (the program's process: the harness refuses)
+        failure = '"h","an answer too long"'
     for tail in (empty, '{"d":[]}') if len(data) > LINK["limit"] else ():
-        data = '[%d,"a",%s,%s]' % (seq, '"h","an answer too long"' if program else '"e",' + dump(
-            ["ValueError", f"an answer of {size} bytes", "ValueError"], None), tail)
+        data = '[%d,"a",%s,%s]' % (seq, failure, tail)
         if len(data) <= LINK["limit"]:
             break
     if data is not whole:
