@@ -15,18 +15,22 @@ crosses as JSON of exact types (None, bool, int of any size, float, complex, str
 list, tuple, set, frozenset, dict, Counter, OrderedDict, defaultdict, deque, NamedTuple (the class
 of its name the context declares, by `class` or `X = namedtuple("X", ...)`, where its fields are
 that class's, else the test's own class of that name and fields that crossed to the program: a
-test's Q comes back a Q), Fraction, Decimal, range,
-dict views, datetime's types, pathlib's pure and posix paths; tagged where JSON has no type, so that
-they stay distinct; a subclass of one travels as the base value plain Python compares: a (str, Enum)
-member as its str, a datetime type's as its datetime value (one of a test's class rebuilt as an
-instance of that class on either side: the frozen clock below); an exception as its class's name,
-its nearest builtin ancestor, its arguments (an OSError's with its errno, strerror and file names),
-its own attributes and its __cause__ and __context__ (each crossing alike), raised as the builtin of
-that name only where its class is that builtin (a program's own KeyError(Exception) is no
+test's Q comes back a Q), Fraction, Decimal, range, slice, dict views, datetime's types (with
+their fold and a timezone's name), zoneinfo's ZoneInfo (of a key: loaded again by it), pathlib's
+pure and posix paths, a member of a standard library Enum (re.I, re.I | re.M, http.HTTPStatus.OK;
+the program's only of a module the test process has: sandbox_stdlib.py); tagged where JSON has no
+type, so that they stay distinct; a subclass of one the context declares or a module defines
+travels as the base value plain Python compares (but a standard library Enum's member, as itself;
+the program's own keeps it: below), a datetime type's as its datetime value (one of a test's class
+rebuilt as an instance of that class on either side: the frozen clock below); an exception as its class, its
+arguments (an OSError's with its errno, strerror and file names), its own attributes and its
+__cause__ and __context__ (each crossing alike), raised as an instance of its class: a builtin's or
+a standard library module's (an allow-list) as itself (a program's KeyError(Exception) is no
 LookupError; a StopIteration only where the test's own code called the program directly: see (c)),
-as a standard library module's class where it is that module's (json.JSONDecodeError: an allow-list
-of modules), as the test's own exception where it is one a test's callback raised (re-raised), else
-as a class of that name derived from that ancestor, or as the context's class (below); an instance
+the context's where the program's is the same (below), one side's own as one real class on the
+other side (sandbox_errors.py: a program's ValidationError(ValueError) is caught by `except
+ValidationError`, a test's E passed to the program by its `except exc_cls`); one that came from the
+other side comes back as that very object (the program's while it holds it); an instance
 of another class the context declares (the prompt's ListNode) as its state, rebuilt in the test
 process as an instance of the context's class, shared and cyclic nodes kept; a member of an Enum it
 declares as that member. The program's class of a name the context declares is the context's class
@@ -50,7 +54,10 @@ value or another program object) fail the test, never asking the program (its me
 anew at each question; a re.Match is true, as each one is; its __name__, __qualname__, __doc__,
 __module__, __defaults__, __kwdefaults__ and __wrapped__, and read-only snapshots of its __dict__
 and __annotations__, are read as attributes); a generator or builtin iterator is a stream, drawn
-lazily, each item asked once. A test object (a
+lazily, each item asked once. The program's own subclass of a value type (a Stack(list), an
+IntEnum) is one whose comparisons, hash, length, truth, iteration, `in`, arithmetic and conversions
+are its base type's, on the value its base's C methods take at each question (isinstance with that
+type holds: sandbox_remote.py:Valued). A test object (a
 callback, an instance or class of a test's, an iterator) is called, read, set (an instance's data,
 never its class's methods) and drawn by the test process, and its protocol (truth, length, items and
 item assignment, iteration, text, comparisons, arithmetic and conversions: the test's own method,
@@ -149,10 +156,10 @@ Each test has a wall-clock alarm in the test process (a program that ignores its
 loses the test; the alarm marks the test timed out before a test's `except:` can swallow it, and
 rings again until the test ends) and a CPU-time watchdog (RLIMIT_CPU, for C code the alarm cannot
 interrupt; the load and the prefetch of the names have one too); the tests share a wall-time
-budget of max_timeouts·timeout; sets and dicts of an answer are built in chunks (the alarm
-interrupts a set of colliding hashes); the trainer SIGKILLs the group at an
-overall deadline and reaps every process of it that it inherits (as a subreaper or pid 1). The
-trainer reads the test process's report only up to the size its tests can need (it kills the group
+budget of max_timeouts·timeout; a set or dict of an answer whose keys share a hash is refused
+before it is built (sandbox_layers.py:crowded); the trainer SIGKILLs the group at an overall
+deadline and reaps every process of it that it inherits (as a subreaper or pid 1). The trainer
+reads the test process's report only up to the size its tests can need (it kills the group
 beyond that) and up to the closing line; a line counts only if well formed, with a test index below
 the number of tests. A message in the report has no control characters (the test process drops
 escape sequences, NUL, DEL and C1 from the program's words, line breaks become spaces).
@@ -174,17 +181,22 @@ test value or another program object) or converted to a number fails (its own __
 __float__ would let it match any expected value, or answer each question anew; `== None` is decided
 in the test process: a program object is not None), so a right program whose class defines __eq__ or
 __len__ for the test to use loses that test unless the prompt declares the class (then its instances
-are values, judged by the prompt's class); type(x) of a program object is a class of the harness's
+are values, judged by the prompt's class); a program's subclass of a value type is judged by its
+base type's methods, but not where its class overrides them (its own __eq__, a Counter's ==; as
+its class was when the object first crossed), and C code that needs the base type itself
+(json.dumps, `s in 'text'`) refuses it; type(x) of a program object is a class of the harness's
 (named Remote, with the protocol methods its type had when it first crossed, and __bool__;
 isinstance with a builtin type holds where its type is that type, `type(x) is` does not), and its
 __exit__ gets a copy of the test's exception without its traceback (one raised by the test's own
 code as an instance of its class alone: no arguments, attributes or chain, so no expected value
-enters the program's process; one that came from the program as it was); a generator is drawn
+enters the program's process; one that came from the program as itself); a generator is drawn
 ahead of the test after its 8th item; each call costs a round trip between the processes, so a test
 of 100,000s of calls times out;
 the program's random is its own (no state of the test process reaches it, so a test's random.seed
-does not seed it); a program class is no class in the test process (a test cannot subclass it or
-name it in `except`), and a test's class is none in the program's (type(x) of a test object is a
+does not seed it); a program class is no class in the test process (a test cannot subclass it)
+but an exception class, of which only its name, qualified name, module and bases cross (its text
+is a raised one's; a test's subclass of it is made by its nearest builtin's constructor), nor a
+test's class one in the program's, but an exception class (type(x) of a test object is a
 proxy class the harness makes once for each of the test's classes, of its name, qualified name and
 module, callable only where the test's objects are, with a test's dataclass's fields: isinstance
 works, `type(x) is Cls` does not; vars() of a test's dataclass instance is a copy of its fields'
@@ -198,8 +210,9 @@ test's callback) crosses as a copy, but for a kept one: what the test object kee
 program's later changes through its own name are not seen; read back through the attribute it is the
 test's), and a callback's changes reach the program's objects when it returns (the program called
 from inside the callback sees them as they were), but in a call among whose arguments is a subclass
-of list, tuple, dict or set (it crosses as its base's copy, which the program's process does not
-number: that call's containers are copies then, but for kept ones), and never those to an instance
+of list, tuple, dict or set the context declares or a module defines (it crosses as its base's
+copy, which the program's process does not number: that call's containers are copies then, but
+for kept ones), and never those to an instance
 of a class the context declares (the callback's is rebuilt from its state: a copy); a container the
 program keeps or reads from a test object is the test's object up to 64 of them holding 4,096
 items, and one of its own that it returns up to 16 more holding 1,024 (a room of their own: they
@@ -225,12 +238,13 @@ of the program's own that it puts into an argument (unless kept), reaches only
 through an outer call's argument or a weak reference, or that a `__dict__` snapshot holds, a program
 whose bug is aliasing (one that returns its cache or its list for the test to change) passes where
 plain Python fails it; so may a generator drawn ahead, whose items were taken before a test's later
-change, and a subclass of a value type, which crosses as its base: `type(r) is str` holds); a cyclic
+change, and the context's subclass of a value type, which crosses as its base); a cyclic
 argument, or one nested deeper than the harness's own limit (some 6,000 levels:
 sandbox_link.py:deep), cannot be sent (the test fails), nor a test's object of another type that is
-no value and no test object (a socket, a memoryview: the error names its type); an in-place change
-of sys.argv does not reach the program, nor the program's change of it the test, nor do the log
-records the program makes while it loads or on a logger that does not propagate reach the test's
+no value and no test object (a socket, a memoryview, an object(), a UserList, an array.array, a
+ZoneInfo made from a file, not a key: the error names its type); an in-place change of sys.argv
+does not reach the program, nor the program's change of it the test, nor do the log records the
+program makes while it loads or on a logger that does not propagate reach the test's
 handlers; a StringIO crosses without its newline translation (its value and position do); a test's
 patch reaches the program only as a module's attribute (the state inside a module, mock.patch.dict
 of os.environ, and sys's other attributes stay the test's; a patch of `__main__`'s names is none of
@@ -281,9 +295,9 @@ def frame(data: bytes) -> bytes:
 
 # the code run inside the sandbox, compiled once here (a child would compile it on every run):
 # each module after the ones it imports; the last one's main() runs the sandbox
-MODULES = ("sandbox_layers", "sandbox_patches", "sandbox_values", "sandbox_copies",
-           "sandbox_lending", "sandbox_link", "sandbox_remote", "sandbox_proxies",
-           "sandbox_caught", "sandbox_verdicts", "sandbox_child")
+MODULES = ("sandbox_layers", "sandbox_patches", "sandbox_stdlib", "sandbox_values",
+           "sandbox_copies", "sandbox_lending", "sandbox_link", "sandbox_remote", "sandbox_proxies",
+           "sandbox_errors", "sandbox_caught", "sandbox_verdicts", "sandbox_child")
 CHILD_CODE = b"".join(frame(marshal.dumps(compile(path.read_text(), str(path), "exec",
                                                   dont_inherit=True, optimize=0)))
                       for path in (Path(__file__).with_name(name + ".py") for name in MODULES))

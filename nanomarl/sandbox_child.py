@@ -13,6 +13,7 @@ import _sitebuiltins, builtins, io, marshal, os, select, sys
 from sandbox_caught import catch, caught  # sandbox.py's BOOT
 from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, OWN_ITEMS, containers, contents, kept_entry,
                             rebuilt_copy, referenced, rooms, share, snapshot, unchanged)
+from sandbox_errors import crossed, crossing
 from sandbox_lending import awake, lent_back, unheld, unlent
 from sandbox_layers import (capped_streams, confine, die_with_parent, drop_privileges,
                             fork_program, guard_threads, isolate)  # sandbox.py's BOOT
@@ -21,15 +22,9 @@ from sandbox_link import (DEEP, EXIT, LINK, OPS, BINARY, TestTimeout, abort, ans
                           tidings, with_pairs, write_all)
 from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, stand_in, took_on
 from sandbox_proxies import TestObject, test_object
-from sandbox_remote import COPIES, kind_of, traits
+from sandbox_remote import COPIES, TAKE, applied, kind_of, programs, traits, value_base, valued
 from sandbox_values import CONTEXT, DATETIMES, PRINTS, Decoder, dump, error_payload, raised, same
 from sandbox_verdicts import test_side
-
-
-# the value types a subclass instance travels as, each with what gives its value as stored
-BASES = ((str, str.__str__), (int, int.__int__), (float, float.__float__), (bytes, bytes),
-         (complex, complex), (list, list.copy), (tuple, tuple), (dict, dict.copy),
-         (set, set.copy), (frozenset, frozenset))
 
 
 def state(value):
@@ -89,6 +84,8 @@ def program_side(job, requests, answers):
             for part in item[1].split(".") if item[1] else ():
                 found = getattr(found, part)
             return found
+        if tag in ("e", "h"):  # a test's exception, exception class (sandbox_errors.py)
+            return crossed(tag, item)
         # (a partial, buffer, Random, Pattern or Match; a test object's lent container)
         found = rebuilt_copy(tag, item, (kept, kept_ids, kept_tags, calls))
         if found is None:
@@ -96,8 +93,9 @@ def program_side(job, requests, answers):
         return found
 
     def refer(value, aliases):
-        """A program object that is not a value: its reference (a subclass of a value's type
-        travels as its base's value, never its methods' text; an exception as its payload)."""
+        """A program object that is not a value: its reference (the program's own subclass of a
+        value type's ends with its base's: sandbox_remote.py:valued; the context's or a module's
+        travels as its base's value; an exception as its payload)."""
         if issubclass(type(value), TestObject):  # (a proxy class's)
             return '{"x":%d}' % value.handle
         if id(value) in marks:  # the stand-in of a test's frozen clock: the test's class
@@ -110,17 +108,19 @@ def program_side(job, requests, answers):
         if context and enum and isinstance(value, enum.Enum) and type(
                 getattr(value, "_name_", None)) is str:
             return '{"G":[%s,%s]}' % (dump(kind.__name__, None), dump(value._name_, None))
-        for base, exact in BASES:
-            if isinstance(value, base):
-                return dump(exact(value), refer, aliases)
+        base = value_base(kind)
+        if base is not None and (context or not programs(kind)):
+            return dump(TAKE[base](value), refer, aliases)
         if isinstance(value, BaseException):  # as a raised one crosses (sandbox_values.py)
-            return '{"e":%s}' % dump(error_payload(value), None)
+            return '{"e":%s}' % dump(error_payload(value, True), None)
         if context:
             return rebuilt(value, aliases)
         if id(value) not in ids:
             refs[LINK["handles"]], ids[id(value)] = value, LINK["handles"]
             LINK["handles"] += 1
-        return '{"r":[%d,%s,%d]}' % (ids[id(value)], dump(kind_of(kind), None), traits(kind))
+        text = '{"r":[%d,%s,%d%s]}' % (ids[id(value)], dump(kind_of(kind), None), traits(kind),
+                                         valued(value, base, refer, aliases))
+        return crossing(value, lambda: text, refer)  # (an exception class: sandbox_errors.py)
 
     def next_message():
         while True:
@@ -364,7 +364,9 @@ def program_side(job, requests, answers):
         if op == "exit" and (a is None or (error := raised(a)) is not None):
             exited = (None, None, None) if a is None else (type(error), error, None)
             return sent([type(value).__exit__(value, *exited)]), ""
-        if op == "call" and type(a) is list and type(b) is dict:
+        if op in ("call", "apply") and type(a) is list and type(b) is dict:
+            if op == "apply":  # a Valued's operation (sandbox_remote.py:applied): a call's
+                value = applied(value, a.pop(0) if a else None)
             values, count, keys = a + list(b.values()), len(a), [str(k) for k in b]
             if type(extra.get("m")) is list:  # the test passed one container twice
                 values, numbered = deep(share, values, extra["m"])
@@ -415,7 +417,7 @@ def program_side(job, requests, answers):
         data = '[%d,"a","v",%s,%s]' % (seq, text, with_pairs(dump(extra, refer), pairs))
         unlent(LINK, len(data) <= LINK["limit"])
         if len(data) > LINK["limit"]:
-            refuse(f"an answer of {len(data)} bytes")
+            refuse(f"an answer of {len(data)} bytes, over the limit of {LINK['limit']} bytes")
             return answer(seq, "v", None, {}, pairs)
         write_all(answers, b"\n" + data.encode() + b"\n")
 

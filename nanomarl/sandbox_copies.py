@@ -379,6 +379,9 @@ def refill(target, content):
         return target.setstate(content)
     if kind is NAMESPACE and not (type(content) is dict and all(type(k) is str for k in content)):
         raise ValueError("malformed contents")  # (its attributes: names)
+    if (isinstance(target, set) or keyed(target) is not None) and type(content) is not (
+            set if isinstance(target, set) else dict):  # (one sandbox_values.py:filled built)
+        raise ValueError("malformed contents")
     if isinstance(target, set) or keyed(target) is not None or kind.__name__ == "deque":
         target = keyed(target) if keyed(target) is not None else target
         target.clear()

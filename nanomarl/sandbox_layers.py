@@ -4,10 +4,13 @@ Executed inside the sandbox, before sandbox_child.py, as the module `sandbox_lay
 BOOT): Linux namespaces (mount, network, IPC, UTS, user; the program's process's own PID namespace:
 fork_program), a fresh uid without capabilities, PR_SET_PDEATHSIG, rlimits and the seccomp
 allow-list, all with a few libc calls through ctypes; and, for the test process, the CPU watchdog
-of each test (watchdog), a refused thread as the harness's failure (guard_threads) and the wait for
-the program's process at the end (reap); the output files under sys.stdout and sys.stderr,
+of each test (watchdog), the count of the hashes of a set or dict it receives before building it
+(crowded), a refused thread as the harness's failure (guard_threads) and the wait for the
+program's process at the end (reap); the output files under sys.stdout and sys.stderr,
 capped at RLIMIT_FSIZE's size without an error (Capped)."""
 import _signal, _thread, ctypes, io, os, resource, struct, sys, time
+from _collections import _count_elements
+from _operator import itemgetter, mul
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
@@ -22,6 +25,7 @@ NOT_A_THREAD = (NEWNS | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | 0x2000000 
                 | 0x4000 | 0x8000 | 0x800000)
 THREADS = 32  # the threads a run may start, its two processes together (RLIMIT_NPROC)
 WRITE = os.write  # (taken before any program code: it may replace os.write)
+FIRST, SMALL = itemgetter(0), (1 << 61) - 1  # (a pair's key; an int nearer 0: its own hash)
 
 
 def check(ret, what):
@@ -269,6 +273,30 @@ def watchdog(seconds):
         resource.setrlimit(resource.RLIMIT_CPU, (min(hard, int(used + seconds) + 1), hard))
     except (ValueError, OSError):
         pass
+
+
+def crowded(items, pairs=False):
+    """Whether a set or dict of these keys (items; pairs: [key, value] items, a dict's) would cost
+    more than 8 comparisons a key, beyond 256, to build: a key is compared with each one of its
+    hash already there, inside one C call that no alarm interrupts, so keys made to share a hash
+    (ints k * (2**61 - 1), tuples made to collide) cost quadratic time, up to the watchdog. Their
+    hashes are counted first, in linear time (the test process's sandbox_values.py:filled refuses
+    such a container), but for strs alone (of random hashes) or ints alone between -SMALL and SMALL
+    (each its own hash, but -1's: -2)."""
+    size = len(items)
+    if size * (size - 1) // 2 <= 8 * size + 256:  # (all of one hash cost no more)
+        return False
+    keys = list(map(FIRST, items)) if pairs else items
+    kinds = set(map(type, keys))
+    if kinds == {str} or kinds == {int} and -SMALL < min(keys) and max(keys) < SMALL:
+        return False
+    spare = size - len(set(map(hash, keys)))  # (keys whose hash one before them has)
+    if spare * (spare + 1) // 2 <= 8 * size + 256:
+        return False
+    counts = {}
+    _count_elements(counts, map(hash, keys))  # (how many keys of each hash)
+    squares = sum(map(mul, counts.values(), counts.values()))
+    return (squares - size) // 2 > 8 * size + 256  # (the pairs of keys of one hash)
 
 
 def reap(seconds):

@@ -340,8 +340,8 @@ def answer(seq, status, payload, extra, pairs=None):
     refer, tags, count, whole = LINK["refer"], LINK["kept_tags"], len(LINK.get("mine", ())), None
     empty, program = with_pairs('{"d":[]}', pairs), LINK["side"] == "program"
     try:
-        if status == "e":  # (a test's callback's, kept: sandbox_values.py:error_payload)
-            payload = error_payload(payload, not program)
+        if status == "e":  # (kept, to come back as itself: sandbox_values.py:error_payload)
+            payload = error_payload(payload, True)
         data = whole = '[%d,"a",%s,%s,%s]' % (seq, dump(status, None), deep(
             dump, payload, refer, tags), with_pairs(dump(extra, refer, tags), pairs))
     except TestTimeout:
@@ -352,12 +352,13 @@ def answer(seq, status, payload, extra, pairs=None):
         data = '[%d,"a","e",%s,%s]' % (seq, dump(error_payload(e), None), empty)
     size = len(data)
     if program and size > LINK["limit"]:
-        refuse(f"an answer of {size} bytes")
+        refuse(f"an answer of {size} bytes, over the limit of {LINK['limit']} bytes")
     if program and LINK.get("refused"):  # the harness's failure, no program's exception
         data = '[%d,"a","h",%s,%s]' % (seq, dump(LINK.pop("refused")[:200], None), empty)
-    failure = '"e",' + dump(["ValueError", f"an answer of {size} bytes", "ValueError"], None)
+    over = f"an answer of {len(data)} bytes, over the limit of {LINK['limit']} bytes"
+    failure = '"e",' + dump(["ValueError", over, "ValueError"], None)
     if program:  # (the program's process: the harness refuses)
-        failure = '"h","an answer too long"'
+        failure = '"h",' + dump(over, None)
     for tail in (empty, '{"d":[]}') if len(data) > LINK["limit"] else ():
         data = '[%d,"a",%s,%s]' % (seq, failure, tail)
         if len(data) <= LINK["limit"]:

@@ -12,12 +12,16 @@ test, but a stream's and a re.Match's): callable(x), hasattr(x, "__iter__") and 
 Sized, Callable, Hashable) say what plain Python says. One of a builtin kind has that type's traits
 (as the test process reads them, whatever the claim) and that type as its __class__ (isinstance(g,
 types.GeneratorType)): a forged claim makes it no more than a real object of that kind, or of a
-class the program could define, would be."""
-import _weakref, builtins, sys
+class the program could define, would be. The program's instance of its own subclass of a value
+type (a Stack(list), an IntEnum's member) is a Valued: a program object that keeps its base's
+value (its reference says which base, which of the base's methods its class overrides, and, where
+that value cannot change, the value)."""
+import _operator, _weakref, builtins, sys
 
-from sandbox_link import BUILTINS, COMPARISONS, LINK, OPERATORS, TestTimeout, abort, ask
+from sandbox_link import (ARITHMETIC, BUILTINS, COMPARISONS, LINK, OPERATORS, TestTimeout, abort,
+                          ask)
 from sandbox_patches import unpatched
-from sandbox_values import (VALUE_TYPES, Abort, ProgramError, error_payload,
+from sandbox_values import (VALUE_TYPES, Abort, ProgramError, dump, error_payload,
                             raised)  # sandbox.py's BOOT
 
 
@@ -181,16 +185,17 @@ TOLD = {"__name__", "__qualname__", "__doc__", "__module__", "__defaults__", "__
 MAPPING = type(type.__dict__)  # types.MappingProxyType
 
 
-def remote_class(bits):
-    """The subclass of Remote whose methods are those of TRAITS' bits (refused, but METHODS')."""
-    if bits not in CLASSES:
+def remote_class(bits, valued=False):
+    """The subclass of Remote (of Valued where valued) whose methods are those of TRAITS' bits
+    (refused, but METHODS' and a Valued's VALUED's)."""
+    if (bits, valued) not in CLASSES:
         if len(CLASSES) > 256:  # (a forged answer's many: made anew)
             CLASSES.clear()
         space = {"__slots__": (), "__module__": __name__, "__qualname__": "Remote"}
-        space.update(("__%s__" % name, METHODS.get(name, refused))
+        space.update(("__%s__" % name, valued and VALUED.get(name) or METHODS.get(name, refused))
                      for i, name in enumerate(TRAITS) if bits >> i & 1)
-        CLASSES[bits] = type("Remote", (Remote,), space)
-    return CLASSES[bits]
+        CLASSES[bits, valued] = type("Remote", (Valued if valued else Remote,), space)
+    return CLASSES[bits, valued]
 
 
 def kind_of(kind):
@@ -205,20 +210,204 @@ def remote(item):
     """The one Remote of a handle (so `is` holds between two answers naming the same object), of
     the reference's kind and traits (a builtin kind's: its type's); its truth fails the test but
     for a stream's and a re.Match's (the program's type's __bool__ or __len__ could answer anew,
-    and one with neither, always true, is no value either); None if malformed."""
-    if not (type(item) is list and len(item) == 3 and type(item[0]) is int and (
+    and one with neither, always true, is no value either); a Valued where the reference ends
+    with its base (valued), true as its base's value is; None if malformed."""
+    if not (type(item) is list and len(item) in (3, 4) and type(item[0]) is int and (
             item[1] is None or item[1] == "re.Match" or type(item[1]) is str and item[1] in NAMED)
             and type(item[2]) is int and item[2] >= 0):
         return None
-    handle, name = item[0], item[1]
+    handle, name, spec = item[0], item[1], valued_spec(item[3]) if len(item) == 4 else None
     kind = unpatched("re", "Match") if name == "re.Match" else NAMED.get(name)
+    if len(item) == 4 and (spec is None or kind is not None):
+        return None
     found = LINK["remotes"].get(handle, lambda: None)()
     if found is None:
         bits = traits(kind) if kind is not None else item[2] & ((1 << len(TRAITS)) - 1)
-        if name != "re.Match" and id(kind) not in STREAM_IDS:
-            bits |= 1 << TRAITS.index("bool")
-        found = remote_class(bits)(handle, kind)
+        if spec is not None:  # (`[0] + s`: a sequence's own concatenation, reflected)
+            bits |= (1 << TRAITS.index("radd")) if spec[0] in SEQUENCES else 0
+            found = remote_class(bits, True)(handle, *spec)
+        else:
+            if name != "re.Match" and id(kind) not in STREAM_IDS:
+                bits |= 1 << TRAITS.index("bool")
+            found = remote_class(bits)(handle, kind)
         LINK["remotes"][handle] = _weakref.ref(found)
         if handle in LINK["released"]:  # collected, but the program still holds it: keep it
             LINK["released"].remove(handle)
     return found
+
+
+# the value types whose subclasses' instances keep their base's value, each with what takes that
+# value in the program's process: the base's own C method, which no method of a subclass's
+# intercepts (a dict subclass's keys() or __iter__, a tuple subclass's __iter__)
+TAKE = {str: str.__str__, int: int.__int__, float: float.__float__, complex: complex.__complex__,
+        bytes: bytes.__bytes__, frozenset: frozenset.copy, bytearray: bytearray.copy,
+        list: list.copy, set: set.copy,
+        tuple: lambda value, items=tuple.__getitem__, every=slice(None): items(value, every),
+        dict: lambda value, made=dict, items=dict.items: made(items(value))}
+VALUE_BASES = {kind.__name__: kind for kind in TAKE}
+STAND_INS = {kind: type("Remote", (kind,), {"__slots__": (), "__module__": __name__,
+                                            "__qualname__": "Remote"}) for kind in TAKE}
+LASTING = (str, int, float, complex, bytes, tuple, frozenset)  # (a value that cannot change)
+SEQUENCES = (str, bytes, bytearray, list, tuple)  # (`[0] + s`: their __radd__, which they lack)
+OWN = (*COMPARISONS, *TRAITS)  # the methods whose override by a subclass a Valued's bits note
+# what the test process may ask of a program's Valued object: an item read, set or deleted, an
+# in-place operator (as Python runs them there: its class's own method where it has one)
+APPLIED = {name: getattr(_operator, name) for name in (
+    "getitem", "setitem", "delitem", *["i" + name for name in ARITHMETIC])}
+
+
+def value_base(kind):
+    """The value type of TAKE's that kind derives from, else None."""
+    return next((base for base in TAKE if issubclass(kind, base)), None)
+
+
+def programs(kind):
+    """Whether kind is a class of the program's own, its module none of the standard library's
+    (time.struct_time is not): its instances are Valued, a module's or the context's cross as
+    their base's value."""
+    module = kind.__module__
+    return type(module) is not str or module.partition(".")[0] not in sys.stdlib_module_names
+
+
+def overridden(kind, base):
+    """The bits of OWN whose method kind has otherwise than base (its own, a mixin's before base;
+    all where its ancestry cannot be read)."""
+    try:
+        own, theirs = {}, {}
+        for found, classes in ((own, kind.__mro__), (theirs, base.__mro__)):
+            for owner in reversed(classes):
+                found.update(vars(owner))
+        return sum(1 << i for i, name in enumerate(OWN)
+                   if own.get(f"__{name}__", OWN) is not theirs.get(f"__{name}__", OWN))
+    except Exception:
+        return (1 << len(OWN)) - 1
+
+
+def valued(value, base, refer, aliases):
+    """The end of the reference to a program's instance of its subclass of a value type (base;
+    "" for none): [its base's name, overridden's bits, its value where it cannot change (LASTING),
+    else null]."""
+    if base is None:
+        return ""
+    taken = dump(TAKE[base](value), refer, aliases) if base in LASTING else "null"
+    return ",[%s,%d,%s]" % (dump(base.__name__, None), overridden(type(value), base), taken)
+
+
+def applied(value, name):
+    """What the test process's request "apply" runs on a program's Valued object: for "value", its
+    base's value (TAKE's), else the operation of APPLIED's of that name."""
+    base = value_base(type(value))
+    if base is not None and name == "value":
+        return lambda: TAKE[base](value)
+    if base is not None and type(name) is str and name in APPLIED:
+        return lambda *operands: APPLIED[name](value, *operands)
+    raise TypeError("no such operation")
+
+
+def valued_spec(spec):
+    """(base, overridden's bits, its lasting value or None) of a reference's end (valued's);
+    None if malformed."""
+    if not (type(spec) is list and len(spec) == 3 and type(spec[0]) is str
+            and type(spec[1]) is int and spec[1] >= 0):
+        return None
+    base = VALUE_BASES.get(spec[0])
+    if base is not None and (type(spec[2]) is base if base in LASTING else spec[2] is None):
+        return base, spec[1], spec[2]
+    return None
+
+
+class Valued(Remote):
+    """A program's instance of its own subclass of a value type (a Stack(list), an IntEnum's
+    member): a program object, whose attributes, methods, text, items read, set or deleted and
+    in-place operators are the program's (asked), that keeps its base's value: its comparisons,
+    hash, length, truth, iteration, `in`, arithmetic and conversions are Python's on that value,
+    here (VALUED), on the one it crossed with where it cannot change, else on one asked anew at
+    each question (its base's C method takes it there: TAKE); where its class overrides one of
+    them (OWN), that one fails the test (its own method could answer anything, its base's is not
+    plain Python's answer). isinstance with its base type holds (its __class__: a subclass of
+    that type's of the harness's, STAND_INS), `type(x) is` and `x.__class__ is` do not."""
+    __slots__ = ("_Remote__base", "_Remote__changed", "_Remote__value")
+
+    def __init__(self, handle, base, changed, value):
+        Remote.__init__(self, handle)
+        self._Remote__base, self._Remote__changed, self._Remote__value = base, changed, value
+
+    @property
+    def __class__(self):
+        return STAND_INS[self._Remote__base]
+
+
+def based(self, name):
+    """A Valued's base value for its operation `name`, refused where its class overrides it."""
+    if self._Remote__changed >> OWN.index(name) & 1:
+        refused(self)
+    found = self._Remote__value
+    if found is None:
+        found = ask("apply", self._Remote__handle, ["value"], {})
+        if type(found) is not self._Remote__base:
+            raise abort(ProgramError("a malformed answer"))
+    return found
+
+
+def operand(other, name):
+    """The other operand of a Valued's operation: its base value where it is a Valued too (for
+    its operation `name`, the reflected one), else itself."""
+    return based(other, name) if issubclass(type(other), Valued) else other
+
+
+def compared(name):
+    """A Valued's comparison (`== None` decided here: False, as for any program object)."""
+    function, reflected = getattr(_operator, name), REFLECTED[name]
+
+    def method(self, other):
+        if other is None and name in ("eq", "ne"):
+            return name == "ne"
+        return function(based(self, name), operand(other, reflected))
+    return method
+
+
+def arithmetic(name):
+    """A Valued's operator of OPERATORS': `name` on its value, its reflection ("radd"), or in
+    place (asked: its object changes)."""
+    if name in FUNCTIONS:
+        return lambda self, other, *modulo: FUNCTIONS[name](
+            based(self, name), operand(other, "r" + name), *modulo)
+    if name[0] == "r" and name[1:] in FUNCTIONS:
+        return lambda self, other, *modulo: FUNCTIONS[name[1:]](
+            operand(other, name[1:]), based(self, name), *modulo)
+    return applying(name)
+
+
+def applying(name):
+    """A Valued's operation asked of the program (APPLIED's)."""
+    return lambda self, *operands: ask("apply", self._Remote__handle, [name, *operands], {},
+                                       list(operands))
+
+
+def on_value(name, function):
+    """A Valued's operation `name`: function of its base value (and the operands)."""
+    return lambda self, *operands: function(based(self, name), *operands)
+
+
+def item(self, key):
+    """A Valued's item, of a class that keeps its base's __getitem__: Python's on the value it
+    crossed with (one that cannot change), a slice on its value now; else asked of the program
+    (its own __getitem__, a dict's __missing__)."""
+    if not self._Remote__changed >> OWN.index("getitem") & 1 and (
+            self._Remote__value is not None or type(key) is slice):
+        return based(self, "getitem")[key]
+    return ask("apply", self._Remote__handle, ["getitem", key], {}, [key])
+
+
+REFLECTED = dict(eq="eq", ne="ne", lt="gt", gt="lt", le="ge", ge="le")
+FUNCTIONS = {name: getattr(_operator, name + "_" if name in ("and", "or") else name)
+             for name in ARITHMETIC} | {"pow": builtins.pow, "divmod": builtins.divmod}
+VALUED = {**{name: compared(name) for name in COMPARISONS},
+          **{name: arithmetic(name) for name in OPERATORS},
+          **{name: on_value(name, function) for name, function in BUILTINS.items()},
+          **{name: on_value(name, function) for name, function in dict(
+              hash=builtins.hash, len=builtins.len, iter=builtins.iter, bool=builtins.bool,
+              reversed=builtins.reversed, contains=_operator.contains).items()},
+          "getitem": item, "setitem": applying("setitem"), "delitem": applying("delitem")}
+for name in COMPARISONS:
+    setattr(Valued, "__%s__" % name, VALUED[name])

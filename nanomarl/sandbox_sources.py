@@ -29,22 +29,34 @@ def top_level(source: str) -> tuple[list[str], list[str], list[str]]:
         return [], [], []
     defined = [node.name for node in body if isinstance(
         node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    aliases = tuple(alias.asname for node in body if isinstance(node, ast.ImportFrom)
+                    and node.module in ("collections", "typing")
+                    for alias in node.names if alias.name in TUPLES and alias.asname)
     return defined, [name for node in body for name in (
         [alias.name for alias in node.names] if isinstance(node, ast.Import)
         else [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level
-        else [])], [name for node in body if (name := declared(node))]
+        else [])], [name for node in body if (name := declared(node, aliases))]
 
 
-def declared(node: ast.stmt) -> str | None:
-    """The class a top-level statement declares: `class X`, `X = namedtuple("X", ...)`."""
+def declared(node: ast.stmt, aliases: tuple[str, ...] = ()) -> str | None:
+    """The class a top-level statement declares: `class X`, `X = namedtuple("X", ...)` (its
+    typename by position or keyword; namedtuple or NamedTuple by name, as a module's attribute or
+    by one of the aliases `from collections import namedtuple as nt` makes)."""
     match node:
         case ast.ClassDef(name=name):
             return name
-        case ast.Assign(targets=[ast.Name(id=name)], value=ast.Call(
-                func=ast.Name(id=kind) | ast.Attribute(attr=kind),
-                args=[ast.Constant(value=str(text)), *_])) if text == name and kind in TUPLES:
-            return name
+        case ast.Assign(targets=[ast.Name(id=name)], value=ast.Call(func=func) as call) if (
+                func.id in TUPLES + aliases if isinstance(func, ast.Name)
+                else isinstance(func, ast.Attribute) and func.attr in TUPLES):
+            return name if typename(call) == name else None
     return None
+
+
+def typename(call: ast.Call) -> object:
+    """A namedtuple call's typename: its first argument or its `typename` keyword, a constant."""
+    found = call.args[0] if call.args else next(
+        (keyword.value for keyword in call.keywords if keyword.arg == "typename"), None)
+    return found.value if isinstance(found, ast.Constant) else None
 
 
 TUPLES = ("namedtuple", "NamedTuple")  # collections', typing's

@@ -2,8 +2,8 @@
 docstring has the threat model; sandbox_link.py carries it).
 
 Executed inside the sandbox as the module `sandbox_values` (sandbox.py's BOOT). A value travels as
-JSON of exact types, tagged where JSON has none (dump; Decoder and hook read it back, chunked so
-that the alarm can interrupt); anything else travels as a reference, made by the `refer` and read by
+JSON of exact types, tagged where JSON has none (dump; Decoder and hook read it back, refusing
+colliding keys: filled); anything else travels as a reference, made by the `refer` and read by
 the `resolve` each side passes in, or as a copy (sandbox_copies.py: a call's arguments, written back
 after it; the test's objects of the standard library that hold no test code, a partial, an io
 buffer, a Random, a compiled pattern or a match: their JSON text, sandbox_copies.py:copied). A
@@ -12,30 +12,34 @@ or, where its class is the one the sending side's hook made of the receiving sid
 that class (TUPLES: a test's Q comes back a Q; a program's own is none of the test's), else as a
 namedtuple of its name and fields. An exception travels as [name, message, nearest builtin ancestor,
 arguments, whether its class is the context's class of its name (same: one the program repeats), its
-own attributes, its class's module, the test's exception it is, its __cause__ and __context__]
-(error_payload, chain) and is raised on the other side as an exception of that name and those
-arguments (program_error): of the builtin class only where the program's is that builtin (a
-StopIteration only where the test called the program directly: direct; else the harness refuses it:
-REFUSE; an OSError's errno picks no subclass: made), of the context's class in the test process
-where the program's is the same (a fingerprint: same), of a standard library module's class where it
-is that module's (sandbox_patches.py:stdlib_error), else of a class of that name derived from its
-nearest builtin ancestor; one a test's callback raised is that very object when it comes back
-(RAISED). A test's patch of a module attribute crosses with each request (sandbox_patches.py; the
-value dumped once, when it is checked: Dumped). A test's class deriving from a type of datetime's (a
-frozen clock) is a class of the program's process there: a real subclass of that type whose public
-methods are the test's (sandbox_verdicts.py:frozen_class; sandbox_patches.py:stand_in).
+own attributes, its class's module, the other side's exception it is, its __cause__ and
+__context__, its class] (error_payload, chain) and is raised on the other side as an exception of
+that class (one of a side's own crosses as one class: sandbox_errors.py) and those arguments
+(program_error; a StopIteration only where the test called the program directly:
+sandbox_errors.py:direct; else the harness refuses it: REFUSE; an OSError's errno picks no subclass:
+made), else of that name: of the builtin class only where the program's is that builtin, of the
+context's class in the test process where the program's is the same (a fingerprint: same), of a
+standard library module's class where it is that module's (sandbox_patches.py:stdlib_error), else
+of a class of that name derived from its nearest builtin ancestor; one a side sent is that very
+object when it comes back (RAISED, while it holds it). A test's patch of a module attribute
+crosses with each request (sandbox_patches.py; the value dumped once, when it is checked: Dumped).
+A test's class deriving from a type of datetime's (a frozen clock) is a class of the program's
+process there: a real subclass of that type whose public methods are the test's
+(sandbox_verdicts.py:frozen_class; sandbox_patches.py:stand_in).
 
 The tags, an index (each is described where it is made). A value's: dump. A reference's or a mark's,
-read by each side's resolve: {"r": [n, kind, traits]} a program object (sandbox_remote.py), {"r": n}
-one sent back, {"x": n} a test object sent back, {"X": [n, class name, own == or hash, how its class
-looks: sandbox_proxies.py:looks]} one sent to the program, {"M": [module, name]} a module or a
+read by each side's resolve: {"r": [n, kind, traits]} a program object (sandbox_remote.py; a
+Valued's with its base after them: sandbox_remote.py:valued), {"r": n} one sent back, {"x": n} a
+test object sent back, {"X": [n, class name, own == or hash, how its class looks:
+sandbox_proxies.py:looks]} one sent to the program, {"M": [module, name]} a module or a
 function of one (test_refer's), a builtin class or function (the program's:
 sandbox_patches.py:by_name), {"Z": [...]} a test's frozen clock (sandbox_verdicts.py:frozen_class),
 {"k": handle} a kept container, {"a": k} the k-th argument container of the call answered, {"A": k}
 and {"N": [handle, value]} a test object's container lent, or, its handle from 0 up, a program's own
 (sandbox_lending.py), "P" "B" "U" "p" "H" "j" a copy (sandbox_copies.py:copied), "o" "S" "W" an
 instance of a class the context declares (sandbox_verdicts.py:rebuilt), {"G": ...} a member of an
-Enum it declares, {"e": payload} an exception the program returned. The keys of a message's extra:
+Enum it declares, {"e": payload} an exception (one side's argument or value), {"h": [...]} an
+exception class of one side's own (sandbox_errors.py:crossing). The keys of a message's extra:
 with a request of the test process, what the program's process takes on
 (sandbox_verdicts.py:mirrored): "s" the time left, "f" the handles released, "l" the recursion
 limit, "o" and "e" output redirected, "b" builtins, "p" module attributes (one that is the k-th
@@ -51,8 +55,10 @@ changed, "#" (a request) how many containers its arguments hold and "m" those pa
 force (sandbox_verdicts.py:served)."""
 import _json, builtins, sys
 
+from sandbox_layers import crowded  # sandbox.py's BOOT
 from sandbox_patches import (DATETIMES, PRINTS, datetime_base, of_class, same, stdlib_error,
                              unpatched)  # sandbox.py's BOOT
+from sandbox_stdlib import datetime_made, datetime_state, stdlib_made, stdlib_state
 
 
 BIG = 1 << 8000  # ints from here on travel as hex (decimal text of over 4300 digits is refused)
@@ -60,7 +66,6 @@ IMMUTABLE = {str, int, float, bool, type(None), tuple, frozenset, bytes, complex
 COLLECTIONS = ("Counter", "OrderedDict", "defaultdict", "deque")
 VIEWS = {"dict_keys": "K", "dict_values": "V", "dict_items": "I"}
 BY_ARGUMENTS = ("timedelta", "timezone")  # (those that cross by their arguments, not ISO text)
-PATHS = ("PurePosixPath", "PureWindowsPath", "PosixPath")  # pathlib's (no WindowsPath here)
 
 
 class Dumped(str):
@@ -78,12 +83,13 @@ def dump(value, refer, aliases=None):
     """value as JSON text: None, bool, float, str, small ints and lists as JSON; tuples "t", sets
     "s", frozensets "f", dicts "d" (a list of pairs), big ints "i" (hex), bytes "b", bytearrays "y"
     (hex), complex "c", Counter "C", OrderedDict "O", defaultdict "D", deque "Q", NamedTuple "n"
-    (marked true where hook made its class), Fraction "F", Decimal "E", pathlib's paths "L", range
-    "R", dict views "K" "V" "I", datetime's date, datetime, time, timedelta and timezone "T" (a
-    subclass's as its base's, a test's marked with its class); anything else is refer(value) (a
-    reference, or Abort). aliases {id: JSON text}: the objects sent as a mark the other side reads
-    as its own (a call's k-th argument container {"a": k}, a kept one {"k": handle}), each alive
-    meanwhile."""
+    (marked true where hook made its class), Fraction "F", Decimal "E", range "R", dict views "K"
+    "V" "I", datetime's date, datetime, time, timedelta and timezone "T" (a subclass's as its
+    base's, a test's marked with its class; sandbox_stdlib.py:datetime_state), the standard
+    library's pathlib paths "L", slice "l", ZoneInfo "J" and Enum members "Y"
+    (sandbox_stdlib.py:stdlib_state); anything else is refer(value) (a reference, or Abort).
+    aliases {id: JSON text}: the objects sent as a mark the other side reads as its own (a call's
+    k-th argument container {"a": k}, a kept one {"k": handle}), each alive meanwhile."""
     kind = type(value)
     if kind is str:
         return _json.encode_basestring_ascii(value)
@@ -113,6 +119,8 @@ def dump(value, refer, aliases=None):
                                      dump(value.step, refer))
     if kind is Dumped:
         return value
+    if (found := stdlib_state(value, kind, REFUSE[0] is not None)) is not None:  # (the stdlib's)
+        return '{"%s":%s}' % (found[0], dump(found[1], refer, aliases))
     module, name = kind.__module__, kind.__name__
     if module == "builtins" and name in VIEWS:
         return '{"%s":%s}' % (VIEWS[name], dump(list(value), refer, aliases))
@@ -140,12 +148,10 @@ def dump(value, refer, aliases=None):
         return '{"F":[' + dump(value.numerator, refer) + "," + dump(value.denominator, refer) + "]}"
     if module == "decimal" and name == "Decimal":
         return '{"E":' + dump(str(value), refer) + "}"
-    if module == "pathlib" and name in PATHS:
-        return '{"L":[%s,%s]}' % (dump(name, None), dump(str(value), None))
     base = datetime_base(kind)  # (a subclass's: by its base's methods, marked with its class)
     if base is not None:
         state = (list(base.__reduce__(value)[1]) if base.__name__ in BY_ARGUMENTS
-                 else base.isoformat(value))
+                 else datetime_state(base, value))
         marked = kind is not base and kind.__module__ == "__main__"  # (a test's: of_class)
         return '{"T":[%s,%s%s]}' % (dump(base.__name__, None), dump(state, refer),
                                     "," + refer(kind, aliases) if marked else "")
@@ -163,11 +169,12 @@ NAMEDTUPLES = {}  # the generic NamedTuple classes hook makes, by name and field
 TUPLES = {}  # the NamedTuple classes of this side's own (a test's, the program's) sent, likewise
 
 
-def chunked(out, items):
-    """out (a set or dict) filled 32 items at a time: the alarm can interrupt between chunks (a
-    set of colliding hashes costs quadratic time inside one update)."""
-    for i in range(0, len(items), 32):
-        out.update(items[i:i + 32])
+def filled(out, items, pairs=False):
+    """out (a set or dict) filled with items (pairs: a dict's), refused in the test process where
+    its keys share a hash (sandbox_layers.py:crowded): the harness's refusal, the test fails."""
+    if REFUSE[0] is not None and crowded(items, pairs):
+        raise REFUSE[0](ProgramError("the harness refused: a set or dict whose keys share a hash"))
+    out.update(items)
     return out
 
 
@@ -182,24 +189,21 @@ def hook(tagged, resolve):
         if tag == "t":
             return tuple(item)
         if tag == "s" or tag == "f":
-            out = chunked(set(), item)
-            return out if tag == "s" else frozenset(out)
+            return filled(set(), item) if tag == "s" else frozenset(filled(set(), item))
         if tag == "d":
-            return chunked({}, item)
+            return filled({}, item, True)
         if tag == "c" and len(item) == 2:
             return complex(*[float(x) for x in item])
         if tag == "R" and len(item) == 3 and all(type(x) is int for x in item):
             return range(*item)
         if tag == "K" or tag == "I":
             pairs = item if tag == "I" else [(k, None) for k in item]
-            return (chunked({}, pairs).keys if tag == "K" else chunked({}, pairs).items)()
+            return (filled({}, pairs, True).keys if tag == "K" else filled({}, pairs, True).items)()
         if tag == "V":
             return dict(enumerate(item)).values()
-        if tag == "L" and len(item) == 2 and item[0] in PATHS and type(item[1]) is str:
-            return unpatched("pathlib", item[0])(item[1])
         if tag == "T" and len(item) in (2, 3) and item[0] in DATETIMES:
             kind = unpatched("datetime", item[0])
-            value = kind(*item[1]) if item[0] in BY_ARGUMENTS else kind.fromisoformat(item[1])
+            value = kind(*item[1]) if item[0] in BY_ARGUMENTS else datetime_made(kind, item[1])
             return value if len(item) == 2 else of_class(value, item[2])
     if kind is str:
         if tag == "i":
@@ -232,7 +236,7 @@ def hook(tagged, resolve):
         return NAMEDTUPLES[key]._make(item[2])
     if tag == "F" and kind is list and len(item) == 2 and all(type(x) is int for x in item):
         return unpatched("fractions", "Fraction")(*item)
-    return resolve(tag, item)
+    return stdlib_made(tag, item, REFUSE[0] is None, resolve)  # (the program's process: imports)
 
 
 class Decoder:
@@ -293,8 +297,8 @@ def error_class(kind, stop=False):
 # the types whose instances cross as values (a subclass's as its base's, an exception as itself)
 VALUE_TYPES = (int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset,
                range, type(None), BaseException)
-EXCEPTIONS = {}
-RAISED, RAISES = {}, [0]  # the test process's exceptions its callbacks raised, by handle; the next
+EXCEPTIONS, CLASS_TEXT = {}, [lambda kind: None]  # (sandbox_errors.py:class_text sets it)
+RAISED, RAISES = {}, [-1, -1, 64]  # this side's exceptions sent, by number; the next, step, most
 # the classes the context declares, by name (sandbox_verdicts.py:test_side fills it in the test
 # process): a program's class that is the same (sandbox_patches.py:same) crosses as the context's
 DECLARED = {}
@@ -323,18 +327,21 @@ def made(kind, args):
 
 
 def program_error(name, message, base="", args=None, declared=False, state=None, module="",
-                  handle=None, stop=False):
-    """The exception of that name (a context's class where `declared` says the program's is the same
-    (same) and DECLARED has it; the builtin one, but StopIteration (unless `stop`), where it is its
-    own nearest builtin ancestor, `base`, of module builtins: the program's class is that builtin;
-    that of a module of STDLIB's where the class is that module's (sandbox_patches.py:stdlib_error);
-    else a class of that name derived from `base`: a ValueError subclass is caught by `except
-    ValueError`, a program's own KeyError(Exception) or OSError(OSError) by no `except LookupError`
-    or `except FileNotFoundError`; else a ProgramError), made from its arguments where they crossed
-    (KeyError.args is the key, a UnicodeDecodeError has its five), with its own public attributes
-    (state: an InsufficientFunds's amount), described as the other process described it; `handle`:
-    the test's exception it is, kept on it (raised)."""
-    kind = (error_class(declared is True and DECLARED.get(name), stop)
+                  handle=None, stop=False, known=None):
+    """The exception of its class (`known`: sandbox_errors.py:class_of's, but a StopIteration's
+    unless `stop`), else of that name (a context's class where `declared` says the program's is the
+    same (same) and DECLARED has it; the builtin one, but StopIteration (unless `stop`), where it is
+    its own nearest builtin ancestor, `base`, of module builtins: the program's class is that
+    builtin; that of a module of STDLIB's where the class is that module's
+    (sandbox_patches.py:stdlib_error); else a class of that name derived from `base`: a ValueError
+    subclass is caught by `except ValueError`, a program's own KeyError(Exception) or
+    OSError(OSError) by no `except LookupError` or `except FileNotFoundError`; else a
+    ProgramError), made from its arguments where they crossed (KeyError.args is the key, a
+    UnicodeDecodeError has its five), with its own public attributes (state: an
+    InsufficientFunds's amount), described as the other process described it; `handle`: the other
+    side's number of it, kept on it (raised)."""
+    kind = (issubclass(type(known), type) and error_class(known, stop)
+            or error_class(declared is True and DECLARED.get(name), stop)
             or name == base and module in ("builtins", "") and error_class(name, stop)
             or stdlib_error(module, name) or None)
     if kind is None and error_class(base, stop) and name.isidentifier():
@@ -363,13 +370,13 @@ def program_error(name, message, base="", args=None, declared=False, state=None,
 
 def raised(payload, stop=None, depth=0):
     """The exception an error payload (error_payload's; [name, message, base] at least)
-    describes: in the test process, one its callback raised (a handle of RAISED's) is that very
-    object, whatever the rest says; a StopIteration only where stop() says so (the test called
-    the program directly: direct) or it is a link of a chain (stop True: no loop ever sees it
+    describes: one this side sent (a number of RAISED's) is that very object, whatever the rest
+    says; a StopIteration only where stop() says so (the test called the program directly:
+    sandbox_errors.py:direct) or it is a link of a chain (stop True: no loop ever sees it
     raised), else the harness refuses it there (REFUSE: an Abort, the test fails whatever it
     catches); with the __cause__ and __context__ that crossed with it, down to DEPTH levels, each
     made as it is; None if it is malformed."""
-    if type(payload) is not list or not 3 <= len(payload) <= 9 or not all(
+    if type(payload) is not list or not 3 <= len(payload) <= 10 or not all(
             type(p) is str for p in payload[:3]):
         return None
     if len(payload) >= 8 and type(payload[7]) is int and payload[7] in RAISED:
@@ -378,10 +385,10 @@ def raised(payload, stop=None, depth=0):
         stop = payload[2] == "StopIteration" and (stop is True or stop is not None and stop())
     except Exception:
         stop = False
-    error = program_error(*payload[:8], stop=stop is True)
+    error = program_error(*payload[:8], stop=stop is True, known=payload[9:] and payload[9])
     if payload[2] == "StopIteration" and stop is not True and REFUSE[0] is not None:
         raise REFUSE[0](error)  # (no `except` of the test's catches it)
-    links = payload[8] if len(payload) == 9 and depth < DEPTH else None
+    links = payload[8] if len(payload) >= 9 and depth < DEPTH else None
     if type(links) is list and len(links) == 3:  # (set as the exception's own: no class's code)
         cause, context = [raised(link, True, depth + 1) for link in links[:2]]
         object.__setattr__(error, "__cause__", cause)
@@ -394,14 +401,15 @@ def error_payload(error, keep=False, depth=0):
     """[name, message, nearest builtin ancestor's name, its arguments (a tuple of values, or None
     where one is not a value; an OSError's with its file names, as OSError(errno, strerror,
     filename, None, filename2) makes it again), whether its class is the context's class of its
-    name (same), its own public attributes that are values, its class's module, the handle of the
-    test's exception it is (keep: a test's callback raised it, RAISED keeps it; else
-    program_error's, or None), its links (chain)]."""
+    name (same), its own public attributes that are values, its class's module, the number of the
+    exception it is (the other side's, program_error's, where it came from there; else with keep
+    this side's, RAISED keeping it: the test's from 0 up, the program's from -1 down; or None),
+    its links (chain), its class (sandbox_errors.py:class_text)]."""
     kind, handle = type(error), getattr(error, "program_handle", None)
-    if keep and error_class(kind):  # (never a StopIteration: it would end a test's loop)
-        if len(RAISED) > 256:
+    if keep and handle is None and error_class(kind):  # (no StopIteration: it ends a loop)
+        if len(RAISED) > RAISES[2]:
             RAISED.clear()
-        RAISED[RAISES[0]], handle, RAISES[0] = error, RAISES[0], RAISES[0] + 1
+        RAISED[RAISES[0]], handle, RAISES[0] = error, RAISES[0], RAISES[0] + RAISES[1]
     base = builtin_ancestor(kind).__name__
     args = getattr(error, "args", None)
     names = (error.filename, error.filename2) if isinstance(error, OSError) else (None, None)
@@ -412,7 +420,8 @@ def error_payload(error, keep=False, depth=0):
              if type(key) is str and not key.startswith(("_", "program_")) and sendable(value)}
     return [kind.__name__, describe(error).partition(": ")[2][:300], base,
             args if type(args) is tuple and sendable(args) else None, same(kind), state,
-            kind.__module__, handle if type(handle) is int else None, chain(error, depth)]
+            kind.__module__, handle if type(handle) is int else None, chain(error, depth),
+            CLASS_TEXT[0](kind)]
 
 
 DEPTH = 3  # the links of a chain sent and made: its __cause__ and __context__, 3 levels down
@@ -438,62 +447,3 @@ def sendable(value):
     except BaseException:
         return False
 
-
-SOURCES, CALLS = {}, {}  # by file name ("<test 0>"), the test process's sources and their calls
-STOPS = 0x20 | 0x80 | 0x100 | 0x200  # a generator's or coroutine's code (CO_GENERATOR, ...)
-
-
-def direct(answered, call, link):
-    """Whether the program's call whose answer this thread's frame of `answered` reads (above it
-    the link's talk, request and ask: `link`, then a Remote's __call__, `call`) was made by
-    the test's own code through plain calls only (its StopIteration is one in the test then):
-    each frame up from that __call__ is the test's or the context's, its instruction a call (in
-    its source) of a name that holds that Remote, then the function of the frame below, up to
-    the test's top level or a generator (which makes a StopIteration a RuntimeError). A C
-    function between (map, iter(f, end), next() of a test's iterator) would end an iteration."""
-    frame, code = sys._getframe(1), None
-    while frame is not None and frame.f_code is not answered:
-        frame = frame.f_back
-    frame = frame and frame.f_back
-    while frame is not None and any(frame.f_code is code for code in link):
-        frame = frame.f_back
-    if frame is None or frame.f_code is not call:
-        return False
-    target, frame = frame.f_locals.get("self"), frame.f_back
-    for _ in range(64):
-        if frame is None or frame.f_code.co_filename not in SOURCES:
-            return False
-        found = named(frame, called(frame))
-        if found is not target if code is None else (
-                type(found) is not type(direct) or found.__code__ is not code):
-            return False
-        code, frame = frame.f_code, frame.f_back
-        if code.co_flags & STOPS or code.co_name == "<module>" and code.co_filename[:5] == "<test":
-            return True
-    return False
-
-
-def called(frame):
-    """The name a test's frame is calling (its instruction now a call of `name(...)`), or None."""
-    code, at, ops = frame.f_code, frame.f_lasti, unpatched("opcode", "opmap")
-    while at > 0 and code.co_code[at] == ops["CACHE"]:  # (a call's inline cache, after it)
-        at -= 2
-    if code.co_code[at] not in [ops.get(op) for op in ("CALL", "CALL_KW")]:
-        return None
-    if code.co_filename not in CALLS:
-        CALLS[code.co_filename] = {(node.lineno, node.end_lineno, node.col_offset,
-                                    node.end_col_offset): node.func.id
-                                   for node in unpatched("ast", "walk")(unpatched("ast", "parse")(
-                                       SOURCES[code.co_filename]))
-                                   if type(node).__name__ == "Call"
-                                   and type(node.func).__name__ == "Name"}
-    return CALLS[code.co_filename].get([*code.co_positions()][at // 2])
-
-
-def named(frame, name):
-    """What `name` is in frame: its local, else its global, else its builtin (looked up: no code
-    runs, a Scope's __missing__ neither); None for none."""
-    for space in (frame.f_locals, frame.f_globals, frame.f_builtins) if name else ():
-        if name in space:
-            return space[name]
-    return None

@@ -16,10 +16,11 @@ from sandbox_link import (DEEP, LINK, OPS, TestTimeout, abort, answer, ask, atte
 from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, kept_entry, rooms
 from sandbox_lending import lending, let_go, readable, received, settable, test_made
 from sandbox_patches import PATCHED, SETS, builtin_named, fingerprint, module, watch_modules
+from sandbox_errors import MADE, SOURCES, crossed, crossing, direct
 from sandbox_proxies import looks
 from sandbox_remote import Remote, remote
-from sandbox_values import (DECLARED, REFUSE, SOURCES, Abort, Decoder, Dumped, ProgramError,
-                            datetime_base, describe, direct, dump, raised)
+from sandbox_values import (DECLARED, RAISES, REFUSE, Abort, Decoder, Dumped, ProgramError,
+                            datetime_base, describe, dump, error_payload, raised)
 
 
 def test_next():
@@ -215,8 +216,8 @@ def test_resolve(tag, item):
         return found
     if tag in ("o", "S", "W"):
         return rebuilt(tag, item)
-    if tag == "e" and (error := raised(item)) is not None:  # an exception the program returned
-        return error
+    if tag in ("e", "h"):  # an exception the program returned, an exception class of its own
+        return crossed(tag, item)
     if tag == "x" and type(item) is int and item in LINK["mine"]:
         return LINK["mine"][item]
     if tag == "a" and type(item) is int and LINK["args"] and 0 <= item < len(LINK["args"][-1]):
@@ -236,14 +237,17 @@ def test_resolve(tag, item):
 
 def test_refer(value, aliases):
     """What the program's process gets for a test's object that is no value: a program object's
-    reference back; a copy (sandbox_copies.py); a frozen clock's class (frozen_class); a builtin
-    or module function, or a module, by name; a reference to a test object (one the tests made, a
-    bound method of a test's container (a deque's too), Random or io stream, an itemgetter,
-    attrgetter, methodcaller, mock or iterator: "X" with what looks tells of its class, "G" a
-    declared Enum's member); else the test fails (Abort)."""
+    reference back; an exception as a raised one crosses; a copy (sandbox_copies.py); a frozen
+    clock's class (frozen_class); a builtin or module function, or a module, by name; an exception
+    class of the test's (sandbox_errors.py:crossing); a reference to a test object (one the tests
+    made, a bound method of a test's container (a deque's too), Random or io stream, an
+    itemgetter, attrgetter, methodcaller, mock or iterator: "X" with what looks tells of its
+    class, "G" a declared Enum's member); else the test fails (Abort)."""
     kind = type(value)
     if issubclass(kind, Remote):
         return '{"r":%d}' % value._Remote__handle
+    if isinstance(value, BaseException):  # (as a raised one crosses: the test's, kept)
+        return '{"e":%s}' % dump(error_payload(value, True), None)
     try:
         text = copied(value, test_refer)  # (a partial, buffer, Random, Pattern or Match)
     except ValueError as e:
@@ -265,6 +269,9 @@ def test_refer(value, aliases):
             return '{"M":[%s,%s]}' % (dump(owner, None), dump(name, None))
     if kind in (type(sys), module) and sys.modules.get(value.__name__) is value:
         return '{"M":[%s,""]}' % dump(value.__name__, None)
+    if issubclass(kind, type) and issubclass(value, BaseException):  # (one class there)
+        return crossing(value, lambda: '{"X":[%d,null,false,%s]}' % (held(value), looks(value)),
+                        test_refer)
     self = getattr(value, "__self__", None)
     if (test_made(value) or kind.__name__ in ("generator", "function") and test_code(value)
             or kind.__name__ == "method" and test_made(self)
@@ -395,7 +402,7 @@ class Scope(dict):
         if name not in LINK["names"]:
             raise KeyError(name)
         value = ask("get", name)
-        if issubclass(type(value), Remote):
+        if issubclass(type(value), Remote) or id(value) in MADE:  # (a program's class, kept)
             self[name] = value
         return value
 
@@ -417,12 +424,13 @@ def test_side(job, fds, layers):
                 limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, stderr=sys.stderr,
                 mirrored=mirrored, logs=levels(), **shared_state())
     REFUSE[0] = abort  # (a StopIteration no test code may catch: sandbox_values.py:raised)
+    RAISES[:] = [0, 1, 256]  # (the test's exceptions sent: numbered from 0 up)
     lending(LINK, test_refer)  # (what test_ops gives: a test object's containers, lent)
     if "random" in sys.modules:  # imported before the fork: its state is the program's too
         sys.modules["random"].seed()
     scope = Scope(__name__="__main__", __builtins__=builtins)
     SOURCES.update({"<test %d>" % i: test for i, test in enumerate(tests_job["tests"])})
-    SOURCES["<context>"] = job["context"]  # (what sandbox_values.py:direct reads)
+    SOURCES["<context>"] = job["context"]  # (what sandbox_errors.py:direct reads)
     context = attempt(lambda: run(compiled(job["context"], "<context>"), scope), timeout)
     DECLARED.update((name, scope[name]) for name in job["classes"] if isinstance(
         scope.get(name), type))  # (and their fingerprints, for the program's process: mirrored)

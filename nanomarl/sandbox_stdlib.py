@@ -1,0 +1,129 @@
+"""sandbox_stdlib.py: the standard library's values that cross as themselves (sandbox.py's
+docstring has the threat model; sandbox_values.py:dump sends them, sandbox_values.py:hook reads).
+
+Executed inside the sandbox as the module `sandbox_stdlib` (sandbox.py's BOOT). A member of an Enum
+class of a standard library module (re.RegexFlag, http.HTTPStatus, signal.Signals; found again by
+its module and qualified name, so a program's class named like one is none) crosses as {"Y":
+[module, qualified name, the member's name, or a Flag's value]}, made again as that class's member
+(a combined flag too): in the program's process, the test's value may name any module of the
+standard library, imported there if need be; in the test process, the program's value names one
+already imported or one of ENUMS, whose import does nothing else (the program sends a member so
+only where its module is one of those or was imported before the fork; else it is the program's
+object, as one of its own Enum's is). A slice crosses as {"l": [start,
+stop, step]}, each a value; a zoneinfo.ZoneInfo made from a key as {"J": key}, loaded again by its
+key (from /usr/share/zoneinfo, which both processes read: ZoneInfo's cache makes it the same
+object); a datetime or time as its ISO text, or, where that would lose its fold or its tzinfo's
+name or rules, as [its ISO text, fold, tzinfo] (datetime_state, datetime_made). pathlib's pure and
+posix paths cross as {"L": [class name, text]}."""
+import sys
+
+from sandbox_patches import IMPORT, unpatched  # sandbox.py's BOOT
+
+ENUM, FLAG = unpatched("enum", "Enum"), unpatched("enum", "Flag")
+TIMEZONE = unpatched("datetime", "timezone")
+STDLIB_NAMES = sys.stdlib_module_names
+# the modules of the standard library whose Enums a program's value may name in the test process
+# where the tests have not imported them
+ENUMS = frozenset("enum re http signal socket ssl uuid inspect pstats plistlib calendar".split())
+LOADED = frozenset(sys.modules)  # (the modules imported before the fork: in both processes)
+PATHS = ("PurePosixPath", "PureWindowsPath", "PosixPath")  # pathlib's (no WindowsPath here)
+FLAG_VALUES = 1 << 64  # (a Flag's value made again: beyond it, the test process's CPU is at stake)
+
+
+def stdlib_state(value, kind, anywhere):
+    """(tag, state) of a value of the standard library's that crosses as itself (see above; the
+    state a value sandbox_values.py:dump sends), else None; `anywhere`: an Enum of any module (the
+    test process's), else only of one the test process has too (ENUMS, or one imported before the
+    fork: the program's member of another is one of its objects)."""
+    if kind is slice:
+        return "l", [value.start, value.stop, value.step]
+    if kind.__module__ == "pathlib" and kind.__name__ in PATHS:
+        return "L", [kind.__name__, str(value)]
+    if zone_key(value) is not None:
+        return "J", value.key
+    if not issubclass(kind, ENUM) or enum_class(kind.__module__, kind.__qualname__) is not kind or (
+            not anywhere and kind.__module__ not in ENUMS and kind.__module__ not in LOADED):
+        return None
+    key = value._value_ if issubclass(kind, FLAG) else value._name_
+    if type(key) is int and -FLAG_VALUES < key < FLAG_VALUES or type(key) is str:
+        return "Y", [kind.__module__, kind.__qualname__, key]
+    return None
+
+
+def stdlib_made(tag, item, importing, resolve):
+    """The value a tag of stdlib_state's describes (ValueError where it is malformed), else
+    resolve(tag, item); `importing`: a module named may be imported whatever it is (the program's
+    process: the test's value)."""
+    if tag == "l" and type(item) is list and len(item) == 3:
+        return slice(*item)
+    if tag == "L" and type(item) is list and len(item) == 2 and item[0] in PATHS and type(
+            item[1]) is str:
+        return unpatched("pathlib", item[0])(item[1])
+    if tag == "J" and type(item) is str and 0 < len(item) <= 64 and item.isascii() and (
+            item[0].isalpha() and all(c.isalnum() or c in "/_-+" for c in item)):
+        return unpatched("zoneinfo", "ZoneInfo")(item)  # (its own checks too: a path is none)
+    if tag == "Y" and type(item) is list and len(item) == 3:
+        kind, key = enum_class(item[0], item[1], importing), item[2]
+        if kind is not None and type(key) is str:
+            return kind.__members__[key]  # (a KeyError: malformed)
+        if kind is not None and type(key) is int and issubclass(kind, FLAG) and (
+                -FLAG_VALUES < key < FLAG_VALUES):
+            return kind(key)
+    if tag in ("l", "L", "J", "Y"):
+        raise ValueError("malformed value")
+    return resolve(tag, item)
+
+
+def enum_class(module, qualname, importing=False):
+    """The Enum class of that module of the standard library and qualified name, looked up
+    through the dicts of the module and its classes (no code runs); the module imported where it
+    is not yet only if `importing` or it is one of ENUMS; else None."""
+    if type(module) is not str or type(qualname) is not str or module.partition(".")[
+            0] not in STDLIB_NAMES:
+        return None
+    found = sys.modules.get(module)
+    if found is None and (importing or module in ENUMS):
+        try:
+            IMPORT(module)
+        except Exception:
+            return None
+        found = sys.modules.get(module)
+    for part in qualname.split(".") if found is not None else ():  # (a module's, a class's)
+        found = vars(found).get(part) if issubclass(type(found), (type, type(sys))) else None
+    if isinstance(found, type) and issubclass(found, ENUM) and (
+            found.__module__ == module and found.__qualname__ == qualname):
+        return found
+    return None
+
+
+def zone_key(value):
+    """The key of a zoneinfo.ZoneInfo made from one (the test's or the program's), else None."""
+    if type(value).__name__ != "ZoneInfo" or "zoneinfo" not in sys.modules or type(
+            value) is not unpatched("zoneinfo", "ZoneInfo"):  # (none made where not imported)
+        return None
+    return value.key if type(value.key) is str else None
+
+
+def datetime_state(base, value):
+    """What a value of datetime's type `base` (date, datetime or time) crosses as in
+    sandbox_values.py:dump's "T": its ISO text, or, where that loses its fold or its tzinfo's name
+    (a timezone's) or rules (a ZoneInfo's), [its ISO text, its fold, its tzinfo]."""
+    text = base.isoformat(value)
+    if base.__name__ not in ("datetime", "time"):
+        return text
+    fold, zone = base.fold.__get__(value), base.tzinfo.__get__(value)
+    if fold or type(zone) is TIMEZONE and len(zone.__getinitargs__()) == 2 or zone_key(zone):
+        return [text, fold, zone]
+    return text
+
+
+def datetime_made(kind, state):
+    """The value of datetime's type `kind` that datetime_state sent; ValueError where it is
+    malformed."""
+    if type(state) is str:
+        return kind.fromisoformat(state)
+    if type(state) is list and len(state) == 3 and kind.__name__ in ("datetime", "time") and (
+            type(state[0]) is str and state[1] in (0, 1) and type(state[1]) is int) and (
+            state[2] is None or type(state[2]) is TIMEZONE or zone_key(state[2]) is not None):
+        return kind.fromisoformat(state[0]).replace(tzinfo=state[2], fold=state[1])
+    raise ValueError("malformed value")

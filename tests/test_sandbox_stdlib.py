@@ -1,0 +1,190 @@
+"""The standard library's values that cross between the sandbox's two processes as themselves
+(nanomarl/sandbox_stdlib.py): a member of a standard library Enum (re.RegexFlag, http.HTTPStatus,
+signal.Signals), a slice, a datetime or time with its fold and its tzinfo's name (a named
+timezone) or rules (a ZoneInfo). Each case is compared with plain Python, and a program that forges
+such a value gets no credit plain Python would not give it."""
+import textwrap
+
+from nanomarl.sandbox import run_tests_in_sandbox
+
+LIMITS = dict(timeout=1.0, memory_mb=256)
+
+
+def run(program: str, tests: list[str], **kwargs) -> dict:
+    return run_tests_in_sandbox(textwrap.dedent(program), [textwrap.dedent(t) for t in tests],
+                                **{**LIMITS, **kwargs})
+
+
+def plain(program: str, tests: list[str]) -> list[bool]:
+    """The verdicts of plain Python: the program and the tests in one scope of this process."""
+    scope = {"__name__": "plain"}
+    exec(textwrap.dedent(program), scope)
+    verdicts = []
+    for test in tests:
+        try:
+            exec(textwrap.dedent(test), scope)
+            verdicts.append(True)
+        except Exception:
+            verdicts.append(False)
+    return verdicts
+
+
+def test_a_standard_library_enum_member_crosses_as_that_member():
+    """A test's re.I (a combined flag too), http.HTTPStatus.OK, signal.SIGTERM or a member of a
+    module the program has not imported (py_compile) is that member in the program (its name,
+    value, flags), and the program's is the test's member (`is`, its type); a test's own enum
+    keeps its path (a test object: the same member back), and a program's member of a module the
+    test process may not have (py_compile) is its object, as before."""
+    program = """\
+        import re, http
+        def find_all(s, pat, flags=0):
+            return re.findall(pat, s, flags)
+        def describe(c):
+            return f"{c.name.lower()}={c.value}"
+        def echo(x):
+            return x
+        def flags():
+            return re.M | re.S
+        def status():
+            return http.HTTPStatus.NOT_FOUND
+        def mode():
+            import py_compile
+            return py_compile.PycInvalidationMode.TIMESTAMP
+        """
+    tests = ["import re; assert find_all('ABC', 'b', re.I) == ['B']",
+             "import re; assert find_all('a\\nB', '^b', re.IGNORECASE | re.MULTILINE) == ['B']",
+             "import http; assert describe(http.HTTPStatus.OK) == 'ok=200'",
+             "import signal; assert describe(signal.SIGTERM) == 'sigterm=15'",
+             "import py_compile\n"
+             "assert describe(py_compile.PycInvalidationMode.TIMESTAMP) == 'timestamp=1'",
+             "import re; assert echo(re.I) is re.I and echo(re.I | re.X) == re.I | re.X",
+             "import re; r = flags(); assert type(r) is re.RegexFlag and r == re.M | re.S",
+             "import http; r = status(); assert r is http.HTTPStatus.NOT_FOUND\n"
+             "assert r.phrase == 'Not Found'",
+             "from enum import IntEnum\nclass Lvl(IntEnum):\n    LOW = 1\n"
+             "assert echo(Lvl.LOW) is Lvl.LOW and describe(Lvl.LOW) == 'low=1'",
+             "assert mode().name == 'TIMESTAMP'"]
+    assert plain(program, tests) == [True] * 10
+    result = run(program, tests)
+    assert result["passed"] == [True] * 10, result["errors"]
+
+
+def test_a_program_cannot_pass_its_own_enum_off_as_the_standard_librarys():
+    """A program's class named and placed as re.RegexFlag, with an always-true ==, is no member
+    of re's (plain Python credits it); one it patches in as re.RegexFlag crosses as re's own
+    member of its value, compared by re's ==. A forged member that names a module the test
+    process has not imported (antigravity, this) or no Enum class of one fails the test and
+    imports nothing there."""
+    program = """\
+        import enum, gc, re
+        class RegexFlag(enum.IntFlag):
+            NOFLAG = 0
+            def __eq__(self, other):
+                return True
+            __hash__ = int.__hash__
+        RegexFlag.__module__ = "re"
+        def forged():
+            return RegexFlag.NOFLAG
+        def patched():
+            re.RegexFlag = RegexFlag
+            return RegexFlag.NOFLAG
+        def right():
+            return re.I
+        for found in gc.get_objects():
+            if type(found) is dict and "Dumped" in found and "hook" in found:
+                Dumped = found["Dumped"]
+        def raw(text):
+            return Dumped(text, None)
+        """
+    tests = ["import re; assert right() is re.I",
+             "import re; assert forged() == re.I",
+             "import re; assert patched() == re.I",
+             "raw('{\"Y\":[\"antigravity\",\"Spam\",\"EGGS\"]}')",
+             "raw('{\"Y\":[\"os\",\"environ\",\"PATH\"]}')",
+             "import sys; assert 'antigravity' not in sys.modules and 'this' not in sys.modules"]
+    assert plain(program.replace('"Dumped" in found', "False"), tests[:3]) == [True] * 3
+    result = run(program, tests, max_timeouts=5)
+    assert result["passed"] == [True, False, False, False, False, True], result["errors"]
+
+
+def test_a_slice_crosses_as_a_value():
+    """A test's slice reaches the program as a slice (its start, stop and step, each a value),
+    and the program's slice comes back as one."""
+    program = """\
+        def take(xs, s):
+            return xs[s]
+        def backwards():
+            return slice(None, None, -1)
+        def echo(x):
+            return x
+        """
+    tests = ["assert take([1, 2, 3, 4], slice(1, 3)) == [2, 3]",
+             "assert take('abcdef', slice(None, None, 2)) == 'ace'",
+             "assert [1, 2, 3][backwards()] == [3, 2, 1] and backwards() == slice(None, None, -1)",
+             "assert echo(slice(1, 'a', (2, 3))) == slice(1, 'a', (2, 3))"]
+    assert plain(program, tests) == [True] * 4
+    result = run(program, tests)
+    assert result["passed"] == [True] * 4, result["errors"]
+
+
+def test_a_datetime_keeps_its_fold_and_its_timezones_name():
+    """A datetime or time keeps its fold, and a timezone its name inside a datetime, both ways
+    (the ISO text alone loses both)."""
+    program = """\
+        import datetime
+        def ist():
+            tz = datetime.timezone(datetime.timedelta(hours=5, minutes=30), "IST")
+            return datetime.datetime(2020, 1, 1, 12, 0, tzinfo=tz)
+        def fold_time():
+            return datetime.time(1, 30, fold=1)
+        def fold_dt():
+            return datetime.datetime(2020, 11, 1, 1, 30, fold=1)
+        def echo(x):
+            return x
+        def zone_name(d):
+            return d.tzname()
+        """
+    tests = ["assert ist().tzname() == 'IST' and ist().utcoffset().total_seconds() == 19800",
+             "assert fold_time().fold == 1 and fold_dt().fold == 1",
+             "import datetime; assert echo(datetime.time(1, fold=1)).fold == 1",
+             "import datetime; assert echo(datetime.datetime(2020, 1, 1, fold=1)).fold == 1",
+             "import datetime\ntz = datetime.timezone(datetime.timedelta(hours=1), 'CET')\n"
+             "assert zone_name(datetime.datetime(2020, 1, 1, tzinfo=tz)) == 'CET'",
+             "import datetime; assert echo(datetime.datetime(2020, 1, 1)).fold == 0"]
+    assert plain(program, tests) == [True] * 6
+    result = run(program, tests)
+    assert result["passed"] == [True] * 6, result["errors"]
+
+
+def test_a_zoneinfo_crosses_by_its_key():
+    """A datetime whose tzinfo is a ZoneInfo keeps its zone's rules (a day later, the offset of
+    summer time), and a ZoneInfo crosses as the one of its key (ZoneInfo's cache: `is` holds),
+    both ways; a key that names no zone, or a path, fails the test."""
+    program = """\
+        import datetime, gc
+        from zoneinfo import ZoneInfo
+        def add_day(dt):
+            return dt + datetime.timedelta(days=1)
+        def paris():
+            return datetime.datetime(2024, 7, 1, 12, tzinfo=ZoneInfo("Europe/Paris"))
+        def echo(x):
+            return x
+        for found in gc.get_objects():
+            if type(found) is dict and "Dumped" in found and "hook" in found:
+                Dumped = found["Dumped"]
+        def raw(text):
+            return Dumped(text, None)
+        """
+    new_york = ("from zoneinfo import ZoneInfo\nimport datetime\n"
+                "zone = ZoneInfo('America/New_York')\n"
+                "r = add_day(datetime.datetime(2024, 3, 9, 12, tzinfo=zone))\n")
+    tests = [new_york + "assert r.utcoffset() == datetime.timedelta(hours=-4)",
+             new_york + "assert r.tzinfo is ZoneInfo('America/New_York')",
+             "from zoneinfo import ZoneInfo\nr = paris()\n"
+             "assert r.tzinfo is ZoneInfo('Europe/Paris') and r.tzname() == 'CEST'",
+             "from zoneinfo import ZoneInfo\n"
+             "assert echo(ZoneInfo('Asia/Tokyo')).key == 'Asia/Tokyo'",
+             "raw('{\"J\":\"../../../etc/passwd\"}')"]
+    assert plain(program.replace('"Dumped" in found', "False"), tests[:4]) == [True] * 4
+    result = run(program, tests, max_timeouts=5)
+    assert result["passed"] == [True] * 4 + [False], result["errors"]
