@@ -22,10 +22,10 @@ the program's only of a module the test process has: sandbox_stdlib.py); tagged 
 type, so that they stay distinct; a subclass of one the context declares or a module defines
 travels as the base value plain Python compares (but a standard library Enum's member, as itself;
 the program's own keeps it: below), a datetime type's as its datetime value (one of a test's class
-rebuilt as an instance of that class on either side: the frozen clock below); an exception as its class, its
-arguments (an OSError's with its errno, strerror and file names), its own attributes and its
-__cause__ and __context__ (each crossing alike), raised as an instance of its class: a builtin's or
-a standard library module's (an allow-list) as itself (a program's KeyError(Exception) is no
+rebuilt as an instance of that class on either side: the frozen clock below); an exception as its
+class, its arguments (an OSError's with its errno, strerror and file names), its own attributes and
+its __cause__ and __context__ (each crossing alike), raised as an instance of its class: a builtin's
+or a standard library module's own (an allow-list) as itself (a program's KeyError(Exception) is no
 LookupError; a StopIteration only where the test's own code called the program directly: see (c)),
 the context's where the program's is the same (below), one side's own as one real class on the
 other side (sandbox_errors.py: a program's ValidationError(ValueError) is caught by `except
@@ -54,11 +54,11 @@ value or another program object) fail the test, never asking the program (its me
 anew at each question; a re.Match is true, as each one is; its __name__, __qualname__, __doc__,
 __module__, __defaults__, __kwdefaults__ and __wrapped__, and read-only snapshots of its __dict__
 and __annotations__, are read as attributes); a generator or builtin iterator is a stream, drawn
-lazily, each item asked once. The program's own subclass of a value type (a Stack(list), an
-IntEnum) is one whose comparisons, hash, length, truth, iteration, `in`, arithmetic and conversions
-are its base type's, on the value its base's C methods take at each question (isinstance with that
-type holds: sandbox_remote.py:Valued). A test object (a
-callback, an instance or class of a test's, an iterator) is called, read, set (an instance's data,
+lazily, each item asked once. The program's own subclass of a value type (a Stack(list), an IntEnum)
+is one whose comparisons, hash, length, truth, iteration, `in`, arithmetic and conversions are its
+base type's, on the one value its base's C methods take between two runs of its code (isinstance
+with that type holds: sandbox_remote.py:Valued). A test object (a callback, an instance or class of
+a test's, an iterator, a bare object()) is called, read, set (an instance's data,
 never its class's methods) and drawn by the test process, and its protocol (truth, length, items and
 item assignment, iteration, text, comparisons, arithmetic and conversions: the test's own method,
 whose NotImplemented Python reflects as in one process, hash, isinstance with it) is answered there
@@ -182,16 +182,17 @@ __float__ would let it match any expected value, or answer each question anew; `
 in the test process: a program object is not None), so a right program whose class defines __eq__ or
 __len__ for the test to use loses that test unless the prompt declares the class (then its instances
 are values, judged by the prompt's class); a program's subclass of a value type is judged by its
-base type's methods, but not where its class overrides them (its own __eq__, a Counter's ==; as
-its class was when the object first crossed), and C code that needs the base type itself
-(json.dumps, `s in 'text'`) refuses it; type(x) of a program object is a class of the harness's
-(named Remote, with the protocol methods its type had when it first crossed, and __bool__;
-isinstance with a builtin type holds where its type is that type, `type(x) is` does not), and its
-__exit__ gets a copy of the test's exception without its traceback (one raised by the test's own
-code as an instance of its class alone: no arguments, attributes or chain, so no expected value
-enters the program's process; one that came from the program as itself); a generator is drawn
-ahead of the test after its 8th item; each call costs a round trip between the processes, so a test
-of 100,000s of calls times out;
+base type's methods, but not where its class overrides them or one they ask (its own __eq__, a
+Counter's __getitem__, keys() where dict(x) would not call it; as its class was when the object
+first crossed), and C code that needs the base type itself (json.dumps, `s in 'text'`) refuses it;
+type(x) of a program object is a class of the harness's
+(named as its class, but Remote past 1,024 classes or for a standard library module's; with the
+protocol methods its type had as it first crossed, and __bool__; isinstance with a builtin type
+holds where its type is that type, `type(x) is` does not), and its __exit__ gets a copy of the
+test's exception without its traceback (one raised by the test's own code as an instance of its
+class alone: no arguments, attributes or chain, so no expected value enters the program's process;
+one that came from the program as itself); a generator is drawn ahead of the test after its 8th
+item; each call costs a round trip between the processes, so a test of 100,000s of calls times out;
 the program's random is its own (no state of the test process reaches it, so a test's random.seed
 does not seed it); a program class is no class in the test process (a test cannot subclass it)
 but an exception class, of which only its name, qualified name, module and bases cross (its text
@@ -226,7 +227,7 @@ to each call and back, so thousands of calls that each add to one list cost seco
 apply when the program answers, a kept container may outgrow them within a call: beyond them one is
 the program's copy, its later changes not written back; a test object's or its own is kept
 outermost first; one whose change by the test cannot be sent, nested deeper than the harness's
-limit or holding what cannot be sent (the test's object()), is forgotten on both sides as it would
+limit or holding what cannot be sent (the test's memoryview), is forgotten on both sides as it would
 be sent, failing no request but one that passes it (an argument that cannot be sent): a copy from
 then on, that change the test's alone, the program's copy as it was before it; one the program so
 changes, or an argument it so changes, fails the test as a refusal), and a container put into a kept
@@ -241,7 +242,7 @@ plain Python fails it; so may a generator drawn ahead, whose items were taken be
 change, and the context's subclass of a value type, which crosses as its base); a cyclic
 argument, or one nested deeper than the harness's own limit (some 6,000 levels:
 sandbox_link.py:deep), cannot be sent (the test fails), nor a test's object of another type that is
-no value and no test object (a socket, a memoryview, an object(), a UserList, an array.array, a
+no value and no test object (a socket, a memoryview, a UserList, an array.array, a
 ZoneInfo made from a file, not a key: the error names its type); an in-place change of sys.argv
 does not reach the program, nor the program's change of it the test, nor do the log records the
 program makes while it loads or on a logger that does not propagate reach the test's
@@ -296,8 +297,9 @@ def frame(data: bytes) -> bytes:
 # the code run inside the sandbox, compiled once here (a child would compile it on every run):
 # each module after the ones it imports; the last one's main() runs the sandbox
 MODULES = ("sandbox_layers", "sandbox_patches", "sandbox_stdlib", "sandbox_values",
-           "sandbox_copies", "sandbox_lending", "sandbox_link", "sandbox_remote", "sandbox_proxies",
-           "sandbox_errors", "sandbox_caught", "sandbox_verdicts", "sandbox_child")
+           "sandbox_copies", "sandbox_lending", "sandbox_link", "sandbox_bases", "sandbox_remote",
+           "sandbox_proxies", "sandbox_errors", "sandbox_caught", "sandbox_verdicts",
+           "sandbox_child")
 CHILD_CODE = b"".join(frame(marshal.dumps(compile(path.read_text(), str(path), "exec",
                                                   dont_inherit=True, optimize=0)))
                       for path in (Path(__file__).with_name(name + ".py") for name in MODULES))

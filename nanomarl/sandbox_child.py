@@ -22,7 +22,8 @@ from sandbox_link import (DEEP, EXIT, LINK, OPS, BINARY, TestTimeout, abort, ans
                           tidings, with_pairs, write_all)
 from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, stand_in, took_on
 from sandbox_proxies import TestObject, test_object
-from sandbox_remote import COPIES, TAKE, applied, kind_of, programs, traits, value_base, valued
+from sandbox_bases import TAKE, applied, programs, traits, value_base
+from sandbox_remote import COPIES, kind_of, named, valued
 from sandbox_values import CONTEXT, DATETIMES, PRINTS, Decoder, dump, error_payload, raised, same
 from sandbox_verdicts import test_side
 
@@ -93,9 +94,10 @@ def program_side(job, requests, answers):
         return found
 
     def refer(value, aliases):
-        """A program object that is not a value: its reference (the program's own subclass of a
-        value type's ends with its base's: sandbox_remote.py:valued; the context's or a module's
-        travels as its base's value; an exception as its payload)."""
+        """A program object that is not a value: its reference, its class's names with it
+        (sandbox_remote.py:named; the program's own subclass of a value type's ends with its
+        base's: sandbox_remote.py:valued; the context's or a module's travels as its base's value;
+        an exception as its payload)."""
         if issubclass(type(value), TestObject):  # (a proxy class's)
             return '{"x":%d}' % value.handle
         if id(value) in marks:  # the stand-in of a test's frozen clock: the test's class
@@ -118,8 +120,8 @@ def program_side(job, requests, answers):
         if id(value) not in ids:
             refs[LINK["handles"]], ids[id(value)] = value, LINK["handles"]
             LINK["handles"] += 1
-        text = '{"r":[%d,%s,%d%s]}' % (ids[id(value)], dump(kind_of(kind), None), traits(kind),
-                                         valued(value, base, refer, aliases))
+        text = '{"r":[%d,%s,%d,%s%s]}' % (ids[id(value)], dump(kind_of(kind), None), traits(kind),
+                                            named(kind), valued(value, base, refer, aliases))
         return crossing(value, lambda: text, refer)  # (an exception class: sandbox_errors.py)
 
     def next_message():
@@ -365,7 +367,7 @@ def program_side(job, requests, answers):
             exited = (None, None, None) if a is None else (type(error), error, None)
             return sent([type(value).__exit__(value, *exited)]), ""
         if op in ("call", "apply") and type(a) is list and type(b) is dict:
-            if op == "apply":  # a Valued's operation (sandbox_remote.py:applied): a call's
+            if op == "apply":  # a copy, a Valued's operation (sandbox_bases.py:applied): a call's
                 value = applied(value, a.pop(0) if a else None)
             values, count, keys = a + list(b.values()), len(a), [str(k) for k in b]
             if type(extra.get("m")) is list:  # the test passed one container twice

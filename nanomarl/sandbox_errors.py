@@ -5,9 +5,12 @@ Executed inside the sandbox as the module `sandbox_errors` (sandbox.py's BOOT). 
 of one side's own (the program's ValidationError, a test's `class E(Exception)`) crosses as
 {"h": [this side's reference to it, its name, qualified name and module, its bases that are
 exception classes (each crossing so: a builtin by name), whether it is the context's class of its
-name]} (crossing) and is one real class on the other side (class_of), made once for each: of that
-name, qualified name and module, its bases those bases there (none that is no exception class), so
-that `except`, issubclass, isinstance and `type(e) is` see it as one process would; it comes back
+name, whether it is its module's own (the class that module holds at its name in this side's
+process: sandbox_stdlib.py:own_module; a program's class that only names statistics as its module
+is none)]} (crossing) and is one real class on the other side (class_of), made once for each: of
+that name, qualified name and module, its bases those bases there (none that is no exception
+class), so that `except`, issubclass, isinstance and `type(e) is` see it as one process would (a
+standard library module's own class of those bases is that module's there); it comes back
 as the first side's reference, its own class again. An exception's payload carries its class so
 (class_text: sandbox_values.py:error_payload), and is raised as an instance of it
 (sandbox_values.py:program_error). The class made runs none of the other side's code: calling it
@@ -21,6 +24,7 @@ from sandbox_link import LINK, TestTimeout, abort
 from sandbox_patches import PRINTS, same, stdlib_error, unpatched
 from sandbox_proxies import TestObject
 from sandbox_remote import Remote
+from sandbox_stdlib import own_module
 from sandbox_values import (CLASS_TEXT, CONTEXT, DECLARED, Abort, Dumped, ProgramError,
                             builtin_ancestor, dump, error_class, raised)  # sandbox.py's BOOT
 
@@ -44,10 +48,10 @@ def crossing(value, inner, refer):
     bases = [dump(base, refer) for base in TYPE["__bases__"].__get__(value)
              if issubclass(base, BaseException)]
     context = name in PRINTS and same(value) or DECLARED.get(name) is value  # (program; test)
-    return '{"h":[%s,%s,%s,%s,[%s],%s]}' % (
+    return '{"h":[%s,%s,%s,%s,[%s],%s,%s]}' % (
         inner(), dump(name, None), dump(TYPE["__qualname__"].__get__(value), None),
         dump(module if type(module) is str else "", None), ",".join(bases),
-        "true" if context else "false")
+        "true" if context else "false", "false" if own_module(value) is None else "true")
 
 
 def class_text(kind):
@@ -76,20 +80,33 @@ def class_of(item):
     """The class of the other side's exception class that item describes (crossing's): the one
     made for its reference before; the context's class of its name where it is that (the test's
     class the context declares; the program's own class of that name); a standard library
-    module's class of its module and name; else a class made here (made_class)."""
-    if not (type(item) is list and len(item) == 6 and issubclass(type(item[0]), (
+    module's class of its module and name where it is that module's own there and has those
+    bases; else a class made here (made_class)."""
+    if not (type(item) is list and len(item) == 7 and issubclass(type(item[0]), (
             Remote, TestObject)) and all(type(part) is str and len(part) <= 1000
                                          for part in item[1:4])
-            and type(item[4]) is list and type(item[5]) is bool):
+            and type(item[4]) is list and type(item[5]) is bool and type(item[6]) is bool):
         raise malformed("a malformed exception class")
-    reference, name, qualname, module, bases, context = item
+    reference, name, qualname, module, bases, context, own = item
     if id(reference) not in THEIRS:
         if len(THEIRS) >= CLASSES:
             raise malformed("too many exception classes")
-        found = context and exception_class(CONTEXT[0](name)) or stdlib_error(module, name)
+        found = context and exception_class(CONTEXT[0](name)) or own and stdlib_class(
+            module, name, bases)
         THEIRS[id(reference)] = reference, found or made_class(reference, name, qualname,
                                                                 module, bases)
     return THEIRS[id(reference)][1]
+
+
+def stdlib_class(module, name, bases):
+    """The standard library module's exception class of that name
+    (sandbox_patches.py:stdlib_error) where its bases are those (a class of the other side's
+    that it patched in as statistics', of other bases, is a class of its own), else None."""
+    found = stdlib_error(module, name)
+    if found is not None and len(bases) == len(found.__bases__) and all(
+            base is mine for base, mine in zip(bases, found.__bases__)):
+        return found
+    return None
 
 
 def malformed(why):

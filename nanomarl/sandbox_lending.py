@@ -127,7 +127,7 @@ def lend(value, link, refer):
     top = (None, None) if id(value) in call or id(value) in stop else woken(value, link)
     order = [value] if top[1] else reached([value], stop, call, [], set())  # (woken: not walked)
     (count, items), found = rooms(kept, link["own"], False), {}
-    room, woke = [items, set()], {}  # (the entries of those woken)
+    room, woke = [items, set(), least([value], ids) if len(order) > 1 else {}], {}  # (woken)
     for c in reversed(order):  # (outermost first)
         key = id(c)
         if key in call:
@@ -154,17 +154,49 @@ def lend(value, link, refer):
 
 def fits(c, ids, count, room, bounds=(KEPT_OBJECTS, KEPT_ITEMS)):
     """Whether c may be kept too, count objects being kept or chosen already in its room, within
-    its bounds (room: [the items they hold, the ids inside a chosen one, which its cost counts: one
-    of them costs none]); if so, its items and those inside it counted in room."""
-    if count >= bounds[0]:
+    its bounds (room: [the items they hold, the ids inside a chosen one (costs none: not walked),
+    least's costs (one over the room left: not walked)]); if so, its items counted in room."""
+    if count >= bounds[0] or id(c) in room[1]:
+        return count < bounds[0]
+    if room[0] + room[2].get(id(c), 0) > bounds[1]:
         return False
     inside = nested([c], ids, [], set())  # (c and the containers in it, with snapshots)
-    cost = 0 if id(c) in room[1] else sum(weight(inner, state) for inner, state in inside)
+    cost = sum(weight(inner, state) for inner, state in inside)
     if room[0] + cost > bounds[1]:
         return False
     room[0] += cost
     room[1].update([id(inner) for inner, _ in inside])
     return True
+
+
+def least(roots, ids):
+    """{id: the least that fits' walk (nested) finds in each container reached from roots}: its
+    weight and the costs of what it alone holds (referenced once in all that walked and reached
+    follow: what a view holds counts for none), none of ids; one walk, not one for each level."""
+    refs, costs, order, stack = {}, {}, [], [[None, iter(roots), [], 0]]
+    while stack:
+        top = stack[-1]
+        if (item := next(top[1], stack)) is stack:  # (all it holds walked: after what it holds)
+            order.append(stack.pop())
+            continue
+        kind, key = type(item), id(item)
+        if kind in LEAVES or key in ids:
+            continue
+        refs[key] = refs.get(key, 0) + 1
+        if refs[key] > 1:
+            continue
+        cost, held = 0, parts(item)
+        if numbered(kind):
+            state = snapshot(item)
+            cost, held = weight(item, state), state if type(state) is list else None
+        elif held is None and kind.__module__ == "builtins" and kind.__name__ in VIEWED:
+            owner = get_referents(item)[0]  # (its dict; a key None: the view adds no cost)
+            held, key = list(dict.values(owner)) if isinstance(owner, dict) else None, None
+        top[2].append(key)  # (leaves skipped at once, as walked skips them)
+        stack.append([item, iter([x for x in held or () if type(x) not in LEAVES]), [], cost])
+    for item, _, inner, cost in order[:-1]:  # (inner ones first; the roots' last)
+        costs[id(item)] = cost + sum(costs[k] for k in inner if refs.get(k) == 1)
+    return costs
 
 
 def settle(link, sent):
@@ -315,7 +347,7 @@ def lent_back(box, link, aliases, stop, handles):
     stop = set(stop).union(aliases, [id(c) for entry in kept.values() for c, _ in entry["nested"]])
     order = reached_back(box, stop)
     (count, items), chosen = rooms(kept, link["own"], True), {}
-    room = [items, set()]
+    room = [items, set(), least(box, ids) if len(order) > 1 else {}]  # (one: one walk)
     for c in reversed(order):  # (outermost first)
         if fits(c, ids, count + len(chosen), room, (OWN_OBJECTS, OWN_ITEMS)):
             chosen[id(c)] = ids[id(c)] = handles[0]

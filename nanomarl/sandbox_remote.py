@@ -1,25 +1,29 @@
 """sandbox_remote.py: a program object as the test process sees it (sandbox.py's docstring has the
 threat model), executed inside the sandbox as the module `sandbox_remote` (sandbox.py's BOOT): the
 mirror of sandbox_proxies.py. The program's process sends an object that is no value as a reference
-{"r": [its handle, its kind, its traits]} (sandbox_child.py:program_side's refer), both decided by
-the harness from its type, never from a name the program can set: its kind, the name of the builtin
-type it is an instance of (a function, a generator, a bound method, a module: KINDS, found by that
-type's identity, taken before the program runs) or re.Match, else null; its traits, which of the
-protocol's methods (TRAITS: __call__, __iter__, __next__, __len__, __hash__, __enter__, ...) its
-type has. In the test process it is a Remote of the subclass made once for those traits
-(remote_class), which defines those methods only (and __bool__: a program object's truth fails the
-test, but a stream's and a re.Match's): callable(x), hasattr(x, "__iter__") and the ABCs (Iterator,
-Sized, Callable, Hashable) say what plain Python says. One of a builtin kind has that type's traits
-(as the test process reads them, whatever the claim) and that type as its __class__ (isinstance(g,
-types.GeneratorType)): a forged claim makes it no more than a real object of that kind, or of a
-class the program could define, would be. The program's instance of its own subclass of a value
-type (a Stack(list), an IntEnum's member) is a Valued: a program object that keeps its base's
-value (its reference says which base, which of the base's methods its class overrides, and, where
-that value cannot change, the value)."""
+{"r": [its handle, its kind, its traits, its class's names]} (sandbox_child.py:program_side's
+refer), the first two decided by the harness from its type, never from a name the program can set:
+its kind, the name of the builtin type it is an instance of (a function, a generator, a bound
+method, a module: KINDS, found by that type's identity, taken before the program runs) or
+re.Match, else null; its traits, which of the protocol's methods (TRAITS: __call__, __iter__,
+__next__, __len__, __hash__, __enter__, ...) its type has; its class's names (named: program text,
+never looked up). In the test process it is a Remote of the subclass made once for those traits
+and names (remote_class: type(x).__name__ is its class's), which defines those methods only (and
+__bool__: a program object's truth fails the test, but a stream's and a re.Match's): callable(x),
+hasattr(x, "__iter__") and the ABCs (Iterator, Sized, Callable, Hashable) say what plain Python
+says. One of a builtin kind has that type's traits and names (as the test process reads them,
+whatever the claim) and that type as its __class__ (isinstance(g, types.GeneratorType)): a forged
+claim makes it no more than a real object of that kind, or of a class the program could define,
+would be. The program's instance of its own subclass of a value type (a Stack(list), an IntEnum's
+member) is a Valued: a program object that keeps its base's value (its reference says which base,
+which of the base's methods its class overrides, and, where that value cannot change, the value:
+sandbox_bases.py:overridden)."""
 import _operator, _weakref, builtins, sys
 
-from sandbox_link import (ARITHMETIC, BUILTINS, COMPARISONS, LINK, OPERATORS, TestTimeout, abort,
-                          ask)
+from sandbox_bases import (FLAG, FLAGGED, KEYS, LASTING, OWN, TAKE, TRAITS, overridden,
+                           traits)
+from sandbox_link import (ARITHMETIC, BUILTINS, COMPARISONS, LINK, OPERATORS, TALKING, TestTimeout,
+                          abort, ask)
 from sandbox_patches import unpatched
 from sandbox_values import (VALUE_TYPES, Abort, ProgramError, dump, error_payload,
                             raised)  # sandbox.py's BOOT
@@ -57,21 +61,6 @@ def builtin_kinds():
 KINDS = builtin_kinds()
 NAMED = {name: kind for kind, name in KINDS.values()}
 STREAM_IDS = frozenset(map(id, STREAMS))
-# the protocol's methods a Remote has only where the program object's type has them (a bit each)
-TRAITS = ("call", "iter", "next", "hash", "enter", "exit", "instancecheck", "len", "bool",
-          "contains", "getitem", "reversed", *sorted(OPERATORS), *sorted(BUILTINS))
-
-
-def traits(kind):
-    """The bits of TRAITS whose method kind has (the nearest class's own, where not None, as
-    Python looks one up); 0 where its ancestry cannot be read (the program's metaclass)."""
-    try:
-        own = {}
-        for owner in reversed(kind.__mro__):
-            own.update(vars(owner))
-        return sum(1 << i for i, name in enumerate(TRAITS) if own.get(f"__{name}__") is not None)
-    except Exception:
-        return 0
 
 
 def refused(self, *other):
@@ -87,7 +76,9 @@ class Remote:
     there, the exception crossing as one of the test's callbacks does), ask isinstance of it (a
     class); a stream (a generator or builtin iterator) is drawn lazily, each item asked once (one
     at a time, then up to 256 ahead; iter() of it is itself, its equality and hash are its
-    identity). Its other methods fail the test (refused); `== None` is decided here (it is not
+    identity); copy.copy and copy.deepcopy of it copy it in the program's process (a new object;
+    a deepcopy copies each program object it reaches on its own: two that hold one share no copy).
+    Its other methods fail the test (refused), pickling too; `== None` is decided here (it is not
     None). A result crosses as a value, a declared class's instance rebuilt from its state
     (sandbox_verdicts.py:rebuilt)."""
     __slots__ = ("__handle", "__kind", "__stream", "__buffer", "__drawn", "__end", "__weakref__")
@@ -96,6 +87,9 @@ class Remote:
     __format__ = lambda self, spec: ask("op", self.__handle, "format", [spec])
     __ne__ = lambda self, other: not self.__eq__(other)
     __hash__ = None  # (a stream's, where its type has one: its identity)
+    __reduce_ex__ = __reduce__ = refused  # (pickled: no object of either process)
+    __copy__ = lambda self: self.__copied("copy")
+    __deepcopy__ = lambda self, memo: self.__copied("deepcopy")
 
     def __init__(self, handle, kind=None):
         self.__handle, self.__kind, self.__buffer, self.__drawn, self.__end = (
@@ -120,6 +114,13 @@ class Remote:
     def __class__(self):  # isinstance(x, types.GeneratorType) asks this of a Remote
         """Its builtin kind (KINDS), else its own class (never a value's: values cross as such)."""
         return type(self) if self.__kind is None else self.__kind
+
+    def __copied(self, how):
+        """A copy made in the program's process (copy.copy or copy.deepcopy there: its own
+        __copy__ or __deepcopy__ runs); a stream's, once items are drawn ahead, fails the test."""
+        if self.__buffer:
+            refused(self)
+        return ask("apply", self.__handle, [how], {})
 
     def __call(self, *args, **kwargs):
         return ask("call", self.__handle, list(args), kwargs, [*args, *kwargs.values()])
@@ -176,26 +177,78 @@ for name in COMPARISONS[2:]:  # (every object has them: refused)
 METHODS = dict(call=Remote._Remote__call, iter=Remote._Remote__iter, next=Remote._Remote__next,
                hash=Remote._Remote__hashed, enter=Remote._Remote__enter,
                exit=Remote._Remote__exit, instancecheck=Remote._Remote__instancecheck)
-CLASSES = {}  # the subclasses of Remote made, by their traits
+CLASSES = {}  # the subclasses of Remote made: by traits, base and a builtin kind's names
 # a program object's data whose values are values (its __wrapped__: a program object; its
 # __dict__ and __annotations__: read-only snapshots, as a change to a copy never reaches the object)
 COPIES = ("__dict__", "__annotations__")
 TOLD = {"__name__", "__qualname__", "__doc__", "__module__", "__defaults__", "__kwdefaults__",
         "__wrapped__", *COPIES}
 MAPPING = type(type.__dict__)  # types.MappingProxyType
+TYPE = vars(type)  # (a class's names as its type's slots hold them: no metaclass's code runs)
+NAMES = ("__name__", "__qualname__", "__module__")
+NAME_CAP, CLASS_CAP = 200, 1024  # the longest name told of a program's class; the most classes
+NUMBERS = {}  # the program's process's numbers of its classes told of: {id: (number, class)}
+THEIRS = {}  # the test process's classes for the program's classes: by traits, base and names
 
 
-def remote_class(bits, valued=False):
-    """The subclass of Remote (of Valued where valued) whose methods are those of TRAITS' bits
-    (refused, but METHODS' and a Valued's VALUED's)."""
-    if (bits, valued) not in CLASSES:
+def named(kind):
+    """The JSON text of what a reference tells of a program object's class, for its type in the
+    test process: [a number of the class's own, its __name__, __qualname__ and __module__ as its
+    type's slots hold them]; null for a builtin kind (the test process names it) and where told
+    refuses the names or CLASS_CAP classes are told of already."""
+    if kind_of(kind) is not None:
+        return "null"
+    try:
+        names = told([TYPE[name].__get__(kind) for name in NAMES])
+    except Exception:
+        return "null"
+    if names is None or id(kind) not in NUMBERS and len(NUMBERS) >= CLASS_CAP:
+        return "null"
+    number = NUMBERS.setdefault(id(kind), (len(NUMBERS), kind))[0]
+    return dump([number, *names], None)
+
+
+def told(names):
+    """A class's names as a tuple where each is a str of at most NAME_CAP characters and its
+    module none of the standard library's (whose classes the harness reads by their names:
+    sandbox_values.py:dump), else None: the harness never treats a program object by them."""
+    if len(names) == 3 and all(type(name) is str and len(name) <= NAME_CAP for name in names) and (
+            names[2].partition(".")[0] not in sys.stdlib_module_names):
+        return tuple(names)
+    return None
+
+
+def remote_class(bits, base=None, names=None):
+    """The subclass of Remote (of Valued for a value type base) whose methods are those of TRAITS'
+    bits (refused, but METHODS' and a Valued's VALUED's), of names: a program class's (its number,
+    name, qualified name and module: one class for each, up to CLASS_CAP, then the harness's), a
+    builtin kind's (number None), else Remote. A Valued's __class__ is a subclass of its base of
+    those names (isinstance with the base holds)."""
+    made = CLASSES if names is None or names[0] is None else THEIRS
+    if (bits, base, names) not in made:
+        if made is THEIRS and len(THEIRS) >= CLASS_CAP:
+            return remote_class(bits, base)
         if len(CLASSES) > 256:  # (a forged answer's many: made anew)
             CLASSES.clear()
-        space = {"__slots__": (), "__module__": __name__, "__qualname__": "Remote"}
-        space.update(("__%s__" % name, valued and VALUED.get(name) or METHODS.get(name, refused))
-                     for i, name in enumerate(TRAITS) if bits >> i & 1)
-        CLASSES[bits, valued] = type("Remote", (Valued if valued else Remote,), space)
-    return CLASSES[bits, valued]
+        name, qualname, module = names[1:] if names else ("Remote", "Remote", __name__)
+        space = {"__slots__": (), "__module__": module, "__qualname__": qualname}
+        space.update(("__%s__" % trait, base and VALUED.get(trait) or METHODS.get(trait, refused))
+                     for i, trait in enumerate(TRAITS) if bits >> i & 1)
+        try:
+            if base is not None:
+                space["_Remote__class"] = STAND_INS[base] if names is None else type(
+                    name, (base,), {"__slots__": (), "__module__": module,
+                                    "__qualname__": qualname})
+            made[bits, base, names] = type(name, (Remote if base is None else Valued,), space)
+        except Exception:  # (a name type() refuses: a NUL, a lone surrogate)
+            return remote_class(bits, base)
+    return made[bits, base, names]
+
+
+def harness_class(value):
+    """Whether value is a class made here for a program object's type or __class__."""
+    return issubclass(value, Remote) or value in STAND_INS.values() or any(
+        vars(kind).get("_Remote__class") is value for kind in THEIRS.values())
 
 
 def kind_of(kind):
@@ -208,79 +261,47 @@ def kind_of(kind):
 
 def remote(item):
     """The one Remote of a handle (so `is` holds between two answers naming the same object), of
-    the reference's kind and traits (a builtin kind's: its type's); its truth fails the test but
-    for a stream's and a re.Match's (the program's type's __bool__ or __len__ could answer anew,
-    and one with neither, always true, is no value either); a Valued where the reference ends
-    with its base (valued), true as its base's value is; None if malformed."""
-    if not (type(item) is list and len(item) in (3, 4) and type(item[0]) is int and (
+    the reference's kind and traits (a builtin kind's: its type's) and its class's names (told; a
+    builtin kind's: its type's); its truth fails the test but for a stream's and a re.Match's (the
+    program's type's __bool__ or __len__ could answer anew, and one with neither, always true, is
+    no value either); a Valued where the reference ends with its base (valued), true as its base's
+    value is; None if malformed."""
+    if not (type(item) is list and len(item) in (4, 5) and type(item[0]) is int and (
             item[1] is None or item[1] == "re.Match" or type(item[1]) is str and item[1] in NAMED)
-            and type(item[2]) is int and item[2] >= 0):
+            and type(item[2]) is int and item[2] >= 0 and (item[3] is None or type(
+                item[3]) is list and len(item[3]) == 4 and type(item[3][0]) is int
+                and item[3][0] >= 0 and told(item[3][1:]) is not None)):
         return None
-    handle, name, spec = item[0], item[1], valued_spec(item[3]) if len(item) == 4 else None
+    handle, name, spec = item[0], item[1], valued_spec(item[4]) if len(item) == 5 else None
     kind = unpatched("re", "Match") if name == "re.Match" else NAMED.get(name)
-    if len(item) == 4 and (spec is None or kind is not None):
+    if len(item) == 5 and (spec is None or kind is not None):
         return None
     found = LINK["remotes"].get(handle, lambda: None)()
     if found is None:
+        names = None if item[3] is None else tuple(item[3])
+        if kind is not None:  # (its type's, whatever the claim)
+            names = (None, *[TYPE[slot].__get__(kind) for slot in NAMES])
         bits = traits(kind) if kind is not None else item[2] & ((1 << len(TRAITS)) - 1)
         if spec is not None:  # (`[0] + s`: a sequence's own concatenation, reflected)
             bits |= (1 << TRAITS.index("radd")) if spec[0] in SEQUENCES else 0
-            found = remote_class(bits, True)(handle, *spec)
+            found = remote_class(bits, spec[0], names)(handle, *spec)
         else:
             if name != "re.Match" and id(kind) not in STREAM_IDS:
                 bits |= 1 << TRAITS.index("bool")
-            found = remote_class(bits)(handle, kind)
+            found = remote_class(bits, None, names)(handle, kind)
         LINK["remotes"][handle] = _weakref.ref(found)
         if handle in LINK["released"]:  # collected, but the program still holds it: keep it
             LINK["released"].remove(handle)
     return found
 
 
-# the value types whose subclasses' instances keep their base's value, each with what takes that
-# value in the program's process: the base's own C method, which no method of a subclass's
-# intercepts (a dict subclass's keys() or __iter__, a tuple subclass's __iter__)
-TAKE = {str: str.__str__, int: int.__int__, float: float.__float__, complex: complex.__complex__,
-        bytes: bytes.__bytes__, frozenset: frozenset.copy, bytearray: bytearray.copy,
-        list: list.copy, set: set.copy,
-        tuple: lambda value, items=tuple.__getitem__, every=slice(None): items(value, every),
-        dict: lambda value, made=dict, items=dict.items: made(items(value))}
+# (the value types whose subclasses' instances keep their base's value: sandbox_bases.py:TAKE)
 VALUE_BASES = {kind.__name__: kind for kind in TAKE}
 STAND_INS = {kind: type("Remote", (kind,), {"__slots__": (), "__module__": __name__,
                                             "__qualname__": "Remote"}) for kind in TAKE}
-LASTING = (str, int, float, complex, bytes, tuple, frozenset)  # (a value that cannot change)
 SEQUENCES = (str, bytes, bytearray, list, tuple)  # (`[0] + s`: their __radd__, which they lack)
-OWN = (*COMPARISONS, *TRAITS)  # the methods whose override by a subclass a Valued's bits note
-# what the test process may ask of a program's Valued object: an item read, set or deleted, an
-# in-place operator (as Python runs them there: its class's own method where it has one)
-APPLIED = {name: getattr(_operator, name) for name in (
-    "getitem", "setitem", "delitem", *["i" + name for name in ARITHMETIC])}
-
-
-def value_base(kind):
-    """The value type of TAKE's that kind derives from, else None."""
-    return next((base for base in TAKE if issubclass(kind, base)), None)
-
-
-def programs(kind):
-    """Whether kind is a class of the program's own, its module none of the standard library's
-    (time.struct_time is not): its instances are Valued, a module's or the context's cross as
-    their base's value."""
-    module = kind.__module__
-    return type(module) is not str or module.partition(".")[0] not in sys.stdlib_module_names
-
-
-def overridden(kind, base):
-    """The bits of OWN whose method kind has otherwise than base (its own, a mixin's before base;
-    all where its ancestry cannot be read)."""
-    try:
-        own, theirs = {}, {}
-        for found, classes in ((own, kind.__mro__), (theirs, base.__mro__)):
-            for owner in reversed(classes):
-                found.update(vars(owner))
-        return sum(1 << i for i, name in enumerate(OWN)
-                   if own.get(f"__{name}__", OWN) is not theirs.get(f"__{name}__", OWN))
-    except Exception:
-        return (1 << len(OWN)) - 1
+# each request of the test process's that only took a Valued's value (it runs no program code)
+FETCHED = [0]
 
 
 def valued(value, base, refer, aliases):
@@ -290,18 +311,7 @@ def valued(value, base, refer, aliases):
     if base is None:
         return ""
     taken = dump(TAKE[base](value), refer, aliases) if base in LASTING else "null"
-    return ",[%s,%d,%s]" % (dump(base.__name__, None), overridden(type(value), base), taken)
-
-
-def applied(value, name):
-    """What the test process's request "apply" runs on a program's Valued object: for "value", its
-    base's value (TAKE's), else the operation of APPLIED's of that name."""
-    base = value_base(type(value))
-    if base is not None and name == "value":
-        return lambda: TAKE[base](value)
-    if base is not None and type(name) is str and name in APPLIED:
-        return lambda *operands: APPLIED[name](value, *operands)
-    raise TypeError("no such operation")
+    return ",[%s,%d,%s]" % (dump(base.__name__, None), overridden(type(value), base, value), taken)
 
 
 def valued_spec(spec):
@@ -321,31 +331,48 @@ class Valued(Remote):
     member): a program object, whose attributes, methods, text, items read, set or deleted and
     in-place operators are the program's (asked), that keeps its base's value: its comparisons,
     hash, length, truth, iteration, `in`, arithmetic and conversions are Python's on that value,
-    here (VALUED), on the one it crossed with where it cannot change, else on one asked anew at
-    each question (its base's C method takes it there: TAKE); where its class overrides one of
-    them (OWN), that one fails the test (its own method could answer anything, its base's is not
-    plain Python's answer). isinstance with its base type holds (its __class__: a subclass of
-    that type's of the harness's, STAND_INS), `type(x) is` and `x.__class__ is` do not."""
-    __slots__ = ("_Remote__base", "_Remote__changed", "_Remote__value")
+    here (VALUED), on the one it crossed with where it cannot change, else on one taken anew
+    after each request that may run program code (based); where its class overrides one of them
+    (OWN, and what its base's own asks: sandbox_bases.py:overridden), that one fails the test
+    (its own method could answer anything, its base's is not plain Python's answer), and so does
+    keys() where dict(x) would copy its storage instead (KEYS). isinstance with its base type
+    holds (its __class__: a subclass of that type's of the harness's, named as its class:
+    remote_class), `type(x) is` and `x.__class__ is` do not."""
+    __slots__ = ("_Remote__base", "_Remote__changed", "_Remote__value", "_Remote__taken")
 
     def __init__(self, handle, base, changed, value):
         Remote.__init__(self, handle)
         self._Remote__base, self._Remote__changed, self._Remote__value = base, changed, value
+        self._Remote__taken = None  # (the value taken last, and when: based)
+
+    def __getattribute__(self, name):  # (dict(x), {**x} and d.update(x) ask keys(): KEYS)
+        if name == "keys" and object.__getattribute__(self, "_Remote__changed") >> KEYS & 1:
+            refused(self)
+        return Remote.__getattribute__(self, name)
 
     @property
     def __class__(self):
-        return STAND_INS[self._Remote__base]
+        return type(self)._Remote__class
 
 
 def based(self, name):
-    """A Valued's base value for its operation `name`, refused where its class overrides it."""
+    """A Valued's base value for its operation `name`, refused where its class overrides it: the
+    one it crossed with where it cannot change, else the one taken at its first question since
+    the test process last made a request that may run program code (any but these: FETCHED), so
+    that every question between two runs of the program's code sees one value, as in one
+    process (a program that patches the harness in its process cannot answer each anew)."""
     if self._Remote__changed >> OWN.index(name) & 1:
         refused(self)
-    found = self._Remote__value
+    found, taken = self._Remote__value, self._Remote__taken
+    if found is None and taken is not None and taken[0] == LINK["seq"] - FETCHED[0]:
+        return taken[1]
     if found is None:
-        found = ask("apply", self._Remote__handle, ["value"], {})
-        if type(found) is not self._Remote__base:
-            raise abort(ProgramError("a malformed answer"))
+        with TALKING:  # (another thread's request meanwhile may run program code)
+            found = ask("apply", self._Remote__handle, ["value"], {})
+            FETCHED[0] += 1
+            if type(found) is not self._Remote__base:
+                raise abort(ProgramError("a malformed answer"))
+            self._Remote__taken = LINK["seq"] - FETCHED[0], found
     return found
 
 
@@ -368,14 +395,20 @@ def compared(name):
 
 def arithmetic(name):
     """A Valued's operator of OPERATORS': `name` on its value, its reflection ("radd"), or in
-    place (asked: its object changes)."""
-    if name in FUNCTIONS:
-        return lambda self, other, *modulo: FUNCTIONS[name](
-            based(self, name), operand(other, "r" + name), *modulo)
-    if name[0] == "r" and name[1:] in FUNCTIONS:
-        return lambda self, other, *modulo: FUNCTIONS[name[1:]](
-            operand(other, name[1:]), based(self, name), *modulo)
-    return applying(name)
+    place (asked: its object changes); an int Flag's negative |, & or ^ fails the test (FLAG:
+    the enum module's answer is no member of that int)."""
+    if name not in FUNCTIONS and not (name[0] == "r" and name[1:] in FUNCTIONS):
+        return applying(name)
+
+    def method(self, other, *modulo):
+        if name in FUNCTIONS:
+            found = FUNCTIONS[name](based(self, name), operand(other, "r" + name), *modulo)
+        else:
+            found = FUNCTIONS[name[1:]](operand(other, name[1:]), based(self, name), *modulo)
+        if name in FLAGGED and self._Remote__changed >> FLAG & 1 and found < 0:
+            refused(self)
+        return found
+    return method
 
 
 def applying(name):

@@ -5,16 +5,20 @@ Executed inside the sandbox as the module `sandbox_stdlib` (sandbox.py's BOOT). 
 class of a standard library module (re.RegexFlag, http.HTTPStatus, signal.Signals; found again by
 its module and qualified name, so a program's class named like one is none) crosses as {"Y":
 [module, qualified name, the member's name, or a Flag's value]}, made again as that class's member
-(a combined flag too): in the program's process, the test's value may name any module of the
-standard library, imported there if need be; in the test process, the program's value names one
-already imported or one of ENUMS, whose import does nothing else (the program sends a member so
-only where its module is one of those or was imported before the fork; else it is the program's
-object, as one of its own Enum's is). A slice crosses as {"l": [start,
-stop, step]}, each a value; a zoneinfo.ZoneInfo made from a key as {"J": key}, loaded again by its
+(a combined flag too, of its members' bits only: enum keeps each one made for good, so a
+program's flag of other bits is its object, as below, and a forged one fails the test: flag_value;
+a plain Enum's value is one of its members): in the program's process, the test's value may name
+any module of the standard library, imported there if need be; in the test process, the program's
+value names one already imported or one of ENUMS, whose import does nothing else (the program
+sends a member so only where its module is one of those or was imported before the fork; else it
+is the program's object, as one of its own Enum's is). A slice crosses as {"l": [start, stop,
+step]}, each a value; a zoneinfo.ZoneInfo made from a key as {"J": key}, loaded again by its
 key (from /usr/share/zoneinfo, which both processes read: ZoneInfo's cache makes it the same
 object); a datetime or time as its ISO text, or, where that would lose its fold or its tzinfo's
 name or rules, as [its ISO text, fold, tzinfo] (datetime_state, datetime_made). pathlib's pure and
-posix paths cross as {"L": [class name, text]}."""
+posix paths cross as {"L": [class name, text]}. A class is a module's own where that module, as
+loaded, holds it under its name (own_module: a standard library module's exception class crosses
+so as that module's, sandbox_errors.py:crossing)."""
 import sys
 
 from sandbox_patches import IMPORT, unpatched  # sandbox.py's BOOT
@@ -27,7 +31,9 @@ STDLIB_NAMES = sys.stdlib_module_names
 ENUMS = frozenset("enum re http signal socket ssl uuid inspect pstats plistlib calendar".split())
 LOADED = frozenset(sys.modules)  # (the modules imported before the fork: in both processes)
 PATHS = ("PurePosixPath", "PureWindowsPath", "PosixPath")  # pathlib's (no WindowsPath here)
-FLAG_VALUES = 1 << 64  # (a Flag's value made again: beyond it, the test process's CPU is at stake)
+# a class's and a module's own dicts, read by their descriptors (no metaclass's or module's code)
+DICTS = (vars(type)["__dict__"], vars(type(sys))["__dict__"])
+TYPE = vars(type)  # (a class's name and module as its type holds them)
 
 
 def stdlib_state(value, kind, anywhere):
@@ -45,9 +51,15 @@ def stdlib_state(value, kind, anywhere):
             not anywhere and kind.__module__ not in ENUMS and kind.__module__ not in LOADED):
         return None
     key = value._value_ if issubclass(kind, FLAG) else value._name_
-    if type(key) is int and -FLAG_VALUES < key < FLAG_VALUES or type(key) is str:
+    if flag_value(kind, key) or type(key) is str and kind.__members__.get(key) is value:
         return "Y", [kind.__module__, kind.__qualname__, key]
     return None
+
+
+def flag_value(kind, key):
+    """Whether key is a value of the Flag class kind within its members' bits (its mask): enum
+    caches each value made for good, and so at most 2**bits of them (re.RegexFlag's 512)."""
+    return issubclass(kind, FLAG) and type(key) is int and key >= 0 and not key & ~kind._flag_mask_
 
 
 def stdlib_made(tag, item, importing, resolve):
@@ -66,8 +78,7 @@ def stdlib_made(tag, item, importing, resolve):
         kind, key = enum_class(item[0], item[1], importing), item[2]
         if kind is not None and type(key) is str:
             return kind.__members__[key]  # (a KeyError: malformed)
-        if kind is not None and type(key) is int and issubclass(kind, FLAG) and (
-                -FLAG_VALUES < key < FLAG_VALUES):
+        if kind is not None and flag_value(kind, key):
             return kind(key)
     if tag in ("l", "L", "J", "Y"):
         raise ValueError("malformed value")
@@ -75,24 +86,42 @@ def stdlib_made(tag, item, importing, resolve):
 
 
 def enum_class(module, qualname, importing=False):
-    """The Enum class of that module of the standard library and qualified name, looked up
-    through the dicts of the module and its classes (no code runs); the module imported where it
-    is not yet only if `importing` or it is one of ENUMS; else None."""
+    """The Enum class of that module of the standard library and qualified name (defined); the
+    module imported where it is not yet only if `importing` or it is one of ENUMS; else None."""
     if type(module) is not str or type(qualname) is not str or module.partition(".")[
             0] not in STDLIB_NAMES:
         return None
-    found = sys.modules.get(module)
-    if found is None and (importing or module in ENUMS):
+    if sys.modules.get(module) is None and (importing or module in ENUMS):
         try:
             IMPORT(module)
         except Exception:
             return None
-        found = sys.modules.get(module)
-    for part in qualname.split(".") if found is not None else ():  # (a module's, a class's)
-        found = vars(found).get(part) if issubclass(type(found), (type, type(sys))) else None
+    found = defined(module, qualname)
     if isinstance(found, type) and issubclass(found, ENUM) and (
             found.__module__ == module and found.__qualname__ == qualname):
         return found
+    return None
+
+
+def defined(module, qualname):
+    """What the loaded module of that name holds at that qualified name, looked up through the
+    dicts of the module and its classes (no code runs), else None."""
+    found = sys.modules.get(module) if type(module) is str and type(qualname) is str else None
+    for part in qualname.split(".") if found is not None else ():  # (a module's, a class's)
+        space = issubclass(type(found), type) and DICTS[0].__get__(found) or issubclass(
+            type(found), type(sys)) and DICTS[1].__get__(found)
+        found = space.get(part) if space else None
+    return found
+
+
+def own_module(kind):
+    """The name of the module of a class that is that module's, as its process has it loaded:
+    the class the module holds at its top level under the class's name (defined); else None (a
+    class that only names a module as its own, a program's `class StatisticsError(ValueError)`
+    whose __module__ is "statistics", is none of it)."""
+    module, name = TYPE["__module__"].__get__(kind), TYPE["__name__"].__get__(kind)
+    if TYPE["__qualname__"].__get__(kind) == name and defined(module, name) is kind:
+        return module
     return None
 
 

@@ -19,7 +19,7 @@ that class (one of a side's own crosses as one class: sandbox_errors.py) and tho
 sandbox_errors.py:direct; else the harness refuses it: REFUSE; an OSError's errno picks no subclass:
 made), else of that name: of the builtin class only where the program's is that builtin, of the
 context's class in the test process where the program's is the same (a fingerprint: same), of a
-standard library module's class where it is that module's (sandbox_patches.py:stdlib_error), else
+standard library module's class where it is that module's own (sandbox_stdlib.py:own_module), else
 of a class of that name derived from its nearest builtin ancestor; one a side sent is that very
 object when it comes back (RAISED, while it holds it). A test's patch of a module attribute
 crosses with each request (sandbox_patches.py; the value dumped once, when it is checked: Dumped).
@@ -28,7 +28,7 @@ process there: a real subclass of that type whose public methods are the test's
 (sandbox_verdicts.py:frozen_class; sandbox_patches.py:stand_in).
 
 The tags, an index (each is described where it is made). A value's: dump. A reference's or a mark's,
-read by each side's resolve: {"r": [n, kind, traits]} a program object (sandbox_remote.py; a
+read by each side's resolve: {"r": [n, kind, traits, names]} a program object (sandbox_remote.py; a
 Valued's with its base after them: sandbox_remote.py:valued), {"r": n} one sent back, {"x": n} a
 test object sent back, {"X": [n, class name, own == or hash, how its class looks:
 sandbox_proxies.py:looks]} one sent to the program, {"M": [module, name]} a module or a
@@ -58,7 +58,7 @@ import _json, builtins, sys
 from sandbox_layers import crowded  # sandbox.py's BOOT
 from sandbox_patches import (DATETIMES, PRINTS, datetime_base, of_class, same, stdlib_error,
                              unpatched)  # sandbox.py's BOOT
-from sandbox_stdlib import datetime_made, datetime_state, stdlib_made, stdlib_state
+from sandbox_stdlib import datetime_made, datetime_state, own_module, stdlib_made, stdlib_state
 
 
 BIG = 1 << 8000  # ints from here on travel as hex (decimal text of over 4300 digits is refused)
@@ -332,14 +332,14 @@ def program_error(name, message, base="", args=None, declared=False, state=None,
     unless `stop`), else of that name (a context's class where `declared` says the program's is the
     same (same) and DECLARED has it; the builtin one, but StopIteration (unless `stop`), where it is
     its own nearest builtin ancestor, `base`, of module builtins: the program's class is that
-    builtin; that of a module of STDLIB's where the class is that module's
-    (sandbox_patches.py:stdlib_error); else a class of that name derived from `base`: a ValueError
-    subclass is caught by `except ValueError`, a program's own KeyError(Exception) or
-    OSError(OSError) by no `except LookupError` or `except FileNotFoundError`; else a
-    ProgramError), made from its arguments where they crossed (KeyError.args is the key, a
-    UnicodeDecodeError has its five), with its own public attributes (state: an
-    InsufficientFunds's amount), described as the other process described it; `handle`: the other
-    side's number of it, kept on it (raised)."""
+    builtin; that of a module of STDLIB's where the class is that module's own (`module` is sent
+    so only: sandbox_stdlib.py:own_module; sandbox_patches.py:stdlib_error); else a class of
+    that name derived from `base`: a ValueError subclass is caught by `except ValueError`, a
+    program's own KeyError(Exception) or OSError(OSError) by no `except LookupError` or `except
+    FileNotFoundError`; else a ProgramError), made from its arguments where they crossed
+    (KeyError.args is the key, a UnicodeDecodeError has its five), with its own public attributes
+    (state: an InsufficientFunds's amount), described as the other process described it;
+    `handle`: the other side's number of it, kept on it (raised)."""
     kind = (issubclass(type(known), type) and error_class(known, stop)
             or error_class(declared is True and DECLARED.get(name), stop)
             or name == base and module in ("builtins", "") and error_class(name, stop)
@@ -401,10 +401,11 @@ def error_payload(error, keep=False, depth=0):
     """[name, message, nearest builtin ancestor's name, its arguments (a tuple of values, or None
     where one is not a value; an OSError's with its file names, as OSError(errno, strerror,
     filename, None, filename2) makes it again), whether its class is the context's class of its
-    name (same), its own public attributes that are values, its class's module, the number of the
-    exception it is (the other side's, program_error's, where it came from there; else with keep
-    this side's, RAISED keeping it: the test's from 0 up, the program's from -1 down; or None),
-    its links (chain), its class (sandbox_errors.py:class_text)]."""
+    name (same), its own public attributes that are values, its class's module where it is that
+    module's own (sandbox_stdlib.py:own_module; else None), the number of the exception it is
+    (the other side's, program_error's, where it came from there; else with keep this side's,
+    RAISED keeping it: the test's from 0 up, the program's from -1 down; or None), its links
+    (chain), its class (sandbox_errors.py:class_text)]."""
     kind, handle = type(error), getattr(error, "program_handle", None)
     if keep and handle is None and error_class(kind):  # (no StopIteration: it ends a loop)
         if len(RAISED) > RAISES[2]:
@@ -420,7 +421,7 @@ def error_payload(error, keep=False, depth=0):
              if type(key) is str and not key.startswith(("_", "program_")) and sendable(value)}
     return [kind.__name__, describe(error).partition(": ")[2][:300], base,
             args if type(args) is tuple and sendable(args) else None, same(kind), state,
-            kind.__module__, handle if type(handle) is int else None, chain(error, depth),
+            own_module(kind), handle if type(handle) is int else None, chain(error, depth),
             CLASS_TEXT[0](kind)]
 
 

@@ -18,7 +18,7 @@ from sandbox_lending import lending, let_go, readable, received, settable, test_
 from sandbox_patches import PATCHED, SETS, builtin_named, fingerprint, module, watch_modules
 from sandbox_errors import MADE, SOURCES, crossed, crossing, direct
 from sandbox_proxies import looks
-from sandbox_remote import Remote, remote
+from sandbox_remote import Remote, harness_class, remote
 from sandbox_values import (DECLARED, RAISES, REFUSE, Abort, Decoder, Dumped, ProgramError,
                             datetime_base, describe, dump, error_payload, raised)
 
@@ -241,11 +241,14 @@ def test_refer(value, aliases):
     clock's class (frozen_class); a builtin or module function, or a module, by name; an exception
     class of the test's (sandbox_errors.py:crossing); a reference to a test object (one the tests
     made, a bound method of a test's container (a deque's too), Random or io stream, an
-    itemgetter, attrgetter, methodcaller, mock or iterator: "X" with what looks tells of its
-    class, "G" a declared Enum's member); else the test fails (Abort)."""
+    itemgetter, attrgetter, methodcaller, mock, iterator or bare object(): "X" with what looks
+    tells of its class, "G" a declared Enum's member); else the test fails (Abort), as for a
+    program object's type (sandbox_remote.py:harness_class: the program's class is none here)."""
     kind = type(value)
     if issubclass(kind, Remote):
         return '{"r":%d}' % value._Remote__handle
+    if issubclass(kind, type) and harness_class(value):
+        raise abort(ProgramError("this argument cannot be sent to the program: type"))
     if isinstance(value, BaseException):  # (as a raised one crosses: the test's, kept)
         return '{"e":%s}' % dump(error_payload(value, True), None)
     try:
@@ -280,7 +283,7 @@ def test_refer(value, aliases):
                 or type(self).__module__ in ("random", "_io", "collections"))
             or kind.__module__ == "operator" and kind.__name__.endswith(("getter", "caller"))
             or kind.__module__ == "unittest.mock" and callable(value)
-            or hasattr(kind, "__next__") and hasattr(kind, "__iter__")):
+            or hasattr(kind, "__next__") and hasattr(kind, "__iter__") or kind is object):
         handle = held(value)
         declared = DECLARED.get(kind.__name__) is kind  # (the program's class is its)
         own = (kind.__eq__ is not object.__eq__ or kind.__ne__ is not object.__ne__

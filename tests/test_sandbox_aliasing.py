@@ -5,6 +5,8 @@ container it keeps is (sandbox_lending.py:lent_back), so the test's changes reac
 the program's reach the test's object; a fresh one stays a plain copy. Each wrong program (whose
 bug is aliasing) is checked beside the right one, with the verdicts of plain Python."""
 import random
+import sys
+from pathlib import Path
 
 from test_sandbox_semantics import plain, run
 
@@ -293,12 +295,12 @@ def test_a_change_that_cannot_be_sent_forgets_that_container_alone():
         def add(a, b):
             return a + b
         """
-    tests = ["r = registry()\nr['x'] = object()\nr['y'] = 1\nassert 'x' in r",
+    tests = ["r = registry()\nr['x'] = memoryview(b'')\nr['y'] = 1\nassert 'x' in r",
              "assert add(1, 2) == 3",
              "r = registry()\nr['z'] = 2\nassert has('z') and registry() is r",
              "assert has('z') and add(2, 2) == 4",
              "assert has('y')",
-             "r = registry()\nr['w'] = object()\nassert size(r) == len(r)",
+             "r = registry()\nr['w'] = memoryview(b'')\nassert size(r) == len(r)",
              "assert add(5, 5) == 10"]
     assert plain(program, tests) == [True] * 7
     result = run(program, tests)
@@ -456,3 +458,36 @@ def test_a_program_change_that_cannot_be_sent_fails_the_test_whatever_it_catches
     assert result["passed"] == [False, True, False, False, False, True], result["errors"]
     assert all("Abort" in result["errors"][i] or "cannot" in result["errors"][i]
                for i in (0, 2, 3, 4)), result["errors"]
+
+
+def test_a_kept_list_nested_thousands_deep_is_weighed_in_one_walk(monkeypatch):
+    """The program's own list nested 3,000 deep that it still reaches (sandbox_lending.py:
+    lent_back): a level k deep weighs 2k + 1 items, so the 16 kept are the levels 511 down to 496
+    from the bottom, the outermost that fit its room of its own (1,024 items); the outer levels,
+    which do not fit, are weighed in one walk of the value (sandbox_lending.py:least), not each by
+    a walk of all it holds: the snapshots taken grow with the depth, not with its square."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "nanomarl"))
+    import sandbox_copies
+    import sandbox_lending
+    taken, original = [], sandbox_copies.snapshot
+
+    def snapshot(value):
+        taken.append(1)
+        return original(value)
+
+    for module in (sandbox_copies, sandbox_lending):
+        monkeypatch.setattr(module, "snapshot", snapshot)
+    levels = [[]]
+    for _ in range(3000):
+        levels.append([levels[-1]])
+    link = dict(kept={}, kept_ids={}, kept_tags={}, own=set(), lending=[], refer=None)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20000)  # (dump recurses: sandbox_link.py:deep's limit)
+    try:
+        sandbox_lending.lent_back([levels[-1]], link, {}, (), [0])
+    finally:
+        sys.setrecursionlimit(limit)
+    depth = {id(level): k for k, level in enumerate(levels)}
+    depths = sorted(depth[id(entry["object"])] for entry in link["kept"].values())
+    assert depths == list(range(496, 512))
+    assert len(taken) < 4 * 3000

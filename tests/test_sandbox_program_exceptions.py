@@ -207,8 +207,8 @@ def test_a_forged_exception_class_is_no_more_than_one_the_program_could_define()
         import gc
         TEXTS = dict(
             bases=('{"h":[INNER,"Local","Local","__main__",[{"M":["builtins","int"]},'
-                   '{"M":["builtins","ValueError"]},{"M":["builtins","object"]}],false]}'),
-            alien='{"h":[{"M":["builtins","len"]},"Local","Local","__main__",[],false]}')
+                   '{"M":["builtins","ValueError"]},{"M":["builtins","object"]}],false,false]}'),
+            alien='{"h":[{"M":["builtins","len"]},"Local","Local","__main__",[],false,false]}')
         def forged(name):
             text = TEXTS.get(name)
             class Local(KeyError):
@@ -230,3 +230,50 @@ def test_a_forged_exception_class_is_no_more_than_one_the_program_could_define()
     result = run(program, tests)
     assert result["passed"] == [True, False, True], result["errors"]
     assert "malformed exception class" in result["errors"][1]
+
+
+def test_a_lookalike_of_a_standard_library_exception_class_is_the_programs_own():
+    """A program's class that only names a standard library module (statistics, json.decoder) as
+    its own is its class in the test, as in plain Python: `except statistics.StatisticsError`
+    does not catch its exception (a ValueError does; its name and module are the program's), and
+    it is no statistics.StatisticsError, also where the class cannot be sent and the exception
+    crosses by its name alone; statistics' own class raised by the program is statistics'."""
+    program = """\
+        import gc, json, statistics
+        class StatisticsError(ValueError):
+            __module__ = "statistics"
+        class JSONDecodeError(ValueError):
+            __module__ = "json.decoder"
+        def mean(xs):
+            if not xs:
+                raise StatisticsError("empty")
+            return sum(xs) / len(xs)
+        def parse(text):
+            raise JSONDecodeError(text)
+        def lookalike():
+            return StatisticsError
+        def real_mean(xs):
+            return statistics.mean(xs)
+        def nameless():
+            for found in gc.get_objects():
+                if type(found) is dict and "CLASS_TEXT" in found and "error_payload" in found:
+                    found["CLASS_TEXT"][0] = lambda kind: None
+            return mean([])
+        """
+    caught = ("try:\n    CALL\nexcept statistics.StatisticsError:\n    assert False\n"
+              "except ValueError as e:\n    assert (type(e).__module__, type(e).__name__, "
+              "e.args) == ('statistics', 'StatisticsError', ('empty',))\nelse:\n    assert False")
+    tests = ["import statistics\n" + caught.replace("CALL", "mean([])"),
+             "import json\ntry:\n    parse('{')\nexcept json.JSONDecodeError:\n    assert False\n"
+             "except ValueError as e:\n    assert type(e).__name__ == 'JSONDecodeError'",
+             "import statistics\nK = lookalike()\n"
+             "assert K is not statistics.StatisticsError and issubclass(K, ValueError)\n"
+             "assert not issubclass(K, statistics.StatisticsError)",
+             "import statistics\ntry:\n    real_mean([])\nexcept statistics.StatisticsError as e:\n"
+             "    assert type(e) is statistics.StatisticsError",
+             "import statistics\ntry:\n    nameless()\nexcept statistics.StatisticsError:\n"
+             "    assert False\nexcept ValueError as e:\n    assert type(e).__name__ == "
+             "'StatisticsError'"]
+    assert plain(program.replace('"CLASS_TEXT" in found', "False"), tests) == [True] * 5
+    result = run(program, tests)
+    assert result["passed"] == [True] * 5, result["errors"]

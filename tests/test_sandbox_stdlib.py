@@ -188,3 +188,30 @@ def test_a_zoneinfo_crosses_by_its_key():
     assert plain(program.replace('"Dumped" in found', "False"), tests[:4]) == [True] * 4
     result = run(program, tests, max_timeouts=5)
     assert result["passed"] == [True] * 4 + [False], result["errors"]
+
+
+def test_a_flag_value_outside_its_members_bits_is_refused():
+    """A program's value of a standard library Flag crosses as that flag only within the bits of
+    its members (re.RegexFlag's: at most 512 values, each cached by enum for good in the test
+    process): a forged one with other bits, or negative, fails the test and caches nothing there;
+    one of a plain Enum names one of its members. Within them a value crosses as before, compared
+    with plain Python."""
+    program = """\
+        import gc, re
+        def combined():
+            return ~re.I
+        for found in gc.get_objects():
+            if type(found) is dict and "Dumped" in found and "hook" in found:
+                Dumped = found["Dumped"]
+        def raw(text):
+            return Dumped(text, None)
+        """
+    tests = ["import re; assert combined() == ~re.I and combined() & re.M",
+             "raw('{\"Y\":[\"re\",\"RegexFlag\",%d]}')" % (1 << 20 | 1),
+             "raw('{\"Y\":[\"re\",\"RegexFlag\",-4096]}')",
+             "raw('{\"Y\":[\"http\",\"HTTPStatus\",999]}')",
+             "import re; assert all(k < 512 for k in re.RegexFlag._value2member_map_)",
+             "import re; assert raw('{\"Y\":[\"re\",\"RegexFlag\",6]}') is re.I | re.L"]
+    assert plain(program.replace('"Dumped" in found', "False"), tests[:1]) == [True]
+    result = run(program, tests, max_timeouts=5)
+    assert result["passed"] == [True, False, False, False, True, True], result["errors"]

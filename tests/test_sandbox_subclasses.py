@@ -186,3 +186,252 @@ def test_a_dict_subclass_reads_items_as_the_program_does():
                    ["assert row() == [1, 2] and type(row()) is list"], context=context,
                    names=["row"])
     assert declared["passed"] == [True], declared["errors"]
+
+
+def test_a_valued_objects_value_is_one_value_between_two_program_runs():
+    """The test process keeps the value it took of a program's list subclass until its next
+    request that may run program code: a program that patches the harness in its own process to
+    answer each question anew (no list is both a permutation of 1..3 and a palindrome) fails, as
+    every program does in plain Python; after a call of its own, its value is taken anew."""
+    program = """\
+        import gc
+        class Answer(list):
+            def push(self, x):
+                self.append(x)
+        def answer(xs):
+            return Answer(xs)
+        def palindromic_permutation(n):
+            take = next(d for d in gc.get_objects() if type(d) is dict
+                        and d.get("__name__") == "sandbox_remote")["TAKE"]
+            answers = iter([list(range(1, n + 1))] * 3 + [list(range(n, 0, -1))])
+            take[list] = lambda value: next(answers, [])
+            return Answer()
+        """
+    tests = ["r = answer([1]); assert r == [1] and len(r) == 1 and r\n"
+             "r.push(2); assert r == [1, 2] and r[::-1] == [2, 1]",
+             "r = palindromic_permutation(3)\nassert sorted(r) == [1, 2, 3] and r[::-1] == r"]
+    assert plain(program, tests) == [True, False]
+    result = run(program, tests)
+    assert result["passed"] == [True, False], result["errors"]
+
+
+def test_a_copy_of_a_program_object_is_made_in_the_programs_process():
+    """copy.copy and copy.deepcopy of a program object copy it in the program's process (its own
+    __copy__ runs): a new object, so a wrong method that changes the original in place fails as
+    in plain Python, and a copy collected leaves the original whole; pickling is refused."""
+    program = """\
+        class Matrix(list):
+            def transposed(self):  # wrong: transposes itself too
+                t = [list(r) for r in zip(*self)]
+                self[:] = [list(r) for r in t]
+                return Matrix(t)
+        class Account:
+            def __init__(self, balance):
+                self.balance = balance
+            def preview(self, amount):  # wrong: a preview withdraws
+                self.balance -= amount
+                return self.balance
+        class Stack(list):
+            def push(self, x):
+                self.append(x)
+        class Shared:
+            copies = 0
+            def __copy__(self):
+                Shared.copies += 1
+                return self
+        def stack():
+            s = Stack()
+            s.push(1)
+            return s
+        """
+    tests = ["import copy\nm = Matrix([[1, 2], [3, 4]]); before = copy.deepcopy(m)\n"
+             "assert m.transposed() == [[1, 3], [2, 4]] and m == before",
+             "import copy\na = Account(10); before = copy.copy(a)\n"
+             "assert a.preview(3) == 7 and a.balance == before.balance",
+             "import copy\ns = stack(); t = copy.copy(s); t.push(9)\n"
+             "assert s == [1] and t == [1, 9]",
+             "import copy, gc\ns = stack(); t = copy.deepcopy(s); del t; gc.collect(); s.push(2)\n"
+             "assert s == [1, 2] and copy.copy(s) is not s and copy.deepcopy([s, s])[1] == [1, 2]",
+             "import copy\nc = Shared(); assert copy.copy(c) is c and Shared.copies == 1"]
+    assert plain(program, tests) == [False, False, True, True, True]
+    result = run(program, tests + ["import pickle\npickle.dumps(Account(1))"], max_timeouts=8)
+    assert result["passed"] == [False, False, True, True, True, False], result["errors"]
+
+
+def test_dict_of_a_dict_subclass_is_refused_where_its_keys_would_answer():
+    """dict(x), {**x} and d.update(x) copy a dict subclass's storage in plain Python unless its
+    class overrides __iter__; the test process cannot tell them from x.keys(), so keys() of one
+    whose class overrides keys() or __getitem__ (and not __iter__) fails the test; the others
+    copy it as plain Python does."""
+    program = """\
+        class Masked(dict):
+            def keys(self):  # hides an entry from keys(): dict(x) never asks it
+                return [k for k in dict.keys(self) if k != "junk"]
+        class Forty(dict):
+            def __getitem__(self, key):
+                return 42
+        class Walked(dict):
+            def __iter__(self):  # dict(x) asks its keys() and items then, as here
+                return iter(sorted(dict.keys(self)))
+            def keys(self):
+                return ["a"]
+        class Graph(dict):
+            pass
+        def counts():
+            return Masked(a=1, junk=2)
+        def table():
+            return Forty(a=1)
+        def walked():
+            return Walked(a=1, b=2)
+        def graph():
+            return Graph(a=[1])
+        """
+    tests = ["assert dict(counts()) == {'a': 1}",
+             "assert {**counts()} == {'a': 1, 'junk': 2}",
+             "assert dict(table()) == {'a': 42}",
+             "d = {}; d.update(walked()); assert d == {'a': 1}",
+             "assert dict(graph()) == {'a': [1]} and {**graph()} == graph()"]
+    assert plain(program, tests) == [False, True, False, True, True]
+    result = run(program, tests, max_timeouts=8)
+    assert result["passed"] == [False, False, False, True, True], result["errors"]
+
+
+def test_a_metaclass_cannot_hide_a_subclass_override():
+    """What a subclass overrides is read through type's own descriptors: a metaclass whose
+    __mro__, __dict__ or __module__ lies does not make its __eq__ or __len__ the base's, nor does
+    a class whose __module__ names a standard library module that does not hold it."""
+    program = """\
+        class MroMeta(type):
+            @property
+            def __mro__(cls):
+                return (list, object)
+        class DictMeta(type):
+            @property
+            def __dict__(cls):
+                return {}
+        class ModuleMeta(type):
+            @property
+            def __module__(cls):
+                return "collections"
+        class Pair(list, metaclass=MroMeta):
+            def __eq__(self, other):
+                return False
+            def __len__(self):
+                return 99
+            __hash__ = None
+        class Two(list, metaclass=DictMeta):
+            def __eq__(self, other):
+                return False
+            __hash__ = None
+        class Three(list, metaclass=ModuleMeta):
+            def __eq__(self, other):
+                return False
+            __hash__ = None
+        class Four(list):
+            __module__ = "collections"
+            def __eq__(self, other):
+                return False
+            __hash__ = None
+        def pair():
+            return Pair([1, 2])
+        def two():
+            return Two([1, 2])
+        def three():
+            return Three([1, 2])
+        def four():
+            return Four([1, 2])
+        """
+    tests = ["assert pair() == [1, 2]", "assert len(pair()) == 2", "assert two() == [1, 2]",
+             "assert three() == [1, 2]", "assert four() == [1, 2]",
+             "assert 1 in pair() and two()[1] == 2 and list(three()) == list(four()) == [1, 2]"]
+    assert plain(program, tests) == [False, False, False, False, False, True]
+    result = run(program, tests, max_timeouts=8)
+    assert result["passed"] == [False] * 5 + [True], result["errors"]
+
+
+def test_the_collections_types_and_an_intflag_keep_their_own_value():
+    """A subclass of OrderedDict, deque, Counter or defaultdict keeps that type's value (an
+    OrderedDict's order, a deque's maxlen), taken by its C methods (overrides of __iter__, keys,
+    __getitem__, items or copy do not answer it); an IntFlag's |, & and ^ are the enum module's,
+    as the base int's where that is Python's answer (~ is not, nor a negative result, nor a
+    STRICT flag's)."""
+    program = """\
+        from collections import Counter, OrderedDict, defaultdict, deque
+        from enum import STRICT, IntFlag
+        class LRUCache(OrderedDict):
+            def __init__(self, capacity):
+                super().__init__()
+                self.capacity = capacity
+            def get(self, key):
+                if key not in self:
+                    return -1
+                self.move_to_end(key)
+                return self[key]
+            def put(self, key, value):
+                if key in self:
+                    self.move_to_end(key)
+                self[key] = value
+                if len(self) > self.capacity:
+                    self.popitem(last=False)
+        class Window(deque):
+            def total(self):
+                return sum(self)
+        class Tally(Counter):
+            def top(self):
+                return self.most_common(1)[0][0]
+        class Groups(defaultdict):
+            def add(self, key, value):
+                self[key].append(value)
+        class Lying(OrderedDict):  # none of these is how plain Python compares or orders it
+            def __iter__(self):
+                return iter(["lie"])
+            def keys(self):
+                return ["lie"]
+            def __getitem__(self, key):
+                return 42
+            def items(self):
+                return [("lie", 42)]
+            def copy(self):
+                return {}
+        class Perm(IntFlag):
+            R = 4
+            W = 2
+            X = 1
+        class Strict(IntFlag, boundary=STRICT):
+            A = 1
+        def lru():
+            c = LRUCache(2)
+            c.put(1, 1); c.put(2, 2); c.get(1); c.put(3, 3)
+            return c
+        def window():
+            w = Window(maxlen=3)
+            w.extend([1, 2, 3, 4])
+            return w
+        def groups():
+            g = Groups(list)
+            g.add("a", 1)
+            return g
+        def rw():
+            return Perm.R | Perm.W
+        """
+    tests = ["from collections import OrderedDict\nc = lru(); assert list(c) == [1, 3]\n"
+             "assert c == {1: 1, 3: 3} and len(c) == 2 and c.get(2) == -1\n"
+             "assert list(reversed(c)) == [3, 1] and isinstance(c, OrderedDict)",
+             "from collections import deque\nw = window(); assert w == deque([2, 3, 4])\n"
+             "assert list(w) == [2, 3, 4] and w.total() == 9",
+             "from collections import Counter\nt = Tally('abracadabra'); assert t['z'] == 0\n"
+             "assert t == Counter('abracadabra') and t['a'] == 5 and t.top() == 'a'\n"
+             "assert t + Counter('z') == Counter('abracadabraz')",
+             "from collections import defaultdict\ng = groups(); assert g == {'a': [1]}\n"
+             "assert isinstance(g, defaultdict) and g['b'] == [] and len(g) == 2",
+             "from collections import OrderedDict\nx = Lying(a=1, b=2)\n"
+             "assert x == {'a': 1, 'b': 2} and len(x) == 2 and 'a' in x\n"
+             "assert list(reversed(x)) == ['b', 'a'] and x == OrderedDict(a=1, b=2)",
+             "x = Lying(a=1); assert list(x) == ['lie']",
+             "assert rw() == 6 and (Perm.R | Perm.W) == 6 and rw() & Perm.W and 1 | Perm.R == 5",
+             "assert ~Perm.R == 3",
+             "assert (Perm.R | -8) == -4",
+             "assert Strict.A | 2 == 3"]
+    assert plain(program, tests) == [True] * 6 + [True, True, False, False]
+    result = run(program, tests, max_timeouts=12)
+    assert result["passed"] == [True] * 5 + [False, True, False, False, False], result["errors"]
