@@ -3,30 +3,7 @@
 signal.Signals), a slice, a datetime or time with its fold and its tzinfo's name (a named
 timezone) or rules (a ZoneInfo). Each case is compared with plain Python, and a program that forges
 such a value gets no credit plain Python would not give it."""
-import textwrap
-
-from nanomarl.sandbox import run_tests_in_sandbox
-
-LIMITS = dict(timeout=1.0, memory_mb=256)
-
-
-def run(program: str, tests: list[str], **kwargs) -> dict:
-    return run_tests_in_sandbox(textwrap.dedent(program), [textwrap.dedent(t) for t in tests],
-                                **{**LIMITS, **kwargs})
-
-
-def plain(program: str, tests: list[str]) -> list[bool]:
-    """The verdicts of plain Python: the program and the tests in one scope of this process."""
-    scope = {"__name__": "plain"}
-    exec(textwrap.dedent(program), scope)
-    verdicts = []
-    for test in tests:
-        try:
-            exec(textwrap.dedent(test), scope)
-            verdicts.append(True)
-        except Exception:
-            verdicts.append(False)
-    return verdicts
+from test_sandbox_semantics import plain, run
 
 
 def test_a_standard_library_enum_member_crosses_as_that_member():

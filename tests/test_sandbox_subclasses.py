@@ -4,30 +4,7 @@ Valued), yet compares, hashes, measures, iterates and converts as its base's val
 program's process by the base's own C methods and judged in the test process; where its class
 overrides one of those methods, that operation fails the test. Each case is compared with plain
 Python."""
-import textwrap
-
-from nanomarl.sandbox import run_tests_in_sandbox
-
-LIMITS = dict(timeout=1.0, memory_mb=256)
-
-
-def run(program: str, tests: list[str], **kwargs) -> dict:
-    return run_tests_in_sandbox(textwrap.dedent(program), [textwrap.dedent(t) for t in tests],
-                                **{**LIMITS, **kwargs})
-
-
-def plain(program: str, tests: list[str]) -> list[bool]:
-    """The verdicts of plain Python: the program and the tests in one scope of this process."""
-    scope = {"__name__": "plain"}
-    exec(textwrap.dedent(program), scope)
-    verdicts = []
-    for test in tests:
-        try:
-            exec(textwrap.dedent(test), scope)
-            verdicts.append(True)
-        except Exception:
-            verdicts.append(False)
-    return verdicts
+from test_sandbox_semantics import plain, run
 
 
 STACKS = """\
