@@ -26,6 +26,7 @@ NOT_A_THREAD = (NEWNS | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | 0x2000000 
 THREADS = 32  # the threads a run may start, its two processes together (RLIMIT_NPROC)
 WRITE = os.write  # (taken before any program code: it may replace os.write)
 FIRST, SMALL = itemgetter(0), (1 << 61) - 1  # (a pair's key; an int nearer 0: its own hash)
+PAIRS = 1 << 20  # the comparisons of keys of one hash a container may cost to build
 
 
 def check(ret, what):
@@ -277,26 +278,28 @@ def watchdog(seconds):
 
 def crowded(items, pairs=False):
     """Whether a set or dict of these keys (items; pairs: [key, value] items, a dict's) would cost
-    more than 8 comparisons a key, beyond 256, to build: a key is compared with each one of its
+    more than 8 comparisons a key, beyond PAIRS, to build: a key is compared with each one of its
     hash already there, inside one C call that no alarm interrupts, so keys made to share a hash
-    (ints k * (2**61 - 1), tuples made to collide) cost quadratic time, up to the watchdog. Their
+    (ints k * (2**61 - 1), tuples made to collide) cost quadratic time, up to the watchdog (a
+    right program's numbers fit in PAIRS: 2,000 powers of 2 (61 hashes), the 1,024 tuples of -1
+    and -2 (one hash)). Their
     hashes are counted first, in linear time (the test process's sandbox_values.py:filled refuses
     such a container), but for strs alone (of random hashes) or ints alone between -SMALL and SMALL
     (each its own hash, but -1's: -2)."""
     size = len(items)
-    if size * (size - 1) // 2 <= 8 * size + 256:  # (all of one hash cost no more)
+    if size * (size - 1) // 2 <= 8 * size + PAIRS:  # (all of one hash cost no more)
         return False
     keys = list(map(FIRST, items)) if pairs else items
     kinds = set(map(type, keys))
     if kinds == {str} or kinds == {int} and -SMALL < min(keys) and max(keys) < SMALL:
         return False
     spare = size - len(set(map(hash, keys)))  # (keys whose hash one before them has)
-    if spare * (spare + 1) // 2 <= 8 * size + 256:
+    if spare * (spare + 1) // 2 <= 8 * size + PAIRS:
         return False
     counts = {}
     _count_elements(counts, map(hash, keys))  # (how many keys of each hash)
     squares = sum(map(mul, counts.values(), counts.values()))
-    return (squares - size) // 2 > 8 * size + 256  # (the pairs of keys of one hash)
+    return (squares - size) // 2 > 8 * size + PAIRS  # (the pairs of keys of one hash)
 
 
 def reap(seconds):

@@ -44,8 +44,9 @@ def test_a_set_or_dict_whose_keys_share_a_hash_is_refused_and_ordinary_big_ones_
     refusal (not at the alarm, nor by the CPU watchdog ending the run), also where the test
     catches everything, and the run goes on; 20 keys of one hash cross; a changed set written
     back as a list of them changes nothing. A right program's 100,000-key dict and set, a set
-    with a few keys of one hash ({-1, -2}, 40 multiples of 2**61 - 1) and a 50,000-key dict of
-    tuple keys cross as in plain Python."""
+    with a few keys of one hash ({-1, -2}, 40 multiples of 2**61 - 1), a 50,000-key dict of
+    tuple keys and sets whose keys share hashes as numbers do (2,000 powers of 2, of 61 hashes;
+    the 1,024 tuples of -1 and -2, of one) cross as in plain Python."""
     tests = [f"assert len(forged({tag!r}, 15000)) == 15000" for tag in TAGS] + [
         "try:\n    forged('O', 15000)\nexcept BaseException:\n    pass",
         "assert len(forged('s', 20)) == 20 and len(forged('O', 20)) == 20",
@@ -65,14 +66,23 @@ def test_a_set_or_dict_whose_keys_share_a_hash_is_refused_and_ordinary_big_ones_
             return set(range(0, 3 * n, 3)) | {-1, -2} | {k * M for k in range(1, 41)}
         def pairs(n):
             return {(k, str(k)): k for k in range(n)}
+        def powers(n):
+            return {2 ** k for k in range(n)}
+        def signs(n):
+            found = {()}
+            for _ in range(n):
+                found = {s + (x,) for s in found for x in (-1, -2)}
+            return found
         """
     tests = ["r = squares(100000)\nassert len(r) == 100000 and r[99999] == 99999 ** 2",
              "r = spread(100000)\nassert len(r) == 100042 and 40 * (2 ** 61 - 1) in r and -1 in r",
              "from collections import OrderedDict\nr = pairs(50000)\n"
-             "assert OrderedDict(r)[(7, '7')] == 7 and len(r) == 50000"]
-    assert plain(right, tests) == [True] * 3
+             "assert OrderedDict(r)[(7, '7')] == 7 and len(r) == 50000",
+             "r = powers(2000)\nassert len(r) == 2000 and 2 ** 1999 in r",
+             "r = signs(10)\nassert len(r) == 1024 and (-1,) * 10 in r"]
+    assert plain(right, tests) == [True] * 5
     result = run(right, tests, timeout=5.0)
-    assert result["passed"] == [True] * 3, result["errors"]
+    assert result["passed"] == [True] * 5, result["errors"]
 
 
 def test_an_over_long_answer_is_refused_with_its_size_and_the_limit_in_bytes():
