@@ -151,7 +151,8 @@ up these layers, each closing most holes on its own (one missing layer leaves th
      (CLONE_THREAD, without namespace, ptrace, vfork or parent flags; clone3, whose flags a filter
      cannot read, fails with ENOSYS and the C library falls back on clone).
      Everything else (fork, exec, kill, ptrace, sockets, pipes, memfd, prctl, mount, file
-     writes, ...) fails (EPERM).
+     writes, ...) fails (EPERM); open(os.devnull, "w") in the program's process gives a file on a
+     copy of its stdin (sandbox_patches.py:quiet_null).
 Each test has a wall-clock alarm in the test process (a program that ignores its own alarm only
 loses the test; the alarm marks the test timed out before a test's `except:` can swallow it, and
 rings again until the test ends) and a CPU-time watchdog (RLIMIT_CPU, for C code the alarm cannot
@@ -175,99 +176,22 @@ the Python process itself after it has started (one set before exec would have t
 What remains. (a) The program sees its calls' arguments (the test inputs) and may answer each call
 with any value it likes: it can memorise answers for inputs it has seen, but to pass it must return
 the right values. (b) Its process is shared by all tests, so it may keep state between calls. (c)
-Python's semantics where two processes differ from one, each shown by a test in
-tests/test_sandbox_semantics.py: a program object measured, iterated, compared or combined (with a
-test value or another program object) or converted to a number fails (its own __eq__, __len__ or
-__float__ would let it match any expected value, or answer each question anew; `== None` is decided
-in the test process: a program object is not None), so a right program whose class defines __eq__ or
-__len__ for the test to use loses that test unless the prompt declares the class (then its instances
-are values, judged by the prompt's class); a program's subclass of a value type is judged by its
-base type's methods, but not where its class overrides them or one they ask (its own __eq__, a
-Counter's __getitem__, keys() where dict(x) would not call it; as its class was when the object
-first crossed), and C code that needs the base type itself (json.dumps, `s in 'text'`) refuses it;
-type(x) of a program object is a class of the harness's
-(named as its class, but Remote past 1,024 classes or for a standard library module's; with the
-protocol methods its type had as it first crossed, and __bool__; isinstance with a builtin type
-holds where its type is that type, `type(x) is` does not), and its __exit__ gets a copy of the
-test's exception without its traceback (one raised by the test's own code as an instance of its
-class alone: no arguments, attributes or chain, so no expected value enters the program's process;
-one that came from the program as itself); a generator is drawn ahead of the test after its 8th
-item; each call costs a round trip between the processes, so a test of 100,000s of calls times out;
-the program's random is its own (no state of the test process reaches it, so a test's random.seed
-does not seed it); a program class is no class in the test process (a test cannot subclass it)
-but an exception class, of which only its name, qualified name, module and bases cross (its text
-is a raised one's; a test's subclass of it is made by its nearest builtin's constructor), nor a
-test's class one in the program's, but an exception class (type(x) of a test object is a
-proxy class the harness makes once for each of the test's classes, of its name, qualified name and
-module, callable only where the test's objects are, with a test's dataclass's fields: isinstance
-works, `type(x) is Cls` does not; vars() of a test's dataclass instance is a copy of its fields'
-values, and dataclasses.replace() makes only an instance of a class the context declares; but a
-frozen clock's stand-in, a real subclass of datetime's type); a program's StopIteration reaches the
-test as one only through plain calls of the test's own code (not through `obj.f()`, a partial, a
-comprehension, unittest's runner or the callable form of assertRaises, nor map() or next() of a
-test's iterator: there it fails the test); an exception's __cause__ and __context__ are cut three
-levels down; a container the program hands a test object (an attribute it sets, an argument of a
-test's callback) crosses as a copy, but for a kept one: what the test object keeps is that copy (the
-program's later changes through its own name are not seen; read back through the attribute it is the
-test's), and a callback's changes reach the program's objects when it returns (the program called
-from inside the callback sees them as they were), but in a call among whose arguments is a subclass
-of list, tuple, dict or set the context declares or a module defines (it crosses as its base's
-copy, which the program's process does not number: that call's containers are copies then, but
-for kept ones), and never those to an instance
-of a class the context declares (the callback's is rebuilt from its state: a copy); a container the
-program keeps or reads from a test object is the test's object up to 64 of them holding 4,096
-items, and one of its own that it returns up to 16 more holding 1,024 (a room of their own: they
-never crowd out the others; sandbox_copies.py:rooms) (each request compares them with their
-snapshots on both sides, so a loop of appends through a test object's attribute costs a comparison
-of the list at each round trip, though it sends only the new items of a list or deque that only
-grew at its end and the new keys of a dict that only gained some; any other change sends the
-container whole (a dict's value changed, an inner list's, an insert at 0), a test object's list of
-lists is lent anew at each read, and an argument container the program does not keep crosses whole
-to each call and back, so thousands of calls that each add to one list cost seconds; the bounds
-apply when the program answers, a kept container may outgrow them within a call: beyond them one is
-the program's copy, its later changes not written back; a test object's or its own is kept
-outermost first; one whose change by the test cannot be sent, nested deeper than the harness's
-limit or holding what cannot be sent (the test's memoryview), is forgotten on both sides as it would
-be sent, failing no request but one that passes it (an argument that cannot be sent): a copy from
-then on, that change the test's alone, the program's copy as it was before it; one the program so
-changes, or an argument it so changes, fails the test as a refusal), and a container put into a kept
-one afterwards (by the test or the program), or inside one beyond the bounds, crosses inside it as a
-copy (the kept one is compared deep and sent whole: its value follows, the other side's own name for
-the inner one does not: an inner list the program adds to a kept list and then returns alone is a
-copy, not the test's item of that list); so, as beyond the bounds or for such an inner one, for one
-of the program's own that it puts into an argument (unless kept), reaches only
-through an outer call's argument or a weak reference, or that a `__dict__` snapshot holds, a program
-whose bug is aliasing (one that returns its cache or its list for the test to change) passes where
-plain Python fails it; so may a generator drawn ahead, whose items were taken before a test's later
-change, and the context's subclass of a value type, which crosses as its base); a cyclic
-argument, or one nested deeper than the harness's own limit (some 6,000 levels:
-sandbox_link.py:deep), cannot be sent (the test fails), nor a test's object of another type that is
-no value and no test object (a socket, a memoryview, a UserList, an array.array, a
-ZoneInfo made from a file, not a key: the error names its type); an in-place change of sys.argv
-does not reach the program, nor the program's change of it the test, nor do the log records the
-program makes while it loads or on a logger that does not propagate reach the test's
-handlers; a StringIO crosses without its newline translation (its value and position do); a test's
-patch reaches the program only as a module's attribute (the state inside a module, mock.patch.dict
-of os.environ, and sys's other attributes stay the test's; a patch of `__main__`'s names is none of
-the program's: the tests' __main__ is not the program's; a value that cannot be sent stays the
-test's; a patched container that holds one of the call's argument containers, rather than being one,
-crosses as a copy of its own; of a frozen clock's class only its public methods are the test's in
-the program's process, its dunders (its own __new__, __eq__, __str__), properties and data are its
-base's), and in the test process a module's type is a subclass of types.ModuleType (isinstance
-holds, `type(m) is types.ModuleType` does not); a warning the test's filters turn into an error is
-raised in the test when the call returns, after the rest of the program's call has run; a test's
-threads call the program one at a time (a call waits for another thread's to end: two calls that
-wait on each other time out); the tests share max_timeouts·timeout of wall time (the longest the
-trainer waits for one program's tests), so slow tests that each pass within the timeout can run out
-of it together. (d) The test process trusts the tests and `context`; a program can still cost the
-test process some CPU (e.g. a list of colliding hashes the test turns into a set), up to the test's
-CPU watchdog. (e) Where a layer is unavailable (no namespaces in a container that forbids them, no
-seccomp off Linux x86_64, a root trainer whose standard library other users cannot read) it is
-skipped with a warning and what it guarded is open (without seccomp no thread starts, the test's or
-the program's; without seccomp and namespaces the program's process could signal or trace the test
-process; without namespaces alone, read the trainer's /proc/PID/mem where ptrace rules allow it):
-run_tests_in_sandbox reports which layers were active. (f) CPU and memory are rationed per process,
-not in total: parallel programs share the machine (sandbox_workers bounds them).
+Python's semantics where two processes differ from one, each listed in docs/sandbox.md and shown by
+a test: chiefly, a program object measured, iterated, compared (but by identity, where its class
+keeps object's ==) or combined, or converted to a number, fails the test (its own __eq__, __len__ or
+__float__ would let it match any expected value, or answer each question anew), unless the prompt
+declares its class (then its instances are values); the program's random is its own; each call
+costs a round trip between the processes; a program whose bug is aliasing (it returns its cache for
+the test to change) may pass. (d) The test process trusts the tests and `context`; a program can
+still cost the test process some CPU (e.g. a list of colliding hashes the test turns into a set), up
+to the test's CPU watchdog. (e) Where a layer is unavailable (no namespaces in a container that
+forbids them, no seccomp off Linux x86_64, a root trainer whose standard library other users cannot
+read) it is skipped with a warning and what it guarded is open (without seccomp no thread starts,
+the test's or the program's; without seccomp and namespaces the program's process could signal or
+trace the test process; without namespaces alone, read the trainer's /proc/PID/mem where ptrace
+rules allow it): run_tests_in_sandbox reports which layers were active. (f) CPU and memory are
+rationed per process, not in total: parallel programs share the machine (sandbox_workers bounds
+them).
 """
 from __future__ import annotations
 

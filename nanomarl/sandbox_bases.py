@@ -4,14 +4,18 @@ sandbox as the module `sandbox_bases` (sandbox.py's BOOT): which of the protocol
 has (traits), and, for the program's own subclass of a value type (a Stack(list), an IntEnum's
 member, an LRUCache(OrderedDict)), its base (the nearest value type of TAKE's in its ancestry), its
 base's value (taken by that type's own C methods, which no method of the subclass's intercepts:
-TAKE) and which of the base's operations its class overrides (overridden). A class is read through
-type's own descriptors (ancestry): a metaclass whose __mro__, __dict__ or __module__ lies answers
-nothing here."""
-import _operator, sys
+TAKE) and which of the base's operations its class overrides (overridden); whether its objects
+compare by identity (IDENTITY); its class's names and the context's classes among its ancestors
+(named, declared: the test process's stand-in of such a class is standing's); what
+inspect.signature tells of it (described, signed). A class is read through type's own descriptors
+(ancestry): a metaclass whose __mro__, __dict__ or __module__ lies answers nothing here."""
+import _operator, builtins, sys
 from collections import Counter, OrderedDict, defaultdict, deque
 
-from sandbox_link import ARITHMETIC, BUILTINS, COMPARISONS, OPERATORS
-from sandbox_stdlib import defined  # sandbox.py's BOOT
+from sandbox_link import ARITHMETIC, BUILTINS, COMPARISONS, OPERATORS, abort
+from sandbox_patches import same, unpatched
+from sandbox_stdlib import defined
+from sandbox_values import DECLARED, VALUE_TYPES, ProgramError, dump  # sandbox.py's BOOT
 
 ENUM, COPY = __import__("enum"), __import__("copy")
 # a class's ancestry, namespaces and names as type's own slots hold them (no metaclass's code runs)
@@ -20,6 +24,13 @@ MRO, SPACE, MODULE, QUALNAME = (vars(type)[name] for name in (
 # the protocol's methods a Remote has only where the program object's type has them (a bit each)
 TRAITS = ("call", "iter", "next", "hash", "enter", "exit", "instancecheck", "len", "bool",
           "contains", "getitem", "reversed", *sorted(OPERATORS), *sorted(BUILTINS))
+
+# the methods of an object compared by its identity: object's ==, != and hash, or an Enum member's
+# hash (of its name: two members of a class are never equal); a class whose ancestry keeps them
+# has the bit IDENTITY of traits (its objects compare and hash by identity in the test process)
+SAME = {"__eq__": (vars(object)["__eq__"],), "__ne__": (vars(object)["__ne__"],),
+        "__hash__": (vars(object)["__hash__"], vars(ENUM.Enum)["__hash__"])}
+IDENTITY = len(TRAITS)
 
 
 def ancestry(kind):
@@ -35,12 +46,15 @@ def ancestry(kind):
 
 
 def traits(kind):
-    """The bits of TRAITS whose method kind has (the nearest class's own, where not None); 0
-    where its ancestry cannot be read."""
+    """The bits of TRAITS whose method kind has (the nearest class's own, where not None), and
+    IDENTITY where its equality and hash are identity's (SAME's); 0 where its ancestry cannot be
+    read."""
     own = ancestry(kind)
     if own is None:
         return 0
-    return sum(1 << i for i, name in enumerate(TRAITS) if own.get(f"__{name}__") is not None)
+    identity = all(any(own.get(name) is found for found in kept) for name, kept in SAME.items())
+    return sum(1 << i for i, name in enumerate(TRAITS) if own.get(f"__{name}__") is not None) | (
+        identity << IDENTITY)
 
 
 def ordered(value, items=dict.items, order=OrderedDict.__iter__):
@@ -86,7 +100,8 @@ KEYED = (dict, Counter, defaultdict)  # (dict(x) copies their storage where __it
 # an int Flag's |, & and ^ (and reflected), the enum module's own: its member of the base int's
 # result (a negative one aside) where its class keeps these of the module's (and its _value_)
 FLAGGED = ("and", "or", "xor", "rand", "ror", "rxor")
-FLAGS = {"__%s__" % name: vars(ENUM.Flag).get("__%s__" % name) for name in FLAGGED}
+FLAGS = {"__%s__" % name: vars(ENUM.Flag).get("__%s__" % name)
+         for name in (*FLAGGED, "contains")}
 STANDARD = {"_missing_": vars(ENUM.Flag)["_missing_"], "__new__": ENUM.Enum.__new__,
             "_new_member_": vars(int)["__new__"], "_member_type_": int, "_value_": None}
 BOUNDARIES = (ENUM.FlagBoundary.KEEP, ENUM.FlagBoundary.EJECT)
@@ -116,10 +131,11 @@ def programs(kind):
 
 
 def flagged(own, base, value):
-    """The dunders of FLAGGED that value's class (own: its ancestry) has of the enum module's
-    Flag, where each answers the member of the class whose value is the base int's answer (but
-    for a negative one: FLAG): its class keeps the module's _missing_ and __new__ and a KEEP or
-    EJECT boundary, and value's _value_ is its int; else none."""
+    """The dunders of FLAGGED and __contains__ that value's class (own: its ancestry) has of the
+    enum module's Flag, where each answers the member of the class whose value is the base int's
+    answer (but for a negative one: FLAG), or whether its bits hold another member's: its class
+    keeps the module's _missing_ and __new__ and a KEEP or EJECT boundary, and value's _value_ is
+    its int; else none."""
     if base is not int or any(own.get(name) is not found for name, found in STANDARD.items()) or (
             not any(own.get("_boundary_") is found for found in BOUNDARIES)):
         return ()
@@ -154,14 +170,177 @@ def overridden(kind, base, value):
 
 def applied(value, name):
     """What the test process's request "apply" runs on a program object: for "copy" and
-    "deepcopy", the copy module's (its own __copy__ or __deepcopy__ runs, as in one process); on
+    "deepcopy", the copy module's (its own __copy__ or __deepcopy__ runs, as in one process), for
+    "signature" what inspect.signature tells of it (described); on
     a Valued one, for "value" its base's value (TAKE's), else the operation of APPLIED's of that
     name."""
     if type(name) is str and name in ("copy", "deepcopy"):
         return lambda: getattr(COPY, name)(value)
+    if name == "signature":
+        return lambda: described(value)
     base = value_base(type(value))
     if base is not None and name == "value":
         return lambda: TAKE[base](value)
     if base is not None and type(name) is str and name in APPLIED:
         return lambda *operands: APPLIED[name](value, *operands)
     raise TypeError("no such operation")
+
+
+def described(value):
+    """What inspect.signature tells of a program's callable (in its process, as plain Python
+    answers it: __wrapped__, __signature__, a class's __init__): [[name, kind, whether it has a
+    default, the default, whether it has an annotation, the annotation] of each parameter,
+    [whether it has a return annotation, the annotation]] (None for none; a default that is no
+    value crosses as a program object: signed makes the signature of it)."""
+    inspect = sys.modules.get("inspect") or __import__("inspect")
+    found, empty = inspect.signature(value), inspect.Parameter.empty
+    told = lambda item: [item is not empty, None if item is empty else item]
+    return [[[p.name, int(p.kind), *told(p.default), *told(p.annotation)]
+             for p in found.parameters.values()], told(found.return_annotation)]
+
+
+# what a reference tells of a program object's type (sandbox_remote.py reads it)
+def stream_types():
+    """The types of generators and of builtin and itertools iterators, taken before the program
+    runs: their objects travel as streams (sandbox_remote.py:Remote), drawn once, item by item."""
+    itertools = __import__("itertools")
+    samples = ([], (), "", "\u0100", b"", bytearray(), range(0), range(1 << 70), set(), {},
+               {}.values(), {}.items())
+    kinds = {type(iter(sample)) for sample in samples} | {
+        type(reversed([])), type(reversed(range(0))), type(reversed({})), type(iter(int, 1)),
+        type((lambda: (yield))()), type(iter(type("Items", (), {"__getitem__": len})()))}
+    return frozenset(kinds | {kind for module in (builtins, itertools)
+                              for kind in vars(module).values()
+                              if isinstance(kind, type) and hasattr(kind, "__next__")})
+
+
+STREAMS = stream_types()
+
+
+def builtin_kinds():
+    """{id: (type, its module.qualname)} of the builtin types whose instances cross as program
+    objects: the streams', builtins' and module types' types (types is loaded already: ctypes),
+    but the value types'. Held here, none of their ids is ever another object's."""
+    types = sys.modules.get("types") or __import__("types")
+    found = {}
+    for kind in [*STREAMS, *vars(builtins).values(), *vars(types).values()]:
+        if isinstance(kind, type) and not issubclass(kind, VALUE_TYPES):
+            found[id(kind)] = kind, "%s.%s" % (kind.__module__, kind.__qualname__)
+    return found
+
+
+KINDS = builtin_kinds()
+NAMED = {name: kind for kind, name in KINDS.values()}
+STREAM_IDS = frozenset(map(id, STREAMS))
+
+
+TYPE = vars(type)  # (a class's names as its type's slots hold them: no metaclass's code runs)
+NAMES = ("__name__", "__qualname__", "__module__")
+NAME_CAP, CLASS_CAP = 200, 1024  # the longest name told of a program's class; the most classes
+NUMBERS = {}  # the program's process's numbers of its classes told of: {id: (number, class)}
+
+
+def kind_of(kind):
+    """The name of a program object's type where it is a builtin type (KINDS) or re.Match (true,
+    as each one is), else None."""
+    if id(kind) in KINDS:
+        return KINDS[id(kind)][1]
+    return "re.Match" if kind is getattr(sys.modules.get("re"), "Match", ()) else None
+
+
+def named(kind):
+    """The JSON text of what a reference tells of a program object's class, for its type in the
+    test process: [a number of the class's own, its __name__, __qualname__ and __module__ as its
+    type's slots hold them, the names of its ancestors that are the context's classes (declared)];
+    null for a builtin kind (the test process names it) and where told refuses the names or
+    CLASS_CAP classes are told of already."""
+    if kind_of(kind) is not None:
+        return "null"
+    try:
+        names = told([TYPE[name].__get__(kind) for name in NAMES])
+    except Exception:
+        return "null"
+    if names is None or id(kind) not in NUMBERS and len(NUMBERS) >= CLASS_CAP:
+        return "null"
+    number = NUMBERS.setdefault(id(kind), (len(NUMBERS), kind))[0]
+    return dump([number, *names, declared(kind)], None)
+
+
+def declared(kind):
+    """The names of the classes of kind's ancestry (itself aside) that are the context's classes
+    of their names (sandbox_patches.py:same), up to 16: isinstance with those holds in the test
+    process (standing)."""
+    try:
+        return [TYPE["__name__"].__get__(found) for found in MRO.__get__(kind)[1:]
+                if same(found)][:16]
+    except Exception:
+        return []
+
+
+def told(names):
+    """A class's names as a tuple where each is a str of at most NAME_CAP characters and its
+    module none of the standard library's (whose classes the harness reads by their names:
+    sandbox_values.py:dump), else None: the harness never treats a program object by them."""
+    if len(names) == 3 and all(type(name) is str and len(name) <= NAME_CAP for name in names) and (
+            names[2].partition(".")[0] not in sys.stdlib_module_names):
+        return tuple(names)
+    return None
+
+
+def signed(told):
+    """The inspect.Signature of what described tells: its parameters' names,
+    kinds, defaults and annotations (a default or annotation that is a program object: its
+    proxy), made here by inspect's own classes; a malformed answer fails the test."""
+    parameter = unpatched("inspect", "Parameter")
+    given = lambda has, item: item if has is True else parameter.empty
+    try:
+        parameters, (returns, returned) = told
+        return unpatched("inspect", "Signature")([
+            parameter(name, kind, default=given(has, default), annotation=given(noted, note))
+            for name, kind, has, default, noted, note in parameters],
+            return_annotation=given(returns, returned))
+    except Exception:
+        raise abort(ProgramError("a malformed answer")) from None
+
+
+def valued(value, base, refer, aliases):
+    """The end of the reference to a program's instance of its subclass of a value type (base;
+    "" for none): [its base's name, overridden's bits, its value where it cannot change (LASTING),
+    else null]."""
+    if base is None:
+        return ""
+    taken = dump(TAKE[base](value), refer, aliases) if base in LASTING else "null"
+    return ",[%s,%d,%s]" % (dump(base.__name__, None), overridden(type(value), base, value), taken)
+
+
+class Standing(type):
+    """The metaclass of a program class's stand-in (standing): its ancestry (mro) is itself, its
+    declared bases' and object, though its bases are object alone."""
+
+    def mro(cls):
+        found = [cls]
+        for base in SPACE.__get__(cls).get("_Remote__declared", ()):
+            found += [kind for kind in MRO.__get__(base) if kind is not object and not any(
+                kind is other for other in found)]
+        return [*found, object]
+
+
+def standing(name, qualname, module, bases):
+    """The stand-in of a program class that isinstance asks of its objects (their __class__:
+    sandbox_remote.py:Remote) where bases name classes the context declares (DECLARED): a class
+    of its names whose ancestry holds them, made with no bases and then given that ancestry
+    (Standing), so that no code of theirs runs (their __init_subclass__, their metaclass's) and
+    none lists it among its subclasses; its methods are theirs, but the program object's own are
+    asked of the program. None where none is declared or their layout refuses it (a base with
+    __slots__)."""
+    found = [DECLARED.get(base) for base in bases]
+    found = tuple(kind for kind in found if isinstance(kind, type))
+    if not found:
+        return None
+    try:
+        made = Standing(name, (), {"__slots__": (), "__module__": module, "__qualname__": qualname})
+        made._Remote__declared = found
+        made.__bases__ = (object,)  # (its ancestry made anew: theirs too)
+        return made
+    except Exception:
+        return None

@@ -20,10 +20,11 @@ from sandbox_layers import (capped_streams, confine, die_with_parent, drop_privi
 from sandbox_link import (DEEP, EXIT, LINK, OPS, BINARY, TestTimeout, abort, answer, attempt,
                           refuse, compiled, deep, read_exactly, read_line, run, serve, taken,
                           tidings, with_pairs, write_all)
-from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, stand_in, took_on
+from sandbox_patches import (IMPORT, by_name, gave_back, on_arguments, quiet_null, stand_in,
+                             take_decimal, took_on)
 from sandbox_proxies import TestObject, test_object
-from sandbox_bases import TAKE, applied, programs, traits, value_base
-from sandbox_remote import COPIES, kind_of, named, valued
+from sandbox_bases import TAKE, applied, kind_of, named, programs, traits, value_base, valued
+from sandbox_remote import COPIES
 from sandbox_values import CONTEXT, DATETIMES, PRINTS, Decoder, dump, error_payload, raised, same
 from sandbox_verdicts import test_side
 
@@ -44,6 +45,7 @@ def program_side(job, requests, answers):
     """The program's process: runs the program, then answers requests until their pipe closes."""
     die_with_parent(lambda: not select.select([requests], [], [], 0)[0])  # (its pipe is not closed)
     confine(job)
+    quiet_null()  # (open(os.devnull, "w"): a duplicate of its stdin, a write-only /dev/null)
     scope = {"__name__": "__main__", "__builtins__": builtins}
     refs, ids, tests, buffer = {}, {}, {}, bytearray()
     clocks, marks = {}, {}  # the stand-ins of a test's frozen clocks: by handle, the mark by id
@@ -95,8 +97,8 @@ def program_side(job, requests, answers):
 
     def refer(value, aliases):
         """A program object that is not a value: its reference, its class's names with it
-        (sandbox_remote.py:named; the program's own subclass of a value type's ends with its
-        base's: sandbox_remote.py:valued; the context's or a module's travels as its base's value;
+        (sandbox_bases.py:named; the program's own subclass of a value type's ends with its
+        base's: sandbox_bases.py:valued; the context's or a module's travels as its base's value;
         an exception as its payload)."""
         if issubclass(type(value), TestObject):  # (a proxy class's)
             return '{"x":%d}' % value.handle
@@ -145,6 +147,8 @@ def program_side(job, requests, answers):
         taken(extra)  # the test's changes to the kept containers
         if type(extra.get("l")) is int:
             sys.setrecursionlimit(max(extra["l"], 100) + 50)
+        if "C" in extra:  # the test's decimal context, where it changed
+            take_decimal(extra["C"])
         for key, name in (("o", "stdout"), ("e", "stderr")):  # (after gives them back)
             if extra.get(key):
                 setattr(sys, name, io.StringIO())

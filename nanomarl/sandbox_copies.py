@@ -97,6 +97,16 @@ def parts(value):
 
 
 LEAVES = {int, str, float, bool, type(None), bytes, complex}  # (what containers() skips at once)
+VIEWS = (type({}.values()), type({}.items()))  # (walked for their dict's values: inside)
+
+
+def inside(value):
+    """What containers() and share walk: its parts, or a values or items view's values (alike on
+    both sides: one is of a dict rebuilt in the order sent; a test's d.values() written back)."""
+    found = parts(value)
+    if found is None and type(value) in VIEWS:
+        return list(value) if type(value) is VIEWS[0] else [item for _, item in value]
+    return found
 
 
 def containers(values, out, sent=None):
@@ -110,7 +120,7 @@ def containers(values, out, sent=None):
             continue
         if numbered(kind):
             out.append(value)
-        inner = parts(value)
+        inner = inside(value)
         if inner:
             containers(inner, out, sent)
     return out
@@ -135,12 +145,15 @@ def share(values, same):
             k = len(out)
             out.append(value)
             found = out[same[k]] if k in same else value
-        inner = parts(value)
+        inner = inside(value)
         if not inner:
             return found
         items = [walk(item) for item in inner]
         if all(new is old for new, old in zip(items, inner)):
             return found
+        if kind in VIEWS:  # (a view of a dict of its own: one holding the items replaced)
+            made = dict(zip(range(len(items)) if kind is VIEWS[0] else dict(value), items))
+            return made.values() if kind is VIEWS[0] else made.items()
         if kind is list or numbered(kind) and kind.__name__ == "deque":
             for i, new in enumerate(items):
                 value[i] = new

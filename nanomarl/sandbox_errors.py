@@ -7,17 +7,26 @@ of one side's own (the program's ValidationError, a test's `class E(Exception)`)
 exception classes (each crossing so: a builtin by name), whether it is the context's class of its
 name, whether it is its module's own (the class that module holds at its name in this side's
 process: sandbox_stdlib.py:own_module; a program's class that only names statistics as its module
-is none)]} (crossing) and is one real class on the other side (class_of), made once for each: of
-that name, qualified name and module, its bases those bases there (none that is no exception
-class), so that `except`, issubclass, isinstance and `type(e) is` see it as one process would (a
-standard library module's own class of those bases is that module's there); it comes back
-as the first side's reference, its own class again. An exception's payload carries its class so
-(class_text: sandbox_values.py:error_payload), and is raised as an instance of it
-(sandbox_values.py:program_error). The class made runs none of the other side's code: calling it
-asks the other side to call its own class (its __init__ runs there: the instance crosses back), a
-subclass made here is made by its nearest builtin's constructor, and its text is the one the other
-side gave (its __str__), else its nearest builtin's. No other attribute or method of the class
-crosses."""
+is none), and from the program's process its `answered`]} (crossing) and is one real class on the
+other side (class_of), made once for each: of that name, qualified name and module, its bases
+those bases there (none that is no exception class), so that `except`, issubclass, isinstance and
+`type(e) is` see it as one process would (a standard library module's own class of those bases is
+that module's there); it comes back as the first side's reference, its own class again. An
+exception's payload carries its class so (class_text: sandbox_values.py:error_payload), and is
+raised as an instance of it (sandbox_values.py:program_error). The class made runs none of the
+other side's code: calling it asks the other side to call its own class (its __init__ runs there:
+the instance crosses back), a subclass made here is made by its nearest builtin's constructor, and
+its text is the one the other side gave (its __str__), else its nearest builtin's. But in the test
+process, by the program's `answered` (a function of this module in its process, called as any
+program function is), an instance of a program's class has the program's object behind it (the
+one the program's process keeps, RAISED, by the number it crossed with:
+sandbox_values.py:error_payload): its public attributes that its class there lacks (an own
+attribute, a class attribute, a property, a method, each read anew), its str and its repr are
+asked there, as a program object's are (sandbox_remote.py:Remote), and set and deleted there
+(forwarding); the values it crossed with stand in only where that process no longer holds it and
+nothing was asked yet (once asked, the test fails then). A test's subclass of it is made by the
+program's class (adopt: the object that call makes stands behind it; the test's own class's
+attributes are the test's)."""
 import sys
 
 from sandbox_link import LINK, TestTimeout, abort
@@ -25,7 +34,7 @@ from sandbox_patches import PRINTS, same, stdlib_error, unpatched
 from sandbox_proxies import TestObject
 from sandbox_remote import Remote
 from sandbox_stdlib import own_module
-from sandbox_values import (CLASS_TEXT, CONTEXT, DECLARED, Abort, Dumped, ProgramError,
+from sandbox_values import (CLASS_TEXT, CONTEXT, DECLARED, RAISED, Abort, Dumped, ProgramError,
                             builtin_ancestor, dump, error_class, raised)  # sandbox.py's BOOT
 
 CLASSES = 1024  # the most exception classes of the other side's that one side makes
@@ -48,10 +57,12 @@ def crossing(value, inner, refer):
     bases = [dump(base, refer) for base in TYPE["__bases__"].__get__(value)
              if issubclass(base, BaseException)]
     context = name in PRINTS and same(value) or DECLARED.get(name) is value  # (program; test)
-    return '{"h":[%s,%s,%s,%s,[%s],%s,%s]}' % (
+    program = LINK.get("side") == "program"  # (the program's reads of its own: answered)
+    return '{"h":[%s,%s,%s,%s,[%s],%s,%s%s]}' % (
         inner(), dump(name, None), dump(TYPE["__qualname__"].__get__(value), None),
         dump(module if type(module) is str else "", None), ",".join(bases),
-        "true" if context else "false", "false" if own_module(value) is None else "true")
+        "true" if context else "false", "false" if own_module(value) is None else "true",
+        "," + dump(answered, refer) if program else "")
 
 
 def class_text(kind):
@@ -81,20 +92,25 @@ def class_of(item):
     made for its reference before; the context's class of its name where it is that (the test's
     class the context declares; the program's own class of that name); a standard library
     module's class of its module and name where it is that module's own there and has those
-    bases; else a class made here (made_class)."""
-    if not (type(item) is list and len(item) == 7 and issubclass(type(item[0]), (
+    bases; else a class made here (made_class; in the test process, with the program's answered
+    where the item ends with it: its exceptions are read through to the program's own)."""
+    if not (type(item) is list and len(item) in (7, 8) and issubclass(type(item[0]), (
             Remote, TestObject)) and all(type(part) is str and len(part) <= 1000
                                          for part in item[1:4])
             and type(item[4]) is list and type(item[5]) is bool and type(item[6]) is bool):
         raise malformed("a malformed exception class")
-    reference, name, qualname, module, bases, context, own = item
+    reference, name, qualname, module, bases, context, own = item[:7]
+    forward = item[7] if len(item) == 8 else None
+    if not (forward is None or LINK["side"] == "test" and issubclass(type(forward), Remote)
+            and callable(forward)):
+        raise malformed("a malformed exception class")
     if id(reference) not in THEIRS:
         if len(THEIRS) >= CLASSES:
             raise malformed("too many exception classes")
         found = context and exception_class(CONTEXT[0](name)) or own and stdlib_class(
             module, name, bases)
         THEIRS[id(reference)] = reference, found or made_class(reference, name, qualname,
-                                                                module, bases)
+                                                                module, bases, forward)
     return THEIRS[id(reference)][1]
 
 
@@ -118,11 +134,14 @@ def exception_class(kind):
     return issubclass(type(kind), type) and error_class(kind, True) or None
 
 
-def made_class(reference, name, qualname, module, bases):
+def made_class(reference, name, qualname, module, bases, forward=None):
     """A class of that name, qualified name and module whose bases are those of bases that are
     exception classes here (each once; Exception where none is; the first alone where Python
-    refuses them together): calling it calls the other side's class (reference); a subclass's
-    instance is made by its nearest builtin's constructor; its text is the other side's."""
+    refuses them together): calling it calls the other side's class (reference); its text is the
+    other side's. A subclass's instance is made by its nearest builtin's constructor, but, with
+    `forward` (the program's answered: the test process's class of a program's), by that
+    class's: the program's object it makes stands behind it (adopt), and an instance's attributes
+    and text are read through to the program's object behind it (forwarding)."""
     bases = [base for i, base in enumerate(bases) if exception_class(base) and all(
         base is not other for other in bases[:i])] or [Exception]
 
@@ -132,8 +151,12 @@ def made_class(reference, name, qualname, module, bases):
         return builtin_ancestor(cls).__new__(cls, *args, **kwargs)
 
     def __init__(self, *args, **kwargs):
-        if type(self) is not kind:
+        if type(self) is kind:
+            return
+        if forward is None:
             builtin_ancestor(type(self)).__init__(self, *args, **kwargs)
+        else:  # (a test's subclass: the program's class makes the object behind it)
+            adopt(self, reference(*args, **kwargs), kind)
 
     def __str__(self):
         text = vars(self).get("program_str")
@@ -141,6 +164,8 @@ def made_class(reference, name, qualname, module, bases):
 
     space = dict(__module__=module, __qualname__=qualname, __new__=__new__, __init__=__init__,
                  __str__=__str__)
+    if forward is not None:
+        space.update(forwarding(forward, __str__))
     for tried in (bases, bases[:1]):
         try:
             kind = type(name, tuple(tried), space)
@@ -151,6 +176,117 @@ def made_class(reference, name, qualname, module, bases):
         raise malformed("a malformed exception class")
     MADE[id(kind)] = reference
     return kind
+
+
+GONE = object()  # (asked's: the program's process no longer holds the object)
+HANDLES = ("program_handle", "program_object")  # (the numbers of the program's object behind)
+
+
+def forwarding(forward, snapshot):
+    """The methods of the test process's class of a program's exception class by which an
+    instance's attributes (but those its class here has: args, a test's subclass's own) and its
+    text are its program object's (asked): read, set and deleted there, its str and repr made
+    there; where the program's process no longer holds it and none was, as that crossed."""
+    def __getattribute__(self, name):
+        if through(self, name) and (found := asked(self, forward, "get", name)) is not GONE:
+            return found
+        return object.__getattribute__(self, name)
+
+    def __setattr__(self, name, value):  # (here too: what the instance crosses with)
+        if through(self, name):
+            asked(self, forward, "set", name, value)
+        elif name in HANDLES and name in vars(self):  # (copy.copy's state: the copy's own)
+            return
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        if through(self, name) and asked(self, forward, "del", name) is not GONE:
+            vars(self).pop(name, None)
+        else:
+            object.__delattr__(self, name)
+
+    def __str__(self):
+        text = asked(self, forward, "str")
+        return snapshot(self) if text is GONE else text_of(text)
+
+    def __repr__(self):
+        text = asked(self, forward, "repr")
+        return builtin_ancestor(type(self)).__repr__(self) if text is GONE else text_of(text)
+
+    return dict(__getattribute__=__getattribute__, __setattr__=__setattr__,
+                __delattr__=__delattr__, __str__=__str__, __repr__=__repr__)
+
+
+def through(error, name):
+    """Whether the attribute name of a program's exception is its program object's: a public
+    name (no harness's program_ one) that no class of its class's mro here holds."""
+    return name[:1] != "_" and not name.startswith("program_") and not any(
+        name in kind.__dict__ for kind in type(error).__mro__)
+
+
+def text_of(text):
+    """A str or repr the program's object gave: a str (a program object fails the test)."""
+    if type(text) is not str:
+        raise abort(ProgramError("an exception's text that is no str"))
+    return text
+
+
+def asked(error, forward, how, name="", value=None):
+    """What the program's process answers (answered) for the object behind error (the number it
+    crossed with, or that of the one its class made: adopt; an attribute it lacks an
+    AttributeError raised here), GONE where it holds none; once one answered, the object is read
+    through alone (one it no longer holds fails the test)."""
+    own = object.__getattribute__(error, "__dict__")
+    handle = own.get(HANDLES[1], own.get(HANDLES[0]))
+    answer = forward(handle, how, name, value) if type(handle) is int else ()
+    if type(answer) is tuple and len(answer) == 1:
+        own["program_live"] = True
+        return answer[0]
+    if how == "get" and type(answer) is tuple and len(answer) == 2 and type(answer[1]) is str:
+        own["program_live"] = True  # (its AttributeError, as one raised here)
+        raise AttributeError(answer[1][:300], name=name, obj=error)
+    if own.get("program_live") is True:
+        raise abort(ProgramError("the program's process no longer holds this exception"))
+    return GONE
+
+
+def adopt(error, made, kind):
+    """A test's subclass's instance (error) whose program class (kind) made `made` in the
+    program's process: made's arguments, text and attributes are error's, that object stands
+    behind it (asked); the attributes the test set before are set on it where made has none of
+    that name. One of a second program class besides kind's fails the test."""
+    handle = vars(made).get("program_handle") if isinstance(made, kind) else None
+    if type(handle) is not int or not all(issubclass(kind, other) for other in type(error).__mro__
+                                          if id(other) in MADE):
+        raise abort(ProgramError("a test's subclass of this program exception class"))
+    own, theirs = vars(error), vars(made)
+    before = {key: own.pop(key) for key in [*own] if through(error, key)}
+    object.__setattr__(error, "args", made.args)
+    own.update({key: value for key, value in theirs.items() if through(error, key)},
+               program_object=handle, program_text=theirs.get("program_text"),
+               program_str=theirs.get("program_str"))
+    for key, value in before.items():
+        if key not in theirs:
+            setattr(error, key, value)
+
+
+def answered(handle, how, name, value):
+    """In the program's process, at the test process's request (asked): for its exception that
+    RAISED holds at handle, (its attribute name,) (or (None, the text of its AttributeError)),
+    (None,) once it set or deleted it, (its str,) or (its repr,); () where RAISED holds none."""
+    error = RAISED.get(handle) if type(handle) is int else None
+    if error is None or type(name) is not str:
+        return ()
+    if how == "get":
+        try:
+            return getattr(error, name),
+        except AttributeError as missing:  # (its text alone: nothing the program keeps)
+            if type(missing) is not AttributeError:
+                raise
+            return None, str(missing)
+    if how in ("set", "del"):
+        return (setattr(error, name, value) if how == "set" else delattr(error, name)),
+    return (str(error) if how == "str" else repr(error)),
 
 
 SOURCES, CALLS = {}, {}  # by file name ("<test 0>"), the test process's sources and their calls

@@ -294,3 +294,66 @@ def gave_back(done):
             vars(found)[attribute] = former
         if first:
             PATCHED.pop((found, attribute), None)
+
+
+# the state inside a module that the program's process takes on from the test process: the test's
+# decimal context (its precision, rounding, exponent limits, capitals, clamp and traps; never its
+# flags, which the program's own operations set), as the program's process has it last: a fresh
+# interpreter's on both sides of the fork until the test changes its own
+DECIMAL = [[28, "ROUND_HALF_EVEN", -999999, 999999, 1, 0,
+            ["InvalidOperation", "DivisionByZero", "Overflow"]]]
+
+
+def decimal_context():
+    """In the test process (decimal imported there): its thread's decimal context as
+    take_decimal sets it where it is not the one the program's process has (DECIMAL, which
+    sandbox_verdicts.py:sent notes once a request carries it), else None."""
+    context = unpatched("decimal", "getcontext")()
+    found = [context.prec, context.rounding, context.Emin, context.Emax, context.capitals,
+             context.clamp, [signal.__name__ for signal, on in context.traps.items() if on]]
+    return None if found == DECIMAL[0] else found
+
+
+def take_decimal(found):
+    """In the program's process: the test's decimal context (decimal_context) set on the decimal
+    context of the thread serving the request (the program's context object itself, as a test's
+    `getcontext().prec = 5` changes the one context of a plain Python thread); a malformed one is
+    ignored. Its flags and anything the program set that the test has not changed stay."""
+    if type(found) is not list or len(found) != 7 or type(found[6]) is not list:
+        return
+    try:
+        context, made = unpatched("decimal", "getcontext")(), unpatched("decimal", "Context")
+        signals = {signal.__name__: signal for signal in context.traps.keys()}
+        *fields, traps = found
+        new = made(*fields, traps=[signals[name] for name in traps], flags=[])  # (checked here)
+    except Exception:
+        return
+    for name in ("prec", "rounding", "Emin", "Emax", "capitals", "clamp", "traps"):
+        setattr(context, name, getattr(new, name))
+
+
+def quiet_null():
+    """In the program's process, before the program runs: open() and io.open() of os.devnull for
+    writing only (no reading, no "+", no "x") give a file on a duplicate of the program's process's
+    stdin, a write-only /dev/null (sandbox.py:run_tests_in_sandbox), as plain Python's open gives
+    one on /dev/null: what it writes is discarded (redirect_stdout(open(os.devnull, "w")) silences
+    prints), nothing is opened, no new descriptor can be read. Any other open is open's own (a file
+    opened to write fails: the seccomp filter, sandbox_layers.py:seccomp_filter)."""
+    import io, os
+    real = io.open
+
+    def null_opener(path, flags):
+        stdin = os.fstat(0)  # (only where descriptor 0 is still the character device /dev/null)
+        if flags & (os.O_ACCMODE | os.O_EXCL) == os.O_WRONLY and (stdin.st_mode & 0o170000 == (
+                0o020000) and stdin.st_rdev == os.makedev(1, 3)):
+            return os.dup(0)
+        return os.open(path, flags, 0o666)
+
+    def open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None,
+             closefd=True, opener=None):
+        path = os.fspath(file) if isinstance(file, os.PathLike) else file
+        if opener is None and path in ("/dev/null", b"/dev/null"):
+            opener = null_opener
+        return real(file, mode, buffering, encoding, errors, newline, closefd, opener)
+    open.__doc__, open.__module__, open.__qualname__ = real.__doc__, real.__module__, "open"
+    builtins.open = io.open = open

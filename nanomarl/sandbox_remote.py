@@ -4,63 +4,31 @@ mirror of sandbox_proxies.py. The program's process sends an object that is no v
 {"r": [its handle, its kind, its traits, its class's names]} (sandbox_child.py:program_side's
 refer), the first two decided by the harness from its type, never from a name the program can set:
 its kind, the name of the builtin type it is an instance of (a function, a generator, a bound
-method, a module: KINDS, found by that type's identity, taken before the program runs) or
-re.Match, else null; its traits, which of the protocol's methods (TRAITS: __call__, __iter__,
-__next__, __len__, __hash__, __enter__, ...) its type has; its class's names (named: program text,
-never looked up). In the test process it is a Remote of the subclass made once for those traits
-and names (remote_class: type(x).__name__ is its class's), which defines those methods only (and
-__bool__: a program object's truth fails the test, but a stream's and a re.Match's): callable(x),
-hasattr(x, "__iter__") and the ABCs (Iterator, Sized, Callable, Hashable) say what plain Python
-says. One of a builtin kind has that type's traits and names (as the test process reads them,
-whatever the claim) and that type as its __class__ (isinstance(g, types.GeneratorType)): a forged
-claim makes it no more than a real object of that kind, or of a class the program could define,
-would be. The program's instance of its own subclass of a value type (a Stack(list), an IntEnum's
-member) is a Valued: a program object that keeps its base's value (its reference says which base,
-which of the base's methods its class overrides, and, where that value cannot change, the value:
-sandbox_bases.py:overridden)."""
-import _operator, _weakref, builtins, sys
+method, a module: KINDS, found by that type's identity, taken before the program runs) or re.Match,
+else null; its traits, which of the protocol's methods (TRAITS: __call__, __iter__, __next__,
+__len__, __hash__, __enter__, ...) its type has; its class's names (named: program text, never
+looked up). In the test process it is a Remote of the subclass made once for those traits and names
+(remote_class: type(x).__name__ is its class's), which defines those methods only (and __bool__: a
+program object's truth fails the test, but a stream's and a re.Match's): callable(x), hasattr(x,
+"__iter__") and the ABCs (Iterator, Sized, Callable, Hashable) say what plain Python says; where its
+type keeps object's == and hash (an Enum's member: sandbox_bases.py:traits), it compares and hashes
+by its identity (identical), and where the context declares some of its class's bases, isinstance
+with them holds (sandbox_bases.py:standing). One of a builtin kind has that type's traits and names
+(as the test process reads them, whatever the claim) and that type as its __class__ (isinstance(g,
+types.GeneratorType)): a forged claim makes it no more than a real object of that kind, or of a
+class the program could define, would be. The program's instance of its own subclass of a value type
+(a Stack(list), an IntEnum's member) is a Valued: a program object that keeps its base's value (its
+reference says which base, which of the base's methods its class overrides, and, where that value
+cannot change, the value: sandbox_bases.py:overridden)."""
+import _operator, _weakref, builtins
 
-from sandbox_bases import (FLAG, FLAGGED, KEYS, LASTING, OWN, TAKE, TRAITS, overridden,
-                           traits)
+from sandbox_bases import (CLASS_CAP, FLAG, FLAGGED, IDENTITY, KEYS, LASTING, NAMED, NAMES, OWN,
+                           STREAM_IDS, TAKE, TRAITS, TYPE, signed, standing, told, traits)
 from sandbox_link import (ARITHMETIC, BUILTINS, COMPARISONS, LINK, OPERATORS, TALKING, TestTimeout,
                           abort, ask)
 from sandbox_patches import unpatched
-from sandbox_values import (VALUE_TYPES, Abort, ProgramError, dump, error_payload,
+from sandbox_values import (VALUE_TYPES, Abort, ProgramError, error_payload,
                             raised)  # sandbox.py's BOOT
-
-
-def stream_types():
-    """The types of generators and of builtin and itertools iterators, taken before the program
-    runs: their objects travel as streams (Remote), drawn once, item by item."""
-    itertools = __import__("itertools")
-    samples = ([], (), "", "\u0100", b"", bytearray(), range(0), range(1 << 70), set(), {},
-               {}.values(), {}.items())
-    kinds = {type(iter(sample)) for sample in samples} | {
-        type(reversed([])), type(reversed(range(0))), type(reversed({})), type(iter(int, 1)),
-        type((lambda: (yield))()), type(iter(type("Items", (), {"__getitem__": len})()))}
-    return frozenset(kinds | {kind for module in (builtins, itertools)
-                              for kind in vars(module).values()
-                              if isinstance(kind, type) and hasattr(kind, "__next__")})
-
-
-STREAMS = stream_types()
-
-
-def builtin_kinds():
-    """{id: (type, its module.qualname)} of the builtin types whose instances cross as program
-    objects: the streams', builtins' and module types' types (types is loaded already: ctypes),
-    but the value types'. Held here, none of their ids is ever another object's."""
-    types = sys.modules.get("types") or __import__("types")
-    found = {}
-    for kind in [*STREAMS, *vars(builtins).values(), *vars(types).values()]:
-        if isinstance(kind, type) and not issubclass(kind, VALUE_TYPES):
-            found[id(kind)] = kind, "%s.%s" % (kind.__module__, kind.__qualname__)
-    return found
-
-
-KINDS = builtin_kinds()
-NAMED = {name: kind for kind, name in KINDS.values()}
-STREAM_IDS = frozenset(map(id, STREAMS))
 
 
 def refused(self, *other):
@@ -90,6 +58,7 @@ class Remote:
     __reduce_ex__ = __reduce__ = refused  # (pickled: no object of either process)
     __copy__ = lambda self: self.__copied("copy")
     __deepcopy__ = lambda self, memo: self.__copied("deepcopy")
+    __class = None  # (its class as isinstance sees it, where the context declares a base: standing)
 
     def __init__(self, handle, kind=None):
         self.__handle, self.__kind, self.__buffer, self.__drawn, self.__end = (
@@ -112,8 +81,17 @@ class Remote:
 
     @property
     def __class__(self):  # isinstance(x, types.GeneratorType) asks this of a Remote
-        """Its builtin kind (KINDS), else its own class (never a value's: values cross as such)."""
-        return type(self) if self.__kind is None else self.__kind
+        """Its builtin kind (KINDS), else its own class (never a value's: values cross as such),
+        or, where the context declares some of its class's bases, its stand-in (standing)."""
+        return self.__kind if self.__kind is not None else type(self).__class or type(self)
+
+    @property
+    def __signature__(self):  # (inspect.signature asks it)
+        """Its signature, made here of what inspect.signature tells in the program's process
+        (signed); none where it is not callable."""
+        if not callable(self):
+            raise AttributeError("__signature__")
+        return signed(ask("apply", self.__handle, ["signature"], {}))
 
     def __copied(self, how):
         """A copy made in the program's process (copy.copy or copy.deepcopy there: its own
@@ -172,6 +150,28 @@ class Remote:
             LINK["released"].append(handle)
 
 
+def identical(self, other):
+    """== of a program object whose type keeps object's: its identity, decided here, with None, a
+    value (no program object is one: values cross as such) or another such program object (one
+    proxy for a handle while it lives: remote); another program object's own == answers next
+    (NotImplemented), as in one process; with anything else it fails the test: in one process
+    that could be this very object (a class made here for a program class: harness_class; the
+    context's class, whose copy the program has)."""
+    if self is other:
+        return True
+    if issubclass(type(other), Remote) and type(other).__eq__ is not identical:
+        return NotImplemented
+    if not (other is None or issubclass(type(other), Remote) or isinstance(other, VALUE_TYPES)):
+        refused(self)
+    return False
+
+
+def different(self, other):
+    """!= of a program object whose type keeps object's (identical)."""
+    found = identical(self, other)
+    return found if found is NotImplemented else not found
+
+
 for name in COMPARISONS[2:]:  # (every object has them: refused)
     setattr(Remote, "__%s__" % name, refused)
 METHODS = dict(call=Remote._Remote__call, iter=Remote._Remote__iter, next=Remote._Remote__next,
@@ -182,40 +182,9 @@ CLASSES = {}  # the subclasses of Remote made: by traits, base and a builtin kin
 # __dict__ and __annotations__: read-only snapshots, as a change to a copy never reaches the object)
 COPIES = ("__dict__", "__annotations__")
 TOLD = {"__name__", "__qualname__", "__doc__", "__module__", "__defaults__", "__kwdefaults__",
-        "__wrapped__", *COPIES}
+        "__wrapped__", "__bases__", "__func__", "__self__", *COPIES}  # (__bases__: issubclass)
 MAPPING = type(type.__dict__)  # types.MappingProxyType
-TYPE = vars(type)  # (a class's names as its type's slots hold them: no metaclass's code runs)
-NAMES = ("__name__", "__qualname__", "__module__")
-NAME_CAP, CLASS_CAP = 200, 1024  # the longest name told of a program's class; the most classes
-NUMBERS = {}  # the program's process's numbers of its classes told of: {id: (number, class)}
 THEIRS = {}  # the test process's classes for the program's classes: by traits, base and names
-
-
-def named(kind):
-    """The JSON text of what a reference tells of a program object's class, for its type in the
-    test process: [a number of the class's own, its __name__, __qualname__ and __module__ as its
-    type's slots hold them]; null for a builtin kind (the test process names it) and where told
-    refuses the names or CLASS_CAP classes are told of already."""
-    if kind_of(kind) is not None:
-        return "null"
-    try:
-        names = told([TYPE[name].__get__(kind) for name in NAMES])
-    except Exception:
-        return "null"
-    if names is None or id(kind) not in NUMBERS and len(NUMBERS) >= CLASS_CAP:
-        return "null"
-    number = NUMBERS.setdefault(id(kind), (len(NUMBERS), kind))[0]
-    return dump([number, *names], None)
-
-
-def told(names):
-    """A class's names as a tuple where each is a str of at most NAME_CAP characters and its
-    module none of the standard library's (whose classes the harness reads by their names:
-    sandbox_values.py:dump), else None: the harness never treats a program object by them."""
-    if len(names) == 3 and all(type(name) is str and len(name) <= NAME_CAP for name in names) and (
-            names[2].partition(".")[0] not in sys.stdlib_module_names):
-        return tuple(names)
-    return None
 
 
 def remote_class(bits, base=None, names=None):
@@ -230,10 +199,14 @@ def remote_class(bits, base=None, names=None):
             return remote_class(bits, base)
         if len(CLASSES) > 256:  # (a forged answer's many: made anew)
             CLASSES.clear()
-        name, qualname, module = names[1:] if names else ("Remote", "Remote", __name__)
+        name, qualname, module = names[1:4] if names else ("Remote", "Remote", __name__)
         space = {"__slots__": (), "__module__": module, "__qualname__": qualname}
         space.update(("__%s__" % trait, base and VALUED.get(trait) or METHODS.get(trait, refused))
                      for i, trait in enumerate(TRAITS) if bits >> i & 1)
+        if bits >> IDENTITY & 1:  # (its type keeps object's == and hash: sandbox_bases.py:traits)
+            space.update(__eq__=identical, __ne__=different, __hash__=vars(object)["__hash__"])
+        if base is None and names and len(names) > 4:  # (the context's classes among its bases)
+            space["_Remote__class"] = standing(name, qualname, module, names[4])
         try:
             if base is not None:
                 space["_Remote__class"] = STAND_INS[base] if names is None else type(
@@ -251,14 +224,6 @@ def harness_class(value):
         vars(kind).get("_Remote__class") is value for kind in THEIRS.values())
 
 
-def kind_of(kind):
-    """The name of a program object's type where it is a builtin type (KINDS) or re.Match (true,
-    as each one is), else None."""
-    if id(kind) in KINDS:
-        return KINDS[id(kind)][1]
-    return "re.Match" if kind is getattr(sys.modules.get("re"), "Match", ()) else None
-
-
 def remote(item):
     """The one Remote of a handle (so `is` holds between two answers naming the same object), of
     the reference's kind and traits (a builtin kind's: its type's) and its class's names (told; a
@@ -269,8 +234,10 @@ def remote(item):
     if not (type(item) is list and len(item) in (4, 5) and type(item[0]) is int and (
             item[1] is None or item[1] == "re.Match" or type(item[1]) is str and item[1] in NAMED)
             and type(item[2]) is int and item[2] >= 0 and (item[3] is None or type(
-                item[3]) is list and len(item[3]) == 4 and type(item[3][0]) is int
-                and item[3][0] >= 0 and told(item[3][1:]) is not None)):
+                item[3]) is list and len(item[3]) in (4, 5) and type(item[3][0]) is int
+                and item[3][0] >= 0 and told(item[3][1:4]) is not None
+                and (len(item[3]) == 4 or type(item[3][4]) is list and len(item[3][4]) <= 16
+                     and all(type(base) is str for base in item[3][4])))):
         return None
     handle, name, spec = item[0], item[1], valued_spec(item[4]) if len(item) == 5 else None
     kind = unpatched("re", "Match") if name == "re.Match" else NAMED.get(name)
@@ -278,11 +245,13 @@ def remote(item):
         return None
     found = LINK["remotes"].get(handle, lambda: None)()
     if found is None:
-        names = None if item[3] is None else tuple(item[3])
+        names = None if item[3] is None else (
+            *item[3][:4], tuple(item[3][4] if len(item[3]) == 5 else ()))
         if kind is not None:  # (its type's, whatever the claim)
             names = (None, *[TYPE[slot].__get__(kind) for slot in NAMES])
-        bits = traits(kind) if kind is not None else item[2] & ((1 << len(TRAITS)) - 1)
+        bits = traits(kind) if kind is not None else item[2] & ((1 << IDENTITY + 1) - 1)
         if spec is not None:  # (`[0] + s`: a sequence's own concatenation, reflected)
+            bits &= ~(1 << IDENTITY)  # (its comparisons are its value's)
             bits |= (1 << TRAITS.index("radd")) if spec[0] in SEQUENCES else 0
             found = remote_class(bits, spec[0], names)(handle, *spec)
         else:
@@ -302,16 +271,6 @@ STAND_INS = {kind: type("Remote", (kind,), {"__slots__": (), "__module__": __nam
 SEQUENCES = (str, bytes, bytearray, list, tuple)  # (`[0] + s`: their __radd__, which they lack)
 # each request of the test process's that only took a Valued's value (it runs no program code)
 FETCHED = [0]
-
-
-def valued(value, base, refer, aliases):
-    """The end of the reference to a program's instance of its subclass of a value type (base;
-    "" for none): [its base's name, overridden's bits, its value where it cannot change (LASTING),
-    else null]."""
-    if base is None:
-        return ""
-    taken = dump(TAKE[base](value), refer, aliases) if base in LASTING else "null"
-    return ",[%s,%d,%s]" % (dump(base.__name__, None), overridden(type(value), base, value), taken)
 
 
 def valued_spec(spec):
@@ -422,6 +381,18 @@ def on_value(name, function):
     return lambda self, *operands: function(based(self, name), *operands)
 
 
+def contains(self, other):
+    """`other in` a Valued: Python's on its value; an int Flag's member whose class keeps the
+    enum module's __contains__ (FLAG) holds another member of its class (of the same class made
+    here) whose bits its own hold, and raises TypeError for anything else, as that method does."""
+    if not self._Remote__changed >> FLAG & 1:
+        return _operator.contains(based(self, "contains"), other)
+    if type(other) is not type(self):
+        raise TypeError("unsupported operand type(s) for 'in'")
+    found = based(other, "contains")
+    return found & based(self, "contains") == found
+
+
 def item(self, key):
     """A Valued's item, of a class that keeps its base's __getitem__: Python's on the value it
     crossed with (one that cannot change), a slice on its value now; else asked of the program
@@ -440,7 +411,8 @@ VALUED = {**{name: compared(name) for name in COMPARISONS},
           **{name: on_value(name, function) for name, function in BUILTINS.items()},
           **{name: on_value(name, function) for name, function in dict(
               hash=builtins.hash, len=builtins.len, iter=builtins.iter, bool=builtins.bool,
-              reversed=builtins.reversed, contains=_operator.contains).items()},
-          "getitem": item, "setitem": applying("setitem"), "delitem": applying("delitem")}
+              reversed=builtins.reversed).items()},
+          "contains": contains, "getitem": item, "setitem": applying("setitem"),
+          "delitem": applying("delitem")}
 for name in COMPARISONS:
     setattr(Valued, "__%s__" % name, VALUED[name])

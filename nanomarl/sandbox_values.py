@@ -3,33 +3,34 @@ docstring has the threat model; sandbox_link.py carries it).
 
 Executed inside the sandbox as the module `sandbox_values` (sandbox.py's BOOT). A value travels as
 JSON of exact types, tagged where JSON has none (dump; Decoder and hook read it back, refusing
-colliding keys: filled); anything else travels as a reference, made by the `refer` and read by
-the `resolve` each side passes in, or as a copy (sandbox_copies.py: a call's arguments, written back
+colliding keys: filled); anything else travels as a reference, made by the `refer` and read by the
+`resolve` each side passes in, or as a copy (sandbox_copies.py: a call's arguments, written back
 after it; the test's objects of the standard library that hold no test code, a partial, an io
 buffer, a Random, a compiled pattern or a match: their JSON text, sandbox_copies.py:copied). A
 NamedTuple crosses as the context's class of its name where its fields are that class's (CONTEXT),
 or, where its class is the one the sending side's hook made of the receiving side's (marked), as
 that class (TUPLES: a test's Q comes back a Q; a program's own is none of the test's), else as a
-namedtuple of its name and fields. An exception travels as [name, message, nearest builtin ancestor,
-arguments, whether its class is the context's class of its name (same: one the program repeats), its
-own attributes, its class's module, the other side's exception it is, its __cause__ and
-__context__, its class] (error_payload, chain) and is raised on the other side as an exception of
-that class (one of a side's own crosses as one class: sandbox_errors.py) and those arguments
-(program_error; a StopIteration only where the test called the program directly:
-sandbox_errors.py:direct; else the harness refuses it: REFUSE; an OSError's errno picks no subclass:
-made), else of that name: of the builtin class only where the program's is that builtin, of the
-context's class in the test process where the program's is the same (a fingerprint: same), of a
-standard library module's class where it is that module's own (sandbox_stdlib.py:own_module), else
-of a class of that name derived from its nearest builtin ancestor; one a side sent is that very
-object when it comes back (RAISED, while it holds it). A test's patch of a module attribute
-crosses with each request (sandbox_patches.py; the value dumped once, when it is checked: Dumped).
-A test's class deriving from a type of datetime's (a frozen clock) is a class of the program's
-process there: a real subclass of that type whose public methods are the test's
-(sandbox_verdicts.py:frozen_class; sandbox_patches.py:stand_in).
+namedtuple of its name and fields; but the program's own with methods of its own (own_ways) is a
+program object that keeps its tuple's value (sandbox_remote.py:Valued). An exception travels as
+[name, message, nearest builtin ancestor, arguments, whether its class is the context's class of its
+name (same: one the program repeats), its own attributes, its class's module, the other side's
+exception it is, its __cause__ and __context__, its class] (error_payload, chain) and is raised on
+the other side as an exception of that class (one of a side's own crosses as one class:
+sandbox_errors.py) and those arguments (program_error; a StopIteration only where the test called
+the program directly: sandbox_errors.py:direct; else the harness refuses it: REFUSE; an OSError's
+errno picks no subclass: made), else of that name: of the builtin class only where the program's is
+that builtin, of the context's class in the test process where the program's is the same (a
+fingerprint: same), of a standard library module's class where it is that module's own
+(sandbox_stdlib.py:own_module), else of a class of that name derived from its nearest builtin
+ancestor; one a side sent is that very object when it comes back (RAISED, while it holds it). A
+test's patch of a module attribute crosses with each request (sandbox_patches.py; the value dumped
+once, when it is checked: Dumped). A test's class deriving from a type of datetime's (a frozen
+clock) is a class of the program's process there: a real subclass of that type whose public methods
+are the test's (sandbox_verdicts.py:frozen_class; sandbox_patches.py:stand_in).
 
 The tags, an index (each is described where it is made). A value's: dump. A reference's or a mark's,
 read by each side's resolve: {"r": [n, kind, traits, names]} a program object (sandbox_remote.py; a
-Valued's with its base after them: sandbox_remote.py:valued), {"r": n} one sent back, {"x": n} a
+Valued's with its base after them: sandbox_bases.py:valued), {"r": n} one sent back, {"x": n} a
 test object sent back, {"X": [n, class name, own == or hash, how its class looks:
 sandbox_proxies.py:looks]} one sent to the program, {"M": [module, name]} a module or a
 function of one (test_refer's), a builtin class or function (the program's:
@@ -44,8 +45,9 @@ with a request of the test process, what the program's process takes on
 (sandbox_verdicts.py:mirrored): "s" the time left, "f" the handles released, "l" the recursion
 limit, "o" and "e" output redirected, "b" builtins, "p" module attributes (one that is the k-th
 argument container: [module, attribute, null, k]), "i" sys.stdin, "c" warnings caught, "g" log
-records noted (the test's logger levels: sandbox_caught.py:watched), "F" (the first) the
-fingerprints of the classes the context declares (same); in the program's answer, "o" and "e" the
+records noted (the test's logger levels: sandbox_caught.py:watched), "C" the test's decimal
+context (sandbox_patches.py:decimal_context), "F" (the first) the fingerprints of the classes the
+context declares (same); in the program's answer, "o" and "e" the
 output, "i" sys.stdin's contents, "c" the warnings, "g" the log records; either way "k" the kept
 containers' news ([handle, contents] or [handle, start, new items, a dict's pairs flat]:
 sandbox_copies.py:news), "d" and "z" (the program's) those forgotten and at rest, "D" the test's,
@@ -135,6 +137,8 @@ def dump(value, refer, aliases=None):
         return '{"%s":%s}' % ({"Counter": "C", "OrderedDict": "O", "defaultdict": "D",
                                "deque": "Q"}[name], inner)
     if issubclass(kind, tuple) and type(getattr(kind, "_fields", None)) is tuple:  # NamedTuple
+        if REFUSE[0] is None and module == "__main__" and not same(kind) and own_ways(kind):
+            return refer(value, aliases)  # (the program's, with methods: sandbox_remote.py:Valued)
         named = all(type(field) is str for field in kind._fields)  # (a class hook's "n" made)
         theirs = named and NAMEDTUPLES.get((name, kind._fields)) is kind
         name += "" if name not in PRINTS or same(kind) else "_"  # (redefined: not the context's)
@@ -156,6 +160,30 @@ def dump(value, refer, aliases=None):
         return '{"T":[%s,%s%s]}' % (dump(base.__name__, None), dump(state, refer),
                                     "," + refer(kind, aliases) if marked else "")
     return refer(value, aliases)
+
+
+# what collections.namedtuple and typing.NamedTuple put in a class (its fields aside), or Python
+# in a subclass of one, and the methods among them whose code is the same in every such class
+STOCK = __import__("collections").namedtuple("Stock", "a")
+MADE = {*vars(STOCK), "__annotations__", "__orig_bases__", "__dict__", "__weakref__",
+        "__parameters__", "__firstlineno__", "__static_attributes__", "__annotate__"}
+STOCK_CODE = {name: vars(STOCK)[name].__code__ for name in ("__repr__", "_asdict", "_replace")}
+
+
+def own_ways(kind):
+    """Whether a NamedTuple class of the program's has what a namedtuple of its fields lacks (a
+    method, a property, a constant, its own __repr__): its instances then cross as program
+    objects that keep their tuple's value, not as a namedtuple of that name and fields."""
+    try:
+        fields = set(kind._fields)
+        for owner in kind.__mro__[:kind.__mro__.index(tuple)]:
+            for name, found in vars(owner).items():
+                if name not in MADE and name not in fields or name in STOCK_CODE and getattr(
+                        found, "__code__", None) is not STOCK_CODE[name]:
+                    return True
+    except Exception:
+        return False
+    return False
 
 
 def with_pairs(text, pairs):

@@ -15,7 +15,8 @@ from sandbox_link import (DEEP, LINK, OPS, TestTimeout, abort, answer, ask, atte
                           talk, unnumbered)
 from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, kept_entry, rooms
 from sandbox_lending import lending, let_go, readable, received, settable, test_made
-from sandbox_patches import PATCHED, SETS, builtin_named, fingerprint, module, watch_modules
+from sandbox_patches import (DECIMAL, PATCHED, SETS, builtin_named, decimal_context,
+                             fingerprint, module, watch_modules)
 from sandbox_errors import MADE, SOURCES, crossed, crossing, direct
 from sandbox_proxies import looks
 from sandbox_remote import Remote, harness_class, remote
@@ -111,6 +112,8 @@ def mirrored(numbered):
     extra.update((key, found) for key, found in in_force(numbered).items() if found)
     if sys.stdin is not LINK["stdin"]:
         extra["i"] = sys.stdin
+    if "decimal" in sys.modules and (found := decimal_context()) is not None:
+        extra["C"] = found  # (the test's decimal context, where it changed)
     extra.update(watched())  # (warnings and log records caught)
     if LINK["prints"]:  # (until a request is out with them: sent)
         extra["F"] = LINK["prints"]
@@ -175,6 +178,7 @@ def sent(extra):
     anew each time)."""
     del LINK["released"][:len(extra.get("f", ()))]  # (those released since stay, after them)
     LINK["limit_sent"] = extra.get("l", LINK["limit_sent"])
+    DECIMAL[0] = extra.get("C", DECIMAL[0])
     if "F" in extra:
         LINK["prints"] = {}
     for patch in extra.get("p", ()):

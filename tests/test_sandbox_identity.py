@@ -1,0 +1,238 @@
+"""A program object whose class keeps object's equality compares and hashes by its identity in the
+test process (an Enum's member is one), an int Flag's member holds another of its class, a program
+object whose class derives from a class the context declares is an instance of it for isinstance,
+issubclass of program classes and inspect.signature of a program's callable are plain Python's,
+and a NamedTuple of the program's with methods of its own keeps them (nanomarl/sandbox_remote.py,
+nanomarl/sandbox_bases.py). Each case is compared with plain Python; beside each, a wrong program
+shows the allowance credits no object whose own code could answer for it."""
+from textwrap import dedent
+
+from test_sandbox_semantics import plain, run
+
+LIGHTS = """\
+    from enum import Enum, Flag, IntFlag, auto
+    class Light(Enum):
+        RED = auto()
+        GREEN = auto()
+    def nxt(c):
+        return {Light.RED: Light.GREEN, Light.GREEN: Light.RED}[c]
+    class Box:
+        pass
+    def boxes():
+        b = Box()
+        return b, b, Box()
+    class Perm(IntFlag):
+        R = 4
+        W = 2
+        X = 1
+    def rw():
+        return Perm.R | Perm.W
+    """
+
+
+def test_an_enum_member_and_a_plain_object_compare_and_hash_by_identity():
+    """==, != and hash of an Enum's member or an instance of a class without __eq__ are its
+    identity, decided in the test process: dict keys, set members, `in` and `== None` work, a
+    value is never equal to it; an IntFlag's member holds the members whose bits it has."""
+    tests = ["assert nxt(Light.RED) == Light.GREEN and nxt(Light.RED) != Light.RED",
+             "assert {nxt(Light.RED): 1}[Light.GREEN] == 1 and Light.RED in {nxt(Light.GREEN)}",
+             "a, b, c = boxes(); assert a == b and a != c and len({a, b, c}) == 2",
+             "a, b, c = boxes(); assert a != 1 and not (a == [a]) and a != None and a in [c, b]",
+             "assert Light.RED.__eq__(1) is NotImplemented",
+             "assert Perm.W in rw() and Perm.X not in rw()",
+             "1 in rw()"]
+    expected = [True, True, True, True, True, True, False]
+    assert plain(LIGHTS, tests) == expected
+    result = run(LIGHTS, tests)
+    assert result["passed"] == [True, True, True, True, False, True, False], result["errors"]
+
+
+def test_identity_credits_no_object_whose_own_code_could_answer():
+    """A class given an always-true __eq__ after its object first crossed, one whose __class__
+    claims a plain class, one whose __contains__ is its own, and the program's copy of the
+    context's class or the class made for type(x): each fails the test where plain Python would
+    credit it (or judges it by identity, never by the program's code)."""
+    context = "class Shape:\n    pass\n"
+    program = context + dedent("""\
+    class Eq:
+        pass
+    def make():
+        return Eq()
+    def cheat():
+        Eq.__eq__ = lambda self, other: True
+        Eq.__hash__ = lambda self: 0
+    class Liar:
+        __eq__ = lambda self, other: True
+        __hash__ = object.__hash__
+        __class__ = property(lambda self: object)
+    def liar():
+        return Liar()
+    from enum import IntFlag
+    class Loose(IntFlag):
+        A = 1
+        B = 2
+        def __contains__(self, other):
+            return True
+    def shape_class():
+        return Shape
+    """)
+    tests = ["x = make(); cheat(); assert x == [1, 2]",
+             "assert liar() == [1, 2]",
+             "assert Loose.B in Loose.A",
+             "assert shape_class() != Shape",
+             "assert type(make()) != Eq",
+             "x = liar(); assert x.__eq__([1, 2]) or x == x"]
+    assert plain(program, tests) == [True, True, True, False, False, True]
+    result = run(program, tests, context=context, names=["make", "cheat", "liar", "Loose",
+                                                         "shape_class", "Eq"])
+    assert result["passed"] == [False, False, False, False, False, False], result["errors"]
+
+
+SHAPES = dedent("""\
+    import abc
+    REGISTRY = []
+    class Shape:
+        def __init_subclass__(cls):
+            REGISTRY.append(cls.__name__)
+        def area(self):
+            raise NotImplementedError
+    class Drawable(abc.ABC):
+        @abc.abstractmethod
+        def draw(self):
+            pass
+    """)
+CIRCLES = dedent("""\
+    class Circle(Shape, Drawable):
+        def __init__(self, r):
+            self.r = r
+        def area(self):
+            return 3 * self.r ** 2
+        def draw(self):
+            return "o"
+    class Animal:
+        pass
+    class Dog(Animal):
+        pass
+    class Fake:
+        __class__ = property(lambda self: Shape)
+    def fake():
+        return Fake()
+    """)
+
+
+def test_a_program_object_is_an_instance_of_the_contexts_class_it_derives_from():
+    """isinstance with the context's classes among its class's ancestry holds (an ABC's too), its
+    methods stay the program's, no code of the context's class runs for it in the test process
+    (its __init_subclass__ registers nothing in the test's registry, where plain Python's one
+    process registers the program's class); issubclass of program classes is Python's."""
+    tests = ["c = Circle(2); assert isinstance(c, Shape) and isinstance(c, Drawable)",
+             "c = Circle(2); assert c.area() == 12 and c.draw() == 'o'",
+             "assert type(Circle(1)).__name__ == 'Circle' and not isinstance(Dog(), Shape)",
+             "assert issubclass(Dog, Animal) and not issubclass(Animal, Dog)",
+             "assert issubclass(Dog, object) and not issubclass(Dog, int)",
+             "assert 'Circle' not in REGISTRY"]
+    program = SHAPES + CIRCLES
+    assert plain(program, tests) == [True, True, True, True, True, False]
+    result = run(program, tests, context=SHAPES, names=["Circle", "Animal", "Dog"])
+    assert result["passed"] == [True] * 6, result["errors"]
+
+
+def test_isinstance_credits_no_lying_class_nor_a_redefined_context_class():
+    """An object whose __class__ claims the context's class (its type does not derive from it),
+    and the instance of a program class deriving from the program's own redefinition of the
+    context's class, are no instances of the context's class in the test process."""
+    program = SHAPES + CIRCLES + "class Shape:\n    pass\nclass Square(Shape):\n    pass\n"
+    tests = ["assert isinstance(fake(), Shape)", "assert isinstance(Square(), Shape)"]
+    assert plain(program, tests) == [True, True]
+    result = run(program, tests, context=SHAPES, names=["fake", "Square"])
+    assert result["passed"] == [False, False], result["errors"]
+
+
+SIGNED = """\
+    import functools
+    def greet(name: str, punct: str = "!", *rest, key=None, **kw) -> str:
+        return name
+    class Dog:
+        def __init__(self, name, age=3):
+            self.name = name
+        def speak(self, loud=False):
+            return "woof"
+    def deco(f):
+        @functools.wraps(f)
+        def inner(*a, **k):
+            return f(*a, **k)
+        return inner
+    @deco
+    def wrapped(a, b=2):
+        return a + b
+    MARK = object()
+    def odd(x=MARK, y=[1]):
+        return x
+    """
+
+
+def test_inspect_signature_of_a_program_callable_is_plain_pythons():
+    """Its parameters' names, kinds, defaults and annotations, as inspect.signature finds them in
+    the program's process (a class's __init__, a bound method, a functools.wraps wrapper); a
+    default that is no value is the program's object."""
+    tests = ["import inspect\nassert str(inspect.signature(greet)) == "
+             "\"(name: str, punct: str = '!', *rest, key=None, **kw) -> str\"",
+             "import inspect; assert list(inspect.signature(Dog).parameters) == ['name', 'age']",
+             "import inspect; assert str(inspect.signature(Dog('a').speak)) == '(loud=False)'",
+             "import inspect; assert list(inspect.signature(wrapped).parameters) == ['a', 'b']",
+             "import inspect; p = inspect.signature(odd).parameters\n"
+             "assert p['y'].default == [1] and p['x'].default is MARK",
+             "import inspect\n"
+             "assert inspect.signature(greet).bind('a', punct='?').arguments == "
+             "{'name': 'a', 'punct': '?'}"]
+    assert plain(SIGNED, tests) == [True] * 6
+    result = run(SIGNED, tests, names=["greet", "Dog", "wrapped", "odd", "MARK"])
+    assert result["passed"] == [True] * 6, result["errors"]
+
+
+POINTS = """\
+    import json
+    from collections import namedtuple
+    from typing import NamedTuple
+    class Point(NamedTuple):
+        x: int
+        y: int
+        def norm1(self):
+            return abs(self.x) + abs(self.y)
+        @property
+        def flipped(self):
+            return Point(self.y, self.x)
+    class Pair(namedtuple("Pair", "a b")):
+        __slots__ = ()
+        def total(self):
+            return self.a + self.b
+    Plain = namedtuple("Plain", "a b")
+    class Always(NamedTuple):
+        x: int
+        def __eq__(self, other):
+            return True
+    def point():
+        return Point(3, -4)
+    def pair():
+        return Pair(1, 2)
+    def bare():
+        return Plain(1, 2)
+    def always():
+        return Always(0)
+    """
+
+
+def test_a_programs_namedtuple_with_methods_keeps_them():
+    """Its methods and properties are the program's, its value its tuple's (==, indexing,
+    unpacking, isinstance with tuple); one without methods of its own still crosses as a
+    namedtuple (json.dumps takes it); one whose __eq__ is its own fails a test comparing it."""
+    tests = ["assert point() == (3, -4) and point().x == 3 and point().norm1() == 7",
+             "assert point().flipped == (-4, 3) and point()[1] == -4",
+             "x, y = point(); assert (x, y) == (3, -4) and isinstance(point(), tuple)",
+             "assert pair().total() == 3 and pair() == (1, 2) and pair()._asdict() == "
+             "{'a': 1, 'b': 2}",
+             "import json; assert json.dumps(bare()) == '[1, 2]' and bare().a == 1",
+             "assert always() == (5, 5)"]
+    assert plain(POINTS, tests) == [True] * 6
+    result = run(POINTS, tests)
+    assert result["passed"] == [True] * 5 + [False], result["errors"]
