@@ -151,8 +151,8 @@ up these layers, each closing most holes on its own (one missing layer leaves th
      (CLONE_THREAD, without namespace, ptrace, vfork or parent flags; clone3, whose flags a filter
      cannot read, fails with ENOSYS and the C library falls back on clone).
      Everything else (fork, exec, kill, ptrace, sockets, pipes, memfd, prctl, mount, file
-     writes, ...) fails (EPERM); open(os.devnull, "w") in the program's process gives a file on a
-     copy of its stdin (sandbox_patches.py:quiet_null).
+     writes, ...) fails (EPERM); open(os.devnull, "w") in either process gives a file on a copy of
+     its stdin (sandbox_patches.py:quiet_null).
 Each test has a wall-clock alarm in the test process (a program that ignores its own alarm only
 loses the test; the alarm marks the test timed out before a test's `except:` can swallow it, and
 rings again until the test ends) and a CPU-time watchdog (RLIMIT_CPU, for C code the alarm cannot

@@ -7,23 +7,25 @@ base's value (taken by that type's own C methods, which no method of the subclas
 TAKE) and which of the base's operations its class overrides (overridden); whether its objects
 compare by identity (IDENTITY); its class's names and the context's classes among its ancestors
 (named, declared: the test process's stand-in of such a class is standing's); what
-inspect.signature tells of it (described, signed). A class is read through type's own descriptors
-(ancestry): a metaclass whose __mro__, __dict__ or __module__ lies answers nothing here."""
+inspect.signature tells of it (described, signed); what issubclass asks of it (subclassed, bases).
+A class is read through type's own descriptors (ancestry): a metaclass whose __mro__, __dict__,
+__module__ or __bases__ lies answers nothing here."""
 import _operator, builtins, sys
 from collections import Counter, OrderedDict, defaultdict, deque
 
-from sandbox_link import ARITHMETIC, BUILTINS, COMPARISONS, OPERATORS, abort
+from sandbox_link import ARITHMETIC, BUILTINS, COMPARISONS, OPERATORS, abort, refuse
 from sandbox_patches import same, unpatched
 from sandbox_stdlib import defined
 from sandbox_values import DECLARED, VALUE_TYPES, ProgramError, dump  # sandbox.py's BOOT
 
 ENUM, COPY = __import__("enum"), __import__("copy")
-# a class's ancestry, namespaces and names as type's own slots hold them (no metaclass's code runs)
-MRO, SPACE, MODULE, QUALNAME = (vars(type)[name] for name in (
-    "__mro__", "__dict__", "__module__", "__qualname__"))
+# a class's ancestry, namespaces, names and bases as type's own slots hold them (no metaclass's
+# code runs)
+MRO, SPACE, MODULE, QUALNAME, BASES = (vars(type)[name] for name in (
+    "__mro__", "__dict__", "__module__", "__qualname__", "__bases__"))
 # the protocol's methods a Remote has only where the program object's type has them (a bit each)
-TRAITS = ("call", "iter", "next", "hash", "enter", "exit", "instancecheck", "len", "bool",
-          "contains", "getitem", "reversed", *sorted(OPERATORS), *sorted(BUILTINS))
+TRAITS = ("call", "iter", "next", "hash", "enter", "exit", "instancecheck", "subclasscheck", "len",
+          "bool", "contains", "getitem", "reversed", *sorted(OPERATORS), *sorted(BUILTINS))
 
 # the methods of an object compared by its identity: object's ==, != and hash, or an Enum member's
 # hash (of its name: two members of a class are never equal); a class whose ancestry keeps them
@@ -80,6 +82,8 @@ TAKE = {str: str.__str__, int: int.__int__, float: float.__float__, complex: com
             items(value), most.__get__(value))}
 BY_ID = {id(kind): kind for kind in TAKE}
 LASTING = (str, int, float, complex, bytes, tuple, frozenset)  # (a value that cannot change)
+# (and what a tuple's or frozenset's items must be, all the way down, for theirs: lasting)
+UNCHANGING = {str, int, float, complex, bytes, bool, type(None), tuple, frozenset}
 OWN = (*COMPARISONS, *TRAITS)  # the methods whose override by a subclass a Valued's bits note
 # and two bits more: its keys() fails the test (where dict(x) would not ask it: KEYED); a negative
 # result of its |, & or ^ does (an int Flag's: flagged)
@@ -171,19 +175,73 @@ def overridden(kind, base, value):
 def applied(value, name):
     """What the test process's request "apply" runs on a program object: for "copy" and
     "deepcopy", the copy module's (its own __copy__ or __deepcopy__ runs, as in one process), for
-    "signature" what inspect.signature tells of it (described); on
-    a Valued one, for "value" its base's value (TAKE's), else the operation of APPLIED's of that
-    name."""
+    "signature" what inspect.signature tells of it (described), for "bases" and "issubclass" what
+    issubclass asks of it (bases, subclassed); on a Valued one, for "value" its base's value
+    (TAKE's), else the operation of APPLIED's of that name."""
     if type(name) is str and name in ("copy", "deepcopy"):
         return lambda: getattr(COPY, name)(value)
     if name == "signature":
         return lambda: described(value)
+    if name == "bases":
+        return lambda: bases(value)
+    if name == "issubclass":
+        return lambda derived: subclassed(derived, value)
     base = value_base(type(value))
     if base is not None and name == "value":
         return lambda: TAKE[base](value)
     if base is not None and type(name) is str and name in APPLIED:
         return lambda *operands: APPLIED[name](value, *operands)
     raise TypeError("no such operation")
+
+
+def bases(value):
+    """The __bases__ that the test process's issubclass reads of a program object (its walk, where
+    the second argument is a class of the test's: no __subclasscheck__ of the program's is asked)
+    and a test's read of them: a class's as type's slot holds them, where they say what plain
+    Python's issubclass says (its __mro__: C reads no __bases__ of a class) and a read of
+    __bases__ in one process would answer them: its metaclass keeps type's __bases__ and
+    __getattribute__, and the classes its bases reach are its __mro__'s (a metaclass's mro() may
+    make it otherwise); else the harness refuses the question. Another object's: its attribute
+    (plain Python's walk reads it)."""
+    try:
+        found = BASES.__get__(value)
+    except TypeError:  # (no class)
+        return getattr(value, "__bases__")
+    meta = ancestry(type(value))
+    try:
+        agree = meta is not None and all(meta.get(name) is vars(type)[name] for name in (
+            "__bases__", "__getattribute__")) and spanned(value)
+    except Exception:
+        agree = False
+    if not agree:
+        refuse("a class whose __bases__ are not what issubclass reads")
+        return ()
+    return found
+
+
+def spanned(kind):
+    """Whether the classes that kind's bases reach (type's slots) are its __mro__'s."""
+    seen, todo = {}, [kind]
+    while todo:
+        found = todo.pop()
+        if id(found) not in seen:
+            seen[id(found)] = found
+            todo.extend(BASES.__get__(found))
+    return seen.keys() == {id(found) for found in MRO.__get__(kind)}
+
+
+def subclassed(derived, value):
+    """issubclass(derived, value) as the program's process answers it, value's class's own
+    __subclasscheck__ running as in one process, where derived is a class here (the program's, a
+    builtin one); a test's class (a TestObject here: no class) is refused, as the program's
+    __subclasscheck__ would answer for another object than plain Python's (and type's would
+    fail)."""
+    try:
+        MRO.__get__(derived)
+    except TypeError:
+        refuse("issubclass of a test's class or an object that is no class")
+        return False
+    return issubclass(derived, value)
 
 
 def described(value):
@@ -305,12 +363,23 @@ def signed(told):
 
 def valued(value, base, refer, aliases):
     """The end of the reference to a program's instance of its subclass of a value type (base;
-    "" for none): [its base's name, overridden's bits, its value where it cannot change (LASTING),
-    else null]."""
+    "" for none): [its base's name, overridden's bits, its value where it cannot change (LASTING,
+    holding only values that cannot: lasting), else null]."""
     if base is None:
         return ""
-    taken = dump(TAKE[base](value), refer, aliases) if base in LASTING else "null"
+    found = TAKE[base](value) if base in LASTING else None
+    taken = dump(found, refer, aliases) if found is not None and lasting(found) else "null"
     return ",[%s,%d,%s]" % (dump(base.__name__, None), overridden(type(value), base, value), taken)
+
+
+def lasting(value, depth=0):
+    """Whether value cannot change: of UNCHANGING's types exactly, and a tuple's or frozenset's
+    items so, all the way down (a tuple of lists changes as they do), up to 32 levels."""
+    if type(value) not in UNCHANGING:
+        return False
+    if type(value) is tuple or type(value) is frozenset:
+        return depth < 32 and all(lasting(item, depth + 1) for item in value)
+    return True
 
 
 class Standing(type):

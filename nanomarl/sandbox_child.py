@@ -17,11 +17,10 @@ from sandbox_errors import crossed, crossing
 from sandbox_lending import awake, lent_back, unheld, unlent
 from sandbox_layers import (capped_streams, confine, die_with_parent, drop_privileges,
                             fork_program, guard_threads, isolate)  # sandbox.py's BOOT
-from sandbox_link import (DEEP, EXIT, LINK, OPS, BINARY, TestTimeout, abort, answer, attempt,
-                          refuse, compiled, deep, read_exactly, read_line, run, serve, taken,
-                          tidings, with_pairs, write_all)
-from sandbox_patches import (IMPORT, by_name, gave_back, on_arguments, quiet_null, stand_in,
-                             take_decimal, took_on)
+from sandbox_link import (EXIT, LINK, OPS, BINARY, TestTimeout, abort, answer, arrived, attempt,
+                          refuse, compiled, deep, read_exactly, read_line, run, serve, state_out,
+                          state_told, taken, tidings, with_pairs, write_all)
+from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, quiet_null, stand_in, took_on
 from sandbox_proxies import TestObject, test_object
 from sandbox_bases import TAKE, applied, kind_of, named, programs, traits, value_base, valued
 from sandbox_remote import COPIES
@@ -132,7 +131,7 @@ def program_side(job, requests, answers):
             if line is None:
                 EXIT(0)
             try:
-                message = deep(LINK["decode"], line, limit=DEEP)
+                message = arrived(line, buffer)  # (its decimal context taken: a late one's too)
             except Exception:
                 continue
             if type(message) is list and len(message) in (5, 7) and type(message[-1]) is dict:
@@ -147,8 +146,6 @@ def program_side(job, requests, answers):
         taken(extra)  # the test's changes to the kept containers
         if type(extra.get("l")) is int:
             sys.setrecursionlimit(max(extra["l"], 100) + 50)
-        if "C" in extra:  # the test's decimal context, where it changed
-            take_decimal(extra["C"])
         for key, name in (("o", "stdout"), ("e", "stderr")):  # (after gives them back)
             if extra.get(key):
                 setattr(sys, name, io.StringIO())
@@ -420,12 +417,14 @@ def program_side(job, requests, answers):
         text, writes = payload
         if writes:
             pairs.insert(0, '["w",[' + writes + "]]")
-        data = '[%d,"a","v",%s,%s]' % (seq, text, with_pairs(dump(extra, refer), pairs))
+        data = '[%d,"a","v",%s,%s]' % (seq, text, with_pairs(dump(extra, refer), pairs + (
+            state := state_told())))  # (the decimal context, in whatever line goes out)
         unlent(LINK, len(data) <= LINK["limit"])
         if len(data) > LINK["limit"]:
             refuse(f"an answer of {len(data)} bytes, over the limit of {LINK['limit']} bytes")
-            return answer(seq, "v", None, {}, pairs)
+            return answer(seq, "v", None, {}, pairs, state)
         write_all(answers, b"\n" + data.encode() + b"\n")
+        state_out()
 
     LINK.update(side="program", out=answers, refer=refer, scope=scope, ops=ops, before=before,
                 after=after, next=next_message, answered=program_answered, retake=retake,

@@ -21,26 +21,31 @@ process, by the program's `answered` (a function of this module in its process, 
 program function is), an instance of a program's class has the program's object behind it (the
 one the program's process keeps, RAISED, by the number it crossed with:
 sandbox_values.py:error_payload): its public attributes that its class there lacks (an own
-attribute, a class attribute, a property, a method, each read anew), its str and its repr are
-asked there, as a program object's are (sandbox_remote.py:Remote), and set and deleted there
-(forwarding); the values it crossed with stand in only where that process no longer holds it and
-nothing was asked yet (once asked, the test fails then). A test's subclass of it is made by the
-program's class (adopt: the object that call makes stands behind it; the test's own class's
-attributes are the test's)."""
-import sys
+attribute, a class attribute, a property, a method, each read anew) and its builtin slots (args,
+an OSError's errno), its str and its repr are asked there, as a program object's are
+(sandbox_remote.py:Remote), and set and deleted there (forwarding); the object sent again is that
+same instance (held); the values it crossed with stand in only where that process no longer holds
+it and nothing was asked yet (once asked, the test fails then). A test's subclass of it is made by
+the program's class (adopt: the object that call makes stands behind it; the test's own class's
+attributes are the test's). No code of an exception's class runs as it crosses (its __str__,
+__getattr__, __getattribute__): it is read by BaseException's own slots, its text only where its
+class's __str__ is a builtin's over plain values (described)."""
+import builtins, sys
 
 from sandbox_link import LINK, TestTimeout, abort
 from sandbox_patches import PRINTS, same, stdlib_error, unpatched
 from sandbox_proxies import TestObject
 from sandbox_remote import Remote
 from sandbox_stdlib import own_module
-from sandbox_values import (CLASS_TEXT, CONTEXT, DECLARED, RAISED, Abort, Dumped, ProgramError,
-                            builtin_ancestor, dump, error_class, raised)  # sandbox.py's BOOT
+from sandbox_values import (CLASS_TEXT, CONTEXT, DECLARED, DESCRIBED, RAISED, Abort, Dumped,
+                            ProgramError, builtin_ancestor, dump, error_class,
+                            raised)  # sandbox.py's BOOT
 
 CLASSES = 1024  # the most exception classes of the other side's that one side makes
 # those made here: {id: the other side's reference}, {id(reference): (reference, class)}
 MADE, THEIRS = {}, {}
 TYPE = vars(type)  # (a class's name, module and bases as its type holds them: no metaclass's)
+SLOTS = vars(BaseException)  # (an exception's args and own attributes as it holds them)
 
 
 def crossing(value, inner, refer):
@@ -75,6 +80,83 @@ def class_text(kind):
 
 
 CLASS_TEXT[0] = class_text
+UNTOLD = "<the program's text>"  # (an exception's message its process does not read: described)
+# the builtin exception classes (bound before a program runs) by id; each one's own __str__ (C
+# code) by id: it and the slots it reads (what other builtins' hold: a UnicodeError's five)
+BUILTINS = {id(kind): kind for kind in vars(builtins).values()
+            if type(kind) is type and issubclass(kind, BaseException)}
+READS = {"OSError": ("args", "errno", "strerror", "filename", "filename2"),
+         "SyntaxError": ("args", "msg", "filename", "lineno"), "ImportError": ("args", "msg"),
+         "BaseExceptionGroup": ("message",)}
+TEXTS = {id(vars(kind)["__str__"]): (vars(kind)["__str__"], [next(
+    vars(owner)[name] for owner in kind.__mro__ if name in vars(owner)) for name in READS.get(
+        kind.__name__, ("args", "encoding", "object", "start", "end", "reason")
+        if issubclass(kind, UnicodeError) else ("args",))])
+    for kind in BUILTINS.values() if "__str__" in vars(kind)}
+# the public slots of builtin exception classes (args, an OSError's errno, a SystemExit's code)
+SLOTTED = {name for kind in BUILTINS.values() for name, found in vars(kind).items() if name[:1]
+           != "_" and type(found) in (type(SLOTS["args"]), type(vars(OSError)["errno"]))}
+PLAIN = {id(kind) for kind in (str, int, float, bool, type(None), bytes, complex)}
+BOXES = {id(kind) for kind in (tuple, list, dict, set, frozenset)}
+
+
+def described(error):
+    """'Name: message' of an exception (sandbox_values.py:describe), read by BaseException's own
+    slots: the text the other process gave it; '<program object>' ('<test object>') where an
+    argument is one; the text its class's builtin __str__ makes of plain values (error_text);
+    else in the test process its str (the test's code), in the program's UNTOLD: a program's
+    __str__ runs only where the test asks it (forwarding), never as its exception crosses."""
+    kind = type(error)
+    name = TYPE["__name__"].__get__(kind)
+    if not issubclass(kind, BaseException):
+        return name
+    text = SLOTS["__dict__"].__get__(error).get("program_text")
+    if type(text) is str and text:
+        return text
+    for arg in SLOTS["args"].__get__(error):  # (an object's text would ask the other process)
+        if issubclass(type(arg), (Remote, TestObject)):
+            return name + (": <program object>" if issubclass(type(arg), Remote)
+                           else ": <test object>")
+    text = error_text(error)
+    if text is None and LINK.get("side") != "program":
+        try:
+            text = str(error)
+        except BaseException:
+            return name
+    return name + ": " + (UNTOLD if type(text) is not str else text)
+
+
+DESCRIBED[0] = described
+
+
+def error_text(error):
+    """error's str where its class's __str__ is a builtin's (TEXTS: BaseException's, KeyError's,
+    OSError's, ...) and what that reads are plain values (inert): no code but C's runs; else
+    None (a program's own __str__; an argument that is an object of its: its __str__ would)."""
+    found = None
+    for kind in TYPE["__mro__"].__get__(type(error)):
+        if "__str__" in TYPE["__dict__"].__get__(kind):
+            found = TYPE["__dict__"].__get__(kind)["__str__"]
+            break
+    builtin, reads = TEXTS.get(id(found), (None, ()))
+    try:
+        if builtin is found and all(inert(read.__get__(error)) for read in reads):
+            text = builtin(error)
+            return text if type(text) is str else None
+    except Exception:  # (a slot of another class's, an int too long for its text)
+        pass
+    return None
+
+
+def inert(value, depth=0):
+    """Whether value's str and repr run no code but builtins' C: a str, int, float, bool, None,
+    bytes or complex, or a tuple, list, dict, set or frozenset of those (4 levels, 1,000 items)."""
+    if id(type(value)) in PLAIN:
+        return True
+    if depth > 3 or id(type(value)) not in BOXES or len(value) > 1000:
+        return False
+    items = [*value.keys(), *value.values()] if type(value) is dict else value
+    return all(inert(item, depth + 1) for item in items)
 
 
 def crossed(tag, item):
@@ -184,9 +266,11 @@ HANDLES = ("program_handle", "program_object")  # (the numbers of the program's 
 
 def forwarding(forward, snapshot):
     """The methods of the test process's class of a program's exception class by which an
-    instance's attributes (but those its class here has: args, a test's subclass's own) and its
-    text are its program object's (asked): read, set and deleted there, its str and repr made
-    there; where the program's process no longer holds it and none was, as that crossed."""
+    instance's attributes (its builtin slots too: args, an OSError's errno; but those its class
+    here has: a test's subclass's own) and its text are its program object's (asked): read, set
+    and deleted there, its str and repr made there; where the program's process no longer holds
+    it and none was, as that crossed. The program's number it crossed with makes it that object
+    here (held)."""
     def __getattribute__(self, name):
         if through(self, name) and (found := asked(self, forward, "get", name)) is not GONE:
             return found
@@ -198,6 +282,8 @@ def forwarding(forward, snapshot):
         elif name in HANDLES and name in vars(self):  # (copy.copy's state: the copy's own)
             return
         object.__setattr__(self, name, value)
+        if name == HANDLES[0]:  # (program_error's: the number the program's process sent it by)
+            held(value, self)
 
     def __delattr__(self, name):
         if through(self, name) and asked(self, forward, "del", name) is not GONE:
@@ -219,9 +305,27 @@ def forwarding(forward, snapshot):
 
 def through(error, name):
     """Whether the attribute name of a program's exception is its program object's: a public
-    name (no harness's program_ one) that no class of its class's mro here holds."""
+    name (no harness's program_ one) that no class of its class's mro here holds but as a
+    builtin's slot (SLOTTED: its args are the program's object's as they are now)."""
     return name[:1] != "_" and not name.startswith("program_") and not any(
-        name in kind.__dict__ for kind in type(error).__mro__)
+        name in kind.__dict__ and not (name in SLOTTED and id(kind) in BUILTINS)
+        for kind in type(error).__mro__)
+
+
+OTHERS, HELD = [], 256  # the program's numbers RAISED holds the test's instance at (oldest
+# first), and the most it holds: the program's process holds its last 64 sent, its own again
+
+
+def held(handle, error):
+    """In the test process, the instance made of the program's exception it sent by handle (a
+    number from -1 down): RAISED holds it at that number, so that the program's object, sent
+    again while its process holds it (the same number: sandbox_values.py:error_payload), is this
+    very instance (sandbox_values.py:raised), for the last HELD the program sent."""
+    if type(handle) is int and handle < 0 and handle not in RAISED:
+        RAISED[handle] = error
+        OTHERS.append(handle)
+        while len(OTHERS) > HELD:
+            RAISED.pop(OTHERS.pop(0), None)
 
 
 def text_of(text):

@@ -10,15 +10,18 @@ marks: sandbox_copies.py); an object that is no value travels as a reference who
 other side asks for: in the test process a Remote for a program object (of the subclass for what
 its type has: sandbox_remote.py), in the program's process a TestObject for a test object (of its
 class's proxy class: sandbox_proxies.py). One thread at a time talks (TALKING). LINK holds this
-side's state (filled by sandbox_verdicts.py:test_side, sandbox_child.py:program_side)."""
-import _operator, _signal, _thread, math, os, sys
+side's state (filled by sandbox_verdicts.py:test_side, sandbox_child.py:program_side). Either
+side's message tells the other its decimal context where it changed (state_told, unpacked): the
+two processes share one, as a program and its tests do in plain Python."""
+import _operator, _signal, _thread, math, os, select, sys
 
 from sandbox_copies import changed, containers, extend, kept_entry, news, pairs, refill, shared
 from sandbox_lending import awake, unrest
+from sandbox_patches import DECIMAL, current_decimal, decimal_now, take_decimal
 from sandbox_values import (Abort, ProgramError, describe, dump, error_payload,
                             with_pairs)  # sandbox.py's BOOT
 
-READ, WRITE, EXIT = os.read, os.write, os._exit  # before any program code (it may replace them)
+READ, WRITE, EXIT, SELECT = os.read, os.write, os._exit, select.select  # (before any program code)
 GET_LIMIT, SET_LIMIT = sys.getrecursionlimit, sys.setrecursionlimit
 ROOM, LEVEL = 100, dict(test=10, program=8)  # frames over the limit for the harness (room)
 LIMIT = [0, 0]  # the recursion limit room() set last, the frames it added
@@ -105,16 +108,22 @@ def run(code, scope):
 
 
 def read_line(fd, buffer, limit):
-    """The next line (without its newline) from fd; None at the end or past limit bytes."""
+    """The next line (without its newline) from fd, left in buffer (arrived takes it out); None at
+    the end or past limit bytes. A ring of the alarm raises while it waits for bytes, never once
+    some are read (they are in buffer first: poured)."""
     start = 0
     while (end := buffer.find(b"\n", start)) < 0:
-        if len(buffer) > limit or not (chunk := READ(fd, 1 << 16)):
-            return None
         start = len(buffer)
-        buffer += chunk
-    line = bytes(buffer[:end])
-    del buffer[:end + 1]
-    return line
+        if start > limit or not (SELECT([fd], [], []) and held(poured, fd, buffer)):
+            return None
+    return bytes(buffer[:end])
+
+
+def poured(fd, buffer):
+    """The bytes fd holds now (select found some, or its end) added to buffer -> how many."""
+    chunk = READ(fd, 1 << 16)
+    buffer += chunk
+    return len(chunk)
 
 
 def read_exactly(fd, size):
@@ -128,7 +137,7 @@ def read_exactly(fd, size):
 # (mirrored, sent: the test process's hooks, sandbox_verdicts.py; none in the program's process)
 LINK = dict(seq=0, gone="has not started", buffer=bytearray(), failed="", args=[], released=[],
             kept={}, kept_ids={}, kept_tags={}, dormant={}, own=set(), mirrored=lambda numbered: {},
-            sent=lambda extra: None, drop=dict)
+            sent=lambda extra: None, drop=dict, waiting={})
 # what one may ask of the other's object: a program object's text; a test object's protocol
 OPS = dict(len=len, bool=bool, str=str, repr=repr, iter=iter, format=format,
            getitem=lambda a, b: a[b], contains=lambda a, b: b in a,
@@ -194,7 +203,7 @@ def talk(op, target, a, b, extra, caller):
                                          *[deep(dump, v, refer, aliases) for v in (a, b)])
         # (told last, once all else is dumped: a request that cannot be sent tells nothing)
         args = {id(c) for c in LINK["args"][-1]} if LINK["args"] else ()
-        line += with_pairs(dump(extra, refer, aliases), told(args)) + "]\n"
+        line += with_pairs(dump(extra, refer, aliases), told(args) + state_told()) + "]\n"
     except BaseException as e:  # (a cyclic or too deep argument): the harness's failure
         if LINK["side"] == "test":
             unnumbered(count)  # (one it cannot send: Abort)
@@ -203,18 +212,24 @@ def talk(op, target, a, b, extra, caller):
         raise unsendable(e) from None
     LINK["seq"] = seq = LINK["seq"] + step
     write_all(LINK["out"], line.encode())
+    state_out()
     LINK["sent"](extra)  # (out: what it carries is the other side's now; not before)
-    while True:
-        try:
-            if (message := LINK["next"]())[1] == "q":
-                serve(message, caller + LEVEL[LINK["side"]])
-                continue
-        except Exception as e:  # the harness's own failure (no TestTimeout), a request unanswered:
-            if LINK["side"] != "test":  # the test process reads the end (its test fails)
-                EXIT(0)
-            raise abort(e) from None
-        if message[0] == seq:
-            return LINK["answered"](message)
+    try:
+        while True:
+            try:
+                if (message := LINK["next"]())[1] == "q":
+                    serve(message, caller + LEVEL[LINK["side"]])
+                    continue
+            except Exception as e:  # the harness's own failure (no TestTimeout), unanswered:
+                if LINK["side"] != "test":  # the test process reads the end (its test fails)
+                    EXIT(0)
+                raise abort(e) from None
+            if message[0] == seq:  # (another is late: its wait ended; dropped, but for arrived's)
+                break
+    except BaseException:  # (its wait ended, a timeout: its answer comes late, to arrived)
+        LINK["waiting"][seq] = held(current_decimal, LINK["side"] == "test")
+        raise
+    return LINK["answered"](message)
 
 
 def serve(message, frames=0):
@@ -319,6 +334,60 @@ def taken(extra, numbered=()):
             refilled(numbered[k], content)
 
 
+def state_told():
+    """The pairs (JSON texts) of a message this side sends for the state the two processes share
+    as one in plain Python: ["C", its thread's decimal context] (sandbox_patches.py:decimal_now)
+    where it is not the one they agreed on last (DECIMAL, renewed once the message is out:
+    state_out), as the test's change (a localcontext, a setcontext) or the program's (its
+    `getcontext().prec = 6` at load, in a call) left it; none where this side never imported
+    decimal (the other side's is as agreed)."""
+    found = decimal_now()
+    LINK["telling"] = None if found == DECIMAL[0] else found
+    return [] if LINK["telling"] is None else [dump(["C", found], None)]
+
+
+def state_out():
+    """A message with state_told's pairs is out: what it told is agreed."""
+    if LINK.get("telling") is not None:
+        DECIMAL[0], LINK["telling"] = LINK["telling"], None
+
+
+def arrived(line, buffer):
+    """The message of a line read_line found (sandbox_verdicts.py:test_next's, sandbox_child.py's
+    next_message), the alarm held off (held: a ring before leaves the line in buffer, none
+    meanwhile loses it; the next ring raises): unpacked."""
+    return held(unpacked, line, buffer)
+
+
+def unpacked(line, buffer):
+    """line taken out of buffer and decoded under deep's limit; where it is a message, the decimal
+    context it tells (state_told's) set on this side's thread's (a late answer's, whose wait
+    ended, on the one its asking thread had then, LINK["waiting"]: as in plain Python, the other
+    side's change during that request stays) and agreed (sandbox_patches.py:take_decimal). A
+    malformed one (forged) fails the test in the test process, and is ignored in the program's."""
+    del buffer[:len(line) + 1]
+    message = deep(LINK["decode"], line, limit=DEEP)
+    if type(message) is list and len(message) in (5, 7) and type(message[-1]) is dict:
+        late = len(message) == 5 and type(message[0]) is int
+        context = LINK["waiting"].pop(message[0], None) if late else None
+        if "C" in message[-1] and not take_decimal(message[-1]["C"], context) and (
+                LINK["side"] == "test"):
+            raise abort(ProgramError("a malformed decimal context"))
+    return message
+
+
+def held(fn, *args):
+    """fn(*args) with the alarm held off (a ring meanwhile raises nothing; the next one does), in
+    the main thread (the one a ring interrupts: another's is fn(*args))."""
+    if _thread.get_ident() != MAIN:
+        return fn(*args)
+    armed, ALARM[0] = ALARM[0], False
+    try:
+        return fn(*args)
+    finally:
+        ALARM[0] = armed
+
+
 def refilled(target, content):
     """target's contents replaced by the other side's (refill; a malformed one ignored), a kept
     one's snapshot renewed (the two sides agree on it again)."""
@@ -331,19 +400,20 @@ def refilled(target, content):
         LINK["kept"][ids[id(target)]] = kept_entry(target, ids)
 
 
-def answer(seq, status, payload, extra, pairs=None):
+def answer(seq, status, payload, extra, pairs=None, state=None):
     """Writes an answer line (status "v" value, "e" exception, "t" timed out, the program's "h"
     the harness refused: refuse; True if a value went out); pairs: with_pairs' for its extra
     (None: told's), also when what else it holds cannot be sent (what told renewed and forgot goes
-    out)."""
+    out); state: state_told's (None: taken now), in whatever line goes out."""
     pairs = told() if pairs is None else pairs
+    state = state_told() if state is None else state
     refer, tags, count, whole = LINK["refer"], LINK["kept_tags"], len(LINK.get("mine", ())), None
-    empty, program = with_pairs('{"d":[]}', pairs), LINK["side"] == "program"
+    empty, program = with_pairs('{"d":[]}', pairs + state), LINK["side"] == "program"
     try:
         if status == "e":  # (kept, to come back as itself: sandbox_values.py:error_payload)
             payload = error_payload(payload, True)
         data = whole = '[%d,"a",%s,%s,%s]' % (seq, dump(status, None), deep(
-            dump, payload, refer, tags), with_pairs(dump(extra, refer, tags), pairs))
+            dump, payload, refer, tags), with_pairs(dump(extra, refer, tags), pairs + state))
     except TestTimeout:
         data = '[%d,"a","t",null,%s]' % (seq, empty)
     except BaseException as e:
@@ -359,13 +429,14 @@ def answer(seq, status, payload, extra, pairs=None):
     failure = '"e",' + dump(["ValueError", over, "ValueError"], None)
     if program:  # (the program's process: the harness refuses)
         failure = '"h",' + dump(over, None)
-    for tail in (empty, '{"d":[]}') if len(data) > LINK["limit"] else ():
+    for tail in (empty, with_pairs('{"d":[]}', state)) if len(data) > LINK["limit"] else ():
         data = '[%d,"a",%s,%s]' % (seq, failure, tail)
         if len(data) <= LINK["limit"]:
             break
     if data is not whole:
         unnumbered(count)  # (what it numbered did not go out)
     write_all(LINK["out"], b"\n" + data.encode() + b"\n")  # a line of its own, after any output
+    state_out()
     return data.startswith('[%d,"a","v"' % seq)
 
 

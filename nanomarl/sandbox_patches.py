@@ -13,7 +13,10 @@ its values: datetime_base, of_class).
 The originals also name what crosses by name: a builtin class or function (builtin_named), a
 standard library module's exception class (stdlib_error); and a program's class that is the
 context's class of its name as plain Python sees it crosses as that class (same: by the
-fingerprints the test process sends)."""
+fingerprints the test process sends).
+The state of a process that the program and its tests share in plain Python: decimal's context,
+kept as one by both sides (decimal_now, take_decimal), and open() of os.devnull for writing, on
+either side (quiet_null)."""
 import builtins, sys
 
 
@@ -296,49 +299,79 @@ def gave_back(done):
             PATCHED.pop((found, attribute), None)
 
 
-# the state inside a module that the program's process takes on from the test process: the test's
-# decimal context (its precision, rounding, exponent limits, capitals, clamp and traps; never its
-# flags, which the program's own operations set), as the program's process has it last: a fresh
-# interpreter's on both sides of the fork until the test changes its own
+# decimal's context, which a program and its tests share in plain Python (one a thread): the one the
+# two processes agreed on last (sandbox_link.py:state_told sends a side's own where it is not this,
+# sandbox_link.py:unpacked sets the other's), as decimal_now reads it: a fresh interpreter's on
+# both sides of the fork until either changes its own
 DECIMAL = [[28, "ROUND_HALF_EVEN", -999999, 999999, 1, 0,
-            ["InvalidOperation", "DivisionByZero", "Overflow"]]]
+            ["DivisionByZero", "InvalidOperation", "Overflow"]]]
+FIELDS = ("prec", "rounding", "Emin", "Emax", "capitals", "clamp")  # (and traps; never flags)
+KINDS = [int, str, int, int, int, int, list]  # (their types as they cross)
 
 
-def decimal_context():
-    """In the test process (decimal imported there): its thread's decimal context as
-    take_decimal sets it where it is not the one the program's process has (DECIMAL, which
-    sandbox_verdicts.py:sent notes once a request carries it), else None."""
-    context = unpatched("decimal", "getcontext")()
-    found = [context.prec, context.rounding, context.Emin, context.Emax, context.capitals,
-             context.clamp, [signal.__name__ for signal, on in context.traps.items() if on]]
-    return None if found == DECIMAL[0] else found
-
-
-def take_decimal(found):
-    """In the program's process: the test's decimal context (decimal_context) set on the decimal
-    context of the thread serving the request (the program's context object itself, as a test's
-    `getcontext().prec = 5` changes the one context of a plain Python thread); a malformed one is
-    ignored. Its flags and anything the program set that the test has not changed stay."""
-    if type(found) is not list or len(found) != 7 or type(found[6]) is not list:
-        return
+def decimal_now(context=None):
+    """This side's decimal context (by default its thread's: current_decimal) as it crosses:
+    [prec, rounding, Emin, Emax, capitals, clamp, the names of the traps set, sorted], read by
+    decimal.Context's own descriptors (a subclass's property hides nothing); None where there is
+    none or it cannot be read as such."""
+    context = current_decimal() if context is None else context
     try:
-        context, made = unpatched("decimal", "getcontext")(), unpatched("decimal", "Context")
-        signals = {signal.__name__: signal for signal in context.traps.keys()}
-        *fields, traps = found
-        new = made(*fields, traps=[signals[name] for name in traps], flags=[])  # (checked here)
+        own = vars(unpatched("decimal", "Context"))
+        found = [own[name].__get__(context) if name in own else getattr(context, name)
+                 for name in FIELDS]
+        traps = own.get("__getattribute__", getattr)(context, "traps")
+        found.append(sorted(str(signal.__name__) for signal, on in traps.items() if on))
     except Exception:
-        return
-    for name in ("prec", "rounding", "Emin", "Emax", "capitals", "clamp", "traps"):
-        setattr(context, name, getattr(new, name))
+        return None
+    return found if [type(field) for field in found[:6]] == KINDS[:6] else None
+
+
+def current_decimal(made=False):
+    """This side's thread's decimal context itself; None where this side never imported decimal
+    (made: imported now, the thread's context made)."""
+    try:
+        return unpatched("decimal", "getcontext")() if made or "decimal" in sys.modules else None
+    except Exception:
+        return None
+
+
+def take_decimal(found, context=None):
+    """found (decimal_now's, from the other side) set on this side's decimal context (by default
+    its thread's: decimal imported where it was not) field by field, by decimal.Context's own
+    descriptors, on the object itself (as a `getcontext().prec = 6` changes the one context of a
+    plain Python thread; its flags stay), and noted as agreed (DECIMAL: where this side's differs
+    after all, its next message tells it) -> False, nothing set, where found is malformed: not 6
+    fields of their types and trap names from which decimal.Context makes a context."""
+    if type(found) is not list or [type(field) for field in found] != KINDS or len(found[6]) > 9:
+        return False
+    try:
+        made = unpatched("decimal", "Context")
+        own, signals = vars(made), {signal.__name__: signal for signal in made().traps.keys()}
+        traps = sorted({name: signals[name] for name in found[6]}.items())
+        new = made(*found[:6], traps=[signal for _, signal in traps], flags=[])  # (checked)
+        if context is None:
+            context = unpatched("decimal", "getcontext")()
+        for name in FIELDS:
+            if name in own:
+                own[name].__set__(context, getattr(new, name))
+            else:
+                setattr(context, name, getattr(new, name))
+        own.get("__setattr__", setattr)(context, "traps", new.traps)
+    except Exception:
+        return False
+    DECIMAL[0] = [*found[:6], [name for name, _ in traps]]
+    return True
 
 
 def quiet_null():
-    """In the program's process, before the program runs: open() and io.open() of os.devnull for
-    writing only (no reading, no "+", no "x") give a file on a duplicate of the program's process's
-    stdin, a write-only /dev/null (sandbox.py:run_tests_in_sandbox), as plain Python's open gives
-    one on /dev/null: what it writes is discarded (redirect_stdout(open(os.devnull, "w")) silences
-    prints), nothing is opened, no new descriptor can be read. Any other open is open's own (a file
-    opened to write fails: the seccomp filter, sandbox_layers.py:seccomp_filter)."""
+    """In either process, before the program or the context runs: open() and io.open() of
+    os.devnull for writing only (no reading, no "+", no "x") give a file on a duplicate of its
+    stdin, the write-only /dev/null both inherit (sandbox.py:run_tests_in_sandbox), as plain
+    Python's open gives one on /dev/null: what it writes is discarded
+    (redirect_stdout(open(os.devnull, "w")) silences prints, a test's
+    unittest.TextTestRunner(stream=open(os.devnull, "w")) runs), nothing is opened, no new
+    descriptor can be read. Any other open is open's own (a file opened to write fails: the
+    seccomp filter, sandbox_layers.py:seccomp_filter)."""
     import io, os
     real = io.open
 

@@ -46,9 +46,10 @@ class Remote:
     at a time, then up to 256 ahead; iter() of it is itself, its equality and hash are its
     identity); copy.copy and copy.deepcopy of it copy it in the program's process (a new object;
     a deepcopy copies each program object it reaches on its own: two that hold one share no copy).
-    Its other methods fail the test (refused), pickling too; `== None` is decided here (it is not
-    None). A result crosses as a value, a declared class's instance rebuilt from its state
-    (sandbox_verdicts.py:rebuilt)."""
+    Its other methods fail the test (refused), pickling too, and so does a test's weak reference to
+    it that outlives it (__del__); `== None` is decided here (it is not None). issubclass with it
+    is the program's answer, its __bases__ type's slots (sandbox_bases.py:bases). A result crosses
+    as a value, a declared class's instance rebuilt from its state (sandbox_verdicts.py:rebuilt)."""
     __slots__ = ("__handle", "__kind", "__stream", "__buffer", "__drawn", "__end", "__weakref__")
     __str__ = lambda self: ask("op", self.__handle, "str", [])  # its text: asked
     __repr__ = lambda self: ask("op", self.__handle, "repr", [])
@@ -69,6 +70,8 @@ class Remote:
         return self is other if other is None or self.__stream else refused(self)
 
     def __getattribute__(self, name):  # (TOLD: its data, which Remote's own would answer)
+        if name == "__bases__":  # (as issubclass reads them: sandbox_bases.py:bases)
+            return ask("apply", object.__getattribute__(self, "_Remote__handle"), ["bases"], {})
         if name in TOLD or not name.startswith(("__", "_Remote__")):
             found = ask("attr", object.__getattribute__(self, "_Remote__handle"), name)
             return MAPPING(found) if name in COPIES and type(found) is dict else found
@@ -129,6 +132,9 @@ class Remote:
         return issubclass(type(instance), Remote) and ask("op", self.__handle, "isinstance",
                                                           instance)
 
+    def __subclasscheck(self, derived):  # (the program's answer: sandbox_bases.py:subclassed)
+        return ask("apply", self.__handle, ["issubclass", derived], {}, [derived])
+
     def __next(self):
         if not self.__stream:
             refused(self)
@@ -145,9 +151,15 @@ class Remote:
         raise StopIteration
 
     def __del__(self):
+        """Its handle released; where a weak reference of the test's to it is alive (the
+        harness's aside), the test fails: that reference now dies, where in one process it would
+        live on while the program holds the object (a leak would pass `r() is None`)."""
         handle = getattr(self, "_Remote__handle", None)  # (None: its __init__ failed)
         if handle is not None:
             LINK["released"].append(handle)
+            own = LINK["remotes"].get(handle)
+            if any(found is not own for found in _weakref.getweakrefs(self)):
+                abort(TypeError("a weak reference to a program object: it dies with its proxy"))
 
 
 def identical(self, other):
@@ -176,13 +188,14 @@ for name in COMPARISONS[2:]:  # (every object has them: refused)
     setattr(Remote, "__%s__" % name, refused)
 METHODS = dict(call=Remote._Remote__call, iter=Remote._Remote__iter, next=Remote._Remote__next,
                hash=Remote._Remote__hashed, enter=Remote._Remote__enter,
-               exit=Remote._Remote__exit, instancecheck=Remote._Remote__instancecheck)
+               exit=Remote._Remote__exit, instancecheck=Remote._Remote__instancecheck,
+               subclasscheck=Remote._Remote__subclasscheck)
 CLASSES = {}  # the subclasses of Remote made: by traits, base and a builtin kind's names
 # a program object's data whose values are values (its __wrapped__: a program object; its
 # __dict__ and __annotations__: read-only snapshots, as a change to a copy never reaches the object)
 COPIES = ("__dict__", "__annotations__")
 TOLD = {"__name__", "__qualname__", "__doc__", "__module__", "__defaults__", "__kwdefaults__",
-        "__wrapped__", "__bases__", "__func__", "__self__", *COPIES}  # (__bases__: issubclass)
+        "__wrapped__", "__func__", "__self__", *COPIES}
 MAPPING = type(type.__dict__)  # types.MappingProxyType
 THEIRS = {}  # the test process's classes for the program's classes: by traits, base and names
 
@@ -258,10 +271,16 @@ def remote(item):
             if name != "re.Match" and id(kind) not in STREAM_IDS:
                 bits |= 1 << TRAITS.index("bool")
             found = remote_class(bits, None, names)(handle, kind)
-        LINK["remotes"][handle] = _weakref.ref(found)
+        LINK["remotes"][handle] = _weakref.ref(found, noted)  # (no test's: noted)
         if handle in LINK["released"]:  # collected, but the program still holds it: keep it
             LINK["released"].remove(handle)
     return found
+
+
+def noted(reference):
+    """The callback of the harness's weak reference to a Remote, which makes that reference its
+    own: weakref.ref(x) of the test's is then another (one without a callback would be it), which
+    Remote.__del__ finds."""
 
 
 # (the value types whose subclasses' instances keep their base's value: sandbox_bases.py:TAKE)
@@ -280,7 +299,7 @@ def valued_spec(spec):
             and type(spec[1]) is int and spec[1] >= 0):
         return None
     base = VALUE_BASES.get(spec[0])
-    if base is not None and (type(spec[2]) is base if base in LASTING else spec[2] is None):
+    if base is not None and (spec[2] is None or base in LASTING and type(spec[2]) is base):
         return base, spec[1], spec[2]
     return None
 

@@ -45,12 +45,12 @@ with a request of the test process, what the program's process takes on
 (sandbox_verdicts.py:mirrored): "s" the time left, "f" the handles released, "l" the recursion
 limit, "o" and "e" output redirected, "b" builtins, "p" module attributes (one that is the k-th
 argument container: [module, attribute, null, k]), "i" sys.stdin, "c" warnings caught, "g" log
-records noted (the test's logger levels: sandbox_caught.py:watched), "C" the test's decimal
-context (sandbox_patches.py:decimal_context), "F" (the first) the fingerprints of the classes the
-context declares (same); in the program's answer, "o" and "e" the
-output, "i" sys.stdin's contents, "c" the warnings, "g" the log records; either way "k" the kept
-containers' news ([handle, contents] or [handle, start, new items, a dict's pairs flat]:
-sandbox_copies.py:news), "d" and "z" (the program's) those forgotten and at rest, "D" the test's,
+records noted (the test's logger levels: sandbox_caught.py:watched), "F" (the first) the
+fingerprints of the classes the context declares (same); in the program's answer, "o" and "e" the
+output, "i" sys.stdin's contents, "c" the warnings, "g" the log records; either way "C" this side's
+decimal context where it changed (sandbox_link.py:state_told), "k" the kept containers' news
+([handle, contents] or [handle, start, new items, a dict's pairs flat]: sandbox_copies.py:news),
+"d" and "z" (the program's) those forgotten and at rest, "D" the test's,
 "n" (its answer) the argument containers kept from now on, "w" (an answer) the argument containers
 changed, "#" (a request) how many containers its arguments hold and "m" those passed twice
 (sandbox_link.py:told, taken, ask); in an answer to a test's callback, "b" and "p" the patches in
@@ -291,19 +291,13 @@ class Abort(BaseException):
     noted in LINK["failed"], sandbox_link.py)."""
 
 
+DESCRIBED = [lambda error: type(error).__name__]  # (sandbox_errors.py:described sets it)
+
+
 def describe(error):
-    """'Name: message' of an exception (an answer's as the other process gave it)."""
-    if type(error) is Abort:
-        return str(error)
-    for arg in getattr(error, "args", ()):  # (an object's text would ask the other process)
-        kinds = [kind.__name__ for kind in type(arg).__mro__]  # (a TestObject's proxy class's)
-        if "Remote" in kinds or "TestObject" in kinds:
-            return type(error).__name__ + (": <program object>" if "Remote" in kinds
-                                           else ": <test object>")
-    try:
-        return getattr(error, "program_text", None) or type(error).__name__ + ": " + str(error)
-    except BaseException:
-        return type(error).__name__
+    """'Name: message' of an exception (an answer's as the other process gave it), read by
+    BaseException's own slots: no code of the program's runs (sandbox_errors.py:described)."""
+    return str(error) if type(error) is Abort else DESCRIBED[0](error)
 
 
 class ProgramError(Exception):
@@ -432,23 +426,31 @@ def error_payload(error, keep=False, depth=0):
     name (same), its own public attributes that are values, its class's module where it is that
     module's own (sandbox_stdlib.py:own_module; else None), the number of the exception it is
     (the other side's, program_error's, where it came from there; else with keep this side's,
-    RAISED keeping it: the test's from 0 up, the program's from -1 down; or None), its links
-    (chain), its class (sandbox_errors.py:class_text)]."""
-    kind, handle = type(error), getattr(error, "program_handle", None)
+    RAISED keeping it: the test's from 0 up, the program's from -1 down, one object one number
+    while it holds it, its last RAISES[2] sent; or None), its links (chain), its class
+    (sandbox_errors.py:class_text)], read by BaseException's and OSError's own slots (no
+    __getattr__ or __getattribute__ of the program's runs; its message: describe)."""
+    kind, slot, files = type(error), vars(BaseException), vars(OSError)
+    own = slot["__dict__"].__get__(error)
+    handle = own.get("program_handle")
     if keep and handle is None and error_class(kind):  # (no StopIteration: it ends a loop)
-        if len(RAISED) > RAISES[2]:
-            RAISED.clear()
-        RAISED[RAISES[0]], handle, RAISES[0] = error, RAISES[0], RAISES[0] + RAISES[1]
-    base = builtin_ancestor(kind).__name__
-    args = getattr(error, "args", None)
-    names = (error.filename, error.filename2) if isinstance(error, OSError) else (None, None)
-    if names[0] is not None and type(args) is tuple and len(args) == 2:  # (errno, strerror)
+        handle = next((number for number, kept in RAISED.items() if kept is error), None)
+        if handle is None:
+            handle, RAISES[0] = RAISES[0], RAISES[0] + RAISES[1]
+        RAISED.pop(handle, None)  # (the newest again; the other side's numbers are not counted)
+        RAISED[handle] = error
+        mine = [number for number in RAISED if (number >= 0) is (RAISES[1] > 0)]
+        if len(mine) > RAISES[2]:
+            del RAISED[mine[0]]
+    args = slot["args"].__get__(error)
+    names = (files["filename"].__get__(error), files["filename2"].__get__(error)) if issubclass(
+        kind, OSError) else (None, None)
+    if names[0] is not None and len(args) == 2:  # (errno, strerror)
         args += (names[0],) if names[1] is None else (names[0], None, names[1])
-    state = getattr(error, "__dict__", None)
-    state = {key: value for key, value in (state.items() if type(state) is dict else ())
+    state = {key: value for key, value in own.items()
              if type(key) is str and not key.startswith(("_", "program_")) and sendable(value)}
-    return [kind.__name__, describe(error).partition(": ")[2][:300], base,
-            args if type(args) is tuple and sendable(args) else None, same(kind), state,
+    return [vars(type)["__name__"].__get__(kind), describe(error).partition(": ")[2][:300],
+            builtin_ancestor(kind).__name__, args if sendable(args) else None, same(kind), state,
             own_module(kind), handle if type(handle) is int else None, chain(error, depth),
             CLASS_TEXT[0](kind)]
 
@@ -459,13 +461,14 @@ DEPTH = 3  # the links of a chain sent and made: its __cause__ and __context__, 
 def chain(error, depth):
     """[its __cause__'s payload, its __context__'s (true: its cause), whether its context is
     suppressed] while depth < DEPTH (a cycle ends there too); else None, as where it has neither."""
-    cause, context = getattr(error, "__cause__", None), getattr(error, "__context__", None)
+    slot = vars(BaseException)  # (its slots as it holds them: no __getattribute__ of its class's)
+    cause, context = slot["__cause__"].__get__(error), slot["__context__"].__get__(error)
     if depth >= DEPTH or cause is None and context is None:
         return None
     return [error_payload(cause, False, depth + 1) if isinstance(cause, BaseException) else None,
             True if context is cause else error_payload(context, False, depth + 1)
             if isinstance(context, BaseException) else None,
-            getattr(error, "__suppress_context__", False) is True]
+            slot["__suppress_context__"].__get__(error) is True]
 
 
 def sendable(value):

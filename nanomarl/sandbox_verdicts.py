@@ -10,13 +10,13 @@ import _signal, _thread, builtins, marshal, os, sys, time
 
 from sandbox_caught import displayed, levels, warnings_state, watched  # sandbox.py's BOOT
 from sandbox_layers import confine, reap, watchdog
-from sandbox_link import (DEEP, LINK, OPS, TestTimeout, abort, answer, ask, attempt, compiled,
-                          deep, gone, read_exactly, read_line, refilled, request, run, taken,
-                          talk, unnumbered)
+from sandbox_link import (LINK, OPS, TestTimeout, abort, answer, arrived, ask, attempt, compiled,
+                          gone, read_exactly, read_line, refilled, request, run, taken, talk,
+                          unnumbered)
 from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, kept_entry, rooms
 from sandbox_lending import lending, let_go, readable, received, settable, test_made
-from sandbox_patches import (DECIMAL, PATCHED, SETS, builtin_named, decimal_context,
-                             fingerprint, module, watch_modules)
+from sandbox_patches import (PATCHED, SETS, builtin_named, fingerprint, module, quiet_null,
+                             watch_modules)
 from sandbox_errors import MADE, SOURCES, crossed, crossing, direct
 from sandbox_proxies import looks
 from sandbox_remote import Remote, harness_class, remote
@@ -32,7 +32,7 @@ def test_next():
             raise abort(gone("has ended or sent an over-long answer"))
         LINK["made"] = ({}, {})  # the objects rebuilt from this line (rebuilt)
         try:
-            message = deep(LINK["decode"], line, limit=DEEP)
+            message = arrived(line, LINK["buffer"])  # (its decimal context taken: a late one's too)
         except RecursionError:  # (nested deeper than the program's process dumps: forged)
             raise abort(ProgramError("an answer nested too deep")) from None
         except Exception:
@@ -112,8 +112,6 @@ def mirrored(numbered):
     extra.update((key, found) for key, found in in_force(numbered).items() if found)
     if sys.stdin is not LINK["stdin"]:
         extra["i"] = sys.stdin
-    if "decimal" in sys.modules and (found := decimal_context()) is not None:
-        extra["C"] = found  # (the test's decimal context, where it changed)
     extra.update(watched())  # (warnings and log records caught)
     if LINK["prints"]:  # (until a request is out with them: sent)
         extra["F"] = LINK["prints"]
@@ -178,7 +176,6 @@ def sent(extra):
     anew each time)."""
     del LINK["released"][:len(extra.get("f", ()))]  # (those released since stay, after them)
     LINK["limit_sent"] = extra.get("l", LINK["limit_sent"])
-    DECIMAL[0] = extra.get("C", DECIMAL[0])
     if "F" in extra:
         LINK["prints"] = {}
     for patch in extra.get("p", ()):
@@ -419,6 +416,7 @@ def test_side(job, fds, layers):
     each test, writes the report, and reaps the program's process."""
     job_fd, report_fd, requests, answers = fds
     layers.append(b"seccomp " + (b"1" if confine(job) else b"0"))
+    quiet_null()  # (open(os.devnull, "w"), as the program's process has it; before the baseline)
     tests_job, timeout = marshal.loads(read_exactly(job_fd, 1 << 40)), job["timeout"]
     os.close(job_fd)
     nonce = tests_job["nonce"].encode()

@@ -4,8 +4,9 @@ program's object behind it, read, set and called in the program's process (the p
 there, never in the test process; each answer a value or a program object, which fails the test
 where it is compared), and a test's subclass of a program's exception class is made by the
 program's class. A wrong program gains nothing: a lying object, a hostile __getattr__ or __repr__,
-an attribute it changes after raising, or one it no longer holds never passes what plain Python
-fails."""
+an attribute it changes after raising, one it no longer holds, a __str__ or __getattr__ whose side
+effect would run as the exception crosses, or one exception object raised twice never passes what
+plain Python fails."""
 from test_sandbox_semantics import plain, run
 
 BANK = """\
@@ -299,3 +300,101 @@ def test_a_program_that_forges_its_answers_gains_nothing():
     assert result["passed"] == [False, False], result["errors"]
     assert "no value" in result["errors"][0], result["errors"]
     assert "malformed exception class" in result["errors"][1], result["errors"]
+
+
+SIDE_EFFECTS = """\
+    state = {"ready": False, "reads": 0}
+    class NotReady(Exception):
+        def __str__(self):
+            state["ready"] = True
+            return "not ready"
+    class Counted(Exception):
+        def __getattr__(self, name):
+            state["reads"] += 1
+            raise AttributeError(name)
+    class Watched(Exception):
+        def __getattribute__(self, name):
+            state["reads"] += 1
+            return object.__getattribute__(self, name)
+    class Token:
+        def __str__(self):
+            state["ready"] = True
+            return "token"
+        __repr__ = __str__
+    def check(kind="NotReady"):
+        if not state["ready"]:
+            raise NotReady() if kind == "NotReady" else ValueError(Token())
+        return "ok"
+    def boom(kind):
+        raise {"Counted": Counted, "Watched": Watched}[kind]("x")
+    def reads():
+        return state["reads"]
+    def ready():
+        return state["ready"]
+    def reset():
+        state["ready"], state["reads"] = False, 0
+    """
+
+
+def test_a_programs_exception_runs_none_of_its_code_as_it_crosses():
+    """Its class's __str__, __getattr__ or __getattribute__, or the __str__ of an object among a
+    builtin exception's arguments, runs only where the test asks its text or an attribute, as
+    in plain Python: a wrong program whose exception's text flips its state fails (the test that
+    expects the state unchanged passes); its str asked later is its __str__'s."""
+    def first(call, *lines):
+        return "reset()\n" + caught(call, "Exception", "pass") + "\n".join(lines)
+    tests = [first("check()", "assert check() == 'ok'"),
+             first("check()", "assert not ready()"),
+             first("check('Token')", "assert check() == 'ok'"),
+             first("check('Token')", "assert not ready()"),
+             first("boom('Counted')", "assert reads() > 0"),
+             first("boom('Counted')", "assert reads() == 0"),
+             first("boom('Watched')", "assert reads() == 0"),
+             "reset()\n" + caught("check()", "NotReady", "assert str(e) == 'not ready'",
+                                  "assert check() == 'ok'")]
+    expected = [False, True, False, True, False, True, True, True]
+    assert plain(SIDE_EFFECTS, tests) == expected
+    result = run(SIDE_EFFECTS, tests)
+    assert result["passed"] == expected, result["errors"]
+
+
+REUSED = """\
+    class Failure(OSError):
+        pass
+    _E = Failure()
+    def fail(i):
+        _E.args, _E.code = (i,), i
+        raise _E
+    def spoil():
+        _E.args, _E.errno = ("spoiled",), 7
+    def same(error):
+        return error is _E
+    def other():
+        raise ValueError("other")
+    """
+
+
+def test_a_reused_exception_object_is_one_object_in_the_test():
+    """An exception object the program raises again (or changes after raising) is one object in
+    the test while the program's process holds it: `is` holds between the two catches, and its
+    args, errno and attributes are those it holds now, also after other exceptions crossed; back
+    in the program it is its own object again."""
+    def twice(*lines):
+        return (caught("fail(1)", "Failure", "e1 = e") + caught("fail(2)", "Failure", "e2 = e")
+                + "\n".join(lines))
+    loop = ("errs = []\nfor i in range(100):\n    try:\n        fail(i)\n"
+            "    except Failure as e:\n        errs.append(e)\n")
+    tests = [twice("assert e1.args == (1,)"),
+             twice("assert e1 is not e2"),
+             twice("assert e1 is e2 and e1.args == (2,) and e1.code == 2 and str(e1) == '2'"),
+             loop + "assert errs[0].code == 0",
+             loop + "assert errs[0] is errs[99] and errs[0].code == 99",
+             caught("fail(3)", "Failure", "spoil()", "assert e.args == (3,)"),
+             caught("fail(3)", "Failure", "spoil()",
+                    "assert (e.args, e.errno) == (('spoiled',), 7) and same(e)"),
+             caught("fail(4)", "Failure", "for _ in range(40):\n    try:\n        other()\n"
+                    "    except ValueError:\n        pass", "assert e.code == 4 and same(e)")]
+    expected = [False, False, True, False, True, False, True, True]
+    assert plain(REUSED, tests) == expected
+    result = run(REUSED, tests)
+    assert result["passed"] == expected, result["errors"]

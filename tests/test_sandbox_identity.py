@@ -1,10 +1,12 @@
 """A program object whose class keeps object's equality compares and hashes by its identity in the
 test process (an Enum's member is one), an int Flag's member holds another of its class, a program
 object whose class derives from a class the context declares is an instance of it for isinstance,
-issubclass of program classes and inspect.signature of a program's callable are plain Python's,
-and a NamedTuple of the program's with methods of its own keeps them (nanomarl/sandbox_remote.py,
-nanomarl/sandbox_bases.py). Each case is compared with plain Python; beside each, a wrong program
-shows the allowance credits no object whose own code could answer for it."""
+issubclass of program classes (never through a metaclass's __bases__) and inspect.signature of a
+program's callable are plain Python's, a NamedTuple of the program's with methods of its own keeps
+them and its value follows the lists it holds, and a test's weak reference to a program object
+fails the test once its proxy dies (nanomarl/sandbox_remote.py, nanomarl/sandbox_bases.py).
+Each case is compared with plain Python; beside each, a wrong program shows the allowance credits
+no object whose own code could answer for it."""
 from textwrap import dedent
 
 from test_sandbox_semantics import plain, run
@@ -236,3 +238,96 @@ def test_a_programs_namedtuple_with_methods_keeps_them():
     assert plain(POINTS, tests) == [True] * 6
     result = run(POINTS, tests)
     assert result["passed"] == [True] * 5 + [False], result["errors"]
+
+
+CLASSES = """\
+    from abc import ABC
+    class Shape:
+        pass
+    class Liar(type):
+        @property
+        def __bases__(cls):
+            return (Shape, int)
+    class Square(metaclass=Liar):
+        pass
+    class Base(ABC):
+        pass
+    class Circle:
+        pass
+    Base.register(Circle)
+    class Dog(Shape):
+        pass
+    """
+
+
+def test_issubclass_of_program_classes_reads_their_ancestry_not_their_metaclass():
+    """issubclass of program classes is the program's process's own (its ABC's register holds),
+    read from type's slots where the test's class is the second argument: a metaclass whose
+    __bases__ lies credits nothing (plain Python reads the class's __mro__), and its __bases__
+    read in the test fails the test (a read in one process would be the lie)."""
+    tests = ["assert issubclass(Square, Shape)", "assert issubclass(Square, int)",
+             "assert issubclass(Circle, Base) and not issubclass(Dog, Base)",
+             "assert issubclass(Dog, Shape) and issubclass(Dog, object) and "
+             "not issubclass(Dog, int) and Dog.__bases__ == (Shape,)",
+             "assert isinstance(Circle(), Base) and not issubclass(int, Shape)",
+             "assert Square.__bases__ == (Shape, int)"]
+    assert plain(CLASSES, tests) == [False, False, True, True, True, True]
+    result = run(CLASSES, tests)
+    assert result["passed"] == [False, False, True, True, True, False], result["errors"]
+
+
+BAGS = """\
+    from typing import NamedTuple
+    class Bag(NamedTuple):
+        items: list
+        def add(self, x):
+            self.items.append(x)
+    class Stack(NamedTuple):
+        items: list
+        def peek(self):
+            return self.items.pop()
+    class Row(tuple):
+        def grow(self):
+            self[0].append(0)
+    def bag():
+        return Bag([])
+    def stack():
+        return Stack([1])
+    def row():
+        return Row(([], 1))
+    """
+
+
+def test_a_namedtuple_of_lists_keeps_the_value_it_has_now():
+    """A tuple subclass's value holding a list is taken anew at each question (the list
+    changes): its own method's change (a right add, a wrong peek that pops) and the test's own
+    change through its field are seen, as in one process."""
+    tests = ["b = bag(); b.add(1); assert b == ([1],) and b[0] == [1] and b.items == [1]",
+             "b = bag(); b.items.append(2); assert b.items == [2] and b == ([2],)",
+             "s = stack(); assert s.peek() == 1 and s == ([1],)",
+             "s = stack(); assert s.peek() == 1 and list(s) == [[1]]",
+             "r = row(); r.grow(); assert r == ([0], 1) and len(r[0]) == 1",
+             "b = bag(); b[0].append(3); assert b == ([3],)"]
+    assert plain(BAGS, tests) == [True, True, False, False, True, True]
+    result = run(BAGS, tests)
+    assert result["passed"] == [True, True, False, False, True, True], result["errors"]
+
+
+def test_a_weak_reference_to_a_program_object_fails_when_its_proxy_dies():
+    """A proxy dies when the test holds it no more, where the program's object may live on: a
+    weak reference of the test's that outlives its proxy fails the test (a leaking program
+    passed `r() is None`); one to a proxy the test holds reads it."""
+    program = dedent("""\
+    class Node:
+        pass
+    LEAK = []
+    def make():
+        LEAK.append(Node())
+        return LEAK[-1]
+    """)
+    tests = ["import weakref, gc\nr = weakref.ref(make())\ngc.collect()\nassert r() is None",
+             "import weakref\nx = make()\nr = weakref.ref(x)\nassert r() is x",
+             "import weakref\ns = weakref.WeakSet([make()])\nassert len(s) == 0"]
+    assert plain(program, tests) == [False, True, False]
+    result = run(program, tests)
+    assert result["passed"] == [False, True, False], result["errors"]

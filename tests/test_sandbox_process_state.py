@@ -1,11 +1,12 @@
 """The state of its process that a program shares with the tests in plain Python, as the sandbox
-gives it: an open() of os.devnull for writing (a file that discards what it is given, on a
-duplicate of the program's process's write-only /dev/null stdin: nanomarl/sandbox_patches.py:
-quiet_null) and the test's decimal context (its precision, rounding, limits and traps, taken on
-by the program's process where the test changed it: sandbox_patches.py:take_decimal). Each right
-program is compared with plain Python, each allowance beside a wrong or hostile program that it
-must not let pass."""
+gives it: an open() of os.devnull for writing, in either process (a file that discards what it is
+given, on a duplicate of the write-only /dev/null stdin both inherit: nanomarl/sandbox_patches.py:
+quiet_null), and decimal's context, one for both processes (each message tells the other side its
+context where it changed: sandbox_link.py:state_told, unpacked). Each right program is compared
+with plain Python, each allowance beside a wrong or hostile program that it must not let pass."""
 import decimal
+
+import pytest
 
 from test_sandbox_semantics import plain, run
 
@@ -154,11 +155,11 @@ CHANGER = """\
     """
 
 
-def test_a_programs_own_decimal_context_stays_its_own():
-    """A program that sets its own context cannot set the test's: an expected value the test
-    computes first stays its own (plain Python fails the program too), the program's setting
-    holds until the test changes its context (then the test's, as in plain Python), and what a
-    test computes after a call is at the test's precision."""
+def test_a_programs_change_of_the_decimal_context_is_the_tests_too():
+    """A program that sets the context while it loads or in a call sets the test's, as in plain
+    Python: an expected value the test computes before the call is at the program's precision of
+    the load (plain Python fails the program here too), one after it at the precision the call
+    left, until the test changes the context (then the test's, for both)."""
     tests = ["from decimal import Decimal\ne = Decimal(1) / Decimal(3)\nassert third() == e",
              "from decimal import Decimal\nassert loose() == Decimal('0.333')",
              "from decimal import Decimal, getcontext\ngetcontext().prec = 6\n"
@@ -166,6 +167,195 @@ def test_a_programs_own_decimal_context_stays_its_own():
     expected, result = both(CHANGER, tests)
     assert expected == [False, True, True]
     assert result["passed"] == expected, result["errors"]
+
+
+SEVENTH = """\
+    import decimal
+    decimal.getcontext().prec = 6  # (wrong: the task wants 28 digits)
+    def one_seventh():
+        return decimal.Decimal(1) / decimal.Decimal(7)
+    """
+WITH_SIX = ("import decimal\nwith decimal.localcontext() as c:\n    c.prec = 6\n"
+            "    assert str(one_seventh()) == '0.142857'\n")
+DIGITS_28 = "assert str(one_seventh()) == '0.1428571428571428571428571429'"
+
+
+def test_a_programs_load_time_precision_stays_after_a_tests_localcontext():
+    """The program's `prec = 6` at load is the test's too: a test's localcontext of that precision
+    ends back at 6, so a test that wants 28 digits afterwards fails the wrong program (in the same
+    test or the next), as plain Python does; a test reads 6 and computes its expected value at 6."""
+    tests = [WITH_SIX + DIGITS_28, WITH_SIX, DIGITS_28,
+             "import decimal\nassert decimal.getcontext().prec == 6\n"
+             "assert one_seventh() == decimal.Decimal(1) / 7"]
+    expected, result = both(SEVENTH, tests)
+    assert expected == [False, True, False, True]
+    assert result["passed"] == expected, result["errors"]
+
+
+QUIET = """\
+    import decimal
+    class Quiet(decimal.Context):  # (its precision reads 28, whatever it is)
+        prec = property(lambda self: 28, decimal.Context.prec.__set__)
+    decimal.setcontext(Quiet(prec=6))  # (wrong: the task wants 28 digits)
+    def one_seventh():
+        return decimal.Decimal(1) / decimal.Decimal(7)
+    """
+
+
+def test_a_context_subclass_hides_none_of_its_fields():
+    """The program's process reads its context by decimal.Context's own descriptors: a subclass
+    whose precision reads 28 tells its real 6 all the same, so a test's localcontext ends back at
+    6 as in plain Python."""
+    tests = [WITH_SIX + DIGITS_28, WITH_SIX, DIGITS_28]
+    expected, result = both(QUIET, tests)
+    assert expected == [False, True, False]
+    assert result["passed"] == expected, result["errors"]
+
+
+FIFTY = """\
+    import decimal
+    decimal.getcontext().prec = 50
+    def third():
+        return decimal.Decimal(1) / decimal.Decimal(3)
+    """
+
+
+def test_a_programs_precision_outlasts_a_tests_change_of_another_field():
+    """A test's localcontext that changes the rounding alone sends the program its precision of
+    50 as it found it, and after the localcontext the program computes at 50 digits again; the
+    test's own arithmetic is at 50 too."""
+    tests = ["import decimal\nwith decimal.localcontext() as c:\n"
+             "    c.rounding = decimal.ROUND_DOWN\n    x = third()\n"
+             "assert str(third()) == '0.' + '3' * 50",
+             "import decimal\nassert third() * 3 == decimal.Decimal('0.' + '9' * 50)"]
+    expected, result = both(FIFTY, tests)
+    assert expected == [True, True]
+    assert result["passed"] == expected, result["errors"]
+
+
+CALLS = """\
+    from decimal import Decimal, getcontext
+    def set_precision(n):
+        getcontext().prec = n
+    def third():
+        return Decimal(1) / Decimal(3)
+    def through(callback):
+        getcontext().prec = 4
+        seen = callback()
+        return seen, str(Decimal(1) / Decimal(3))
+    def imported():
+        import decimal
+        return decimal.getcontext().prec
+    """
+
+
+def test_one_decimal_context_through_calls_callbacks_and_threads():
+    """A call's change is the test's when it returns; a test's callback sees the program's context
+    and its change is the program's; a test's thread has a context of its own (the program called
+    from it changes that one, not the main thread's); a program that imports decimal only after a
+    test changed its context finds the test's; a test process that never imported decimal gets the
+    program's change all the same."""
+    tests = ["from decimal import Decimal, getcontext\nset_precision(5)\n"
+             "assert getcontext().prec == 5 and Decimal(2) / 3 == Decimal('0.66667')",
+             "from decimal import getcontext\ndef cb():\n    p = getcontext().prec\n"
+             "    getcontext().prec = 2\n    return p\n"
+             "assert through(cb) == (4, '0.33') and getcontext().prec == 2",
+             "import threading\nfrom decimal import getcontext\ngetcontext().prec = 28\nout = []\n"
+             "def work():\n    set_precision(3)\n"
+             "    out.append((getcontext().prec, str(third())))\n"
+             "t = threading.Thread(target=work)\nt.start()\nt.join()\n"
+             "assert out == [(3, '0.333')]\n"
+             "assert getcontext().prec == 28 and str(third()) == '0.' + '3' * 28"]
+    expected, result = both(CALLS, tests)
+    assert expected == [True] * 3
+    assert result["passed"] == expected, result["errors"]
+    fresh = "def imported():\n    import decimal\n    return decimal.getcontext().prec\n"
+    tests = ["import decimal\ndecimal.getcontext().prec = 9\nassert imported() == 9"]
+    expected, result = both(fresh, tests)
+    assert result["passed"] == expected == [True], result["errors"]
+    loader = "import decimal\ndecimal.getcontext().prec = 7\ndef f():\n    return 1\n"
+    tests = ["assert f() == 1", "import decimal\nassert decimal.getcontext().prec == 7"]
+    expected, result = both(loader, tests)
+    assert result["passed"] == expected == [True, True], result["errors"]
+
+
+HANG = """\
+    import decimal, time
+    def hang(seconds=None):
+        decimal.getcontext().prec = 6  # (wrong)
+        while seconds is None:  # (its own alarm ends it: its answer may come in time)
+            pass
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                while time.monotonic() < end:
+                    pass
+            except BaseException:  # (its own alarm: it answers after the test's timeout)
+                pass
+    def one_seventh():
+        return decimal.Decimal(1) / decimal.Decimal(7)
+    """
+
+
+@pytest.mark.parametrize("seconds", [None, 1.5], ids=["interrupted", "late"])
+def test_a_precision_set_in_a_call_that_times_out_stays(seconds):
+    """A call that sets prec 6 and times out leaves 6 in plain Python (the alarm interrupts it
+    after the change): the next test's localcontext ends back at 6 and 28 digits fail, whether its
+    answer comes before the test's alarm or after it (a late answer, set on the context the test
+    had when it asked: sandbox_link.py:unpacked; no ring loses it: sandbox_link.py:read_line).
+    Plain Python's verdicts: the first test times out."""
+    loop = "hang(%r)" % seconds
+    result = run(HANG, [loop, WITH_SIX + DIGITS_28,
+                        "import decimal\nassert one_seventh() == decimal.Decimal(1) / 7\n"
+                        "assert decimal.getcontext().prec == 6"], max_timeouts=4)
+    assert result["passed"] == [False, False, True], result["errors"]
+
+
+FORGED = """\
+    import gc
+    def _module(name):
+        for found in gc.get_objects():
+            if type(found) is dict and found.get("__name__") == name and "__builtins__" in found:
+                return found
+    def forge(context):  # (what the program's process tells of its decimal context from now on)
+        _module("sandbox_link")["decimal_now"] = lambda context=None, found=context: found
+        return 1
+    """
+
+
+def test_a_forged_decimal_context_fails_the_test():
+    """What the program's process tells of its decimal context is a decimal.Context's fields or
+    fails the test: a rounding decimal has not, bools, a precision out of range, a flag field, an
+    unknown trap; a well-formed one is taken on (the program could set it in plain Python)."""
+    bad = [[6, "ROUND_NOPE", -9, 9, 1, 0, []], [True, "ROUND_DOWN", -9, 9, 1, 0, []],
+           [10 ** 20, "ROUND_DOWN", -9, 9, 1, 0, []], [6, "ROUND_DOWN", -9, 9, 1, 0, [], []],
+           [6, "ROUND_DOWN", -9, 9, 1, 0, ["Evil"]], [6, "ROUND_DOWN", -9, 9, 5, 0, []], "6"]
+    tests = ["assert forge(%r) == 1" % (found,) for found in bad]
+    tests.append("import decimal\nassert forge([7, 'ROUND_DOWN', -9, 9, 1, 0, ['Inexact']]) == 1\n"
+                 "c = decimal.getcontext()\nassert (c.prec, c.rounding, c.Emax) == "
+                 "(7, decimal.ROUND_DOWN, 9) and c.traps[decimal.Inexact]\n"
+                 "assert not c.traps[decimal.Overflow]")
+    result = run(FORGED, tests)
+    assert result["passed"] == [False] * len(bad) + [True], result["errors"]
+    assert all("malformed decimal context" in error for error in result["errors"][:-1])
+
+
+def test_the_test_process_opens_devnull_for_writing():
+    """A test's unittest.TextTestRunner(stream=open(os.devnull, "w")) and a test's own
+    redirect_stdout to os.devnull work, as in plain Python: the runner's report and the test's
+    prints are discarded."""
+    program = "def add(a, b):\n    return a + b\n"
+    tests = ["import os, unittest\nclass T(unittest.TestCase):\n    def test(self):\n"
+             "        self.assertEqual(add(1, 2), 3)\n"
+             "runner = unittest.TextTestRunner(stream=open(os.devnull, 'w'))\n"
+             "suite = unittest.defaultTestLoader.loadTestsFromTestCase(T)\n"
+             "assert runner.run(suite).wasSuccessful()",
+             "import contextlib, os\nwith open(os.devnull, 'w') as null, "
+             "contextlib.redirect_stdout(null):\n"
+             "    print('noise', add(2, 2))\nassert add(2, 2) == 4"]
+    expected, result = both(program, tests)
+    assert result["passed"] == expected == [True, True], result["errors"]
+    assert "noise" not in result["stdout"] and "Ran 1 test" not in result["stderr"]
 
 
 VIEWED = """\
