@@ -363,12 +363,13 @@ def signed(told):
 
 def valued(value, base, refer, aliases):
     """The end of the reference to a program's instance of its subclass of a value type (base;
-    "" for none): [its base's name, overridden's bits, its value where it cannot change (LASTING,
-    holding only values that cannot: lasting), else null]."""
+    "" for none): [its base's name, overridden's bits, its value where it cannot change (LASTING),
+    else null]. A tuple's value crosses whatever it holds (the containers in it that the program
+    reaches are kept from this answer on: sandbox_lending.py:lent_back marks them for it); the
+    test process keeps it only where nothing in it can change (lasting)."""
     if base is None:
         return ""
-    found = TAKE[base](value) if base in LASTING else None
-    taken = dump(found, refer, aliases) if found is not None and lasting(found) else "null"
+    taken = dump(TAKE[base](value), refer, aliases) if base in LASTING else "null"
     return ",[%s,%d,%s]" % (dump(base.__name__, None), overridden(type(value), base, value), taken)
 
 

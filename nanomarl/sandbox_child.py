@@ -18,8 +18,8 @@ from sandbox_lending import awake, lent_back, unheld, unlent
 from sandbox_layers import (capped_streams, confine, die_with_parent, drop_privileges,
                             fork_program, guard_threads, isolate)  # sandbox.py's BOOT
 from sandbox_link import (EXIT, LINK, OPS, BINARY, TestTimeout, abort, answer, arrived, attempt,
-                          refuse, compiled, deep, read_exactly, read_line, run, serve, state_out,
-                          state_told, taken, tidings, with_pairs, write_all)
+                          refuse, compiled, deep, overdue, read_exactly, read_line, run, serve,
+                          state_out, state_told, taken, tidings, with_pairs, write_all)
 from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, quiet_null, stand_in, took_on
 from sandbox_proxies import TestObject, test_object
 from sandbox_bases import TAKE, applied, kind_of, named, programs, traits, value_base, valued
@@ -437,8 +437,7 @@ def program_side(job, requests, answers):
     answer(0, status, None if status == "v" else payload, after({}))
     while True:
         message = next_message()
-        if message[1] == "q":
-            serve(message)
+        serve(message) if message[1] == "q" else overdue(message)  # (a late answer's news)
         calls.clear()
 
 

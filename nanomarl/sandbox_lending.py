@@ -54,7 +54,7 @@ VIEWED = ("dict_values", "dict_items")  # the views walked as their dict's value
 
 
 def lending(link, refer):
-    """The test process's link (sandbox_link.py:LINK) made to lend what its ops of LENT give and to
+    """The test process's link (sandbox_alarm.py:LINK) made to lend what its ops of LENT give and to
     hand back the program's arguments to a test's callback (handed): its "ops" and "answer"
     wrapped (the answer marks those arguments and lends, sends, then settles)."""
     ops, answer = link["ops"], link["answer"]

@@ -13,8 +13,10 @@ class's proxy class: sandbox_proxies.py). One thread at a time talks (TALKING). 
 side's state (filled by sandbox_verdicts.py:test_side, sandbox_child.py:program_side). Either
 side's message tells the other its decimal context where it changed (state_told, unpacked): the
 two processes share one, as a program and its tests do in plain Python."""
-import _operator, _signal, _thread, math, os, select, sys
+import _operator, _thread, math, os, select, sys
 
+from sandbox_alarm import (ALARM, LINK, MAIN, OWED, RING_AGAIN, TestTimeout, attempt, due, held,
+                           on_alarm)  # (the alarm's, given to the other modules from here)
 from sandbox_copies import changed, containers, extend, kept_entry, news, pairs, refill, shared
 from sandbox_lending import awake, unrest
 from sandbox_patches import DECIMAL, current_decimal, decimal_now, take_decimal
@@ -28,53 +30,6 @@ LIMIT = [0, 0]  # the recursion limit room() set last, the frames it added
 DEEP = 20000  # the recursion limit under which a value is read (deep): json's scanner, ~130 bytes
 # of C stack a level, stays within 3 MB; one is numbered and dumped under 2/3 of it (deep): a
 # dict's level is three of JSON's
-
-
-class TestTimeout(BaseException):  # not an Exception: `except Exception` does not swallow it
-    pass
-
-
-ALARM = [False]  # armed: the alarm raises TestTimeout only inside attempt()
-MAIN = _thread.get_ident()  # the thread the alarm interrupts (Python runs signal handlers there)
-RING_AGAIN = 0.05  # seconds between rings once the alarm has gone off
-
-
-def on_alarm(signum, frame):
-    """The test process notes the timeout first (LINK["failed"]: a test that swallows the
-    TestTimeout still fails as timed out); the alarm rings every RING_AGAIN s until attempt ends."""
-    if ALARM[0]:
-        if LINK.get("side") == "test":
-            LINK["failed"] = LINK["failed"] or "Timeout: test timed out"
-        raise TestTimeout()
-
-
-def attempt(fn, seconds):
-    """fn() under a wall-clock alarm -> ("v", its value) | ("t", None) | ("e", the exception).
-    Inside another attempt (a request served while waiting for an answer) and in any thread but
-    the main one the outer alarm goes on and its TestTimeout passes through."""
-    if ALARM[0] or _thread.get_ident() != MAIN:
-        try:
-            return "v", fn()
-        except (TestTimeout, Abort):
-            raise
-        except BaseException as e:
-            return "e", e
-    _signal.signal(_signal.SIGALRM, on_alarm)
-    _signal.setitimer(_signal.ITIMER_REAL, max(seconds, 0.001), RING_AGAIN)
-    try:
-        try:
-            ALARM[0] = True
-            return "v", fn()
-        finally:  # (a ring in this block still ends in the outer one: the alarm is off after it)
-            ALARM[0] = False
-            _signal.setitimer(_signal.ITIMER_REAL, 0)
-    except TestTimeout:
-        return "t", None
-    except BaseException as e:
-        return "e", e
-    finally:
-        ALARM[0] = False
-        _signal.setitimer(_signal.ITIMER_REAL, 0)
 
 
 def deep(fn, *args, limit=DEEP * 2 // 3):
@@ -110,9 +65,12 @@ def run(code, scope):
 def read_line(fd, buffer, limit):
     """The next line (without its newline) from fd, left in buffer (arrived takes it out); None at
     the end or past limit bytes. A ring of the alarm raises while it waits for bytes, never once
-    some are read (they are in buffer first: poured)."""
+    some are read (they are in buffer first: poured); one that came while the alarm was held off
+    (a flood of lines keeps it so) raises on each pass (sandbox_alarm.py:due)."""
     start = 0
+    due()
     while (end := buffer.find(b"\n", start)) < 0:
+        due()
         start = len(buffer)
         if start > limit or not (SELECT([fd], [], []) and held(poured, fd, buffer)):
             return None
@@ -134,10 +92,6 @@ def read_exactly(fd, size):
     return bytes(data)
 
 
-# (mirrored, sent: the test process's hooks, sandbox_verdicts.py; none in the program's process)
-LINK = dict(seq=0, gone="has not started", buffer=bytearray(), failed="", args=[], released=[],
-            kept={}, kept_ids={}, kept_tags={}, dormant={}, own=set(), mirrored=lambda numbered: {},
-            sent=lambda extra: None, drop=dict, waiting={})
 # what one may ask of the other's object: a program object's text; a test object's protocol
 OPS = dict(len=len, bool=bool, str=str, repr=repr, iter=iter, format=format,
            getitem=lambda a, b: a[b], contains=lambda a, b: b in a,
@@ -224,10 +178,12 @@ def talk(op, target, a, b, extra, caller):
                 if LINK["side"] != "test":  # the test process reads the end (its test fails)
                     EXIT(0)
                 raise abort(e) from None
-            if message[0] == seq:  # (another is late: its wait ended; dropped, but for arrived's)
+            if message[0] == seq:  # (another is late: its wait ended; its news taken: overdue)
                 break
-    except BaseException:  # (its wait ended, a timeout: its answer comes late, to arrived)
-        LINK["waiting"][seq] = held(current_decimal, LINK["side"] == "test")
+            overdue(message)
+    except TestTimeout:  # (its wait ended: its answer comes late, to overdue; not a refusal's)
+        LINK["waiting"][seq] = (held(current_decimal, LINK["side"] == "test"),
+                                LINK["args"][-1] if LINK["args"] else [])
         raise
     return LINK["answered"](message)
 
@@ -369,23 +325,39 @@ def unpacked(line, buffer):
     message = deep(LINK["decode"], line, limit=DEEP)
     if type(message) is list and len(message) in (5, 7) and type(message[-1]) is dict:
         late = len(message) == 5 and type(message[0]) is int
-        context = LINK["waiting"].pop(message[0], None) if late else None
+        context = LINK["waiting"].get(message[0], (None,))[0] if late else None
         if "C" in message[-1] and not take_decimal(message[-1]["C"], context) and (
                 LINK["side"] == "test"):
             raise abort(ProgramError("a malformed decimal context"))
     return message
 
 
-def held(fn, *args):
-    """fn(*args) with the alarm held off (a ring meanwhile raises nothing; the next one does), in
-    the main thread (the one a ring interrupts: another's is fn(*args))."""
-    if _thread.get_ident() != MAIN:
-        return fn(*args)
-    armed, ALARM[0] = ALARM[0], False
-    try:
-        return fn(*args)
-    finally:
-        ALARM[0] = armed
+def overdue(message):
+    """A late answer (to a request whose wait ended, a timeout: LINK["waiting"]) taken as its
+    asker would have taken it but for its value: its news of the kept containers and write-backs
+    of its call's arguments (LINK["late"]: the test process's sandbox_verdicts.py:kept_up; taken),
+    as in plain Python a call's changes before its timeout stay; any other message dropped."""
+    if message[1] == "a" and (entry := LINK["waiting"].pop(message[0], None)) is not None:
+        LINK.get("late", taken)(message[-1], entry[1])
+
+
+SETTLE = 1.0  # seconds a timed-out call's answer is awaited after its test (settle)
+
+
+def settle(seconds):
+    """The test process, between tests: the late answers still out (LINK["waiting"]) awaited for
+    at most `seconds` and taken (overdue), the program's requests meanwhile served, so that the
+    next test starts with what the timed-out call changed (the program's own alarm ends it at
+    about the test's timeout: its answer comes at once)."""
+    def wait():
+        while LINK["waiting"] and not LINK["gone"]:
+            if (message := LINK["next"]())[1] == "q":
+                serve(message)
+            else:
+                overdue(message)
+    if LINK["waiting"] and not LINK["gone"]:
+        with TALKING:
+            attempt(wait, seconds)
 
 
 def refilled(target, content):

@@ -23,7 +23,8 @@ cannot change, the value: sandbox_bases.py:overridden)."""
 import _operator, _weakref, builtins
 
 from sandbox_bases import (CLASS_CAP, FLAG, FLAGGED, IDENTITY, KEYS, LASTING, NAMED, NAMES, OWN,
-                           STREAM_IDS, TAKE, TRAITS, TYPE, signed, standing, told, traits)
+                           STREAM_IDS, TAKE, TRAITS, TYPE, lasting, signed, standing, told,
+                           traits)
 from sandbox_link import (ARITHMETIC, BUILTINS, COMPARISONS, LINK, OPERATORS, TALKING, TestTimeout,
                           abort, ask)
 from sandbox_patches import unpatched
@@ -46,10 +47,11 @@ class Remote:
     at a time, then up to 256 ahead; iter() of it is itself, its equality and hash are its
     identity); copy.copy and copy.deepcopy of it copy it in the program's process (a new object;
     a deepcopy copies each program object it reaches on its own: two that hold one share no copy).
-    Its other methods fail the test (refused), pickling too, and so does a test's weak reference to
-    it that outlives it (__del__); `== None` is decided here (it is not None). issubclass with it
-    is the program's answer, its __bases__ type's slots (sandbox_bases.py:bases). A result crosses
-    as a value, a declared class's instance rebuilt from its state (sandbox_verdicts.py:rebuilt)."""
+    Its other methods fail the test (refused), pickling too; a test's weak reference to it keeps
+    it alive for the rest of the run (__del__); `== None` is decided here (it is not None).
+    issubclass with it is the program's answer, its __bases__ type's slots
+    (sandbox_bases.py:bases). A result crosses as a value, a declared class's instance rebuilt
+    from its state (sandbox_verdicts.py:rebuilt)."""
     __slots__ = ("__handle", "__kind", "__stream", "__buffer", "__drawn", "__end", "__weakref__")
     __str__ = lambda self: ask("op", self.__handle, "str", [])  # its text: asked
     __repr__ = lambda self: ask("op", self.__handle, "repr", [])
@@ -152,14 +154,23 @@ class Remote:
 
     def __del__(self):
         """Its handle released; where a weak reference of the test's to it is alive (the
-        harness's aside), the test fails: that reference now dies, where in one process it would
-        live on while the program holds the object (a leak would pass `r() is None`)."""
+        harness's aside), it lives on instead, its handle kept, held by the harness for the rest
+        of the run (KEPT): that reference answers it still, as in one process while the program
+        holds the object (a leaking program never passes `r() is None`); past KEPT_CAP of them,
+        the test fails."""
         handle = getattr(self, "_Remote__handle", None)  # (None: its __init__ failed)
-        if handle is not None:
+        if handle is None:
+            return
+        own = LINK["remotes"].get(handle)
+        if any(found is not own for found in _weakref.getweakrefs(self)):
+            if len(KEPT) < KEPT_CAP:
+                return KEPT.append(self)  # (alive again: its weak references live on)
             LINK["released"].append(handle)
-            own = LINK["remotes"].get(handle)
-            if any(found is not own for found in _weakref.getweakrefs(self)):
-                abort(TypeError("a weak reference to a program object: it dies with its proxy"))
+            abort(TypeError("a weak reference to a program object: it dies with its proxy"))
+        LINK["released"].append(handle)
+
+
+KEPT, KEPT_CAP = [], 4096  # the proxies a test's weak reference keeps alive (Remote.__del__)
 
 
 def identical(self, other):
@@ -293,14 +304,14 @@ FETCHED = [0]
 
 
 def valued_spec(spec):
-    """(base, overridden's bits, its lasting value or None) of a reference's end (valued's);
-    None if malformed."""
+    """(base, overridden's bits, its value where nothing in it can change (lasting), else None)
+    of a reference's end (valued's); None if malformed."""
     if not (type(spec) is list and len(spec) == 3 and type(spec[0]) is str
             and type(spec[1]) is int and spec[1] >= 0):
         return None
     base = VALUE_BASES.get(spec[0])
     if base is not None and (spec[2] is None or base in LASTING and type(spec[2]) is base):
-        return base, spec[1], spec[2]
+        return base, spec[1], spec[2] if lasting(spec[2]) else None
     return None
 
 

@@ -11,8 +11,8 @@ import _signal, _thread, builtins, marshal, os, sys, time
 from sandbox_caught import displayed, levels, warnings_state, watched  # sandbox.py's BOOT
 from sandbox_layers import confine, reap, watchdog
 from sandbox_link import (LINK, OPS, TestTimeout, abort, answer, arrived, ask, attempt, compiled,
-                          gone, read_exactly, read_line, refilled, request, run, taken, talk,
-                          unnumbered)
+                          gone, read_exactly, read_line, refilled, request, run, settle, SETTLE,
+                          taken, talk, unnumbered)
 from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, kept_entry, rooms
 from sandbox_lending import lending, let_go, readable, received, settable, test_made
 from sandbox_patches import (PATCHED, SETS, builtin_named, fingerprint, module, quiet_null,
@@ -424,8 +424,8 @@ def test_side(job, fds, layers):
                 limit=job["answer_bytes"], decode=Decoder(test_resolve), gone="", refer=test_refer,
                 ops=test_ops, next=test_next, answered=test_answered, mine={}, ids={},
                 clocks={}, before=serving, after=served, taken_on={}, sent=sent,
-                remotes={}, names=set(job["names"]), prints={}, made=({}, {}), kept={},
-                kept_ids={}, kept_tags={}, answer=answer, first=0,
+                remotes={}, names=set(job["names"]), prints={}, made=({}, {}), late=kept_up,
+                kept={}, kept_ids={}, kept_tags={}, answer=answer, first=0,
                 limit_sent=sys.getrecursionlimit(), stdout=sys.stdout, stderr=sys.stderr,
                 mirrored=mirrored, logs=levels(), **shared_state())
     REFUSE[0] = abort  # (a StopIteration no test code may catch: sandbox_values.py:raised)
@@ -472,6 +472,8 @@ def test_side(job, fds, layers):
                 break
             if context[0] != "v":
                 test = ProgramError("context: " + message(*context).decode())
+            watchdog(SETTLE)  # (a timed-out call's late answer taken before the next test starts)
+            settle(SETTLE)
             watchdog(timeout)
             LINK["failed"], LINK["first"], start = "", LINK["seq"] + 1, time.monotonic()
             status, error = attempt(lambda: run(test, scope), min(timeout, budget))

@@ -4,7 +4,7 @@ object whose class derives from a class the context declares is an instance of i
 issubclass of program classes (never through a metaclass's __bases__) and inspect.signature of a
 program's callable are plain Python's, a NamedTuple of the program's with methods of its own keeps
 them and its value follows the lists it holds, and a test's weak reference to a program object
-fails the test once its proxy dies (nanomarl/sandbox_remote.py, nanomarl/sandbox_bases.py).
+keeps it alive for the rest of the run (nanomarl/sandbox_remote.py, nanomarl/sandbox_bases.py).
 Each case is compared with plain Python; beside each, a wrong program shows the allowance credits
 no object whose own code could answer for it."""
 from textwrap import dedent
@@ -313,10 +313,11 @@ def test_a_namedtuple_of_lists_keeps_the_value_it_has_now():
     assert result["passed"] == [True, True, False, False, True, True], result["errors"]
 
 
-def test_a_weak_reference_to_a_program_object_fails_when_its_proxy_dies():
+def test_a_weak_reference_to_a_program_object_keeps_it_alive():
     """A proxy dies when the test holds it no more, where the program's object may live on: a
-    weak reference of the test's that outlives its proxy fails the test (a leaking program
-    passed `r() is None`); one to a proxy the test holds reads it."""
+    test's weak reference to it keeps it alive for the rest of the run, so that reference reads
+    it still, in a later test too (a leaking program never passes `r() is None`; a failure before
+    is no other test's)."""
     program = dedent("""\
     class Node:
         pass
@@ -324,10 +325,45 @@ def test_a_weak_reference_to_a_program_object_fails_when_its_proxy_dies():
     def make():
         LEAK.append(Node())
         return LEAK[-1]
+    def other():
+        return 1
     """)
     tests = ["import weakref, gc\nr = weakref.ref(make())\ngc.collect()\nassert r() is None",
              "import weakref\nx = make()\nr = weakref.ref(x)\nassert r() is x",
-             "import weakref\ns = weakref.WeakSet([make()])\nassert len(s) == 0"]
-    assert plain(program, tests) == [False, True, False]
+             "import weakref\ns = weakref.WeakSet([make()])\nassert len(s) == 0",
+             "import weakref\nn = make()\nw = weakref.ref(n)", "del n\nassert other() == 2",
+             "import gc\ngc.collect()\nassert w() is None", "assert w() is not None"]
+    assert plain(program, tests) == [False, True, False, True, False, False, True]
     result = run(program, tests)
-    assert result["passed"] == [False, True, False], result["errors"]
+    assert result["passed"] == [False, True, False, True, False, False, True], result["errors"]
+
+
+def test_a_namedtuple_whose_fields_are_named_as_methods_is_its_value():
+    """A NamedTuple with methods of its own whose fields are named as its base's methods (items,
+    keys, values, count, index, copy), held by the program, holding a list: its value and its
+    fields are plain Python's, and follow the list."""
+    program = dedent("""\
+    from typing import NamedTuple
+    class Row(NamedTuple):
+        items: list
+        keys: list
+        values: int
+        count: int
+        index: str
+        copy: tuple
+        def size(self):
+            return len(self.items)
+    ROW = Row([1], [2], 3, 4, "i", (5,))
+    def get_row():
+        return ROW
+    def grow():
+        ROW.items.append(2)
+    """)
+    tests = ["assert get_row() == ([1], [2], 3, 4, 'i', (5,))",
+             "r = get_row()\nassert r.items == [1] and r.keys == [2] and r.count == 4",
+             "r = get_row()\ngrow()\nassert r == ([1, 2], [2], 3, 4, 'i', (5,))",
+             "assert get_row().size() == 2 and get_row().index == 'i'",
+             "assert get_row() == ([1], [2], 3, 4, 'i', (5,))"]
+    assert plain(program, tests) == [True, True, True, True, False]
+    result = run(program, tests)
+    assert result["passed"] == [True, True, True, True, False], result["errors"]

@@ -1,0 +1,129 @@
+"""The per-test alarm of the test process against a program past its timeout (plain Python: the
+test times out, whatever the program does meanwhile): a ring while the link holds the alarm off
+is owed, never lost (nanomarl/sandbox_alarm.py:due), and a timed-out call's changes reach the
+next test as in plain Python, where the alarm interrupts the call after them (its late answer is
+awaited between tests and its news taken: nanomarl/sandbox_link.py:settle, overdue). The
+verdicts of a timeout are written out: plain Python's alarm interrupts the call."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from test_sandbox_semantics import run
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NANOMARL = os.path.join(os.path.dirname(HERE), "nanomarl")
+
+OWED = """\
+    import os, sys, threading, time
+    sys.path.insert(0, sys.argv[1])
+    import sandbox_link as link
+    link.LINK["side"] = "test"
+    read, write = os.pipe()
+    def flood():  # (lines enough: the loop below always finds one)
+        while True:
+            os.write(write, b"x" * 100 + b"\\n")
+    threading.Thread(target=flood, daemon=True).start()
+    def loop():
+        buffer, end = bytearray(), time.monotonic() + 1.5
+        while time.monotonic() < end:
+            link.held(time.sleep, 0.05)  # (each ring lands here, the alarm held off)
+            line = link.read_line(read, buffer, 1 << 20)
+            del buffer[:len(line) + 1]
+        return "ran past its timeout"
+    print(link.attempt(loop, 0.2)[0], link.LINK["failed"])
+    """
+
+
+def test_a_ring_while_the_alarm_is_held_off_is_owed():
+    """Each ring lands while the link holds the alarm off (as a program's flood of lines keeps
+    it): the next wait for bytes raises it, the timeout noted."""
+    found = subprocess.run([sys.executable, "-c", textwrap.dedent(OWED), NANOMARL],
+                           capture_output=True, text=True, timeout=60)
+    assert found.stdout.split(None, 1) == ["t", "Timeout: test timed out\n"], found
+
+
+FLOOD = """\
+    import gc, os, threading, time
+    def _module(name):
+        for found in gc.get_objects():
+            if type(found) is dict and found.get("__name__") == name and "__builtins__" in found:
+                return found
+    def _flood(stop, fd, line):
+        while not stop:
+            os.write(fd, line)
+    def slow_answer(seconds):
+        link, stop = _module("sandbox_link"), []
+        if link is not None:  # its own alarm off, its answer pipe flooded (valid JSON, no message)
+            link["ALARM"][0] = False
+            line = b"\\n[" + b"1.5e300," * (1 << 17) + b"0]\\n"
+            threading.Thread(target=_flood, args=(stop, link["LINK"]["out"], line),
+                             daemon=True).start()
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:  # (too slow)
+            pass
+        stop.append(1)
+        return 42
+    """
+
+
+def test_a_flood_of_lines_does_not_outlast_the_alarm():
+    """A program that turns its own alarm off and floods its answer pipe with long lines of JSON
+    keeps the test process unpacking lines, the alarm held off: it still times out."""
+    result = run(FLOOD, ["assert slow_answer(2.0) == 42"], memory_mb=1024)
+    assert result["passed"] == [False] and result["errors"][0].startswith("Timeout"), result
+
+
+KEEPS = """\
+    import time
+    L = []
+    def keep(lst):
+        global L
+        L = lst
+    def slow(seconds=None):
+        L.append(99)  # (wrong: it changes the caller's list, then hangs)
+        if seconds is None:
+            time.sleep(30)  # (its own alarm ends it)
+        end = time.monotonic() + (seconds or 0)
+        while time.monotonic() < end:
+            try:
+                time.sleep(0.005)
+            except BaseException:  # (its own alarm: it answers after the test's timeout)
+                pass
+    def noop():
+        return 0
+    """
+
+
+@pytest.mark.parametrize("seconds", [None, 1.25], ids=["interrupted", "late"])
+def test_a_kept_list_changed_by_a_call_that_times_out_stays_changed(seconds):
+    """The call appends to a list the test kept, then times out: in plain Python the list keeps
+    the 99 (the alarm interrupts the call after the change), in the next test as in the one
+    after, with or without a call of the program between."""
+    result = run(KEEPS, ["lst = []\nkeep(lst)\nassert lst == []", "slow(%r)" % seconds,
+                         "assert lst == [99]", "assert noop() == 0\nassert lst == [99]"],
+                 max_timeouts=4)
+    assert result["passed"] == [True, False, True, True], result["errors"]
+    assert result["errors"][1].startswith("Timeout"), result["errors"]
+
+
+PRECISION = """\
+    import decimal, time
+    def compute():
+        decimal.getcontext().prec = 6  # (wrong: it changes the one context)
+        time.sleep(30)  # (its own alarm ends it)
+    def noop():
+        return 0
+    """
+
+
+def test_a_precision_set_by_a_call_that_times_out_is_the_next_tests():
+    """The call sets prec 6 and times out: plain Python's next test sees 6, before any call of
+    the program as after one."""
+    result = run(PRECISION, ["compute()", "import decimal\nassert decimal.getcontext().prec == 6",
+                             "import decimal\nnoop()\nassert decimal.getcontext().prec == 6"],
+                 max_timeouts=4)
+    assert result["passed"] == [False, True, True], result["errors"]
+    assert result["errors"][0].startswith("Timeout"), result["errors"]
