@@ -181,9 +181,10 @@ def talk(op, target, a, b, extra, caller):
             if message[0] == seq:  # (another is late: its wait ended; its news taken: overdue)
                 break
             overdue(message)
-    except TestTimeout:  # (its wait ended: its answer comes late, to overdue; not a refusal's)
-        LINK["waiting"][seq] = (held(current_decimal, LINK["side"] == "test"),
-                                LINK["args"][-1] if LINK["args"] else [])
+    except TestTimeout:  # (its wait ended: its answer comes late, to overdue; not one it read)
+        if LINK.get("heard") != seq:
+            LINK["waiting"][seq] = (held(current_decimal, LINK["side"] == "test"),
+                                    LINK["args"][-1] if LINK["args"] else [])
         raise
     return LINK["answered"](message)
 
@@ -322,6 +323,8 @@ def unpacked(line, buffer):
     side's change during that request stays) and agreed (sandbox_patches.py:take_decimal). A
     malformed one (forged) fails the test in the test process, and is ignored in the program's."""
     del buffer[:len(line) + 1]
+    number, _, rest = bytes(line[1:32]).partition(b",")  # (an answer's, before it is decoded)
+    LINK["heard"] = int(number) if rest.startswith(b'"a"') and number.isdigit() else None
     message = deep(LINK["decode"], line, limit=DEEP)
     if type(message) is list and len(message) in (5, 7) and type(message[-1]) is dict:
         late = len(message) == 5 and type(message[0]) is int
@@ -341,23 +344,27 @@ def overdue(message):
         LINK.get("late", taken)(message[-1], entry[1])
 
 
+
+
 SETTLE = 1.0  # seconds a timed-out call's answer is awaited after its test (settle)
 
 
 def settle(seconds):
-    """The test process, between tests: the late answers still out (LINK["waiting"]) awaited for
-    at most `seconds` and taken (overdue), the program's requests meanwhile served, so that the
-    next test starts with what the timed-out call changed (the program's own alarm ends it at
-    about the test's timeout: its answer comes at once)."""
+    """The test process, between tests: the late answers still out (LINK["waiting"]) awaited
+    once each, for at most `seconds`, and taken (overdue), the program's requests meanwhile
+    served, so that the next test starts with what the timed-out call changed (the program's own
+    alarm ends it at about the test's timeout: its answer comes at once; one that comes later is
+    taken with the next message)."""
     def wait():
         while LINK["waiting"] and not LINK["gone"]:
             if (message := LINK["next"]())[1] == "q":
                 serve(message)
             else:
                 overdue(message)
-    if LINK["waiting"] and not LINK["gone"]:
+    if set(LINK["waiting"]) - LINK["settled"] and not LINK["gone"]:
         with TALKING:
             attempt(wait, seconds)
+        LINK["settled"].update(LINK["waiting"])
 
 
 def refilled(target, content):

@@ -1,11 +1,9 @@
 """sandbox_verdicts.py: the test process of a sandboxed run, which decides every verdict and never
 runs the program's code (sandbox.py's docstring has the threat model).
 
-Executed inside the sandbox as the module `sandbox_verdicts` (sandbox.py's BOOT), from test_side.
-What the program's process may ask of a test object is test_ops; what may be sent to it,
-test_refer; what of the test process's state it takes on for a request, mirrored (module_patches,
-sent; its warnings and log records are shown here: sandbox_caught.py:displayed), and for the rest
-of a request, the patches a callback changed (serving, served)."""
+Executed inside the sandbox as the module `sandbox_verdicts` (sandbox.py's BOOT), from test_side:
+what the program's process may ask of a test object (test_ops), be sent (test_refer) and take on
+of the test process's state (mirrored, served)."""
 import _signal, _thread, builtins, marshal, os, sys, time
 
 from sandbox_caught import displayed, levels, warnings_state, watched  # sandbox.py's BOOT
@@ -98,9 +96,8 @@ def kept_up(extra, numbered):
 
 
 def mirrored(numbered):
-    """What the program's process takes on for a request of the test process (sandbox_link.py:
-    ask; numbered: its argument containers): its keys are sandbox_values.py's index, the rules
-    sandbox.py's docstring."""
+    """What the program's process takes on for a request of the test process (sandbox_link.py:ask;
+    numbered: its argument containers); its keys: sandbox_values.py's docstring."""
     extra = {"s": _signal.getitimer(_signal.ITIMER_REAL)[0] or LINK["timeout"]}
     if LINK["released"]:
         extra["f"] = list(LINK["released"])
