@@ -315,6 +315,8 @@ def decimal_now(context=None):
     decimal.Context's own descriptors (a subclass's property hides nothing); None where there is
     none or it cannot be read as such."""
     context = current_decimal() if context is None else context
+    if context is None:  # (decimal never imported: at each message, so no exception raised)
+        return None
     try:
         own = vars(unpatched("decimal", "Context"))
         found = [own[name].__get__(context) if name in own else getattr(context, name)
