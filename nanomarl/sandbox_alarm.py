@@ -2,9 +2,10 @@
 link's state (LINK) that its ring notes a timeout in.
 
 Executed inside the sandbox as the module `sandbox_alarm` (sandbox.py's BOOT), before sandbox_link,
-which gives all of it to the other modules. A ring raises TestTimeout inside attempt(), but not
-while the link holds the alarm off (held: it takes bytes or unpacks a message); a ring then is
-owed, never lost: the link's next wait for bytes raises it (sandbox_link.py:read_line, due)."""
+which passes LINK, TestTimeout and attempt on to the other modules. A ring raises TestTimeout
+inside attempt(), but not while the link holds the alarm off (held: it takes bytes or unpacks a
+message); a ring then is owed, never lost: the link's next wait for bytes raises it
+(sandbox_link.py:read_line, due)."""
 import _signal, _thread
 
 from sandbox_values import Abort  # sandbox.py's BOOT

@@ -1,5 +1,5 @@
-"""sandbox_link.py: the link between the two processes of a sandboxed run: the alarm under which
-either runs code, and requests and answers both ways.
+"""sandbox_link.py: the link between the two processes of a sandboxed run: requests and answers
+both ways, under the alarm of sandbox_alarm.py.
 
 Executed inside the sandbox as the module `sandbox_link` (sandbox.py's BOOT). The two processes talk
 in lines of JSON, either way: a request [seq, "q", op, target, a, b, extra] or an answer [seq, "a",
@@ -15,8 +15,7 @@ side's message tells the other its decimal context where it changed (state_told,
 two processes share one, as a program and its tests do in plain Python."""
 import _operator, _thread, math, os, select, sys
 
-from sandbox_alarm import (ALARM, LINK, MAIN, OWED, RING_AGAIN, TestTimeout, attempt, due, held,
-                           on_alarm)  # (the alarm's, given to the other modules from here)
+from sandbox_alarm import LINK, TestTimeout, attempt, due, held  # (the first three: for the others)
 from sandbox_copies import changed, containers, extend, kept_entry, news, pairs, refill, shared
 from sandbox_lending import awake, unrest
 from sandbox_patches import DECIMAL, current_decimal, decimal_now, take_decimal

@@ -55,9 +55,9 @@ FLOOD = """\
         while not stop:
             os.write(fd, line)
     def slow_answer(seconds):
-        link, stop = _module("sandbox_link"), []
+        link, alarm, stop = _module("sandbox_link"), _module("sandbox_alarm"), []
         if link is not None:  # its own alarm off, its answer pipe flooded (valid JSON, no message)
-            link["ALARM"][0] = False
+            alarm["ALARM"][0] = False
             line = b"\\n[" + b"1.5e300," * (1 << 17) + b"0]\\n"
             threading.Thread(target=_flood, args=(stop, link["LINK"]["out"], line),
                              daemon=True).start()
