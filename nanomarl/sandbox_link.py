@@ -343,27 +343,23 @@ def overdue(message):
         LINK.get("late", taken)(message[-1], entry[1])
 
 
-
-
-SETTLE = 1.0  # seconds a timed-out call's answer is awaited after its test (settle)
-
-
 def settle(seconds):
-    """The test process, between tests: the late answers still out (LINK["waiting"]) awaited
-    once each, for at most `seconds`, and taken (overdue), the program's requests meanwhile
-    served, so that the next test starts with what the timed-out call changed (the program's own
-    alarm ends it at about the test's timeout: its answer comes at once; one that comes later is
-    taken with the next message)."""
+    """The test process, before a test: the late answers still out (LINK["waiting"]) awaited, for
+    at most `seconds` (what the tests' budget has left), and taken (overdue), the program's
+    requests meanwhile served, so that no test starts while an earlier call of the program runs,
+    as in plain Python, and each starts with what that call changed (the program's own alarm ends
+    it at about its test's timeout; but not a C call or a program that swallows its alarm). True
+    where none is still out (or the program's process is gone: none will come)."""
     def wait():
-        while LINK["waiting"] and not LINK["gone"]:
-            if (message := LINK["next"]())[1] == "q":
-                serve(message)
-            else:
-                overdue(message)
-    if set(LINK["waiting"]) - LINK["settled"] and not LINK["gone"]:
         with TALKING:
-            attempt(wait, seconds)
-        LINK["settled"].update(LINK["waiting"])
+            while LINK["waiting"] and not LINK["gone"]:
+                if (message := LINK["next"]())[1] == "q":
+                    serve(message)
+                else:
+                    overdue(message)
+    if LINK["waiting"] and not LINK["gone"]:
+        attempt(wait, seconds)
+    return not LINK["waiting"] or bool(LINK["gone"])
 
 
 def refilled(target, content):

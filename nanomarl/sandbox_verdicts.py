@@ -9,7 +9,7 @@ import _signal, _thread, builtins, marshal, os, sys, time
 from sandbox_caught import displayed, levels, warnings_state, watched  # sandbox.py's BOOT
 from sandbox_layers import confine, reap, watchdog
 from sandbox_link import (LINK, OPS, TestTimeout, abort, answer, arrived, ask, attempt, compiled,
-                          gone, read_exactly, read_line, refilled, request, run, settle, SETTLE,
+                          gone, read_exactly, read_line, refilled, request, run, settle,
                           taken, talk, unnumbered)
 from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, kept_entry, rooms
 from sandbox_lending import lending, let_go, readable, received, settable, test_made
@@ -39,6 +39,8 @@ def test_next():
             LINK["resting"].clear()  # (each ends every rest: sandbox_lending.py:let_go)
         if (type(message) is list and message[1:2] in (["q"], ["a"]) and type(message[-1]) is dict
                 and len(message) == (7 if message[1] == "q" else 5) and type(message[0]) is int):
+            for late in [k for k in LINK["waiting"] if message[1] == "a" and k > message[0]]:
+                del LINK["waiting"][late]  # (asked inside this answer's call: unanswered, ended)
             return message
 
 
@@ -196,8 +198,7 @@ def dumped(value):
 
 
 def lasting(value):
-    """Whether the program's copy of value holds nothing it could change: a str, bytes, number,
-    bool or None, or a tuple or frozenset of such."""
+    """Whether value is deeply immutable: of LEAVES' types, or a tuple or frozenset of such."""
     if type(value) is tuple or type(value) is frozenset:
         return all([lasting(item) for item in value])
     return type(value) in LEAVES
@@ -465,12 +466,14 @@ def test_side(job, fds, layers):
         attempt(lambda: prefetch(scope), timeout)
         budget = tests_job["max_timeouts"] * timeout  # wall time of all tests together
         for i, test in enumerate(tests):
-            if budget <= 0:
+            start = time.monotonic()  # (an earlier call's late answer awaited first, on the budget)
+            watchdog(budget)
+            settled = settle(budget)
+            budget -= time.monotonic() - start
+            if budget <= 0 or not settled:  # (the tests left fail, not run)
                 break
             if context[0] != "v":
                 test = ProgramError("context: " + message(*context).decode())
-            watchdog(SETTLE)  # (a timed-out call's late answer taken before the next test starts)
-            settle(SETTLE)
             watchdog(timeout)
             LINK["failed"], LINK["first"], start = "", LINK["seq"] + 1, time.monotonic()
             status, error = attempt(lambda: run(test, scope), min(timeout, budget))

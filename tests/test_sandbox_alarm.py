@@ -1,8 +1,9 @@
 """The per-test alarm of the test process against a program past its timeout (plain Python: the
 test times out, whatever the program does meanwhile): a ring while the link holds the alarm off
 is owed, never lost (nanomarl/sandbox_alarm.py:due), and a timed-out call's changes reach the
-next test as in plain Python, where the alarm interrupts the call after them (its late answer is
-awaited between tests and its news taken: nanomarl/sandbox_link.py:settle, overdue). The
+next test as in plain Python, where the alarm interrupts the call after them and the next test
+starts only once the call ends (its late answer is awaited before the next test, as long as the
+tests' budget lasts, and its news taken: nanomarl/sandbox_link.py:settle, overdue). The
 verdicts of a timeout are written out: plain Python's alarm interrupts the call."""
 import os
 import subprocess
@@ -129,20 +130,76 @@ def test_a_precision_set_by_a_call_that_times_out_is_the_next_tests():
     assert result["errors"][0].startswith("Timeout"), result["errors"]
 
 
+PAST = """\
+    import time
+    L = []
+    def keep(lst):
+        global L
+        L = lst
+    def late(seconds, item=None):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                time.sleep(0.005)
+            except BaseException:  # (its own alarm, swallowed: it answers after its timeout)
+                pass
+        if item is not None:
+            L.append(item)  # (wrong: it changes the caller's list after its timeout)
+        return seconds
+    def forever(callback):
+        while True:
+            try:
+                callback()
+            except BaseException:
+                pass
+    def outer(callback):
+        return callback()
+    def hang():
+        time.sleep(30)  # (its own alarm ends it)
+    def add(a, b):
+        return a + b
+    """
 
-def test_a_call_that_never_ends_is_awaited_once():
-    """The program swallows its own alarm and calls the test's callback forever: the test times
-    out, its late answer is awaited once (not before every later test: the run ends long before
-    its deadline), and the tests that need no answer of the program pass."""
-    program = """\
-        def forever(callback):
-            while True:
-                try:
-                    callback()
-                except BaseException:
-                    pass
-        """
-    tests = ["forever(lambda: None)"] + ["assert 1 + 1 == 2"] * 8
-    result = run(program, tests, timeout=0.5, max_timeouts=20)
+
+def test_a_call_past_its_timeout_ends_before_the_next_test():
+    """The call swallows its own alarm for 2.5 s, then appends to a list the test kept: plain
+    Python starts the next test only once the call has ended, and that test sees the 99 (the
+    late answer is awaited on the tests' budget: nanomarl/sandbox_link.py:settle)."""
+    result = run(PAST, ["lst = []\nkeep(lst)", "late(2.5, 99)", "assert lst == []",
+                        "assert lst == [99]"], max_timeouts=6)
+    assert result["passed"] == [True, False, False, True], result["errors"]
+    assert result["errors"][1].startswith("Timeout"), result["errors"]
+
+
+def test_a_slow_call_within_the_budget_leaves_the_later_tests_passing():
+    """A right program that swallows its alarm answers 3.5 s late: the next tests start once it
+    has answered, and pass (each has its own timeout, none spent waiting)."""
+    result = run(PAST, ["assert late(3.5) == 3.5", "assert add(1, 2) == 3",
+                        "assert add(2, 2) == 4", "assert add(1, 1) == 2"], max_timeouts=7)
+    assert result["passed"] == [False, True, True, True], result["errors"]
+    assert result["errors"][0].startswith("Timeout"), result["errors"]
+
+
+@pytest.mark.parametrize("callback", ["lambda: hang()", "lambda: catch(hang)"],
+                         ids=["raised", "caught"])
+def test_a_callbacks_call_that_times_out_ends_with_its_callers(callback):
+    """A callback the program calls calls the program, which times out (the test may catch it):
+    the inner call ends with the outer one, whose answer is all the next test awaits."""
+    catch = "def catch(fn):\n    try:\n        fn()\n    except BaseException:\n        pass\n"
+    result = run(PAST, [catch + "outer(%s)" % callback, "assert add(1, 2) == 3"])
+    assert result["passed"] == [False, True], result["errors"]
+    assert result["errors"][0].startswith("Timeout"), result["errors"]
+
+
+def test_a_call_that_never_ends_fails_the_tests_after_it():
+    """The program swallows its own alarm and calls the test's callback forever: plain Python
+    never starts the next test. Its answer is awaited as long as the tests' budget lasts (the
+    callbacks served meanwhile, under the CPU watchdog), then the tests left fail, not run; the
+    run ends before its deadline, its processes gone."""
+    tests = ["forever(lambda: None)"] + ["assert 1 + 1 == 2"] * 12
+    result = run(PAST, tests, timeout=0.5, max_timeouts=8)
     assert result["completed"] and not result["timed_out"], result
-    assert result["passed"] == [False] + [True] * 8, result["errors"]
+    assert result["passed"] == [False] * 13, result["errors"]
+    assert result["errors"][1:] == ["not run"] * 12, result["errors"]
+    with pytest.raises(ProcessLookupError):
+        os.killpg(result["pid"], 0)
