@@ -17,36 +17,38 @@ of its name the context declares, by `class` or `X = namedtuple("X", ...)`, wher
 that class's, else the test's own class of that name and fields that crossed to the program: a
 test's Q comes back a Q), Fraction, Decimal, range, slice, dict views, datetime's types (with
 their fold and a timezone's name), zoneinfo's ZoneInfo (of a key: loaded again by it), pathlib's
-pure and posix paths, a member of a standard library Enum (re.I, re.I | re.M, http.HTTPStatus.OK;
-the program's only of a module the test process has: sandbox_stdlib.py); tagged where JSON has no
-type, so that they stay distinct; a subclass of one the context declares or a module defines
-travels as the base value plain Python compares (but a standard library Enum's member, as itself;
-the program's own keeps it: below), a datetime type's as its datetime value (one of a test's class
-rebuilt as an instance of that class on either side: the frozen clock below); an exception as its
-class, its arguments (an OSError's with its errno, strerror and file names), its own attributes and
-its __cause__ and __context__ (each crossing alike), raised as an instance of its class: a builtin's
-or a standard library module's own (an allow-list) as itself (a program's KeyError(Exception) is no
-LookupError; a StopIteration only where the test's own code called the program directly: see (c)),
-the context's where the program's is the same (below), one side's own as one real class on the
-other side (sandbox_errors.py: a program's ValidationError(ValueError) is caught by `except
-ValidationError`, a test's E passed to the program by its `except exc_cls`); one that came from the
-other side comes back as that very object (the program's while it holds it); an instance
-of another class the context declares (the prompt's ListNode) as its state, rebuilt in the test
-process as an instance of the context's class, shared and cyclic nodes kept; a member of an Enum it
-declares as that member. The program's class of a name the context declares is the context's class
-only where it is the same class as plain Python would see it, one the program repeats (its
+pure and posix paths, array.array, a member of a standard library Enum (re.I, re.I | re.M,
+http.HTTPStatus.OK; the program's only of a module the test process has: sandbox_stdlib.py); tagged
+where JSON has no type, so that they stay distinct; a subclass of one the context declares or a
+module defines travels as the base value plain Python compares (but a standard library Enum's
+member, as itself; the program's own keeps it: below), a datetime type's as its datetime value (one
+of a test's class rebuilt as an instance of that class on either side: the frozen clock below); an
+exception as its class, its arguments (an OSError's with its errno, strerror and file names), its
+own attributes and its __cause__ and __context__ (each crossing alike), raised as an instance of its
+class: a builtin's or a standard library module's own (an allow-list) as itself (a program's
+KeyError(Exception) is no LookupError; a StopIteration only where the test's own code called the
+program directly: see (c)), the context's where the program's is the same (below), one side's own as
+one real class on the other side (sandbox_errors.py: a program's ValidationError(ValueError) is
+caught by `except ValidationError`, a test's E passed to the program by its `except exc_cls`); one
+that came from the other side comes back as that very object (the program's while it holds it); an
+instance of another class the context declares (the prompt's ListNode) as its state, rebuilt in the
+test process as an instance of the context's class, shared and cyclic nodes kept; a member of an
+Enum it declares as that member. The program's class of a name the context declares is the context's
+class only where it is the same class as plain Python would see it, one the program repeats (its
 fingerprint, the code and values its own __dict__ holds, whatever its docstrings and lines, holds
 the context's, which the test process sends; more it may define only under names the context's class
 lacks, or its text: __repr__, __str__); one it redefines otherwise shadows the context's: its
 exceptions are a class of their own, its instances and members program objects); a test's
-functools.partial, io.StringIO or BytesIO, random.Random, re.Pattern, re.Match or
-types.SimpleNamespace crosses as a copy rebuilt in the program's process (by its function and
-arguments, value and position, state, pattern and flags, attributes; a Match by its spans, found
-again there: a real re.Match; sandbox_copies.py); any other object crosses as a reference, whose
+functools.partial, io.StringIO or BytesIO, random.Random, re.Pattern, re.Match,
+types.SimpleNamespace, collections.UserList or UserDict crosses as a copy rebuilt in the program's
+process (by its function and arguments, value and position, state, pattern and flags, attributes,
+items; a Match by its spans, found again there: a real re.Match; sandbox_copies.py); any other
+object crosses as a reference, whose
 operations the other process performs. A program object (a class instance, a function; but a builtin
 class, Ellipsis, NotImplemented or a builtin function that runs nothing it is given, int or max: it
 crosses by name, the test's own) is no value: it has the protocol methods its type has, no other
-(callable(), hasattr, the ABCs as in one process), and a builtin type (a function's, a generator's)
+(callable(), hasattr, the ABCs as in one process; a dataclass's fields for dataclasses.fields,
+asdict and astuple: sandbox_bases.py:fields_of), and a builtin type (a function's, a generator's)
 only where its type is that type (sandbox_remote.py): it may be called, used in `with` (its own
 __enter__ and __exit__), its attributes read and set, its text asked (a class as the entry point:
 its methods), but its length, truth, items, iteration, hash, conversions and comparisons (with a

@@ -309,7 +309,8 @@ def kind_of(kind):
 def named(kind):
     """The JSON text of what a reference tells of a program object's class, for its type in the
     test process: [a number of the class's own, its __name__, __qualname__ and __module__ as its
-    type's slots hold them, the names of its ancestors that are the context's classes (declared)];
+    type's slots hold them, the names of its ancestors that are the context's classes (declared),
+    its dataclass fields' names (fields_of)];
     null for a builtin kind (the test process names it) and where told refuses the names or
     CLASS_CAP classes are told of already."""
     if kind_of(kind) is not None:
@@ -321,7 +322,7 @@ def named(kind):
     if names is None or id(kind) not in NUMBERS and len(NUMBERS) >= CLASS_CAP:
         return "null"
     number = NUMBERS.setdefault(id(kind), (len(NUMBERS), kind))[0]
-    return dump([number, *names, declared(kind)], None)
+    return dump([number, *names, declared(kind), fields_of(kind)], None)
 
 
 def declared(kind):
@@ -333,6 +334,44 @@ def declared(kind):
                 if same(found)][:16]
     except Exception:
         return []
+
+
+def fields_of(kind):
+    """The names of a dataclass's fields, as dataclasses.fields lists them (each a Field of the
+    module's own class and kind _FIELD in the __dataclass_fields__ its ancestry holds), up to 64,
+    each a field_name; [] for another class or where one is not so."""
+    found, module = (ancestry(kind) or {}).get("__dataclass_fields__"), sys.modules.get(
+        "dataclasses")
+    space = vars(module) if type(module) is type(sys) else {}
+    if type(found) is not dict or len(found) > 64 or not all(
+            type(field) is space.get("Field") for field in found.values()):
+        return []
+    try:
+        names = [field.name for field in found.values() if field._field_type is space["_FIELD"]]
+    except Exception:  # (a module of the program's)
+        return []
+    return names if all(map(field_name, names)) else []
+
+
+def field_name(name):
+    """Whether name may be told as a dataclass field's: an identifier of at most NAME_CAP
+    characters, neither a dunder nor a Remote's own (which a Remote reads without asking)."""
+    return type(name) is str and len(name) <= NAME_CAP and name.isidentifier() and (
+        not name.startswith(("__", "_Remote__")))
+
+
+def dataclass_fields(names):
+    """The __dataclass_fields__ of the test process's class for a program's dataclass (fields_of's
+    names): a dataclasses.Field made here for each, so that fields, asdict and astuple of its
+    objects read those attributes (asked of the program, values as any read) and nothing else;
+    None where one is no field_name (a forged answer)."""
+    if not all(map(field_name, names)):
+        return None
+    found = {}
+    for name in names:
+        found[name] = unpatched("dataclasses", "field")()
+        found[name].name, found[name]._field_type = name, unpatched("dataclasses", "_FIELD")
+    return found
 
 
 def told(names):

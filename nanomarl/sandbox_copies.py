@@ -13,7 +13,8 @@ copy (copied, test side) and rebuilt in the program's process (rebuilt_copy):
     builtin by name), arguments and keywords (values, walked for write-back);
   an io.StringIO or io.BytesIO: its value and position (closed: closed), written back;
   a random.Random: its state (getstate), written back; a SystemRandom: a SystemRandom (no state);
-  a types.SimpleNamespace: its attributes (a dict's items: walked, written back);
+  a types.SimpleNamespace, collections.UserList or UserDict: its attributes, items or dict (walked,
+    written back);
   a compiled re.Pattern and its bound methods (match, sub, ...): pattern and flags;
   a re.Match: its pattern, string, pos, endpos and how the test process finds it again (match,
     search, fullmatch or the n-th of finditer with the same spans), run again there: a real
@@ -44,12 +45,13 @@ from _operator import is_
 from sys import getrefcount, implementation
 
 from sandbox_patches import unpatched  # sandbox.py's BOOT
+from sandbox_stdlib import FINDS, found_again
 from sandbox_values import COLLECTIONS, dump
 
 BUFFERS = ("StringIO", "BytesIO")
 PATTERN_METHODS = ("match", "search", "fullmatch", "findall", "finditer", "split", "sub", "subn")
-FINDS = ("match", "search", "fullmatch")
 NAMESPACE = type(implementation)  # types.SimpleNamespace (as the types module takes it)
+USER = ("UserList", "UserDict")  # (collections' wrappers of a list or dict: its `data`)
 
 
 def buffer_state(buffer):
@@ -59,38 +61,43 @@ def buffer_state(buffer):
 
 
 def copy_type(kind):
-    """Whether kind is a functools.partial, an io buffer, a random.Random or a SimpleNamespace:
-    walked (a partial) or numbered (the others) as a container is, but no value: a test's crosses
-    as a copy (copied), a program's as a reference (containers)."""
+    """Whether kind is a functools.partial, an io buffer, a random.Random, a SimpleNamespace, a
+    UserList or UserDict: walked (a partial) or numbered (the others) as a container is, but no
+    value: a test's crosses as a copy (copied), a program's as a reference."""
     module, name = kind.__module__, kind.__name__
     return (module == "functools" and name == "partial" or module == "_io" and name in BUFFERS
-            or module == "random" and name == "Random" or kind is NAMESPACE)
+            or module == "random" and name == "Random" or kind is NAMESPACE
+            or module == "collections" and name in USER)
 
 
 def keyed(value):
-    """What holds its items by key: a dict, a SimpleNamespace's vars(); else None."""
-    return value if isinstance(value, dict) else vars(value) if type(value) is NAMESPACE else None
+    """What holds its items by key: a dict, a SimpleNamespace's vars(), a UserDict's data."""
+    kind = type(value)
+    if isinstance(value, dict) or kind is NAMESPACE:
+        return value if kind is not NAMESPACE else vars(value)
+    return value.data if kind.__module__ == "collections" and kind.__name__ == USER[1] else None
 
 
 def numbered(kind):
-    """Whether a call's argument of this type is numbered for write-back: a mutable container, an
-    io buffer, a random.Random, a SimpleNamespace."""
+    """Whether a call's argument of this type is numbered for write-back: a mutable container (an
+    array.array too), an io buffer, a random.Random, a SimpleNamespace, a UserList or UserDict."""
     return kind is list or kind is dict or kind is set or kind is bytearray or (
         kind.__module__ == "collections" and kind.__name__ in COLLECTIONS) or (
+        kind.__module__ == "array" and kind.__name__ == "array") or (
         copy_type(kind) and kind.__name__ != "partial")
 
 
 def parts(value):
     """What a value holds that containers() walks, by its exact type (a value's, never a test
     object's, which the program's process holds as a reference): a list's, tuple's, NamedTuple's
-    or deque's items, a dict's (Counter's, ...) values, a SimpleNamespace's attributes, a partial's
-    arguments and keywords; None for anything else."""
+    or deque's items, a dict's (Counter's, UserDict's, ...) values, a SimpleNamespace's attributes,
+    a UserList's items, a partial's arguments and keywords; None for anything else."""
     kind = type(value)
     if kind is list or kind is tuple or issubclass(kind, tuple) and hasattr(kind, "_fields"):
         return value
     module, name = kind.__module__, kind.__name__
-    if kind is dict or kind is NAMESPACE or module == "collections" and name in COLLECTIONS:
-        return value if name == "deque" else keyed(value).values()
+    if kind is dict or kind is NAMESPACE or module == "collections" and name in COLLECTIONS + USER:
+        return value if name in ("deque", "UserList") else keyed(value).values()
     if copy_type(kind) and name == "partial":
         return list(value.args) + list(value.keywords.values())
     return None
@@ -154,10 +161,10 @@ def share(values, same):
         if kind in VIEWS:  # (a view of a dict of its own: one holding the items replaced)
             made = dict(zip(range(len(items)) if kind is VIEWS[0] else dict(value), items))
             return made.values() if kind is VIEWS[0] else made.items()
-        if kind is list or numbered(kind) and kind.__name__ == "deque":
+        if numbered(kind) and keyed(value) is None:  # a list, deque or UserList
             for i, new in enumerate(items):
                 value[i] = new
-        elif numbered(kind):  # a dict, Counter, OrderedDict, defaultdict, SimpleNamespace
+        elif numbered(kind):  # a dict, Counter, OrderedDict, defaultdict, SimpleNamespace, ...
             for key, new in zip(list(keyed(value)), items):
                 keyed(value)[key] = new
         elif kind.__module__ == "functools":  # a partial
@@ -175,8 +182,8 @@ def snapshot(value):
     kind = type(value)
     if keyed(value) is not None:
         return [x for pair in keyed(value).items() for x in pair]
-    if kind is bytearray:
-        return bytes(value)
+    if kind is bytearray or kind.__module__ == "array":
+        return bytes(value)  # (an array's machine values)
     if kind.__module__ == "_io":
         return tuple(buffer_state(value))
     if kind.__module__ == "random":
@@ -395,6 +402,8 @@ def refill(target, content):
     if (isinstance(target, set) or keyed(target) is not None) and type(content) is not (
             set if isinstance(target, set) else dict):  # (one sandbox_values.py:filled built)
         raise ValueError("malformed contents")
+    if kind.__module__ == "array":  # (an array of its items, or TypeError before any change)
+        content = kind(target.typecode, content if type(content) is list else None)
     if isinstance(target, set) or keyed(target) is not None or kind.__name__ == "deque":
         target = keyed(target) if keyed(target) is not None else target
         target.clear()
@@ -419,21 +428,6 @@ def borrowed(tag, item, kept, ids, tags, calls):
     return kept[item[0]]["object"]
 
 
-def found_again(match):
-    """How its pattern finds this re.Match again, with the same spans, pos and endpos: [one of
-    FINDS, 0], or ["finditer", n] for the n-th match of finditer; None if none does."""
-    pattern, args, regs = match.re, (match.string, match.pos, match.endpos), match.regs
-    for how in FINDS:
-        if (found := getattr(pattern, how)(*args)) is not None and found.regs == regs:
-            return [how, 0]
-    for n, found in enumerate(pattern.finditer(*args)):
-        if found.regs == regs:
-            return ["finditer", n]
-        if found.start() > match.start():
-            break
-    return None
-
-
 def copied(value, refer):
     """The JSON text of a test's object that crosses as a copy (the module's docstring lists how
     each is rebuilt), else None; ValueError for a re.Match its pattern does not find again."""
@@ -448,6 +442,8 @@ def copied(value, refer):
         return '{"U":%s}' % dump(value.getstate() if name == "Random" else None, refer)
     if kind is NAMESPACE:
         return '{"j":%s}' % dump(dict(vars(value)), refer)
+    if copy_type(kind) and name in USER:
+        return '{"u":%s}' % dump([name, contents(value)], refer)
     owner = getattr(value, "__self__", None)
     if module == "re" and name == "Pattern" or type(owner).__name__ == "Pattern" and (
             type(owner).__module__ == "re" and getattr(value, "__name__", "") in PATTERN_METHODS):
@@ -469,7 +465,7 @@ def rebuilt_copy(tag, item, lent=()):
     lent one is malformed; ValueError if a copy is malformed."""
     if tag == "N" or tag == "A":
         return borrowed(tag, item, *lent) if lent else None
-    if tag not in ("P", "B", "U", "p", "H", "j"):
+    if tag not in ("P", "B", "U", "p", "H", "j", "u"):
         return None
     kind = type(item)
     if tag == "P" and kind is list and len(item) == 3 and callable(item[0]) and (
@@ -483,6 +479,10 @@ def rebuilt_copy(tag, item, lent=()):
         made = (unpatched("random", "Random")() if tag == "U" else NAMESPACE() if tag == "j"
                 else unpatched("io", "StringIO" if item[0] == "s" else "BytesIO")())
         refill(made, item)
+        return made
+    if tag == "u" and kind is list and len(item) == 2 and item[0] in USER:
+        made = unpatched("collections", item[0])()
+        refill(made, item[1])  # (a UserDict's a dict: filled as a write-back fills one)
         return made
     if tag == "p" and kind is list and len(item) == 3 and type(item[1]) is int and (
             item[2] is None or item[2] in PATTERN_METHODS):

@@ -7,8 +7,9 @@ its kind, the name of the builtin type it is an instance of (a function, a gener
 method, a module: KINDS, found by that type's identity, taken before the program runs) or re.Match,
 else null; its traits, which of the protocol's methods (TRAITS: __call__, __iter__, __next__,
 __len__, __hash__, __enter__, ...) its type has; its class's names (named: program text, never
-looked up). In the test process it is a Remote of the subclass made once for those traits and names
-(remote_class: type(x).__name__ is its class's), which defines those methods only (and __bool__: a
+looked up; a dataclass's fields' names too, which dataclasses.fields and asdict read here). In the
+test process it is a Remote of the subclass made once for those traits and names (remote_class:
+type(x).__name__ is its class's), which defines those methods only (and __bool__: a
 program object's truth fails the test, but a stream's and a re.Match's): callable(x), hasattr(x,
 "__iter__") and the ABCs (Iterator, Sized, Callable, Hashable) say what plain Python says; where its
 type keeps object's == and hash (an Enum's member: sandbox_bases.py:traits), it compares and hashes
@@ -23,8 +24,8 @@ cannot change, the value: sandbox_bases.py:overridden)."""
 import _operator, _weakref, builtins
 
 from sandbox_bases import (CLASS_CAP, FLAG, FLAGGED, IDENTITY, KEYS, LASTING, NAMED, NAMES, OWN,
-                           STREAM_IDS, TAKE, TRAITS, TYPE, lasting, signed, standing, told,
-                           traits)
+                           STREAM_IDS, TAKE, TRAITS, TYPE, dataclass_fields, lasting, signed,
+                           standing, told, traits)
 from sandbox_link import (ARITHMETIC, BUILTINS, COMPARISONS, LINK, OPERATORS, TALKING, TestTimeout,
                           abort, ask)
 from sandbox_patches import unpatched
@@ -215,8 +216,9 @@ def remote_class(bits, base=None, names=None):
     """The subclass of Remote (of Valued for a value type base) whose methods are those of TRAITS'
     bits (refused, but METHODS' and a Valued's VALUED's), of names: a program class's (its number,
     name, qualified name and module: one class for each, up to CLASS_CAP, then the harness's), a
-    builtin kind's (number None), else Remote. A Valued's __class__ is a subclass of its base of
-    those names (isinstance with the base holds)."""
+    builtin kind's (number None), else Remote; a dataclass's has the Fields of its fields' names
+    (sandbox_bases.py:dataclass_fields). A Valued's __class__ is a subclass of its base of those
+    names (isinstance with the base holds)."""
     made = CLASSES if names is None or names[0] is None else THEIRS
     if (bits, base, names) not in made:
         if made is THEIRS and len(THEIRS) >= CLASS_CAP:
@@ -231,6 +233,9 @@ def remote_class(bits, base=None, names=None):
             space.update(__eq__=identical, __ne__=different, __hash__=vars(object)["__hash__"])
         if base is None and names and len(names) > 4:  # (the context's classes among its bases)
             space["_Remote__class"] = standing(name, qualname, module, names[4])
+        fields = dataclass_fields(names[5]) if names and len(names) > 5 and names[5] else None
+        if fields is not None:  # (a dataclass's: asdict, astuple and fields read them)
+            space["__dataclass_fields__"] = fields
         try:
             if base is not None:
                 space["_Remote__class"] = STAND_INS[base] if names is None else type(
@@ -258,10 +263,11 @@ def remote(item):
     if not (type(item) is list and len(item) in (4, 5) and type(item[0]) is int and (
             item[1] is None or item[1] == "re.Match" or type(item[1]) is str and item[1] in NAMED)
             and type(item[2]) is int and item[2] >= 0 and (item[3] is None or type(
-                item[3]) is list and len(item[3]) in (4, 5) and type(item[3][0]) is int
+                item[3]) is list and len(item[3]) in (4, 5, 6) and type(item[3][0]) is int
                 and item[3][0] >= 0 and told(item[3][1:4]) is not None
-                and (len(item[3]) == 4 or type(item[3][4]) is list and len(item[3][4]) <= 16
-                     and all(type(base) is str for base in item[3][4])))):
+                and all(type(names) is list and len(names) <= cap and all(
+                    type(name) is str for name in names) for names, cap in zip(
+                        item[3][4:], (16, 64))))):
         return None
     handle, name, spec = item[0], item[1], valued_spec(item[4]) if len(item) == 5 else None
     kind = unpatched("re", "Match") if name == "re.Match" else NAMED.get(name)
@@ -270,7 +276,7 @@ def remote(item):
     found = LINK["remotes"].get(handle, lambda: None)()
     if found is None:
         names = None if item[3] is None else (
-            *item[3][:4], tuple(item[3][4] if len(item[3]) == 5 else ()))
+            *item[3][:4], *[tuple(item[3][k] if len(item[3]) > k else ()) for k in (4, 5)])
         if kind is not None:  # (its type's, whatever the claim)
             names = (None, *[TYPE[slot].__get__(kind) for slot in NAMES])
         bits = traits(kind) if kind is not None else item[2] & ((1 << IDENTITY + 1) - 1)

@@ -16,9 +16,12 @@ step]}, each a value; a zoneinfo.ZoneInfo made from a key as {"J": key}, loaded 
 key (from /usr/share/zoneinfo, which both processes read: ZoneInfo's cache makes it the same
 object); a datetime or time as its ISO text, or, where that would lose its fold or its tzinfo's
 name or rules, as [its ISO text, fold, tzinfo] (datetime_state, datetime_made). pathlib's pure and
-posix paths cross as {"L": [class name, text]}. A class is a module's own where that module, as
-loaded, holds it under its name (own_module: a standard library module's exception class crosses
-so as that module's, sandbox_errors.py:crossing)."""
+posix paths cross as {"L": [class name, text]}, an array.array as {"v": [typecode, items]}
+(numbered for write-back as a bytearray is: sandbox_copies.py:numbered); a test's re.Match as a
+copy found again in the program's process (found_again; sandbox_copies.py:copied sends it). A
+class is a module's own where that module, as loaded, holds it under its name (own_module: a
+standard library module's exception class crosses so as that module's,
+sandbox_errors.py:crossing)."""
 import sys
 
 from sandbox_patches import IMPORT, unpatched  # sandbox.py's BOOT
@@ -47,6 +50,8 @@ def stdlib_state(value, kind, anywhere):
         return "L", [kind.__name__, str(value)]
     if zone_key(value) is not None:
         return "J", value.key
+    if kind.__name__ == "array" and kind is getattr(sys.modules.get("array"), "array", None):
+        return "v", [value.typecode, value.tolist()]
     if not issubclass(kind, ENUM) or enum_class(kind.__module__, kind.__qualname__) is not kind or (
             not anywhere and kind.__module__ not in ENUMS and kind.__module__ not in LOADED):
         return None
@@ -80,7 +85,12 @@ def stdlib_made(tag, item, importing, resolve):
             return kind.__members__[key]  # (a KeyError: malformed)
         if kind is not None and flag_value(kind, key):
             return kind(key)
-    if tag in ("l", "L", "J", "Y"):
+    if tag == "v" and type(item) is list and len(item) == 2 and type(item[1]) is list:
+        try:  # (a typecode of one character, its items of that type; else malformed)
+            return unpatched("array", "array")(item[0], item[1])
+        except (TypeError, OverflowError):
+            pass
+    if tag in ("l", "L", "J", "Y", "v"):
         raise ValueError("malformed value")
     return resolve(tag, item)
 
@@ -156,3 +166,21 @@ def datetime_made(kind, state):
             state[2] is None or type(state[2]) is TIMEZONE or zone_key(state[2]) is not None):
         return kind.fromisoformat(state[0]).replace(tzinfo=state[2], fold=state[1])
     raise ValueError("malformed value")
+
+
+FINDS = ("match", "search", "fullmatch")  # (how a re.Match is found again)
+
+
+def found_again(match):
+    """How its pattern finds this re.Match again, with the same spans, pos and endpos: [one of
+    FINDS, 0], or ["finditer", n] for the n-th match of finditer; None if none does."""
+    pattern, args, regs = match.re, (match.string, match.pos, match.endpos), match.regs
+    for how in FINDS:
+        if (found := getattr(pattern, how)(*args)) is not None and found.regs == regs:
+            return [how, 0]
+    for n, found in enumerate(pattern.finditer(*args)):
+        if found.regs == regs:
+            return ["finditer", n]
+        if found.start() > match.start():
+            break
+    return None

@@ -37,7 +37,7 @@ function of one (test_refer's), a builtin class or function (the program's:
 sandbox_patches.py:by_name), {"Z": [...]} a test's frozen clock (sandbox_verdicts.py:frozen_class),
 {"k": handle} a kept container, {"a": k} the k-th argument container of the call answered, {"A": k}
 and {"N": [handle, value]} a test object's container lent, or, its handle from 0 up, a program's own
-(sandbox_lending.py), "P" "B" "U" "p" "H" "j" a copy (sandbox_copies.py:copied), "o" "S" "W" an
+(sandbox_lending.py), "P" "B" "U" "p" "H" "j" "u" a copy (sandbox_copies.py:copied), "o" "S" "W" an
 instance of a class the context declares (sandbox_verdicts.py:rebuilt), {"G": ...} a member of an
 Enum it declares, {"e": payload} an exception (one side's argument or value), {"h": [...]} an
 exception class of one side's own (sandbox_errors.py:crossing). The keys of a message's extra:
@@ -88,7 +88,7 @@ def dump(value, refer, aliases=None):
     (marked true where hook made its class), Fraction "F", Decimal "E", range "R", dict views "K"
     "V" "I", datetime's date, datetime, time, timedelta and timezone "T" (a subclass's as its
     base's, a test's marked with its class; sandbox_stdlib.py:datetime_state), the standard
-    library's pathlib paths "L", slice "l", ZoneInfo "J" and Enum members "Y"
+    library's pathlib paths "L", slice "l", ZoneInfo "J", Enum members "Y" and array.array "v"
     (sandbox_stdlib.py:stdlib_state); anything else is refer(value) (a reference, or Abort).
     aliases {id: JSON text}: the objects sent as a mark the other side reads as its own (a call's
     k-th argument container {"a": k}, a kept one {"k": handle}), each alive meanwhile."""

@@ -1,0 +1,172 @@
+"""Right programs the sandbox once failed where plain Python passes them: a test's UserList or
+UserDict argument (a copy rebuilt in the program's process and written back after the call:
+nanomarl/sandbox_copies.py), an array.array either way (a value, numbered for write-back as a
+bytearray is: nanomarl/sandbox_stdlib.py:stdlib_state) and dataclasses.asdict, astuple and fields
+of a program's dataclass instance (its fields' names told with its class:
+nanomarl/sandbox_bases.py:named, nanomarl/sandbox_remote.py:remote_class). Each case is compared
+with plain Python; beside each, a wrong program shows the fix credits nothing plain Python would
+not (and no value the program's own code could answer for)."""
+
+from test_sandbox_semantics import plain, run
+
+CONTAINERS = """\
+    import array
+    from collections import UserDict, UserList
+    def take(xs, i):
+        return xs[i]
+    def push(xs, x):
+        xs.append(x)
+        return xs
+    def kinds(*xs):
+        return all(isinstance(x, (UserList, UserDict, array.array)) for x in xs)
+    def bump(d, k):
+        d[k] = d.get(k, 0) + 1
+    def keep(xs):
+        global KEPT
+        KEPT = xs
+    def grow():
+        KEPT.append(len(KEPT))
+    def make_array():
+        return array.array('i', [1, 2])
+    def apply(xs, callback):
+        return callback(xs)
+    """
+
+
+def test_a_userlist_userdict_or_array_argument_crosses_as_a_copy_written_back():
+    """The program gets a real UserList, UserDict or array.array (isinstance holds), its changes
+    reach the test's object after the call, a returned argument is the test's own, and one the
+    program keeps stays the test's object across calls; the program's own array is a value (it
+    compares, and a test's callback gets the program's copy of the test's as one)."""
+    tests = ["from collections import UserList; assert take(UserList([1, 2, 3]), 0) == 1",
+             "import array; assert take(array.array('i', [5, 6]), 1) == 6",
+             "import array; a = array.array('i', [5]); r = push(a, 7)\n"
+             "assert a == array.array('i', [5, 7]) and r is a",
+             "from collections import UserList; u = UserList([[1]]); first = u[0]; push(u, 2)\n"
+             "assert u == [[1], 2] and u[0] is first",
+             "from collections import UserDict; d = UserDict(); bump(d, 'a'); bump(d, 'a')\n"
+             "assert d == {'a': 2}",
+             "import array; from collections import UserDict, UserList\n"
+             "assert kinds(array.array('d', [0.5]), UserList(), UserDict())",
+             "import array; a = array.array('q', [2 ** 40]); keep(a); grow(); grow()\n"
+             "assert a.tolist() == [2 ** 40, 1, 2]",
+             "import array; assert take(array.array('u', 'hi'), 1) == 'i'",
+             "import array; assert make_array() == array.array('i', [1, 2])",
+             "import array; assert apply(array.array('d', [1.5, 2.5]), lambda v: v[1]) == 2.5"]
+    assert plain(CONTAINERS, tests) == [True] * len(tests)
+    result = run(CONTAINERS, tests)
+    assert result["passed"] == [True] * len(tests), result["errors"]
+
+
+def test_a_copied_container_credits_no_wrong_change():
+    """A program that changes the test's array or UserList where it must not fails as in plain
+    Python; one that puts an object whose __eq__ always answers True into the test's UserDict, or
+    returns an array of its own class whose __eq__ does (plain Python credits both), fails the
+    test: each crosses as the program's object."""
+    program = """\
+    import array
+    class Liar(array.array):
+        def __eq__(self, other):
+            return True
+    def liar():
+        return Liar('i', [0])
+    def total(xs):
+        xs.append(99)
+        return sum(xs[:-1])
+    class Anything:
+        def __eq__(self, other):
+            return True
+    def fill(d):
+        d["k"] = Anything()
+    """
+    tests = ["import array; a = array.array('i', [1, 2]); assert total(a) == 3 and len(a) == 2",
+             "from collections import UserList; u = UserList([1, 2])\n"
+             "assert total(u) == 3 and u == [1, 2]",
+             "from collections import UserDict; d = UserDict(); fill(d); assert d == {'k': 5}",
+             "import array; assert liar() == array.array('i', [9])"]
+    assert plain(program, tests) == [False, False, True, True]
+    result = run(program, tests)
+    assert result["passed"] == [False] * 4, result["errors"]
+
+
+DATACLASSES = """\
+    from dataclasses import dataclass, field
+    @dataclass
+    class Item:
+        name: str
+        price: float
+        tags: list = field(default_factory=list)
+    @dataclass(frozen=True)
+    class Order:
+        item: Item
+        qty: int
+    class Plain:
+        pass
+    def make(name, price):
+        return Item(name, price)
+    def order():
+        return Order(Item('a', 1.0, ['x']), 2)
+    def plain_object():
+        return Plain()
+    """
+
+
+def test_asdict_astuple_and_fields_of_a_program_dataclass():
+    """A program's dataclass instance is a dataclass instance for dataclasses.asdict, astuple,
+    fields and is_dataclass (its fields' names, read as attributes from the program's process),
+    nested ones too; a program's plain instance is none."""
+    tests = ["from dataclasses import asdict\n"
+             "assert asdict(make('a', 1.0)) == {'name': 'a', 'price': 1.0, 'tags': []}",
+             "from dataclasses import astuple; assert astuple(order()) == (('a', 1.0, ['x']), 2)",
+             "from dataclasses import fields, is_dataclass; x = make('a', 1)\n"
+             "assert is_dataclass(x) and [f.name for f in fields(x)] == ['name', 'price', 'tags']",
+             "from dataclasses import asdict\n"
+             "assert asdict(order()) == {'item': {'name': 'a', 'price': 1.0, 'tags': ['x']}, "
+             "'qty': 2}",
+             "from dataclasses import is_dataclass; assert not is_dataclass(plain_object())",
+             "from dataclasses import asdict; asdict(plain_object())"]
+    expected = [True, True, True, True, True, False]
+    assert plain(DATACLASSES, tests) == expected
+    result = run(DATACLASSES, tests)
+    assert result["passed"] == expected, result["errors"]
+
+
+def test_asdict_of_a_program_dataclass_credits_no_program_value():
+    """asdict's values are read from the program as attributes are: a field holding an object
+    whose __eq__ always answers True (plain Python credits it) fails the test, and a wrong field
+    fails as in plain Python; a class whose __dataclass_fields__ is no dict of fields is none, and
+    a field's name the harness reads without asking (a forged answer's) makes none either."""
+    program = """\
+    from dataclasses import dataclass
+    class Anything:
+        def __eq__(self, other):
+            return True
+    @dataclass
+    class Point:
+        x: object
+        y: int
+    def cheat():
+        return Point(Anything(), 2)
+    def wrong():
+        return Point(1, 3)
+    class Fake:
+        __dataclass_fields__ = {"x": "not a field"}
+        x = 1
+    def fake():
+        return Fake()
+    class Forged:
+        pass
+    def forged():
+        import gc
+        for f in gc.get_objects():  # (the harness's own module, patched as a hostile program can)
+            if type(f).__name__ == "function" and "fields_of" in f.__globals__:
+                f.__globals__["fields_of"] = lambda kind: ["_Remote__handle"]
+        return Forged()
+    """
+    tests = ["from dataclasses import asdict; assert asdict(cheat()) == {'x': 1, 'y': 2}",
+             "from dataclasses import asdict; assert asdict(wrong()) == {'x': 1, 'y': 2}",
+             "from dataclasses import asdict; assert asdict(fake()) == {'x': 1}",
+             "from dataclasses import fields; assert fields(forged())[0].name == '_Remote__handle'"]
+    assert plain(program, tests[:2]) == [True, False]
+    result = run(program, tests)
+    assert result["passed"] == [False] * 4, result["errors"]
