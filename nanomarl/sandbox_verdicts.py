@@ -416,6 +416,7 @@ def test_side(job, fds, layers):
     layers.append(b"seccomp " + (b"1" if confine(job) else b"0"))
     quiet_null()  # (open(os.devnull, "w"), as the program's process has it; before the baseline)
     tests_job, timeout = marshal.loads(read_exactly(job_fd, 1 << 40)), job["timeout"]
+    end = time.monotonic() + timeout * (len(tests_job["tests"]) + 1) + 0.5  # (the trainer's is +2)
     os.close(job_fd)
     nonce = tests_job["nonce"].encode()
     LINK.update(side="test", out=requests, **{"in": answers}, timeout=timeout,
@@ -464,7 +465,7 @@ def test_side(job, fds, layers):
     if status == "v":
         watchdog(timeout)
         attempt(lambda: prefetch(scope), timeout)
-        budget = tests_job["max_timeouts"] * timeout  # wall time of all tests together
+        budget = min(tests_job["max_timeouts"] * timeout, end - time.monotonic())  # (all tests')
         for i, test in enumerate(tests):
             start = time.monotonic()  # (an earlier call's late answer awaited first, on the budget)
             watchdog(budget)
@@ -491,8 +492,7 @@ def test_side(job, fds, layers):
 
 
 def prefetch(scope):
-    """The declared names' program objects in the tests' globals before the first test: a test's
-    class body looks a name up there directly, never through Scope.__missing__."""
+    """The program's names in the tests' globals first: a class body reads them (no __missing__)."""
     for name in sorted(LINK["names"]):
         try:
             scope[name]
