@@ -186,6 +186,10 @@ def applied(value, name):
         return lambda: bases(value)
     if name == "issubclass":
         return lambda derived: subclassed(derived, value)
+    if name == "fields":  # (its fields, where a read of them on it finds its class's: fields_of)
+        own = (ancestry(type(value)) or {}).get("__dataclass_fields__")
+        return lambda: fields_of(type(value)) if getattr(
+            value, "__dataclass_fields__", None) is own else None
     base = value_base(type(value))
     if base is not None and name == "value":
         return lambda: TAKE[base](value)
@@ -339,7 +343,14 @@ def declared(kind):
 def fields_of(kind):
     """The names of a dataclass's fields, as dataclasses.fields lists them (each a Field of the
     module's own class and kind _FIELD in the __dataclass_fields__ its ancestry holds), up to 64,
-    each a field_name; [] for another class or where one is not so."""
+    each a field_name; [] for another class, where one is not so, or where its metaclass (its
+    ancestry but type and object) defines one of HIDING (a read on the class may answer else)."""
+    try:
+        if any(name in SPACE.__get__(owner) for owner in MRO.__get__(type(kind))
+               if owner is not type and owner is not object for name in HIDING):
+            return []
+    except Exception:
+        return []
     found, module = (ancestry(kind) or {}).get("__dataclass_fields__"), sys.modules.get(
         "dataclasses")
     space = vars(module) if type(module) is type(sys) else {}
@@ -351,6 +362,9 @@ def fields_of(kind):
     except Exception:  # (a module of the program's)
         return []
     return names if all(map(field_name, names)) else []
+
+
+HIDING = ("__dataclass_fields__", "__getattribute__", "__getattr__")
 
 
 def field_name(name):
@@ -424,7 +438,11 @@ def lasting(value, depth=0):
 
 class Standing(type):
     """The metaclass of a program class's stand-in (standing): its ancestry (mro) is itself, its
-    declared bases' and object, though its bases are object alone."""
+    declared bases' and object, though its bases are object alone; a call of it (x.__class__(),
+    dataclasses.replace(x)) raises TypeError, as a Remote's class's does."""
+
+    def __call__(cls, *args, **kwargs):
+        raise TypeError("a program object is made in the program's process")
 
     def mro(cls):
         found = [cls]

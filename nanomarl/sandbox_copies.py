@@ -14,38 +14,37 @@ copy (copied, test side) and rebuilt in the program's process (rebuilt_copy):
   an io.StringIO or io.BytesIO: its value and position (closed: closed), written back;
   a random.Random: its state (getstate), written back; a SystemRandom: a SystemRandom (no state);
   a types.SimpleNamespace, collections.UserList or UserDict: its attributes, items or dict (walked,
-    written back);
+    written back; refused where the program changed a UserList's or UserDict's data or attributes:
+    sandbox_stdlib.py:intact);
   a compiled re.Pattern and its bound methods (match, sub, ...): pattern and flags;
   a re.Match: its pattern, string, pos, endpos and how the test process finds it again (match,
     search, fullmatch or the n-th of finditer with the same spans), run again there: a real
     re.Match (one its pattern does not find again cannot be sent; the test fails saying so).
 A Pattern or Match on a string that is no value (a memoryview) cannot be sent either.
 
-A numbered object the program still holds after the request that brought it (in a global, an
-object, a generator) is kept: both sides remember it under one handle with a snapshot (kept_entry,
-the containers nested in it included); whichever side ran last sends the news of those it changed
-when it hands over, in each request and each answer (changed, news; sandbox_link.py:told and
-taken): its new contents or, for a list or deque that only grew at its end, its new items alone,
-which the other side adds at the end of its own (extend); either side sends a kept object inside a
-value as its mark ({"k": handle}), which the other reads as its own object (the test gets its own
-list back). A container of the program's own that it still reaches and sends in a value (a
-call's result, an attribute, a draw) is kept so too from then on (sandbox_lending.py:lent_back,
-received). The program's process forgets what it no longer reaches, by the references counted
-(sandbox_lending.py:unreached), as it hands over, but for a test object's container that holds
-leaves only: that one rests (sandbox_lending.py:unheld) until the test process names it again
-(awake) or forgets it, or the program's process answers. At most KEPT_OBJECTS objects and
-KEPT_ITEMS items (a dict's pairs: weight) are kept, and in a room of their own (rooms: they never
-crowd out the others) at most OWN_OBJECTS and OWN_ITEMS of the program's own containers returned
-(beyond, a copy is the program's own or, inside a kept one, part of its value); one whose news
-cannot be sent (nested too deep, holding what is no value) is forgotten on both sides, a copy
-from then on (sandbox_link.py:told): each request compares each kept object with its snapshot on
-both sides, a cost that grows with what is kept (bench.py --parts sandbox), nothing when none is
-kept (nor for one at rest)."""
+A numbered object the program still holds after the request that brought it (in a global, an object,
+a generator) is kept: both sides remember it under one handle with a snapshot (kept_entry, the
+containers nested in it included); whichever side ran last sends the news of those it changed when
+it hands over, in each request and each answer (changed, news; sandbox_link.py:told and taken): its
+new contents, or the new items alone of a list or deque that only grew at its end, which the other
+side appends (extend); either side sends a kept object inside a value as its mark ({"k": handle}),
+which the other reads as its own object (the test gets its own list back). A container of the
+program's own it still reaches and sends in a value (a call's result, an attribute, a draw) is kept
+so too from then on (sandbox_lending.py:lent_back, received). The program's process forgets what it
+no longer reaches, by the references counted (sandbox_lending.py:unreached), as it hands over, but a
+test object's container of leaves only rests (sandbox_lending.py:unheld) until the test process
+names it again (awake) or forgets it, or the program's process answers. At most KEPT_OBJECTS objects
+and KEPT_ITEMS items (a dict's pairs: weight) are kept, and in a room of their own (rooms: they
+never crowd out the others) at most OWN_OBJECTS and OWN_ITEMS of the program's own containers
+returned (beyond, a copy is the program's own or, inside a kept one, part of its value); one whose
+news cannot be sent (too deep, holding what is no value) is forgotten on both sides, a copy from
+then on (sandbox_link.py:told): each request compares each kept object with its snapshot on both
+sides, a cost that grows with what is kept (bench.py --parts sandbox), none for one at rest."""
 from _operator import is_
 from sys import getrefcount, implementation
 
 from sandbox_patches import unpatched  # sandbox.py's BOOT
-from sandbox_stdlib import FINDS, found_again
+from sandbox_stdlib import FINDS, found_again, intact, user_copy
 from sandbox_values import COLLECTIONS, dump
 
 BUFFERS = ("StringIO", "BytesIO")
@@ -178,8 +177,10 @@ def share(values, same):
 
 
 def snapshot(value):
-    """What a numbered object holds now, to tell later whether a call changed it (unchanged)."""
+    """What a numbered object holds now, to tell whether a call changed it (unchanged; intact)."""
     kind = type(value)
+    if not intact(value):
+        return [object()]  # (changed: contents refuses it)
     if keyed(value) is not None:
         return [x for pair in keyed(value).items() for x in pair]
     if kind is bytearray or kind.__module__ == "array":
@@ -197,8 +198,8 @@ OWN_OBJECTS, OWN_ITEMS = 16, 1024  # the program's own containers it returned: a
 
 def rooms(kept, own, mine):
     """[how many, the items they hold (weight)] of the kept objects ({handle: entry}) in one room:
-    the program's own containers it returned (own: their handles, those forgotten dropped from it)
-    if mine, else the others."""
+    the program's own it returned if mine (own: their handles; the forgotten dropped), else the
+    rest."""
     own.intersection_update(kept)
     found = [entry["weight"] for handle, entry in kept.items() if (handle in own) is mine]
     return [len(found), sum(found)]
@@ -206,8 +207,7 @@ def rooms(kept, own, mine):
 
 def weight(value, state):
     """What comparing value's snapshot (state) costs, in items: a list's length, a dict's pairs
-    (so that the bound counts a dict's items as a list's); a bytearray's or a buffer's size / 64
-    (compared at once); a Random's state 10."""
+    (the bound counts them as a list's items), a bytearray's or buffer's size / 64, Random's 10."""
     if type(state) is list:
         return 1 + (len(state) // 2 if keyed(value) is not None else len(state))
     if type(state) is bytes:
@@ -333,8 +333,7 @@ def extend(kept, handle, start, tail, ids):
 
 
 def pairs(found, sizes=(2,)):
-    """The well-formed [int, ..., contents] lists of found (news, "w"; none if it is no list), of
-    one of these sizes."""
+    """The well-formed [int, ..., contents] lists, of one of sizes, of found (news, "w"; a list)."""
     if type(found) is not list:
         return []
     well_formed = []
@@ -352,8 +351,7 @@ BASE = references([[]], 0)  # an object referenced by one list or dict only (`nu
 
 
 def referenced(numbered):
-    """The k of each object of numbered (each there once) referenced from elsewhere too: only
-    those may be kept (the others are gone once numbered is)."""
+    """The k of each object of numbered (each once) referenced elsewhere too: those may be kept."""
     return [k for k in range(len(numbered)) if references(numbered, k) > BASE]
 
 
@@ -366,8 +364,10 @@ def unchanged(before, after):
 
 
 def contents(value):
-    """What a numbered object holds, as sent back after a call (refill puts it in place)."""
+    """What a numbered object holds, sent back after a call (refill puts it in place; intact)."""
     kind = type(value)
+    if not intact(value):
+        raise ValueError("a UserList or UserDict whose data or attributes the program changed")
     if keyed(value) is not None:
         return dict(keyed(value))
     if kind is set or kind is bytearray:
@@ -481,7 +481,7 @@ def rebuilt_copy(tag, item, lent=()):
         refill(made, item)
         return made
     if tag == "u" and kind is list and len(item) == 2 and item[0] in USER:
-        made = unpatched("collections", item[0])()
+        made = user_copy(unpatched("collections", item[0])())
         refill(made, item[1])  # (a UserDict's a dict: filled as a write-back fills one)
         return made
     if tag == "p" and kind is list and len(item) == 3 and type(item[1]) is int and (

@@ -64,7 +64,9 @@ class Remote:
     __deepcopy__ = lambda self, memo: self.__copied("deepcopy")
     __class = None  # (its class as isinstance sees it, where the context declares a base: standing)
 
-    def __init__(self, handle, kind=None):
+    def __init__(self, token, handle, kind=None, /):  # (made by remote alone: MADE)
+        if token is not MADE:  # (type(x)(**fields), dataclasses.replace(x): no program's choice)
+            raise TypeError("a program object is made in the program's process")
         self.__handle, self.__kind, self.__buffer, self.__drawn, self.__end = (
             handle, kind, [], 0, None)
         self.__stream = kind is not None and id(kind) in STREAM_IDS
@@ -172,6 +174,7 @@ class Remote:
 
 
 KEPT, KEPT_CAP = [], 4096  # the proxies a test's weak reference keeps alive (Remote.__del__)
+MADE = object()  # (what remote alone passes Remote.__init__: no test's call makes one)
 
 
 def identical(self, other):
@@ -235,7 +238,7 @@ def remote_class(bits, base=None, names=None):
             space["_Remote__class"] = standing(name, qualname, module, names[4])
         fields = dataclass_fields(names[5]) if names and len(names) > 5 and names[5] else None
         if fields is not None:  # (a dataclass's: asdict, astuple and fields read them)
-            space["__dataclass_fields__"] = fields
+            space["__dataclass_fields__"] = Fields(fields)
         try:
             if base is not None:
                 space["_Remote__class"] = STAND_INS[base] if names is None else type(
@@ -245,6 +248,25 @@ def remote_class(bits, base=None, names=None):
         except Exception:  # (a name type() refuses: a NUL, a lone surrogate)
             return remote_class(bits, base)
     return made[bits, base, names]
+
+
+class Fields:
+    """A program dataclass's __dataclass_fields__ in the test process (remote_class): its Fields
+    made here, read on its class as they are (dataclasses.is_dataclass); read on its object
+    (fields, asdict, astuple, replace), they are its where the program's process reads its
+    class's own there and finds them the same fields still (sandbox_bases.py:applied's "fields":
+    an instance's own __dataclass_fields__, its class's __getattribute__ may answer otherwise),
+    else the test fails."""
+    __slots__ = ("fields",)
+
+    def __init__(self, fields):
+        self.fields = fields
+
+    def __get__(self, instance, owner=None):
+        if instance is not None and ask("apply", instance._Remote__handle, ["fields"], {}) != [
+                *self.fields]:
+            raise abort(TypeError("a program dataclass's object tells other fields"))
+        return self.fields
 
 
 def harness_class(value):
@@ -283,11 +305,11 @@ def remote(item):
         if spec is not None:  # (`[0] + s`: a sequence's own concatenation, reflected)
             bits &= ~(1 << IDENTITY)  # (its comparisons are its value's)
             bits |= (1 << TRAITS.index("radd")) if spec[0] in SEQUENCES else 0
-            found = remote_class(bits, spec[0], names)(handle, *spec)
+            found = remote_class(bits, spec[0], names)(MADE, handle, *spec)
         else:
             if name != "re.Match" and id(kind) not in STREAM_IDS:
                 bits |= 1 << TRAITS.index("bool")
-            found = remote_class(bits, None, names)(handle, kind)
+            found = remote_class(bits, None, names)(MADE, handle, kind)
         LINK["remotes"][handle] = _weakref.ref(found, noted)  # (no test's: noted)
         if handle in LINK["released"]:  # collected, but the program still holds it: keep it
             LINK["released"].remove(handle)
@@ -335,8 +357,8 @@ class Valued(Remote):
     remote_class), `type(x) is` and `x.__class__ is` do not."""
     __slots__ = ("_Remote__base", "_Remote__changed", "_Remote__value", "_Remote__taken")
 
-    def __init__(self, handle, base, changed, value):
-        Remote.__init__(self, handle)
+    def __init__(self, token, handle, base, changed, value, /):
+        Remote.__init__(self, token, handle)
         self._Remote__base, self._Remote__changed, self._Remote__value = base, changed, value
         self._Remote__taken = None  # (the value taken last, and when: based)
 

@@ -18,11 +18,13 @@ object); a datetime or time as its ISO text, or, where that would lose its fold 
 name or rules, as [its ISO text, fold, tzinfo] (datetime_state, datetime_made). pathlib's pure and
 posix paths cross as {"L": [class name, text]}, an array.array as {"v": [typecode, items]}
 (numbered for write-back as a bytearray is: sandbox_copies.py:numbered); a test's re.Match as a
-copy found again in the program's process (found_again; sandbox_copies.py:copied sends it). A
-class is a module's own where that module, as loaded, holds it under its name (own_module: a
-standard library module's exception class crosses so as that module's,
-sandbox_errors.py:crossing)."""
+copy found again in the program's process (found_again; sandbox_copies.py:copied sends it); a
+test's UserList or UserDict as a copy rebuilt there, noted (user_copy) so that a write-back refuses
+one whose data or attributes the program changed (intact). A class is a module's own where that
+module, as loaded, holds it under its name (own_module: a standard library module's exception class
+crosses so as that module's, sandbox_errors.py:crossing)."""
 import sys
+from _weakref import ref
 
 from sandbox_patches import IMPORT, unpatched  # sandbox.py's BOOT
 
@@ -184,3 +186,27 @@ def found_again(match):
         if found.start() > match.start():
             break
     return None
+
+
+USER_COPIES = {}  # {id: (a weak reference, its data, its class)} of user_copy's
+
+
+def user_copy(made):
+    """made, a UserList or UserDict rebuilt in the program's process as a test's object's copy
+    (sandbox_copies.py:rebuilt_copy), noted with the list or dict it holds as its data (intact)
+    while it lives."""
+    key = id(made)
+    USER_COPIES[key] = (ref(made, lambda _: USER_COPIES.pop(key, None)), made.data, type(made))
+    return made
+
+
+def intact(value):
+    """Whether a write-back may send what a numbered object holds: not for a UserList or UserDict
+    copy (user_copy) whose class, data (then no list or dict, or one the test's object does not
+    hold) or attributes (its data alone) the program changed, which the test's would hold in
+    plain Python (sandbox_copies.py:contents refuses the call)."""
+    found = USER_COPIES.get(id(value))
+    if found is None or found[0]() is not value:
+        return True
+    own = object.__getattribute__(value, "__dict__") if type(value) is found[2] else None
+    return type(own) is dict and tuple(map(type, own)) == (str,) and own.get("data") is found[1]

@@ -7,6 +7,8 @@ nanomarl/sandbox_bases.py:named, nanomarl/sandbox_remote.py:remote_class). Each 
 with plain Python; beside each, a wrong program shows the fix credits nothing plain Python would
 not (and no value the program's own code could answer for)."""
 
+import textwrap
+
 from test_sandbox_semantics import plain, run
 
 CONTAINERS = """\
@@ -170,3 +172,153 @@ def test_asdict_of_a_program_dataclass_credits_no_program_value():
     assert plain(program, tests[:2]) == [True, False]
     result = run(program, tests)
     assert result["passed"] == [False] * 4, result["errors"]
+
+
+USER_CHANGES = """\
+    def to_tuple(u):
+        u.data = (1, 2)
+    def rebind(d):
+        d.data = {'a': 1}
+    def same_items(u):
+        u.data = list(u.data)
+    def mark(x):
+        x.seen = True
+    def keep(x):
+        global KEPT
+        KEPT = x
+    def later():
+        KEPT.data = {'a': 1}
+    """
+
+
+def test_a_userlist_whose_data_the_program_makes_a_tuple_is_no_list_written_back():
+    """A program that makes a test's UserList's data a tuple: plain Python's UserList then
+    compares with no list; the sandbox wrote its items back into the test's list (credited). Its
+    write-back is refused now (sandbox_stdlib.py:intact): the test fails, as in plain Python."""
+    tests = ["from collections import UserList; u = UserList([0]); to_tuple(u)\n"
+             "assert u == [1, 2]"]
+    assert plain(USER_CHANGES, tests) == [False]
+    result = run(USER_CHANGES, tests)
+    assert result["passed"] == [False], result["errors"]
+    assert "refused" in result["errors"][0], result["errors"]
+
+
+def test_a_userdict_whose_data_the_program_rebinds_leaves_the_old_data_as_it_was():
+    """A program that rebinds a test's UserDict's (or UserList's) data, in the call or a later one
+    (kept), or to a new list of the same items: plain Python leaves the test's old data as it was;
+    the sandbox wrote into it (or, for the same items, sent nothing: the old data still the
+    UserList's). Each fails the test now."""
+    tests = ["from collections import UserDict; d = UserDict(); inner = d.data; rebind(d)\n"
+             "assert inner == {'a': 1}",
+             "from collections import UserDict; d = UserDict(); inner = d.data; keep(d); later()\n"
+             "assert inner == {'a': 1}",
+             "from collections import UserList; u = UserList([1]); inner = u.data; same_items(u)\n"
+             "assert inner is u.data"]
+    assert plain(USER_CHANGES, tests) == [False] * 3
+    result = run(USER_CHANGES, tests)
+    assert result["passed"] == [False] * 3, result["errors"]
+
+
+def test_an_attribute_the_program_sets_on_a_userlist_is_not_lost():
+    """An attribute the program sets on a test's UserList or UserDict is the test's object's in
+    plain Python; the sandbox's copy lost it (`not hasattr` credited). The call fails now."""
+    tests = ["from collections import UserList; u = UserList(); mark(u)\n"
+             "assert not hasattr(u, 'seen')",
+             "from collections import UserDict; d = UserDict(); mark(d)\n"
+             "assert not hasattr(d, 'seen')"]
+    assert plain(USER_CHANGES, tests) == [False, False]
+    result = run(USER_CHANGES, tests)
+    assert result["passed"] == [False, False], result["errors"]
+
+
+HIDDEN_FIELDS = """\
+    from dataclasses import dataclass
+    class Meta(type):
+        @property
+        def __dataclass_fields__(cls):
+            raise AttributeError("no")
+    @dataclass
+    class P:
+        x: int
+        y: int = 2
+    class Q(metaclass=Meta):
+        __dataclass_fields__ = P.__dataclass_fields__
+        x = 1
+        y = 2
+    def hidden():
+        return Q()
+    def forged():
+        p = P(1)
+        p.__dataclass_fields__ = {}
+        return p
+    class R(P):
+        def __getattribute__(self, name):
+            return {} if name == "__dataclass_fields__" else object.__getattribute__(self, name)
+    def answered():
+        return R(1)
+    def made():
+        return P(1)
+    def drop_y():
+        del P.__dataclass_fields__['y']
+    """
+
+
+def test_a_metaclass_that_hides_dataclass_fields_makes_no_dataclass():
+    """A class whose metaclass hides __dataclass_fields__ is no dataclass in plain Python (asdict
+    raises TypeError); the sandbox told its class's fields (credited). Its fields are none now
+    (sandbox_bases.py:fields_of): asdict raises TypeError in the test too."""
+    tests = ["from dataclasses import asdict; assert asdict(hidden()) == {'x': 1, 'y': 2}",
+             "from dataclasses import is_dataclass; assert is_dataclass(hidden())"]
+    assert plain(HIDDEN_FIELDS, tests) == [False, False]
+    result = run(HIDDEN_FIELDS, tests)
+    assert result["passed"] == [False, False], result["errors"]
+
+
+def test_fields_an_object_tells_otherwise_than_its_class_fail_the_test():
+    """An instance's own __dataclass_fields__, its class's __getattribute__, or its class's fields
+    changed after it crossed: plain Python's asdict reads those; the sandbox read the fields told
+    when its class crossed (credited). Its object is asked now (sandbox_remote.py:Fields): the
+    test fails where they differ, and passes where they do not."""
+    tests = ["from dataclasses import asdict; assert asdict(forged()) == {'x': 1, 'y': 2}",
+             "from dataclasses import asdict; assert asdict(answered()) == {'x': 1, 'y': 2}",
+             "from dataclasses import asdict; p = made(); drop_y()\n"
+             "assert asdict(p) == {'x': 1, 'y': 2}"]
+    assert plain(HIDDEN_FIELDS, tests) == [False] * 3
+    result = run(HIDDEN_FIELDS, tests)
+    assert result["passed"] == [False] * 3, result["errors"]
+    tests = ["from dataclasses import asdict, fields; p = made()\n"
+             "assert asdict(p) == {'x': 1, 'y': 2} and [f.name for f in fields(p)] == ['x', 'y']"]
+    assert plain(HIDDEN_FIELDS, tests) == [True]
+    assert run(HIDDEN_FIELDS, tests)["passed"] == [True]
+
+
+def test_no_program_object_is_made_in_the_test_process_from_its_fields():
+    """dataclasses.replace(p) calls p.__class__(**fields), and P(*astuple(p)) its class with them:
+    fields named handle and kind made a Remote of the handle and type the program chose
+    (isinstance(..., int) credited). A Remote's class (and a stand-in of one: a program class
+    with a base the context declares, whose instance read its class's `handle`) raises TypeError
+    now (sandbox_remote.py:MADE, sandbox_bases.py:Standing)."""
+    context = "class Base:\n    handle = 7\n    def __init__(self, *args, **kwargs):\n" + (
+        "        pass\n")
+    program = context + textwrap.dedent("""\
+        from dataclasses import dataclass
+        @dataclass
+        class P:
+            handle: int
+            kind: object
+        @dataclass
+        class S(Base):
+            kind: object
+            handle: int
+        def mk():
+            return P(0, int)
+        def based():
+            return S(int, 0)
+        """)
+    tests = ["import dataclasses; assert dataclasses.replace(based()).handle == 7",
+             "import dataclasses; assert isinstance(dataclasses.replace(mk()), int)",
+             "from dataclasses import astuple; p = mk()\n"
+             "assert isinstance(type(p)(*astuple(p)), int)"]
+    assert plain(program, tests) == [False] * 3
+    result = run(program, tests, context=context, names=["mk", "based"])
+    assert result["passed"] == [False] * 3, result["errors"]
