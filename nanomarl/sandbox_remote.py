@@ -64,8 +64,8 @@ class Remote:
     __deepcopy__ = lambda self, memo: self.__copied("deepcopy")
     __class = None  # (its class as isinstance sees it, where the context declares a base: standing)
 
-    def __init__(self, token, handle, kind=None, /):  # (made by remote alone: MADE)
-        if token is not MADE:  # (type(x)(**fields), dataclasses.replace(x): no program's choice)
+    def __init__(self, token, handle, kind=None, /):  # (made by remote alone)
+        if token is not TOKEN:  # (type(x)(**fields), dataclasses.replace(x): no program's choice)
             raise TypeError("a program object is made in the program's process")
         self.__handle, self.__kind, self.__buffer, self.__drawn, self.__end = (
             handle, kind, [], 0, None)
@@ -174,7 +174,7 @@ class Remote:
 
 
 KEPT, KEPT_CAP = [], 4096  # the proxies a test's weak reference keeps alive (Remote.__del__)
-MADE = object()  # (what remote alone passes Remote.__init__: no test's call makes one)
+TOKEN = object()  # (what remote alone passes Remote.__init__: no test's call makes one)
 
 
 def identical(self, other):
@@ -236,7 +236,8 @@ def remote_class(bits, base=None, names=None):
             space.update(__eq__=identical, __ne__=different, __hash__=vars(object)["__hash__"])
         if base is None and names and len(names) > 4:  # (the context's classes among its bases)
             space["_Remote__class"] = standing(name, qualname, module, names[4])
-        fields = dataclass_fields(names[5]) if names and len(names) > 5 and names[5] else None
+        fields = dataclass_fields(names[5]) if base is None and len(names or "") > 5 and names[
+            5] else None  # (not a Valued's: replace() would build its base of its fields)
         if fields is not None:  # (a dataclass's: asdict, astuple and fields read them)
             space["__dataclass_fields__"] = Fields(fields)
         try:
@@ -305,11 +306,11 @@ def remote(item):
         if spec is not None:  # (`[0] + s`: a sequence's own concatenation, reflected)
             bits &= ~(1 << IDENTITY)  # (its comparisons are its value's)
             bits |= (1 << TRAITS.index("radd")) if spec[0] in SEQUENCES else 0
-            found = remote_class(bits, spec[0], names)(MADE, handle, *spec)
+            found = remote_class(bits, spec[0], names)(TOKEN, handle, *spec)
         else:
             if name != "re.Match" and id(kind) not in STREAM_IDS:
                 bits |= 1 << TRAITS.index("bool")
-            found = remote_class(bits, None, names)(MADE, handle, kind)
+            found = remote_class(bits, None, names)(TOKEN, handle, kind)
         LINK["remotes"][handle] = _weakref.ref(found, noted)  # (no test's: noted)
         if handle in LINK["released"]:  # collected, but the program still holds it: keep it
             LINK["released"].remove(handle)

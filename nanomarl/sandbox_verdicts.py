@@ -11,7 +11,8 @@ from sandbox_layers import confine, reap, watchdog
 from sandbox_link import (LINK, OPS, TestTimeout, abort, answer, arrived, ask, attempt, compiled,
                           gone, read_exactly, read_line, refilled, request, run, settle,
                           taken, talk, unnumbered)
-from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, copied, kept_entry, rooms
+from sandbox_bases import lasting
+from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, copied, kept_entry, rooms
 from sandbox_lending import lending, let_go, readable, received, settable, test_made
 from sandbox_patches import (PATCHED, SETS, builtin_named, fingerprint, module, quiet_null,
                              watch_modules)
@@ -195,13 +196,6 @@ def dumped(value):
         return None
     finally:
         LINK["probe"] = None
-
-
-def lasting(value):
-    """Whether value is deeply immutable: of LEAVES' types, or a tuple or frozenset of such."""
-    if type(value) is tuple or type(value) is frozenset:
-        return all([lasting(item) for item in value])
-    return type(value) in LEAVES
 
 
 def shared_state():
@@ -467,9 +461,10 @@ def test_side(job, fds, layers):
         attempt(lambda: prefetch(scope), timeout)
         budget = min(tests_job["max_timeouts"] * timeout, end - time.monotonic())  # (all tests')
         for i, test in enumerate(tests):
-            start = time.monotonic()  # (an earlier call's late answer awaited first, on the budget)
-            watchdog(budget)
-            settled = settle(budget)
+            budget = min(budget, end - time.monotonic())  # (the trainer's deadline first)
+            LINK["failed"], LINK["first"] = "", LINK["seq"] + 1  # (a callback meanwhile calls it)
+            watchdog(max(budget, 0.0))  # (an earlier call's late answer awaited first, on it)
+            start, settled = time.monotonic(), budget > 0 and settle(budget)
             budget -= time.monotonic() - start
             if budget <= 0 or not settled:  # (the tests left fail, not run)
                 break
@@ -492,7 +487,8 @@ def test_side(job, fds, layers):
 
 
 def prefetch(scope):
-    """The program's names in the tests' globals first: a class body reads them (no __missing__)."""
+    """The program's names in the tests' globals before the first test: a test's class body reads
+    a name there directly, never through Scope.__missing__."""
     for name in sorted(LINK["names"]):
         try:
             scope[name]

@@ -215,3 +215,15 @@ def test_a_call_in_c_past_the_budget_leaves_the_report_before_the_deadline():
     assert result["completed"] and not result["timed_out"], result
     assert result["passed"] == [False, False], result["errors"]
     assert result["errors"][1] == "not run", result["errors"]
+
+
+def test_a_callback_the_late_call_makes_may_call_the_program():
+    """The call swallows its alarm for 1.5 s, then calls the test's callback, which calls the
+    program: plain Python runs both before the next test starts, and the next tests pass (the
+    callback's call is served while the late answer is awaited: sandbox_link.py:settle)."""
+    program = textwrap.dedent(PAST) + "def late_then(seconds, callback):\n    late(seconds)\n" + (
+        "    return callback()\n")
+    result = run(program, ["late_then(1.5, lambda: add(1, 2))", "assert add(1, 1) == 2",
+                           "assert add(2, 2) == 4"], timeout=0.5, max_timeouts=8)
+    assert result["passed"] == [False, True, True], result["errors"]
+    assert result["errors"][0].startswith("Timeout"), result["errors"]

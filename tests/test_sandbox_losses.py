@@ -1,4 +1,4 @@
-"""Right programs the sandbox once failed where plain Python passes them: a test's UserList or
+"""Right programs that plain Python passes, and the sandbox with them: a test's UserList or
 UserDict argument (a copy rebuilt in the program's process and written back after the call:
 nanomarl/sandbox_copies.py), an array.array either way (a value, numbered for write-back as a
 bytearray is: nanomarl/sandbox_stdlib.py:stdlib_state) and dataclasses.asdict, astuple and fields
@@ -193,8 +193,8 @@ USER_CHANGES = """\
 
 def test_a_userlist_whose_data_the_program_makes_a_tuple_is_no_list_written_back():
     """A program that makes a test's UserList's data a tuple: plain Python's UserList then
-    compares with no list; the sandbox wrote its items back into the test's list (credited). Its
-    write-back is refused now (sandbox_stdlib.py:intact): the test fails, as in plain Python."""
+    compares with no list. Writing its items back into the test's list would credit it; its
+    write-back is refused (sandbox_stdlib.py:intact): the test fails, as in plain Python."""
     tests = ["from collections import UserList; u = UserList([0]); to_tuple(u)\n"
              "assert u == [1, 2]"]
     assert plain(USER_CHANGES, tests) == [False]
@@ -205,9 +205,9 @@ def test_a_userlist_whose_data_the_program_makes_a_tuple_is_no_list_written_back
 
 def test_a_userdict_whose_data_the_program_rebinds_leaves_the_old_data_as_it_was():
     """A program that rebinds a test's UserDict's (or UserList's) data, in the call or a later one
-    (kept), or to a new list of the same items: plain Python leaves the test's old data as it was;
-    the sandbox wrote into it (or, for the same items, sent nothing: the old data still the
-    UserList's). Each fails the test now."""
+    (kept), or to a new list of the same items: plain Python leaves the test's old data as it was,
+    which a write-back into it would change (or, for the same items, would leave the UserList's
+    data). Each fails the test."""
     tests = ["from collections import UserDict; d = UserDict(); inner = d.data; rebind(d)\n"
              "assert inner == {'a': 1}",
              "from collections import UserDict; d = UserDict(); inner = d.data; keep(d); later()\n"
@@ -221,7 +221,7 @@ def test_a_userdict_whose_data_the_program_rebinds_leaves_the_old_data_as_it_was
 
 def test_an_attribute_the_program_sets_on_a_userlist_is_not_lost():
     """An attribute the program sets on a test's UserList or UserDict is the test's object's in
-    plain Python; the sandbox's copy lost it (`not hasattr` credited). The call fails now."""
+    plain Python; a copy that lost it would credit `not hasattr`. The call fails."""
     tests = ["from collections import UserList; u = UserList(); mark(u)\n"
              "assert not hasattr(u, 'seen')",
              "from collections import UserDict; d = UserDict(); mark(d)\n"
@@ -265,8 +265,8 @@ HIDDEN_FIELDS = """\
 
 def test_a_metaclass_that_hides_dataclass_fields_makes_no_dataclass():
     """A class whose metaclass hides __dataclass_fields__ is no dataclass in plain Python (asdict
-    raises TypeError); the sandbox told its class's fields (credited). Its fields are none now
-    (sandbox_bases.py:fields_of): asdict raises TypeError in the test too."""
+    raises TypeError); its class's fields told would credit it. It has none in the test
+    (sandbox_bases.py:fields_of): asdict raises TypeError there too."""
     tests = ["from dataclasses import asdict; assert asdict(hidden()) == {'x': 1, 'y': 2}",
              "from dataclasses import is_dataclass; assert is_dataclass(hidden())"]
     assert plain(HIDDEN_FIELDS, tests) == [False, False]
@@ -276,9 +276,9 @@ def test_a_metaclass_that_hides_dataclass_fields_makes_no_dataclass():
 
 def test_fields_an_object_tells_otherwise_than_its_class_fail_the_test():
     """An instance's own __dataclass_fields__, its class's __getattribute__, or its class's fields
-    changed after it crossed: plain Python's asdict reads those; the sandbox read the fields told
-    when its class crossed (credited). Its object is asked now (sandbox_remote.py:Fields): the
-    test fails where they differ, and passes where they do not."""
+    changed after it crossed: plain Python's asdict reads those, not the fields told when its
+    class crossed. Its object is asked (sandbox_remote.py:Fields): the test fails where they
+    differ, and passes where they do not."""
     tests = ["from dataclasses import asdict; assert asdict(forged()) == {'x': 1, 'y': 2}",
              "from dataclasses import asdict; assert asdict(answered()) == {'x': 1, 'y': 2}",
              "from dataclasses import asdict; p = made(); drop_y()\n"
@@ -294,10 +294,10 @@ def test_fields_an_object_tells_otherwise_than_its_class_fail_the_test():
 
 def test_no_program_object_is_made_in_the_test_process_from_its_fields():
     """dataclasses.replace(p) calls p.__class__(**fields), and P(*astuple(p)) its class with them:
-    fields named handle and kind made a Remote of the handle and type the program chose
-    (isinstance(..., int) credited). A Remote's class (and a stand-in of one: a program class
-    with a base the context declares, whose instance read its class's `handle`) raises TypeError
-    now (sandbox_remote.py:MADE, sandbox_bases.py:Standing)."""
+    with fields named handle and kind, they would make a Remote of the handle and type the
+    program chose (isinstance(..., int) credited). A Remote's class, and a stand-in of one (a
+    program class with a base the context declares), raises TypeError instead: no program object
+    is made in the test process (sandbox_remote.py:remote, sandbox_bases.py:Standing)."""
     context = "class Base:\n    handle = 7\n    def __init__(self, *args, **kwargs):\n" + (
         "        pass\n")
     program = context + textwrap.dedent("""\
@@ -322,3 +322,22 @@ def test_no_program_object_is_made_in_the_test_process_from_its_fields():
     assert plain(program, tests) == [False] * 3
     result = run(program, tests, context=context, names=["mk", "based"])
     assert result["passed"] == [False] * 3, result["errors"]
+
+
+def test_a_program_dataclass_of_a_value_type_is_no_dataclass_in_the_test():
+    """A program's dataclass that subclasses dict is a Valued in the test process: its __class__
+    would build a plain dict of its fields (replace() == {'a': 1}, where plain Python builds a Row,
+    an empty dict), so it has no fields there: replace() and asdict() of it fail the test."""
+    program = """\
+        from dataclasses import dataclass
+        @dataclass
+        class Row(dict):
+            a: int
+        def make():
+            return Row(1)
+        """
+    tests = ["import dataclasses; assert dataclasses.replace(make()) == {'a': 1}",
+             "import dataclasses; assert dataclasses.asdict(make()) == {'a': 2}"]
+    assert plain(program, tests) == [False, False]
+    result = run(program, tests)
+    assert result["passed"] == [False, False], result["errors"]
