@@ -628,7 +628,7 @@ def evaluate_magrpo(args, device: str, methods: list[str]) -> tuple[dict, list[d
     problems = magrpo.load_problems(args.dataset, "eval", args.limit)
     if not problems:
         arg_error("--dataset", f"{args.dataset} has no eval problems")
-    if problems[0]["kind"] == "split":  # score_sample has no split reward (it would score 0)
+    if problems[0]["kind"] in ("split", "costs"):  # two turns: score_sample would play one
         arg_error("--dataset", f"{args.dataset} in --mode magrpo: magrpo.py evaluates it (eval/*)")
     k_values = parse_int_list(args.k_values, "--k-values")
     if not k_values or not all(1 <= k <= args.num_samples for k in k_values):

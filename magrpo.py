@@ -12,8 +12,8 @@ Per problem the script grows a rollout tree, one turn at a time, then updates ev
   7. each agent's loss is −A · Σ_t log π(its own completion) (eq. 2): on-policy REINFORCE with a
      group baseline, no ratio, no clipping, no critic; the deepest turn is updated first.
 Tasks (nanomarl/tasks/): minicode (default, offline), humaneval, coophumaneval, tldr, arxiv,
-pipeline (3 agents, offline), teamwork, arith:split (2 turns: split information, as cotrain.py's)
-or jsonl:PATH; a task declares its roles, one agent per role.
+pipeline (3 agents, offline), teamwork, costs and arith:split (2 turns: private costs, split
+information as cotrain.py's) or jsonl:PATH; a task declares its roles, one agent per role.
 
 Differences from the paper and the authors' code (docs/magrpo.md lists them all):
   * the agents are LoRA adapters on one frozen base (--full-finetune: a full copy each);
@@ -66,15 +66,14 @@ from nanomarl.runs import (clean_exits, format_metrics, log_metrics, log_samples
 from nanomarl.sandbox import parallel_map, run_tests_in_sandbox
 from nanomarl.tasks.code_prompts import level_feedback, plain_feedback
 from nanomarl.tasks.debate import step_indices
-from nanomarl.tasks.kinds import ROLES, format_prompts, joint_reward, pass_rate
+from nanomarl.tasks.kinds import ROLES, TWO_TURN_TASKS, format_prompts, joint_reward, pass_rate
 from nanomarl.tasks.problems import load_problems
-from nanomarl.tasks.split_magrpo import split_task
 
 
 @dataclass
 class Args(RunArgs, ModelArgs):  # and the run's and the base model's flags
     # --- run ---
-    dataset: str = "minicode"  # minicode|humaneval|...|teamwork|arith:split|jsonl:PATH
+    dataset: str = "minicode"  # minicode|humaneval|...|teamwork|costs|arith:split|jsonl:PATH
     reward_fn: str = ""  # your joint reward MODULE:FUNCTION, fn(problem, completions) -> reward
     train_limit: int = 0  # keep the first N training problems (0 = all)
     max_steps: int = 15  # optimiser steps
@@ -136,13 +135,14 @@ class Task:
 
 def make_task(args, kind: str = "code", reward_fn=None) -> Task:
     """The built-in task of a problem kind: first-turn prompts, the joint reward (or your
-    reward_fn) and, for the coding tasks and arith:split, the multi-turn feedback."""
+    reward_fn) and, for the coding and the two-turn tasks, the multi-turn feedback."""
     reward = lambda problem, texts: joint_reward(problem, texts, args.test_timeout,
                                                  args.sandbox_memory_mb, args.code_extraction)
     if reward_fn is not None:
         reward = custom_reward(reward_fn, "--reward-fn")
-    if kind == "split":  # 2 turns, the partner's words, turn 2 scored (tasks/split_magrpo.py)
-        return Task(**split_task(extract_answer, reward if reward_fn is not None else None))
+    if kind in TWO_TURN_TASKS:  # arith:split, costs (2 turns): reward_fn's reward, else their own
+        own = reward if reward_fn is not None else None
+        return Task(**TWO_TURN_TASKS[kind](extract_answer, own))
     if args.feedback == "level_feedback":
         feedback = lambda problem, ph, rh: level_feedback(problem, ph, rh, args.feedback_tests,
                                                           args.test_timeout, args.sandbox_memory_mb,

@@ -19,7 +19,7 @@ from nanomarl.models import (adapter_state_dict, check_device, check_model_name,
                              load_adapter_state_dict, save_adapters)
 from nanomarl.runs import (all_rng_states, finish_writes_first, load_checkpoint, print_eval_table,
                            restore_rng_state, save_checkpoint)
-from nanomarl.tasks.kinds import SOLVABLE_KINDS
+from nanomarl.tasks.kinds import SOLVABLE_KINDS, TWO_TURN_TASKS
 from nanomarl.tasks.problems import load_problems
 from nanomarl.trackers import finish_tracker, plot_run
 
@@ -57,16 +57,16 @@ def check_args(args):
 
 def check_task(args, problems: list[dict], task):
     """The refusals that need the task: one agent per role, more than one turn only for the
-    aux/main coding tasks (their feedback) and arith:split (exactly 2), and a --reward-fn that
-    cannot take a problem."""
+    aux/main coding tasks (their feedback) and the two-turn tasks, arith:split and costs (exactly
+    2), and a --reward-fn that cannot take a problem."""
     if args.num_agents != len(task.roles):
         arg_error("--num-agents", f"--dataset {args.dataset} has {len(task.roles)} roles "
                                   f"({', '.join(task.roles)}): pass --num-agents "
                                   f"{len(task.roles)}, got {args.num_agents}")
-    if problems[0]["kind"] == "split" and args.turns != 2:
+    if problems[0]["kind"] in TWO_TURN_TASKS and args.turns != 2:
         arg_error("--turns", f"--dataset {args.dataset} has 2 turns (turn 2 hears the partner's "
                              f"turn 1): pass --turns 2, got {args.turns}")
-    if args.turns > 1 and problems[0]["kind"] not in ("code", "split"):
+    if args.turns > 1 and problems[0]["kind"] not in ("code", *TWO_TURN_TASKS):
         arg_error("--turns", f"--dataset {args.dataset} is single-turn (multi-turn feedback is "
                              f"defined for the aux/main coding tasks)")
     if args.reward_fn:  # one call before any model loads: a cotrain.py scorer fails here
@@ -233,6 +233,8 @@ def finish_run(run_dir: Path, agents, tokenizer, eval_problems: list[dict]):
     columns = ["eval/pass_rate"] if coding else []
     if eval_problems and eval_problems[0]["kind"] == "split":  # turn 2 silent, told the number
         columns = ["eval/silent/turn2/agent_accuracy", "eval/oracle/turn2/agent_accuracy"]
+    if eval_problems and eval_problems[0]["kind"] == "costs":  # no message: fixed rule, silent
+        columns = ["eval/positional_rule", "eval/silent/reward/mean"]
     print_eval_table(run_dir, columns + ["eval/reward/mean"])  # held-out: before -> after
     plot_run(run_dir)  # training_curves.png (needs matplotlib)
     finish_tracker()  # --report-to: flush and close

@@ -347,6 +347,8 @@ RECIPES = {  # recipe -> (script, settings it must give: the paper-scale command
                                       joint_mode="cross")),
     "magrpo-split": (magrpo, dict(dataset="arith:split", turns=2, max_new_tokens=40,
                                   temperature=0.3, eval_problems=114)),
+    "magrpo-costs": (magrpo, dict(dataset="costs", turns=2, max_new_tokens=40, temperature=0.3,
+                                  eval_problems=112)),
 }
 
 

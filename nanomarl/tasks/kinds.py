@@ -1,13 +1,15 @@
 """kinds.py: MAGRPO's built-in tasks by problem kind (problems.py names a problem's kind): the
 roles, the first-turn prompts, the joint reward of one joint action, and when a problem counts as
-solved (eval/pass_rate).
+solved (eval/pass_rate); the two-turn tasks (arith:split, costs) bring all of their fields.
 """
 from __future__ import annotations
 
 from nanomarl.tasks.code import code_reward
 from nanomarl.tasks.code_prompts import aux_prompt, main_prompt
+from nanomarl.tasks.costs import costs_task
 from nanomarl.tasks.pipeline import (PIPELINE_ROLES, PIPELINE_WEIGHT, pipeline_prompts,
                                      pipeline_reward)
+from nanomarl.tasks.split_magrpo import split_task
 from nanomarl.tasks.teamwork import TEAMWORK_ROLES, teamwork_prompts, teamwork_reward
 from nanomarl.tasks.writing import writing_prompts, writing_reward
 
@@ -16,6 +18,8 @@ ROLES = {"code": ["aux", "main"], "tldr": ["summary", "elaboration"],
          "arxiv": ["background", "method"], "pipeline": PIPELINE_ROLES,
          "teamwork": TEAMWORK_ROLES}
 SOLVABLE_KINDS = ("code", "pipeline", "teamwork")  # the kinds with an eval/pass_rate
+# the two-turn kinds (turn 2 hears the partner's turn 1): kind -> fn(parse, reward) -> Task fields
+TWO_TURN_TASKS = {"split": split_task, "costs": costs_task}
 
 
 def format_prompts(problem: dict) -> list[str]:

