@@ -176,9 +176,10 @@ def test_the_held_out_evaluation_on_a_scripted_team():
     assert rows[0]["responses"][0][0].startswith("My costs: ")
 
 
-def test_the_costs_task_needs_two_turns(tmp_path):
-    run = ["--model", "tiny", "--dataset", "costs", "--output-dir", str(tmp_path / "run")]
-    with pytest.raises(SystemExit, match="^error: --turns: --dataset costs has 2 turns"):
+@pytest.mark.parametrize("dataset", ["costs", "arith:split"])
+def test_a_two_turn_task_needs_two_turns(tmp_path, dataset):
+    run = ["--model", "tiny", "--dataset", dataset, "--output-dir", str(tmp_path / "run")]
+    with pytest.raises(SystemExit, match=f"^error: --turns: --dataset {dataset} has 2 turns"):
         magrpo.main(parse_args(magrpo.Args, run))
     assert not (tmp_path / "run").exists()  # refused before anything starts
 

@@ -167,13 +167,6 @@ def test_the_held_out_evaluation_and_its_controls_by_hand():
     assert rows[12]["answers"][0][0] == "3"  # wrong: agent 0 (6) hears 9, |6 - 9|
 
 
-def test_the_split_task_needs_two_turns(tmp_path):
-    run = ["--model", "tiny", "--dataset", "arith:split", "--output-dir", str(tmp_path / "run")]
-    with pytest.raises(SystemExit, match="^error: --turns: --dataset arith:split has 2 turns"):
-        magrpo.main(parse_args(magrpo.Args, run))
-    assert not (tmp_path / "run").exists()  # refused before anything starts
-
-
 def test_one_magrpo_step_end_to_end_logs_the_held_out_controls(tmp_path):
     run = tmp_path / "run"
     magrpo.main(parse_args(magrpo.Args, [
