@@ -15,6 +15,7 @@ from nanomarl.tasks.costs import (DEARER, TABLES, cheaper_job, costs_baselines, 
                                   table_key, taken_item)
 from nanomarl.tasks.debate_prompts import followup_message
 from nanomarl.tasks.problems import load_problems
+from test_magrpo_split import one_two_turn_step
 
 SPLITS = {"train": costs_problems("train"), "validation": costs_problems("eval"),
           "test": costs_problems("eval", "test")}
@@ -186,11 +187,7 @@ def test_a_two_turn_task_needs_two_turns(tmp_path, dataset):
 
 def test_one_magrpo_step_on_costs_end_to_end(tmp_path):
     run = tmp_path / "run"
-    magrpo.main(parse_args(magrpo.Args, [
-        "--model", "tiny", "--dataset", "costs", "--turns", "2", "--max-steps", "1",
-        "--num-generations", "2", "--max-new-tokens", "8", "--eval-problems", "4",
-        "--sample-every", "1", "--threads", "1", "--output-dir", str(run)]))
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = one_two_turn_step(run, "costs", 4)
     assert [r["step"] for r in rows] == [0, 1]
     for row in rows:
         assert row["eval/num_questions"] == 4

@@ -167,13 +167,19 @@ def test_the_held_out_evaluation_and_its_controls_by_hand():
     assert rows[12]["answers"][0][0] == "3"  # wrong: agent 0 (6) hears 9, |6 - 9|
 
 
+def one_two_turn_step(run: Path, dataset: str, eval_problems: int) -> list[dict]:
+    """One tiny-model magrpo.py step of a two-turn task (G = 2, 8 tokens), its held-out
+    evaluations before and after: the rows of its metrics.jsonl."""
+    magrpo.main(parse_args(magrpo.Args, [
+        "--model", "tiny", "--dataset", dataset, "--turns", "2", "--max-steps", "1",
+        "--num-generations", "2", "--max-new-tokens", "8", "--eval-problems", str(eval_problems),
+        "--sample-every", "1", "--threads", "1", "--output-dir", str(run)]))
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
 def test_one_magrpo_step_end_to_end_logs_the_held_out_controls(tmp_path):
     run = tmp_path / "run"
-    magrpo.main(parse_args(magrpo.Args, [
-        "--model", "tiny", "--dataset", "arith:split:test", "--turns", "2", "--max-steps", "1",
-        "--num-generations", "2", "--max-new-tokens", "8", "--eval-problems", "3",
-        "--sample-every", "1", "--threads", "1", "--output-dir", str(run)]))
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = one_two_turn_step(run, "arith:split:test", 3)
     assert [r["step"] for r in rows] == [0, 1]
     keys = ["eval/reward/mean", "eval/turn1/agent_accuracy", "eval/turn2/agent_accuracy",
             "eval/silent/turn2/agent_accuracy", "eval/shuffled/turn2/agent_accuracy",
