@@ -104,6 +104,8 @@ def test_the_parse_reads_the_job_named_after_take_or_choose():
     assert taken_item("I'll choose the Blue one!", colours) == "blue"
     assert taken_item("I am taking red, you blue", colours) == "red"
     assert taken_item("I take bluegreen", colours) is None
+    assert taken_item("You can choose to either take K or D.", letters) is None  # no choice
+    assert taken_item("Take K or D? I take D.", letters) == "D"
 
 
 def test_the_joint_reward_on_hand_written_answers():

@@ -9,7 +9,7 @@ Joint reward (turn 2; turn 1 is not scored: Task.last_turn_only): 1 when the two
 jobs and the cheaper split, DEARER (0.5) for different jobs and the dearer split, 0 when they take
 the same job or either takes none, so keeping quiet never pays better than taking a job (as in
 teamwork.py). An answer takes the first job named right after a "take" or "choose" ("the"
-skipped; never after a third-person "takes"; "I take O." takes nothing).
+skipped; never after a third-person "takes"; "I take O." and "take K or M" take nothing).
 
 Every cost table comes twice, once per seat (the players' costs exchanged, the jobs in the same
 order), and the two seats' cheaper splits differ: a rule that ignores the costs (player 0 takes
@@ -43,7 +43,8 @@ FOLLOWUP = ("Your costs: {0} {2}, {1} {3}. Your partner says: {{said}} You do on
             "and {1} and your partner the other; the team pays your cost for your job plus your "
             "partner's cost for the other. Take the job that makes the total smaller. Answer "
             "\"I take {0}.\" or \"I take {1}.\"")
-TAKE = re.compile(r"\b(?:take|taking|took|choose|choosing|chose)\s+(?:the\s+)?([A-Za-z]+)", re.I)
+TAKE = re.compile(r"\b(?:take|taking|took|choose|choosing|chose)\s+(?:the\s+)?([A-Za-z]+)\b"
+                  r"(?!\s+or\b)", re.I)  # "take K or M" takes neither
 
 
 def table_key(items: list[str], costs: list[list[int]]) -> str:
