@@ -106,6 +106,8 @@ def test_the_parse_reads_the_job_named_after_take_or_choose():
     assert taken_item("I take bluegreen", colours) is None
     assert taken_item("You can choose to either take K or D.", letters) is None  # no choice
     assert taken_item("Take K or D? I take D.", letters) == "D"
+    assert taken_item("You take K.", letters) is None  # the partner's job, not the speaker's
+    assert taken_item("Take K. I'll take D.", letters) == "D"
 
 
 def test_the_joint_reward_on_hand_written_answers():

@@ -8,8 +8,9 @@ job, so the cheaper split depends on both players' costs and they have to tell e
 Joint reward (turn 2; turn 1 is not scored: Task.last_turn_only): 1 when the two take different
 jobs and the cheaper split, DEARER (0.5) for different jobs and the dearer split, 0 when they take
 the same job or either takes none, so keeping quiet never pays better than taking a job (as in
-teamwork.py). An answer takes the first job named right after a "take" or "choose" ("the"
-skipped; never after a third-person "takes"; "I take O." and "take K or M" take nothing).
+teamwork.py). An answer takes the first job named right after an "I take" or "I choose" ("the"
+skipped; "I'll", "I am taking" too; never "you take" or "takes"; "I take O." and "I take K or
+M" take nothing).
 
 Every cost table comes twice, once per seat (the players' costs exchanged, the jobs in the same
 order), and the two seats' cheaper splits differ: a rule that ignores the costs (player 0 takes
@@ -43,8 +44,8 @@ FOLLOWUP = ("Your costs: {0} {2}, {1} {3}. Your partner says: {{said}} You do on
             "and {1} and your partner the other; the team pays your cost for your job plus your "
             "partner's cost for the other. Take the job that makes the total smaller. Answer "
             "\"I take {0}.\" or \"I take {1}.\"")
-TAKE = re.compile(r"\b(?:take|taking|took|choose|choosing|chose)\s+(?:the\s+)?([A-Za-z]+)\b"
-                  r"(?!\s+or\b)", re.I)  # "take K or M" takes neither
+TAKE = re.compile(r"\bI(?:'ll|'d|\s+will|\s+would|\s+am)?\s+(?:take|taking|took|choose|choosing|"
+                  r"chose)\s+(?:the\s+)?([A-Za-z]+)\b(?!\s+or\b)", re.I)  # "I take K or M": none
 
 
 def table_key(items: list[str], costs: list[list[int]]) -> str:
@@ -104,8 +105,8 @@ def costs_feedback(problem: dict, prompt_history: list[list[str]],
 
 
 def taken_item(text: str, items: list[str]) -> str | None:
-    """The job an answer takes: the first of `items` (any case) named right after a take/choose;
-    None if none is ("Take the job ... I take K." takes K; "I take O." nothing)."""
+    """The job an answer takes: the first of `items` (any case) named right after an "I take" or
+    "I choose"; None if none is ("Take the job ... I take K." takes K; "You take K." nothing)."""
     jobs = {item.lower(): item for item in items}
     return next((jobs[w.lower()] for w in TAKE.findall(text) if w.lower() in jobs), None)
 
