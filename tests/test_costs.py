@@ -191,24 +191,13 @@ def test_a_two_turn_task_needs_two_turns(tmp_path, dataset):
 
 def test_one_magrpo_step_on_costs_end_to_end(tmp_path):
     run = tmp_path / "run"
-    rows = one_two_turn_step(run, "costs", 4)
-    assert [r["step"] for r in rows] == [0, 1]
+    rows, samples, problem = one_two_turn_step(run, "costs", 4, SPLITS["train"], costs_feedback)
     for row in rows:
         assert row["eval/num_questions"] == 4
         assert row["eval/positional_rule"] == 0.75  # two tables, each at both seats
         assert all(0.0 <= row[k] <= 1.0 for k in ("eval/reward/mean", "eval/silent/reward/mean",
                                                   "eval/own_costs_rule", "eval/reward/answered"))
-    step = rows[1]
-    assert step["tree/nodes"] == 3  # a root and its G = 2 children
-    assert step["reward/mean"] == 0.0  # turn 1 is not scored
-    assert step["return/mean"] == pytest.approx(step["turn1/reward/mean"])  # γ = 1
-    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
-    assert [s["turn"] for s in samples] == [1, 1, 2, 2, 2, 2]
-    problem = next(p for p in SPLITS["train"] if p["id"] == samples[0]["problem"])
     assert samples[0]["prompts"] == costs_prompts(problem)
-    for j, root in enumerate(samples[:2]):
-        child = samples[2 + 2 * j]  # the first joint action of root j's child
-        assert child["prompts"] == costs_feedback(problem, [], [[t] for t in root["completions"]])
     held_out = [json.loads(line) for line in (run / "eval_samples.jsonl").read_text().splitlines()]
     assert [(r["step"], r["method"]) for r in held_out] == [
         (s, m) for s in (0, 1) for m in ("magrpo", "magrpo/silent") for _ in range(4)]

@@ -167,20 +167,36 @@ def test_the_held_out_evaluation_and_its_controls_by_hand():
     assert rows[12]["answers"][0][0] == "3"  # wrong: agent 0 (6) hears 9, |6 - 9|
 
 
-def one_two_turn_step(run: Path, dataset: str, eval_problems: int) -> list[dict]:
+def one_two_turn_step(run: Path, dataset: str, eval_problems: int, problems: list[dict],
+                      feedback) -> tuple[list[dict], list[dict], dict]:
     """One tiny-model magrpo.py step of a two-turn task (G = 2, 8 tokens), its held-out
-    evaluations before and after: the rows of its metrics.jsonl."""
+    evaluations before and after, checked as every two-turn task's: a root and its G children,
+    turn 1 unscored, turn 2's prompts the task's `feedback` on the partners' turn-1 completions.
+    Returns the rows of its metrics.jsonl, its samples and their training problem (of `problems`)."""
     magrpo.main(parse_args(magrpo.Args, [
         "--model", "tiny", "--dataset", dataset, "--turns", "2", "--max-steps", "1",
         "--num-generations", "2", "--max-new-tokens", "8", "--eval-problems", str(eval_problems),
         "--sample-every", "1", "--threads", "1", "--output-dir", str(run)]))
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1]
+    step = rows[1]
+    assert step["tree/nodes"] == 3  # a root and its G = 2 children
+    assert step["reward/mean"] == 0.0  # turn 1 is not scored
+    assert step["return/mean"] == pytest.approx(step["turn1/reward/mean"])  # γ = 1
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert [s["turn"] for s in samples] == [1, 1, 2, 2, 2, 2]
+    problem = next(p for p in problems if p["id"] == samples[0]["problem"])
+    for j, root in enumerate(samples[:2]):
+        child = samples[2 + 2 * j]  # the first joint action of root j's child
+        assert child["prompts"] == feedback(problem, [], [[t] for t in root["completions"]])
+    return rows, samples, problem
 
 
 def test_one_magrpo_step_end_to_end_logs_the_held_out_controls(tmp_path):
     run = tmp_path / "run"
-    rows = one_two_turn_step(run, "arith:split:test", 3)
-    assert [r["step"] for r in rows] == [0, 1]
+    # turn 2's prompts quote the first sentence of the partner's turn-1 completion
+    rows, samples, problem = one_two_turn_step(run, "arith:split:test", 3,
+                                               load_problems("arith:split", "train"), split_feedback)
     keys = ["eval/reward/mean", "eval/turn1/agent_accuracy", "eval/turn2/agent_accuracy",
             "eval/silent/turn2/agent_accuracy", "eval/shuffled/turn2/agent_accuracy",
             "eval/oracle/turn2/agent_accuracy", "eval/wrong/turn2/agent_accuracy",
@@ -190,19 +206,7 @@ def test_one_magrpo_step_end_to_end_logs_the_held_out_controls(tmp_path):
         assert all(0.0 <= row[key] <= 1.0 for key in keys), row
         assert row["eval/num_questions"] == 3
         assert row["eval/reward/mean"] == pytest.approx(row["eval/turn2/agent_accuracy"])
-    step = rows[1]
-    assert step["tree/nodes"] == 3  # a root and its G = 2 children
-    assert step["reward/mean"] == 0.0  # turn 1 is not scored
-    assert step["return/mean"] == pytest.approx(step["turn1/reward/mean"])  # γ = 1
-    # the samples: turn 2's prompts quote the first sentence of the partner's turn-1 completion
-    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
-    assert [s["turn"] for s in samples] == [1, 1, 2, 2, 2, 2]
-    problem = next(p for p in load_problems("arith:split", "train")
-                   if p["id"] == samples[0]["problem"])
-    for j, root in enumerate(samples[:2]):
-        child = samples[2 + 2 * j]  # the first joint action of root j's child
-        assert child["prompts"] == split_feedback(problem, [], [[t] for t in root["completions"]])
-        assert root["reward"] == 0.0
+    assert all(root["reward"] == 0.0 for root in samples[:2])
     # the held-out answers per problem, of each evaluation: each answer is its response's
     held_out = [json.loads(line) for line in (run / "eval_samples.jsonl").read_text().splitlines()]
     assert [(r["step"], r["method"]) for r in held_out] == [
