@@ -132,15 +132,20 @@ def test_the_baselines_by_hand_and_on_the_held_out_splits():
     swap = dict(items=["D", "K"], costs=[[6, 2], [1, 5]])  # cheaper: K|D (3 < 11); K and D
     # agent 0 takes the first job: dearer, cheaper, dearer; the reverse: cheaper, dearer, cheaper
     # own cheaper job: a collision, then the cheaper split twice
+    # player 0 leads (takes its own cheaper job, 1 the other): dearer, cheaper, cheaper; player 1
+    # leads: K|D, D|K, K|D, the cheaper split each time
     assert costs_baselines([one, two, swap]) == {
         "eval/positional_rule": pytest.approx((1 + 0.5 + 1) / 3),
-        "eval/own_costs_rule": pytest.approx((0 + 1 + 1) / 3)}
+        "eval/own_costs_rule": pytest.approx((0 + 1 + 1) / 3), "eval/leader_rule": 1.0}
     assert costs_baselines([one, two])["eval/positional_rule"] == 0.75
-    # every table at both seats: any rule blind to the costs earns (1 + 0.5) / 2 exactly
+    # every table at both seats: any rule blind to the costs earns (1 + 0.5) / 2 exactly; one
+    # message (the leader's job) earns more
     assert costs_baselines(SPLITS["validation"]) == {"eval/positional_rule": 0.75,
-                                                     "eval/own_costs_rule": 36 / 64}
+                                                     "eval/own_costs_rule": 36 / 64,
+                                                     "eval/leader_rule": 57 / 64}
     assert costs_baselines(SPLITS["test"]) == {"eval/positional_rule": 0.75,
-                                               "eval/own_costs_rule": 74 / 112}
+                                               "eval/own_costs_rule": 74 / 112,
+                                               "eval/leader_rule": 102.5 / 112}
 
 
 def scripted_play(calls: list):
