@@ -86,3 +86,18 @@ def test_split_intervals_of_magrpo_runs(tmp_path):
     assert table["untrained, as played"][0] == "0.0"  # step 0
     assert table["trained, oracle partner"][0] == "100.0"
     assert table["trained, silent partner"][0] == "0.0"
+
+
+def test_split_validation_reads_each_arms_last_validation_and_chooses_the_best_mean():
+    """docs/results/split_validation.py on the committed training metrics: every arm's update-30
+    validation figure per seed (as each metrics file holds it), the means, and the choice."""
+    out = subprocess.run([sys.executable, str(ROOT / "docs/results/split_validation.py")],
+                         capture_output=True, text=True, check=True).stdout
+    table = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in out.splitlines()
+             if line.startswith("| ") and " | seed 0 |" not in line}
+    own = table["both trained, the own score (`--reward-rule current`)"]
+    assert own == ["24.3", "27.1", "44.4", "31.9 |"]  # 17.5, 19.5 and 32 of the 72 problems
+    assert table["both trained, Definition 1 (`--reward-rule influence`)"][3] == "30.6 |"
+    assert table["both trained, the team's last-turn score (the recipe)"][0] == "29.9"
+    assert "untrained: 12.5 % (update 0, every run)" in out
+    assert out.rstrip().endswith("chosen: both trained, the own score (`--reward-rule current`)")

@@ -1,0 +1,49 @@
+"""The split debate's arms on the validation split, the figures that choose a recipe: each arm's
+held-out turn-2 accuracy (mean over agents, greedy, the 72 validation problems) at its last update,
+read from each run's training metrics (cotrain.py evaluates validation at updates 0 and 30), per
+seed and the mean over seeds; the arm with the best mean is the one chosen.
+
+    python docs/results/split_validation.py
+"""
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent
+ARMS = RESULTS / "maporl-split-arms"
+RUNS = {  # arm: its seeds' metrics files; the recipe's seed 0 is the test row's own run
+    "both trained, the team's last-turn score (the recipe)":
+        [RESULTS / "maporl-split-test/s0-train-metrics.jsonl"]
+        + [ARMS / f"recipe-s{s}-train-metrics.jsonl" for s in (1, 2)],
+    "both trained, Definition 1 (`--reward-rule influence`)":
+        [ARMS / f"influence-s{s}-train-metrics.jsonl" for s in range(3)],
+    "both trained, the own score (`--reward-rule current`)":
+        [ARMS / f"current-s{s}-train-metrics.jsonl" for s in range(3)],
+    "the reader alone (`--train-turns 2`)": [ARMS / f"reader-s{s}-train-metrics.jsonl"
+                                             for s in range(3)],
+    "the speaker alone (`--train-turns 1`)": [ARMS / f"speaker-s{s}-train-metrics.jsonl"
+                                              for s in range(3)],
+}
+KEY = "eval/turn2/agent_accuracy"
+
+
+def last_validation(path: Path) -> tuple[int, float, float]:
+    """(update, accuracy at the first evaluation, accuracy at the last) of one run."""
+    rows = [row for row in map(json.loads, path.open()) if KEY in row]
+    return rows[-1]["step"], rows[0][KEY], rows[-1][KEY]
+
+
+def main():
+    print("| arm | seed 0 | seed 1 | seed 2 | mean |\n|---|---|---|---|---|")
+    means = {}
+    for arm, paths in RUNS.items():
+        found = [last_validation(p) for p in paths]
+        assert all(step == 30 and first == found[0][1] for step, first, _ in found), found
+        means[arm] = sum(last for *_, last in found) / len(found)
+        cells = " | ".join(f"{100 * last:.1f}" for *_, last in found)
+        print(f"| {arm} | {cells} | {100 * means[arm]:.1f} |")
+    print(f"\nuntrained: {100 * found[0][1]:.1f} % (update 0, every run); chosen: "
+          f"{max(means, key=means.get)}")
+
+
+if __name__ == "__main__":
+    main()
