@@ -233,7 +233,7 @@ def finish_run(run_dir: Path, agents, tokenizer, eval_problems: list[dict]):
     columns = ["eval/pass_rate"] if coding else []
     if eval_problems and eval_problems[0]["kind"] == "split":  # turn 2 silent, told the number
         columns = ["eval/silent/turn2/agent_accuracy", "eval/oracle/turn2/agent_accuracy"]
-    if eval_problems and eval_problems[0]["kind"] == "costs":  # no message, one, silent partner
+    if eval_problems and eval_problems[0]["kind"] == "costs":  # the rules, the team silenced
         columns = ["eval/positional_rule", "eval/leader_rule", "eval/silent/reward/mean"]
     print_eval_table(run_dir, columns + ["eval/reward/mean"])  # held-out: before -> after
     plot_run(run_dir)  # training_curves.png (needs matplotlib)

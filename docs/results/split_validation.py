@@ -1,5 +1,5 @@
 """The split debate's arms on the validation split, the figures that choose a recipe: each arm's
-held-out turn-2 accuracy (mean over agents, greedy, the 72 validation problems) at its last update,
+held-out turn-2 accuracy (mean over agents, greedy, the 72 validation problems) at update 30,
 read from each run's training metrics (cotrain.py evaluates validation at updates 0 and 30), per
 seed and the mean over seeds; the arm with the best mean is the one chosen.
 
@@ -26,22 +26,24 @@ RUNS = {  # arm: its seeds' metrics files; the recipe's seed 0 is the test row's
 KEY = "eval/turn2/agent_accuracy"
 
 
-def last_validation(path: Path) -> tuple[int, float, float]:
-    """(update, accuracy at the first evaluation, accuracy at the last) of one run."""
+def validation(path: Path) -> tuple[float, float]:
+    """(accuracy at update 0, accuracy at update 30) of one run."""
     rows = [row for row in map(json.loads, path.open()) if KEY in row]
-    return rows[-1]["step"], rows[0][KEY], rows[-1][KEY]
+    assert [row["step"] for row in (rows[0], rows[-1])] == [0, 30], path
+    return rows[0][KEY], rows[-1][KEY]
 
 
 def main():
     print("| arm | seed 0 | seed 1 | seed 2 | mean |\n|---|---|---|---|---|")
-    means = {}
+    means, untrained = {}, set()
     for arm, paths in RUNS.items():
-        found = [last_validation(p) for p in paths]
-        assert all(step == 30 and first == found[0][1] for step, first, _ in found), found
-        means[arm] = sum(last for *_, last in found) / len(found)
-        cells = " | ".join(f"{100 * last:.1f}" for *_, last in found)
+        firsts, lasts = zip(*map(validation, paths))
+        untrained.update(firsts)
+        means[arm] = sum(lasts) / len(lasts)
+        cells = " | ".join(f"{100 * last:.1f}" for last in lasts)
         print(f"| {arm} | {cells} | {100 * means[arm]:.1f} |")
-    print(f"\nuntrained: {100 * found[0][1]:.1f} % (update 0, every run); chosen: "
+    assert len(untrained) == 1, untrained  # every run starts from the same untrained team
+    print(f"\nuntrained: {100 * untrained.pop():.1f} % (update 0, every run); chosen: "
           f"{max(means, key=means.get)}")
 
 

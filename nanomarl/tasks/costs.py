@@ -149,16 +149,20 @@ def own_cheaper_job(problem: dict, seat: int) -> str:
     return problem["items"][row.index(min(row))]
 
 
+def leader_job(problem: dict, seat: int, leader: int) -> str:
+    """The leader takes its own cheaper job and says so; its partner takes the job left."""
+    job = own_cheaper_job(problem, leader)
+    return job if seat == leader else next(item for item in problem["items"] if item != job)
+
+
 def costs_baselines(problems: list[dict]) -> dict:
     """Exact on `problems`. The rules that need no message: eval/positional_rule, the better of
     'player 0 takes the first job, player 1 the second' and the reverse; eval/own_costs_rule, each
-    player takes its own cheaper job. And the simplest that needs one: eval/leader_rule, one
-    player (the better seat of the two) takes its own cheaper job and says so, the other takes the
-    job left."""
+    player takes its own cheaper job. And the simplest that needs one: eval/leader_rule
+    (leader_job), the better of player 0 and player 1 as the leader."""
     positional = max(rule_reward(problems, lambda p, a, f=f: p["items"][a ^ f]) for f in (0, 1))
     own = rule_reward(problems, own_cheaper_job)
-    leader = max(rule_reward(problems, lambda p, a, b=b: p["items"][
-        p["items"].index(own_cheaper_job(p, b)) ^ (a != b)]) for b in (0, 1))
+    leader = max(rule_reward(problems, lambda p, a, b=b: leader_job(p, a, b)) for b in (0, 1))
     return {"eval/positional_rule": positional, "eval/own_costs_rule": own,
             "eval/leader_rule": leader}
 
