@@ -160,9 +160,10 @@ a test's `except:` can swallow it, and rings again until the test ends; no later
 before the program's call ends: a program that ignores its own alarm holds them back) and a
 CPU-time watchdog (RLIMIT_CPU, for C code the alarm cannot interrupt; the load, the prefetch of
 the names and the wait for a late answer have one too); the tests share a wall-time budget of
-max_timeouts·timeout, the late answers' waits included, within the trainer's deadline; a set or dict of an answer whose keys share a hash is refused
-before it is built (sandbox_layers.py:crowded); the trainer SIGKILLs the group at an overall
-deadline and reaps every process of it that it inherits (as a subreaper or pid 1). The trainer
+max_timeouts·timeout, the late answers' waits included, within the trainer's deadline; a set or
+dict of an answer whose keys share a hash is refused before it is built
+(sandbox_layers.py:crowded); the trainer SIGKILLs the group at an overall deadline and reaps
+every process of it that it inherits (as a subreaper or pid 1). The trainer
 reads the test process's report only up to the size its tests can need (it kills the group
 beyond that) and up to the closing line; a line counts only if well formed, with a test index below
 the number of tests. A message in the report has no control characters (the test process drops

@@ -24,6 +24,7 @@ from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, quiet_null
 from sandbox_proxies import TestObject, test_object
 from sandbox_bases import TAKE, applied, kind_of, named, programs, traits, value_base, valued
 from sandbox_remote import COPIES
+from sandbox_stdlib import member_named
 from sandbox_values import CONTEXT, DATETIMES, PRINTS, Decoder, dump, error_payload, raised, same
 from sandbox_verdicts import test_side
 
@@ -67,10 +68,9 @@ def program_side(job, requests, answers):
             tag, item = "X", [item, None, False]
         if tag == "G" and type(item) is list and len(item) == 4 and type(item[2]) is str and (
                 type(item[3]) is bool):  # a declared Enum's member: the program's own member
-            try:
-                return scope[item[1]].__members__[item[2]]
-            except Exception:  # (not the program's Enum: the test's object, as "X")
-                tag, item = "X", [item[0], item[1], item[3]]
+            if (found := member_named(scope.get(item[1]), item[2])) is not None:
+                return found
+            tag, item = "X", [item[0], item[1], item[3]]  # (none: the test's object, as "X")
         if tag == "X" and (found := test_object(item, tests, declared)) is not None:
             return found  # (of a class the context declares, or with its own ==, or told of)
         if tag == "Z" and type(item) is list and len(item) == 5 and type(item[0]) is int and (

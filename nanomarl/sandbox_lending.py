@@ -316,13 +316,13 @@ def walked(box, stop):
 
 def reached_back(box, stop):
     """The containers of box's values (walked) that the program's process reaches from elsewhere
-    too, inner ones first: each referenced more often than the walked ones and box reference it
-    (by a global, an object, a closure cell, a cache, a generator's frame), and each inside one
-    of those, inside a tuple so referenced or in a view of a dict so referenced. A fresh value is
-    referenced by box and its own containers alone: none of it is reached."""
+    too, inner ones first: each met twice in the walk (a row of `[[0] * m] * n`) or referenced
+    more often than the walked ones and box reference it (by a global, an object, a closure cell,
+    a cache, a generator's frame), and each inside one of those, a tuple so referenced or a view
+    of a dict so referenced. A fresh value's containers are met once, referenced by it alone."""
     found, counts, inner, views = walked(box, stop)
-    reached = [id(found[k]) for k in range(len(found))
-               if references(found, k) - BASE > counts[id(found[k])] or id(found[k]) in views]
+    reached = [id(found[k]) for k in range(len(found)) if counts[id(found[k])] > 1
+               or references(found, k) - BASE > counts[id(found[k])] or id(found[k]) in views]
     seen = set(reached)
     while reached:  # (what a reached one holds is reached)
         for key in inner.get(reached.pop(), ()):

@@ -147,10 +147,20 @@ def fingerprint(kind):
             (k.__module__, k.__qualname__, k.__module__ == "__main__" and shape(
                 [item for item in vars(k).items() if item[0] not in SKIPPED]))
             for k in kind.__mro__[1:]])),
-            {key: hash(shape(value)) for key, value in vars(kind).items() if key not in SKIPPED},
+            {key: hash(shape(settled(kind, key, value))) for key, value in vars(kind).items()
+             if key not in SKIPPED},
             sorted(dir(kind))]
     except Exception:
         return None
+
+
+def settled(kind, key, value):
+    """An Enum class's map of values to members without the combined flags its class made since
+    (`Perm.R | Perm.W`, as they are met): alike for classes defined alike, whatever they met."""
+    if key != "_value2member_map_" or type(value) is not dict:
+        return value
+    members = {id(member) for member in vars(kind)["_member_map_"].values()}
+    return {found: member for found, member in value.items() if id(member) in members}
 
 
 TEXT = ("__repr__", "__str__")

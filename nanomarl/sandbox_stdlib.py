@@ -69,6 +69,27 @@ def flag_value(kind, key):
     return issubclass(kind, FLAG) and type(key) is int and key >= 0 and not key & ~kind._flag_mask_
 
 
+def member_named(kind, name):
+    """The member of the Enum class kind of this name, or the Flag's members of the names a
+    combined one's name joins with "|" (`Perm.R|W`), combined by its class's own `|`; None where
+    kind has none such."""
+    members = getattr(kind, "__members__", None)
+    if type(name) is not str or members is None:
+        return None
+    if name in members:
+        return members[name]
+    names = name.split("|")
+    if len(names) < 2 or not all([part in members for part in names]):
+        return None
+    try:
+        found = members[names[0]]
+        for part in names[1:]:
+            found = found | members[part]
+    except Exception:  # (no Flag: its members do not combine)
+        return None
+    return found
+
+
 def stdlib_made(tag, item, importing, resolve):
     """The value a tag of stdlib_state's describes (ValueError where it is malformed), else
     resolve(tag, item); `importing`: a module named may be imported whatever it is (the program's

@@ -19,6 +19,7 @@ from sandbox_patches import (PATCHED, SETS, builtin_named, fingerprint, module, 
 from sandbox_errors import MADE, SOURCES, crossed, crossing, direct
 from sandbox_proxies import looks
 from sandbox_remote import Remote, harness_class, remote
+from sandbox_stdlib import member_named
 from sandbox_values import (DECLARED, RAISES, REFUSE, Abort, Decoder, Dumped, ProgramError,
                             datetime_base, describe, dump, error_payload, raised)
 
@@ -222,8 +223,8 @@ def test_resolve(tag, item):
     if tag == "M" and type(item) is list and len(item) == 2 and item[0] == "builtins":
         return builtin_named(item[1])  # (a builtin class or PURE function; else ValueError)
     if tag == "G" and type(item) is list and len(item) == 2 and all(type(p) is str for p in item):
-        found = getattr(DECLARED.get(item[0]), "__members__", {}).get(item[1])
-        if enum_member(found):  # a declared Enum's member, by its name
+        found = member_named(DECLARED.get(item[0]), item[1])
+        if enum_member(found):  # a declared Enum's member, by its name (a Flag's: its members')
             return found
     raise ValueError("malformed value")
 

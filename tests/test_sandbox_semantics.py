@@ -446,7 +446,8 @@ def test_a_test_objects_containers_are_the_tests_own_in_the_program():
              "from collections import defaultdict\nclass G:\n    def __init__(self):\n"
              "        self.adj = defaultdict(list)\ng = G()\nlink(g, 1, 2)\nlink(g, 1, 3)\n"
              "assert g.adj == {1: [2, 3]} and type(g.adj) is defaultdict",
-             "class Node:\n    def __init__(self, val):\n        self.val, self.children = val, []\n"
+             "class Node:\n    def __init__(self, val):\n"
+             "        self.val, self.children = val, []\n"
              "root = Node(1)\nkids = root.children\nassert adopt(root, Node(2)) == 1\n"
              "assert adopt(root, Node(3)) == 2\n"
              "assert [c.val for c in root.children] == [2, 3] and root.children is kids",
@@ -570,7 +571,8 @@ def test_a_dict_of_3000_keys_is_kept_as_a_list_of_3000_items_is():
     reach the program (as the program's copy, neither did). The bound is on all that is kept at
     once: the program forgets the dict it kept before (a call of its own) before it keeps the
     next one. A test that expects the dict unchanged after the program's change fails; a dict of
-    5,000 keys is beyond the bound (test_gap_beyond_4096_items_a_kept_container_is_the_programs_copy)."""
+    5,000 keys is beyond the bound
+    (test_gap_beyond_4096_items_a_kept_container_is_the_programs_copy)."""
     program = """\
         K = []
         def keep(d):
@@ -1590,6 +1592,27 @@ def test_a_declared_enums_member_crosses_as_that_member():
     assert result["passed"] == [True, True, True, False], result["errors"]
 
 
+def test_a_declared_flags_combined_member_crosses_as_that_member():
+    """A combination of a Flag the context declares (`Perm.R | Perm.W`, a member its class makes
+    as it is met) crosses as that combination of the context's members, both ways: `in`, `is` and
+    type hold as in one process, though the program's class has made a member the test's lacks
+    (it stays the context's class). A combination of other members is not the test's value."""
+    context = "from enum import IntFlag\nclass Perm(IntFlag):\n    R = 4\n    W = 2\n    X = 1\n"
+    program = context + textwrap.dedent("""\
+        def read_write():
+            return Perm.R | Perm.W
+        def has(p, f):
+            return f in p
+        """)
+    tests = ["assert Perm.W in read_write() and Perm.X not in read_write()",
+             "assert read_write() is Perm.R | Perm.W and type(read_write()) is Perm",
+             "assert has(Perm.R | Perm.X, Perm.X) and not has(Perm.R | Perm.X, Perm.W)",
+             "assert read_write() == Perm.R | Perm.X"]
+    assert plain(program, tests) == [True, True, True, False]
+    result = run(program, tests, context=context, names=["read_write", "has"])
+    assert result["passed"] == [True, True, True, False], result["errors"]
+
+
 def test_a_tests_methodcaller_and_a_deques_bound_method_reach_the_program():
     """An operator.methodcaller and a bound method of a test's deque (or Counter, OrderedDict)
     are callbacks, called in the test process, as an itemgetter and a list's append are."""
@@ -2481,7 +2504,8 @@ def test_gap_beyond_4096_items_a_kept_container_is_the_programs_copy():
     box = "class Box:\n    pass\nb = Box()\n"
     tests = ["a = list(range(5000))\nkeep(a)\nclear()\nassert a == list(range(5000))",
              "a = list(range(50))\nkeep(a)\nclear()\nassert a == list(range(50))",
-             box + "b.items = list(range(5000))\nclear_items(b)\nassert b.items == list(range(5000))",
+             box + "b.items = list(range(5000))\nclear_items(b)\n"
+             "assert b.items == list(range(5000))",
              box + "b.items = list(range(50))\nclear_items(b)\nassert b.items == list(range(50))",
              box + "b.counts = dict.fromkeys(range(5000), 0)\nput(b)\nassert 'x' not in b.counts",
              box + "b.rows = [[0] for _ in range(100)]\nrow = b.rows[90]\nadd(b)\n"
@@ -2544,7 +2568,8 @@ def test_a_tests_module_passed_to_the_program_is_the_programs_module_of_that_nam
     """A module the test hands the program (f(math)) crosses by its name: the program's process's
     own module of that name (as a module the test imported is the same module in one process)."""
     program = "def root(m, x):\n    return m.sqrt(x)\ndef name(m):\n    return m.__name__\n"
-    tests = ["import math\nassert root(math, 16) == 4.0", "import json\nassert name(json) == 'json'",
+    tests = ["import math\nassert root(math, 16) == 4.0",
+             "import json\nassert name(json) == 'json'",
              "import math\nassert root(math, 16) == 5.0"]
     assert plain(program, tests) == [True, True, False]
     assert run(program, tests)["passed"] == [True, True, False]
@@ -3112,3 +3137,26 @@ def test_a_test_object_of_an_argument_that_cannot_be_sent_stays_out_of_reach():
     result = run(program, tests)
     assert result["passed"] == [False, True, True], result["errors"]
     assert "cannot be sent to the program: memoryview" in result["errors"][0]
+
+
+def test_a_container_the_programs_value_holds_twice_is_one_object_in_the_test():
+    """A fresh value that holds one list twice (`[[0] * m] * n`, a dict of one row twice) is one
+    list in the test too: the wrong grid, whose rows are one list, fails a test that sets one
+    cell, as in plain Python, beside the right grid of rows of their own."""
+    right = """\
+        def grid(n, m):
+            return [[0] * m for _ in range(n)]
+        def pair():
+            row = [0, 0]
+            return {"a": row, "b": list(row)}
+        """
+    wrong = right.replace("[[0] * m for _ in range(n)]", "[[0] * m] * n").replace(
+        "list(row)", "row")
+    tests = ["g = grid(2, 2)\ng[0][0] = 1\nassert g == [[1, 0], [0, 0]]",
+             "g = grid(3, 1)\nfor i in range(3):\n    g[i][0] = i\nassert g == [[0], [1], [2]]",
+             "d = pair()\nd['a'][0] = 5\nassert d['b'] == [0, 0]",
+             "g = grid(2, 2)\nassert g[0] is not g[1]",
+             "assert grid(2, 3) == [[0, 0, 0]] * 2"]
+    for program, expected in ((right, [True] * 5), (wrong, [False, False, False, False, True])):
+        assert plain(program, tests) == expected
+        assert run(program, tests)["passed"] == expected
