@@ -3160,3 +3160,118 @@ def test_a_container_the_programs_value_holds_twice_is_one_object_in_the_test():
     for program, expected in ((right, [True] * 5), (wrong, [False, False, False, False, True])):
         assert plain(program, tests) == expected
         assert run(program, tests)["passed"] == expected
+
+
+def test_gap_a_value_nested_too_deep_or_holding_itself_cannot_be_sent():
+    """The harness walks a value the program returns under a recursion limit of its own
+    (sandbox_link.py:deep): a list nested some 6,600 levels deep crosses, one of 10,000 (which
+    plain Python returns and a loop walks) fails the test, and so does a list appended to itself
+    (plain Python's `a[1] is a`): "the program's answer cannot be sent"."""
+    program = """\
+        def nest(n):
+            v = []
+            for _ in range(n):
+                v = [v]
+            return v
+        def ring():
+            a = [1]
+            a.append(a)
+            return a
+        """
+    walk = "v = nest({})\nd = 0\nwhile v:\n    v = v[0]\n    d += 1\nassert d == {}"
+    tests = [walk.format(5000, 5000), walk.format(10000, 10000), "a = ring()\nassert a[1] is a"]
+    assert plain(program, tests) == [True] * 3
+    result = run(program, tests)
+    assert result["passed"] == [True, False, False], result["errors"]
+    assert all("the program's answer cannot be sent" in e for e in result["errors"][1:]), \
+        result["errors"]
+
+
+def test_gap_a_programs_own_tzinfo_crosses_as_a_fixed_offset_timezone():
+    """A datetime or time whose tzinfo is an instance of the program's own tzinfo class crosses
+    with a datetime.timezone of its offset then: its offset holds, but its tzname() is the fixed
+    one's ('UTC-04:00', not 'EDT') and its rules for other dates are lost (replace(month=1) keeps
+    the summer's offset); it equals that timezone, which the program's instance does not."""
+    program = """\
+        import datetime
+        class Eastern(datetime.tzinfo):
+            def utcoffset(self, dt):
+                return datetime.timedelta(hours=-4 if 4 <= dt.month <= 10 else -5)
+            def dst(self, dt):
+                return datetime.timedelta(hours=1 if 4 <= dt.month <= 10 else 0)
+            def tzname(self, dt):
+                return "EDT" if 4 <= dt.month <= 10 else "EST"
+        class Paris(datetime.tzinfo):
+            def utcoffset(self, dt):
+                return datetime.timedelta(hours=1)
+            def dst(self, dt):
+                return datetime.timedelta(0)
+            def tzname(self, dt):
+                return "CET"
+        def summer():
+            return datetime.datetime(2024, 7, 1, 12, tzinfo=Eastern())
+        def opening():
+            return datetime.time(9, 30, tzinfo=Paris())
+        """
+    tests = ["import datetime\n" + t for t in [
+        "assert summer().utcoffset() == datetime.timedelta(hours=-4)",
+        "assert summer().tzname() == 'EDT'",
+        "assert summer().replace(month=1).utcoffset() == datetime.timedelta(hours=-5)",
+        "assert summer().tzinfo == datetime.timezone(datetime.timedelta(hours=-4))",
+        "assert opening().utcoffset() == datetime.timedelta(hours=1)",
+        "assert opening().tzname() == 'CET'"]]
+    assert plain(program, tests) == [True, True, True, False, True, True]
+    result = run(program, tests)
+    assert result["passed"] == [True, False, False, True, True, False], result["errors"]
+
+
+def test_gap_asyncios_event_loop_cannot_start_in_either_process():
+    """asyncio's event loop makes a socket pair for its self-pipe, which the seccomp filter
+    refuses as every socket: asyncio.run fails with PermissionError in the program (its function
+    that gathers coroutines) and in a test (of the program's coroutine or of the test's own),
+    where plain Python runs all three."""
+    program = """\
+        import asyncio
+        async def double(x):
+            await asyncio.sleep(0)
+            return 2 * x
+        def total(xs):
+            async def main():
+                return sum(await asyncio.gather(*(double(x) for x in xs)))
+            return asyncio.run(main())
+        """
+    tests = ["assert total([1, 2, 3]) == 12",
+             "import asyncio\nassert asyncio.run(double(4)) == 8",
+             "import asyncio\nasync def six():\n    return 6\nassert asyncio.run(six()) == 6"]
+    assert plain(program, tests) == [True] * 3
+    result = run(program, tests)
+    assert result["passed"] == [False] * 3
+    assert result["errors"] == ["PermissionError: [Errno 1] Operation not permitted"] * 3
+
+
+def test_gap_a_programs_exit_gets_the_tests_exception_without_its_message():
+    """A program's __exit__ gets a test's own exception as an instance of its class alone
+    (test_a_tests_own_exception_reaches_exit_as_its_class_alone): its message is not there, so a
+    manager that suppresses by the message ("try again") lets the exception through and one that
+    records str(error) records '', where plain Python suppresses it and records the message; the
+    test still catches its own exception, message and all."""
+    program = """\
+        SEEN = []
+        class Retry:
+            def __enter__(self):
+                return self
+            def __exit__(self, kind, error, traceback):
+                SEEN.append(str(error))
+                return kind is not None and "try again" in str(error)
+        def seen():
+            return SEEN[-1]
+        """
+    tests = ["with Retry():\n    raise ValueError('busy, try again')",
+             "try:\n    with Retry():\n        raise ValueError('bad input')\n"
+             "except ValueError:\n    pass\nassert seen() == 'bad input'",
+             "try:\n    with Retry():\n        raise ValueError('bad input')\n"
+             "except ValueError as e:\n    assert str(e) == 'bad input'"]
+    assert plain(program, tests) == [True] * 3
+    result = run(program, tests)
+    assert result["passed"] == [False, False, True], result["errors"]
+    assert result["errors"][0] == "ValueError: busy, try again"
