@@ -22,7 +22,8 @@ http.HTTPStatus.OK; the program's only of a module the test process has: sandbox
 where JSON has no type, so that they stay distinct; a subclass of one the context declares or a
 module defines travels as the base value plain Python compares (but a standard library Enum's
 member, as itself; the program's own keeps it: below), a datetime type's as its datetime value (one
-of a test's class rebuilt as an instance of that class on either side: the frozen clock below); an
+of a test's class rebuilt as an instance of that class on either side: the frozen clock below; the
+program's own with methods of its own keeps it, as a Stack(list) does); an
 exception as its class, its arguments (an OSError's with its errno, strerror and file names), its
 own attributes and its __cause__ and __context__ (each crossing alike), raised as an instance of its
 class: a builtin's or a standard library module's own (an allow-list) as itself (a program's

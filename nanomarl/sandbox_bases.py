@@ -18,7 +18,7 @@ from sandbox_patches import same, unpatched
 from sandbox_stdlib import defined
 from sandbox_values import DECLARED, VALUE_TYPES, ProgramError, dump  # sandbox.py's BOOT
 
-ENUM, COPY = __import__("enum"), __import__("copy")
+ENUM, COPY, DATETIME = __import__("enum"), __import__("copy"), __import__("datetime")
 # a class's ancestry, namespaces, names and bases as type's own slots hold them (no metaclass's
 # code runs)
 MRO, SPACE, MODULE, QUALNAME, BASES = (vars(type)[name] for name in (
@@ -66,9 +66,20 @@ def ordered(value, items=dict.items, order=OrderedDict.__iter__):
     return OrderedDict([(key, stored[id(key)]) for key in order(value)])
 
 
+def dated(kind):
+    """What takes the value of an instance of a subclass of datetime's type kind: kind's own C
+    reduction (its fold and tzinfo too), made again as kind."""
+    own = vars(kind)
+    if "__reduce_ex__" in own:
+        return lambda value: kind(*own["__reduce_ex__"](value, 4)[1])
+    return lambda value: kind(*own["__reduce__"](value)[1])
+
+
+DATED = [DATETIME.date, DATETIME.datetime, DATETIME.time, DATETIME.timedelta]
+SUBCLASSED = tuple(DATED[:2])  # (whose + and - give an instance of the subclass in plain Python)
 # the value types whose subclasses' instances keep their base's value, each with what takes that
 # value in the program's process: the base's own C methods, which no method of a subclass's
-# intercepts (a dict subclass's keys() or __iter__, a tuple subclass's __iter__)
+# intercepts (a dict subclass's keys() or __iter__, a tuple subclass's __iter__, a date's state)
 TAKE = {str: str.__str__, int: int.__int__, float: float.__float__, complex: complex.__complex__,
         bytes: bytes.__bytes__, frozenset: frozenset.copy, bytearray: bytearray.copy,
         list: list.copy, set: set.copy,
@@ -79,11 +90,11 @@ TAKE = {str: str.__str__, int: int.__int__, float: float.__float__, complex: com
         defaultdict: lambda value, items=dict.items, factory=vars(defaultdict)[
             "default_factory"]: defaultdict(factory.__get__(value), items(value)),
         deque: lambda value, items=deque.__iter__, most=vars(deque)["maxlen"]: deque(
-            items(value), most.__get__(value))}
+            items(value), most.__get__(value)), **{kind: dated(kind) for kind in DATED}}
 BY_ID = {id(kind): kind for kind in TAKE}
-LASTING = (str, int, float, complex, bytes, tuple, frozenset)  # (a value that cannot change)
+LASTING = (str, int, float, complex, bytes, tuple, frozenset, *DATED)  # (one that cannot change)
 # (and what a tuple's or frozenset's items must be, all the way down, for theirs: lasting)
-UNCHANGING = {str, int, float, complex, bytes, bool, type(None), tuple, frozenset}
+UNCHANGING = {str, int, float, complex, bytes, bool, type(None), tuple, frozenset, *DATED}
 OWN = (*COMPARISONS, *TRAITS)  # the methods whose override by a subclass a Valued's bits note
 # and two bits more: its keys() fails the test (where dict(x) would not ask it: KEYED); a negative
 # result of its |, & or ^ does (an int Flag's: flagged)
@@ -110,9 +121,11 @@ STANDARD = {"_missing_": vars(ENUM.Flag)["_missing_"], "__new__": ENUM.Enum.__ne
             "_new_member_": vars(int)["__new__"], "_member_type_": int, "_value_": None}
 BOUNDARIES = (ENUM.FlagBoundary.KEEP, ENUM.FlagBoundary.EJECT)
 # what the test process may ask of a program's Valued object: an item read, set or deleted, an
-# in-place operator (as Python runs them there: its class's own method where it has one)
+# in-place operator (as Python runs them there: its class's own method where it has one), a
+# date's + or - that gives an instance of its class (SUBCLASSED)
 APPLIED = {name: getattr(_operator, name) for name in (
-    "getitem", "setitem", "delitem", *["i" + name for name in ARITHMETIC])}
+    "getitem", "setitem", "delitem", "add", "sub", *["i" + name for name in ARITHMETIC])}
+APPLIED["radd"] = lambda value, other: other + value
 
 
 def value_base(kind):

@@ -35,8 +35,8 @@ then on under a handle of the program's process's (from 0 up) and sent as {"N": 
 value]}, which the test process keeps as that handle's object (received): the test's changes
 reach the program's own object and the program's later changes the test's copy, and the next
 time it crosses it is the test's same object (lent_back, unlent; outermost first, within a room
-of their own: sandbox_copies.py:rooms; beyond it, or inside a kept one, a copy; the lists of a
-view of its dict, .values() or .items(), alike: walked).
+of their own: sandbox_copies.py:rooms; beyond it, or inside a kept one, a copy; a view of such a
+dict, keys(), values() or items(), is a view of that dict there, else refused: walked).
 
 What the program's process may read and set of a test object at all (sandbox_verdicts.py:test_ops
 does it) is readable and settable: the public data of a test's instance, never the harness's or a
@@ -45,7 +45,8 @@ from sandbox_copies import (BASE, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, OWN_ITEMS, O
                             containers, contents, copy_type, inner_unchanged, kept_entry, nested,
                             numbered, parts, references, rooms, share, snapshot, unchanged,
                             weight)  # sandbox.py's BOOT
-from sandbox_values import dump
+from sandbox_patches import test_made
+from sandbox_values import VIEWS, dump, held_elsewhere
 from gc import get_referents
 
 
@@ -282,10 +283,10 @@ def handed_back(given, extra, link):
 
 def walked(box, stop):
     """The containers and tuples that box's values send as values (through lists, tuples, dicts'
-    values, a dict's values or items view's values and deques; none of stop, the ids of those
-    marked, nor inside one; none that crosses as a reference: copy_type), each once, inner ones
-    first -> (them, {id: the references they and box hold to it}, {id: the ids of those it
-    holds}, the ids of the views whose dict something else holds too: reached)."""
+    values, a fresh dict's values or items view's values, the dict of a view something else holds
+    too, and deques; none of stop, the ids of those marked, nor inside one; none that crosses as
+    a reference: copy_type), each once, inner ones first -> (them, {id: the references they and
+    box hold to it}, {id: the ids of those it holds}, the ids of those views' dicts: reached)."""
     found, counts, inner, stack, views = [], {}, {}, [[None, iter(box)]], set()
     while stack:  # (no recursion: a value nested deeper than the limit fails in dump, not here)
         top = stack[-1]
@@ -296,14 +297,15 @@ def walked(box, stop):
                 found.append(top[0])
             continue
         kind, key = type(item), id(item)
+        if kind.__module__ == "builtins" and kind.__name__ in VIEWS and held_elsewhere(item):
+            item = get_referents(item)[0]  # (a view of a dict held elsewhere too: that dict)
+            kind, key = type(item), id(item)
+            views.add(key)
         if kind in LEAVES or key in stop or copy_type(kind):
             continue
         held = parts(item)
         if held is None and kind.__module__ == "builtins" and kind.__name__ in VIEWED:
-            owner = get_referents(item)  # ([its dict], held by the view and whatever else)
-            if references(owner, 0) - BASE > 1:
-                views.add(key)
-            held = list(dict.values(owner[0])) if isinstance(owner[0], dict) else None
+            held = list(dict.values(get_referents(item)[0]))  # (a fresh dict's: its values)
         if held is None and not numbered(kind):
             continue
         if top[0] is not None:
@@ -318,8 +320,8 @@ def reached_back(box, stop):
     """The containers of box's values (walked) that the program's process reaches from elsewhere
     too, inner ones first: each met twice in the walk (a row of `[[0] * m] * n`) or referenced
     more often than the walked ones and box reference it (by a global, an object, a closure cell,
-    a cache, a generator's frame), and each inside one of those, a tuple so referenced or a view
-    of a dict so referenced. A fresh value's containers are met once, referenced by it alone."""
+    a cache, a generator's frame), and each inside one of those, a tuple so referenced or the dict
+    of a view so referenced. A fresh value's containers are met once, referenced by it alone."""
     found, counts, inner, views = walked(box, stop)
     reached = [id(found[k]) for k in range(len(found)) if counts[id(found[k])] > 1
                or references(found, k) - BASE > counts[id(found[k])] or id(found[k]) in views]
@@ -457,12 +459,6 @@ def unrest(handles, kept, ids, tags, dormant):
                 key = id(kept.pop(handle)["object"])
                 del ids[key]
                 tags.pop(key, None)
-
-
-def test_made(value):
-    """A class the tests (or the context) define, or an instance of one."""
-    kind = value if issubclass(type(value), type) else type(value)
-    return kind.__module__ == "__main__" and not issubclass(kind, BaseException)
 
 
 def settable(value, name):

@@ -19,8 +19,8 @@ from sandbox_alarm import LINK, TestTimeout, attempt, due, held  # (the first th
 from sandbox_copies import changed, containers, extend, kept_entry, news, pairs, refill, shared
 from sandbox_lending import awake, unrest
 from sandbox_patches import DECIMAL, current_decimal, decimal_now, take_decimal
-from sandbox_values import (Abort, ProgramError, describe, dump, error_payload,
-                            with_pairs)  # sandbox.py's BOOT
+from sandbox_values import (Abort, ProgramError, describe, dump,
+                            error_payload)  # sandbox.py's BOOT
 
 READ, WRITE, EXIT, SELECT = os.read, os.write, os._exit, select.select  # (before any program code)
 GET_LIMIT, SET_LIMIT = sys.getrecursionlimit, sys.setrecursionlimit
@@ -100,8 +100,9 @@ BINARY = {"contains", "isinstance"}
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 ARITHMETIC = "add sub mul matmul truediv floordiv mod pow lshift rshift and xor or".split()
 OPERATORS = {prefix + n for prefix in ("", "r", "i") for n in ARITHMETIC} | {"divmod", "rdivmod"}
-BUILTINS = dict(int=int, float=float, complex=complex, round=round, trunc=math.trunc, **{n: getattr(
-    _operator, n) for n in ("neg", "pos", "invert", "abs", "index", "setitem", "delitem")})
+BUILTINS = dict(int=int, float=float, complex=complex, round=round, trunc=math.trunc,
+                floor=math.floor, ceil=math.ceil, **{n: getattr(_operator, n) for n in (
+                    "neg", "pos", "invert", "abs", "index", "setitem", "delitem")})
 
 
 def special_op(value, asked):
@@ -113,6 +114,13 @@ def special_op(value, asked):
     method = getattr(type(value), "__%s__" % name, None) if name in OPERATORS else None
     found = NotImplemented if method is None else method(value, *operands)
     return [] if found is NotImplemented else [found]
+
+
+def with_pairs(text, pairs):
+    """A dumped dict's text with more [key, value] pairs (JSON texts) in it."""
+    if not pairs:
+        return text
+    return text[:-2] + ("," if text != '{"d":[]}' else "") + ",".join(pairs) + "]}"
 
 
 def write_all(fd, data):

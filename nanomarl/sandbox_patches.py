@@ -9,7 +9,7 @@ value, which the program cannot change, is sent once and then only named while i
 the program's process keeps it; one that is also one of the call's argument containers is the
 program's copy of that argument: on_arguments), and never seen by the harness's own lookups in
 either (unpatched). A test's frozen clock is a class of the program's process there (stand_in;
-its values: datetime_base, of_class).
+its values: datetime_base, of_class; the program's own subclass with names of its own: own_dated).
 The originals also name what crosses by name: a builtin class or function (builtin_named), a
 standard library module's exception class (stdlib_error); and a program's class that is the
 context's class of its name as plain Python sees it crosses as that class (same: by the
@@ -88,6 +88,25 @@ def datetime_base(kind):
     return None
 
 
+# what Python puts in a class of no names of its own (a `class Day(date): pass`)
+PLAIN = {"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__slots__",
+         "__annotations__", "__firstlineno__", "__static_attributes__", "__annotate__"}
+CLOCKS = set()  # the stand-ins of the tests' frozen clocks made (stand_in): the test's classes
+
+
+def own_dated(kind, base):
+    """Whether a program's subclass of datetime's type base has names of its own (a method, a
+    property, a constant; a frozen clock's stand-in's are the test's): its instances cross as
+    program objects that keep their base's value (sandbox_remote.py:Valued), not as that value;
+    True where its ancestry cannot be read."""
+    try:
+        ancestry = vars(type)["__mro__"].__get__(kind)
+        return any(owner not in CLOCKS and not PLAIN.issuperset(vars(type)["__dict__"].__get__(
+            owner)) for owner in ancestry[:ancestry.index(base)])
+    except Exception:
+        return True
+
+
 def of_class(value, kind):
     """value as an instance of kind where kind derives from value's type (a test's frozen clock,
     its stand-in), made by that type's own constructor from value's state (no code of kind's
@@ -108,12 +127,20 @@ def stand_in(base, name, on_class, on_instance):
         return lambda self, *args, **kwargs: method(self, *args, **kwargs)
     space = {key: staticmethod(method) for key, method in on_class.items()}
     space.update({key: on(method) for key, method in on_instance.items()}, __module__="__main__")
-    return type(name, (unpatched("datetime", base),), space)
+    made = type(name, (unpatched("datetime", base),), space)
+    CLOCKS.add(made)
+    return made
 
 
 # in the program's process, the fingerprints of the classes the context declares (the test
 # process's first request brings them: sandbox_verdicts.py:mirrored), for same
 PRINTS = {}
+
+
+def test_made(value):
+    """A class the tests (or the context) define, or an instance of one."""
+    kind = value if issubclass(type(value), type) else type(value)
+    return kind.__module__ == "__main__" and not issubclass(kind, BaseException)
 
 
 def module_level(kind):

@@ -24,8 +24,8 @@ cannot change, the value: sandbox_bases.py:overridden)."""
 import _operator, _weakref, builtins
 
 from sandbox_bases import (CLASS_CAP, FLAG, FLAGGED, IDENTITY, KEYS, LASTING, NAMED, NAMES, OWN,
-                           STREAM_IDS, TAKE, TRAITS, TYPE, dataclass_fields, lasting, signed,
-                           standing, told, traits)
+                           STREAM_IDS, SUBCLASSED, TAKE, TRAITS, TYPE, dataclass_fields, lasting,
+                           signed, standing, told, traits)
 from sandbox_link import (ARITHMETIC, BUILTINS, COMPARISONS, LINK, OPERATORS, TALKING, TestTimeout,
                           abort, ask)
 from sandbox_patches import unpatched
@@ -414,7 +414,8 @@ def compared(name):
 def arithmetic(name):
     """A Valued's operator of OPERATORS': `name` on its value, its reflection ("radd"), or in
     place (asked: its object changes); an int Flag's negative |, & or ^ fails the test (FLAG:
-    the enum module's answer is no member of that int)."""
+    the enum module's answer is no member of that int); a date's that gives a date (SUBCLASSED)
+    asked too: plain Python's is an instance of its class, made by its class's code."""
     if name not in FUNCTIONS and not (name[0] == "r" and name[1:] in FUNCTIONS):
         return applying(name)
 
@@ -425,6 +426,8 @@ def arithmetic(name):
             found = FUNCTIONS[name[1:]](operand(other, name[1:]), based(self, name), *modulo)
         if name in FLAGGED and self._Remote__changed >> FLAG & 1 and found < 0:
             refused(self)
+        if type(found) is self._Remote__base and type(found) in SUBCLASSED:
+            return ask("apply", self._Remote__handle, [name, other], {}, [other])
         return found
     return method
 

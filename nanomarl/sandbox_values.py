@@ -56,10 +56,11 @@ changed, "#" (a request) how many containers its arguments hold and "m" those pa
 (sandbox_link.py:told, taken, ask); in an answer to a test's callback, "b" and "p" the patches in
 force (sandbox_verdicts.py:served)."""
 import _json, builtins, sys
+from gc import get_referents
 
 from sandbox_layers import crowded  # sandbox.py's BOOT
-from sandbox_patches import (DATETIMES, PRINTS, datetime_base, of_class, same, stdlib_error,
-                             unpatched)  # sandbox.py's BOOT
+from sandbox_patches import (DATETIMES, PRINTS, datetime_base, of_class, own_dated, same,
+                             stdlib_error, unpatched)  # sandbox.py's BOOT
 from sandbox_stdlib import datetime_made, datetime_state, own_module, stdlib_made, stdlib_state
 
 
@@ -86,9 +87,12 @@ def dump(value, refer, aliases=None):
     "s", frozensets "f", dicts "d" (a list of pairs), big ints "i" (hex), bytes "b", bytearrays "y"
     (hex), complex "c", Counter "C", OrderedDict "O", defaultdict "D", deque "Q", NamedTuple "n"
     (marked true where hook made its class), Fraction "F", Decimal "E", range "R", dict views "K"
-    "V" "I", datetime's date, datetime, time, timedelta and timezone "T" (a subclass's as its
-    base's, a test's marked with its class; sandbox_stdlib.py:datetime_state), the standard
-    library's pathlib paths "L", slice "l", ZoneInfo "J", Enum members "Y" and array.array "v"
+    "V" "I" (their items; the program's of a dict something else holds: that dict's mark, a view
+    of the test's argument or of a kept dict there, else refused), datetime's date,
+    datetime, time, timedelta and timezone "T" (a subclass's as its base's, a test's marked with
+    its class, the program's own with names of its own a reference: own_dated;
+    sandbox_stdlib.py:datetime_state), the standard library's pathlib paths "L", slice "l",
+    ZoneInfo "J", Enum members "Y" and array.array "v"
     (sandbox_stdlib.py:stdlib_state); anything else is refer(value) (a reference, or Abort).
     aliases {id: JSON text}: the objects sent as a mark the other side reads as its own (a call's
     k-th argument container {"a": k}, a kept one {"k": handle}), each alive meanwhile."""
@@ -124,8 +128,11 @@ def dump(value, refer, aliases=None):
     if (found := stdlib_state(value, kind, REFUSE[0] is not None)) is not None:  # (the stdlib's)
         return '{"%s":%s}' % (found[0], dump(found[1], refer, aliases))
     module, name = kind.__module__, kind.__name__
-    if module == "builtins" and name in VIEWS:
-        return '{"%s":%s}' % (VIEWS[name], dump(list(value), refer, aliases))
+    if module == "builtins" and name in VIEWS:  # (the program's of a dict held elsewhere: kept)
+        mark = REFUSE[0] is None and aliases and aliases.get(id(get_referents(value)[0]))
+        if not mark and REFUSE[0] is None and held_elsewhere(value):  # (a snapshot: refused)
+            raise ValueError("a view of a dict held elsewhere that is not kept")
+        return '{"%s":%s}' % (VIEWS[name], mark or dump(list(value), refer, aliases))
     if module == "collections" and name in COLLECTIONS:
         if name == "deque":
             inner = "[" + dump(list(value), refer, aliases) + "," + dump(value.maxlen, refer) + "]"
@@ -153,6 +160,8 @@ def dump(value, refer, aliases=None):
     if module == "decimal" and name == "Decimal":
         return '{"E":' + dump(str(value), refer) + "}"
     base = datetime_base(kind)  # (a subclass's: by its base's methods, marked with its class)
+    if base is not None and REFUSE[0] is None and kind is not base and own_dated(kind, base):
+        return refer(value, aliases)  # (the program's, with names: sandbox_remote.py:Valued)
     if base is not None:
         state = (list(base.__reduce__(value)[1]) if base.__name__ in BY_ARGUMENTS
                  else datetime_state(base, value))
@@ -160,6 +169,19 @@ def dump(value, refer, aliases=None):
         return '{"T":[%s,%s%s]}' % (dump(base.__name__, None), dump(state, refer),
                                     "," + refer(kind, aliases) if marked else "")
     return refer(value, aliases)
+
+
+def holders(view):
+    """How many references a dict view's dict has (the view's alone: a fresh dict's)."""
+    return sys.getrefcount(get_referents(view)[0])
+
+
+def held_elsewhere(view, alone=holders({}.keys())):
+    """Whether a dict view's dict is a dict, Counter or defaultdict (one that can be kept:
+    sandbox_lending.py:walked) that something else holds too (a global, an argument): a snapshot
+    of its view would not follow its changes, so dump refuses one unless the dict is kept."""
+    kind = type(get_referents(view)[0])
+    return (kind is dict or kind.__module__ == "collections") and holders(view) > alone
 
 
 # what collections.namedtuple and typing.NamedTuple put in a class (its fields aside), or Python
@@ -186,13 +208,6 @@ def own_ways(kind):
     return False
 
 
-def with_pairs(text, pairs):
-    """A dumped dict's text with more [key, value] pairs (JSON texts) in it."""
-    if not pairs:
-        return text
-    return text[:-2] + ("," if text != '{"d":[]}' else "") + ",".join(pairs) + "]}"
-
-
 NAMEDTUPLES = {}  # the generic NamedTuple classes hook makes, by name and fields
 TUPLES = {}  # the NamedTuple classes of this side's own (a test's, the program's) sent, likewise
 
@@ -213,6 +228,8 @@ def hook(tagged, resolve):
         raise ValueError("malformed value")
     (tag, item), = tagged.items()
     kind = type(item)
+    if tag in VIEWS.values() and issubclass(kind, dict):  # (a view of that very dict: dump)
+        return (dict.keys if tag == "K" else dict.values if tag == "V" else dict.items)(item)
     if kind is list:
         if tag == "t":
             return tuple(item)
