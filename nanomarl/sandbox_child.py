@@ -24,7 +24,7 @@ from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, quiet_null
 from sandbox_proxies import TestObject, test_object
 from sandbox_bases import TAKE, applied, kind_of, named, programs, traits, value_base, valued
 from sandbox_remote import COPIES
-from sandbox_stdlib import member_named
+from sandbox_stdlib import UNKEPT_VIEW, member_named
 from sandbox_values import CONTEXT, DATETIMES, PRINTS, Decoder, dump, error_payload, raised, same
 from sandbox_verdicts import test_side
 
@@ -66,11 +66,11 @@ def program_side(job, requests, answers):
             return awake(item, kept, kept_ids, kept_tags, dormant)
         if tag == "x" and type(item) is int:
             tag, item = "X", [item, None, False]
-        if tag == "G" and type(item) is list and len(item) == 4 and type(item[2]) is str and (
+        if tag == "G" and type(item) is list and len(item) == 4 and type(item[1]) is str and (
                 type(item[3]) is bool):  # a declared Enum's member: the program's own member
             if (found := member_named(scope.get(item[1]), item[2])) is not None:
-                return found
-            tag, item = "X", [item[0], item[1], item[3]]  # (none: the test's object, as "X")
+                return found  # (none, or its lookup raised: the test's object, as "X")
+            tag, item = "X", [item[0], item[1], item[3]]
         if tag == "X" and (found := test_object(item, tests, declared)) is not None:
             return found  # (of a class the context declares, or with its own ==, or told of)
         if tag == "Z" and type(item) is list and len(item) == 5 and type(item[0]) is int and (
@@ -109,7 +109,8 @@ def program_side(job, requests, answers):
         # the context's class crosses as it (once a class for all an object reaches: rebuilt)
         context = sending and id(kind) in sending[0][2] or same(kind)
         if context and enum and isinstance(value, enum.Enum) and type(
-                getattr(value, "_name_", None)) is str:
+                getattr(value, "_name_", None)) is str and member_named(
+                kind, value._name_) is value:  # (its name leads back to it: not a forged one)
             return '{"G":[%s,%s]}' % (dump(kind.__name__, None), dump(value._name_, None))
         base = value_base(kind)
         if base is not None and (context or not programs(kind)):
@@ -406,7 +407,8 @@ def program_side(job, requests, answers):
         except TestTimeout:
             raise
         except BaseException as e:
-            refuse("the program's answer cannot be sent: " + type(e).__name__)
+            refuse("the program's answer cannot be sent: " + (UNKEPT_VIEW if type(e) is (
+                ValueError) and e.args and e.args[0] is UNKEPT_VIEW else type(e).__name__))
             raise
 
     def answer_with(seq, status, payload, extra):

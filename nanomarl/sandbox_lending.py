@@ -36,7 +36,7 @@ value]}, which the test process keeps as that handle's object (received): the te
 reach the program's own object and the program's later changes the test's copy, and the next
 time it crosses it is the test's same object (lent_back, unlent; outermost first, within a room
 of their own: sandbox_copies.py:rooms; beyond it, or inside a kept one, a copy; a view of such a
-dict, keys(), values() or items(), is a view of that dict there, else refused: walked).
+dict, keys(), values() or items(), is a view of that dict there, else its snapshot: walked).
 
 What the program's process may read and set of a test object at all (sandbox_verdicts.py:test_ops
 does it) is readable and settable: the public data of a test's instance, never the harness's or a
@@ -46,7 +46,8 @@ from sandbox_copies import (BASE, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, OWN_ITEMS, O
                             numbered, parts, references, rooms, share, snapshot, unchanged,
                             weight)  # sandbox.py's BOOT
 from sandbox_patches import test_made
-from sandbox_values import VIEWS, dump, held_elsewhere
+from sandbox_stdlib import WALK, held_elsewhere
+from sandbox_values import VIEWS, dump
 from gc import get_referents
 
 
@@ -301,6 +302,7 @@ def walked(box, stop):
             item = get_referents(item)[0]  # (a view of a dict held elsewhere too: that dict)
             kind, key = type(item), id(item)
             views.add(key)
+            WALK["met"].add(key)  # (kept, or else its snapshot: sandbox_values.py:dump)
         if kind in LEAVES or key in stop or copy_type(kind):
             continue
         held = parts(item)
@@ -343,6 +345,7 @@ def lent_back(box, link, aliases, stop, handles):
     copies) nor inside a kept one: marked in aliases for the answer {"N": [handle, value]} (the
     test process keeps its copy under the handle: received), {"k": handle} in link's kept_tags
     from then on; noted in link's "lending" until the answer goes out (else forgotten: unlent)."""
+    WALK.update(aliases=aliases, met=set())  # (what dump may send as a snapshot)
     if all([type(value) in LEAVES for value in box]):
         return
     kept, ids, tags = link["kept"], link["kept_ids"], link["kept_tags"]

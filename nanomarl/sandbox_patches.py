@@ -96,13 +96,14 @@ CLOCKS = set()  # the stand-ins of the tests' frozen clocks made (stand_in): the
 
 def own_dated(kind, base):
     """Whether a program's subclass of datetime's type base has names of its own (a method, a
-    property, a constant; a frozen clock's stand-in's are the test's): its instances cross as
-    program objects that keep their base's value (sandbox_remote.py:Valued), not as that value;
-    True where its ancestry cannot be read."""
+    property, a constant; a frozen clock's stand-in's are the test's), in any class of its
+    ancestry that base's lacks (a mixin after base too: `class Day(date, Mixin)`): its instances
+    cross as program objects that keep their base's value (sandbox_remote.py:Valued), not as that
+    value; True where its ancestry cannot be read."""
     try:
-        ancestry = vars(type)["__mro__"].__get__(kind)
-        return any(owner not in CLOCKS and not PLAIN.issuperset(vars(type)["__dict__"].__get__(
-            owner)) for owner in ancestry[:ancestry.index(base)])
+        ancestry, based = (vars(type)["__mro__"].__get__(k) for k in (kind, base))
+        return any(owner not in CLOCKS and owner not in based and not PLAIN.issuperset(vars(
+            type)["__dict__"].__get__(owner)) for owner in ancestry)
     except Exception:
         return True
 
@@ -182,12 +183,24 @@ def fingerprint(kind):
 
 
 def settled(kind, key, value):
-    """An Enum class's map of values to members without the combined flags its class made since
-    (`Perm.R | Perm.W`, as they are met): alike for classes defined alike, whatever they met."""
-    if key != "_value2member_map_" or type(value) is not dict:
+    """What fingerprint takes of an attribute of kind's: of an Enum class's maps of names and of
+    values to members, its own members only, without the combined flags its class made since
+    (`Perm.R | Perm.W`, as they are met), each by its name and value (a member renamed, or another
+    one put in the map, makes its class differ from the context's); of any other member, its name
+    and value too; else the attribute itself."""
+    if key in ("_value2member_map_", "_member_map_") and type(value) is dict:
+        members = {id(member) for member in vars(kind)["_member_map_"].values()}
+        return {found: alike(kind, member) for found, member in value.items()
+                if id(member) in members}
+    return alike(kind, value)
+
+
+def alike(kind, value):
+    """A member of the Enum class kind by its _name_ and _value_ (read past the class's own
+    attribute lookup); else value."""
+    if type(value) is not kind or "_member_map_" not in vars(kind):
         return value
-    members = {id(member) for member in vars(kind)["_member_map_"].values()}
-    return {found: member for found, member in value.items() if id(member) in members}
+    return [object.__getattribute__(value, name) for name in ("_name_", "_value_")]
 
 
 TEXT = ("__repr__", "__str__")

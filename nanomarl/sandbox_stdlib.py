@@ -25,6 +25,7 @@ module, as loaded, holds it under its name (own_module: a standard library modul
 crosses so as that module's, sandbox_errors.py:crossing)."""
 import sys
 from _weakref import ref
+from gc import get_referents
 
 from sandbox_patches import IMPORT, unpatched  # sandbox.py's BOOT
 
@@ -72,22 +73,44 @@ def flag_value(kind, key):
 def member_named(kind, name):
     """The member of the Enum class kind of this name, or the Flag's members of the names a
     combined one's name joins with "|" (`Perm.R|W`), combined by its class's own `|`; None where
-    kind has none such."""
-    members = getattr(kind, "__members__", None)
-    if type(name) is not str or members is None:
-        return None
-    if name in members:
-        return members[name]
-    names = name.split("|")
-    if len(names) < 2 or not all([part in members for part in names]):
-        return None
+    kind has none such, or where looking it up raises (a program object's __members__)."""
     try:
+        members = getattr(kind, "__members__", None)
+        if type(name) is not str or members is None:
+            return None
+        if name in members:
+            return members[name]
+        names = name.split("|")
+        if len(names) < 2 or not all([part in members for part in names]):
+            return None
         found = members[names[0]]
         for part in names[1:]:
             found = found | members[part]
+        return found
     except Exception:  # (no Flag: its members do not combine)
         return None
-    return found
+
+
+def holders(view):
+    """How many references a dict view's dict has (the view's alone: a fresh dict's)."""
+    return sys.getrefcount(get_referents(view)[0])
+
+
+def held_elsewhere(view, alone=holders({}.keys())):
+    """Whether a dict view's dict is a dict, Counter or defaultdict (one that can be kept:
+    sandbox_lending.py:walked) that something else holds too (a global, an argument): a snapshot
+    of its view would not follow its changes, so sandbox_values.py:dump sends a view of it as the
+    dict's mark where the dict is kept, and refuses one in an answer's value that the walk of that
+    value never met (WALK); else its snapshot (where the walk could not keep the dict: beyond the
+    room, inside a kept container, an outer call's argument; an exception's, a request's)."""
+    kind = type(get_referents(view)[0])
+    return (kind is dict or kind.__module__ == "collections") and holders(view) > alone
+
+
+# the aliases of the last answer whose value was walked (sandbox_lending.py:lent_back) and the
+# ids of the dicts of the views held elsewhere that its walk met; the refusal of one it never met
+WALK = {"aliases": None, "met": set()}
+UNKEPT_VIEW = "a view of a dict held elsewhere that is not kept"
 
 
 def stdlib_made(tag, item, importing, resolve):

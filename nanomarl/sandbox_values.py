@@ -61,7 +61,8 @@ from gc import get_referents
 from sandbox_layers import crowded  # sandbox.py's BOOT
 from sandbox_patches import (DATETIMES, PRINTS, datetime_base, of_class, own_dated, same,
                              stdlib_error, unpatched)  # sandbox.py's BOOT
-from sandbox_stdlib import datetime_made, datetime_state, own_module, stdlib_made, stdlib_state
+from sandbox_stdlib import (UNKEPT_VIEW, WALK, datetime_made, datetime_state, held_elsewhere,
+                            own_module, stdlib_made, stdlib_state)
 
 
 BIG = 1 << 8000  # ints from here on travel as hex (decimal text of over 4300 digits is refused)
@@ -88,7 +89,8 @@ def dump(value, refer, aliases=None):
     (hex), complex "c", Counter "C", OrderedDict "O", defaultdict "D", deque "Q", NamedTuple "n"
     (marked true where hook made its class), Fraction "F", Decimal "E", range "R", dict views "K"
     "V" "I" (their items; the program's of a dict something else holds: that dict's mark, a view
-    of the test's argument or of a kept dict there, else refused), datetime's date,
+    of the test's argument or of a kept dict there; refused in an answer's value where the walk
+    of that value never met it: sandbox_stdlib.py:held_elsewhere), datetime's date,
     datetime, time, timedelta and timezone "T" (a subclass's as its base's, a test's marked with
     its class, the program's own with names of its own a reference: own_dated;
     sandbox_stdlib.py:datetime_state), the standard library's pathlib paths "L", slice "l",
@@ -128,10 +130,12 @@ def dump(value, refer, aliases=None):
     if (found := stdlib_state(value, kind, REFUSE[0] is not None)) is not None:  # (the stdlib's)
         return '{"%s":%s}' % (found[0], dump(found[1], refer, aliases))
     module, name = kind.__module__, kind.__name__
-    if module == "builtins" and name in VIEWS:  # (the program's of a dict held elsewhere: kept)
-        mark = REFUSE[0] is None and aliases and aliases.get(id(get_referents(value)[0]))
-        if not mark and REFUSE[0] is None and held_elsewhere(value):  # (a snapshot: refused)
-            raise ValueError("a view of a dict held elsewhere that is not kept")
+    if module == "builtins" and name in VIEWS:  # (of a dict held elsewhere: kept, or a snapshot)
+        owner = id(get_referents(value)[0])
+        mark = aliases.get(owner) if REFUSE[0] is None and aliases else None
+        if mark is None and aliases is not None and aliases is WALK["aliases"] and owner not in (
+                WALK["met"]) and REFUSE[0] is None and held_elsewhere(value):  # (no walk met it)
+            raise ValueError(UNKEPT_VIEW)
         return '{"%s":%s}' % (VIEWS[name], mark or dump(list(value), refer, aliases))
     if module == "collections" and name in COLLECTIONS:
         if name == "deque":
@@ -169,19 +173,6 @@ def dump(value, refer, aliases=None):
         return '{"T":[%s,%s%s]}' % (dump(base.__name__, None), dump(state, refer),
                                     "," + refer(kind, aliases) if marked else "")
     return refer(value, aliases)
-
-
-def holders(view):
-    """How many references a dict view's dict has (the view's alone: a fresh dict's)."""
-    return sys.getrefcount(get_referents(view)[0])
-
-
-def held_elsewhere(view, alone=holders({}.keys())):
-    """Whether a dict view's dict is a dict, Counter or defaultdict (one that can be kept:
-    sandbox_lending.py:walked) that something else holds too (a global, an argument): a snapshot
-    of its view would not follow its changes, so dump refuses one unless the dict is kept."""
-    kind = type(get_referents(view)[0])
-    return (kind is dict or kind.__module__ == "collections") and holders(view) > alone
 
 
 # what collections.namedtuple and typing.NamedTuple put in a class (its fields aside), or Python

@@ -3415,3 +3415,144 @@ def test_gap_a_returned_set_iterates_in_a_fresh_tables_order():
     assert plain(program, tests) == [False, True]
     result = run(program, tests)
     assert result["passed"] == [True, True], result["errors"]
+
+
+def test_a_declared_members_forged_name_is_not_that_member():
+    """A member of an Enum or Flag the context declares crosses as the test's member of its name
+    only where that name leads back to it: a combination whose `_name_` the program set otherwise
+    (`m._name_ = "R|X"`) is not the test's `Perm.R | Perm.X`, and a member so renamed makes its
+    class the program's own (its members program objects), so a forged name passes no test that
+    plain Python fails. An int Flag's value with bits beyond its members (`Bits.R | 8`, named
+    "R|8") crosses as its int, as before combined members crossed by name."""
+    context = ("import enum\nclass Perm(enum.Flag):\n    R = 1\n    W = 2\n    X = 4\n"
+               "class Bits(enum.IntFlag):\n    R = 1\n    W = 2\n"
+               "class Color(enum.Enum):\n    RED = 1\n    GREEN = 2\n")
+    program = context + textwrap.dedent("""\
+        def extra():
+            return Bits.R | 8
+        def both():
+            return Bits.R | Bits.W
+        def forged():
+            m = Perm.R | Perm.W
+            m._name_ = "R|X"
+            return m
+        def renamed():
+            c = Color.RED
+            c._name_ = "GREEN"
+            return c
+        """)
+    tests = ["assert extra() == 9 and extra() == Bits.R | 8",
+             "assert both() is Bits.R | Bits.W",
+             "assert forged() == Perm.R | Perm.X",
+             "assert renamed() == Color.GREEN"]
+    assert plain(program, tests) == [True, True, False, False]
+    result = run(program, tests, context=context, names=["extra", "both", "forged", "renamed"])
+    assert result["passed"] == [True, True, False, False], result["errors"]
+
+
+def test_a_test_member_of_a_class_the_program_redefines_reaches_it_as_the_tests():
+    """A declared Enum's member the test passes back to the program is the program's member of
+    that name where the program's class of that name has one; where looking it up raises (a
+    program class whose `__members__` raises) it is the test's object, read in the test process,
+    and the program's decoding goes on."""
+    context = "import enum\nclass Color(enum.Enum):\n    RED = 1\n"
+    program = context + textwrap.dedent("""\
+        RED = Color.RED
+        class Meta(type):
+            @property
+            def __members__(cls):
+                raise RuntimeError("no members")
+        class Color(metaclass=Meta):
+            pass
+        def name_of(c):
+            return c.name
+        """)
+    tests = ["assert name_of(RED) == 'RED'", "assert name_of(RED) == 'BLUE'"]
+    assert plain(program, tests) == [True, False]
+    result = run(program, tests, context=context, names=["name_of", "RED"])
+    assert result["passed"] == [True, False], result["errors"]
+
+
+def test_gap_a_view_of_a_dict_past_the_room_of_kept_ones_is_its_snapshot():
+    """Past the 16 dicts of its own that the program returned and still reaches (their room:
+    sandbox_copies.py:rooms), a view of another dict it holds is that dict's snapshot, as a list
+    beyond the room is a copy, in that test and the later ones: the right program passes where
+    its view is read at once; a view read after the program changes its dict does not follow the
+    change (plain Python's does), an aliasing gap docs/sandbox.md lists."""
+    program = """\
+        REG = {}
+        def reg(k):
+            REG.setdefault(k, {})[k] = 1
+            return REG[k].keys()
+        G = {1: 2}
+        def gk():
+            return G.keys()
+        def put(k, v):
+            G[k] = v
+        """
+    tests = ["for i in range(40):\n    assert list(reg(i)) == [i]",
+             "assert list(gk()) == [1] and len(reg(3)) == 1",
+             "k = gk(); put(3, 4); assert list(k) == [1, 3]"]
+    assert plain(program, tests) == [True, True, True]
+    result = run(program, tests)
+    assert result["passed"] == [True, True, False], result["errors"]
+
+
+def test_a_view_in_a_programs_exception_is_its_snapshot():
+    """A dict view inside the arguments of an exception the program raises crosses as its items
+    (the exception's payload is no value the test's changes reach), whatever else holds its dict
+    (the raising frame, a global)."""
+    program = """\
+        def err():
+            d = {1: 2}
+            raise KeyError(d.keys())
+        G = {1: 2}
+        def err_global():
+            raise LookupError(G.items())
+        """
+    tests = ["try:\n    err()\nexcept KeyError as e:\n    assert list(e.args[0]) == [1]",
+             "try:\n    err_global()\nexcept LookupError as e:\n"
+             "    assert list(e.args[0]) == [(1, 2)]",
+             "try:\n    err()\nexcept KeyError as e:\n    assert list(e.args[0]) == [2]"]
+    assert plain(program, tests) == [True, True, False]
+    result = run(program, tests)
+    assert result["passed"] == [True, True, False], result["errors"]
+
+
+def test_gap_a_view_inside_a_declared_classs_instance_is_refused():
+    """A view of a dict the program holds elsewhere, inside what the walk of a returned value does
+    not enter (an instance of a class the context declares, rebuilt from its state), cannot be
+    kept nor sent as a snapshot that would not follow the dict: the test fails, saying why."""
+    context = "class Holder:\n    def __init__(self, k):\n        self.k = k\n"
+    program = context + textwrap.dedent("""\
+        G = {1: 2}
+        def held():
+            return Holder(G.keys())
+        """)
+    tests = ["assert list(held().k) == [1]"]
+    assert plain(program, tests) == [True]
+    result = run(program, tests, context=context, names=["held"])
+    assert result["passed"] == [False]
+    assert "a view of a dict held elsewhere that is not kept" in result["errors"][0]
+
+
+def test_a_datetime_subclass_keeps_a_mixins_methods():
+    """A program's subclass of date whose names of its own come from a mixin after date
+    (`class Day(date, Mixin)`) is a program object that keeps its base's value, as one with
+    methods in its own body is: the mixin's methods are the program's."""
+    program = """\
+        from datetime import date
+        class Mixin:
+            def label(self):
+                return "L"
+        class Day(date, Mixin):
+            pass
+        def day():
+            return Day(2020, 1, 1)
+        """
+    tests = ["assert day().label() == 'L'",
+             "from datetime import date\nassert day() == date(2020, 1, 1) and day().year == 2020",
+             "assert day().label() == 'M'"]
+    assert plain(program, tests) == [True, True, False]
+    result = run(program, tests)
+    assert result["passed"] == [True, True, False], result["errors"]
