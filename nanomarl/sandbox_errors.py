@@ -2,34 +2,35 @@
 StopIteration is one in the test (sandbox.py's docstring has the threat model).
 
 Executed inside the sandbox as the module `sandbox_errors` (sandbox.py's BOOT). An exception class
-of one side's own (the program's ValidationError, a test's `class E(Exception)`) crosses as
-{"h": [this side's reference to it, its name, qualified name and module, its bases that are
-exception classes (each crossing so: a builtin by name), whether it is the context's class of its
-name, whether it is its module's own (the class that module holds at its name in this side's
-process: sandbox_stdlib.py:own_module; a program's class that only names statistics as its module
-is none), and from the program's process its `answered`]} (crossing) and is one real class on the
-other side (class_of), made once for each: of that name, qualified name and module, its bases
-those bases there (none that is no exception class), so that `except`, issubclass, isinstance and
-`type(e) is` see it as one process would (a standard library module's own class of those bases is
-that module's there); it comes back as the first side's reference, its own class again. An
-exception's payload carries its class so (class_text: sandbox_values.py:error_payload), and is
-raised as an instance of it (sandbox_values.py:program_error). The class made runs none of the
-other side's code: calling it asks the other side to call its own class (its __init__ runs there:
-the instance crosses back), a subclass made here is made by its nearest builtin's constructor, and
-its text is the one the other side gave (its __str__), else its nearest builtin's. But in the test
-process, by the program's `answered` (a function of this module in its process, called as any
-program function is), an instance of a program's class has the program's object behind it (the
-one the program's process keeps, RAISED, by the number it crossed with:
-sandbox_values.py:error_payload): its public attributes that its class there lacks (an own
-attribute, a class attribute, a property, a method, each read anew) and its builtin slots (args,
-an OSError's errno), its str and its repr are asked there, as a program object's are
-(sandbox_remote.py:Remote), and set and deleted there (forwarding); the object sent again is that
-same instance (held); the values it crossed with stand in only where that process no longer holds
-it and nothing was asked yet (once asked, the test fails then). A test's subclass of it is made by
-the program's class (adopt: the object that call makes stands behind it; the test's own class's
-attributes are the test's). No code of an exception's class runs as it crosses (its __str__,
-__getattr__, __getattribute__): it is read by BaseException's own slots, its text only where its
-class's __str__ is a builtin's over plain values (described)."""
+of one side's own (the program's ValidationError, a test's `class E(Exception)`) crosses as {"h":
+[this side's reference to it, its name, qualified name and module, its bases that are exception
+classes (each crossing so: a builtin by name), whether it is the context's class of its name,
+whether it is its module's own (the class that module holds at its name in this side's process:
+sandbox_stdlib.py:own_module; a program's class that only names statistics as its module is none),
+and from the program's process its `answered` and the builtin names its class defines over
+(overrides)]} (crossing; a class whose metaclass's mro() is not its bases' is refused: c3_ordered)
+and is one real class on the other side (class_of), made once for each: of that name, qualified name
+and module, its bases those bases there (none that is no exception class), so that `except`,
+issubclass, isinstance and `type(e) is` see it as one process would (a standard library module's own
+class of those bases is that module's there); it comes back as the first side's reference, its own
+class again. An exception's payload carries its class so (class_text:
+sandbox_values.py:error_payload), and is raised as an instance of it
+(sandbox_values.py:program_error). The class made runs none of the other side's code: calling it
+asks the other side to call its own class (its __init__ runs there: the instance crosses back), a
+subclass made here is made by its nearest builtin's constructor, and its text is the one the other
+side gave (its __str__), else its nearest builtin's. But in the test process, by the program's
+`answered` (a function of this module in its process, called as any program function is), an
+instance of a program's class has the program's object behind it (the one the program's process
+keeps, RAISED, by the number it crossed with: sandbox_values.py:error_payload): its public
+attributes that its class there lacks (an own attribute, a class attribute, a property, a method,
+each read anew) and its builtin slots (args, an OSError's errno), its str and its repr are asked
+there, as a program object's are (sandbox_remote.py:Remote), and set and deleted there (forwarding);
+the object sent again is that same instance (held); the values it crossed with stand in only where
+that process no longer holds it and nothing was asked yet (once asked, the test fails then). A
+test's subclass of it is made by the program's class (adopt: the object that call makes stands
+behind it; the test's own class's attributes are the test's). No code of an exception's class runs
+as it crosses (its __str__, __getattr__, __getattribute__): it is read by BaseException's own slots,
+its text only where its class's __str__ is a builtin's over plain values (described)."""
 import builtins, sys
 
 from sandbox_link import LINK, TestTimeout, abort
@@ -44,6 +45,7 @@ from sandbox_values import (CLASS_TEXT, CONTEXT, DECLARED, DESCRIBED, RAISED, Ab
 CLASSES = 1024  # the most exception classes of the other side's that one side makes
 # those made here: {id: the other side's reference}, {id(reference): (reference, class)}
 MADE, THEIRS = {}, {}
+OVERRIDDEN = {}  # by id of a class made here: the builtin's names its program class defines too
 TYPE = vars(type)  # (a class's name, module and bases as its type holds them: no metaclass's)
 SLOTS = vars(BaseException)  # (an exception's args and own attributes as it holds them)
 
@@ -63,11 +65,35 @@ def crossing(value, inner, refer):
              if issubclass(base, BaseException)]
     context = name in PRINTS and same(value) or DECLARED.get(name) is value  # (program; test)
     program = LINK.get("side") == "program"  # (the program's reads of its own: answered)
+    if program and not c3_ordered(value):  # (the test's `except` would read its bases' order)
+        raise ValueError("an exception class whose ancestry is not its bases' (a metaclass mro)")
     return '{"h":[%s,%s,%s,%s,[%s],%s,%s%s]}' % (
         inner(), dump(name, None), dump(TYPE["__qualname__"].__get__(value), None),
         dump(module if type(module) is str else "", None), ",".join(bases),
         "true" if context else "false", "false" if own_module(value) is None else "true",
-        "," + dump(answered, refer) if program else "")
+        "," + dump(answered, refer) + "," + dump(overrides(value), None) if program else "")
+
+
+def c3_ordered(kind):
+    """Whether kind's ancestry (its __mro__ slot) is the one type's own mro() makes of its bases
+    (a metaclass's mro() may make another: one without a base's class, or with other classes)."""
+    try:
+        return list(TYPE["__mro__"].__get__(kind)) == TYPE["mro"](kind)
+    except Exception:
+        return False
+
+
+def overrides(kind):
+    """The public names that kind's classes of the program's (no builtin's) define over a builtin
+    ancestor's (BaseException's add_note or with_traceback; __notes__ with add_note): read through
+    to the program's object in the test process (through), as plain Python runs its own."""
+    ancestry, space = TYPE["__mro__"].__get__(kind), TYPE["__dict__"]
+    own = {name for owner in ancestry if id(owner) not in BUILTINS and owner is not object
+           for name in space.__get__(owner) if type(name) is str}
+    found = sorted({name for owner in ancestry if id(owner) in BUILTINS
+                    for name in space.__get__(owner) if type(name) is str and name in own
+                    and name[:1] != "_" and name not in SLOTTED})
+    return found + ["__notes__"] * ("add_note" in found)
 
 
 def class_text(kind):
@@ -176,15 +202,17 @@ def class_of(item):
     module's class of its module and name where it is that module's own there and has those
     bases; else a class made here (made_class; in the test process, with the program's answered
     where the item ends with it: its exceptions are read through to the program's own)."""
-    if not (type(item) is list and len(item) in (7, 8) and issubclass(type(item[0]), (
+    if not (type(item) is list and len(item) in (7, 9) and issubclass(type(item[0]), (
             Remote, TestObject)) and all(type(part) is str and len(part) <= 1000
                                          for part in item[1:4])
             and type(item[4]) is list and type(item[5]) is bool and type(item[6]) is bool):
         raise malformed("a malformed exception class")
     reference, name, qualname, module, bases, context, own = item[:7]
-    forward = item[7] if len(item) == 8 else None
+    forward, names = item[7:] or (None, [])
     if not (forward is None or LINK["side"] == "test" and issubclass(type(forward), Remote)
-            and callable(forward)):
+            and callable(forward) and type(names) is list and len(names) <= 64 and all(
+                type(part) is str and len(part) <= 100 and (part == "__notes__" or part[:1] != "_"
+                and not part.startswith("program_")) for part in names)):
         raise malformed("a malformed exception class")
     if id(reference) not in THEIRS:
         if len(THEIRS) >= CLASSES:
@@ -192,7 +220,7 @@ def class_of(item):
         found = context and exception_class(CONTEXT[0](name)) or own and stdlib_class(
             module, name, bases)
         THEIRS[id(reference)] = reference, found or made_class(reference, name, qualname,
-                                                                module, bases, forward)
+                                                                module, bases, forward, names)
     return THEIRS[id(reference)][1]
 
 
@@ -216,14 +244,15 @@ def exception_class(kind):
     return issubclass(type(kind), type) and error_class(kind, True) or None
 
 
-def made_class(reference, name, qualname, module, bases, forward=None):
+def made_class(reference, name, qualname, module, bases, forward=None, names=()):
     """A class of that name, qualified name and module whose bases are those of bases that are
     exception classes here (each once; Exception where none is; the first alone where Python
     refuses them together): calling it calls the other side's class (reference); its text is the
     other side's. A subclass's instance is made by its nearest builtin's constructor, but, with
     `forward` (the program's answered: the test process's class of a program's), by that
     class's: the program's object it makes stands behind it (adopt), and an instance's attributes
-    and text are read through to the program's object behind it (forwarding)."""
+    (names: those of its builtin ancestors' the program's class defines too) and text are read
+    through to the program's object behind it (forwarding)."""
     bases = [base for i, base in enumerate(bases) if exception_class(base) and all(
         base is not other for other in bases[:i])] or [Exception]
 
@@ -257,6 +286,8 @@ def made_class(reference, name, qualname, module, bases, forward=None):
     if kind is None:
         raise malformed("a malformed exception class")
     MADE[id(kind)] = reference
+    if names:
+        OVERRIDDEN[id(kind)] = frozenset(names)
     return kind
 
 
@@ -306,10 +337,14 @@ def forwarding(forward, snapshot):
 def through(error, name):
     """Whether the attribute name of a program's exception is its program object's: a public
     name (no harness's program_ one) that no class of its class's mro here holds but as a
-    builtin's slot (SLOTTED: its args are the program's object's as they are now)."""
-    return name[:1] != "_" and not name.startswith("program_") and not any(
-        name in kind.__dict__ and not (name in SLOTTED and id(kind) in BUILTINS)
-        for kind in type(error).__mro__)
+    builtin's slot (SLOTTED: its args are the program's object's as they are now) or a builtin's
+    name the program's class defines too (OVERRIDDEN: its add_note, and then __notes__)."""
+    for kind in type(error).__mro__:  # (a test's subclass's own name stays the test's)
+        if name in OVERRIDDEN.get(id(kind), ()):
+            return True
+        if name in kind.__dict__ and not (name in SLOTTED and id(kind) in BUILTINS):
+            return False
+    return name[:1] != "_" and not name.startswith("program_")
 
 
 OTHERS, HELD = [], 256  # the program's numbers RAISED holds the test's instance at (oldest

@@ -100,9 +100,10 @@ BINARY = {"contains", "isinstance"}
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 ARITHMETIC = "add sub mul matmul truediv floordiv mod pow lshift rshift and xor or".split()
 OPERATORS = {prefix + n for prefix in ("", "r", "i") for n in ARITHMETIC} | {"divmod", "rdivmod"}
-BUILTINS = dict(int=int, float=float, complex=complex, round=round, trunc=math.trunc,
-                floor=math.floor, ceil=math.ceil, **{n: getattr(_operator, n) for n in (
-                    "neg", "pos", "invert", "abs", "index", "setitem", "delitem")})
+BUILTINS = dict(int=int, float=float, complex=complex, bytes=bytes, round=round,
+                trunc=math.trunc, floor=math.floor, ceil=math.ceil, **{
+                    n: getattr(_operator, n) for n in (
+                        "neg", "pos", "invert", "abs", "index", "setitem", "delitem")})
 
 
 def special_op(value, asked):

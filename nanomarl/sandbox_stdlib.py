@@ -22,9 +22,13 @@ copy found again in the program's process (found_again; sandbox_copies.py:copied
 test's UserList or UserDict as a copy rebuilt there, noted (user_copy) so that a write-back refuses
 one whose data or attributes the program changed (intact). A class is a module's own where that
 module, as loaded, holds it under its name (own_module: a standard library module's exception class
-crosses so as that module's, sandbox_errors.py:crossing)."""
+crosses so as that module's, sandbox_errors.py:crossing). A NaN crosses as {"nan": [its 8
+bytes, its number]} (nan_text, nan_made): its sign and payload kept, and each NaN object one float
+of its own on the other side."""
 import sys
+from _struct import pack, unpack
 from _weakref import ref
+from itertools import count
 from gc import get_referents
 
 from sandbox_patches import IMPORT, unpatched  # sandbox.py's BOOT
@@ -254,3 +258,37 @@ def intact(value):
         return True
     own = object.__getattribute__(value, "__dict__") if type(value) is found[2] else None
     return type(own) is dict and tuple(map(type, own)) == (str,) and own.get("data") is found[1]
+
+
+# the NaN objects sent, by id: (their number, the object, held: its id is no other's meanwhile);
+# those made of each number received; the next number (one C call: no two threads share one)
+SENT_NANS, MADE_NANS, NAN_NUMBER = {}, {}, count().__next__
+
+
+def nan_text(value):
+    """A NaN as JSON text: its 8 bytes (sign and payload) and its number, the same for the same
+    object while it is held here (one object twice in what is sent is one object there too)."""
+    found = SENT_NANS.get(id(value))
+    if found is None or found[1] is not value:
+        if len(SENT_NANS) >= 4096:
+            SENT_NANS.clear()
+        found = SENT_NANS[id(value)] = NAN_NUMBER(), value
+    return '{"nan":["%s",%d]}' % (pack(">d", value).hex(), found[0])
+
+
+def nan_made(item):
+    """The NaN of a received {"nan": [8 bytes, number]}: a float of those bytes, one for each
+    number (another number is another object, as the other side's NaNs are); ValueError where
+    malformed."""
+    if not (type(item) is list and len(item) == 2 and type(item[0]) is str and len(
+            item[0]) == 16 and type(item[1]) is int):
+        raise ValueError("malformed value")
+    value = unpack(">d", bytes.fromhex(item[0]))[0]
+    found = MADE_NANS.get(item[1])
+    if value == value:
+        raise ValueError("malformed value")
+    if found is None or pack(">d", found) != pack(">d", value):
+        if len(MADE_NANS) >= 4096:
+            MADE_NANS.clear()
+        found = MADE_NANS[item[1]] = value
+    return found

@@ -62,7 +62,7 @@ from sandbox_layers import crowded  # sandbox.py's BOOT
 from sandbox_patches import (DATETIMES, PRINTS, datetime_base, of_class, own_dated, same,
                              stdlib_error, unpatched)  # sandbox.py's BOOT
 from sandbox_stdlib import (UNKEPT_VIEW, WALK, datetime_made, datetime_state, held_elsewhere,
-                            own_module, stdlib_made, stdlib_state)
+                            nan_made, nan_text, own_module, stdlib_made, stdlib_state)
 
 
 BIG = 1 << 8000  # ints from here on travel as hex (decimal text of over 4300 digits is refused)
@@ -84,17 +84,17 @@ class Dumped(str):
 
 
 def dump(value, refer, aliases=None):
-    """value as JSON text: None, bool, float, str, small ints and lists as JSON; tuples "t", sets
-    "s", frozensets "f", dicts "d" (a list of pairs), big ints "i" (hex), bytes "b", bytearrays "y"
-    (hex), complex "c", Counter "C", OrderedDict "O", defaultdict "D", deque "Q", NamedTuple "n"
-    (marked true where hook made its class), Fraction "F", Decimal "E", range "R", dict views "K"
-    "V" "I" (their items; the program's of a dict something else holds: that dict's mark, a view
-    of the test's argument or of a kept dict there; refused in an answer's value where the walk
-    of that value never met it: sandbox_stdlib.py:held_elsewhere), datetime's date,
-    datetime, time, timedelta and timezone "T" (a subclass's as its base's, a test's marked with
-    its class, the program's own with names of its own a reference: own_dated;
-    sandbox_stdlib.py:datetime_state), the standard library's pathlib paths "L", slice "l",
-    ZoneInfo "J", Enum members "Y" and array.array "v"
+    """value as JSON text: None, bool, float (a NaN "nan": sandbox_stdlib.py:nan_text), str, small
+    ints and lists as JSON; tuples "t", sets "s", frozensets "f", dicts "d" (a list of pairs),
+    big ints "i" (hex), bytes "b", bytearrays "y" (hex), complex "c", Counter "C", OrderedDict
+    "O", defaultdict "D", deque "Q", NamedTuple "n" (marked true where hook made its class),
+    Fraction "F", Decimal "E", range "R", dict views "K" "V" "I" (their items; the program's of a
+    dict something else holds: that dict's mark, a view of the test's argument or of a kept dict
+    there; refused in an answer's value where the walk of that value never met it:
+    sandbox_stdlib.py:held_elsewhere), datetime's date, datetime, time, timedelta and timezone
+    "T" (a subclass's as its base's, a test's marked with its class, the program's own with names
+    of its own a reference: own_dated; sandbox_stdlib.py:datetime_state), the standard library's
+    pathlib paths "L", slice "l", ZoneInfo "J", Enum members "Y" and array.array "v"
     (sandbox_stdlib.py:stdlib_state); anything else is refer(value) (a reference, or Abort).
     aliases {id: JSON text}: the objects sent as a mark the other side reads as its own (a call's
     k-th argument container {"a": k}, a kept one {"k": handle}), each alive meanwhile."""
@@ -105,9 +105,9 @@ def dump(value, refer, aliases=None):
         return repr(value) if -BIG < value < BIG else '{"i":"%x"}' % value
     if value is None or kind is bool:
         return "null" if value is None else "true" if value else "false"
-    if kind is float:
-        text = repr(value)
-        return {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}.get(text, text)
+    if kind is float:  # (a NaN with its sign and payload, each one its own object: nan_text)
+        return nan_text(value) if value != value else {"inf": "Infinity", "-inf": "-Infinity"}.get(
+            text := repr(value), text)
     if aliases and kind not in IMMUTABLE and id(value) in aliases:
         return aliases[id(value)]
     if kind is list:
@@ -219,6 +219,8 @@ def hook(tagged, resolve):
         raise ValueError("malformed value")
     (tag, item), = tagged.items()
     kind = type(item)
+    if tag == "nan":
+        return nan_made(item)
     if tag in VIEWS.values() and issubclass(kind, dict):  # (a view of that very dict: dump)
         return (dict.keys if tag == "K" else dict.values if tag == "V" else dict.items)(item)
     if kind is list:
@@ -278,8 +280,7 @@ def hook(tagged, resolve):
 class Decoder:
     """JSON text -> values (json.loads with `object_hook`, on json's own C scanner)."""
     strict, object_pairs_hook, parse_float, parse_int = True, None, float, int
-    parse_constant = {"NaN": float("nan"), "Infinity": float("inf"),
-                      "-Infinity": float("-inf")}.__getitem__
+    parse_constant = float  # ("NaN", "Infinity", "-Infinity": a fresh float each)
 
     def __init__(self, resolve):
         self.object_hook = lambda tagged: hook(tagged, resolve)

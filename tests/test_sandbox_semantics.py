@@ -3556,3 +3556,186 @@ def test_a_datetime_subclass_keeps_a_mixins_methods():
     assert plain(program, tests) == [True, True, False]
     result = run(program, tests)
     assert result["passed"] == [True, True, False], result["errors"]
+
+
+def test_bytes_of_a_value_subclass_is_its_own():
+    """bytes(x) of a program's bytes or int subclass that defines __bytes__ is refused (plain
+    Python calls that method first), where its base's value would answer otherwise; a subclass
+    that keeps its base's bytes() is judged by its value."""
+    program = """\
+        class Blob(bytes):
+            def __bytes__(self):
+                return b"wrong"
+        class Size(int):
+            def __bytes__(self):
+                return b"wrong"
+        class Plain(bytes):
+            pass
+        def blob():
+            return Blob(b"right")
+        def size():
+            return Size(3)
+        def plain_blob():
+            return Plain(b"ab")
+        """
+    tests = ["assert bytes(blob()) == b'right'", "assert bytes(size()) == bytes(3)",
+             "assert bytes(plain_blob()) == b'ab'", "assert bytes(size() + 1) == bytes(4)"]
+    assert plain(program, tests) == [False, False, True, True]
+    result = run(program, tests)
+    assert result["passed"] == [False, False, True, True], result["errors"]
+
+
+def test_each_nan_is_its_own_float_with_its_sign():
+    """A NaN crosses with its sign and payload, each NaN object a float of its own on the other
+    side (two distinct NaNs never become one object; one NaN twice in a call stays one)."""
+    program = """\
+        def dedupe(xs):
+            return list(dict.fromkeys(xs))
+        def nan_pair():
+            return [float("inf") - float("inf"), float("inf") * 0]
+        def nan_twice():
+            x = float("nan")
+            return [x, x]
+        def same(a, b):
+            return a is b
+        def neg_nan():
+            return -float("nan")
+        def ident(x):
+            return x
+        """
+    tests = ["assert len(dedupe([float('nan'), float('nan')])) == 1",
+             "xs = nan_pair(); assert xs.count(xs[0]) == 2",
+             "assert same(float('nan'), float('nan'))",
+             "import math; assert math.copysign(1.0, neg_nan()) == 1.0",
+             "xs = nan_pair(); assert len(set(xs)) == 2",
+             "xs = nan_twice(); assert xs[0] is xs[1]",
+             "x = float('nan'); assert same(x, x) and len(dedupe([x, x])) == 1",
+             "import math; assert math.copysign(1.0, neg_nan()) == -1.0",
+             "import struct; x = struct.unpack('>d', bytes.fromhex('7ff8000000000123'))[0]\n"
+             "assert struct.pack('>d', ident(x)).hex() == '7ff8000000000123'"]
+    assert plain(program, tests) == [False] * 4 + [True] * 5
+    result = run(program, tests)
+    assert result["passed"] == [False] * 4 + [True] * 5, result["errors"]
+
+
+def test_a_program_exceptions_override_of_a_builtin_method_runs():
+    """A program exception class's own add_note or with_traceback (names BaseException has too)
+    runs on the program's object, its __notes__ read there, as plain Python calls the program's
+    method; a class that keeps BaseException's add_note keeps the test's."""
+    program = """\
+        class Invalid(ValueError):
+            def add_note(self, note):
+                pass
+        class Loud(ValueError):
+            def add_note(self, note):
+                super().add_note(note.upper())
+        class Plain(ValueError):
+            pass
+        class Traced(ValueError):
+            def with_traceback(self, tb):
+                self.seen = True
+                return self
+        def check(x):
+            raise Invalid(x)
+        def loud(x):
+            raise Loud(x)
+        def quiet(x):
+            raise Plain(x)
+        def traced():
+            raise Traced()
+        """
+    tests = ["try:\n    check(1)\nexcept Invalid as e:\n    e.add_note('n')\n"
+             "    assert e.__notes__ == ['n']",
+             "try:\n    loud(1)\nexcept Loud as e:\n    e.add_note('n')\n"
+             "    assert e.__notes__ == ['N']",
+             "try:\n    quiet(1)\nexcept Plain as e:\n    e.add_note('n')\n"
+             "    assert e.__notes__ == ['n']",
+             "try:\n    traced()\nexcept Traced as e:\n"
+             "    assert e.with_traceback(None) is e and e.seen"]
+    assert plain(program, tests) == [False, True, True, True]
+    result = run(program, tests)
+    assert result["passed"] == [False, True, True, True], result["errors"]
+
+
+def test_an_exception_class_whose_mro_is_not_its_bases_crosses_by_its_mro():
+    """A program exception class whose metaclass's mro() leaves out a base (ValueError) is caught
+    as its ancestry says (not by `except ValueError`), as in plain Python; a metaclass that keeps
+    type's mro() keeps the class as it is."""
+    program = """\
+        class M(type):
+            def mro(cls):
+                return [cls, Exception, BaseException, object]
+        class BadInput(ValueError, metaclass=M):
+            pass
+        class Kept(type):
+            pass
+        class Input(ValueError, metaclass=Kept):
+            pass
+        def parse(s):
+            raise BadInput(s)
+        def parse_kept(s):
+            raise Input(s)
+        """
+    tests = ["try:\n    parse('x')\nexcept ValueError:\n    pass\nelse:\n    assert False",
+             "try:\n    parse('x')\nexcept Exception as e:\n    assert isinstance(e, ValueError)",
+             "try:\n    parse('x')\nexcept Exception as e:\n"
+             "    assert not isinstance(e, ValueError)",
+             "try:\n    parse_kept('x')\nexcept ValueError as e:\n"
+             "    assert type(e).__name__ == 'Input' and isinstance(e, Input)"]
+    assert plain(program, tests) == [False, False, True, True]
+    result = run(program, tests)
+    assert result["passed"] == [False, False, True, True], result["errors"]
+
+
+def test_gap_a_finalizers_or_threads_change_after_the_call_is_unseen_till_the_next_one():
+    """A program object's __del__ runs in the program's process only when its proxy's release is
+    sent, with the test's next request, and a program thread's change to a kept container after
+    the call returned is compared at that next request: a test that makes no further call reads
+    the container as it was, where plain Python's __del__ ran at once and its list changed."""
+    program = """\
+        import threading, time
+        class Conn:
+            def __init__(self, log):
+                self.log = log
+            def __del__(self):
+                self.log.append("closed")
+        def open_conn(log):
+            return Conn(log)
+        def watch(xs):
+            def later():
+                time.sleep(0.05)
+                xs.clear()
+            threading.Thread(target=later, daemon=True).start()
+            return len(xs)
+        def noop():
+            pass
+        """
+    tests = ["log = []; c = open_conn(log); del c; assert log == [], log",
+             "import time; xs = [1, 2]; assert watch(xs) == 2; time.sleep(0.3)\n"
+             "assert xs == [1, 2]",
+             "log = []; c = open_conn(log); del c; noop(); assert log == [], log",
+             "import time; xs = [1, 2]; watch(xs); time.sleep(0.3); noop(); assert xs == [1, 2]"]
+    assert plain(program, tests) == [False] * 4
+    result = run(program, tests)
+    assert result["passed"] == [True, True, False, False], result["errors"]
+
+
+def test_gap_the_programs_change_of_process_state_stays_in_its_process():
+    """The program's change to its process's state (os.environ, a standard library module's
+    attribute; likewise math.pi, sys.set_int_max_str_digits, os.chdir) stays in its process:
+    the test process does not see it, where plain Python's test does."""
+    program = """\
+        import os, string
+        def setup():
+            os.environ["NANOMARL_GAP_PROBE"] = "1"
+            string.nanomarl_gap_probe = True
+        """
+    tests = ["import os; setup(); assert 'NANOMARL_GAP_PROBE' not in os.environ",
+             "import string; setup(); assert not hasattr(string, 'nanomarl_gap_probe')"]
+    try:
+        assert plain(program, tests) == [False, False]
+    finally:
+        os.environ.pop("NANOMARL_GAP_PROBE", None)
+        vars(__import__("string")).pop("nanomarl_gap_probe", None)
+    result = run(program, tests)
+    assert result["passed"] == [True, True], result["errors"]
