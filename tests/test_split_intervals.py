@@ -55,6 +55,15 @@ def test_split_intervals_by_hand(tmp_path):
     assert all(table[f"trained, {c} partner"][0] == "0.0" for c in CONTROLS)
     bound = float(table["no-information bound"][0])
     assert 0 < bound < 100 and abs(float(table["trained - bound"][0]) - (75.0 - bound)) < 0.11
+    assert "trained - against" not in table
+    # --against, seed for seed: (a, b) against (b, a): per seed 50 - 100 and 100 - 50, mean 0
+    out = subprocess.run([sys.executable, str(ROOT / "docs/results/split_intervals.py"),
+                          "--split", "validation", "--base", str(tmp_path / "base"),
+                          str(tmp_path / "a"), str(tmp_path / "b"), "--against",
+                          str(tmp_path / "b"), str(tmp_path / "a")],
+                         capture_output=True, text=True, check=True).stdout
+    against = [line for line in out.splitlines() if line.startswith("| trained - against |")]
+    assert against == ["| trained - against | 0.0 | 0.0 to 0.0 | -50.0 to 50.0 | -50.0 50.0 |"]
 
 
 def test_split_intervals_of_magrpo_runs(tmp_path):

@@ -16,7 +16,8 @@ test set is fixed; its interval over problems is given beside it for the differe
 
     python docs/results/split_intervals.py --base runs/eval-split-base runs/eval-split-s0 ...
     python docs/results/split_intervals.py --method magrpo --base RUN0 RUN0 RUN1 ...
-    (--ids FILE: only the problems whose ids the JSON list in FILE holds)
+    (--ids FILE: only the problems whose ids the JSON list in FILE holds; --against F0 F1 ...:
+    another recipe's seeds, in the same order, for the paired difference "trained - against")
 """
 import argparse
 import json
@@ -91,6 +92,8 @@ def main():
                         help="magrpo: the folders are magrpo.py runs")
     parser.add_argument("--split", default="test", help="the arith:split split evaluated")
     parser.add_argument("--ids", default="", help="a JSON list of problem ids: only these")
+    parser.add_argument("--against", nargs="*", default=[],
+                        help="another recipe's folders, seed for seed: their paired difference")
     args = parser.parse_args()
     records = {r["id"]: r for r in load_task("arith:split", args.split, limit=None)}
     method = args.method
@@ -104,7 +107,10 @@ def main():
         sys.exit(f"--base {args.base}: {len(missing)} problems are not arith:split {args.split}")
     folders = [Path(f) for f in args.seeds]
 
-    def table(name: str, follows: bool = False) -> np.ndarray:
+    if args.against and len(args.against) != len(folders):
+        sys.exit(f"--against: {len(args.against)} folders for {len(folders)} seeds")
+
+    def table(name: str, follows: bool = False, folders: list = folders) -> np.ndarray:
         found = [problem_scores(f, name, records if follows else None) for f in folders]
         for f, scores in zip(folders, found):
             if not set(ids) <= set(scores):
@@ -125,6 +131,9 @@ def main():
     print(row("no-information bound", bound))
     print(row("trained - untrained", trained - untrained))
     print(row("trained - bound", trained - bound))
+    if args.against:
+        print(row("trained - against", trained - table(method, folders=[
+            Path(f) for f in args.against])))
 
 
 if __name__ == "__main__":
