@@ -76,8 +76,9 @@ def flag_value(kind, key):
 
 def member_named(kind, name):
     """The member of the Enum class kind of this name, or the Flag's members of the names a
-    combined one's name joins with "|" (`Perm.R|W`), combined by its class's own `|`; None where
-    kind has none such, or where looking it up raises (a program object's __members__)."""
+    combined one's name joins with "|" (`Perm.R|W`), combined by its class's own `|` and holding
+    the bits of its parts (not a cached one whose value was rewritten); None where kind has none
+    such, or where looking it up raises (a program object's __members__)."""
     try:
         members = getattr(kind, "__members__", None)
         if type(name) is not str or members is None:
@@ -87,10 +88,10 @@ def member_named(kind, name):
         names = name.split("|")
         if len(names) < 2 or not all([part in members for part in names]):
             return None
-        found = members[names[0]]
+        found, bits = members[names[0]], members[names[0]]._value_
         for part in names[1:]:
-            found = found | members[part]
-        return found
+            found, bits = found | members[part], bits | members[part]._value_
+        return found if type(found._value_) is type(bits) and found._value_ == bits else None
     except Exception:  # (no Flag: its members do not combine)
         return None
 

@@ -3450,6 +3450,26 @@ def test_a_declared_members_forged_name_is_not_that_member():
     assert result["passed"] == [True, True, False, False], result["errors"]
 
 
+def test_a_declared_flags_combined_member_with_a_rewritten_value_is_not_that_member():
+    """A Flag's combined member is cached by its class, so a program that rewrites its value
+    (`m = P.R | P.W; m._value_ = 1`) keeps its name and class: it crosses as the test's `P.R|W`
+    only where it holds its parts' bits, and a rewritten one passes no test plain Python fails."""
+    context = "from enum import Flag\nclass P(Flag):\n    R = 1\n    W = 2\n"
+    program = context + textwrap.dedent("""\
+        def both():
+            return P.R | P.W
+        def rewritten():
+            m = P.R | P.W
+            m._value_ = 1
+            return m
+        """)
+    tests = ["assert both().value == 3 and both() is P.R | P.W",
+             "assert rewritten().value == 3"]
+    assert plain(program, tests) == [True, False]
+    assert run(program, tests, context=context, names=["both", "rewritten"])["passed"] == [
+        True, False]
+
+
 def test_a_test_member_of_a_class_the_program_redefines_reaches_it_as_the_tests():
     """A declared Enum's member the test passes back to the program is the program's member of
     that name where the program's class of that name has one; where looking it up raises (a
