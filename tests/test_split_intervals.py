@@ -107,6 +107,6 @@ def test_split_validation_reads_each_arms_last_validation_and_chooses_the_best_m
     own = table["both trained, the own score (`--reward-rule current`)"]
     assert own == ["24.3", "27.1", "44.4", "31.9 |"]  # 17.5, 19.5 and 32 of the 72 problems
     assert table["both trained, Definition 1 (`--reward-rule influence`)"][3] == "30.6 |"
-    assert table["both trained, the team's last-turn score (the recipe)"][0] == "29.9"
+    assert table["both trained, the team's last-turn score (the earlier recipe)"][0] == "29.9"
     assert "untrained: 12.5 % (update 0, every run)" in out
     assert out.rstrip().endswith("chosen: both trained, the own score (`--reward-rule current`)")

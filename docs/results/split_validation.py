@@ -11,7 +11,7 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent
 ARMS = RESULTS / "maporl-split-arms"
 RUNS = {  # arm: its seeds' metrics files; the recipe's seed 0 is the test row's own run
-    "both trained, the team's last-turn score (the recipe)":
+    "both trained, the team's last-turn score (the earlier recipe)":
         [RESULTS / "maporl-split-test/s0-train-metrics.jsonl"]
         + [ARMS / f"recipe-s{s}-train-metrics.jsonl" for s in (1, 2)],
     "both trained, Definition 1 (`--reward-rule influence`)":
