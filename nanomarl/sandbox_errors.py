@@ -1,36 +1,41 @@
 """sandbox_errors.py: a side's exception classes as the other side sees them, and where a program's
 StopIteration is one in the test (sandbox.py's docstring has the threat model).
 
-Executed inside the sandbox as the module `sandbox_errors` (sandbox.py's BOOT). An exception class
-of one side's own (the program's ValidationError, a test's `class E(Exception)`) crosses as {"h":
-[this side's reference to it, its name, qualified name and module, its bases that are exception
-classes (each crossing so: a builtin by name), whether it is the context's class of its name,
-whether it is its module's own (the class that module holds at its name in this side's process:
-sandbox_stdlib.py:own_module; a program's class that only names statistics as its module is none),
-and from the program's process its `answered` and the builtin names its class defines over
-(overrides)]} (crossing; a class whose metaclass's mro() is not its bases' is refused: c3_ordered)
-and is one real class on the other side (class_of), made once for each: of that name, qualified name
-and module, its bases those bases there (none that is no exception class), so that `except`,
-issubclass, isinstance and `type(e) is` see it as one process would (a standard library module's own
-class of those bases is that module's there); it comes back as the first side's reference, its own
-class again. An exception's payload carries its class so (class_text:
+Executed inside the sandbox as the module `sandbox_errors` (sandbox.py's BOOT).
+
+Crossing. An exception class of one side's own (the program's ValidationError, a test's `class
+E(Exception)`) crosses as {"h": [this side's reference to it, its name, qualified name and module,
+its bases that are exception classes (each crossing so: a builtin by name), whether it is the
+context's class of its name, whether it is its module's own (the class that module holds at its
+name in this side's process: sandbox_stdlib.py:own_module; a program's class that only names
+statistics as its module is none), and from the program's process its `answered` and the builtin
+names its class defines over (overrides)]} (crossing; a class whose metaclass's mro() is not its
+bases' is refused: c3_ordered). An exception's payload carries its class so (class_text:
 sandbox_values.py:error_payload), and is raised as an instance of it
-(sandbox_values.py:program_error). The class made runs none of the other side's code: calling it
-asks the other side to call its own class (its __init__ runs there: the instance crosses back), a
-subclass made here is made by its nearest builtin's constructor, and its text is the one the other
-side gave (its __str__), else its nearest builtin's. But in the test process, by the program's
-`answered` (a function of this module in its process, called as any program function is), an
-instance of a program's class has the program's object behind it (the one the program's process
-keeps, RAISED, by the number it crossed with: sandbox_values.py:error_payload): its public
-attributes that its class there lacks (an own attribute, a class attribute, a property, a method,
-each read anew) and its builtin slots (args, an OSError's errno), its str and its repr are asked
-there, as a program object's are (sandbox_remote.py:Remote), and set and deleted there (forwarding);
-the object sent again is that same instance (held); the values it crossed with stand in only where
-that process no longer holds it and nothing was asked yet (once asked, the test fails then). A
-test's subclass of it is made by the program's class (adopt: the object that call makes stands
-behind it; the test's own class's attributes are the test's). No code of an exception's class runs
-as it crosses (its __str__, __getattr__, __getattribute__): it is read by BaseException's own slots,
-its text only where its class's __str__ is a builtin's over plain values (described)."""
+(sandbox_values.py:program_error).
+
+The class made. It is one real class on the other side (class_of), made once for each: of that
+name, qualified name and module, its bases those bases there (none that is no exception class), so
+that `except`, issubclass, isinstance and `type(e) is` see it as one process would (a standard
+library module's own class of those bases is that module's there); it comes back as the first
+side's reference, its own class again. The class made runs none of the other side's code: calling
+it asks the other side to call its own class (its __init__ runs there: the instance crosses back),
+a subclass made here is made by its nearest builtin's constructor, and its text is the one the
+other side gave (its __str__), else its nearest builtin's. No code of an exception's class runs as
+it crosses (its __str__, __getattr__, __getattribute__): it is read by BaseException's own slots,
+its text only where its class's __str__ is a builtin's over plain values (described).
+
+The program's object behind it. In the test process, by the program's `answered` (a function of
+this module in its process, called as any program function is), an instance of a program's class
+has the program's object behind it (the one the program's process keeps, RAISED, by the number it
+crossed with: sandbox_values.py:error_payload): its public attributes that its class there lacks
+(an own attribute, a class attribute, a property, a method, each read anew) and its builtin slots
+(args, an OSError's errno), its str and its repr are asked there, as a program object's are
+(sandbox_remote.py:Remote), and set and deleted there (forwarding); the object sent again is that
+same instance (held); the values it crossed with stand in only where that process no longer holds
+it and nothing was asked yet (once asked, the test fails then). A test's subclass of it is made by
+the program's class (adopt: the object that call makes stands behind it; the test's own class's
+attributes are the test's)."""
 import builtins, sys
 
 from sandbox_link import LINK, TestTimeout, abort

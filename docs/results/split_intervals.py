@@ -110,14 +110,14 @@ def main():
     if args.against and len(args.against) != len(folders):
         sys.exit(f"--against: {len(args.against)} folders for {len(folders)} seeds")
 
-    def table(name: str, follows: bool = False, folders: list = folders) -> np.ndarray:
-        found = [problem_scores(f, name, records if follows else None) for f in folders]
-        for f, scores in zip(folders, found):
+    def table(runs: list, name: str, follows: bool = False) -> np.ndarray:
+        found = [problem_scores(f, name, records if follows else None) for f in runs]
+        for f, scores in zip(runs, found):
             if not set(ids) <= set(scores):
                 sys.exit(f"{f}: {name} lacks problems of the base's {len(ids)}")
         return np.array([[scores[q] for q in ids] for scores in found])
 
-    trained = table(method)
+    trained = table(folders, method)
     untrained = np.array([[base[q] for q in ids]])
     bound = np.array([[no_information_bound([records[q]]) for q in ids]])
     print(f"arith:split {args.split}: {len(ids)} problems, {len(folders)} seeds; turn-2 agent "
@@ -125,15 +125,15 @@ def main():
     print("| | mean | problems | seeds and problems | seeds |\n|---|---|---|---|---|")
     print(row("trained, as played", trained))
     for control in CONTROLS:
-        print(row(f"trained, {control} partner", table(f"{method}/{control}")))
-    print(row("trained, wrong partner: follows", table(f"{method}/wrong", follows=True)))
+        print(row(f"trained, {control} partner", table(folders, f"{method}/{control}")))
+    print(row("trained, wrong partner: follows", table(folders, f"{method}/wrong", follows=True)))
     print(row("untrained, as played", untrained))
     print(row("no-information bound", bound))
     print(row("trained - untrained", trained - untrained))
     print(row("trained - bound", trained - bound))
     if args.against:
-        print(row("trained - against", trained - table(method, folders=[
-            Path(f) for f in args.against])))
+        against = table([Path(f) for f in args.against], method)
+        print(row("trained - against", trained - against))
 
 
 if __name__ == "__main__":
