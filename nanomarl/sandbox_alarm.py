@@ -81,6 +81,11 @@ def attempt(fn, seconds):
         _signal.setitimer(_signal.ITIMER_REAL, 0)
 
 
+def armed():
+    """Whether the main thread runs code under the alarm now (not held off)."""
+    return ALARM[0] and _thread.get_ident() == MAIN
+
+
 def held(fn, *args):
     """fn(*args) with the alarm held off (a ring meanwhile raises nothing, but is owed: due), in
     the main thread (the one a ring interrupts: another's is fn(*args))."""

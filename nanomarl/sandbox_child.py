@@ -21,7 +21,7 @@ from sandbox_link import (EXIT, LINK, OPS, BINARY, TestTimeout, abort, answer, a
                           refuse, compiled, deep, overdue, read_exactly, read_line, run, serve,
                           state_out, state_told, taken, tidings, with_pairs, write_all)
 from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, quiet_null, stand_in, took_on
-from sandbox_proxies import TestObject, test_object
+from sandbox_proxies import TestObject, program_answered, test_object
 from sandbox_bases import TAKE, applied, kind_of, named, programs, traits, value_base, valued
 from sandbox_remote import COPIES
 from sandbox_stdlib import UNKEPT_VIEW, member_named
@@ -343,6 +343,9 @@ def program_side(job, requests, answers):
             return sent([scope[target]]), ""
         if type(target) is not int or target not in refs:
             raise TypeError("a stale or malformed reference")
+        if op == "free":  # (its finalizer runs now, as request code: Remote's finalized)
+            del ids[id(refs.pop(target))]
+            return "null", ""
         value = refs[target]
         if op == "attr" and type(a) is str:
             return sent([getattr(value, a)], a in COPIES), ""  # (their snapshots are never kept)
@@ -441,21 +444,6 @@ def program_side(job, requests, answers):
         message = next_message()
         serve(message) if message[1] == "q" else overdue(message)  # (a late answer's news)
         calls.clear()
-
-
-def program_answered(message):
-    """The test process's answer to a program's request (a callback's value): its news of the
-    containers taken, the patches in force where the callback changed them (retake)."""
-    _, _, status, payload, extra = message
-    taken(extra, LINK["args"][-1] if LINK["args"] else ())
-    LINK["retake"](extra)  # (a patch the callback started, stopped or set)
-    if status == "v":
-        return payload
-    if status == "e" and type(payload) is list and payload[:1] == ["StopIteration"]:
-        raise StopIteration
-    if status == "e" and (error := raised(payload)) is not None:
-        raise error
-    raise TestTimeout()
 
 
 def main():

@@ -9,12 +9,14 @@ the subclass a __call__: callable(x) is as in one process) and its dataclass fie
 (dataclasses.fields, asdict, astuple and replace work; vars(x) is a copy of their values). Where
 the test process tells nothing of the class ({"x": n}), the subclass is named TestObject and
 callable, or made from the program's class of the name the context declares. A proxy holds no
-code of the test's, and the test process serves only the handles it gave."""
+code of the test's, and the test process serves only the handles it gave; its answers to the
+program's requests come back through program_answered."""
 import sys
 
-from sandbox_link import BUILTINS, COMPARISONS, LINK, OPERATORS, ask, request  # sandbox.py's BOOT
+from sandbox_link import (BUILTINS, COMPARISONS, LINK, OPERATORS, TestTimeout, ask, request,
+                          taken)  # sandbox.py's BOOT
 from sandbox_patches import IMPORT
-from sandbox_values import dump
+from sandbox_values import dump, raised
 
 
 def asked(op):
@@ -169,3 +171,18 @@ def proxy_class(kind, told):
         namespace.update(__dataclass_fields__=made.__dataclass_fields__, __dict__=property(
             field_values), __dataclass_params__=made.__dataclass_params__)
     return type(name, (TestObject,), namespace)
+
+
+def program_answered(message):
+    """The test process's answer to a program's request (a callback's value): its news of the
+    containers taken, the patches in force where the callback changed them (retake)."""
+    _, _, status, payload, extra = message
+    taken(extra, LINK["args"][-1] if LINK["args"] else ())
+    LINK["retake"](extra)  # (a patch the callback started, stopped or set)
+    if status == "v":
+        return payload
+    if status == "e" and type(payload) is list and payload[:1] == ["StopIteration"]:
+        raise StopIteration
+    if status == "e" and (error := raised(payload)) is not None:
+        raise error
+    raise TestTimeout()

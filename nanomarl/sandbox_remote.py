@@ -26,6 +26,7 @@ import _operator, _weakref, builtins
 from sandbox_bases import (CLASS_CAP, FLAG, FLAGGED, IDENTITY, KEYS, LASTING, NAMED, NAMES, OWN,
                            STREAM_IDS, SUBCLASSED, TAKE, TRAITS, TYPE, dataclass_fields, lasting,
                            signed, standing, told, traits)
+from sandbox_alarm import armed
 from sandbox_link import (ARITHMETIC, BUILTINS, COMPARISONS, LINK, OPERATORS, TALKING, TestTimeout,
                           abort, ask)
 from sandbox_patches import unpatched
@@ -172,6 +173,22 @@ class Remote:
             abort(TypeError("a weak reference to a program object: it dies with its proxy"))
         LINK["released"].append(handle)
 
+    def __finalized(self):
+        """Its __del__ where its type has one (a class's __del__, a generator's, unless it ended):
+        where the test's own code drops it (the main thread under the test's alarm, no request
+        under way), a request of its own ("free") releases it at once, so that its finalizer runs
+        now, as in one process (after the test's changes are told, under its redirections), and
+        what it changes is back before the test's next line; else it goes with the next request."""
+        Remote.__del__(self)
+        handle = getattr(self, "_Remote__handle", None)  # (None: its __init__ failed)
+        if (handle in LINK["released"] and self.__end is None and armed()
+                and not TALKING._is_owned() and not LINK["failed"] and not LINK["gone"]):
+            LINK["released"].remove(handle)
+            try:
+                ask("free", handle)
+            except BaseException:  # (a timeout or the harness's failure: noted, LINK["failed"])
+                LINK["released"].append(handle)  # (released twice: the second does nothing)
+
 
 KEPT, KEPT_CAP = [], 4096  # the proxies a test's weak reference keeps alive (Remote.__del__)
 TOKEN = object()  # (what remote alone passes Remote.__init__: no test's call makes one)
@@ -205,6 +222,7 @@ METHODS = dict(call=Remote._Remote__call, iter=Remote._Remote__iter, next=Remote
                hash=Remote._Remote__hashed, enter=Remote._Remote__enter,
                exit=Remote._Remote__exit, instancecheck=Remote._Remote__instancecheck,
                subclasscheck=Remote._Remote__subclasscheck)
+METHODS["del"] = Remote._Remote__finalized  # (a keyword: no dict() argument)
 CLASSES = {}  # the subclasses of Remote made: by traits, base and a builtin kind's names
 # a program object's data whose values are values (its __wrapped__: a program object; its
 # __dict__ and __annotations__: read-only snapshots, as a change to a copy never reaches the object)
