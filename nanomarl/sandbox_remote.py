@@ -174,20 +174,22 @@ class Remote:
         LINK["released"].append(handle)
 
     def __finalized(self):
-        """Its __del__ where its type has one (a class's __del__, a generator's, unless it ended):
-        where the test's own code drops it (the main thread under the test's alarm, no request
-        under way), a request of its own ("free") releases it at once, so that its finalizer runs
-        now, as in one process (after the test's changes are told, under its redirections), and
-        what it changes is back before the test's next line; else it goes with the next request."""
+        """Its __del__ where its type has one (a class's, an unended generator's): where the test's
+        own code drops it (the main thread under the test's alarm, no request under way in any
+        thread), a request of its own ("free") runs its finalizer now, as in one process, after the
+        test's changes are told, under its redirections; else the release goes with the next one."""
         Remote.__del__(self)
         handle = getattr(self, "_Remote__handle", None)  # (None: its __init__ failed)
-        if (handle in LINK["released"] and self.__end is None and armed()
-                and not TALKING._is_owned() and not LINK["failed"] and not LINK["gone"]):
-            LINK["released"].remove(handle)
+        if (self.__end is None and armed() and not LINK["failed"] and not LINK["gone"]
+                and not TALKING._is_owned() and TALKING.acquire(False)):  # (a thread's: queued)
             try:
-                ask("free", handle)
+                if handle in LINK["released"]:  # (not sent meanwhile by a test thread's request)
+                    LINK["released"].remove(handle)
+                    ask("free", handle)
             except BaseException:  # (a timeout or the harness's failure: noted, LINK["failed"])
                 LINK["released"].append(handle)  # (released twice: the second does nothing)
+            finally:
+                TALKING.release()
 
 
 KEPT, KEPT_CAP = [], 4096  # the proxies a test's weak reference keeps alive (Remote.__del__)

@@ -3712,7 +3712,8 @@ def test_a_program_objects_finalizer_runs_when_the_test_drops_it():
     released at once where the test's own code drops it (sandbox_remote.py:Remote's finalized):
     its finalizer runs then, as in one process, after the test's change to the list it holds is
     told, under the test's redirect_stdout, and its own change is back at the test's next line; so
-    a finalizer that writes to the caller's list fails a test that expects it untouched."""
+    a finalizer that writes to the caller's list fails a test that expects it untouched. One
+    dropped while a test's thread waits in a program call goes with the next request instead."""
     program = """\
         class Conn:
             def __init__(self, log):
@@ -3729,15 +3730,20 @@ def test_a_program_objects_finalizer_runs_when_the_test_drops_it():
         class Noisy:
             def __del__(self):
                 print("bye")
+        def call(f):
+            return f()
         """
     tests = ["log = []; c = open_conn(log); log.append('x'); del c; assert log == ['x', 'closed']",
              "log = []; open_conn(log); assert log == [], log",
              "log = []; g = lines(log); next(g); del g; assert log == ['done'], log",
              "import contextlib, io\nout = io.StringIO()\nwith contextlib.redirect_stdout(out):\n"
-             "    n = Noisy(); del n\nassert out.getvalue() == 'bye\\n'"]
-    assert plain(program, tests) == [True, False, True, True]
+             "    n = Noisy(); del n\nassert out.getvalue() == 'bye\\n'",
+             "import threading, time\nc = open_conn([]); ev = threading.Event(); res = []\n"
+             "t = threading.Thread(target=lambda: res.append(call(lambda: ev.wait(5))))\n"
+             "t.start(); time.sleep(0.2); del c; ev.set(); t.join(); assert res == [True]"]
+    assert plain(program, tests) == [True, False, True, True, True]
     result = run(program, tests)
-    assert result["passed"] == [True, False, True, True], result["errors"]
+    assert result["passed"] == [True, False, True, True, True], result["errors"]
 
 
 def test_gap_a_threads_change_after_the_call_is_unseen_till_the_next_one():
