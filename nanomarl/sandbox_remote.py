@@ -180,9 +180,9 @@ class Remote:
         test's changes are told, under its redirections; else the release goes with the next one."""
         Remote.__del__(self)
         handle = getattr(self, "_Remote__handle", None)  # (None: its __init__ failed)
-        if (self.__end is None and armed() and not LINK["failed"] and not LINK["gone"]
-                and not TALKING._is_owned() and TALKING.acquire(False)):  # (a thread's: queued)
-            try:
+        if (handle is not None and self.__end is None and armed() and not LINK["failed"]
+                and not LINK["gone"] and not TALKING._is_owned() and TALKING.acquire(False)):
+            try:  # (the lock held by a test's thread: the release goes with the next request)
                 if handle in LINK["released"]:  # (not sent meanwhile by a test thread's request)
                     LINK["released"].remove(handle)
                     ask("free", handle)

@@ -3713,7 +3713,8 @@ def test_a_program_objects_finalizer_runs_when_the_test_drops_it():
     its finalizer runs then, as in one process, after the test's change to the list it holds is
     told, under the test's redirect_stdout, and its own change is back at the test's next line; so
     a finalizer that writes to the caller's list fails a test that expects it untouched. One
-    dropped while a test's thread waits in a program call goes with the next request instead."""
+    dropped while a test's thread waits in a program call goes with the next request instead, and a
+    proxy whose making failed writes nothing to the test's stderr as it goes."""
     program = """\
         class Conn:
             def __init__(self, log):
@@ -3740,10 +3741,39 @@ def test_a_program_objects_finalizer_runs_when_the_test_drops_it():
              "    n = Noisy(); del n\nassert out.getvalue() == 'bye\\n'",
              "import threading, time\nc = open_conn([]); ev = threading.Event(); res = []\n"
              "t = threading.Thread(target=lambda: res.append(call(lambda: ev.wait(5))))\n"
-             "t.start(); time.sleep(0.2); del c; ev.set(); t.join(); assert res == [True]"]
-    assert plain(program, tests) == [True, False, True, True, True]
+             "t.start(); time.sleep(0.2); del c; ev.set(); t.join(); assert res == [True]",
+             "import contextlib, io\nerr = io.StringIO()\nwith contextlib.redirect_stderr(err), "
+             "contextlib.redirect_stdout(io.StringIO()):\n    n = Noisy()\n    try:\n"
+             "        type(n)(1)\n    except Exception:\n        pass\n    del n\n"
+             "assert err.getvalue() == '', err.getvalue()"]
+    assert plain(program, tests) == [True, False, True, True, True, True]
     result = run(program, tests)
-    assert result["passed"] == [True, False, True, True, True], result["errors"]
+    assert result["passed"] == [True, False, True, True, True, True], result["errors"]
+
+
+def test_gap_an_object_holding_one_with_a_finalizer_is_released_with_the_next_request():
+    """A program object whose type has no finalizer but that holds one that does is released
+    with the test's next request, not where the test drops it: the finalizer it holds runs then,
+    so a test that reads the caller's list before any further call sees it unchanged."""
+    program = """\
+        class Conn:
+            def __init__(self, log):
+                self.log = log
+            def __del__(self):
+                self.log.append("closed")
+        class Wrap:
+            def __init__(self, log):
+                self.conn = Conn(log)
+        def wrap(log):
+            return Wrap(log)
+        def noop():
+            pass
+        """
+    tests = ["log = []; w = wrap(log); del w; assert log == ['closed'], log",
+             "log = []; w = wrap(log); del w; noop(); assert log == ['closed'], log"]
+    assert plain(program, tests) == [True, True]
+    result = run(program, tests)
+    assert result["passed"] == [False, True], result["errors"]
 
 
 def test_gap_a_threads_change_after_the_call_is_unseen_till_the_next_one():
