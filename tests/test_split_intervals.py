@@ -109,4 +109,7 @@ def test_split_validation_reads_each_arms_last_validation_and_chooses_the_best_m
     assert table["both trained, Definition 1 (`--reward-rule influence`)"][3] == "30.6 |"
     assert table["both trained, the team's last-turn score (the earlier recipe)"][0] == "29.9"
     assert "untrained: 12.5 % (update 0, every run)" in out
-    assert out.rstrip().endswith("chosen: both trained, the own score (`--reward-rule current`)")
+    held = table["the own score, the lr held near 1e-4 (`--lr-decay-steps 1000`)"]
+    assert held == ["43.8", "36.8", "58.3", "46.3 |"]  # 31.5, 26.5 and 42 of the 72 problems
+    assert out.rstrip().endswith("chosen: the own score, the lr held near 1e-4 "
+                                 "(`--lr-decay-steps 1000`)")

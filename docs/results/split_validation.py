@@ -10,6 +10,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent
 ARMS = RESULTS / "maporl-split-arms"
+CANDIDATES = RESULTS / "maporl-split-candidates"  # recipes tried on validation after the arms
 RUNS = {  # arm: its seeds' metrics files; the recipe's seed 0 is the test row's own run
     "both trained, the team's last-turn score (the earlier recipe)":
         [RESULTS / "maporl-split-test/s0-train-metrics.jsonl"]
@@ -22,6 +23,8 @@ RUNS = {  # arm: its seeds' metrics files; the recipe's seed 0 is the test row's
                                              for s in range(3)],
     "the speaker alone (`--train-turns 1`)": [ARMS / f"speaker-s{s}-train-metrics.jsonl"
                                               for s in range(3)],
+    "the own score, the lr held near 1e-4 (`--lr-decay-steps 1000`)":
+        [CANDIDATES / f"lr-constant-s{s}-metrics.jsonl" for s in range(3)],
 }
 KEY = "eval/turn2/agent_accuracy"
 
