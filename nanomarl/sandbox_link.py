@@ -352,6 +352,14 @@ def overdue(message):
         LINK.get("late", taken)(message[-1], entry[1])
 
 
+def called():
+    """The argument containers the {"a": k} marks of the message being read name: a late
+    answer's (LINK["heard"] in LINK["waiting"]) those its call numbered, kept with its wait (the
+    call, popped since, is not the one out now); any other message's those of the call out now."""
+    entry = LINK["waiting"].get(LINK.get("heard"))
+    return entry[1] if entry is not None else LINK["args"][-1] if LINK["args"] else []
+
+
 def settle(seconds):
     """The test process, before a test: the late answers still out (LINK["waiting"]) awaited, for
     at most `seconds` (what the tests' budget has left), and taken (overdue), the program's

@@ -8,9 +8,9 @@ import _signal, _thread, builtins, marshal, os, sys, time
 
 from sandbox_caught import displayed, levels, warnings_state, watched  # sandbox.py's BOOT
 from sandbox_layers import confine, reap, watchdog
-from sandbox_link import (LINK, OPS, TestTimeout, abort, answer, arrived, ask, attempt, compiled,
-                          gone, read_exactly, read_line, refilled, request, run, settle,
-                          taken, talk, unnumbered)
+from sandbox_link import (LINK, OPS, TestTimeout, abort, answer, arrived, ask, attempt, called,
+                          compiled, gone, read_exactly, read_line, refilled, request, run,
+                          settle, taken, talk, unnumbered)
 from sandbox_bases import lasting
 from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, copied, kept_entry, rooms
 from sandbox_lending import lending, let_go, readable, received, settable, test_made
@@ -214,8 +214,8 @@ def test_resolve(tag, item):
         return crossed(tag, item)
     if tag == "x" and type(item) is int and item in LINK["mine"]:
         return LINK["mine"][item]
-    if tag == "a" and type(item) is int and LINK["args"] and 0 <= item < len(LINK["args"][-1]):
-        return LINK["args"][-1][item]
+    if tag == "a" and type(item) is int and 0 <= item < len(numbered := called()):
+        return numbered[item]  # (of the call it answers: a late answer's too)
     if tag == "k" and type(item) is int and item in LINK["kept"]:
         return LINK["kept"][item]["object"]
     if tag == "N" and (found := received(item, LINK)) is not None:  # (a program's, kept now)

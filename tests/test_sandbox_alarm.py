@@ -6,6 +6,7 @@ starts only once the call ends (its late answer is awaited before the next test,
 tests' budget lasts, and its news taken: nanomarl/sandbox_link.py:settle, overdue). The
 verdicts of a timeout are written out: plain Python's alarm interrupts the call."""
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -227,3 +228,93 @@ def test_a_callback_the_late_call_makes_may_call_the_program():
                            "assert add(2, 2) == 4"], timeout=0.5, max_timeouts=8)
     assert result["passed"] == [False, True, True], result["errors"]
     assert result["errors"][0].startswith("Timeout"), result["errors"]
+
+
+def plain_timed(program, tests, timeout=1.0):
+    """The verdicts of plain Python, each test under its own alarm (as the sandbox's: a test past
+    its timeout fails, the next starts with what the interrupted call changed)."""
+    def ring(signum, frame):
+        raise TimeoutError
+    scope, verdicts = {"__name__": "plain"}, []
+    exec(textwrap.dedent(program), scope)
+    previous = signal.signal(signal.SIGALRM, ring)
+    try:
+        for test in tests:
+            try:
+                signal.setitimer(signal.ITIMER_REAL, timeout)
+                try:
+                    exec(textwrap.dedent(test), scope)
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                verdicts.append(True)
+            except (Exception, TimeoutError):
+                verdicts.append(False)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    return verdicts
+
+
+WALKS = """\
+    def walk(path, start):
+        path.append(start)  # (an argument container put inside another)
+        while True:  # (its own alarm ends it)
+            pass
+    def visit(seen, graph):
+        seen.append(graph["start"])  # (one nested in another argument)
+        while True:
+            pass
+    def mark(dist, start):
+        dist["from"] = start  # (a dict's value)
+        while True:
+            pass
+    def ok():
+        return 1
+    """
+
+
+@pytest.mark.parametrize("first, after", [
+    ("path = []\nwalk(path, [0, 0])", "assert path == [[0, 0]]"),
+    ("path, start = [], [0, 0]\nwalk(path, start)", "assert path[0] is start"),
+    ("seen, start = [], [0, 0]\nwalk(seen, start)", "start.append(1)\nassert seen == [[0, 0, 1]]"),
+    ("seen, graph = [], {'start': [0, 0]}\nvisit(seen, graph)", "assert seen[0] is graph['start']"),
+    ("dist, start = {}, [0, 0]\nmark(dist, start)", "assert dist['from'] is start"),
+], ids=["list", "identity", "seen", "nested", "dict"])
+def test_a_late_answer_putting_an_argument_inside_another_is_taken(first, after):
+    """The call puts one of its argument containers inside another, then times out: its late
+    answer's write-back marks that container {"a": k}, the k-th argument of the call it answers
+    (not of whatever call is out when it arrives, none here): plain Python's next tests run, and
+    see the change."""
+    tests = [first, "assert ok() == 1", after, "assert ok() == 1"]
+    expected = plain_timed(WALKS, tests)
+    assert expected == [False, True, True, True]
+    result = run(WALKS, tests, max_timeouts=4)
+    assert result["passed"] == expected, result["errors"]
+    assert result["errors"][0].startswith("Timeout"), result["errors"]
+
+
+MARKS = """\
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    import sandbox_link as link, sandbox_verdicts as verdicts
+    from sandbox_values import Decoder
+    late, now = [[0, 0], [1]], [["now"]]  # (the timed-out call's arguments, the current call's)
+    link.LINK.update(side="test", decode=Decoder(verdicts.test_resolve), args=[now],
+                     waiting={3: (None, late)}, made=({}, {}))
+    def read(line):
+        try:
+            return link.unpacked(line, bytearray(line + b"\\n"))
+        except ValueError as e:
+            return str(e)
+    print(read(b'[3,"a","t",null,{"d":[["w",[[0,[{"a":1}]]]]]}]')[-1]["w"][0][1][0] is late[1])
+    print(read(b'[3,"a","t",null,{"d":[["w",[[0,[{"a":2}]]]]]}]'))
+    print(read(b'[5,"a","v",{"a":0},{"d":[]}]')[3] is now[0])
+    """
+
+
+def test_a_late_answers_marks_name_its_own_calls_arguments_only():
+    """A late answer's {"a": k} is the k-th argument container of the call it answers (kept with
+    its wait); a k past them is malformed, never the current call's argument (which an answer to
+    that call names)."""
+    found = subprocess.run([sys.executable, "-c", textwrap.dedent(MARKS), NANOMARL],
+                           capture_output=True, text=True, timeout=60)
+    assert found.stdout.split("\n") == ["True", "malformed value", "True", ""], found
