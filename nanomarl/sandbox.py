@@ -75,8 +75,9 @@ program's), and a name the program does not define is a NameError, never a built
 the test's own variable. After a call, the program's process sends back the new contents of the
 argument containers, io buffers and Random generators it changed (the test sees mutation in place, a
 buffer read or written, a generator drawn from; also when the call raised), and a returned argument
-is the test's own object (`f(a) is a` holds; a container passed twice, f(a, a), is one object in the
-program's process too). One the program still holds after the request (in a global, an object, a
+is the test's own object (`f(a) is a` holds, for an argument's tuple of leaves too:
+sandbox_proxies.py:given; a container passed twice, f(a, a), is one object in the program's process
+too). One the program still holds after the request (in a global, an object, a
 generator), as one of its own it sends back and holds, stays the test's object across requests
 (sandbox_copies.py): whichever side ran last sends its changes when it hands over (each answer, each
 request, a callback's too), and either side sends it in a value as a mark the other reads as its own

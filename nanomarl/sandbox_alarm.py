@@ -13,7 +13,7 @@ from sandbox_values import Abort  # sandbox.py's BOOT
 # (mirrored, sent: the test process's hooks, sandbox_verdicts.py; none in the program's process)
 LINK = dict(seq=0, gone="has not started", buffer=bytearray(), failed="", args=[], released=[],
             kept={}, kept_ids={}, kept_tags={}, dormant={}, own=set(), mirrored=lambda numbered: {},
-            sent=lambda extra: None, drop=dict, waiting={})
+            sent=lambda extra: None, drop=dict, waiting={}, tuples=[])
 
 
 class TestTimeout(BaseException):  # not an Exception: `except Exception` does not swallow it

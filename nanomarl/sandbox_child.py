@@ -12,7 +12,7 @@ import _sitebuiltins, builtins, io, marshal, os, select, sys
 
 from sandbox_caught import catch, caught  # sandbox.py's BOOT
 from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, OWN_ITEMS, containers, contents, kept_entry,
-                            rebuilt_copy, referenced, rooms, share, snapshot, unchanged)
+                            referenced, rooms, share, snapshot, unchanged)
 from sandbox_errors import crossed, crossing
 from sandbox_lending import awake, lent_back, unheld, unlent
 from sandbox_layers import (capped_streams, confine, die_with_parent, drop_privileges,
@@ -21,7 +21,7 @@ from sandbox_link import (EXIT, LINK, OPS, BINARY, TestTimeout, abort, answer, a
                           refuse, compiled, deep, overdue, read_exactly, read_line, run, serve,
                           state_out, state_told, taken, tidings, with_pairs, write_all)
 from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, quiet_null, stand_in, took_on
-from sandbox_proxies import TestObject, program_answered, test_object
+from sandbox_proxies import TestObject, given, program_answered, rebuilt_copy, test_object
 from sandbox_bases import TAKE, applied, kind_of, named, programs, traits, value_base, valued
 from sandbox_remote import COPIES
 from sandbox_stdlib import UNKEPT_VIEW, member_named
@@ -221,20 +221,20 @@ def program_side(job, requests, answers):
         those it no longer reaches (none rests past an answer: unheld), whose news cannot be sent,
         or beyond KEPT_ITEMS or, the program's own returned, OWN_ITEMS (the highest first); JSON
         texts of pairs (they go out whatever the answer: sandbox_link.py:answer)."""
-        numbered, before = (), None
+        numbered, before, tuples = (), None, ()
         if calls and calls[-1][0] is extra:
-            _, numbered, before = calls.pop()
+            _, numbered, before, tuples = calls.pop()
         candidates = referenced(numbered)
         if not kept and not candidates and not before:
             dormant.clear()  # (an answer ends every rest, as unheld does below)
             return []
         marks = {id(c): '{"a":%d}' % k for k, c in enumerate(numbered)}
         pairs, texts = [], []
+        written = {**kept_tags, **given(tuples, extra), **marks} if before else None
         for k, c in enumerate(numbered if before else ()):
             if not unchanged(before[k], snapshot(c)):
                 try:
-                    texts.append("[%d,%s]" % (k, deep(dump, contents(c), refer,
-                                                      {**kept_tags, **marks})))
+                    texts.append("[%d,%s]" % (k, deep(dump, contents(c), refer, written)))
                 except Exception:  # (nested too deep: not written back, nor kept; refused)
                     refuse("a change the program made to an argument cannot be sent")
                     candidates = [j for j in candidates if j != k]
@@ -266,13 +266,14 @@ def program_side(job, requests, answers):
             pairs.append('["d",[%s]]' % ",".join(map(str, gone)))
         return pairs
 
-    def numbering(extra, numbered, before):
+    def numbering(extra, numbered, before, tuples=()):
         """A request's argument containers noted in calls: [extra, numbered, their snapshots
-        before the call, None once the answer's "w" has their changes]; a module attribute the
-        test set to one of them is that container (sandbox_patches.py:on_arguments)."""
+        before the call, None once the answer's "w" has their changes, its arguments' tuples
+        (alive till its answer is out: given)]; a module attribute the test set to one of them is
+        that container (sandbox_patches.py:on_arguments)."""
         if patches and patches[-1][0] is extra and "p" in patches[-1][1]:
             patches[-1][1]["p"] += on_arguments(extra["p"], numbered)
-        calls.append([extra, numbered, before])
+        calls.append([extra, numbered, before, tuples])
         return calls[-1]
 
     def register(numbered, candidates):
@@ -375,15 +376,17 @@ def program_side(job, requests, answers):
             if op == "apply":  # a copy, a Valued's operation (sandbox_bases.py:applied): a call's
                 value = applied(value, a.pop(0) if a else None)
             values, count, keys = a + list(b.values()), len(a), [str(k) for k in b]
+            tuples = []  # (those outside kept containers: the test's own where they come back)
             if type(extra.get("m")) is list:  # the test passed one container twice
                 values, numbered = deep(share, values, extra["m"])
+                deep(containers, values, [], None, tuples, kept_tags)  # (as share made them)
             else:
-                numbered = deep(containers, values, [])
+                numbered = deep(containers, values, [], None, tuples, kept_tags)
             a.clear()  # (the request's own lists: what holds an argument after the call is the
             b.clear()  # program's, and keeps it: kept_news)
-            call = numbering(extra, numbered, [snapshot(c) for c in numbered])
+            call = numbering(extra, numbered, [snapshot(c) for c in numbered], tuples)
             box = [value(*values[:count], **dict(zip(keys, values[count:])))]  # (its result)
-            aliases = dict(kept_tags)
+            aliases = {**kept_tags, **given(tuples, extra)}
             aliases.update({id(c): '{"a":%d}' % k for k, c in enumerate(numbered)})
             writes = refusing(lambda: ",".join(
                 "[%d,%s]" % (k, deep(dump, contents(c), refer, aliases))

@@ -8,7 +8,8 @@ buffers, Random generators and SimpleNamespace objects are numbered alike on bot
 (containers, shared, share); after the call the program's process sends the new state of those the
 call changed (snapshot, unchanged, contents) and the test process puts it into its own objects
 (refill). A test's object of one of these standard types, which hold no test code, is sent as a
-copy (copied, test side) and rebuilt in the program's process (rebuilt_copy):
+copy (copied, test side) and rebuilt in the program's process
+(sandbox_proxies.py:rebuilt_copy):
   a functools.partial: its function (sent as it would be alone: a test's function by reference, a
     builtin by name), arguments and keywords (values, walked for write-back);
   an io.StringIO or io.BytesIO: its value and position (closed: closed), written back;
@@ -43,8 +44,7 @@ sides, a cost that grows with what is kept (bench.py --parts sandbox), none for 
 from _operator import is_
 from sys import getrefcount, implementation
 
-from sandbox_patches import unpatched  # sandbox.py's BOOT
-from sandbox_stdlib import FINDS, found_again, intact, user_copy
+from sandbox_stdlib import found_again, intact  # sandbox.py's BOOT
 from sandbox_values import COLLECTIONS, dump
 
 BUFFERS = ("StringIO", "BytesIO")
@@ -115,20 +115,24 @@ def inside(value):
     return found
 
 
-def containers(values, out, sent=None):
+def containers(values, out, sent=None, tuples=None, kept=()):
     """The numbered objects in values, depth first: both processes number a call's arguments
     alike, for write-back and identity. sent: the ids of the objects the program keeps, where its
     process numbers its arguments to a test's callback: one of a copy_type it does not keep
-    crosses as a reference there, neither numbered nor walked."""
+    crosses as a reference there, neither numbered nor walked. tuples: a list the exact tuples
+    met go into, numbered alike too, but none inside one of kept (ids: the kept containers, which
+    cross as marks; sandbox_proxies.py:given)."""
     for value in values:
         kind = type(value)
         if kind in LEAVES or sent is not None and id(value) not in sent and copy_type(kind):
             continue
         if numbered(kind):
             out.append(value)
+        elif kind is tuple and tuples is not None:
+            tuples.append(value)
         inner = inside(value)
         if inner:
-            containers(inner, out, sent)
+            containers(inner, out, sent, None if id(value) in kept else tuples, kept)
     return out
 
 
@@ -458,43 +462,3 @@ def copied(value, refer):
                                   value.endpos, how], refer)
     return None
 
-
-def rebuilt_copy(tag, item, lent=()):
-    """The program's copy of a test's object (copied's JSON, decoded), or its lent object (lent:
-    the kept, their ids and tags and the calls borrowed takes); None if the tag is neither's or a
-    lent one is malformed; ValueError if a copy is malformed."""
-    if tag == "N" or tag == "A":
-        return borrowed(tag, item, *lent) if lent else None
-    if tag not in ("P", "B", "U", "p", "H", "j", "u"):
-        return None
-    kind = type(item)
-    if tag == "P" and kind is list and len(item) == 3 and callable(item[0]) and (
-            type(item[1]) is list and type(item[2]) is dict and all(
-                type(key) is str for key in item[2])):
-        return unpatched("functools", "partial")(item[0], *item[1], **item[2])
-    if tag == "U" and item is None:
-        return unpatched("random", "SystemRandom")()
-    if tag == "U" or tag == "j" and kind is dict or tag == "B" and kind is list and len(
-            item) == 3 and item[0] in ("s", "b"):  # (filled as a write-back fills one)
-        made = (unpatched("random", "Random")() if tag == "U" else NAMESPACE() if tag == "j"
-                else unpatched("io", "StringIO" if item[0] == "s" else "BytesIO")())
-        refill(made, item)
-        return made
-    if tag == "u" and kind is list and len(item) == 2 and item[0] in USER:
-        made = user_copy(unpatched("collections", item[0])())
-        refill(made, item[1])  # (a UserDict's a dict: filled as a write-back fills one)
-        return made
-    if tag == "p" and kind is list and len(item) == 3 and type(item[1]) is int and (
-            item[2] is None or item[2] in PATTERN_METHODS):
-        pattern = unpatched("re", "compile")(item[0], item[1])
-        return pattern if item[2] is None else getattr(pattern, item[2])
-    if tag == "H" and kind is list and len(item) == 6 and type(item[5]) is list and len(
-            item[5]) == 2 and item[5][0] in FINDS + ("finditer",) and type(item[5][1]) is int:
-        pattern = unpatched("re", "compile")(item[0], item[1])
-        how, n = item[5]
-        if how != "finditer":
-            return getattr(pattern, how)(item[2], item[3], item[4])
-        for k, found in enumerate(pattern.finditer(item[2], item[3], item[4])):
-            if k == n:
-                return found
-    raise ValueError("malformed value")

@@ -192,7 +192,8 @@ def talk(op, target, a, b, extra, caller):
     except TestTimeout:  # (its wait ended: its answer comes late, to overdue; not one it read)
         if LINK.get("heard") != seq:
             LINK["waiting"][seq] = (held(current_decimal, LINK["side"] == "test"),
-                                    LINK["args"][-1] if LINK["args"] else [])
+                                    LINK["args"][-1] if LINK["args"] else [],
+                                    LINK["tuples"][-1] if LINK["tuples"] else [])
         raise
     return LINK["answered"](message)
 
@@ -352,12 +353,15 @@ def overdue(message):
         LINK.get("late", taken)(message[-1], entry[1])
 
 
-def called():
-    """The argument containers the {"a": k} marks of the message being read name: a late
-    answer's (LINK["heard"] in LINK["waiting"]) those its call numbered, kept with its wait (the
-    call, popped since, is not the one out now); any other message's those of the call out now."""
+def called(key="args"):
+    """The argument containers the {"a": k} marks of the message being read name, or (key
+    "tuples") the tuples its {"g": k} marks name: a late answer's (LINK["heard"] in
+    LINK["waiting"]) those its call numbered, kept with its wait (the call, popped since, is not
+    the one out now); any other message's those of the call out now."""
     entry = LINK["waiting"].get(LINK.get("heard"))
-    return entry[1] if entry is not None else LINK["args"][-1] if LINK["args"] else []
+    if entry is not None:
+        return entry[1 if key == "args" else 2]
+    return LINK[key][-1] if LINK[key] else []
 
 
 def settle(seconds):
@@ -467,22 +471,28 @@ def gone(why):
 
 def ask(op, target, a=None, b=None, args=None):
     """A request whose `args` (a call's arguments, as it sends them) are numbered for the
-    answer's write-backs and identity (sandbox_copies.py), with this side's changes to the kept
-    containers (told) and, from the test process, what the program's process takes on for it once
-    they are numbered (sandbox_verdicts.py:mirrored)."""
+    answer's write-backs and identity (sandbox_copies.py; their tuples outside kept containers
+    too, LINK["tuples"], "t" how many: the answer's {"g": k}, sandbox_proxies.py:given), with this
+    side's changes to the kept containers (told) and, from the test process, what the program's
+    process takes on for it once they are numbered (sandbox_verdicts.py:mirrored)."""
     with TALKING:
         sent = LINK["kept_ids"] if LINK["side"] == "program" else None  # (kept: sent as marks)
+        tuples = []
         try:
-            numbered = deep(containers, args, [], sent) if args else []
+            numbered = deep(containers, args, [], sent, tuples, LINK["kept_tags"]) if args else []
         except Exception as e:  # a cyclic argument (a test's fails the test)
             raise (unsendable(e) if LINK["side"] == "test" else e) from None
         extra = LINK["mirrored"](numbered)
         extra["#"] = len(numbered)  # (how many it numbered: sandbox_lending.py:handed checks)
         if len(numbered) > 1 and (same := shared(numbered)):
             extra["m"] = same
+        if tuples:
+            extra["t"] = len(tuples)
         LINK["args"].append(numbered)
+        LINK["tuples"].append(tuples)
         try:
             return request(op, target, a, b, extra)
         finally:
             LINK["args"].pop()
+            LINK["tuples"].pop()
 

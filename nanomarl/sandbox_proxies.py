@@ -10,12 +10,17 @@ the subclass a __call__: callable(x) is as in one process) and its dataclass fie
 the test process tells nothing of the class ({"x": n}), the subclass is named TestObject and
 callable, or made from the program's class of the name the context declares. A proxy holds no
 code of the test's, and the test process serves only the handles it gave; its answers to the
-program's requests come back through program_answered."""
+program's requests come back through program_answered. A test's object that crosses as a copy
+(sandbox_copies.py:copied) is rebuilt there (rebuilt_copy). A tuple of a call's arguments that
+the call sends back is the test's own (given)."""
 import sys
 
+from sandbox_copies import (LEAVES, NAMESPACE, PATTERN_METHODS, USER, borrowed,
+                            refill)  # sandbox.py's BOOT
 from sandbox_link import (BUILTINS, COMPARISONS, LINK, OPERATORS, TestTimeout, ask, request,
-                          taken)  # sandbox.py's BOOT
-from sandbox_patches import IMPORT
+                          taken)
+from sandbox_patches import IMPORT, unpatched
+from sandbox_stdlib import FINDS, user_copy
 from sandbox_values import dump, raised
 
 
@@ -186,3 +191,64 @@ def program_answered(message):
     if status == "e" and (error := raised(payload)) is not None:
         raise error
     raise TestTimeout()
+
+
+def given(tuples, extra):
+    """Marks (sandbox_values.py:dump's aliases) of a call's arguments' tuples that are the
+    test's own objects, for its answer's value and write-backs: the k-th of tuples (their walk,
+    outside kept containers: sandbox_copies.py:containers; alive while the marks are used) is
+    {"g": k} where it holds immutable leaves alone (numbers, strings, bytes, None, tuples of
+    them: the test's equal tuple can hold nothing the program changed), and only where the test
+    process numbered as many (extra's "t"; a subclass that crossed as its base can make them
+    differ: then none is marked). A tuple the program built is another object: a copy."""
+    if not tuples or len(tuples) != extra.get("t"):
+        return {}
+    leaf, found = {}, {}
+    for k in reversed(range(len(tuples))):  # (inner ones first: the walk met them after)
+        value = tuples[k]
+        leaf[id(value)] = all([type(item) in LEAVES or type(item) is tuple and leaf.get(
+            id(item), False) for item in value])
+        if leaf[id(value)]:
+            found[id(value)] = '{"g":%d}' % k
+    return found
+
+
+def rebuilt_copy(tag, item, lent=()):
+    """The program's copy of a test's object (copied's JSON, decoded), or its lent object (lent:
+    the kept, their ids and tags and the calls borrowed takes); None if the tag is neither's or a
+    lent one is malformed; ValueError if a copy is malformed."""
+    if tag == "N" or tag == "A":
+        return borrowed(tag, item, *lent) if lent else None
+    if tag not in ("P", "B", "U", "p", "H", "j", "u"):
+        return None
+    kind = type(item)
+    if tag == "P" and kind is list and len(item) == 3 and callable(item[0]) and (
+            type(item[1]) is list and type(item[2]) is dict and all(
+                type(key) is str for key in item[2])):
+        return unpatched("functools", "partial")(item[0], *item[1], **item[2])
+    if tag == "U" and item is None:
+        return unpatched("random", "SystemRandom")()
+    if tag == "U" or tag == "j" and kind is dict or tag == "B" and kind is list and len(
+            item) == 3 and item[0] in ("s", "b"):  # (filled as a write-back fills one)
+        made = (unpatched("random", "Random")() if tag == "U" else NAMESPACE() if tag == "j"
+                else unpatched("io", "StringIO" if item[0] == "s" else "BytesIO")())
+        refill(made, item)
+        return made
+    if tag == "u" and kind is list and len(item) == 2 and item[0] in USER:
+        made = user_copy(unpatched("collections", item[0])())
+        refill(made, item[1])  # (a UserDict's a dict: filled as a write-back fills one)
+        return made
+    if tag == "p" and kind is list and len(item) == 3 and type(item[1]) is int and (
+            item[2] is None or item[2] in PATTERN_METHODS):
+        pattern = unpatched("re", "compile")(item[0], item[1])
+        return pattern if item[2] is None else getattr(pattern, item[2])
+    if tag == "H" and kind is list and len(item) == 6 and type(item[5]) is list and len(
+            item[5]) == 2 and item[5][0] in FINDS + ("finditer",) and type(item[5][1]) is int:
+        pattern = unpatched("re", "compile")(item[0], item[1])
+        how, n = item[5]
+        if how != "finditer":
+            return getattr(pattern, how)(item[2], item[3], item[4])
+        for k, found in enumerate(pattern.finditer(item[2], item[3], item[4])):
+            if k == n:
+                return found
+    raise ValueError("malformed value")

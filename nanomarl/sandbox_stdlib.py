@@ -242,7 +242,7 @@ USER_COPIES = {}  # {id: (a weak reference, its data, its class)} of user_copy's
 
 def user_copy(made):
     """made, a UserList or UserDict rebuilt in the program's process as a test's object's copy
-    (sandbox_copies.py:rebuilt_copy), noted with the list or dict it holds as its data (intact)
+    (sandbox_proxies.py:rebuilt_copy), noted with the list or dict it holds as its data (intact)
     while it lives."""
     key = id(made)
     USER_COPIES[key] = (ref(made, lambda _: USER_COPIES.pop(key, None)), made.data, type(made))

@@ -216,6 +216,8 @@ def test_resolve(tag, item):
         return LINK["mine"][item]
     if tag == "a" and type(item) is int and 0 <= item < len(numbered := called()):
         return numbered[item]  # (of the call it answers: a late answer's too)
+    if tag == "g" and type(item) is int and 0 <= item < len(found := called("tuples")):
+        return found[item]  # (a tuple of its arguments': sandbox_proxies.py:given)
     if tag == "k" and type(item) is int and item in LINK["kept"]:
         return LINK["kept"][item]["object"]
     if tag == "N" and (found := received(item, LINK)) is not None:  # (a program's, kept now)

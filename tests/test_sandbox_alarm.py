@@ -318,3 +318,68 @@ def test_a_late_answers_marks_name_its_own_calls_arguments_only():
     found = subprocess.run([sys.executable, "-c", textwrap.dedent(MARKS), NANOMARL],
                            capture_output=True, text=True, timeout=60)
     assert found.stdout.split("\n") == ["True", "malformed value", "True", ""], found
+
+
+TUPLE_WALKS = """\
+    def note(rows, t):
+        rows.append(t)  # (an argument's tuple put inside an argument container)
+        while True:  # (its own alarm ends it)
+            pass
+    def visit(seen, start):
+        seen.add(start)  # (a set's item)
+        while True:
+            pass
+    def mark(dist, start):
+        dist[start] = 0  # (a dict's key)
+        while True:
+            pass
+    def ok():
+        return 1
+    """
+
+
+@pytest.mark.parametrize("first, after", [
+    ("rows = []\nnote(rows, (0, 0))", "assert rows == [(0, 0)]"),
+    ("seen = set()\nvisit(seen, (0, 0))", "assert seen == {(0, 0)}"),
+    ("dist = {}\nmark(dist, (0, 0))", "assert dist == {(0, 0): 0}"),
+], ids=["list", "set", "dict"])
+def test_a_late_answer_putting_a_tuple_argument_inside_another_is_taken(first, after):
+    """The call puts its argument's tuple inside an argument container, then times out: its late
+    answer's write-back marks that tuple {"g": k}, the k-th tuple of the call it answers (kept
+    with its wait): plain Python's next tests run, and see the change."""
+    tests = [first, "assert ok() == 1", after, "assert ok() == 1"]
+    expected = plain_timed(TUPLE_WALKS, tests)
+    assert expected == [False, True, True, True]
+    result = run(TUPLE_WALKS, tests, max_timeouts=4)
+    assert result["passed"] == expected, result["errors"]
+    assert result["errors"][0].startswith("Timeout"), result["errors"]
+
+
+TUPLE_MARKS = """\
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    import sandbox_link as link, sandbox_verdicts as verdicts
+    from sandbox_values import Decoder
+    late, now = (1, 2), (3,)  # (the timed-out call's tuple, the current call's)
+    link.LINK.update(side="test", decode=Decoder(verdicts.test_resolve), args=[[]],
+                     tuples=[[now]], waiting={3: (None, [], [late])}, made=({}, {}))
+    def read(line):
+        try:
+            return link.unpacked(line, bytearray(line + b"\\n"))
+        except ValueError as e:
+            return str(e)
+    print(read(b'[3,"a","t",null,{"d":[["w",[[0,[{"g":0}]]]]]}]')[-1]["w"][0][1][0] is late)
+    print(read(b'[3,"a","t",null,{"d":[["w",[[0,[{"g":1}]]]]]}]'))
+    print(read(b'[5,"a","v",{"g":0},{"d":[]}]')[3] is now)
+    print(read(b'[5,"a","v",{"g":1},{"d":[]}]'))
+    """
+
+
+def test_a_late_answers_tuple_marks_name_its_own_calls_tuples_only():
+    """A late answer's {"g": k} is the k-th tuple of the call it answers (kept with its wait); a
+    k past them is malformed, never the current call's tuple (which an answer to that call
+    names; a k past its tuples is malformed too)."""
+    found = subprocess.run([sys.executable, "-c", textwrap.dedent(TUPLE_MARKS), NANOMARL],
+                           capture_output=True, text=True, timeout=60)
+    assert found.stdout.split("\n") == ["True", "malformed value", "True", "malformed value",
+                                        ""], found

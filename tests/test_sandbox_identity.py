@@ -3,8 +3,10 @@ test process (an Enum's member is one), an int Flag's member holds another of it
 object whose class derives from a class the context declares is an instance of it for isinstance,
 issubclass of program classes (never through a metaclass's __bases__) and inspect.signature of a
 program's callable are plain Python's, a NamedTuple of the program's with methods of its own keeps
-them and its value follows the lists it holds, and a test's weak reference to a program object
-keeps it alive for the rest of the run (nanomarl/sandbox_remote.py, nanomarl/sandbox_bases.py).
+them and its value follows the lists it holds, a test's weak reference to a program object keeps
+it alive for the rest of the run, and a tuple of leaves the test passes comes back from that call
+as the test's own object (nanomarl/sandbox_remote.py, nanomarl/sandbox_bases.py,
+nanomarl/sandbox_proxies.py:given).
 Each case is compared with plain Python; beside each, a wrong program shows the allowance credits
 no object whose own code could answer for it."""
 from textwrap import dedent
@@ -367,3 +369,108 @@ def test_a_namedtuple_whose_fields_are_named_as_methods_is_its_value():
     assert plain(program, tests) == [True, True, True, True, False]
     result = run(program, tests)
     assert result["passed"] == [True, True, True, True, False], result["errors"]
+
+
+TUPLES = dedent("""\
+    def same(t):
+        return t
+    def first(rows):
+        return rows[0]
+    def pair(t):
+        return t, t
+    def keyed(*, key):
+        return key
+    def looked_up(d):
+        return d["k"]
+    def inner(t):
+        return t[0]
+    def sliced(t):
+        return t[:], tuple(t), t + ()
+    def rebuilt(t):
+        return tuple(list(t))
+    def unpacked(t):
+        return (*t,)
+    def push(rows, t):
+        rows.append(t)
+    def swap(rows):
+        rows.reverse()
+    def add_then_raise(seen, t):
+        seen.add(t)
+        raise ValueError(t)
+    def outer(t, cb):
+        return t, cb()
+    """)
+
+
+def test_a_tuple_the_test_passes_comes_back_as_the_tests_object():
+    """A tuple of leaves (numbers, strings, bytes, None, tuples of them) among a call's arguments
+    (an argument, a keyword, inside a list, a dict or another tuple) that the call returns,
+    returns inside a new tuple, or puts into an argument container (also where it then raises)
+    is the test's own object, as in one process, however often it comes back and where CPython
+    hands back the same tuple (t[:], tuple(t), t + ()); one the program builds anew with equal
+    items ((*t,), tuple(list(t))) is a new object, as in one process. A nested call's tuple is
+    its own call's (the outer call's answer names the outer call's)."""
+    tests = ["t = (1, 'a', None, 2.5, b'x', True)\nassert same(t) is t",
+             "t = (1, 2)\nassert first([t]) is t and first([[t]])[0] is t",
+             "t = (1, 2)\nassert same(t) is same(t)",
+             "t = (3,)\nr = pair(t)\nassert r[0] is t and r[1] is t and r is not t",
+             "t = (4, 5)\nassert keyed(key=t) is t and looked_up({'k': t}) is t",
+             "t = ((1,), (2, 'x'))\nassert inner(t) is t[0] and same(t) is t",
+             "t = (6, 7)\nassert all(x is t for x in sliced(t))",
+             "t = (8, 9)\nassert rebuilt(t) is t",
+             "t = (8, 9)\nassert unpacked(t) is t",
+             "t = (8, 9)\nassert rebuilt(t) == t and unpacked(t) == t",
+             "rows, t = [], (1, 2)\npush(rows, t)\nassert rows[0] is t",
+             "a, b = (1,), (2,)\nrows = [a, b]\nswap(rows)\nassert rows[0] is b and rows[1] is a",
+             "seen, t = set(), (1, 2)\ntry:\n    add_then_raise(seen, t)\nexcept ValueError:\n"
+             "    pass\nassert next(iter(seen)) is t",
+             "a, b = (1,), (2,)\nr = outer(a, lambda: same(b))\nassert r[0] is a and r[1] == b"]
+    expected = [True] * 7 + [False, False] + [True] * 5
+    assert plain(TUPLES, tests) == expected
+    result = run(TUPLES, tests)
+    assert result["passed"] == expected, result["errors"]
+
+
+KEPT_TUPLES = dedent("""\
+    def same(t):
+        return t
+    def first(rows):
+        return rows[0]
+    def remember(rows):
+        global ROWS
+        ROWS = rows
+    def recall():
+        return ROWS[0]
+    def hold(t):
+        global HELD
+        HELD = t
+    def held():
+        return HELD
+    def pick(s, t):
+        return s[0]
+    """)
+
+
+def test_gap_a_tuple_comes_back_as_the_tests_object_only_from_its_own_call_holding_leaves():
+    """A tuple that holds a list, one inside a container the program keeps (the test's list
+    passed again, or read back in a later call), one the program holds past its call (a global),
+    and any tuple of a call whose arguments hold a subclass of list the context declares (it
+    crosses as a plain list, numbered otherwise on each side) come back as copies: equal, their
+    lists the test's own, but not the test's tuple (plain Python: the test's); a wrong program
+    that returns another argument's tuple is not credited with the tuple it should have
+    returned."""
+    tests = ["t = ([1], 2)\nassert same(t) is t",
+             "t = ([1], 2)\nr = same(t)\nassert r == t and r[0] is t[0]",
+             "rows = [(1, 2)]\nremember(rows)\nassert recall() is rows[0]",
+             "assert first(rows) is rows[0]",
+             "assert recall() == first(rows) == (1, 2)",
+             "t = (7, 8)\nhold(t)\nassert held() is t",
+             "assert held() == t",
+             "t = (3, 4)\nassert same(Stack([(1, 2)])) == [(1, 2)] and pick(Stack([(1, 2)]), t) "
+             "== (1, 2)",
+             "t = (3, 4)\nassert pick(Stack([t]), (1, 2)) is t"]
+    context = "class Stack(list):\n    pass\n"
+    assert plain(context + KEPT_TUPLES, tests) == [True] * 9
+    result = run(KEPT_TUPLES, tests, context=context)
+    expected = [False, True, False, False, True, False, True, True, False]
+    assert result["passed"] == expected, result["errors"]
