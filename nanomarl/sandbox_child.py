@@ -224,20 +224,22 @@ def program_side(job, requests, answers):
         numbered, before, tuples = (), None, ()
         if calls and calls[-1][0] is extra:
             _, numbered, before, tuples = calls.pop()
-        candidates = referenced(numbered)
+        marks = {id(c): '{"a":%d}' % k for k, c in enumerate(numbered)}
+        pairs, texts, unsent = [], [], set()
+        written = {**kept_tags, **given(tuples, extra), **marks} if before else None
+        for k in range(len(numbered) if before else 0):  # (its tuples alive meanwhile: given)
+            if not unchanged(before[k], snapshot(numbered[k])):
+                try:
+                    texts.append("[%d,%s]" % (k, deep(dump, contents(numbered[k]), refer, written)))
+                except Exception:  # (nested too deep: not written back, nor kept; refused)
+                    refuse("a change the program made to an argument cannot be sent")
+                    unsent.add(k)
+        if tuples:  # (let go first: a list inside one is referenced by the program alone)
+            tuples.clear()
+        candidates = [k for k in referenced(numbered) if k not in unsent]
         if not kept and not candidates and not before:
             dormant.clear()  # (an answer ends every rest, as unheld does below)
             return []
-        marks = {id(c): '{"a":%d}' % k for k, c in enumerate(numbered)}
-        pairs, texts = [], []
-        written = {**kept_tags, **given(tuples, extra), **marks} if before else None
-        for k, c in enumerate(numbered if before else ()):
-            if not unchanged(before[k], snapshot(c)):
-                try:
-                    texts.append("[%d,%s]" % (k, deep(dump, contents(c), refer, written)))
-                except Exception:  # (nested too deep: not written back, nor kept; refused)
-                    refuse("a change the program made to an argument cannot be sent")
-                    candidates = [j for j in candidates if j != k]
         if texts:
             pairs.append('["w",[%s]]' % ",".join(texts))
         if before:
@@ -393,6 +395,7 @@ def program_side(job, requests, answers):
                 for k, c in enumerate(numbered) if not unchanged(call[2][k], snapshot(c))))
             text = sent(box, False, aliases)
             call[2] = None
+            call[3].clear()  # (its tuples: their marks are out; none is a reference now: kept_news)
             return text, writes
         raise TypeError("no such operation: " + str(op)[:20])
 

@@ -199,8 +199,9 @@ def given(tuples, extra):
     outside kept containers: sandbox_copies.py:containers; alive while the marks are used) is
     {"g": k} where it holds immutable leaves alone (numbers, strings, bytes, None, tuples of
     them: the test's equal tuple can hold nothing the program changed), and only where the test
-    process numbered as many (extra's "t"; a subclass that crossed as its base can make them
-    differ: then none is marked). A tuple the program built is another object: a copy."""
+    process numbered as many (extra's "t": both walks meet the same tuples, a test's subclass of
+    list or tuple crossing as a reference that neither walks; a check that marks none where they
+    differ). A tuple the program built is another object: a copy."""
     if not tuples or len(tuples) != extra.get("t"):
         return {}
     leaf, found = {}, {}

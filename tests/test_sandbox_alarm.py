@@ -339,14 +339,15 @@ TUPLE_WALKS = """\
 
 
 @pytest.mark.parametrize("first, after", [
-    ("rows = []\nnote(rows, (0, 0))", "assert rows == [(0, 0)]"),
-    ("seen = set()\nvisit(seen, (0, 0))", "assert seen == {(0, 0)}"),
-    ("dist = {}\nmark(dist, (0, 0))", "assert dist == {(0, 0): 0}"),
+    ("t, rows = (0, 0), []\nnote(rows, t)", "assert rows == [(0, 0)] and rows[0] is t"),
+    ("t, seen = (0, 0), set()\nvisit(seen, t)", "assert seen == {t} and next(iter(seen)) is t"),
+    ("t, dist = (0, 0), {}\nmark(dist, t)", "assert dist == {t: 0} and next(iter(dist)) is t"),
 ], ids=["list", "set", "dict"])
 def test_a_late_answer_putting_a_tuple_argument_inside_another_is_taken(first, after):
     """The call puts its argument's tuple inside an argument container, then times out: its late
     answer's write-back marks that tuple {"g": k}, the k-th tuple of the call it answers (kept
-    with its wait): plain Python's next tests run, and see the change."""
+    with its wait): plain Python's next tests run, and see the change, the test's own tuple
+    there."""
     tests = [first, "assert ok() == 1", after, "assert ok() == 1"]
     expected = plain_timed(TUPLE_WALKS, tests)
     assert expected == [False, True, True, True]
@@ -383,3 +384,23 @@ def test_a_late_answers_tuple_marks_name_its_own_calls_tuples_only():
                            capture_output=True, text=True, timeout=60)
     assert found.stdout.split("\n") == ["True", "malformed value", "True", "malformed value",
                                         ""], found
+
+
+GIVEN = """\
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    from sandbox_proxies import given
+    outer, mixed = ((3,), "a"), ([1], 2)
+    tuples = [outer, outer[0], mixed]  # (as the walk meets them: an outer tuple, then its own)
+    print(given(tuples, {"t": 3}) == {id(outer): '{"g":0}', id(outer[0]): '{"g":1}'})
+    print(given(tuples, {"t": 4}), given(tuples, {"t": 2}), given(tuples, {}), given([], {}))
+    """
+
+
+def test_a_calls_tuples_are_marked_only_where_both_sides_counted_as_many():
+    """given marks a call's tuples of leaves ({"g": k}; none for a tuple that holds a list) where
+    the test process counted as many tuples as the program's process met (its "t"), and none
+    where the counts differ or the test told none (a check: both walks meet the same tuples)."""
+    found = subprocess.run([sys.executable, "-c", textwrap.dedent(GIVEN), NANOMARL],
+                           capture_output=True, text=True, timeout=60)
+    assert found.stdout.split("\n") == ["True", "{} {} {} {}", ""], found

@@ -431,6 +431,24 @@ def test_a_tuple_the_test_passes_comes_back_as_the_tests_object():
     assert result["passed"] == expected, result["errors"]
 
 
+def test_a_list_inside_an_argument_tuple_is_not_kept_for_that_tuple():
+    """A list inside a tuple among a call's arguments (f((L,))) is no more held by the program
+    after the call than in plain Python (the call's tuples are let go once its answer is out):
+    passed again later, it is walked as the test's list, and the tuple of leaves inside it comes
+    back as the test's own object."""
+    program = dedent("""\
+    def f(x):
+        pass
+    def g(L):
+        return L[0]
+    """)
+    tests = ["t = (1, 2)\nL = [t]\nf((L,))\nassert g(L) is t",
+             "t = (1, 2)\nL = [t]\nf(x=((L,), 3))\nassert g(L) is t and g(L) is t"]
+    assert plain(program, tests) == [True, True]
+    result = run(program, tests)
+    assert result["passed"] == [True, True], result["errors"]
+
+
 KEPT_TUPLES = dedent("""\
     def same(t):
         return t
@@ -454,11 +472,11 @@ KEPT_TUPLES = dedent("""\
 def test_gap_a_tuple_comes_back_as_the_tests_object_only_from_its_own_call_holding_leaves():
     """A tuple that holds a list, one inside a container the program keeps (the test's list
     passed again, or read back in a later call), one the program holds past its call (a global),
-    and any tuple of a call whose arguments hold a subclass of list the context declares (it
-    crosses as a plain list, numbered otherwise on each side) come back as copies: equal, their
-    lists the test's own, but not the test's tuple (plain Python: the test's); a wrong program
-    that returns another argument's tuple is not credited with the tuple it should have
-    returned."""
+    and one the program reads through a test's object (an item of a subclass of list the context
+    declares, which crosses as a reference that neither side walks) come back as copies: equal,
+    their lists the test's own, but not the test's tuple (plain Python: the test's); a tuple
+    beside such a subclass among the arguments is the test's own; a wrong program that returns
+    another argument's tuple is not credited with the tuple it should have returned."""
     tests = ["t = ([1], 2)\nassert same(t) is t",
              "t = ([1], 2)\nr = same(t)\nassert r == t and r[0] is t[0]",
              "rows = [(1, 2)]\nremember(rows)\nassert recall() is rows[0]",
@@ -468,9 +486,10 @@ def test_gap_a_tuple_comes_back_as_the_tests_object_only_from_its_own_call_holdi
              "assert held() == t",
              "t = (3, 4)\nassert same(Stack([(1, 2)])) == [(1, 2)] and pick(Stack([(1, 2)]), t) "
              "== (1, 2)",
-             "t = (3, 4)\nassert pick(Stack([t]), (1, 2)) is t"]
+             "t = (3, 4)\nassert pick(Stack([t]), (1, 2)) is t",
+             "t = (3, 4)\nassert same((Stack([1]), t))[1] is t"]
     context = "class Stack(list):\n    pass\n"
-    assert plain(context + KEPT_TUPLES, tests) == [True] * 9
+    assert plain(context + KEPT_TUPLES, tests) == [True] * 10
     result = run(KEPT_TUPLES, tests, context=context)
-    expected = [False, True, False, False, True, False, True, True, False]
+    expected = [False, True, False, False, True, False, True, True, False, True]
     assert result["passed"] == expected, result["errors"]
