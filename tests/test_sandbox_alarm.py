@@ -272,54 +272,6 @@ WALKS = """\
     """
 
 
-@pytest.mark.parametrize("first, after", [
-    ("path = []\nwalk(path, [0, 0])", "assert path == [[0, 0]]"),
-    ("path, start = [], [0, 0]\nwalk(path, start)", "assert path[0] is start"),
-    ("seen, start = [], [0, 0]\nwalk(seen, start)", "start.append(1)\nassert seen == [[0, 0, 1]]"),
-    ("seen, graph = [], {'start': [0, 0]}\nvisit(seen, graph)", "assert seen[0] is graph['start']"),
-    ("dist, start = {}, [0, 0]\nmark(dist, start)", "assert dist['from'] is start"),
-], ids=["list", "identity", "seen", "nested", "dict"])
-def test_a_late_answer_putting_an_argument_inside_another_is_taken(first, after):
-    """The call puts one of its argument containers inside another, then times out: its late
-    answer's write-back marks that container {"a": k}, the k-th argument of the call it answers
-    (not of whatever call is out when it arrives, none here): plain Python's next tests run, and
-    see the change."""
-    tests = [first, "assert ok() == 1", after, "assert ok() == 1"]
-    expected = plain_timed(WALKS, tests)
-    assert expected == [False, True, True, True]
-    result = run(WALKS, tests, max_timeouts=4)
-    assert result["passed"] == expected, result["errors"]
-    assert result["errors"][0].startswith("Timeout"), result["errors"]
-
-
-MARKS = """\
-    import sys
-    sys.path.insert(0, sys.argv[1])
-    import sandbox_link as link, sandbox_verdicts as verdicts
-    from sandbox_values import Decoder
-    late, now = [[0, 0], [1]], [["now"]]  # (the timed-out call's arguments, the current call's)
-    link.LINK.update(side="test", decode=Decoder(verdicts.test_resolve), args=[now],
-                     waiting={3: (None, late)}, made=({}, {}))
-    def read(line):
-        try:
-            return link.unpacked(line, bytearray(line + b"\\n"))
-        except ValueError as e:
-            return str(e)
-    print(read(b'[3,"a","t",null,{"d":[["w",[[0,[{"a":1}]]]]]}]')[-1]["w"][0][1][0] is late[1])
-    print(read(b'[3,"a","t",null,{"d":[["w",[[0,[{"a":2}]]]]]}]'))
-    print(read(b'[5,"a","v",{"a":0},{"d":[]}]')[3] is now[0])
-    """
-
-
-def test_a_late_answers_marks_name_its_own_calls_arguments_only():
-    """A late answer's {"a": k} is the k-th argument container of the call it answers (kept with
-    its wait); a k past them is malformed, never the current call's argument (which an answer to
-    that call names)."""
-    found = subprocess.run([sys.executable, "-c", textwrap.dedent(MARKS), NANOMARL],
-                           capture_output=True, text=True, timeout=60)
-    assert found.stdout.split("\n") == ["True", "malformed value", "True", ""], found
-
-
 TUPLE_WALKS = """\
     def note(rows, t):
         rows.append(t)  # (an argument's tuple put inside an argument container)
@@ -338,52 +290,68 @@ TUPLE_WALKS = """\
     """
 
 
-@pytest.mark.parametrize("first, after", [
-    ("t, rows = (0, 0), []\nnote(rows, t)", "assert rows == [(0, 0)] and rows[0] is t"),
-    ("t, seen = (0, 0), set()\nvisit(seen, t)", "assert seen == {t} and next(iter(seen)) is t"),
-    ("t, dist = (0, 0), {}\nmark(dist, t)", "assert dist == {t: 0} and next(iter(dist)) is t"),
-], ids=["list", "set", "dict"])
-def test_a_late_answer_putting_a_tuple_argument_inside_another_is_taken(first, after):
-    """The call puts its argument's tuple inside an argument container, then times out: its late
-    answer's write-back marks that tuple {"g": k}, the k-th tuple of the call it answers (kept
-    with its wait): plain Python's next tests run, and see the change, the test's own tuple
-    there."""
+@pytest.mark.parametrize("program, first, after", [
+    (WALKS, "path = []\nwalk(path, [0, 0])", "assert path == [[0, 0]]"),
+    (WALKS, "path, start = [], [0, 0]\nwalk(path, start)", "assert path[0] is start"),
+    (WALKS, "seen, start = [], [0, 0]\nwalk(seen, start)",
+     "start.append(1)\nassert seen == [[0, 0, 1]]"),
+    (WALKS, "seen, graph = [], {'start': [0, 0]}\nvisit(seen, graph)",
+     "assert seen[0] is graph['start']"),
+    (WALKS, "dist, start = {}, [0, 0]\nmark(dist, start)", "assert dist['from'] is start"),
+    (TUPLE_WALKS, "t, rows = (0, 0), []\nnote(rows, t)",
+     "assert rows == [(0, 0)] and rows[0] is t"),
+    (TUPLE_WALKS, "t, seen = (0, 0), set()\nvisit(seen, t)",
+     "assert seen == {t} and next(iter(seen)) is t"),
+    (TUPLE_WALKS, "t, dist = (0, 0), {}\nmark(dist, t)",
+     "assert dist == {t: 0} and next(iter(dist)) is t"),
+], ids=["list", "identity", "seen", "nested", "dict", "tuple-list", "tuple-set", "tuple-dict"])
+def test_a_late_answer_putting_an_argument_inside_another_is_taken(program, first, after):
+    """The call puts one of its argument containers, or its argument's tuple, inside another, then
+    times out: its late answer's write-back marks it {"a": k} or {"g": k}, the k-th argument
+    container or tuple of the call it answers (kept with its wait; not of whatever call is out when
+    it arrives, none here): plain Python's next tests run, and see the change, the test's own
+    object there."""
     tests = [first, "assert ok() == 1", after, "assert ok() == 1"]
-    expected = plain_timed(TUPLE_WALKS, tests)
+    expected = plain_timed(program, tests)
     assert expected == [False, True, True, True]
-    result = run(TUPLE_WALKS, tests, max_timeouts=4)
+    result = run(program, tests, max_timeouts=4)
     assert result["passed"] == expected, result["errors"]
     assert result["errors"][0].startswith("Timeout"), result["errors"]
 
 
-TUPLE_MARKS = """\
+MARKS = """\
     import sys
     sys.path.insert(0, sys.argv[1])
     import sandbox_link as link, sandbox_verdicts as verdicts
     from sandbox_values import Decoder
-    late, now = (1, 2), (3,)  # (the timed-out call's tuple, the current call's)
-    link.LINK.update(side="test", decode=Decoder(verdicts.test_resolve), args=[[]],
-                     tuples=[[now]], waiting={3: (None, [], [late])}, made=({}, {}))
+    late, now = [[0, 0], [1]], [["now"]]  # (the timed-out call's arguments, the current call's)
+    late_tuple, now_tuple = (1, 2), (3,)  # (their tuples)
+    link.LINK.update(side="test", decode=Decoder(verdicts.test_resolve), args=[now],
+                     tuples=[[now_tuple]], waiting={3: (None, late, [late_tuple])},
+                     made=({}, {}))
     def read(line):
         try:
             return link.unpacked(line, bytearray(line + b"\\n"))
         except ValueError as e:
             return str(e)
-    print(read(b'[3,"a","t",null,{"d":[["w",[[0,[{"g":0}]]]]]}]')[-1]["w"][0][1][0] is late)
+    print(read(b'[3,"a","t",null,{"d":[["w",[[0,[{"a":1}]]]]]}]')[-1]["w"][0][1][0] is late[1])
+    print(read(b'[3,"a","t",null,{"d":[["w",[[0,[{"a":2}]]]]]}]'))
+    print(read(b'[5,"a","v",{"a":0},{"d":[]}]')[3] is now[0])
+    print(read(b'[3,"a","t",null,{"d":[["w",[[0,[{"g":0}]]]]]}]')[-1]["w"][0][1][0] is late_tuple)
     print(read(b'[3,"a","t",null,{"d":[["w",[[0,[{"g":1}]]]]]}]'))
-    print(read(b'[5,"a","v",{"g":0},{"d":[]}]')[3] is now)
+    print(read(b'[5,"a","v",{"g":0},{"d":[]}]')[3] is now_tuple)
     print(read(b'[5,"a","v",{"g":1},{"d":[]}]'))
     """
 
 
-def test_a_late_answers_tuple_marks_name_its_own_calls_tuples_only():
-    """A late answer's {"g": k} is the k-th tuple of the call it answers (kept with its wait); a
-    k past them is malformed, never the current call's tuple (which an answer to that call
-    names; a k past its tuples is malformed too)."""
-    found = subprocess.run([sys.executable, "-c", textwrap.dedent(TUPLE_MARKS), NANOMARL],
+def test_a_late_answers_marks_name_its_own_calls_arguments_only():
+    """A late answer's {"a": k} and {"g": k} are the k-th argument container and tuple of the
+    call it answers (kept with its wait); a k past them is malformed, never the current call's
+    (which an answer to that call names; a k past its own is malformed too)."""
+    found = subprocess.run([sys.executable, "-c", textwrap.dedent(MARKS), NANOMARL],
                            capture_output=True, text=True, timeout=60)
-    assert found.stdout.split("\n") == ["True", "malformed value", "True", "malformed value",
-                                        ""], found
+    assert found.stdout.split("\n") == ["True", "malformed value", "True", "True",
+                                        "malformed value", "True", "malformed value", ""], found
 
 
 GIVEN = """\
