@@ -18,7 +18,7 @@ from sandbox_lending import awake, lent_back, unheld, unlent
 from sandbox_layers import (capped_streams, confine, die_with_parent, drop_privileges,
                             fork_program, guard_threads, isolate)  # sandbox.py's BOOT
 from sandbox_link import (EXIT, LINK, OPS, BINARY, TestTimeout, abort, answer, arrived, attempt,
-                          refuse, compiled, deep, overdue, read_exactly, read_line, run, serve,
+                          called, refuse, compiled, deep, overdue, read_exactly, read_line, run, serve,
                           state_out, state_told, taken, tidings, with_pairs, write_all)
 from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, quiet_null, stand_in, took_on
 from sandbox_proxies import TestObject, given, program_answered, rebuilt_copy, test_object
@@ -60,8 +60,8 @@ def program_side(job, requests, answers):
     def resolve(tag, item):
         if tag == "r" and type(item) is int and item in refs:
             return refs[item]
-        if tag == "a" and type(item) is int and LINK["args"] and 0 <= item < len(LINK["args"][-1]):
-            return LINK["args"][-1][item]  # (the k-th container of its call to a test's callback)
+        if tag == "a" and type(item) is int and 0 <= item < len(numbered := called()):
+            return numbered[item]  # (the k-th container of its call to a test's callback)
         if tag == "k" and type(item) is int and (item in kept or item in dormant):
             return awake(item, kept, kept_ids, kept_tags, dormant)
         if tag == "x" and type(item) is int:

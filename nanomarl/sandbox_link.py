@@ -333,7 +333,8 @@ def unpacked(line, buffer):
     malformed one (forged) fails the test in the test process, and is ignored in the program's."""
     del buffer[:len(line) + 1]
     number, _, rest = bytes(line[1:32]).partition(b",")  # (an answer's, before it is decoded)
-    LINK["heard"] = int(number) if rest.startswith(b'"a"') and number.isdigit() else None
+    answered = rest.startswith(b'"a"') and number.lstrip(b"-").isdigit()  # (the program's: < 0)
+    LINK["heard"] = int(number) if answered else None
     message = deep(LINK["decode"], line, limit=DEEP)
     if type(message) is list and len(message) in (5, 7) and type(message[-1]) is dict:
         late = len(message) == 5 and type(message[0]) is int

@@ -141,8 +141,12 @@ PAST = """\
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             try:
-                time.sleep(0.005)
-            except BaseException:  # (its own alarm, swallowed: it answers after its timeout)
+                while time.monotonic() < end:
+                    try:
+                        time.sleep(0.005)
+                    except BaseException:  # (its own alarm, swallowed: it answers late)
+                        pass
+            except BaseException:  # (a ring between two sleeps, swallowed too)
                 pass
         if item is not None:
             L.append(item)  # (wrong: it changes the caller's list after its timeout)
@@ -316,6 +320,45 @@ def test_a_late_answer_putting_an_argument_inside_another_is_taken(program, firs
     assert expected == [False, True, True, True]
     result = run(program, tests, max_timeouts=4)
     assert result["passed"] == expected, result["errors"]
+    assert result["errors"][0].startswith("Timeout"), result["errors"]
+
+
+CALLS_BACK = """\
+    P, START = [], [0, 0]
+    def walk(callback):
+        callback(P, START)  # (the test's callback times out after putting START into P)
+    def path_holds_start():
+        return P == [[0, 0]] and P[0] is START
+    """
+
+SLOW_CALLBACK = """\
+import time
+def slow(path, start):
+    path.append(start)  # (an argument container put inside another, then late)
+    end = time.monotonic() + 1.5
+    while time.monotonic() < end:
+        try:
+            while time.monotonic() < end:
+                try:
+                    time.sleep(0.005)
+                except BaseException:  # (its alarm, swallowed)
+                    pass
+        except BaseException:
+            pass
+walk(slow)
+"""
+
+
+def test_a_callbacks_late_answer_marks_the_programs_own_arguments():
+    """The program calls the test's callback, which puts one argument container inside the other
+    and answers after the program's wait has ended: its write-back's {"a": k} names the k-th
+    container of the program's call it answers (kept with its wait), so the program's list holds
+    its own START, as in plain Python (whose callback, swallowing the alarm, ends in time: the
+    sandbox's alarm cannot be swallowed, so that test fails there)."""
+    tests = [SLOW_CALLBACK, "assert path_holds_start()", "assert path_holds_start()"]
+    assert plain_timed(CALLS_BACK, tests) == [True, True, True]
+    result = run(CALLS_BACK, tests, max_timeouts=4)
+    assert result["passed"] == [False, True, True], result["errors"]
     assert result["errors"][0].startswith("Timeout"), result["errors"]
 
 
