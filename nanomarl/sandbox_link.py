@@ -189,11 +189,11 @@ def talk(op, target, a, b, extra, caller):
             if message[0] == seq:  # (another is late: its wait ended; its news taken: overdue)
                 break
             overdue(message)
-    except TestTimeout:  # (its wait ended: its answer comes late, to overdue; not one it read)
-        if LINK.get("heard") != seq:
-            LINK["waiting"][seq] = (held(current_decimal, LINK["side"] == "test"),
-                                    LINK["args"][-1] if LINK["args"] else [],
-                                    LINK["tuples"][-1] if LINK["tuples"] else [])
+    except TestTimeout:  # (its wait ended: its answer comes late, to overdue; an answer read as
+        LINK["waiting"][seq] = (held(current_decimal, LINK["side"] == "test"), *[  # the alarm
+            LINK[key][-1] if LINK[key] else [] for key in ("args", "tuples")])  # rang: taken now)
+        if LINK.get("read", [0])[0] in LINK["waiting"]:
+            held(overdue, LINK["read"])
         raise
     return LINK["answered"](message)
 
@@ -342,6 +342,7 @@ def unpacked(line, buffer):
         if "C" in message[-1] and not take_decimal(message[-1]["C"], context) and (
                 LINK["side"] == "test"):
             raise abort(ProgramError("a malformed decimal context"))
+        LINK["read"] = message  # (talk's, where its wait ends as its answer is read)
     return message
 
 

@@ -397,6 +397,41 @@ def test_a_late_answers_marks_name_its_own_calls_arguments_only():
                                         "malformed value", "True", "malformed value", ""], found
 
 
+RING_AFTER_READ = """\
+    import json, os, sys
+    sys.path.insert(0, sys.argv[1])
+    import sandbox_link as link
+    from sandbox_alarm import TestTimeout
+    read, write = os.pipe()
+    def ring_after_read(line):  # an answer read, then the alarm rings before talk sees it
+        def next_message():
+            link.unpacked(line, bytearray(line + b"\\n"))
+            raise TestTimeout()
+        return next_message
+    for line in (b'[2,"a","v",7,{"d":[],"w":[[0,[5]]]}]', b'[1,"a","v",7,{"d":[],"w":[[0,[6]]]}]'):
+        taken = []
+        link.LINK.update(side="test", seq=1, gone="", failed="", out=write, refer=None,
+                         kept_tags={}, decode=json.loads, next=ring_after_read(line), drop=dict,
+                         mine=[], waiting={1: (None, [["earlier"]], [])},
+                         late=lambda extra, args: taken.append((extra["w"], args)))
+        try:
+            link.ask("call", 3, args=[[1]])
+        except TestTimeout:
+            print(sorted(link.LINK["waiting"]), taken)
+    """
+
+
+def test_an_answer_read_as_the_alarm_rings_is_taken_as_a_late_one():
+    """The alarm rings once an answer is read but before the call's loop takes it: the call's own
+    answer (2) or an earlier call's late one (1, whose wait is out) is taken at once, its
+    write-back read against its own call's arguments, never lost with the wait left open (the
+    tests after it would await it until the budget ran out)."""
+    found = subprocess.run([sys.executable, "-c", textwrap.dedent(RING_AFTER_READ), NANOMARL],
+                           capture_output=True, text=True, timeout=60)
+    assert found.stdout.split("\n") == ["[1] [([[0, [5]]], [[1]])]",
+                                        "[2] [([[0, [6]]], [['earlier']])]", ""], found
+
+
 GIVEN = """\
     import sys
     sys.path.insert(0, sys.argv[1])
