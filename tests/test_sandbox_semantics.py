@@ -598,7 +598,7 @@ def test_a_dict_of_3000_keys_is_kept_as_a_list_of_3000_items_is():
              d + "bump(5)\nassert d[5] == 0"]
     expected = [True, True, True, False]
     assert plain(program, tests) == expected
-    result = run(program, tests)
+    result = run(program, tests, timeout=3.0)  # (semantics, not speed: room for a loaded CPU)
     assert result["passed"] == expected, result["errors"]
 
 
