@@ -192,9 +192,10 @@ def talk(op, target, a, b, extra, caller):
     except TestTimeout:  # (its wait ended: its answer comes late, to overdue; an answer read as
         LINK["waiting"][seq] = (held(current_decimal, LINK["side"] == "test"), *[  # the alarm
             LINK[key][-1] if LINK[key] else [] for key in ("args", "tuples")])  # rang: taken now)
-        if LINK.get("read", [0])[0] in LINK["waiting"]:
-            held(overdue, LINK["read"])
+        if (read := LINK.get("read")) and read[0] in LINK["waiting"]:
+            held(overdue, read)
         raise
+    LINK["read"] = None  # (taken: what it holds lives where its caller keeps it, no longer)
     return LINK["answered"](message)
 
 
@@ -232,9 +233,8 @@ def told(args=()):
     of those this side changed since the two sides last agreed on them (tidings), LINK["drop"]'s
     ("d", "z": unheld; the test's "D": sandbox_lending.py) and those whose news cannot be sent,
     forgotten on both sides (the test's "D", the program's "d"), but one among args (the ids of
-    the argument containers of the call it asks for: that request cannot be sent, nothing
-    changes). Called last, once all else the line holds is dumped: what it renews and forgets
-    goes out."""
+    the argument containers of the call it asks for: that request cannot be sent). Called last,
+    once all else the line holds is dumped: what it renews and forgets goes out."""
     texts, dropped = tidings(args=args)
     found = LINK["drop"]()
     if dropped:
@@ -248,10 +248,9 @@ def tidings(marks=None, skip=(), args=()):
     """The news (JSON texts) of the kept containers this side changed (sandbox_copies.py:changed;
     but those of skip, ids whose changes go otherwise; marks: more aliases than the kept ones'),
     each dumped under deep's limit, and the handles of those whose news cannot be sent (nested
-    deeper than that limit, holding what cannot be sent: no failure of the test's, abort notes
-    none; but one among args: its error raised) -> (texts, handles): once all are dumped, the
-    entries of those sent renewed (the two sides agree on them again), those not sent forgotten
-    (a copy from then on)."""
+    deeper than that limit, holding what cannot be sent: no failure of the test's; but one among
+    args: its error raised) -> (texts, handles): once all are dumped, the entries of those sent
+    renewed (the two sides agree on them again), those not sent forgotten (a copy from then on)."""
     kept, ids, tags = LINK["kept"], LINK["kept_ids"], LINK["kept_tags"]
     found = changed(kept, ids) if kept else ()
     aliases = {**tags, **marks} if found and marks else tags
@@ -342,7 +341,7 @@ def unpacked(line, buffer):
         if "C" in message[-1] and not take_decimal(message[-1]["C"], context) and (
                 LINK["side"] == "test"):
             raise abort(ProgramError("a malformed decimal context"))
-        LINK["read"] = message  # (talk's, where its wait ends as its answer is read)
+        LINK["read"] = message if late and message[1] == "a" else None  # (until taken: talk)
     return message
 
 
@@ -353,6 +352,7 @@ def overdue(message):
     as in plain Python a call's changes before its timeout stay; any other message dropped."""
     if message[1] == "a" and (entry := LINK["waiting"].pop(message[0], None)) is not None:
         LINK.get("late", taken)(message[-1], entry[1])
+    LINK["read"] = None  # (taken)
 
 
 def called(key="args"):
