@@ -16,9 +16,9 @@ from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, OWN_ITEMS, containers, con
 from sandbox_errors import crossed, crossing
 from sandbox_lending import awake, lent_back, unheld, unlent
 from sandbox_layers import (capped_streams, confine, die_with_parent, drop_privileges,
-                            fork_program, guard_threads, isolate)  # sandbox.py's BOOT
+                            fork_program, guard_threads, isolate, read_exactly)  # sandbox.py's BOOT
 from sandbox_link import (EXIT, LINK, OPS, BINARY, TestTimeout, abort, answer, arrived, attempt,
-                          called, refuse, compiled, deep, overdue, read_exactly, read_line, run, serve,
+                          called, refuse, compiled, deep, overdue, read_line, run, serve,
                           state_out, state_told, taken, tidings, with_pairs, write_all)
 from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, quiet_null, stand_in, took_on
 from sandbox_proxies import TestObject, given, program_answered, rebuilt_copy, test_object

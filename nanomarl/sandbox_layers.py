@@ -6,8 +6,9 @@ fork_program), a fresh uid without capabilities, PR_SET_PDEATHSIG, rlimits and t
 allow-list, all with a few libc calls through ctypes; and, for the test process, the CPU watchdog
 of each test (watchdog), the count of the hashes of a set or dict it receives before building it
 (crowded), a refused thread as the harness's failure (guard_threads) and the wait for the
-program's process at the end (reap); the output files under sys.stdout and sys.stderr,
-capped at RLIMIT_FSIZE's size without an error (Capped)."""
+program's process at the end (reap); either process's job read from its pipe (read_exactly); the
+output files under sys.stdout and sys.stderr, capped at RLIMIT_FSIZE's size without an error
+(Capped)."""
 import _signal, _thread, ctypes, io, os, resource, struct, sys, time
 from _collections import _count_elements
 from _operator import itemgetter, mul
@@ -263,6 +264,14 @@ def guard_threads(fail):
                         (threading, "_start_joinable_thread")):
         if getattr(owner, name, None) is not None:
             setattr(owner, name, guarded(getattr(owner, name)))
+
+
+def read_exactly(fd, size):
+    """size bytes from fd (fewer if it ends first)."""
+    data = bytearray()
+    while len(data) < size and (chunk := os.read(fd, min(size - len(data), 1 << 16))):
+        data += chunk
+    return bytes(data)
 
 
 def watchdog(seconds):

@@ -83,14 +83,6 @@ def poured(fd, buffer):
     return len(chunk)
 
 
-def read_exactly(fd, size):
-    """size bytes from fd (fewer if it ends first)."""
-    data = bytearray()
-    while len(data) < size and (chunk := os.read(fd, min(size - len(data), 1 << 16))):
-        data += chunk
-    return bytes(data)
-
-
 # what one may ask of the other's object: a program object's text; a test object's protocol
 OPS = dict(len=len, bool=bool, str=str, repr=repr, iter=iter, format=format,
            getitem=lambda a, b: a[b], contains=lambda a, b: b in a,
@@ -189,18 +181,21 @@ def talk(op, target, a, b, extra, caller):
             if message[0] == seq:  # (another is late: its wait ended; its news taken: overdue)
                 break
             overdue(message)
-    except TestTimeout:  # (its wait ended: its answer comes late, to overdue; an answer read as
-        LINK["waiting"][seq] = (held(current_decimal, LINK["side"] == "test"), *[  # the alarm
-            LINK[key][-1] if LINK[key] else [] for key in ("args", "tuples")])  # rang: taken now)
+    except TestTimeout:  # (its wait ended: its answer comes late, to overdue)
+        LINK["waiting"][seq] = (held(current_decimal, LINK["side"] == "test"), *[
+            LINK[key][-1] if LINK[key] else [] for key in ("args", "tuples")])
         if (read := LINK.get("read")) and read[0] in LINK["waiting"]:
-            held(overdue, read)
+            held(overdue, read)  # (an answer read as the alarm rang, its own or a late one)
+        if LINK.get("heard") == seq:  # (its own, read but malformed: no other comes)
+            LINK["waiting"].pop(seq, None)
         raise
     LINK["read"] = None  # (taken: what it holds lives where its caller keeps it, no longer)
     return LINK["answered"](message)
 
 
 def serve(message, frames=0):
-    """Answers one request of the other process (LINK["ops"], under its alarm; frames: room's)."""
+    """Answers one request of the other process (LINK["ops"], under its alarm; frames: room's),
+    the answer's news and write-backs made and sent whole, whatever rings meanwhile (held)."""
     seq, _, op, target, a, b, extra = message
     LINK["before"](extra)
     caller = room(frames)
@@ -208,7 +203,7 @@ def serve(message, frames=0):
         status, payload = attempt(lambda: LINK["ops"](op, target, a, b, extra), extra.get("s", 1.0))
     finally:
         room(caller)
-    LINK["answer"](seq, status, payload, LINK["after"](extra))
+    held(lambda: LINK["answer"](seq, status, payload, LINK["after"](extra)))  # (a ring: owed)
 
 
 def room(frames):

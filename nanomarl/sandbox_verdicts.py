@@ -7,9 +7,9 @@ of the test process's state (mirrored, served)."""
 import _signal, _thread, builtins, marshal, os, sys, time
 
 from sandbox_caught import displayed, levels, warnings_state, watched  # sandbox.py's BOOT
-from sandbox_layers import confine, reap, watchdog
+from sandbox_layers import confine, read_exactly, reap, watchdog
 from sandbox_link import (LINK, OPS, TestTimeout, abort, answer, arrived, ask, attempt, called,
-                          compiled, gone, read_exactly, read_line, refilled, request, run,
+                          compiled, gone, read_line, refilled, request, run,
                           settle, taken, talk, unnumbered)
 from sandbox_bases import lasting
 from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, copied, kept_entry, rooms
