@@ -15,7 +15,8 @@ side's message tells the other its decimal context where it changed (state_told,
 two processes share one, as a program and its tests do in plain Python."""
 import _operator, _thread, math, os, select, sys
 
-from sandbox_alarm import LINK, TestTimeout, attempt, due, held  # (the first three: for the others)
+from sandbox_alarm import (LINK, TestTimeout, attempt,  # (these three: for the others)
+                           OWED, due, held, owed)
 from sandbox_copies import changed, containers, extend, kept_entry, news, pairs, refill, shared
 from sandbox_lending import awake, unrest
 from sandbox_patches import DECIMAL, current_decimal, decimal_now, take_decimal
@@ -120,7 +121,10 @@ def write_all(fd, data):
     sent = 0
     try:
         while sent < len(data):
-            sent += WRITE(fd, data[sent:])
+            if OWED[0] and not SELECT([], [fd], [], 0.05)[1]:  # (held: no room, none read)
+                owed()  # (a ring meanwhile: the wait ends, as unheld; else it goes on)
+                continue
+            sent += WRITE(fd, data[sent:sent + 4096] if OWED[0] else data[sent:])
     except OSError:
         if LINK.get("side") == "test":
             raise abort(gone("has ended")) from None

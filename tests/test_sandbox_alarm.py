@@ -234,6 +234,42 @@ def test_a_callback_the_late_call_makes_may_call_the_program():
     assert result["errors"][0].startswith("Timeout"), result["errors"]
 
 
+STOPS_READING = """\
+    import time
+    def swallow(seconds):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                while time.monotonic() < end:
+                    try:
+                        time.sleep(0.005)
+                    except BaseException:  # (its alarm, swallowed)
+                        pass
+            except BaseException:
+                pass
+    def late_call(callback):
+        swallow(0.8)  # (past its time: its alarm rings every 50 ms)
+        try:
+            callback("x" * 300_000)  # (its wait for the answer cut by the next ring)
+        except BaseException:
+            pass
+        swallow(60)  # (it never reads again)
+    """
+
+
+def test_an_answer_the_program_never_reads_ends_with_the_alarm():
+    """The program, past its time, calls a slow test callback with a big argument, then never
+    reads again: the test process's answer (held whole against rings: sandbox_link.py:serve)
+    fills the pipe, and its write ends with the owed ring (sandbox_link.py:write_all), so the run
+    reports in time: the first test passed, the second timed out, the last not run (as in plain
+    Python, where the call never ends)."""
+    cb = "import time\ndef cb(s):\n    time.sleep(0.2)\n    return s.upper()\nlate_call(cb)"
+    result = run(STOPS_READING, ["assert 2 + 2 == 4", cb, "assert 1 + 1 == 2"], timeout=0.5,
+                 max_timeouts=4)
+    assert result["completed"] and not result["timed_out"], result
+    assert result["errors"] == ["", "Timeout: test timed out", "not run"], result["errors"]
+
+
 def plain_timed(program, tests, timeout=1.0):
     """The verdicts of plain Python, each test under its own alarm (as the sandbox's: a test past
     its timeout fails, the next starts with what the interrupted call changed)."""
