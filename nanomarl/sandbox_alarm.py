@@ -3,10 +3,9 @@ link's state (LINK) that its ring notes a timeout in.
 
 Executed inside the sandbox as the module `sandbox_alarm` (sandbox.py's BOOT), before sandbox_link,
 which passes LINK, TestTimeout and attempt on to the other modules. A ring raises TestTimeout
-inside attempt(), but not while the link holds the alarm off (held: it takes bytes, unpacks a
-message or answers a request); a ring then is owed, never lost: the link's next wait for bytes
-raises it (sandbox_link.py:read_line, due), as does a write held off that the other side does not
-read (sandbox_link.py:write_all, owed)."""
+inside attempt(), but not while the link holds the alarm off (held: it takes bytes or unpacks a
+message); a ring then is owed, never lost: the link's next wait for bytes raises it
+(sandbox_link.py:read_line, due)."""
 import _signal, _thread
 
 from sandbox_values import Abort  # sandbox.py's BOOT
@@ -46,14 +45,6 @@ def rang():
 def due():
     """Raises the ring that came while the alarm was held off, if one did and it is armed again."""
     if OWED[1] and ALARM[0] and _thread.get_ident() == MAIN:
-        OWED[1] = False
-        rang()
-
-
-def owed():
-    """Raises, inside held, a ring that came meanwhile: a wait there that may never end (the
-    other side reads none of an answer being written) ends with the alarm, as it would unheld."""
-    if OWED[0] and OWED[1] and _thread.get_ident() == MAIN:
         OWED[1] = False
         rang()
 

@@ -15,8 +15,7 @@ side's message tells the other its decimal context where it changed (state_told,
 two processes share one, as a program and its tests do in plain Python."""
 import _operator, _thread, math, os, select, sys
 
-from sandbox_alarm import (LINK, TestTimeout, attempt,  # (these three: for the others)
-                           OWED, due, held, owed)
+from sandbox_alarm import LINK, TestTimeout, attempt, due, held  # (the first three: for the others)
 from sandbox_copies import changed, containers, extend, kept_entry, news, pairs, refill, shared
 from sandbox_lending import awake, unrest
 from sandbox_patches import DECIMAL, current_decimal, decimal_now, take_decimal
@@ -121,10 +120,7 @@ def write_all(fd, data):
     sent = 0
     try:
         while sent < len(data):
-            if OWED[0] and not SELECT([], [fd], [], 0.05)[1]:  # (held: no room, none read)
-                owed()  # (a ring meanwhile: the wait ends, as unheld; else it goes on)
-                continue
-            sent += WRITE(fd, data[sent:sent + 4096] if OWED[0] else data[sent:])
+            sent += WRITE(fd, data[sent:])
     except OSError:
         if LINK.get("side") == "test":
             raise abort(gone("has ended")) from None
@@ -198,8 +194,7 @@ def talk(op, target, a, b, extra, caller):
 
 
 def serve(message, frames=0):
-    """Answers one request of the other process (LINK["ops"], under its alarm; frames: room's),
-    the answer's news and write-backs made and sent whole, whatever rings meanwhile (held)."""
+    """Answers one request of the other process (LINK["ops"], under its alarm; frames: room's)."""
     seq, _, op, target, a, b, extra = message
     LINK["before"](extra)
     caller = room(frames)
@@ -207,7 +202,7 @@ def serve(message, frames=0):
         status, payload = attempt(lambda: LINK["ops"](op, target, a, b, extra), extra.get("s", 1.0))
     finally:
         room(caller)
-    held(lambda: LINK["answer"](seq, status, payload, LINK["after"](extra)))  # (a ring: owed)
+    LINK["answer"](seq, status, payload, LINK["after"](extra))
 
 
 def room(frames):
