@@ -323,31 +323,21 @@ def test_a_late_answer_putting_an_argument_inside_another_is_taken(program, firs
     assert result["errors"][0].startswith("Timeout"), result["errors"]
 
 
-CALLS_BACK = """\
-    import time
-    P, START = [], [0, 0]
-    def walk(callback):
-        end = time.monotonic() + 1.25
-        while time.monotonic() < end:  # (past the test's timeout, its alarm swallowed)
-            try:
-                while time.monotonic() < end:
-                    try:
-                        time.sleep(0.005)
-                    except BaseException:
-                        pass
-            except BaseException:
-                pass
-        try:
-            time.sleep(1)  # (until its next ring, 50 ms on at most)
-        except BaseException:
-            pass
-        try:
-            callback(P, START)  # (asked just after a ring: its wait ends with the next one)
-        except BaseException:
-            pass
-    def path_holds_start():
-        return P == [[0, 0]] and P[0] is START
-    """
+CALLS_BACK = textwrap.dedent(PAST) + """\
+P, START = [], [0, 0]
+def walk(callback):
+    late(1.25)  # (past the test's timeout, its alarm swallowed)
+    try:
+        time.sleep(1)  # (until its next ring, 50 ms on at most)
+    except BaseException:
+        pass
+    try:
+        callback(P, START)  # (asked just after a ring: its wait ends with the next one)
+    except BaseException:
+        pass
+def path_holds_start():
+    return P == [[0, 0]] and P[0] is START
+"""
 
 SLOW_CALLBACK = """\
 import time
