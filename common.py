@@ -389,7 +389,7 @@ def single_adapter(model, name: str):
 
     if not isinstance(model, PeftModel) and name != "__base__":
         raise ValueError(f"adapter {name!r} asked for, but the model has no LoRA adapters")
-    if not isinstance(model, PeftModel):
+    if not isinstance(model, PeftModel) or name == model.active_adapter:  # as it is already
         yield model
         return
     active = model.active_adapter

@@ -302,6 +302,36 @@ def test_a_frozen_adapter_stays_frozen_through_the_single_adapter_and_reference_
     assert all(p.requires_grad for p in common.adapter_parameters(model, "agent0"))
 
 
+def test_the_active_adapter_runs_as_it_is(tiny, monkeypatch):
+    """single_adapter on the adapter already active changes nothing of peft's (its set_adapter walks
+    every module twice a block); on another it switches and restores: the same log-probs and
+    gradients as that adapter alone."""
+    tok, _ = tiny
+    model = make_peft(("agent0", "agent1"))
+    rollout = generate(model, tok, chat(tok, ["a b c", "hello"]), ["agent0", "agent1"], max_new_tokens=6)
+    args = (rollout["query_ids"], rollout["query_mask"], rollout["response_ids"], rollout["response_mask"])
+    switches = []
+    monkeypatch.setattr(type(model), "set_adapter", lambda self, name, *a, **k: switches.append(name))
+    assert model.active_adapter == "agent0"
+    with common.single_adapter(model, "agent0") as inner:
+        assert inner is model
+    assert switches == []
+    with common.single_adapter(model, "agent1"):
+        pass
+    assert switches == ["agent1", "agent0"]  # switched, then restored
+    monkeypatch.undo()
+    outs = {}
+    for name in ("agent0", "agent1"):
+        model.zero_grad()
+        out = forward_responses(model, *args, [name] * 2)["logprobs"]
+        out.sum().backward()
+        outs[name] = (out.detach(), [p.grad.clone() for p in common.adapter_parameters(model, name)])
+    mixed = forward_responses(model, *args, ["agent0", "agent1"])["logprobs"].detach()
+    torch.testing.assert_close(outs["agent0"][0][0], mixed[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(outs["agent1"][0][1], mixed[1], atol=1e-5, rtol=0)
+    assert all(g.abs().sum() > 0 for g in outs["agent0"][1])  # the active one trains as it is
+
+
 def test_one_adapter_for_every_row_takes_the_plain_path_and_matches_mixed_batch(tiny):
     """forward_responses/generate with one adapter name on every row use peft's ordinary forward (set_adapter),
     not the mixed-batch routing; same log-probs and gradients, and the active adapter and trainability are
