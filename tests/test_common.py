@@ -304,8 +304,8 @@ def test_a_frozen_adapter_stays_frozen_through_the_single_adapter_and_reference_
 
 def test_the_active_adapter_runs_as_it_is(tiny, monkeypatch):
     """single_adapter on the adapter already active changes nothing of peft's (its set_adapter walks
-    every module twice a block); on another it switches and restores: the same log-probs and
-    gradients as that adapter alone."""
+    every module twice a block); on another it switches and restores. Either way each row's
+    log-probs are the mixed forward's, and the active adapter still receives gradients."""
     tok, _ = tiny
     model = make_peft(("agent0", "agent1"))
     rollout = generate(model, tok, chat(tok, ["a b c", "hello"]), ["agent0", "agent1"], max_new_tokens=6)
