@@ -323,12 +323,17 @@ def unpacked(line, buffer):
     context it tells (state_told's) set on this side's thread's (a late answer's, whose wait
     ended, on the one its asking thread had then, LINK["waiting"]: as in plain Python, the other
     side's change during that request stays) and agreed (sandbox_patches.py:take_decimal). A
-    malformed one (forged) fails the test in the test process, and is ignored in the program's."""
+    malformed one (forged) fails the test in the test process, and is ignored in the program's.
+    An answer's number is read from its bytes (LINK["heard"], for called); one they hide: None."""
     del buffer[:len(line) + 1]
     number, _, rest = bytes(line[1:32]).partition(b",")  # (an answer's, before it is decoded)
+    number, rest = number.strip(b" \t\r"), rest.lstrip(b" \t\r")  # (JSON's white space)
     answered = rest.startswith(b'"a"') and number.lstrip(b"-").isdigit()  # (the program's: < 0)
     LINK["heard"] = int(number) if answered else None
     message = deep(LINK["decode"], line, limit=DEEP)
+    if type(message) is list and message[1:2] == ["a"] and (
+            type(message[0]) is not int or message[0] != LINK["heard"]):
+        message = None  # (an answer whose number the bytes hid, "\u0061" or 2.0: forged, skipped)
     if type(message) is list and len(message) in (5, 7) and type(message[-1]) is dict:
         late = len(message) == 5 and type(message[0]) is int
         context = LINK["waiting"].get(message[0], (None,))[0] if late else None
