@@ -23,10 +23,9 @@ ENUM, COPY, DATETIME = __import__("enum"), __import__("copy"), __import__("datet
 # code runs)
 MRO, SPACE, MODULE, QUALNAME, BASES = (vars(type)[name] for name in (
     "__mro__", "__dict__", "__module__", "__qualname__", "__bases__"))
-# the protocol's methods a Remote has only where the program object's type has them (a bit each;
-# its __del__: a finalizer, run at once where the test drops it: sandbox_remote.py:Remote)
+# the protocol's methods a Remote has only where the program object's type has them (a bit each)
 TRAITS = ("call", "iter", "next", "hash", "enter", "exit", "instancecheck", "subclasscheck", "len",
-          "bool", "contains", "getitem", "reversed", "del", *sorted(OPERATORS), *sorted(BUILTINS))
+          "bool", "contains", "getitem", "reversed", *sorted(OPERATORS), *sorted(BUILTINS))
 
 # the methods of an object compared by its identity: object's ==, != and hash, or an Enum member's
 # hash (of its name: two members of a class are never equal); a class whose ancestry keeps them

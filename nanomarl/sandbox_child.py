@@ -346,7 +346,7 @@ def program_side(job, requests, answers):
             return sent([scope[target]]), ""
         if type(target) is not int or target not in refs:
             raise TypeError("a stale or malformed reference")
-        if op == "free":  # (its finalizer runs now, as request code: Remote.__finalized)
+        if op == "free":  # (its finalizer runs now, as request code: Remote.__del__)
             del ids[id(refs.pop(target))]
             return "null", ""
         value = refs[target]

@@ -156,7 +156,7 @@ class Remote:
             raise error
         raise StopIteration
 
-    def __del__(self):
+    def __release(self):
         """Its handle released; where a weak reference of the test's to it is alive (the
         harness's aside), it lives on instead, its handle kept, held by the harness for the rest
         of the run (KEPT): that reference answers it still, as in one process while the program
@@ -173,12 +173,12 @@ class Remote:
             abort(TypeError("a weak reference to a program object: it dies with its proxy"))
         LINK["released"].append(handle)
 
-    def __finalized(self):
-        """Its __del__ where its type has one (a class's, an unended generator's): where the test's
+    def __del__(self):
+        """Its release (its finalizer, or that of an object it holds, runs then): where the test's
         own code drops it (the main thread under the test's alarm, no request under way in any
-        thread), a request of its own ("free") runs its finalizer now, as in one process, after the
-        test's changes are told, under its redirections; else the release goes with the next one."""
-        Remote.__del__(self)
+        thread), a request of its own ("free") now, as in one process, after the test's changes
+        are told, under its redirections; else with the next request."""
+        self.__release()
         handle = getattr(self, "_Remote__handle", None)  # (None: its __init__ failed)
         if (handle is not None and self.__end is None and armed() and not LINK["failed"]
                 and not LINK["gone"] and not TALKING._is_owned() and TALKING.acquire(False)):
@@ -224,7 +224,6 @@ METHODS = dict(call=Remote._Remote__call, iter=Remote._Remote__iter, next=Remote
                hash=Remote._Remote__hashed, enter=Remote._Remote__enter,
                exit=Remote._Remote__exit, instancecheck=Remote._Remote__instancecheck,
                subclasscheck=Remote._Remote__subclasscheck)
-METHODS["del"] = Remote._Remote__finalized  # (a keyword: no dict() argument)
 CLASSES = {}  # the subclasses of Remote made: by traits, base and a builtin kind's names
 # a program object's data whose values are values (its __wrapped__: a program object; its
 # __dict__ and __annotations__: read-only snapshots, as a change to a copy never reaches the object)
