@@ -10,7 +10,7 @@ compare by identity (IDENTITY); its class's names and the context's classes amon
 inspect.signature tells of it (described, signed); what issubclass asks of it (subclassed, bases).
 A class is read through type's own descriptors (ancestry): a metaclass whose __mro__, __dict__,
 __module__ or __bases__ lies answers nothing here."""
-import _operator, builtins, sys
+import _operator, _weakref, builtins, gc, sys
 from collections import Counter, OrderedDict, defaultdict, deque
 
 from sandbox_link import ARITHMETIC, BUILTINS, COMPARISONS, OPERATORS, abort, refuse
@@ -19,17 +19,16 @@ from sandbox_stdlib import defined
 from sandbox_values import DECLARED, VALUE_TYPES, ProgramError, dump  # sandbox.py's BOOT
 
 ENUM, COPY, DATETIME = __import__("enum"), __import__("copy"), __import__("datetime")
-# a class's ancestry, namespaces, names and bases as type's own slots hold them (no metaclass's
-# code runs)
+# a class's ancestry, namespaces, names and bases, read by type's own slots (no metaclass's code)
 MRO, SPACE, MODULE, QUALNAME, BASES = (vars(type)[name] for name in (
     "__mro__", "__dict__", "__module__", "__qualname__", "__bases__"))
-# the protocol's methods a Remote has only where the program object's type has them (a bit each)
+# the protocol's methods a Remote has only where the program object's type has them (a bit each;
+# "del": its release may run code, at once where the test drops it: finalizing)
 TRAITS = ("call", "iter", "next", "hash", "enter", "exit", "instancecheck", "subclasscheck", "len",
-          "bool", "contains", "getitem", "reversed", *sorted(OPERATORS), *sorted(BUILTINS))
+          "bool", "contains", "getitem", "reversed", "del", *sorted(OPERATORS), *sorted(BUILTINS))
 
-# the methods of an object compared by its identity: object's ==, != and hash, or an Enum member's
-# hash (of its name: two members of a class are never equal); a class whose ancestry keeps them
-# has the bit IDENTITY of traits (its objects compare and hash by identity in the test process)
+# identity's methods: object's ==, != and hash, or an Enum member's hash (two members are never
+# equal); where a class's ancestry keeps them, traits' IDENTITY (compared by identity in the test)
 SAME = {"__eq__": (vars(object)["__eq__"],), "__ne__": (vars(object)["__ne__"],),
         "__hash__": (vars(object)["__hash__"], vars(ENUM.Enum)["__hash__"])}
 IDENTITY = len(TRAITS)
@@ -49,14 +48,28 @@ def ancestry(kind):
 
 def traits(kind):
     """The bits of TRAITS whose method kind has (the nearest class's own, where not None), and
-    IDENTITY where its equality and hash are identity's (SAME's); 0 where its ancestry cannot be
-    read."""
+    IDENTITY where its equality and hash are identity's (SAME's); 0 where its ancestry is unread."""
     own = ancestry(kind)
     if own is None:
         return 0
     identity = all(any(own.get(name) is found for found in kept) for name, kept in SAME.items())
     return sum(1 << i for i, name in enumerate(TRAITS) if own.get(f"__{name}__") is not None) | (
         identity << IDENTITY)
+
+
+def finalizing(value):
+    """TRAITS' "del" bit where value's release may run code (Remote's __finalized): value, or an
+    object it holds up to two steps on (no class), has a finalizer (its type's __del__) or a weak
+    reference (a weakref.finalize's); else 0 (released with the test's next request)."""
+    level = [value]
+    for step in range(3):
+        for found in level[:256]:
+            if _weakref.getweakrefcount(found) or any(
+                    "__del__" in SPACE.__get__(owner) for owner in MRO.__get__(type(found))):
+                return 1 << TRAITS.index("del")
+        level = [held for found in level[:256] if step < 2  # (what it holds: two steps)
+                 for held in gc.get_referents(found) if not isinstance(held, type)]
+    return 0
 
 
 def ordered(value, items=dict.items, order=OrderedDict.__iter__):

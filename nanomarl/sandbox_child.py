@@ -22,7 +22,8 @@ from sandbox_link import (EXIT, LINK, OPS, BINARY, TestTimeout, abort, answer, a
                           state_out, state_told, taken, tidings, with_pairs, write_all)
 from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, quiet_null, stand_in, took_on
 from sandbox_proxies import TestObject, given, program_answered, rebuilt_copy, test_object
-from sandbox_bases import TAKE, applied, kind_of, named, programs, traits, value_base, valued
+from sandbox_bases import (TAKE, applied, finalizing, kind_of, named, programs, traits,
+                           value_base, valued)
 from sandbox_remote import COPIES
 from sandbox_stdlib import UNKEPT_VIEW, member_named
 from sandbox_values import CONTEXT, DATETIMES, PRINTS, Decoder, dump, error_payload, raised, same
@@ -122,7 +123,8 @@ def program_side(job, requests, answers):
         if id(value) not in ids:
             refs[LINK["handles"]], ids[id(value)] = value, LINK["handles"]
             LINK["handles"] += 1
-        text = '{"r":[%d,%s,%d,%s%s]}' % (ids[id(value)], dump(kind_of(kind), None), traits(kind),
+        bits = traits(kind) | finalizing(value)  # (its release may run code: "del")
+        text = '{"r":[%d,%s,%d,%s%s]}' % (ids[id(value)], dump(kind_of(kind), None), bits,
                                             named(kind), valued(value, base, refer, aliases))
         return crossing(value, lambda: text, refer)  # (an exception class: sandbox_errors.py)
 
@@ -346,7 +348,7 @@ def program_side(job, requests, answers):
             return sent([scope[target]]), ""
         if type(target) is not int or target not in refs:
             raise TypeError("a stale or malformed reference")
-        if op == "free":  # (its finalizer runs now, as request code: Remote.__del__)
+        if op == "free":  # (its finalizer runs now, as request code: Remote.__finalized)
             del ids[id(refs.pop(target))]
             return "null", ""
         value = refs[target]

@@ -328,7 +328,7 @@ def unpacked(line, buffer):
     del buffer[:len(line) + 1]
     number, _, rest = bytes(line[1:32]).partition(b",")  # (an answer's, before it is decoded)
     number, rest = number.strip(b" \t\r"), rest.lstrip(b" \t\r")  # (JSON's white space)
-    answered = rest.startswith(b'"a"') and number.lstrip(b"-").isdigit()  # (the program's: < 0)
+    answered = rest.startswith(b'"a"') and number.removeprefix(b"-").isdigit()  # (program's: < 0)
     LINK["heard"] = int(number) if answered else None
     message = deep(LINK["decode"], line, limit=DEEP)
     if type(message) is list and message[1:2] == ["a"] and (

@@ -3786,6 +3786,39 @@ def test_an_object_holding_one_with_a_finalizer_is_released_where_the_test_drops
     assert result["passed"] == [True, True, True], result["errors"]
 
 
+FINALIZING = """\
+    import sys, types, weakref
+    sys.path.insert(0, sys.argv[1])
+    from sandbox_bases import TRAITS, finalizing
+    class Conn:
+        def __del__(self):
+            pass
+    class Box:
+        def __init__(self, held=None):
+            self.held = held
+        def get(self):
+            return self.held
+    def lines():
+        yield 1
+    watched = Box()
+    weakref.finalize(watched, len, "")
+    cases = [Box(), Box().get, Box(3), Box(Box(Conn())), Box(Conn()).get, Conn(), lines(),
+             types.SimpleNamespace(g=lines()), watched, map(Conn().__del__, []),
+             map(Box(3).get, [])]
+    print([finalizing(case) >> TRAITS.index("del") for case in cases])
+    """
+
+
+def test_a_release_asks_a_round_trip_only_where_it_may_run_code():
+    """sandbox_bases.py:finalizing gives a reference the "del" bit (released at once, a request of
+    its own) where the object or what it holds up to two steps on has a finalizer or a weak
+    reference; a plain object, its bound method or one holding a number goes with the next
+    request (no round trip: a loop of method calls or of made objects costs what it did)."""
+    found = subprocess.run([sys.executable, "-c", textwrap.dedent(FINALIZING),
+                            str(ROOT / "nanomarl")], capture_output=True, text=True, timeout=60)
+    assert found.stdout == "[0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 0]\n", found
+
+
 def test_gap_a_threads_change_after_the_call_is_unseen_till_the_next_one():
     """A program thread's change to a kept container after the call returned is compared at the
     test's next request: a test that makes no further call reads the container as it was, where
