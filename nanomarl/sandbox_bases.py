@@ -22,10 +22,9 @@ ENUM, COPY, DATETIME = __import__("enum"), __import__("copy"), __import__("datet
 # a class's ancestry, namespaces, names and bases, read by type's own slots (no metaclass's code)
 MRO, SPACE, MODULE, QUALNAME, BASES = (vars(type)[name] for name in (
     "__mro__", "__dict__", "__module__", "__qualname__", "__bases__"))
-# the protocol's methods a Remote has only where the program object's type has them (a bit each;
-# "del": its release may run code, at once where the test drops it: finalizing)
+# the protocol's methods a Remote has only where the program object's type has them (a bit each)
 TRAITS = ("call", "iter", "next", "hash", "enter", "exit", "instancecheck", "subclasscheck", "len",
-          "bool", "contains", "getitem", "reversed", "del", *sorted(OPERATORS), *sorted(BUILTINS))
+          "bool", "contains", "getitem", "reversed", *sorted(OPERATORS), *sorted(BUILTINS))
 
 # identity's methods: object's ==, != and hash, or an Enum member's hash (two members are never
 # equal); where a class's ancestry keeps them, traits' IDENTITY (compared by identity in the test)
@@ -58,15 +57,15 @@ def traits(kind):
 
 
 def finalizing(value):
-    """TRAITS' "del" bit where value's release may run code (Remote's __finalized): value, or an
-    object it holds up to two steps on (no class), has a finalizer (its type's __del__) or a weak
-    reference (a weakref.finalize's); else 0 (released with the test's next request)."""
+    """The bit past IDENTITY where value's release may run code (sandbox_remote.py:URGENT): value,
+    or an object it holds up to two steps on (no class), has a finalizer (its type's __del__) or
+    a weak reference (a weakref.finalize's); else 0 (released with the test's next request)."""
     level = [value]
     for step in range(3):
         for found in level[:256]:
             if _weakref.getweakrefcount(found) or any(
                     "__del__" in SPACE.__get__(owner) for owner in MRO.__get__(type(found))):
-                return 1 << TRAITS.index("del")
+                return 1 << IDENTITY + 1
         level = [held for found in level[:256] if step < 2  # (what it holds: two steps)
                  for held in gc.get_referents(found) if not isinstance(held, type)]
     return 0

@@ -123,7 +123,7 @@ def program_side(job, requests, answers):
         if id(value) not in ids:
             refs[LINK["handles"]], ids[id(value)] = value, LINK["handles"]
             LINK["handles"] += 1
-        bits = traits(kind) | finalizing(value)  # (its release may run code: "del")
+        bits = traits(kind) | finalizing(value)  # (and whether its release may run code)
         text = '{"r":[%d,%s,%d,%s%s]}' % (ids[id(value)], dump(kind_of(kind), None), bits,
                                             named(kind), valued(value, base, refer, aliases))
         return crossing(value, lambda: text, refer)  # (an exception class: sandbox_errors.py)
@@ -348,7 +348,7 @@ def program_side(job, requests, answers):
             return sent([scope[target]]), ""
         if type(target) is not int or target not in refs:
             raise TypeError("a stale or malformed reference")
-        if op == "free":  # (its finalizer runs now, as request code: Remote.__finalized)
+        if op == "free":  # (its finalizer runs now, as request code: Remote.__del__)
             del ids[id(refs.pop(target))]
             return "null", ""
         value = refs[target]

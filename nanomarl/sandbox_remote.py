@@ -15,9 +15,9 @@ program object's truth fails the test, but a stream's and a re.Match's): callabl
 type keeps object's == and hash (an Enum's member: sandbox_bases.py:traits), it compares and hashes
 by its identity (identical), and where the context declares some of its class's bases, isinstance
 with them holds (sandbox_bases.py:standing). One of a builtin kind has that type's traits and names
-(as the test process reads them, whatever the claim, but "del", which costs only a round trip) and
-that type as its __class__ (isinstance(g, types.GeneratorType)): a forged claim makes it no more
-than a real object of that kind, or of a class the program could define, would be. The program's
+(as the test process reads them, whatever the claim) and that type as its __class__ (isinstance(g,
+types.GeneratorType)): a forged claim makes it no more than a real object of that kind, or of a
+class the program could define, would be. The program's
 instance of its own subclass of a value type (a Stack(list), an IntEnum's member) is a Valued,
 which keeps its base's value (its reference says which base, which of the base's methods its
 class overrides and, where it cannot change, the value: sandbox_bases.py:overridden)."""
@@ -161,7 +161,10 @@ class Remote:
         harness's aside), it lives on instead, its handle kept, held by the harness for the rest
         of the run (KEPT): that reference answers it still, as in one process while the program
         holds the object (a leaking program never passes `r() is None`); past KEPT_CAP of them,
-        the test fails."""
+        the test fails. Where its release may run code (URGENT) and the test's own code drops it
+        (the main thread under the test's alarm, no request under way in any thread), a request
+        of its own ("free") releases it now, as in one process, after the test's changes are
+        told, under its redirections; else the release goes with the next request."""
         handle = getattr(self, "_Remote__handle", None)  # (None: its __init__ failed)
         if handle is None:
             return
@@ -172,16 +175,11 @@ class Remote:
             LINK["released"].append(handle)
             abort(TypeError("a weak reference to a program object: it dies with its proxy"))
         LINK["released"].append(handle)
-
-    def __finalized(self):
-        """Its __del__ where its release may run code (sandbox_bases.py:finalizing): where the
-        test's own code drops it (the main thread under the test's alarm, no request under way in
-        any thread), a request of its own ("free") releases it now, as in one process, after the
-        test's changes are told, under its redirections; else with the next request."""
-        Remote.__del__(self)
-        handle = getattr(self, "_Remote__handle", None)  # (None: its __init__ failed)
-        if (handle is not None and self.__end is None and armed() and not LINK["failed"]
-                and not LINK["gone"] and not TALKING._is_owned() and TALKING.acquire(False)):
+        if handle not in URGENT:
+            return
+        URGENT.discard(handle)
+        if (self.__end is None and armed() and not LINK["failed"] and not LINK["gone"]
+                and not TALKING._is_owned() and TALKING.acquire(False)):
             try:  # (the lock held by a test's thread: the release goes with the next request)
                 if handle in LINK["released"]:  # (not sent meanwhile by a test thread's request)
                     LINK["released"].remove(handle)
@@ -193,6 +191,7 @@ class Remote:
 
 
 KEPT, KEPT_CAP = [], 4096  # the proxies a test's weak reference keeps alive (Remote.__del__)
+URGENT = set()  # the handles whose release may run code (sandbox_bases.py:finalizing's bit)
 TOKEN = object()  # (what remote alone passes Remote.__init__: no test's call makes one)
 
 
@@ -224,7 +223,6 @@ METHODS = dict(call=Remote._Remote__call, iter=Remote._Remote__iter, next=Remote
                hash=Remote._Remote__hashed, enter=Remote._Remote__enter,
                exit=Remote._Remote__exit, instancecheck=Remote._Remote__instancecheck,
                subclasscheck=Remote._Remote__subclasscheck)
-METHODS["del"] = Remote._Remote__finalized  # (a keyword: no dict() argument)
 CLASSES = {}  # the subclasses of Remote made: by traits, base and a builtin kind's names
 # a program object's data whose values are values (its __wrapped__: a program object; its
 # __dict__ and __annotations__: read-only snapshots, as a change to a copy never reaches the object)
@@ -298,7 +296,7 @@ def harness_class(value):
 
 def remote(item):
     """The one Remote of a handle (so `is` holds between two answers naming the same object), of
-    the reference's kind, traits and class's names (a builtin kind's: its type's, but "del"); its
+    the reference's kind, traits and class's names (a builtin kind's: its type's); its
     truth fails the test but for a stream's and a re.Match's (the program's type's __bool__ or
     __len__ could answer anew, and one with neither, always true, is no value either); a Valued
     where the reference ends with its base (valued), true as its base's value is; else None."""
@@ -322,7 +320,6 @@ def remote(item):
         if kind is not None:  # (its type's, whatever the claim)
             names = (None, *[TYPE[slot].__get__(kind) for slot in NAMES])
         bits = traits(kind) if kind is not None else item[2] & ((1 << IDENTITY + 1) - 1)
-        bits |= item[2] & 1 << TRAITS.index("del")  # (a builtin kind's too: what it holds)
         if spec is not None:  # (`[0] + s`: a sequence's own concatenation, reflected)
             bits &= ~(1 << IDENTITY)  # (its comparisons are its value's)
             bits |= (1 << TRAITS.index("radd")) if spec[0] in SEQUENCES else 0
@@ -332,6 +329,8 @@ def remote(item):
                 bits |= 1 << TRAITS.index("bool")
             found = remote_class(bits, None, names)(TOKEN, handle, kind)
         LINK["remotes"][handle] = _weakref.ref(found, noted)  # (no test's: noted)
+        if item[2] >> IDENTITY + 1 & 1:  # (a reference's bit, not its class's: any kind's)
+            URGENT.add(handle)
         if handle in LINK["released"]:  # collected, but the program still holds it: keep it
             LINK["released"].remove(handle)
     return found
