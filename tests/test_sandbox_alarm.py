@@ -409,7 +409,8 @@ FORGED_NUMBERS = """\
     link.LINK.update(side="test", decode=json.loads, read=None, args=[[["now"]]], tuples=[[]],
                      waiting={1: (None, [["late"]], [])})
     for line in (b'[1,"a","v",7,{}]', b'[--1,"a","v",7,{}]', b'[ 1 ,"a","v",7,{}]',
-                 b'[1,"\\u0061","v",7,{}]', b'[1.0,"a","v",7,{}]', b'[true,"a","v",7,{}]', b'[2,"q","x",0,null,null,{}]'):
+                 b'[1,"\\u0061","v",7,{}]', b'[1.0,"a","v",7,{}]', b'[true,"a","v",7,{}]',
+                 b'[2,"q","x",0,null,null,{}]'):
         try:
             message = link.unpacked(line, bytearray(line + b"\\n"))
         except ValueError:  # (malformed: skipped)
