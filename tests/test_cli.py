@@ -340,7 +340,7 @@ RECIPES = {  # recipe -> (script, settings it must give: the paper-scale command
     # the CPU demonstrations of tasks that need a partner
     "maporl-split": (cotrain, dict(dataset="arith:split", max_new_tokens=40, min_response_tokens=4,
                                    eval_self_consistency=False, reward_rule="current",
-                                   max_steps=30, lr_decay_steps=30)),
+                                   max_steps=30, lr_decay_steps=1000)),
     "maporl-split-words": (cotrain, dict(dataset="arith:split-mix", max_new_tokens=40,
                                          reward_rule="final-mean", max_steps=30)),
     "magrpo-teamwork": (magrpo, dict(dataset="teamwork", max_new_tokens=16, eval_problems=40,
