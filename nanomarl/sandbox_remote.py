@@ -17,10 +17,10 @@ by its identity (identical), and where the context declares some of its class's 
 with them holds (sandbox_bases.py:standing). One of a builtin kind has that type's traits and names
 (as the test process reads them, whatever the claim) and that type as its __class__ (isinstance(g,
 types.GeneratorType)): a forged claim makes it no more than a real object of that kind, or of a
-class the program could define, would be. The program's
-instance of its own subclass of a value type (a Stack(list), an IntEnum's member) is a Valued,
-which keeps its base's value (its reference says which base, which of the base's methods its
-class overrides and, where it cannot change, the value: sandbox_bases.py:overridden)."""
+class the program could define, would be. The program's instance of its own subclass of a value
+type (a Stack(list), an IntEnum's member) is a Valued, which keeps its base's value (its reference
+says which base, which of the base's methods its class overrides and, where it cannot change, the
+value: sandbox_bases.py:overridden)."""
 import _operator, _weakref, builtins
 
 from sandbox_bases import (CLASS_CAP, FLAG, FLAGGED, IDENTITY, KEYS, LASTING, NAMED, NAMES, OWN,
@@ -296,10 +296,11 @@ def harness_class(value):
 
 def remote(item):
     """The one Remote of a handle (so `is` holds between two answers naming the same object), of
-    the reference's kind, traits and class's names (a builtin kind's: its type's); its
-    truth fails the test but for a stream's and a re.Match's (the program's type's __bool__ or
-    __len__ could answer anew, and one with neither, always true, is no value either); a Valued
-    where the reference ends with its base (valued), true as its base's value is; else None."""
+    the reference's kind, traits and class's names (a builtin kind's: its type's); its truth fails
+    the test but for a stream's and a re.Match's (the program's type's __bool__ or __len__ could
+    answer anew, and one with neither, always true, is no value either); a Valued where the
+    reference ends with its base (valued), true as its base's value is; else None. Where the
+    reference says its release may run code (the bit past IDENTITY), its handle is URGENT."""
     if not (type(item) is list and len(item) in (4, 5) and type(item[0]) is int and (
             item[1] is None or item[1] == "re.Match" or type(item[1]) is str and item[1] in NAMED)
             and type(item[2]) is int and item[2] >= 0 and (item[3] is None or type(
