@@ -56,17 +56,17 @@ def traits(kind):
         identity << IDENTITY)
 
 
-def finalizing(value):
+def finalizing(value, opaque=(type(ancestry), type(sys))):
     """The bit past IDENTITY where value's release may run code (sandbox_remote.py:URGENT): it or
-    what it holds up to two steps on (a __dict__ read through; no class, no module's namespace)
-    has a finalizer (its type's __del__) or a weak reference (a weakref.finalize's); else 0."""
+    what it holds up to two steps on (a __dict__ read through; no class, nothing in a function or
+    a module) has a finalizer (its type's __del__) or a weak reference (a weakref.finalize's)."""
     level = [value]
     for step in range(3):
         if any(_weakref.getweakrefcount(found) or any("__del__" in SPACE.__get__(owner) for owner
                in MRO.__get__(type(found))) for found in level[:256]):
             return 1 << IDENTITY + 1
-        held = [item for found in level[:256] if step < 2 for item in gc.get_referents(found)
-                if type(item) is not dict or "__builtins__" not in item]  # (a module's: not)
+        held = [item for found in level[:256] if step < 2 and type(found) not in opaque
+                for item in gc.get_referents(found)]  # (a function's globals: its module's)
         level = [item for item in held + gc.get_referents(*[d for d in held if type(d) is dict])
                  if not isinstance(item, type)]
     return 0
