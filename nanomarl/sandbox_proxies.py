@@ -40,14 +40,15 @@ def asked(op):
 
 class TestObject:
     """A test object, by its handle in the test process, an instance of its class's proxy class
-    (proxy_class): its calls, attribute reads and writes, draws and protocol (truth, length, items,
-    iteration, text, comparisons, arithmetic, conversions, hash, isinstance with it as the class,
-    `with`) are asked of that process, where the test's own methods answer (asked). Its __class__
-    is the program's class of the name the context declares (isinstance(x, ListNode) holds as in
-    one process), else its proxy class."""
+    (proxy_class): its calls, attribute reads, writes and deletions, draws and protocol (truth,
+    length, items, iteration, text, comparisons, arithmetic, conversions, hash, isinstance with it
+    as the class, `with`) are asked of that process, where the test's own methods answer (asked).
+    Its __class__ is the program's class of the name the context declares (isinstance(x, ListNode)
+    holds as in one process), else its proxy class."""
     __slots__ = ("handle", "kind", "own")
     __instancecheck__ = asked("isinstance")
     __setattr__ = lambda self, name, value: request("setattr", self.handle, name, value)
+    __delattr__ = lambda self, name: request("delattr", self.handle, name)
     __exit__ = lambda self, *exception: request("exit", self.handle, list(exception))
 
     def __init__(self, handle, kind=None, own=False):

@@ -393,7 +393,8 @@ def program_error(name, message, base="", args=None, declared=False, state=None,
         except Exception:
             pass
     for key, value in state.items() if type(state) is dict else ():  # its own attributes
-        if type(key) is str and not key.startswith("_") and not hasattr(type(error), key):
+        if type(key) is str and (key == "__notes__" or not key.startswith("_")) and not hasattr(
+                type(error), key):
             object.__setattr__(error, key, value)  # (never its class's: args, errno, a method)
     error.program_text, error.program_str = name[:100] + ": " + message[:300], message
     if type(handle) is int:  # (the test's exception: the program's re-raise of it is the test's)
@@ -407,8 +408,8 @@ def raised(payload, stop=None, depth=0):
     says; a StopIteration only where stop() says so (the test called the program directly:
     sandbox_errors.py:direct) or it is a link of a chain (stop True: no loop ever sees it
     raised), else the harness refuses it there (REFUSE: an Abort, the test fails whatever it
-    catches); with the __cause__ and __context__ that crossed with it, down to DEPTH levels, each
-    made as it is; None if it is malformed."""
+    catches); a group with its exceptions made so; with the __cause__ and __context__ that
+    crossed with it, down to DEPTH levels, each made as it is; None if it is malformed."""
     if type(payload) is not list or not 3 <= len(payload) <= 10 or not all(
             type(p) is str for p in payload[:3]):
         return None
@@ -418,6 +419,9 @@ def raised(payload, stop=None, depth=0):
         stop = payload[2] == "StopIteration" and (stop is True or stop is not None and stop())
     except Exception:
         stop = False
+    group = payload[3] if len(payload) > 3 and payload[2].endswith("ExceptionGroup") else None
+    if type(group) is tuple and len(group) == 2 and type(group[1]) is list:  # (its exceptions)
+        payload[3] = (group[0], [raised(p, True, depth + 1) for p in group[1][:1000]])
     error = program_error(*payload[:8], stop=stop is True, known=payload[9:] and payload[9])
     if payload[2] == "StopIteration" and stop is not True and REFUSE[0] is not None:
         raise REFUSE[0](error)  # (no `except` of the test's catches it)
@@ -433,14 +437,15 @@ def raised(payload, stop=None, depth=0):
 def error_payload(error, keep=False, depth=0):
     """[name, message, nearest builtin ancestor's name, its arguments (a tuple of values, or None
     where one is not a value; an OSError's with its file names, as OSError(errno, strerror,
-    filename, None, filename2) makes it again), whether its class is the context's class of its
-    name (same), its own public attributes that are values, its class's module where it is that
-    module's own (sandbox_stdlib.py:own_module; else None), the number of the exception it is
-    (the other side's, program_error's, where it came from there; else with keep this side's,
-    RAISED keeping it: the test's from 0 up, the program's from -1 down, one object one number
-    while it holds it, its last RAISES[2] sent; or None), its links (chain), its class
-    (sandbox_errors.py:class_text)], read by BaseException's and OSError's own slots (no
-    __getattr__ or __getattribute__ of the program's runs; its message: describe)."""
+    filename, None, filename2) makes it again; a group's exceptions as their payloads), whether
+    its class is the context's class of its name (same), its own public attributes and notes that
+    are values, its class's module where it is that module's own (sandbox_stdlib.py:own_module;
+    else None), the number of the exception it is (the other side's, program_error's, where it
+    came from there; else with keep this side's, RAISED keeping it: the test's from 0 up, the
+    program's from -1 down, one object one number while it holds it, its last RAISES[2] sent; or
+    None), its links (chain), its class (sandbox_errors.py:class_text)], read by BaseException's
+    and OSError's own slots (no __getattr__ or __getattribute__ of the program's runs; its
+    message: describe)."""
     kind, slot, files = type(error), vars(BaseException), vars(OSError)
     own = slot["__dict__"].__get__(error)
     handle = own.get("program_handle")
@@ -458,8 +463,11 @@ def error_payload(error, keep=False, depth=0):
         kind, OSError) else (None, None)
     if names[0] is not None and len(args) == 2:  # (errno, strerror)
         args += (names[0],) if names[1] is None else (names[0], None, names[1])
-    state = {key: value for key, value in own.items()
-             if type(key) is str and not key.startswith(("_", "program_")) and sendable(value)}
+    if issubclass(kind, BaseExceptionGroup) and depth < DEPTH:  # (its exceptions' payloads)
+        group = vars(BaseExceptionGroup)["exceptions"].__get__(error)
+        args = (args[0], [error_payload(e, keep, depth + 1) for e in group])
+    state = {key: value for key, value in own.items() if type(key) is str and sendable(value)
+             and (key == "__notes__" or not key.startswith(("_", "program_")))}
     return [vars(type)["__name__"].__get__(kind), describe(error).partition(": ")[2][:300],
             builtin_ancestor(kind).__name__, args if sendable(args) else None, same(kind), state,
             own_module(kind), handle if type(handle) is int else None, chain(error, depth),

@@ -273,9 +273,8 @@ def test_refer(value, aliases):
                         test_refer)
     self = getattr(value, "__self__", None)
     if (test_made(value) or kind.__name__ in ("generator", "function") and test_code(value)
-            or kind.__name__ == "method" and test_made(self)
             or kind.__name__ in ("builtin_function_or_method", "method") and (
-                type(self) in (list, dict, set)
+                test_made(self) or type(self) in (list, dict, set, str, bytes, bytearray)
                 or type(self).__module__ in ("random", "_io", "collections"))
             or kind.__module__ == "operator" and kind.__name__.endswith(("getter", "caller"))
             or kind.__module__ == "unittest.mock" and callable(value)
@@ -361,8 +360,8 @@ def test_code(function):
 
 def test_ops(op, target, a, b, extra):
     """What the program's process may do with a test object (sandbox_proxies.py:TestObject's
-    list), done by the test's own methods here; it reads what is readable, sets what is settable
-    (sandbox_lending.py:readable, settable)."""
+    list), done by the test's own methods here; it reads what is readable, sets and deletes what is
+    settable (sandbox_lending.py:readable, settable); any other it refuses."""
     value = LINK["mine"].get(target) if type(target) is int else None
     if value is None:
         raise TypeError("no such test object")
@@ -370,8 +369,8 @@ def test_ops(op, target, a, b, extra):
         return value(*a, **{str(k): v for k, v in b.items()})
     if op == "attr" and readable(value, a):
         return getattr(value, a)
-    if op == "setattr" and settable(value, a):
-        return setattr(value, a, b)
+    if op in ("setattr", "delattr") and settable(value, a, op == "delattr"):
+        return setattr(value, a, b) if op == "setattr" else delattr(value, a)
     if op == "next" and hasattr(type(value), "__next__"):
         return next(value)
     if op == "cmp" and a in ("eq", "ne", "lt", "le", "gt", "ge"):
@@ -386,7 +385,9 @@ def test_ops(op, target, a, b, extra):
         return type(value).__exit__(value, *a)
     if op in OPS:  # (its protocol: with the request's a, but for the unary ones)
         return OPS[op](value, *([] if op in ("len", "iter", "bool", "str", "repr") else [a]))
-    raise TypeError("the program may not " + str(op)[:20] + " a test object")
+    error = TypeError("the program may not " + str(op)[:20] + " a test object")
+    abort(error)  # (noted: the test fails whatever it catches, as for every refusal)
+    raise error
 
 
 # a message's line breaks as spaces, its other control characters (escapes, NUL, DEL, C1) dropped

@@ -277,3 +277,40 @@ def test_a_lookalike_of_a_standard_library_exception_class_is_the_programs_own()
     assert plain(program.replace('"CLASS_TEXT" in found', "False"), tests) == [True] * 5
     result = run(program, tests)
     assert result["passed"] == [True] * 5, result["errors"]
+
+
+def test_an_exception_group_and_an_exceptions_notes_cross_as_in_plain_python():
+    """A program's ExceptionGroup reaches the test with its exceptions, each of its own class and
+    arguments (`except*` splits it; a group of the program's own class too), and an exception's
+    notes (add_note) cross with it: both ways, a test's group raised in a callback reaches the
+    program's `except*`."""
+    program = """\
+        class Failed(ExceptionGroup):
+            pass
+        def validate(items):
+            errors = [ValueError(x) for x in items if x < 0] + [KeyError("k")]
+            raise Failed("bad items", errors)
+        def noted():
+            e = ValueError("x")
+            e.add_note("while parsing line 3")
+            raise e
+        def caught(callback):
+            names = []
+            try:
+                callback()
+            except* TypeError as group:
+                names = [type(e).__name__ for e in group.exceptions]
+            return names
+        """
+    tests = ["try:\n    validate([1, -2, -3])\nexcept* ValueError as g:\n"
+             "    assert [e.args for e in g.exceptions] == [(-2,), (-3,)]\n"
+             "except* KeyError as g:\n    assert g.exceptions[0].args == ('k',)",
+             "try:\n    validate([-1])\nexcept Failed as g:\n"
+             "    assert g.message == 'bad items' and len(g.exceptions) == 2",
+             "try:\n    noted()\nexcept ValueError as e:\n"
+             "    assert e.__notes__ == ['while parsing line 3'] and e.args == ('x',)",
+             "def fail():\n    raise ExceptionGroup('two', [TypeError('a'), TypeError('b')])\n"
+             "assert caught(fail) == ['TypeError', 'TypeError']"]
+    assert plain(program, tests) == [True] * 4
+    result = run(program, tests)
+    assert result["passed"] == [True] * 4, result["errors"]

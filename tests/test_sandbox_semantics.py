@@ -796,12 +796,87 @@ def test_the_program_cannot_replace_a_test_classs_methods():
     assert result["passed"] == [False, True], result["errors"]
 
 
+def test_a_refused_change_of_a_test_object_fails_the_test_whatever_it_catches():
+    """The program's process may not replace a method of a test object's class (above). Its
+    refusal reaches the program as a TypeError, and the test fails whatever it catches: a test
+    that expects the program to raise is not passed by a program that asks for a refusal (in plain
+    Python the change succeeds and nothing is raised). Its right program passes; deleting the
+    method's name raises AttributeError, as in plain Python (the instance has none of its own)."""
+    program = """\
+        def validate(user):
+            if user.age < 0:
+                raise TypeError("negative age")
+            user.check = lambda: True
+            return True
+        def forget(user):
+            del user.check
+            return True
+        def right(user):
+            if user.age < 0:
+                raise TypeError("negative age")
+            return True
+        """
+    context = ("class U:\n    def __init__(self, age):\n        self.age = age\n"
+               "    def check(self):\n        return self.age >= 0\n"
+               "def raises(f, *args):\n    try:\n        f(*args)\n"
+               "    except Exception:\n        return True\n    return False\n")
+    tests = [context + "assert raises(validate, U(3))",
+             context + "u = U(3)\nassert raises(forget, u) and u.check() is True",
+             context + "assert raises(right, U(3))",
+             context + "assert raises(right, U(-1)) and right(U(3)) is True"]
+    assert plain(program, tests) == [False, True, False, True]
+    result = run(program, tests)
+    assert result["passed"] == [False, True, False, True], result["errors"]
+    assert "the program may not setattr a test object" in result["errors"][0], result["errors"]
+
+
+def test_a_tests_instance_has_its_data_read_set_and_deleted_as_in_plain_python():
+    """The program reads and sets a test object's data as plain Python does: a private attribute
+    (`_balance`, a mangled `__secret`), one whose class gives a plain default the instance's own
+    shadows (`visited = False`), hasattr of one it lacks; it deletes one; a test's subclass of
+    list or str has its builtin methods called (`stack.append`); a str's bound method is a
+    callback."""
+    program = """\
+        def walk(nodes):
+            for n in nodes:
+                n.visited, n._seen = True, n._seen + 1
+            return [hasattr(n, "_cache") for n in nodes]
+        def balance(account):
+            return account._balance + account._Account__secret
+        def drop(n):
+            del n.label
+            return hasattr(n, "label")
+        def push(stack, word):
+            stack.append(word.upper())
+            return len(stack)
+        def render(fmt, items):
+            return [fmt(x) for x in items]
+        """
+    context = ("class Node:\n    visited = False\n    def __init__(self):\n"
+               "        self._seen, self.label = 0, 'n'\n"
+               "class Account:\n    def __init__(self):\n"
+               "        self._balance, self.__secret = 5, 2\n"
+               "class Stack(list):\n    pass\n"
+               "class Word(str):\n    pass\n")
+    tests = [context + "ns = [Node(), Node()]\nassert walk(ns) == [False, False]\n"
+                       "assert all(n.visited and n._seen == 1 for n in ns)\n"
+                       "assert not Node.visited and walk(ns[:1]) == [False] and ns[0]._seen == 2",
+             context + "assert balance(Account()) == 7",
+             context + "n = Node()\nassert drop(n) is False and not hasattr(n, 'label')",
+             context + "s = Stack([1])\nassert push(s, Word('a')) == 2 and s == [1, 'A']",
+             context + "assert render('<{}>'.format, [1, 'b']) == ['<1>', '<b>']"]
+    assert plain(program, tests) == [True] * 5
+    result = run(program, tests)
+    assert result["passed"] == [True] * 5, result["errors"]
+
+
 def test_the_program_cannot_use_a_tests_mock_or_state_to_forge_its_verdict():
     """A test's mock the program is handed (a patched builtin) is called and its children read
     (what it stands for), never its own records, resets or configuration: a program that prints
     and then resets the mock of print fails `assert_not_called` (plain Python would pass it); a
-    dataclass field whose default is a callable is not replaced; warnings the program's process
-    reports while the test catches none are not shown."""
+    dataclass field whose default is a callable is not replaced (the refusal fails the test, as
+    the replaced field does in plain Python); warnings the program's process reports while the
+    test catches none are not shown."""
     program = """\
         import gc
         def reset():
@@ -830,8 +905,8 @@ def test_the_program_cannot_use_a_tests_mock_or_state_to_forge_its_verdict():
              "c = C()\ntry:\n    cheat(c)\nexcept TypeError:\n    pass\nassert c.check is len",
              "assert forge() == 1 and quiet() == 1"]
     result = run(program, tests)
-    assert result["passed"] == [False, True, True, True], result["errors"]
-    assert "forged" not in result["stderr"], result["stderr"]
+    assert result["passed"] == [False, True, False, True], result["errors"]
+    assert "may not setattr" in result["errors"][2] and "forged" not in result["stderr"], result
 
 
 LIAR = """\
