@@ -58,17 +58,19 @@ def traits(kind):
 
 def finalizing(value, opaque=(type(ancestry), type(sys))):
     """The bit past IDENTITY where value's release may run code (sandbox_remote.py:URGENT): it or
-    what it holds up to two steps on (a __dict__ read through; no class, nothing in a function or
-    a module) has a finalizer (its type's __del__) or a weak reference (a weakref.finalize's)."""
+    what it holds up to two steps on (a __dict__ or a tuple read through, a function's free
+    variables; no class, no function's globals, nothing in a module) has a finalizer (its type's
+    __del__) or a weak reference (a weakref.finalize's)."""
     level = [value]
     for step in range(3):
         if any(_weakref.getweakrefcount(found) or any("__del__" in SPACE.__get__(owner) for owner
                in MRO.__get__(type(found))) for found in level[:256]):
             return 1 << IDENTITY + 1
-        held = [item for found in level[:256] if step < 2 and type(found) not in opaque
-                for item in gc.get_referents(found)]  # (a function's globals: its module's)
-        level = [item for item in held + gc.get_referents(*[d for d in held if type(d) is dict])
-                 if not isinstance(item, type)]
+        held = [item for found in level[:256] if step < 2 for item in (
+            gc.get_referents(found) if type(found) not in opaque else gc.get_referents(
+                *opaque[0].__closure__.__get__(found) or ()) if type(found) is opaque[0] else ())]
+        held += gc.get_referents(*[d for d in held if type(d) in (dict, tuple)])  # (read through)
+        level = [item for item in held if not isinstance(item, type)]
     return 0
 
 
@@ -151,10 +153,9 @@ def value_base(kind):
 
 
 def programs(kind):
-    """Whether kind is a class of the program's own: none that a standard library module holds
-    under its qualified name (time.struct_time is not; one whose __module__ only names such a
-    module is): its instances are Valued, a module's or the context's cross as their base's
-    value."""
+    """Whether kind is a class of the program's own: none that a standard library module holds under
+    its qualified name (time.struct_time is not; one whose __module__ only names such a module is):
+    its instances are Valued, a module's or the context's cross as their base's value."""
     module = MODULE.__get__(kind)
     return type(module) is not str or module.partition(".")[0] not in sys.stdlib_module_names or (
         defined(module, QUALNAME.__get__(kind)) is not kind)
@@ -341,9 +342,8 @@ def named(kind):
     """The JSON text of what a reference tells of a program object's class, for its type in the
     test process: [a number of the class's own, its __name__, __qualname__ and __module__ as its
     type's slots hold them, the names of its ancestors that are the context's classes (declared),
-    its dataclass fields' names (fields_of)];
-    null for a builtin kind (the test process names it) and where told refuses the names or
-    CLASS_CAP classes are told of already."""
+    its dataclass fields' names (fields_of)]; null for a builtin kind (the test process names
+    it) and where told refuses the names or CLASS_CAP classes are told of already."""
     if kind_of(kind) is not None:
         return "null"
     try:
@@ -426,9 +426,9 @@ def told(names):
 
 
 def signed(told):
-    """The inspect.Signature of what described tells: its parameters' names,
-    kinds, defaults and annotations (a default or annotation that is a program object: its
-    proxy), made here by inspect's own classes; a malformed answer fails the test."""
+    """The inspect.Signature of what described tells: its parameters' names, kinds, defaults and
+    annotations (a default or annotation that is a program object: its proxy), made here by
+    inspect's own classes; a malformed answer fails the test."""
     parameter = unpatched("inspect", "Parameter")
     given = lambda has, item: item if has is True else parameter.empty
     try:

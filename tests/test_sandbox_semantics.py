@@ -3831,9 +3831,10 @@ def test_an_object_holding_one_with_a_finalizer_is_released_where_the_test_drops
     weakref.finalize watches, is released where the test drops it, as every program object is:
     the finalizer runs then, so a test that reads the caller's list before any further call sees
     it changed, as in plain Python (a wrong program whose held finalizer empties the list fails
-    such a test); two objects of one class are of one type whatever they hold."""
+    such a test); two objects of one class are of one type whatever they hold; a finalizer held
+    in a closure or a partial's arguments runs so too."""
     program = """\
-        import weakref
+        import functools, weakref
         class Conn:
             def __init__(self, log):
                 self.log = log
@@ -3854,18 +3855,26 @@ def test_an_object_holding_one_with_a_finalizer_is_released_where_the_test_drops
             return found
         def noop():
             pass
+        class Job:
+            def __init__(self, log):
+                conn = Conn(log)
+                self.done = lambda: conn
+                self.call = functools.partial(print, Conn(log))
+        def job(log):
+            return Job(log)
         """
     tests = ["log = []; w = wrap(log); del w; assert log == ['closed'], log",
              "log = []; w = wrap(log); del w; noop(); assert log == ['closed'], log",
              "log = []; w = watched(log); del w; assert log == ['finalized'], log",
-             "assert type(wrap([])) is type(unwrapped())"]
-    assert plain(program, tests) == [True] * 4
+             "assert type(wrap([])) is type(unwrapped())",
+             "log = []; j = job(log); del j; assert log == ['closed'] * 2, log"]
+    assert plain(program, tests) == [True] * 5
     result = run(program, tests)
-    assert result["passed"] == [True] * 4, result["errors"]
+    assert result["passed"] == [True] * 5, result["errors"]
 
 
 FINALIZING = """\
-    import sys, types, weakref
+    import functools, sys, types, weakref
     sys.path.insert(0, sys.argv[1])
     from sandbox_bases import IDENTITY, finalizing
     class Conn:
@@ -3883,7 +3892,9 @@ FINALIZING = """\
     vars(read), vars(read.held)  # (their __dict__ made: read through all the same)
     cases = [Box(), Box().get, Box(3), Box(Box(Conn())), Box(Conn()).get, Conn(), lines(),
              types.SimpleNamespace(g=lines()), watched, map(Conn().__del__, []), read,
-             map(Box(3).get, []), lambda: watched, lambda held=lines(): held]
+             map(Box(3).get, []), lambda: watched, lambda held=lines(): held,
+             (lambda held: lambda: held)(Conn()), Box(functools.partial(len, Conn())),
+             Box((lambda held: lambda: held)(3))]
     print([finalizing(case) >> IDENTITY + 1 for case in cases])
     """
 
@@ -3891,14 +3902,15 @@ FINALIZING = """\
 def test_a_release_asks_a_round_trip_only_where_it_may_run_code():
     """sandbox_bases.py:finalizing gives a reference the bit past IDENTITY (released at once, a
     request of its own: sandbox_remote.py:URGENT) where the object or what it holds up to two
-    steps on (an object's __dict__ read through, made or not) has a finalizer or a weak reference;
-    a plain object, its bound method, one holding a number, or a function (never read into: its
-    globals are its module's, a walk that would cost each reference more than a round trip) goes
-    with the next request (no round trip: a loop of method calls or of made objects costs what it
-    did)."""
+    steps on (an object's __dict__ or a tuple read through, made or not; a function's free
+    variables: a closure, a partial's arguments) has a finalizer or a weak reference; a plain
+    object, its bound method, one holding a number, or a function's globals and defaults (never
+    read into: its globals are its module's, a walk that would cost each reference more than a
+    round trip) goes with the next request (no round trip: a loop of method calls or of made
+    objects costs what it did)."""
     found = subprocess.run([sys.executable, "-c", textwrap.dedent(FINALIZING),
                             str(ROOT / "nanomarl")], capture_output=True, text=True, timeout=60)
-    assert found.stdout == "[0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0]\n", found
+    assert found.stdout == "[0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0]\n", found
 
 
 def test_gap_a_threads_change_after_the_call_is_unseen_till_the_next_one():
