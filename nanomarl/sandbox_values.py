@@ -420,7 +420,7 @@ def raised(payload, stop=None, depth=0):
     except Exception:
         stop = False
     group = payload[3] if len(payload) > 3 and payload[2].endswith("ExceptionGroup") else None
-    if type(group) is tuple and len(group) == 2 and type(group[1]) is list:  # (its exceptions)
+    if type(group) is tuple and len(group) == 2 and type(group[1]) is list and depth < DEPTH:
         payload[3] = (group[0], [raised(p, True, depth + 1) for p in group[1][:1000]])
     error = program_error(*payload[:8], stop=stop is True, known=payload[9:] and payload[9])
     if payload[2] == "StopIteration" and stop is not True and REFUSE[0] is not None:
@@ -463,7 +463,7 @@ def error_payload(error, keep=False, depth=0):
         kind, OSError) else (None, None)
     if names[0] is not None and len(args) == 2:  # (errno, strerror)
         args += (names[0],) if names[1] is None else (names[0], None, names[1])
-    if issubclass(kind, BaseExceptionGroup) and depth < DEPTH:  # (its exceptions' payloads)
+    if issubclass(kind, BaseExceptionGroup) and depth < DEPTH and len(args) == 2:
         group = vars(BaseExceptionGroup)["exceptions"].__get__(error)
         args = (args[0], [error_payload(e, keep, depth + 1) for e in group])
     state = {key: value for key, value in own.items() if type(key) is str and sendable(value)

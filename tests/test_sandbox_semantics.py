@@ -830,6 +830,27 @@ def test_a_refused_change_of_a_test_object_fails_the_test_whatever_it_catches():
     assert "the program may not setattr a test object" in result["errors"][0], result["errors"]
 
 
+def test_functools_wraps_of_any_test_callable_reads_its_texts_as_in_plain_python():
+    """functools.wraps reads a callable's __name__, __doc__ and the rest where it has them: of a
+    test's callable instance or methodcaller the test process refuses these texts, and the program
+    goes on without them as plain Python does (AttributeError), the refusal no failure there."""
+    program = """\
+        import functools
+        def logged(fn):
+            @functools.wraps(fn)
+            def inner(*args):
+                return fn(*args)
+            return inner(2), inner.__name__
+        """
+    tests = ["class Double:\n    def __call__(self, x):\n        return 2 * x\n"
+             "assert logged(Double())[0] == 4",
+             "import operator\nassert logged(operator.methodcaller('bit_length'))[0] == 2",
+             "def f(x):\n    return x + 1\nassert logged(f) == (3, 'f')"]
+    assert plain(program, tests) == [True] * 3
+    result = run(program, tests)
+    assert result["passed"] == [True] * 3, result["errors"]
+
+
 def test_a_tests_instance_has_its_data_read_set_and_deleted_as_in_plain_python():
     """The program reads and sets a test object's data as plain Python does: a private attribute
     (`_balance`, a mangled `__secret`), one whose class gives a plain default the instance's own
