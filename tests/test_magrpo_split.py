@@ -48,6 +48,23 @@ def test_the_problems_are_arith_splits_own():
     assert load_problems("arith:split:test", "train") == train
 
 
+def test_the_wordings_are_the_same_problems_in_their_own_words():
+    """--dataset arith:split-mix trains on arith:split's problems, problem i in wording i % 3
+    (0, 3, 4); arith:split-w1:test holds the test split in held-out words; nothing else parses."""
+    train, mix = load_problems("arith:split", "train"), load_problems("arith:split-mix", "train")
+    assert [p["record"]["parts"] for p in mix] == [p["record"]["parts"] for p in train]
+    assert [p["record"]["views"] == q["record"]["views"] for p, q in zip(mix, train)][:6] == \
+        [True, False, False, True, False, False]
+    assert mix[1]["record"]["views"][0].startswith("The number 1 is yours")
+    assert [p["record"] for p in load_problems("arith:split-mix", "eval")] == \
+        load_task("arith:split-mix", "validation")
+    assert [p["record"] for p in load_problems("arith:split-w1:test", "eval")] == \
+        load_task("arith:split-w1", "test")
+    for wrong in ("arith:split-w3", "arith:split:validation", "arith:split-w1:test:test"):
+        with pytest.raises(SystemExit, match="--dataset"):
+            load_problems(wrong, "train")
+
+
 def test_turn_1_is_the_view_and_turn_2_quotes_the_partners_first_sentence():
     problem = split_problems("eval")[0]
     record = problem["record"]

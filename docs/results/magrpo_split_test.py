@@ -6,6 +6,7 @@ args_resume.json): its model, dtype, quantisation, threads, tokens and sampling 
 run whose in-training evaluation held fewer problems than the split (--eval-problems below 114).
 
     python docs/results/magrpo_split_test.py RUN OUT [--base] [--limit N: the first N problems]
+        [--dataset arith:split-w1:test: the test split in other words; arith:split:test unless]
 """
 import argparse
 import json
@@ -24,6 +25,8 @@ if __name__ == "__main__":
     parser.add_argument("out", type=Path, help="the folder to write")
     parser.add_argument("--base", action="store_true", help="the untrained team instead")
     parser.add_argument("--limit", type=int, default=None, help="the first N problems only")
+    parser.add_argument("--dataset", default="arith:split:test",
+                        help="the held-out problems (arith:split-w1:test: the test split in w1)")
     cli = parser.parse_args()
     run, out, base = cli.run, cli.out, cli.base
     settings = run / "args_resume.json"
@@ -34,7 +37,9 @@ if __name__ == "__main__":
     print(set_torch_threads(args.threads))
     model = load_adapters(load_model(args.model, args.dtype, args.quant), run / "adapters")
     tokenizer = load_tokenizer(args.model)
-    problems = magrpo.load_problems("arith:split:test", "eval", cli.limit)
+    if not (cli.dataset.startswith("arith:split") and cli.dataset.endswith(":test")):
+        sys.exit(f"--dataset: {cli.dataset}: a test split of arith:split or its wordings")
+    problems = magrpo.load_problems(cli.dataset, "eval", cli.limit)
     task = magrpo.make_task(args, "split")
     step = 0 if base else checkpoint_step(run / "checkpoint.pt")
     names = ["__base__"] * 2 if base else ["agent0", "agent1"]
@@ -43,7 +48,8 @@ if __name__ == "__main__":
     metrics = magrpo.evaluate_team(team, tokenizer, problems, task, args, out, step)
     with open(out / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"step": step, **metrics}) + "\n")
-    print(f"{run} ({'untrained' if base else 'trained'}), {len(problems)} test problems: turn 2 "
+    print(f"{run} ({'untrained' if base else 'trained'}), {len(problems)} test problems of "
+          f"{cli.dataset}: turn 2 "
           f"{metrics['eval/turn2/agent_accuracy']:.3f}, bound "
           f"{metrics['eval/no_information_bound']:.3f}, silent "
           f"{metrics['eval/silent/turn2/agent_accuracy']:.3f}, oracle "

@@ -17,6 +17,7 @@ from nanomarl.tasks.costs import costs_problems
 from nanomarl.tasks.debate import hash_split, read_jsonl
 from nanomarl.tasks.minicode import minicode_problems
 from nanomarl.tasks.pipeline import pipeline_problems
+from nanomarl.tasks.split import SPLIT_DATASETS
 from nanomarl.tasks.split_magrpo import split_problems
 from nanomarl.tasks.teamwork import teamwork_problems
 
@@ -85,7 +86,7 @@ def jsonl_problems(path: str, split: str) -> list[dict]:
 def load_problems(task: str, split: str = "train", limit: int = 0) -> list[dict]:
     """The problems of --dataset: humaneval, coophumaneval, tldr, arxiv, minicode, pipeline,
     teamwork, costs (eval: validation; costs:test: test; costs.py), arith:split (eval: validation;
-    arith:split:test: test; split_magrpo.py), or
+    arith:split:test: test; its wordings too, arith:split-mix, -w1, ...: split_magrpo.py), or
     jsonl:PATH (its train or held-out rows: jsonl_problems). split: 'train' or 'eval', sliced as
     the authors' configs (HumanEval train = problems 33..162, eval = 0..31)."""
     if split not in ("train", "eval"):
@@ -105,8 +106,9 @@ def load_problems(task: str, split: str = "train", limit: int = 0) -> list[dict]
     if task in ("costs", "costs:test"):  # ours, 2 agents, 2 turns, offline; held out: validation
         records = costs_problems(split, "test" if task.endswith(":test") else "validation")
         return records[:limit] if limit else records
-    if task in ("arith:split", "arith:split:test"):  # 2 agents, 2 turns; held out: validation
-        records = split_problems(split, "test" if task.endswith(":test") else "validation")
+    name, test, _ = task.partition(":test")  # arith:split and its wordings; held out: validation
+    if name in SPLIT_DATASETS and task in (name, name + ":test"):  # 2 agents, 2 turns
+        records = split_problems(split, "test" if test else "validation", name)
         return records[:limit] if limit else records
     if task not in SPLITS:
         arg_error("--dataset", f"unknown task {task!r} (minicode, humaneval, coophumaneval, tldr, "

@@ -14,7 +14,9 @@ the children's mean in place of the one continuation of cotrain.py's final-mean 
 A problem is {id, kind 'split', record}: the record is arith:split's own (nanomarl/tasks/split.py),
 untouched, so split_controls.py reads it as it reads cotrain.py's. Training: the distinct training
 problems, each once, in split.py's fixed order; held out: the validation split (--dataset
-arith:split:test: the test split), the problems and the order of cotrain.py's --eval-split.
+arith:split:test: the test split), the problems and the order of cotrain.py's --eval-split. The
+variants of split.py's SPLIT_DATASETS are the same problems in other words (--dataset
+arith:split-mix: training problem i in wording i % 3; arith:split-w1:test: held-out words).
 split_evaluation plays both turns greedily with the controls of split_controls.py, under
 cotrain.py's metric names.
 """
@@ -32,15 +34,16 @@ from nanomarl.tasks.split import problem_records, split_problem_list
 SPLIT_ROLES = ["first", "second"]  # agent a holds the record's parts[a]
 
 
-def split_problems(split: str, held_out: str = "validation") -> list[dict]:
-    """magrpo.py's problems of arith:split: 'train', its distinct training problems (102) in
-    split_problem_list's fixed order (--seed orders them through magrpo.py's step_indices); 'eval',
-    every problem of the `held_out` split in load_task's order. Each is {id (the record's), kind
-    'split', record (arith:split's record)}."""
+def split_problems(split: str, held_out: str = "validation",
+                   name: str = "arith:split") -> list[dict]:
+    """magrpo.py's problems of arith:split (or `name`, a variant in SPLIT_DATASETS): 'train', its
+    distinct training problems (102) in split_problem_list's fixed order (--seed orders them
+    through magrpo.py's step_indices); 'eval', every problem of the `held_out` split in
+    load_task's order. Each is {id (the record's), kind 'split', record (arith:split's record)}."""
     if split == "train":
-        records = problem_records(split_problem_list("train"), "train")
+        records = problem_records(split_problem_list("train", name=name), "train", name)
     else:
-        records = load_task("arith:split", held_out)
+        records = load_task(name, held_out)
     return [dict(id=record["id"], kind="split", record=record) for record in records]
 
 
