@@ -17,7 +17,8 @@ of its name the context declares, by `class` or `X = namedtuple("X", ...)`, wher
 that class's, else the test's own class of that name and fields that crossed to the program: a
 test's Q comes back a Q), Fraction, Decimal, range, slice, dict views, datetime's types (with
 their fold and a timezone's name), zoneinfo's ZoneInfo (of a key: loaded again by it), pathlib's
-pure and posix paths, array.array, a member of a standard library Enum (re.I, re.I | re.M,
+pure and posix paths, array.array, the program's memoryview of bytes, mappingproxy of a dict
+and ChainMap of the test's dicts, a member of a standard library Enum (re.I, re.I | re.M,
 http.HTTPStatus.OK; the program's only of a module the test process has: sandbox_stdlib.py); tagged
 where JSON has no type, so that they stay distinct; a subclass of one the context declares or a
 module defines travels as the base value plain Python compares (but a standard library Enum's
@@ -60,14 +61,18 @@ and __annotations__, are read as attributes); a generator or builtin iterator is
 lazily, each item asked once. The program's own subclass of a value type (a Stack(list), an IntEnum)
 is one whose comparisons, hash, length, truth, iteration, `in`, arithmetic and conversions are its
 base type's, on the one value its base's C methods take between two runs of its code (isinstance
-with that type holds: sandbox_remote.py:Valued). A test object (a callback, an instance or class of
+with that type holds: sandbox_remote.py:Valued; one of str, float or complex is an instance of that
+type holding its value, which C functions take: Held). A test object (a callback, an instance or class of
 a test's, an iterator, a bare object()) is called, read, set (an instance's data,
 never its class's methods) and drawn by the test process, and its protocol (truth, length, items and
 item assignment, iteration, text, comparisons, arithmetic and conversions: the test's own method,
 whose NotImplemented Python reflects as in one process, hash, isinstance with it) is answered there
 by the test's own methods, as are the texts functools.wraps copies (the harness's own frames between
 the two processes' calls do not count against the recursion limit); an instance of a class the
-context declares is an instance of the program's class of that name for isinstance. The rule for
+context declares is an instance of the program's class of that name for isinstance, one of a
+test's subclass of a value type an instance of that type for isinstance (holding its value where it
+cannot change: a W(str), an IntEnum's member), and copy, deepcopy and vars() of a test's instance
+are taken in the test process. The rule for
 names: a test may ask the program for the names it is given (`names`: the entry point, aux, a
 problem's declared names; by default the program's top-level defs and classes, for a program that
 brings its own check()) and no other; those win over the builtins (an entry point named `pow` is the

@@ -205,13 +205,12 @@ def applied(value, name):
     "signature" what inspect.signature tells of it (described), for "bases" and "issubclass" what
     issubclass asks of it (bases, subclassed), for "fields" its dataclass fields' names where a
     read of them on it finds its class's (fields_of; else None); on a Valued one, for "value" its
-    base's value (TAKE's), else the operation of APPLIED's of that name."""
+    base's value (TAKE's; refused where its class overrides other methods than as it crossed, the
+    test's `changed`: its __class__ set, its class patched), else the operation of APPLIED's."""
     if type(name) is str and name in ("copy", "deepcopy"):
         return lambda: getattr(COPY, name)(value)
-    if name == "signature":
-        return lambda: described(value)
-    if name == "bases":
-        return lambda: bases(value)
+    if name in ("signature", "bases"):
+        return lambda: (described if name == "signature" else bases)(value)
     if name == "issubclass":
         return lambda derived: subclassed(derived, value)
     if name == "fields":  # (its fields, where a read of them on it finds its class's: fields_of)
@@ -220,7 +219,8 @@ def applied(value, name):
             value, "__dataclass_fields__", None) is own else None
     base = value_base(type(value))
     if base is not None and name == "value":
-        return lambda: TAKE[base](value)
+        return lambda changed: TAKE[base](value) if changed == overridden(
+            type(value), base, value) else refuse("a program object whose class changed")
     if base is not None and type(name) is str and name in APPLIED:
         return lambda *operands: APPLIED[name](value, *operands)
     raise TypeError("no such operation")

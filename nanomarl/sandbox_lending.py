@@ -5,12 +5,12 @@ sends back (sandbox.py's docstring has the threat model).
 
 Executed inside the sandbox as the module `sandbox_lending` (sandbox.py's BOOT). A test object's
 container the test process hands the program's process (an attribute the program reads, an item,
-a callback's result, a draw: LENT) is lent: kept from then on as a numbered object is, under a
-handle of the test process's (below 0), and sent as {"N": [handle, its value]}, which the
-program's process keeps as that handle's object (sandbox_copies.py:borrowed): so the program's
-changes reach the test's own object, and a second read is the same object there; one of the
-call's arguments is sent as {"A": k}, the program's copy of it (lend, settle, lending; the same
-bounds, outermost first).
+a callback's result, a draw, what vars() holds: LENT) is lent: kept from then on as a numbered
+object is, under a handle of the test process's (below 0), and sent as {"N": [handle, its
+value]}, which the program's process keeps as that handle's object (sandbox_copies.py:borrowed):
+so the program's changes reach the test's own object, and a second read is the same object there;
+one of the call's arguments is sent as {"A": k}, the program's copy of it (lend, settle, lending;
+the same bounds, outermost first).
 
 A lent container that holds leaves only (ints, strs, ...) rests once the program's process no
 longer reaches it ("z": unheld, from the references counted: unreached): both sides keep it and its
@@ -51,7 +51,7 @@ from sandbox_values import VIEWS, dump
 from gc import get_referents
 
 
-LENT = ("attr", "call", "next", "getitem")  # the test process's ops whose results are lent
+LENT = ("attr", "call", "next", "getitem", "vars")  # the test process's ops whose results are lent
 VIEWED = ("dict_values", "dict_items")  # the views walked as their dict's values (walked)
 
 

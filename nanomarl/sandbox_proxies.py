@@ -5,8 +5,11 @@ every operation is a request the test process answers with the test's own method
 sandbox_link.py:request), of a subclass made once for each class of the test's (test_object,
 proxy_class) from what the test process tells of that class (looks): its name, qualified name and
 module (type(x).__name__ is the test's class's), whether its objects are callable (only then has
-the subclass a __call__: callable(x) is as in one process) and its dataclass fields
-(dataclasses.fields, asdict, astuple and replace work; vars(x) is a copy of their values). Where
+the subclass a __call__: callable(x) is as in one process), its dataclass fields
+(dataclasses.fields, asdict, astuple and replace work; vars(x) is a copy of their values), its
+__slots__ and the builtin value type it derives from: an instance of a test's Row(list) is a list
+for isinstance (its __class__ a stand-in), one of a W(str) or an IntEnum's member a real str or
+int there too, holding its value (reference; str.join and json read it). Where
 the test process tells nothing of the class ({"x": n}), the subclass is named TestObject and
 callable, or made from the program's class of the name the context declares. A proxy holds no
 code of the test's, and the test process serves only the handles it gave; its answers to the
@@ -15,11 +18,14 @@ program's requests come back through program_answered. A test's object that cros
 the call sends back is the test's own (given)."""
 import sys
 
+from _collections_abc import Mapping, MutableMapping, Sequence
+
+from sandbox_bases import TAKE, lasting, value_base  # sandbox.py's BOOT
 from sandbox_copies import (LEAVES, NAMESPACE, PATTERN_METHODS, USER, borrowed,
-                            refill)  # sandbox.py's BOOT
+                            refill)
 from sandbox_link import (BUILTINS, COMPARISONS, LINK, OPERATORS, TestTimeout, ask, request,
                           taken)
-from sandbox_patches import IMPORT, unpatched
+from sandbox_patches import IMPORT, test_made, unpatched
 from sandbox_stdlib import FINDS, user_copy
 from sandbox_values import dump, raised
 
@@ -40,16 +46,20 @@ def asked(op):
 
 class TestObject:
     """A test object, by its handle in the test process, an instance of its class's proxy class
-    (proxy_class): its calls, attribute reads, writes and deletions, draws and protocol (truth,
-    length, items, iteration, text, comparisons, arithmetic, conversions, hash, isinstance with it
-    as the class, `with`) are asked of that process, where the test's own methods answer (asked).
-    Its __class__ is the program's class of the name the context declares (isinstance(x, ListNode)
-    holds as in one process), else its proxy class."""
-    __slots__ = ("handle", "kind", "own")
+    (proxy_class): its calls, attribute reads, writes and deletions, draws, copies, vars() and
+    protocol (truth, length, items, iteration, text, comparisons, arithmetic, conversions, hash,
+    isinstance with it as the class, `with`) are asked of that process, where the test's own
+    methods answer (asked). Its __class__ is the program's class of the name the context declares
+    (isinstance(x, ListNode) holds as in one process), else its proxy class or that class's
+    stand-in, a subclass of its value type (STANDS)."""
+    __slots__ = ()
     __instancecheck__ = asked("isinstance")
     __setattr__ = lambda self, name, value: request("setattr", self.handle, name, value)
     __delattr__ = lambda self, name: request("delattr", self.handle, name)
     __exit__ = lambda self, *exception: request("exit", self.handle, list(exception))
+    __copy__ = lambda self: request("copy", self.handle)  # (copy.copy in the test process)
+    __deepcopy__ = lambda self, memo: request("deepcopy", self.handle)
+    __dict__ = property(lambda self: Attributes(self, request("vars", self.handle)))
 
     def __init__(self, handle, kind=None, own=False):
         object.__setattr__(self, "handle", handle)
@@ -59,7 +69,7 @@ class TestObject:
     @property
     def __class__(self):  # (no request: the harness's isinstance checks ask this too)
         found = declared_class(self.kind)
-        return type(self) if found is None else found
+        return STANDS.get(type(self), type(self)) if found is None else found
 
     def __getattr__(self, name):
         if name.startswith("__"):
@@ -68,6 +78,38 @@ class TestObject:
 
     def __hash__(self):
         return request("hash", self.handle) if self.own else object.__hash__(self)
+
+
+class Held(TestObject):
+    """A proxy class's base but for one that holds its value (proxy_class)."""
+    __slots__ = ("handle", "kind", "own")
+
+
+del TestObject.__slots__, Held.__slots__  # (a proxy class's __slots__ are the test's class's)
+
+
+class Attributes(MutableMapping):
+    """vars() of a test's instance (the test process's op "vars": vars_of): a copy of its
+    attributes (their containers the test's own), whose writes and deletions are the instance's
+    (setattr, delattr: asked, the test's rules; a refusal fails the test), not a dict's storage
+    that no request would see."""
+    __slots__ = ("owner", "found")
+
+    def __init__(self, owner, found):
+        self.owner, self.found = owner, found
+
+    def __setitem__(self, name, value):
+        setattr(self.owner, name, value)
+        self.found[name] = value
+
+    def __delitem__(self, name):
+        delattr(self.owner, name)
+        del self.found[name]
+
+    __getitem__ = lambda self, name: self.found[name]
+    __iter__ = lambda self: iter(self.found)
+    __len__ = lambda self: len(self.found)
+    __repr__ = lambda self: repr(self.found)
 
 
 def declared_class(kind):
@@ -106,13 +148,20 @@ def field_values(self):  # (the __dict__ of a test's dataclass's proxy class: a 
 
 PROXIES = {}  # the program's process's proxy classes, by (declared name, the class's number)
 LOOKS = {}  # the test process's account of each class it told of, by id: (class, its JSON text)
+STANDS = {}  # the stand-in (its __class__) of a proxy class of a test's subclass of a value type
+# the value types whose subclasses' instances a proxy stands for as such (proxy_class): those
+# whose value cannot change hold it (HOLDS: str.join, json and the base's C methods read it)
+HOLDS = {kind.__name__: kind for kind in (str, int, float, complex, bytes, tuple, frozenset)}
+BASES = {**HOLDS, "list": list, "dict": dict, "set": set, "bytearray": bytearray}
 
 
 def looks(value):
     """What the test process tells the program's process of a test object's class, for its proxy
     class (test_object): the JSON text of [a number of its own, its __name__, __qualname__ and
     __module__, whether its objects are callable, its dataclass fields ([name, init] each) or
-    null], made once for each class (kept: its number stays its own)."""
+    null, its __slots__ (a str, a tuple or list of them) or null, the name of the value type of
+    BASES' it derives from (sandbox_bases.py:value_base) or null], made once for each class
+    (kept: its number stays its own)."""
     kind = type(value)
     if id(kind) not in LOOKS:
         module, fields, dataclasses = getattr(kind, "__module__", None), None, sys.modules.get(
@@ -122,49 +171,111 @@ def looks(value):
                 fields = [[f.name, bool(f.init)] for f in dataclasses.fields(kind)]
         except Exception:  # (a class's own __dataclass_fields__ of another kind: none)
             pass
+        slots, base = getattr(kind, "__slots__", None), value_base(kind)
+        if not (type(slots) is str or type(slots) in (tuple, list) and all(
+                type(slot) is str for slot in slots)):
+            slots = None
         LOOKS[id(kind)] = kind, dump([len(LOOKS), kind.__name__, kind.__qualname__, module if type(
-            module) is str else None, callable(value), fields], None)
+            module) is str else None, callable(value), fields, slots, base and BASES.get(
+                base.__name__) and base.__name__], None)
     return LOOKS[id(kind)][1]
+
+
+def reference(value, handle, declared):
+    """The JSON text of a test object for the program's process (sandbox_verdicts.py:test_refer):
+    {"X": [its handle, its class's name where the context declares it (declared), whether its
+    class has its own == or hash (else compared by identity there), looks' text, and, for an
+    instance of a subclass of a value type of HOLDS', its base's value where nothing in it can
+    change (sandbox_bases.py:lasting; else none: a proxy of its base's stand-in)]}."""
+    kind, base, held = type(value), value_base(type(value)), ""
+    if base is not None and base.__name__ in HOLDS and HOLDS[base.__name__] is base and lasting(
+            found := TAKE[base](value)):  # (its base's own C method: none of the test's runs)
+        held = "," + dump(found, None)
+    return '{"X":[%d,%s,%s,%s%s]}' % (handle, dump(kind.__name__ if declared else None, None),
+                                      compared(kind), looks(value), held)
+
+
+def compared(kind):
+    """Whether a test object's class has its own == or hash (else it is compared by identity in
+    the program's process: TestObject's), as JSON."""
+    return "true" if (kind.__eq__ is not object.__eq__ or kind.__ne__ is not object.__ne__
+                      or kind.__hash__ is not object.__hash__) else "false"
+
+
+def vars_of(value):
+    """vars() of a test object, in the test process (its op "vars"): a copy of a test's instance's
+    own attributes (no dunder; its containers the test's own, lent), where the classes of its
+    ancestry are the test's or builtins (never a mock's records); else AttributeError, as for an
+    object of no __dict__."""
+    kind = type(value)
+    if not test_made(value) or isinstance(value, type) or any(owner.__module__ not in (
+            "__main__", "builtins") for owner in kind.__mro__) or not hasattr(value, "__dict__"):
+        raise AttributeError("__dict__")
+    return {name: found for name, found in vars(value).items()
+            if type(name) is str and not name[:2] == name[-2:] == "__"}
 
 
 def test_object(item, made, declared):
     """The program's proxy of a test object, {"X": [its handle, the name of its class where the
     context declares it (declared: those names), whether its class has its own == or hash, what
-    looks tells of its class (where the test process tells)]}: the one made for that handle
-    (made), else an instance of its class's proxy class (proxy_class, made the first time); None
-    if malformed."""
-    if not (type(item) is list and len(item) in (3, 4) and type(item[0]) is int and (
+    looks tells of its class (where the test process tells), its base's value (reference)]}: the
+    one made for that handle (made), else an instance of its class's proxy class (proxy_class,
+    made the first time; holding that value); None if malformed."""
+    if not (type(item) is list and len(item) in (3, 4, 5) and type(item[0]) is int and (
             item[1] is None or item[1] in declared) and type(item[2]) is bool):
         return None
     if item[0] not in made:
-        told = item[3] if len(item) == 4 and type(item[3]) is list and len(item[3]) == 6 and type(
+        told = item[3] if len(item) >= 4 and type(item[3]) is list and len(item[3]) == 8 and type(
             item[3][0]) is int else None
-        key = (item[1], None if told is None else told[0])
+        base = BASES.get(told[7]) if told is not None and type(told[7]) is str else None
+        if len(item) == 5 and (base is None or type(item[4]) is not base or base not in (
+                HOLDS.values())):
+            return None
+        key = (item[1], None if told is None else told[0], len(item) == 5)
         if key not in PROXIES:
             try:
-                PROXIES[key] = proxy_class(item[1], told)
+                PROXIES[key] = proxy_class(item[1], told, len(item) == 5)
             except Exception:  # (a name type() refuses: a proxy class of no name of the test's)
                 PROXIES[key] = proxy_class(None, None)
-        made[item[0]] = PROXIES[key](*item[:3])
+        if len(item) == 5 and issubclass(PROXIES[key], base):  # (by its base's constructor)
+            made[item[0]] = base.__new__(PROXIES[key], item[4])
+            TestObject.__init__(made[item[0]], *item[:3])
+        else:
+            made[item[0]] = PROXIES[key](*item[:3])
     return made[item[0]]
 
 
-def proxy_class(kind, told):
+def held_attribute(self, name):  # (the __getattribute__ of a proxy class that holds a value)
+    """Its data and methods are the test object's, asked (its base's would answer for its copy
+    of the value); its dunders and the harness's names are its class's."""
+    if name[:2] == "__" or name in ("handle", "kind", "own"):
+        return object.__getattribute__(self, name)
+    return request("attr", object.__getattribute__(self, "handle"), name)
+
+
+def proxy_class(kind, told, holds=False):
     """A test object's proxy class, a subclass of TestObject: as the test process tells of its
     class (looks); where it tells nothing, of the program's class of a name the context declares
     (kind: its name, a __call__ where that class has one, its dataclass fields), else TestObject
-    by name, callable (a callback's)."""
-    declared, fields = declared_class(kind), None
+    by name, callable (a callback's). Of a test's subclass of a value type of BASES', it is a
+    subclass of that type too where it holds the value (holds: one of HOLDS'), else its stand-in
+    is (its __class__: isinstance with that type holds; `match` takes it as a sequence or a
+    mapping as its type's, asking it for its items). Its __slots__ are the test's class's."""
+    declared, fields, slots, base = declared_class(kind), None, None, None
     if told is not None:
-        _, name, qualname, module, calls, fields = told
+        _, name, qualname, module, calls, fields, slots, base = told
     elif declared is not None:
         name, qualname, module = declared.__name__, declared.__qualname__, "__main__"
         calls = any("__call__" in vars(k) for k in declared.__mro__[:-1])
     else:
         name, qualname, module, calls = "TestObject", "TestObject", __name__, True
-    namespace = {"__slots__": (), "__module__": module, "__qualname__": qualname}
+    namespace = {"__module__": module, "__qualname__": qualname, "__dict__": vars(TestObject)[
+        "__dict__"]}  # (its own: a class that holds a value would have the instances' dict's)
+    base = BASES.get(base) if type(base) is str else None
     if calls is True:
         namespace.update(__call__=call, __getattribute__=texts)
+    if holds:
+        namespace["__getattribute__"] = held_attribute
     made = None  # (the dataclass whose fields its instances have)
     if hasattr(declared, "__dataclass_fields__") and (fields is not None or told is None):
         made = declared  # (replace() makes an instance of it: its __class__)
@@ -176,7 +287,19 @@ def proxy_class(kind, told):
     if made is not None:
         namespace.update(__dataclass_fields__=made.__dataclass_fields__, __dict__=property(
             field_values), __dataclass_params__=made.__dataclass_params__)
-    return type(name, (TestObject,), namespace)
+    if not holds:
+        namespace["__slots__"] = ()  # (no instance dict: its handle in Held's slots)
+    found = type(name, (TestObject, base) if holds else (Held,), namespace)
+    if base is not None and not holds:
+        STANDS[found] = type(name, (base,), {"__module__": module, "__qualname__": qualname})
+        if base in (list, tuple, dict):  # (its type's flag, which `match` reads)
+            (Mapping if base is dict else Sequence).register(found)
+    if type(slots) in (str, tuple, list):  # (read only: the layout is the class's own)
+        for owner in (found, STANDS.get(found, found)):
+            owner.__slots__ = slots
+    elif "__slots__" in vars(found):  # (a class of none has none)
+        del found.__slots__
+    return found
 
 
 def program_answered(message):

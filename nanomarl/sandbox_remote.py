@@ -5,22 +5,17 @@ mirror of sandbox_proxies.py. The program's process sends an object that is no v
 refer), the first two decided by the harness from its type, never from a name the program can set:
 its kind, the name of the builtin type it is an instance of (a function, a generator, a bound
 method, a module: KINDS, found by that type's identity, taken before the program runs) or re.Match,
-else null; its traits, which of the protocol's methods (TRAITS: __call__, __iter__, __next__,
-__len__, __hash__, __enter__, ...) its type has; its class's names (named: program text, never
-looked up; a dataclass's fields' names too, which dataclasses.fields and asdict read here). In the
-test process it is a Remote of the subclass made once for those traits and names (remote_class:
-type(x).__name__ is its class's), which defines those methods only (and __bool__: a
-program object's truth fails the test, but a stream's and a re.Match's): callable(x), hasattr(x,
-"__iter__") and the ABCs (Iterator, Sized, Callable, Hashable) say what plain Python says; where its
-type keeps object's == and hash (an Enum's member: sandbox_bases.py:traits), it compares and hashes
-by its identity (identical), and where the context declares some of its class's bases, isinstance
-with them holds (sandbox_bases.py:standing). One of a builtin kind has that type's traits and names
-(as the test process reads them, whatever the claim) and that type as its __class__ (isinstance(g,
-types.GeneratorType)): a forged claim makes it no more than a real object of that kind, or of a
-class the program could define, would be. The program's instance of its own subclass of a value
-type (a Stack(list), an IntEnum's member) is a Valued, which keeps its base's value (its reference
-says which base, which of the base's methods its class overrides and, where it cannot change, the
-value: sandbox_bases.py:overridden)."""
+else null; its traits, which of the protocol's methods (TRAITS: __call__, __iter__, __len__, ...)
+its type has; its class's names (named: program text, never looked up; a dataclass's fields' names
+too). In the test process it is a Remote of the subclass made once for those traits and names
+(remote_class), which defines those methods only: callable(x), hasattr(x, "__iter__") and the ABCs
+say what plain Python says. One of a builtin kind has that type's traits and names (whatever the
+claim) and that type as its __class__ (isinstance(g, types.GeneratorType)): a forged claim makes it
+no more than a real object of that kind, or of a class the program could define, would be. The
+program's instance of its own subclass of a value type keeps its base's value (its reference says
+which base, which of its methods its class overrides and, where it cannot change, the value): of
+str, float or complex it is a Held, an instance of that type here holding the value (held: C
+functions take it), of another (a Stack(list), an IntEnum's member) a Valued."""
 import _operator, _weakref, builtins
 
 from sandbox_bases import (CLASS_CAP, FLAG, FLAGGED, IDENTITY, KEYS, LASTING, NAMED, NAMES, OWN,
@@ -54,11 +49,10 @@ class Remote:
     issubclass with it is the program's answer, its __bases__ type's slots
     (sandbox_bases.py:bases). A result crosses as a value, a declared class's instance rebuilt
     from its state (sandbox_verdicts.py:rebuilt)."""
-    __slots__ = ("__handle", "__kind", "__stream", "__buffer", "__drawn", "__end", "__weakref__")
+    __slots__ = ()  # (its state: STATE, the slots of each class made of it, a Held's too)
     __str__ = lambda self: ask("op", self.__handle, "str", [])  # its text: asked
     __repr__ = lambda self: ask("op", self.__handle, "repr", [])
     __format__ = lambda self, spec: ask("op", self.__handle, "format", [spec])
-    __ne__ = lambda self, other: not self.__eq__(other)
     __hash__ = None  # (a stream's, where its type has one: its identity)
     __reduce_ex__ = __reduce__ = refused  # (pickled: no object of either process)
     __copy__ = lambda self: self.__copied("copy")
@@ -78,13 +72,13 @@ class Remote:
     def __getattribute__(self, name):  # (TOLD: its data, which Remote's own would answer)
         if name == "__bases__":  # (as issubclass reads them: sandbox_bases.py:bases)
             return ask("apply", object.__getattribute__(self, "_Remote__handle"), ["bases"], {})
-        if name in TOLD or not name.startswith(("__", "_Remote__")):
+        if name in TOLD or not str.startswith(name, ("__", "_Remote__")):  # (its value: a Held's)
             found = ask("attr", object.__getattribute__(self, "_Remote__handle"), name)
             return MAPPING(found) if name in COPIES and type(found) is dict else found
         return object.__getattribute__(self, name)  # (a slot not set yet: no attribute to ask)
 
     def __setattr__(self, name, value):
-        if name.startswith("_Remote__"):
+        if str.startswith(name, "_Remote__"):
             return object.__setattr__(self, name, value)
         ask("setattr", self.__handle, name, value, [value])
 
@@ -109,17 +103,11 @@ class Remote:
             refused(self)
         return ask("apply", self.__handle, [how], {})
 
-    def __call(self, *args, **kwargs):
-        return ask("call", self.__handle, list(args), kwargs, [*args, *kwargs.values()])
-
-    def __iter(self):
-        return self if self.__stream else refused(self)
-
-    def __hashed(self):
-        return object.__hash__(self) if self.__stream else refused(self)
-
-    def __enter(self):
-        return ask("enter", self.__handle)
+    __call = lambda self, *args, **kwargs: ask("call", self.__handle, list(args), kwargs,
+                                                [*args, *kwargs.values()])
+    __iter = lambda self: self if self.__stream else refused(self)  # (a stream's: itself)
+    __hash = lambda self: object.__hash__(self) if self.__stream else refused(self)
+    __enter = lambda self: ask("enter", self.__handle)
 
     def __exit(self, kind, error, traceback):
         """The program's __exit__ with the exception as a test's callback's crosses (its type
@@ -190,18 +178,20 @@ class Remote:
                 TALKING.release()
 
 
+# a Remote's state, the slots of each class made (a Valued's: its class's; no __dict__)
+STATE = ("_Remote__handle", "_Remote__kind", "_Remote__stream", "_Remote__buffer", "_Remote__drawn",
+         "_Remote__end", "__weakref__")
 KEPT, KEPT_CAP = [], 4096  # the proxies a test's weak reference keeps alive (Remote.__del__)
 URGENT = set()  # the handles whose release may run code (sandbox_bases.py:finalizing's bit)
 TOKEN = object()  # (what remote alone passes Remote.__init__: no test's call makes one)
 
 
 def identical(self, other):
-    """== of a program object whose type keeps object's: its identity, decided here, with None, a
-    value (no program object is one: values cross as such) or another such program object (one
-    proxy for a handle while it lives: remote); another program object's own == answers next
-    (NotImplemented), as in one process; with anything else it fails the test: in one process
-    that could be this very object (a class made here for a program class: harness_class; the
-    context's class, whose copy the program has)."""
+    """== of a program object whose type keeps object's (!= is object's): its identity, decided
+    here, with None, a value or another such program object (one proxy per handle: remote); another
+    program object's own == answers next (NotImplemented), as in one process; anything else fails
+    the test (in one process it could be this very object: a class made here for a program
+    class, harness_class; the context's class, whose copy the program has)."""
     if self is other:
         return True
     if issubclass(type(other), Remote) and type(other).__eq__ is not identical:
@@ -211,18 +201,10 @@ def identical(self, other):
     return False
 
 
-def different(self, other):
-    """!= of a program object whose type keeps object's (identical)."""
-    found = identical(self, other)
-    return found if found is NotImplemented else not found
-
-
 for name in COMPARISONS[2:]:  # (every object has them: refused)
     setattr(Remote, "__%s__" % name, refused)
-METHODS = dict(call=Remote._Remote__call, iter=Remote._Remote__iter, next=Remote._Remote__next,
-               hash=Remote._Remote__hashed, enter=Remote._Remote__enter,
-               exit=Remote._Remote__exit, instancecheck=Remote._Remote__instancecheck,
-               subclasscheck=Remote._Remote__subclasscheck)
+METHODS = {name: vars(Remote)["_Remote__" + name] for name in (
+    "call", "iter", "next", "hash", "enter", "exit", "instancecheck", "subclasscheck")}
 CLASSES = {}  # the subclasses of Remote made: by traits, base and a builtin kind's names
 # a program object's data whose values are values (its __wrapped__: a program object; its
 # __dict__ and __annotations__: read-only snapshots, as a change to a copy never reaches the object)
@@ -233,25 +215,26 @@ MAPPING = type(type.__dict__)  # types.MappingProxyType
 THEIRS = {}  # the test process's classes for the program's classes: by traits, base and names
 
 
-def remote_class(bits, base=None, names=None):
-    """The subclass of Remote (of Valued for a value type base) whose methods are those of TRAITS'
-    bits (refused, but METHODS' and a Valued's VALUED's), of names: a program class's (its number,
-    name, qualified name and module: one class for each, up to CLASS_CAP, then the harness's), a
-    builtin kind's (number None), else Remote; a dataclass's has the Fields of its fields' names
-    (sandbox_bases.py:dataclass_fields). A Valued's __class__ is a subclass of its base of those
-    names (isinstance with the base holds)."""
+def remote_class(bits, base=None, names=None, changed=0):
+    """The subclass of Remote whose methods are those of TRAITS' bits (refused, but METHODS'), of
+    names: a program class's (its number, name, qualified name and module: one class for each, up
+    to CLASS_CAP, then the harness's), a builtin kind's (number None), else Remote's; a
+    dataclass's has the Fields of its fields' names (sandbox_bases.py:dataclass_fields); for a
+    value type base a Valued's (VALUED's; its __class__ a subclass of its base of those names:
+    isinstance with the base holds), or, a subclass of its base too, a Held's (held: changed)."""
     made = CLASSES if names is None or names[0] is None else THEIRS
-    if (bits, base, names) not in made:
+    if (bits, base, names, changed) not in made:
         if made is THEIRS and len(THEIRS) >= CLASS_CAP:
-            return remote_class(bits, base)
+            return remote_class(bits, base, None, changed)
         if len(CLASSES) > 256:  # (a forged answer's many: made anew)
             CLASSES.clear()
         name, qualname, module = names[1:4] if names else ("Remote", "Remote", __name__)
-        space = {"__slots__": (), "__module__": module, "__qualname__": qualname}
-        space.update(("__%s__" % trait, base and VALUED.get(trait) or METHODS.get(trait, refused))
-                     for i, trait in enumerate(TRAITS) if bits >> i & 1)
+        space = {"__slots__": () if base else STATE, "__module__": module, "__qualname__": qualname}
+        space.update(held(bits, base, changed) if base in HELD else (("__%s__" % trait, base and (
+            VALUED.get(trait)) or METHODS.get(trait, refused)) for i, trait in enumerate(
+                TRAITS) if bits >> i & 1))
         if bits >> IDENTITY & 1:  # (its type keeps object's == and hash: sandbox_bases.py:traits)
-            space.update(__eq__=identical, __ne__=different, __hash__=vars(object)["__hash__"])
+            space.update(__eq__=identical, __hash__=vars(object)["__hash__"])
         if base is None and names and len(names) > 4:  # (the context's classes among its bases)
             space["_Remote__class"] = standing(name, qualname, module, names[4])
         fields = dataclass_fields(names[5]) if base is None and len(names or "") > 5 and names[
@@ -259,14 +242,30 @@ def remote_class(bits, base=None, names=None):
         if fields is not None:  # (a dataclass's: asdict, astuple and fields read them)
             space["__dataclass_fields__"] = Fields(fields)
         try:
-            if base is not None:
-                space["_Remote__class"] = STAND_INS[base] if names is None else type(
-                    name, (base,), {"__slots__": (), "__module__": module,
-                                    "__qualname__": qualname})
-            made[bits, base, names] = type(name, (Remote if base is None else Valued,), space)
+            if base is not None and base not in HELD:  # (isinstance with its base holds)
+                space["_Remote__class"] = type(name, (base,), {
+                    "__slots__": (), "__module__": module, "__qualname__": qualname})
+            made[bits, base, names, changed] = type(name, (
+                Remote,) if base is None else (base, Remote) if base in HELD else (Valued,), space)
         except Exception:  # (a name type() refuses: a NUL, a lone surrogate)
-            return remote_class(bits, base)
-    return made[bits, base, names]
+            return remote_class(bits, base, None, changed)
+    return made[bits, base, names, changed]
+
+
+def held(bits, base, changed):
+    """The methods of a Held's class (HELD's subclass): its base's own, on the value it holds
+    (which cannot change), but Remote's for its text, attributes and pickling (OWNED: the
+    program's) and METHODS' its base lacks (a __call__); of OWN's its class overrides (changed),
+    an item read or in-place operator is asked of the program (ASKED), any other refused."""
+    found = dict(__slots__=STATE, __hash__=vars(base)["__hash__"], **{
+        name: vars(Remote)[name] for name in OWNED})
+    found["__new__"] = lambda kind, *spec: base.__new__(kind, *spec[-1:])  # (the value: remote's)
+    found["__init__"] = lambda self, token=0, handle=0, *_: Remote.__init__(self, token, handle)
+    found.update(("__%s__" % trait, METHODS.get(trait, refused)) for i, trait in enumerate(
+        TRAITS) if bits >> i & 1 and "__%s__" % trait not in vars(base))
+    found.update(("__%s__" % trait, applying(trait) if trait in ASKED else refused)
+                 for i, trait in enumerate(OWN) if changed >> i & 1 and trait not in METHODS)
+    return found
 
 
 class Fields:
@@ -290,8 +289,8 @@ class Fields:
 
 def harness_class(value):
     """Whether value is a class made here for a program object's type or __class__."""
-    return issubclass(value, Remote) or value in STAND_INS.values() or any(
-        vars(kind).get("_Remote__class") is value for kind in THEIRS.values())
+    return issubclass(value, Remote) or any(vars(kind).get("_Remote__class") is value
+                                            for kind in (*THEIRS.values(), *CLASSES.values()))
 
 
 def remote(item):
@@ -299,7 +298,7 @@ def remote(item):
     the reference's kind, traits and class's names (a builtin kind's: its type's); its truth fails
     the test but for a stream's and a re.Match's (the program's type's __bool__ or __len__ could
     answer anew, and one with neither, always true, is no value either); a Valued where the
-    reference ends with its base (valued), true as its base's value is; else None. Where the
+    reference ends with its base (valued), or a Held (held); else None. Where the
     reference says its release may run code (the bit past IDENTITY), its handle is URGENT."""
     if not (type(item) is list and len(item) in (4, 5) and type(item[0]) is int and (
             item[1] is None or item[1] == "re.Match" or type(item[1]) is str and item[1] in NAMED)
@@ -324,7 +323,7 @@ def remote(item):
         if spec is not None:  # (`[0] + s`: a sequence's own concatenation, reflected)
             bits &= ~(1 << IDENTITY)  # (its comparisons are its value's)
             bits |= (1 << TRAITS.index("radd")) if spec[0] in SEQUENCES else 0
-            found = remote_class(bits, spec[0], names)(TOKEN, handle, *spec)
+            found = remote_class(bits, spec[0], names, spec[1])(TOKEN, handle, *spec)
         else:
             if name != "re.Match" and id(kind) not in STREAM_IDS:
                 bits |= 1 << TRAITS.index("bool")
@@ -339,15 +338,12 @@ def remote(item):
 
 def noted(reference):
     """The callback of the harness's weak reference to a Remote, which makes that reference its
-    own: weakref.ref(x) of the test's is then another (one without a callback would be it), which
-    Remote.__del__ finds."""
+    own: the test's weakref.ref(x) is then another, which Remote.__del__ finds."""
 
 
 # (the value types whose subclasses' instances keep their base's value: sandbox_bases.py:TAKE)
 VALUE_BASES = {kind.__name__: kind for kind in TAKE}
-STAND_INS = {kind: type("Remote", (kind,), {"__slots__": (), "__module__": __name__,
-                                            "__qualname__": "Remote"}) for kind in TAKE}
-SEQUENCES = (str, bytes, bytearray, list, tuple)  # (`[0] + s`: their __radd__, which they lack)
+SEQUENCES = (bytes, bytearray, list, tuple)  # (`[0] + s`: their __radd__, which they lack)
 # each request of the test process's that only took a Valued's value (it runs no program code)
 FETCHED = [0]
 
@@ -359,24 +355,29 @@ def valued_spec(spec):
             and type(spec[1]) is int and spec[1] >= 0):
         return None
     base = VALUE_BASES.get(spec[0])
-    if base is not None and (spec[2] is None or base in LASTING and type(spec[2]) is base):
+    if base is not None and (spec[2] is None and base not in HELD or base in LASTING and type(
+            spec[2]) is base):  # (a Held's: its value)
         return base, spec[1], spec[2] if lasting(spec[2]) else None
     return None
 
 
+HELD = (str, float, complex)  # (a subclass's instance of these may have slots and weak references)
+ASKED = ("getitem", *["i" + name for name in ARITHMETIC])  # (a Held's own: asked of the program)
+OWNED = ("__getattribute__", "__str__", "__repr__", "__format__", "__reduce_ex__", "__reduce__")
+
+
 class Valued(Remote):
     """A program's instance of its own subclass of a value type (a Stack(list), an IntEnum's
-    member): a program object, whose attributes, methods, text, items read, set or deleted and
-    in-place operators are the program's (asked), that keeps its base's value: its comparisons,
-    hash, length, truth, iteration, `in`, arithmetic and conversions are Python's on that value,
-    here (VALUED), on the one it crossed with where it cannot change, else on one taken anew
-    after each request that may run program code (based); where its class overrides one of them
-    (OWN, and what its base's own asks: sandbox_bases.py:overridden), that one fails the test
-    (its own method could answer anything, its base's is not plain Python's answer), and so does
-    keys() where dict(x) would copy its storage instead (KEYS). isinstance with its base type
-    holds (its __class__: a subclass of that type's of the harness's, named as its class:
-    remote_class), `type(x) is` and `x.__class__ is` do not."""
-    __slots__ = ("_Remote__base", "_Remote__changed", "_Remote__value", "_Remote__taken")
+    member; not HELD's): a program object, whose attributes, methods, text, items read, set or
+    deleted and in-place operators are the program's (asked), that keeps its base's value: its
+    comparisons, hash, length, truth, iteration, `in`, arithmetic and conversions are Python's on
+    that value, here (VALUED), on the one it crossed with where it cannot change, else on one
+    taken anew after each request that may run program code (based); where its class overrides
+    one of them (OWN, and what its base's own asks: sandbox_bases.py:overridden), that one fails
+    the test (its own method could answer anything, its base's is not plain Python's answer), as
+    does keys() where dict(x) would copy its storage instead (KEYS). isinstance with its base
+    holds (its __class__: remote_class), `type(x) is` and `x.__class__ is` do not."""
+    __slots__ = (*STATE, "_Remote__base", "_Remote__changed", "_Remote__value", "_Remote__taken")
 
     def __init__(self, token, handle, base, changed, value, /):
         Remote.__init__(self, token, handle)
@@ -406,7 +407,7 @@ def based(self, name):
         return taken[1]
     if found is None:
         with TALKING:  # (another thread's request meanwhile may run program code)
-            found = ask("apply", self._Remote__handle, ["value"], {})
+            found = ask("apply", self._Remote__handle, ["value", self._Remote__changed], {})
             FETCHED[0] += 1
             if type(found) is not self._Remote__base:
                 raise abort(ProgramError("a malformed answer"))
@@ -490,10 +491,9 @@ FUNCTIONS = {name: getattr(_operator, name + "_" if name in ("and", "or") else n
              for name in ARITHMETIC} | {"pow": builtins.pow, "divmod": builtins.divmod}
 VALUED = {**{name: compared(name) for name in COMPARISONS},
           **{name: arithmetic(name) for name in OPERATORS},
-          **{name: on_value(name, function) for name, function in BUILTINS.items()},
           **{name: on_value(name, function) for name, function in dict(
-              hash=builtins.hash, len=builtins.len, iter=builtins.iter, bool=builtins.bool,
-              reversed=builtins.reversed).items()},
+              BUILTINS, hash=builtins.hash, len=builtins.len, iter=builtins.iter,
+              bool=builtins.bool, reversed=builtins.reversed).items()},
           "contains": contains, "getitem": item, "setitem": applying("setitem"),
           "delitem": applying("delitem")}
 for name in COMPARISONS:

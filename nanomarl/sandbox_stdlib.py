@@ -17,7 +17,11 @@ key (from /usr/share/zoneinfo, which both processes read: ZoneInfo's cache makes
 object); a datetime or time as its ISO text, or, where that would lose its fold or its tzinfo's
 name or rules, as [its ISO text, fold, tzinfo] (datetime_state, datetime_made). pathlib's pure and
 posix paths cross as {"L": [class name, text]}, an array.array as {"v": [typecode, items]}
-(numbered for write-back as a bytearray is: sandbox_copies.py:numbered); a test's re.Match as a
+(numbered for write-back as a bytearray is: sandbox_copies.py:numbered); the program's memoryview
+of bytes (whose value cannot change) as {"m": [format, shape, its bytes]}, a read-only view of
+those bytes cast so (viewed), its ChainMap as {"w": its maps}, a ChainMap of them, where each is a
+dict that is the test's own (a mark: chained), so that no copy falls behind (else each stays a
+program object); a test's re.Match as a
 copy found again in the program's process (found_again; sandbox_copies.py:copied sends it); a
 test's UserList or UserDict as a copy rebuilt there, noted (user_copy) so that a write-back refuses
 one whose data or attributes the program changed (intact). A class is a module's own where that
@@ -46,11 +50,16 @@ DICTS = (vars(type)["__dict__"], vars(type(sys))["__dict__"])
 TYPE = vars(type)  # (a class's name and module as its type holds them)
 
 
-def stdlib_state(value, kind, anywhere):
+def stdlib_state(value, kind, anywhere, aliases=None):
     """(tag, state) of a value of the standard library's that crosses as itself (see above; the
     state a value sandbox_values.py:dump sends), else None; `anywhere`: an Enum of any module (the
     test process's), else only of one the test process has too (ENUMS, or one imported before the
-    fork: the program's member of another is one of its objects)."""
+    fork: the program's member of another is one of its objects), and the program's memoryview
+    or ChainMap (viewed, chained; aliases: dump's)."""
+    if not anywhere and kind is memoryview and viewed(value):
+        return "m", [value.format, list(value.shape), value.tobytes()]
+    if not anywhere and kind is CHAIN and chained(value.maps, aliases or {}):
+        return "w", list(value.maps)
     if kind is slice:
         return "l", [value.start, value.stop, value.step]
     if kind.__module__ == "pathlib" and kind.__name__ in PATHS:
@@ -66,6 +75,29 @@ def stdlib_state(value, kind, anywhere):
     if flag_value(kind, key) or type(key) is str and kind.__members__.get(key) is value:
         return "Y", [kind.__module__, kind.__qualname__, key]
     return None
+
+
+CHAIN = unpatched("collections", "ChainMap")
+CASTS = frozenset("bBchHiIlLqQnNfd?")  # (the formats a memoryview of bytes is cast to again)
+
+
+def viewed(view):
+    """Whether the program's memoryview crosses as a value: a view of bytes (its exporter, whose
+    value cannot change), not released, of a format a cast makes again ("m": the test process
+    casts a view of its bytes to that format and shape)."""
+    try:
+        return type(view.obj) is bytes and view.format in CASTS and 0 < view.ndim <= 8
+    except ValueError:  # (released)
+        return False
+
+
+def chained(maps, aliases):
+    """Whether a ChainMap's maps cross as a value ("w": a ChainMap of them made again): a list
+    of dicts, each the other side's own (a mark of dump's aliases: a call's argument, a kept one),
+    which its changes reach; a fresh one's copy would fall behind where the program keeps its
+    ChainMap and writes through it (which nothing here can tell)."""
+    return type(maps) is list and 0 < len(maps) <= 256 and all([
+        type(found) is dict and id(found) in aliases for found in maps])
 
 
 def flag_value(kind, key):
@@ -141,7 +173,15 @@ def stdlib_made(tag, item, importing, resolve):
             return unpatched("array", "array")(item[0], item[1])
         except (TypeError, OverflowError):
             pass
-    if tag in ("l", "L", "J", "Y", "v"):
+    if tag == "m" and type(item) is list and len(item) == 3 and type(item[2]) is bytes and (
+            item[0] in CASTS and type(item[1]) is list and 0 < len(item[1]) <= 8):
+        try:  # (a shape that its bytes fill; else malformed)
+            return memoryview(item[2]).cast(item[0], item[1])
+        except (TypeError, ValueError):
+            pass
+    if tag == "w" and type(item) is list and item and all(type(found) is dict for found in item):
+        return CHAIN(*item)
+    if tag in ("l", "L", "J", "Y", "v", "m", "w"):
         raise ValueError("malformed value")
     return resolve(tag, item)
 

@@ -69,7 +69,8 @@ from sandbox_stdlib import (UNKEPT_VIEW, WALK, datetime_made, datetime_state, he
 BIG = 1 << 8000  # ints from here on travel as hex (decimal text of over 4300 digits is refused)
 IMMUTABLE = {str, int, float, bool, type(None), tuple, frozenset, bytes, complex}
 COLLECTIONS = ("Counter", "OrderedDict", "defaultdict", "deque")
-VIEWS = {"dict_keys": "K", "dict_values": "V", "dict_items": "I"}
+VIEWS = {"dict_keys": "K", "dict_values": "V", "dict_items": "I", "mappingproxy": "q"}
+VIEWED = {"K": dict.keys, "V": dict.values, "I": dict.items, "q": type(type.__dict__)}
 BY_ARGUMENTS = ("timedelta", "timezone")  # (those that cross by their arguments, not ISO text)
 
 
@@ -89,14 +90,16 @@ def dump(value, refer, aliases=None):
     ints and lists as JSON; tuples "t", sets "s", frozensets "f", dicts "d" (a list of pairs),
     big ints "i" (hex), bytes "b", bytearrays "y" (hex), complex "c", Counter "C", OrderedDict
     "O", defaultdict "D", deque "Q", NamedTuple "n" (marked true where hook made its class),
-    Fraction "F", Decimal "E", range "R", dict views "K" "V" "I" (their items; the program's of a
-    dict something else holds: that dict's mark, a view of the test's argument or of a kept dict
-    there; refused in an answer's value where the walk of that value never met it:
-    sandbox_stdlib.py:held_elsewhere), datetime's date, datetime, time, timedelta and timezone
-    "T" (a subclass's as its base's, a test's marked with its class, the program's own with names
-    of its own a reference: own_dated; sandbox_stdlib.py:datetime_state), the standard library's
-    pathlib paths "L", slice "l", ZoneInfo "J", Enum members "Y" and array.array "v"
-    (sandbox_stdlib.py:stdlib_state); anything else is refer(value) (a reference, or Abort).
+    Fraction "F", Decimal "E", range "R", dict views "K" "V" "I" and the program's mappingproxy of
+    a dict "q" (their items, its dict; the program's of a dict something else holds: that dict's
+    mark, a view of the test's argument or of a kept dict there; refused in an answer's value
+    where the walk of that value never met it: sandbox_stdlib.py:held_elsewhere), datetime's
+    date, datetime, time, timedelta and timezone "T" (a subclass's as its base's, a test's marked
+    with its class, the program's own with names of its own a reference: own_dated;
+    sandbox_stdlib.py:datetime_state), the standard library's pathlib paths "L", slice "l",
+    ZoneInfo "J", Enum members "Y", array.array "v", the program's memoryview of bytes "m" and
+    ChainMap "w" (sandbox_stdlib.py:stdlib_state); anything else is refer(value) (a reference,
+    or Abort).
     aliases {id: JSON text}: the objects sent as a mark the other side reads as its own (a call's
     k-th argument container {"a": k}, its k-th tuple {"g": k}, a kept one {"k": handle}), each
     alive meanwhile."""
@@ -129,26 +132,22 @@ def dump(value, refer, aliases=None):
                                      dump(value.step, refer))
     if kind is Dumped:
         return value
-    if (found := stdlib_state(value, kind, REFUSE[0] is not None)) is not None:  # (the stdlib's)
+    if (found := stdlib_state(value, kind, REFUSE[0] is not None, aliases)) is not None:
         return '{"%s":%s}' % (found[0], dump(found[1], refer, aliases))
     module, name = kind.__module__, kind.__name__
-    if module == "builtins" and name in VIEWS:  # (of a dict held elsewhere: kept, or a snapshot)
-        owner = id(get_referents(value)[0])
+    if module == "builtins" and name in VIEWS and (name != "mappingproxy" or REFUSE[
+            0] is None and type(get_referents(value)[0]) is dict):  # (the program's, of a dict)
+        owner, proxy = id(get_referents(value)[0]), name == "mappingproxy"  # (no reference kept)
         mark = aliases.get(owner) if REFUSE[0] is None and aliases else None
         if mark is None and aliases is not None and aliases is WALK["aliases"] and owner not in (
                 WALK["met"]) and REFUSE[0] is None and held_elsewhere(value):  # (no walk met it)
             raise ValueError(UNKEPT_VIEW)
-        return '{"%s":%s}' % (VIEWS[name], mark or dump(list(value), refer, aliases))
-    if module == "collections" and name in COLLECTIONS:
-        if name == "deque":
-            inner = "[" + dump(list(value), refer, aliases) + "," + dump(value.maxlen, refer) + "]"
-        elif name == "defaultdict":
-            inner = ("[" + dump(value.default_factory, refer, aliases) + ","
-                     + dump(dict(value), refer, aliases) + "]")
-        else:
-            inner = dump(dict(value), refer, aliases)
-        return '{"%s":%s}' % ({"Counter": "C", "OrderedDict": "O", "defaultdict": "D",
-                               "deque": "Q"}[name], inner)
+        return '{"%s":%s}' % (VIEWS[name], mark or dump(get_referents(value)[0] if proxy else list(
+            value), refer, aliases))
+    if module == "collections" and name in COLLECTIONS:  # (a deque's maxlen, a factory)
+        state = [list(value), value.maxlen] if name == "deque" else [
+            value.default_factory, dict(value)] if name == "defaultdict" else dict(value)
+        return '{"%s":%s}' % ("CODQ"[COLLECTIONS.index(name)], dump(state, refer, aliases))
     if issubclass(kind, tuple) and type(getattr(kind, "_fields", None)) is tuple:  # NamedTuple
         if REFUSE[0] is None and module == "__main__" and not same(kind) and own_ways(kind):
             return refer(value, aliases)  # (the program's, with methods: sandbox_remote.py:Valued)
@@ -223,8 +222,8 @@ def hook(tagged, resolve):
     kind = type(item)
     if tag == "nan":
         return nan_made(item)
-    if tag in VIEWS.values() and issubclass(kind, dict):  # (a view of that very dict: dump)
-        return (dict.keys if tag == "K" else dict.values if tag == "V" else dict.items)(item)
+    if tag in VIEWED and issubclass(kind, dict):  # (a view of that very dict: dump)
+        return VIEWED[tag](item)
     if kind is list:
         if tag == "t":
             return tuple(item)
@@ -253,7 +252,7 @@ def hook(tagged, resolve):
         if tag == "E":
             return unpatched("decimal", "Decimal")(item)
     if tag in ("C", "O", "D", "Q"):
-        made = unpatched("collections", COLLECTIONS[("C", "O", "D", "Q").index(tag)])
+        made = unpatched("collections", COLLECTIONS["CODQ".index(tag)])
         if (tag == "C" or tag == "O") and kind is dict:
             return made(item)
         if tag == "D" and kind is list and len(item) == 2 and type(item[1]) is dict:

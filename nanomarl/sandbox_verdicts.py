@@ -11,13 +11,13 @@ from sandbox_layers import confine, read_exactly, reap, watchdog
 from sandbox_link import (LINK, OPS, TestTimeout, abort, answer, arrived, ask, attempt, called,
                           compiled, gone, read_line, refilled, request, run,
                           settle, taken, talk, unnumbered)
-from sandbox_bases import lasting
+from sandbox_bases import COPY, lasting
 from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, copied, kept_entry, rooms
 from sandbox_lending import lending, let_go, readable, received, settable, test_made
 from sandbox_patches import (PATCHED, SETS, builtin_named, fingerprint, module, quiet_null,
                              watch_modules)
 from sandbox_errors import MADE, SOURCES, crossed, crossing, direct
-from sandbox_proxies import TEXTS, looks
+from sandbox_proxies import TEXTS, compared, looks, reference, vars_of
 from sandbox_remote import Remote, harness_class, remote
 from sandbox_stdlib import member_named
 from sandbox_values import (DECLARED, RAISES, REFUSE, Abort, Decoder, Dumped, ProgramError,
@@ -238,8 +238,9 @@ def test_refer(value, aliases):
     class of the test's (sandbox_errors.py:crossing); a reference to a test object (one the tests
     made, a bound method of a test's container (a deque's too), Random or io stream, an
     itemgetter, attrgetter, methodcaller, mock, iterator or bare object(): "X" with what looks
-    tells of its class, "G" a declared Enum's member); else the test fails (Abort), as for a
-    program object's type (sandbox_remote.py:harness_class: the program's class is none here)."""
+    tells of its class and a value it holds, sandbox_proxies.py:reference; "G" a declared Enum's
+    member); else the test fails (Abort), as for a program object's type
+    (sandbox_remote.py:harness_class: the program's class is none here)."""
     kind = type(value)
     if issubclass(kind, Remote):
         return '{"r":%d}' % value._Remote__handle
@@ -279,15 +280,11 @@ def test_refer(value, aliases):
             or kind.__module__ == "operator" and kind.__name__.endswith(("getter", "caller"))
             or kind.__module__ == "unittest.mock" and callable(value)
             or hasattr(kind, "__next__") and hasattr(kind, "__iter__") or kind is object):
-        handle = held(value)
-        declared = DECLARED.get(kind.__name__) is kind  # (the program's class is its)
-        own = (kind.__eq__ is not object.__eq__ or kind.__ne__ is not object.__ne__
-               or kind.__hash__ is not object.__hash__)  # (else compared by identity there)
+        handle, declared = held(value), DECLARED.get(kind.__name__) is kind  # (the program's)
         if declared and enum_member(value):  # the program's own member of its class
             return '{"G":[%d,%s,%s,%s]}' % (handle, dump(kind.__name__, None), dump(
-                value._name_, None), "true" if own else "false")
-        return '{"X":[%d,%s,%s,%s]}' % (handle, dump(kind.__name__ if declared else None, None),
-                                        "true" if own else "false", looks(value))
+                value._name_, None), compared(kind))
+        return reference(value, handle, declared)
     raise abort(ProgramError("this argument cannot be sent to the program: " + kind.__name__))
 
 
@@ -378,6 +375,8 @@ def test_ops(op, target, a, b, extra):
         return [] if found is NotImplemented else [found]
     if op == "hash":
         return hash(value)
+    if op in ("copy", "deepcopy", "vars"):  # (a test's instance's vars(): a copy, vars_of)
+        return vars_of(value) if op == "vars" else getattr(COPY, op)(value)
     if op == "enter":  # a `with` in the program (a test's context manager, a mock_open's file)
         return type(value).__enter__(value)
     if op == "exit" and type(a) is list and len(a) == 3:

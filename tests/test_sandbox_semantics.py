@@ -2956,6 +2956,123 @@ def test_a_test_objects_class_is_its_own_for_callable_and_type():
     assert result["passed"] == [True] * len(tests), result["errors"]
 
 
+def test_a_tests_subclass_of_a_value_type_is_of_that_type_in_the_program():
+    """A test's instance of a subclass of a builtin value type is of that type in the program
+    (sandbox_proxies.py:proxy_class): isinstance with list or dict holds, `match` takes a list's
+    as a sequence and a dict's as a mapping (its items asked of the test process), and one of a
+    type whose value cannot change (a str's, a tuple's, an IntEnum's member) holds that value
+    there, which str.join, `%` and json read as in plain Python, its methods and text still the
+    test's; the program's changes through its methods reach the test's object, which comes back
+    as itself."""
+    program = """\
+        import json
+        def kinds(x):
+            return [isinstance(x, t) for t in (list, dict, str, int, tuple)]
+        def total(row):
+            match row:
+                case [a, b]:
+                    return a + b
+                case {"a": a, **rest}:
+                    return a + len(rest)
+                case _:
+                    return -1
+        def shout(words):
+            return " ".join(w.upper() for w in words) + "!" + "".join(words)
+        def enc(c):
+            return json.dumps({"c": c, str(c): c.name}), "%d-%s" % (c, c.label())
+        def grow(row):
+            row.append(3)
+            return row
+        def pair(p):
+            return "%s:%s" % p, isinstance(p, tuple), p[1].upper()
+        """
+    classes = "class Row(list):\n    pass\nclass Cfg(dict):\n    pass\n"
+    tests = [classes + "assert kinds(Row([1])) == [True, False, False, False, False]\n"
+                       "assert kinds(Cfg(a=1)) == [False, True, False, False, False]",
+             classes + "assert total(Row([1, 2])) == 3 and total(Row([1])) == -1\n"
+                       "assert total(Cfg(a=1, b=2)) == 2",
+             "class W(str):\n    pass\nassert shout([W('a'), W('b')]) == 'A B!ab'",
+             "import enum\nclass C(enum.IntEnum):\n    A = 1\n    def label(self):\n"
+             "        return 'x'\nassert enc(C.A) == ('{\"c\": 1, \"1\": \"A\"}', '1-x')",
+             classes + "r = Row([1, 2])\nassert grow(r) is r and r == [1, 2, 3]",
+             "class P(tuple):\n    pass\nassert pair(P((1, 'b'))) == ('1:b', True, 'B')"]
+    assert plain(program, tests) == [True] * len(tests)
+    result = run(program, tests)
+    assert result["passed"] == [True] * len(tests), result["errors"]
+
+
+def test_a_tests_instances_copies_vars_and_slots_are_plain_pythons():
+    """copy.copy and copy.deepcopy of a test's instance copy it in the test process (a new
+    instance of the test's class, the test's own when it comes back; a shallow copy shares its
+    containers); vars() of a test's instance is a copy of its attributes (their containers the
+    test's own) whose writes set them by the test's rules (a method stays the test's: the
+    refusal fails the test whatever the program catches, where a program that could not write
+    through vars() would have passed); type(x).__slots__ is its class's, and a class of none has
+    none."""
+    program = """\
+        import copy
+        def clone(n):
+            c = copy.deepcopy(n)
+            c.v = 2
+            return c
+        def shallow(n):
+            c = copy.copy(n)
+            c.items.append(1)
+            return c
+        def to_dict(o):
+            return dict(vars(o))
+        def bump(o):
+            vars(o)["v"] += 1
+        def shadow(o):
+            try:
+                vars(o)["area"] = lambda: 0
+            except Exception:
+                pass
+        def fields(o):
+            kind = type(o)
+            return {s: getattr(o, s) for s in kind.__slots__} if hasattr(kind, "__slots__") else 0
+        """
+    node = "class Node:\n    def __init__(self):\n        self.v, self.items = 1, []\nn = Node()\n"
+    tests = [node + "c = clone(n)\nassert c is not n and type(c) is Node and (c.v, n.v) == (2, 1)",
+             node + "c = shallow(n)\nassert c is not n and type(c) is Node and n.items == [1]",
+             node + "d = to_dict(n)\nassert d == {'v': 1, 'items': []} and d['items'] is n.items\n"
+                    "bump(n)\nassert n.v == 2",
+             "class S:\n    def area(self):\n        return 4\ns = S()\nshadow(s)\n"
+             "assert s.area() == 4",
+             "class P:\n    __slots__ = ('x', 'y')\n    def __init__(self):\n"
+             "        self.x, self.y = 1, 2\nassert fields(P()) == {'x': 1, 'y': 2}",
+             node + "assert fields(n) == 0"]
+    assert plain(program, tests) == [True, True, True, False, True, True]
+    result = run(program, tests)
+    assert result["passed"] == [True, True, True, False, True, True], result["errors"]
+    assert "may not set" in result["errors"][3] or "refus" in result["errors"][3], result["errors"]
+
+
+def test_gap_a_tests_subclass_of_list_or_dict_is_no_list_to_its_base_types_own_code():
+    """A test's instance of a subclass of list, dict, set or bytearray (whose value can change)
+    is no instance of that type in the program's process, only its __class__ is (isinstance
+    holds, `match` asks it for its items: the test before): the base's C code that reads or
+    writes a list's storage (json.dumps, heapq, list.append(x, v)) refuses it with TypeError
+    where plain Python reads or changes the test's object, so a right program fails and a wrong
+    one that changes it so fails too (no copy of the value that the test would never see
+    changed)."""
+    program = """\
+        import heapq, json
+        def enc(row):
+            return json.dumps(row)
+        def smallest(row):
+            heapq.heapify(row)
+            return row[0]
+        """
+    row = "class Row(list):\n    pass\nr = Row([3, 1, 2])\n"
+    tests = [row + "assert enc(r) == '[3, 1, 2]'",
+             row + "assert smallest(r) == 1 and r == [3, 1, 2]"]
+    assert plain(program, tests) == [True, False]
+    result = run(program, tests)
+    assert result["passed"] == [False, False], result["errors"]
+    assert all(error.startswith("TypeError") for error in result["errors"]), result["errors"]
+
+
 def test_a_declared_classes_instance_is_named_and_callable_as_its_class():
     """An instance of a class the prompt declares, the test's, is in the program an instance of
     the program's class of that name (isinstance), of a proxy class of its name, callable only
@@ -3210,7 +3327,7 @@ def test_a_programs_log_records_reach_the_tests_handlers():
 def test_a_test_object_of_an_argument_that_cannot_be_sent_stays_out_of_reach():
     """A test's argument that cannot be sent (a memoryview beside a test's function) fails the
     test before any of it goes out: the test objects its dump numbered on the way are forgotten,
-    so a program that guesses handles (a TestObject of its own, made through gc) reaches none of
+    so a program that guesses handles (a proxy of its own, made through gc) reaches none of
     them in a later test (it read the test's secret before)."""
     program = """\
         import gc
@@ -3223,7 +3340,7 @@ def test_a_test_object_of_an_argument_that_cannot_be_sent_stays_out_of_reach():
             out = []
             for handle in range(6):
                 try:
-                    out.append(proxies["call"](proxies["TestObject"](handle)))
+                    out.append(proxies["call"](proxies["Held"](handle)))
                 except BaseException as e:
                     out.append(type(e).__name__)
             return out

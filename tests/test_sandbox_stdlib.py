@@ -200,3 +200,59 @@ def test_a_flag_value_outside_its_members_bits_is_refused():
     assert plain(program.replace('"Dumped" in found', "False"), tests[:1]) == [True]
     result = run(program, tests, max_timeouts=5)
     assert result["passed"] == [True, False, False, False, True, True], result["errors"]
+
+
+def test_a_programs_memoryview_mappingproxy_and_chainmap_cross_as_values():
+    """The program's memoryview of bytes crosses as a memoryview of those bytes (==, len, items,
+    its format), its mappingproxy of a dict as a read-only proxy of that dict (its global's: kept,
+    so a later change shows, as in plain Python), its ChainMap of dicts as a ChainMap of them
+    (the test's own arguments: a write reaches them). Where a copy could fall behind the
+    program's object (a view of a bytearray, a ChainMap of a global or a fresh dict, which the
+    program may keep and write through) it stays a program object, which the test cannot
+    compare; a forged one fails the test."""
+    program = """\
+        import collections, gc, types
+        _d = {'a': 1}
+        G = {'g': 1}
+        for found in gc.get_objects():
+            if type(found) is dict and "Dumped" in found and "hook" in found:
+                Dumped = found["Dumped"]
+        def raw(text):
+            return Dumped(text, None)
+        def view(b):
+            return memoryview(b)[1:]
+        def ints(b):
+            return memoryview(b).cast('h')
+        def config():
+            return types.MappingProxyType(_d)
+        def setc(k, v):
+            _d[k] = v
+        def merged(a, b):
+            return collections.ChainMap(a, b)
+        def fresh():
+            return collections.ChainMap({'x': 1}, {'y': 2, 'x': 3})
+        def held():
+            return collections.ChainMap(G)
+        def mutable():
+            return memoryview(bytearray(b'ab'))
+        """
+    tests = ["v = view(b'abc'); assert v == b'bc' and len(v) == 2 and list(v) == [98, 99]\n"
+             "assert bytes(v) == b'bc' and v[0] == 98 and v.readonly and type(v) is memoryview",
+             "assert ints(bytes([1, 0, 2, 0])).tolist() == [1, 2]",
+             "p = config(); assert p == {'a': 1}; setc('b', 2)\n"
+             "assert p == {'a': 1, 'b': 2} and len(p) == 2 and p['b'] == 2\n"
+             "import types; assert type(p) is types.MappingProxyType",
+             "p = config()\ntry:\n    p['z'] = 1\n    ok = False\nexcept TypeError:\n"
+             "    ok = True\nassert ok",
+             "a = {'a': 1}; m = merged(a, {'b': 2}); assert m['b'] == 2 and len(m) == 2\n"
+             "m['c'] = 3; assert a == {'a': 1, 'c': 3} and m.maps[0] is a",
+             "m = fresh(); assert m['x'] == 1 and dict(m) == {'x': 1, 'y': 2} and sorted(m) == "
+             "['x', 'y']",
+             "assert held()['g'] == 1",
+             "assert mutable() == b'ab'",
+             "raw('{\"m\":[\"B\",[5],{\"b\":\"6162\"}]}')",
+             "raw('{\"w\":[]}')"]
+    expected = [True] * 8
+    assert plain(program.replace('"Dumped" in found', "False"), tests[:8]) == expected
+    result = run(program, tests, max_timeouts=5)
+    assert result["passed"] == [True] * 5 + [False] * 5, result["errors"]

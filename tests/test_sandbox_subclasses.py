@@ -412,3 +412,91 @@ def test_the_collections_types_and_an_intflag_keep_their_own_value():
     assert plain(program, tests) == [True] * 6 + [True, True, False, False]
     result = run(program, tests, max_timeouts=12)
     assert result["passed"] == [True] * 5 + [False, True, False, False, False], result["errors"]
+
+
+def test_a_programs_str_subclass_is_a_str_that_c_functions_take():
+    """The program's StrEnum member (and any instance of its own subclass of str, float or
+    complex) is a str in the test process, holding the value it crossed with: str.join, re and
+    json take it as plain Python's C functions take the program's; ==, hash, sorting, `in`,
+    slicing and concatenation are str's on that value; its str(), repr(), format, attributes and
+    methods are the program's; it is the program's own object (`is` holds, passed back). Where
+    its class overrides one of those operations it still fails the test (its __len__), and its
+    own __str__ answers str() as in plain Python."""
+    program = """\
+        import enum
+        class Color(enum.StrEnum):
+            RED = "red"
+            BLUE = "blue"
+        class Name(str):
+            def __str__(self):
+                return "<" + str.__str__(self) + ">"
+            def shout(self):
+                return self.upper() + "!"
+        class Txt(str):
+            def __len__(self):
+                return 0
+        class Money(float):
+            pass
+        def colors():
+            return [Color.RED, Color.BLUE]
+        def is_red(c):
+            return c is Color.RED
+        def name():
+            return Name("bob")
+        def text():
+            return Txt("a")
+        def price():
+            return Money(2.5)
+        """
+    tests = ["assert ','.join(colors()) == 'red,blue'",
+             "import re; assert all(re.fullmatch('[a-z]+', c) for c in colors())",
+             "import json; assert json.dumps({'c': colors()[0], 'p': price()}) == "
+             "'{\"c\": \"red\", \"p\": 2.5}'",
+             "c, b = colors()\nassert sorted([c, b]) == ['blue', 'red']\n"
+             "assert {c, b} == {'red', 'blue'}"
+             "\nassert c == 'red' and hash(c) == hash('red') and c[1:] == 'ed'\n"
+             "assert c + '!' == 'red!'"
+             "\nassert 'e' in c and isinstance(c, str) and type(c) is not str and len(c) == 3",
+             "c = colors()[0]; assert str(c) == 'red' and repr(c) == \"<Color.RED: 'red'>\"\n"
+             "assert f'{c}' == 'red' and c.name == 'RED' and c.value == 'red'\n"
+             "assert c.upper() == 'RED' and is_red(c) and c is colors()[0]\n"
+             "assert type(c).__name__ == 'Color'",
+             "n = name(); assert str(n) == '<bob>' and n == 'bob' and n.shout() == 'BOB!'\n"
+             "assert '-'.join([n, n]) == 'bob-bob' and '%s' % n == '<bob>'",
+             "assert len(text()) == 0",
+             "assert text() == 'a' and ''.join([text()]) == 'a'"]
+    expected = [True] * 8
+    assert plain(program, tests) == expected
+    result = run(program, tests)
+    assert result["passed"] == expected[:6] + [False, True], result["errors"]
+
+
+def test_a_valued_object_whose_class_changes_after_it_crossed_is_refused():
+    """A Valued's value taken anew is refused where its class now overrides other methods than
+    as it crossed (its __class__ set to a class with its own ==, its class's __len__ patched):
+    plain Python would ask those, so the base's answer would credit a wrong program; a class set
+    that overrides nothing new keeps its value's answers."""
+    program = """\
+        class Vec(list):
+            pass
+        class Other(list):
+            def total(self):
+                return sum(self)
+        class Broken(list):
+            def __eq__(self, other):
+                return False
+            __hash__ = None
+        def make():
+            return Vec([1, 2])
+        def swap(v, broken):
+            v.__class__ = Broken if broken else Other
+        def patch():
+            Vec.__len__ = lambda self: 0
+        """
+    tests = ["v = make(); swap(v, True); assert v == [1, 2]",
+             "v = make(); swap(v, False); assert v == [1, 2] and v.total() == 3",
+             "v = make(); patch(); assert len(v) == 2"]
+    expected = [False, True, False]
+    assert plain(program, tests) == expected
+    result = run(program, tests)
+    assert result["passed"] == expected, result["errors"]
