@@ -28,6 +28,8 @@ if __name__ == "__main__":
     parser.add_argument("--dataset", default="arith:split:test",
                         help="the held-out problems (arith:split-w1:test: the test split in w1)")
     cli = parser.parse_args()
+    if not (cli.dataset.startswith("arith:split") and cli.dataset.endswith(":test")):
+        sys.exit(f"--dataset: {cli.dataset}: a test split of arith:split or its wordings")
     run, out, base = cli.run, cli.out, cli.base
     settings = run / "args_resume.json"
     saved = json.loads((settings if settings.is_file() else run / "args.json").read_text())
@@ -37,8 +39,6 @@ if __name__ == "__main__":
     print(set_torch_threads(args.threads))
     model = load_adapters(load_model(args.model, args.dtype, args.quant), run / "adapters")
     tokenizer = load_tokenizer(args.model)
-    if not (cli.dataset.startswith("arith:split") and cli.dataset.endswith(":test")):
-        sys.exit(f"--dataset: {cli.dataset}: a test split of arith:split or its wordings")
     problems = magrpo.load_problems(cli.dataset, "eval", cli.limit)
     task = magrpo.make_task(args, "split")
     step = 0 if base else checkpoint_step(run / "checkpoint.pt")
