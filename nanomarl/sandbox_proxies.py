@@ -80,12 +80,12 @@ class TestObject:
         return request("hash", self.handle) if self.own else object.__hash__(self)
 
 
-class Held(TestObject):
-    """A proxy class's base but for one that holds its value (proxy_class)."""
+class Handled(TestObject):
+    """The base of a proxy class that holds no value: its handle, kind and own in slots."""
     __slots__ = ("handle", "kind", "own")
 
 
-del TestObject.__slots__, Held.__slots__  # (a proxy class's __slots__ are the test's class's)
+del TestObject.__slots__, Handled.__slots__  # (a proxy class's __slots__ are the test's class's)
 
 
 class Attributes(MutableMapping):
@@ -288,8 +288,8 @@ def proxy_class(kind, told, holds=False):
         namespace.update(__dataclass_fields__=made.__dataclass_fields__, __dict__=property(
             field_values), __dataclass_params__=made.__dataclass_params__)
     if not holds:
-        namespace["__slots__"] = ()  # (no instance dict: its handle in Held's slots)
-    found = type(name, (TestObject, base) if holds else (Held,), namespace)
+        namespace["__slots__"] = ()  # (no instance dict: its handle in Handled's slots)
+    found = type(name, (TestObject, base) if holds else (Handled,), namespace)
     if base is not None and not holds:
         STANDS[found] = type(name, (base,), {"__module__": module, "__qualname__": qualname})
         if base in (list, tuple, dict):  # (its type's flag, which `match` reads)

@@ -3340,7 +3340,7 @@ def test_a_test_object_of_an_argument_that_cannot_be_sent_stays_out_of_reach():
             out = []
             for handle in range(6):
                 try:
-                    out.append(proxies["call"](proxies["Held"](handle)))
+                    out.append(proxies["call"](proxies["Handled"](handle)))
                 except BaseException as e:
                     out.append(type(e).__name__)
             return out
