@@ -188,8 +188,7 @@ def reference(value, handle, declared):
     instance of a subclass of a value type of HOLDS', its base's value where nothing in it can
     change (sandbox_bases.py:lasting; else none: a proxy of its base's stand-in)]}."""
     kind, base, held = type(value), value_base(type(value)), ""
-    if base is not None and base.__name__ in HOLDS and HOLDS[base.__name__] is base and lasting(
-            found := TAKE[base](value)):  # (its base's own C method: none of the test's runs)
+    if base in HOLDS.values() and lasting(found := TAKE[base](value)):  # (no test code runs)
         held = "," + dump(found, None)
     return '{"X":[%d,%s,%s,%s%s]}' % (handle, dump(kind.__name__ if declared else None, None),
                                       compared(kind), looks(value), held)
@@ -228,8 +227,7 @@ def test_object(item, made, declared):
         told = item[3] if len(item) >= 4 and type(item[3]) is list and len(item[3]) == 8 and type(
             item[3][0]) is int else None
         base = BASES.get(told[7]) if told is not None and type(told[7]) is str else None
-        if len(item) == 5 and (base is None or type(item[4]) is not base or base not in (
-                HOLDS.values())):
+        if len(item) == 5 and (base not in HOLDS.values() or type(item[4]) is not base):
             return None
         key = (item[1], None if told is None else told[0], len(item) == 5)
         if key not in PROXIES:
