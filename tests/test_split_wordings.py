@@ -258,14 +258,14 @@ def test_mix_holds_out_arith_splits_problems_in_its_order(split, num_agents):
 
 
 def test_the_training_wordings_ask_for_their_own_sentence():
-    canonicals = [w["canonical"] for w in SPLIT_WORDINGS]
+    canonicals = [w["canonical"] for w in SPLIT_WORDINGS[:5]]
     assert canonicals == ["My number is {}.", "I hold {}.", "Mine is {}.", "I was given {}.",
                           "My card shows {}."]
-    openings = [first_sentence(w["view"]) for w in SPLIT_WORDINGS]
+    openings = [first_sentence(w["view"]) for w in SPLIT_WORDINGS[:5]]
     # pairwise distinct: sentences, openings, goals, questions
     assert len(set(canonicals)) == len(set(openings)) == 5
-    assert len({w["goals"][k] for w in SPLIT_WORDINGS for k in ("sum", "difference")}) == 10
-    assert len({w["question"] for w in SPLIT_WORDINGS}) == 5
+    assert len({w["goals"][k] for w in SPLIT_WORDINGS[:5] for k in ("sum", "difference")}) == 10
+    assert len({w["question"] for w in SPLIT_WORDINGS[:5]}) == 5
     for words in SPLIT_WORDINGS[3:]:
         assert set(words) == set(SPLIT_WORDINGS[0]) and set(words["goals"]) == {"sum", "difference"}
         assert all(len(pair) == 2 for pair in words["partners"].values())
@@ -296,3 +296,49 @@ def test_the_controls_say_the_training_wordings_own_sentences():
     assert replayed["views"][1].startswith('End with "The answer is" and the number. Your card: '
                                            '3. Your partner\'s message: "My card shows 6."')
     assert [heard_result(r4, a) for a in range(2)] == ["9", "9"]  # 5 + 4, 6 + 3
+
+
+def four_word_phrases(words: dict) -> set[tuple[str, ...]]:
+    """Every run of four words (lower case) in a wording's texts."""
+    texts = [words["view"], words["followup"], words["question"], words["canonical"],
+             *words["goals"].values(), *(p for pair in words["partners"].values() for p in pair)]
+    found = set()
+    for text in texts:
+        w = re.findall(r"[a-z']+", text.lower())
+        found |= {tuple(w[i:i + 4]) for i in range(len(w) - 3)}
+    return found
+
+
+def test_many_composes_its_training_wordings_apart_from_the_held_out_ones():
+    """arith:split-many: arith:split's problems, record i in one of 30 training wordings (0, 3, 4
+    and 27 composed of drawn phrases, nanomarl/tasks/split_grammar.py); none shares a four-word
+    phrase with the held-out words of -w1 and -w2 but the answer's own."""
+    wordings, _ = SPLIT_DATASETS["arith:split-many"]
+    assert wordings == (0, 3, 4, *range(5, 32)) and len(SPLIT_WORDINGS) == 32
+    composed = SPLIT_WORDINGS[5:]
+    assert len({(w["view"], w["followup"]) for w in composed}) == 27
+    held_out = four_word_phrases(SPLIT_WORDINGS[1]) | four_word_phrases(SPLIT_WORDINGS[2])
+    answer = {("with", "the", "answer", "is"), ("the", "answer", "is", "and"),
+              ("answer", "is", "and", "the"), ("is", "and", "the", "number")}
+    for words in composed:
+        assert four_word_phrases(words) & held_out <= answer
+    base = load_task("arith:split", "train", 300, 0)
+    many = load_task("arith:split-many", "train", 300, 0)
+    assert [{k: v for k, v in r.items() if k not in WORDS} for r in many] == \
+        [{k: v for k, v in r.items() if k not in WORDS} for r in base]
+    assert [r["canonical"] for r in many[:3]] == ["My number is {}.", "I was given {}.",
+                                                 "My card shows {}."]
+    r = many[3]  # wording 5, by hand
+    assert (r["parts"], r["kind"]) == ([1, 6], "difference")
+    assert r["views"][0] == (
+        "Show the calculation, then end with \"The answer is\" and the number. Together you must "
+        "find the difference between the numbers (larger minus smaller). Your number is 1. The "
+        "missing number is with your teammate. Your opening sentence is \"The number I see is 1.\" "
+        "Next, combine your number with your partner's number once you learn it.")
+    assert followup_message(r, 0, ["The number I see is 6. So"]) == (
+        "Find the difference between the numbers (larger minus smaller). Remember that your "
+        "number is 1. Your partner says: \"The number I see is 6.\" First write \"The numbers "
+        "are 1, \" and your partner's number, then show the calculation and end with \"The answer "
+        "is\" and the number.")
+    assert r["question"] == ("The numbers are 1, 6. Find the difference between the numbers "
+                             "(larger minus smaller).")

@@ -2,10 +2,11 @@
 the sum or the difference needs both. Its words (the turn-1 view and the later turns' followup),
 its problem space and its splits, and its variants: arith:split-w1 and arith:split-w2 (the same
 records in two held-out wordings, written once and never tuned or trained on), arith:split-wide
-(numbers 13 to 99, never trained on) and arith:split-mix (the same problems as arith:split, each
+(numbers 13 to 99, never trained on), arith:split-mix (the same problems as arith:split, each
 record in one of three training wordings, 0, 3 and 4, cycled by its index: a recipe that holds in
-other words, judged in the never-seen ones by -w1 and -w2). cotrain.py reads them through load_task
-(nanomarl/tasks/debate.py); their controls are nanomarl/split_controls.py's.
+other words, judged in the never-seen ones by -w1 and -w2) and arith:split-many (the same, in 30
+training wordings: mix's and 27 composed of drawn phrases, split_grammar.py). cotrain.py reads them
+through load_task (nanomarl/tasks/debate.py); their controls are nanomarl/split_controls.py's.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import random
 import zlib
 
 from nanomarl.cli import arg_error
+from nanomarl.tasks.split_grammar import composed_wordings
 
 # arith:split's words: turn 1 says the number, then guesses; turn t > 1 quotes first sentences
 SPLIT_VIEW = ("You and your partner each hold one number; together you must find {goal}. Your "
@@ -91,13 +93,14 @@ SPLIT_WORDINGS = (
                        shows=("the other card shows", "the other cards show"),
                        theirs=("the other card's number", "the other cards' numbers"),
                        heard=("Your partner's message", "Your partners' messages"))),
-)
+) + composed_wordings(27)  # 5 to 31: arith:split-many's, each composed of drawn phrases
 SPLIT_NUMBERS = range(1, 13)  # the numbers arith:split draws, one per agent
 WIDE_NUMBERS = range(13, 100)  # arith:split-wide's: two digits, never trained on
 # each dataset: (its wordings, SPLIT_WORDINGS[k], record i in wordings[i % len]; its numbers)
 SPLIT_DATASETS = {"arith:split": ((0,), SPLIT_NUMBERS), "arith:split-w1": ((1,), SPLIT_NUMBERS),
                   "arith:split-w2": ((2,), SPLIT_NUMBERS), "arith:split-wide": ((0,), WIDE_NUMBERS),
-                  "arith:split-mix": ((0, 3, 4), SPLIT_NUMBERS)}
+                  "arith:split-mix": ((0, 3, 4), SPLIT_NUMBERS),
+                  "arith:split-many": ((0, 3, 4, *range(5, 32)), SPLIT_NUMBERS)}
 
 
 def split_of_problem(kind: str, parts: tuple[int, ...]) -> str:
