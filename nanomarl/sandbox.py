@@ -17,9 +17,10 @@ of its name the context declares, by `class` or `X = namedtuple("X", ...)`, wher
 that class's, else the test's own class of that name and fields that crossed to the program: a
 test's Q comes back a Q), Fraction, Decimal, range, slice, dict views, datetime's types (with
 their fold and a timezone's name), zoneinfo's ZoneInfo (of a key: loaded again by it), pathlib's
-pure and posix paths, array.array, the program's memoryview of bytes, mappingproxy of a dict
-and ChainMap of the test's dicts, a member of a standard library Enum (re.I, re.I | re.M,
-http.HTTPStatus.OK; the program's only of a module the test process has: sandbox_stdlib.py); tagged
+pure and posix paths, array.array, time.struct_time, the program's memoryview of bytes,
+mappingproxy of a dict (the test's: a copy) and ChainMap of the test's dicts, a member of a
+standard library Enum (re.I, re.I | re.M, http.HTTPStatus.OK; the program's only of a module the
+test process has: sandbox_stdlib.py); tagged
 where JSON has no type, so that they stay distinct; a subclass of one the context declares or a
 module defines travels as the base value plain Python compares (but a standard library Enum's
 member, as itself; the program's own keeps it: below), a datetime type's as its datetime value (one

@@ -90,16 +90,16 @@ def dump(value, refer, aliases=None):
     ints and lists as JSON; tuples "t", sets "s", frozensets "f", dicts "d" (a list of pairs),
     big ints "i" (hex), bytes "b", bytearrays "y" (hex), complex "c", Counter "C", OrderedDict
     "O", defaultdict "D", deque "Q", NamedTuple "n" (marked true where hook made its class),
-    Fraction "F", Decimal "E", range "R", dict views "K" "V" "I" and the program's mappingproxy of
-    a dict "q" (their items, its dict; the program's of a dict something else holds: that dict's
-    mark, a view of the test's argument or of a kept dict there; refused in an answer's value
+    Fraction "F", Decimal "E", range "R", dict views "K" "V" "I" and a mappingproxy of a dict "q"
+    (their items, its dict: the test's a copy; the program's of a dict something else holds: that
+    dict's mark, a view of the test's argument or of a kept dict there; refused in an answer's value
     where the walk of that value never met it: sandbox_stdlib.py:held_elsewhere), datetime's
     date, datetime, time, timedelta and timezone "T" (a subclass's as its base's, a test's marked
     with its class, the program's own with names of its own a reference: own_dated;
     sandbox_stdlib.py:datetime_state), the standard library's pathlib paths "L", slice "l",
-    ZoneInfo "J", Enum members "Y", array.array "v", the program's memoryview of bytes "m" and
-    ChainMap "w" (sandbox_stdlib.py:stdlib_state); anything else is refer(value) (a reference,
-    or Abort).
+    ZoneInfo "J", Enum members "Y", array.array "v", time.struct_time "z", the program's
+    memoryview of bytes "m" and ChainMap "w" (sandbox_stdlib.py:stdlib_state); anything else is
+    refer(value) (a reference, or Abort).
     aliases {id: JSON text}: the objects sent as a mark the other side reads as its own (a call's
     k-th argument container {"a": k}, its k-th tuple {"g": k}, a kept one {"k": handle}), each
     alive meanwhile."""
@@ -135,8 +135,8 @@ def dump(value, refer, aliases=None):
     if (found := stdlib_state(value, kind, REFUSE[0] is not None, aliases)) is not None:
         return '{"%s":%s}' % (found[0], dump(found[1], refer, aliases))
     module, name = kind.__module__, kind.__name__
-    if module == "builtins" and name in VIEWS and (name != "mappingproxy" or REFUSE[
-            0] is None and type(get_referents(value)[0]) is dict):  # (the program's, of a dict)
+    if module == "builtins" and name in VIEWS and (name != "mappingproxy" or type(
+            get_referents(value)[0]) is dict):  # (a mappingproxy of a dict: the test's a copy)
         owner, proxy = id(get_referents(value)[0]), name == "mappingproxy"  # (no reference kept)
         mark = aliases.get(owner) if REFUSE[0] is None and aliases else None
         if mark is None and aliases is not None and aliases is WALK["aliases"] and owner not in (
