@@ -48,11 +48,12 @@ process (by its function and arguments, value and position, state, pattern and f
 items; a Match by its spans, found again there: a real re.Match; sandbox_copies.py); any other
 object crosses as a reference, whose
 operations the other process performs. A program object (a class instance, a function; but a builtin
-class, Ellipsis, NotImplemented or a builtin function that runs nothing it is given, int or max: it
-crosses by name, the test's own) is no value: it has the protocol methods its type has, no other
-(callable(), hasattr, the ABCs as in one process; a dataclass's fields for dataclasses.fields,
-asdict and astuple: sandbox_bases.py:fields_of), and a builtin type (a function's, a generator's)
-only where its type is that type (sandbox_remote.py): it may be called, used in `with` (its own
+class, Ellipsis, NotImplemented or a builtin function that runs nothing it is given, int, max or
+math.sqrt: it crosses by name, the test's own) is no value: it has the protocol methods its type
+has, no other (callable(), hasattr, the ABCs as in one process; a dataclass's fields for
+dataclasses.fields, asdict and astuple: sandbox_bases.py:fields_of), and a builtin type (a
+function's, a generator's) only where its type is that type (sandbox_remote.py): it may be
+called, used in `with` (its own
 __enter__ and __exit__), its attributes read and set, its text asked (a class as the entry point:
 its methods), but its length, truth, items, iteration, hash, conversions and comparisons (with a
 value or another program object) fail the test, never asking the program (its methods could answer

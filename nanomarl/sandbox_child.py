@@ -105,8 +105,8 @@ def program_side(job, requests, answers):
         if id(value) in marks:  # the stand-in of a test's frozen clock: the test's class
             return marks[id(value)]
         kind, enum = type(value), sys.modules.get("enum")
-        if (name := by_name(value)) is not None:  # a builtin class or function: the test's own
-            return '{"M":["builtins",%s]}' % dump(name, None)
+        if (found := by_name(value)) is not None:  # a builtin class or function: the test's own
+            return '{"M":%s}' % dump(found, None)
         # the context's class crosses as it (once a class for all an object reaches: rebuilt)
         context = sending and id(kind) in sending[0][2] or same(kind)
         if context and enum and isinstance(value, enum.Enum) and type(

@@ -33,7 +33,7 @@ read by each side's resolve: {"r": [n, kind, traits, names]} a program object (s
 Valued's with its base after them: sandbox_bases.py:valued), {"r": n} one sent back, {"x": n} a
 test object sent back, {"X": [n, class name, own == or hash, how its class looks:
 sandbox_proxies.py:looks]} one sent to the program, {"M": [module, name]} a module or a
-function of one (test_refer's), a builtin class or function (the program's:
+function of one (test_refer's), a builtin class or function or math's (the program's:
 sandbox_patches.py:by_name), {"Z": [...]} a test's frozen clock (sandbox_verdicts.py:frozen_class),
 {"k": handle} a kept container, {"a": k} the k-th argument container of the call answered, {"g": k}
 its k-th tuple (sandbox_proxies.py:given), {"A": k} and {"N": [handle, value]} a test object's
