@@ -82,17 +82,18 @@ program's), and a name the program does not define is a NameError, never a built
 the test's own variable. After a call, the program's process sends back the new contents of the
 argument containers, io buffers and Random generators it changed (the test sees mutation in place, a
 buffer read or written, a generator drawn from; also when the call raised), and a returned argument
-is the test's own object (`f(a) is a` holds, for an argument's tuple of leaves too:
-sandbox_proxies.py:given; a container passed twice, f(a, a), is one object in the program's process
-too). One the program still holds after the request (in a global, an object, a
-generator), as one of its own it sends back and holds, stays the test's object across requests
-(sandbox_copies.py): whichever side ran last sends its changes when it hands over (each answer, each
-request, a callback's too), and either side sends it in a value as a mark the other reads as its own
-(a kept list returned later is the test's own; passed again, the program's). The other way, when the
-program calls a test's callback (a mock, a module attribute the test patched), the test process
-sends back the callback's changes to the program's arguments (also when it raised; but see (c)), and
-an argument it returns is the program's own (`cb(a) is a`). A container the program reads from a
-test object (an attribute, an item, a callback's result, a draw) is kept so from its first read
+is the test's own object (`f(a) is a` holds, for an argument's tuple of leaves and an argument
+that is a str, int, float, bytes or complex too: sandbox_proxies.py:given; a container passed
+twice, f(a, a), is one object in the program's process too). One the program still holds after
+the request (in a global, an object, a generator), as one of its own it sends back and holds,
+stays the test's object across requests (sandbox_copies.py): whichever side ran last sends its
+changes when it hands over (each answer, each request, a callback's too), and either side sends
+it in a value as a mark the other reads as its own (a kept list returned later is the test's own;
+passed again, the program's). The other way, when the program calls a test's callback (a mock,
+a module attribute the test patched), the test process sends back the callback's changes to the
+program's arguments (also when it raised; but see (c)), and an argument it returns is the
+program's own (`cb(a) is a`). A container the program reads from a test object (an attribute, an
+item, a callback's result, a draw) is kept so from its first read
 (lent: the program's changes reach the test's object in place, a second read is the same object; one
 of the call's arguments is the program's copy of it). For each request the program's process also
 takes on what the test set of the state the two would share in one process
