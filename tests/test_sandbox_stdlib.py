@@ -1,8 +1,9 @@
 """The standard library's values that cross between the sandbox's two processes as themselves
 (nanomarl/sandbox_stdlib.py): a member of a standard library Enum (re.RegexFlag, http.HTTPStatus,
 signal.Signals), a slice, a datetime or time with its fold and its tzinfo's name (a named
-timezone) or rules (a ZoneInfo), a time.struct_time, a mappingproxy. Each case is compared with plain Python, and a program that forges
-such a value gets no credit plain Python would not give it."""
+timezone) or rules (a ZoneInfo), a time.struct_time, a mappingproxy. Each case is compared with
+plain Python, and a program that forges such a value gets no credit plain Python would not give
+it."""
 from pathlib import Path
 
 import pytest
