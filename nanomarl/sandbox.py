@@ -17,9 +17,10 @@ of its name the context declares, by `class` or `X = namedtuple("X", ...)`, wher
 that class's, else the test's own class of that name and fields that crossed to the program: a
 test's Q comes back a Q), Fraction, Decimal, range, slice, dict views, datetime's types (with
 their fold and a timezone's name), zoneinfo's ZoneInfo (of a key: loaded again by it), pathlib's
-pure and posix paths, array.array, the program's memoryview of bytes, mappingproxy of a dict
-and ChainMap of the test's dicts, a member of a standard library Enum (re.I, re.I | re.M,
-http.HTTPStatus.OK; the program's only of a module the test process has: sandbox_stdlib.py); tagged
+pure and posix paths, array.array, time.struct_time, the program's memoryview of bytes,
+mappingproxy of a dict (the test's: a copy) and ChainMap of the test's dicts, a member of a
+standard library Enum (re.I, re.I | re.M, http.HTTPStatus.OK; the program's only of a module the
+test process has: sandbox_stdlib.py); tagged
 where JSON has no type, so that they stay distinct; a subclass of one the context declares or a
 module defines travels as the base value plain Python compares (but a standard library Enum's
 member, as itself; the program's own keeps it: below), a datetime type's as its datetime value (one
@@ -47,11 +48,12 @@ process (by its function and arguments, value and position, state, pattern and f
 items; a Match by its spans, found again there: a real re.Match; sandbox_copies.py); any other
 object crosses as a reference, whose
 operations the other process performs. A program object (a class instance, a function; but a builtin
-class, Ellipsis, NotImplemented or a builtin function that runs nothing it is given, int or max: it
-crosses by name, the test's own) is no value: it has the protocol methods its type has, no other
-(callable(), hasattr, the ABCs as in one process; a dataclass's fields for dataclasses.fields,
-asdict and astuple: sandbox_bases.py:fields_of), and a builtin type (a function's, a generator's)
-only where its type is that type (sandbox_remote.py): it may be called, used in `with` (its own
+class, Ellipsis, NotImplemented or a builtin function that runs nothing it is given, int, max or
+math.sqrt: it crosses by name, the test's own) is no value: it has the protocol methods its type
+has, no other (callable(), hasattr, the ABCs as in one process; a dataclass's fields for
+dataclasses.fields, asdict and astuple: sandbox_bases.py:fields_of), and a builtin type (a
+function's, a generator's) only where its type is that type (sandbox_remote.py): it may be
+called, used in `with` (its own
 __enter__ and __exit__), its attributes read and set, its text asked (a class as the entry point:
 its methods), but its length, truth, items, iteration, hash, conversions and comparisons (with a
 value or another program object) fail the test, never asking the program (its methods could answer
@@ -80,17 +82,18 @@ program's), and a name the program does not define is a NameError, never a built
 the test's own variable. After a call, the program's process sends back the new contents of the
 argument containers, io buffers and Random generators it changed (the test sees mutation in place, a
 buffer read or written, a generator drawn from; also when the call raised), and a returned argument
-is the test's own object (`f(a) is a` holds, for an argument's tuple of leaves too:
-sandbox_proxies.py:given; a container passed twice, f(a, a), is one object in the program's process
-too). One the program still holds after the request (in a global, an object, a
-generator), as one of its own it sends back and holds, stays the test's object across requests
-(sandbox_copies.py): whichever side ran last sends its changes when it hands over (each answer, each
-request, a callback's too), and either side sends it in a value as a mark the other reads as its own
-(a kept list returned later is the test's own; passed again, the program's). The other way, when the
-program calls a test's callback (a mock, a module attribute the test patched), the test process
-sends back the callback's changes to the program's arguments (also when it raised; but see (c)), and
-an argument it returns is the program's own (`cb(a) is a`). A container the program reads from a
-test object (an attribute, an item, a callback's result, a draw) is kept so from its first read
+is the test's own object (`f(a) is a` holds, for an argument's tuple of leaves and an argument
+that is a str, int, float, bytes or complex too: sandbox_proxies.py:given; a container passed
+twice, f(a, a), is one object in the program's process too). One the program still holds after
+the request (in a global, an object, a generator), as one of its own it sends back and holds,
+stays the test's object across requests (sandbox_copies.py): whichever side ran last sends its
+changes when it hands over (each answer, each request, a callback's too), and either side sends
+it in a value as a mark the other reads as its own (a kept list returned later is the test's own;
+passed again, the program's). The other way, when the program calls a test's callback (a mock,
+a module attribute the test patched), the test process sends back the callback's changes to the
+program's arguments (also when it raised; but see (c)), and an argument it returns is the
+program's own (`cb(a) is a`). A container the program reads from a test object (an attribute, an
+item, a callback's result, a draw) is kept so from its first read
 (lent: the program's changes reach the test's object in place, a second read is the same object; one
 of the call's arguments is the program's copy of it). For each request the program's process also
 takes on what the test set of the state the two would share in one process

@@ -12,7 +12,7 @@ import _sitebuiltins, builtins, io, marshal, os, select, sys
 
 from sandbox_caught import catch, caught  # sandbox.py's BOOT
 from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, OWN_ITEMS, containers, contents, kept_entry,
-                            referenced, rooms, share, snapshot, unchanged)
+                            leaves, referenced, rooms, share, snapshot, unchanged)
 from sandbox_errors import crossed, crossing
 from sandbox_lending import awake, lent_back, unheld, unlent
 from sandbox_layers import (capped_streams, confine, die_with_parent, drop_privileges,
@@ -105,8 +105,8 @@ def program_side(job, requests, answers):
         if id(value) in marks:  # the stand-in of a test's frozen clock: the test's class
             return marks[id(value)]
         kind, enum = type(value), sys.modules.get("enum")
-        if (name := by_name(value)) is not None:  # a builtin class or function: the test's own
-            return '{"M":["builtins",%s]}' % dump(name, None)
+        if (found := by_name(value)) is not None:  # a builtin class or function: the test's own
+            return '{"M":%s}' % dump(found, None)
         # the context's class crosses as it (once a class for all an object reaches: rebuilt)
         context = sending and id(kind) in sending[0][2] or same(kind)
         if context and enum and isinstance(value, enum.Enum) and type(
@@ -380,7 +380,7 @@ def program_side(job, requests, answers):
             if op == "apply":  # a copy, a Valued's operation (sandbox_bases.py:applied): a call's
                 value = applied(value, a.pop(0) if a else None)
             values, count, keys = a + list(b.values()), len(a), [str(k) for k in b]
-            tuples = []  # (those outside kept containers: the test's own where they come back)
+            tuples = leaves(values)  # (and those outside kept containers: the test's own back)
             if type(extra.get("m")) is list:  # the test passed one container twice
                 values, numbered = deep(share, values, extra["m"])
                 deep(containers, values, [], None, tuples, kept_tags)  # (as share made them)

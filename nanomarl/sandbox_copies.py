@@ -106,6 +106,14 @@ LEAVES = {int, str, float, bool, type(None), bytes, complex}  # (what containers
 VIEWS = (type({}.values()), type({}.items()))  # (walked for their dict's values: inside)
 
 
+def leaves(values):
+    """A call's arguments that are leaves of their own (a str, int, float, bytes or complex, not
+    inside a container): both processes number them first among its tuples, so that one the
+    call hands back is the test's own object (f(s) is s; sandbox_proxies.py:given)."""
+    return [value for value in values if type(value) in LEAVES and type(value) is not bool
+            and value is not None]
+
+
 def inside(value):
     """What containers() and share walk: its parts, or a values or items view's values (alike on
     both sides: one is of a dict rebuilt in the order sent; a test's d.values() written back)."""

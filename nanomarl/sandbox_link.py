@@ -16,7 +16,8 @@ two processes share one, as a program and its tests do in plain Python."""
 import _operator, _thread, math, os, select, sys
 
 from sandbox_alarm import LINK, TestTimeout, attempt, due, held  # (the first three: for the others)
-from sandbox_copies import changed, containers, extend, kept_entry, news, pairs, refill, shared
+from sandbox_copies import (changed, containers, extend, kept_entry, leaves, news, pairs, refill,
+                            shared)
 from sandbox_lending import awake, unrest
 from sandbox_patches import DECIMAL, current_decimal, decimal_now, take_decimal
 from sandbox_values import (Abort, ProgramError, describe, dump,
@@ -472,13 +473,13 @@ def gone(why):
 
 def ask(op, target, a=None, b=None, args=None):
     """A request whose `args` (a call's arguments, as it sends them) are numbered for the
-    answer's write-backs and identity (sandbox_copies.py; their tuples outside kept containers
+    answer's write-backs and identity (sandbox_copies.py; its leaves and tuples outside kept ones
     too, LINK["tuples"], "t" how many: the answer's {"g": k}, sandbox_proxies.py:given), with this
     side's changes to the kept containers (told) and, from the test process, what the program's
     process takes on for it once they are numbered (sandbox_verdicts.py:mirrored)."""
     with TALKING:
         sent = LINK["kept_ids"] if LINK["side"] == "program" else None  # (kept: sent as marks)
-        tuples = []
+        tuples = leaves(args) if args else []  # (then the tuples: sandbox_proxies.py:given)
         try:
             numbered = deep(containers, args, [], sent, tuples, LINK["kept_tags"]) if args else []
         except Exception as e:  # a cyclic argument (a test's fails the test)
@@ -487,8 +488,8 @@ def ask(op, target, a=None, b=None, args=None):
         extra["#"] = len(numbered)  # (how many it numbered: sandbox_lending.py:handed checks)
         if len(numbered) > 1 and (same := shared(numbered)):
             extra["m"] = same
-        if tuples:
-            extra["t"] = len(tuples)
+        if tuples:  # (how many of them are leaves, how many in all)
+            extra["t"] = [sum([type(found) is not tuple for found in tuples]), len(tuples)]
         LINK["args"].append(numbered)
         LINK["tuples"].append(tuples)
         try:

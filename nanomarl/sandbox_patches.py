@@ -10,9 +10,9 @@ the program's process keeps it; one that is also one of the call's argument cont
 program's copy of that argument: on_arguments), and never seen by the harness's own lookups in
 either (unpatched). A test's frozen clock is a class of the program's process there (stand_in;
 its values: datetime_base, of_class; the program's own subclass with names of its own: own_dated).
-The originals also name what crosses by name: a builtin class or function (builtin_named), a
-standard library module's exception class (stdlib_error); and a program's class that is the
-context's class of its name as plain Python sees it crosses as that class (same: by the
+The originals also name what crosses by name: a builtin class or function, or math's
+(builtin_named), a standard library module's exception class (stdlib_error); and a program's class
+that is the context's class of its name as plain Python sees it crosses as that class (same: by the
 fingerprints the test process sends).
 The state of a process that the program and its tests share in plain Python: decimal's context,
 kept as one by both sides (decimal_now, take_decimal), and open() of os.devnull for writing, on
@@ -42,26 +42,37 @@ PURE = frozenset("abs all any ascii bin callable chr divmod format hash hex isin
                  "iter len max min next oct ord pow repr round sorted sum".split())
 
 
-def builtin_named(name):
-    """The builtin of that name that crosses by name ({"M": ["builtins", name]}): a class,
-    Ellipsis, NotImplemented or a function of PURE (none that runs what it is given: no eval,
-    open or print); else ValueError (a malformed value)."""
-    found = ORIGINAL.get(name) if type(name) is str else None
+def builtin_named(name, module="builtins"):
+    """The builtin of that name that crosses by name ({"M": [module, name]}): a class, Ellipsis,
+    NotImplemented or a function of PURE (none that runs what it is given: no eval, open or
+    print), or a function of math's (each computes numbers from numbers: math.sqrt); else
+    ValueError (a malformed value)."""
+    found = ORIGINAL.get(name) if type(name) is str and module == "builtins" else None
     if found is not None and (isinstance(found, type) or name in PURE or found is ...
                               or found is NotImplemented):
+        return found
+    try:
+        found = unpatched("math", name) if module == "math" and type(name) is str else None
+    except AttributeError:
+        found = None
+    if type(found) is type(len) and found.__self__ is IMPORT("math"):
         return found
     raise ValueError("malformed value")
 
 
 def by_name(value):
-    """The name under which value crosses (builtin_named is it: int, max, Ellipsis), else None."""
+    """[module, name] under which value crosses (builtin_named is it: int, max, Ellipsis,
+    math.sqrt), else None."""
     kind = type(value)
     name = getattr(value, "__name__", None) if kind is type or kind is type(len) else (
         "Ellipsis" if value is ... else "NotImplemented")
-    try:
-        return name if builtin_named(name) is value else None
-    except ValueError:
-        return None
+    for module in ("builtins", "math") if kind is type(len) else ("builtins",):
+        try:
+            if builtin_named(name, module) is value:
+                return [module, name]
+        except ValueError:
+            pass
+    return None
 
 
 def stdlib_error(module, name):

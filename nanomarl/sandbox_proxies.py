@@ -14,8 +14,9 @@ the test process tells nothing of the class ({"x": n}), the subclass is named Te
 callable, or made from the program's class of the name the context declares. A proxy holds no
 code of the test's, and the test process serves only the handles it gave; its answers to the
 program's requests come back through program_answered. A test's object that crosses as a copy
-(sandbox_copies.py:copied) is rebuilt there (rebuilt_copy). A tuple of a call's arguments that
-the call sends back is the test's own (given)."""
+(sandbox_copies.py:copied) is rebuilt there (rebuilt_copy). A tuple of a call's arguments, or an
+argument that is a str, int, float, bytes or complex, that the call sends back is the test's own
+(given)."""
 import sys
 
 from _collections_abc import Mapping, MutableMapping, Sequence
@@ -316,19 +317,23 @@ def program_answered(message):
 
 
 def given(tuples, extra):
-    """Marks (sandbox_values.py:dump's aliases) of a call's arguments' tuples that are the
-    test's own objects, for its answer's value and write-backs: the k-th of tuples (their walk,
-    outside kept containers: sandbox_copies.py:containers; alive while the marks are used) is
-    {"g": k} where it holds immutable leaves alone (numbers, strings, bytes, None, tuples of
-    them: the test's equal tuple can hold nothing the program changed), and only where the test
-    process numbered as many (extra's "t": both walks meet the same tuples, a test's subclass of
+    """Marks (sandbox_values.py:dump's aliases) of a call's leaf arguments and arguments' tuples
+    that are the test's own objects, for its answer's value and write-backs: the k-th of tuples
+    (the leaves, sandbox_copies.py:leaves, then the tuples of their walk outside kept containers:
+    sandbox_copies.py:containers; alive while the marks are used) is {"g": k} where it is a leaf
+    or a tuple of immutable leaves alone (numbers, strings, bytes, None, tuples of them: the
+    test's equal tuple can hold nothing the program changed), and only where the test process
+    numbered as many of each (extra's "t": both walks meet the same tuples, a test's subclass of
     list or tuple crossing as a reference that neither walks; a check that marks none where they
-    differ). A tuple the program built is another object: a copy."""
-    if not tuples or len(tuples) != extra.get("t"):
+    differ). A str or tuple the program built is another object: a copy."""
+    if not tuples or [sum([type(x) is not tuple for x in tuples]), len(tuples)] != extra.get("t"):
         return {}
     leaf, found = {}, {}
     for k in reversed(range(len(tuples))):  # (inner ones first: the walk met them after)
         value = tuples[k]
+        if type(value) is not tuple:  # (an argument that is a str, an int, ...: leaves)
+            found[id(value)] = '{"g":%d}' % k
+            continue
         leaf[id(value)] = all([type(item) in LEAVES or type(item) is tuple and leaf.get(
             id(item), False) for item in value])
         if leaf[id(value)]:

@@ -17,7 +17,9 @@ key (from /usr/share/zoneinfo, which both processes read: ZoneInfo's cache makes
 object); a datetime or time as its ISO text, or, where that would lose its fold or its tzinfo's
 name or rules, as [its ISO text, fold, tzinfo] (datetime_state, datetime_made). pathlib's pure and
 posix paths cross as {"L": [class name, text]}, an array.array as {"v": [typecode, items]}
-(numbered for write-back as a bytearray is: sandbox_copies.py:numbered); the program's memoryview
+(numbered for write-back as a bytearray is: sandbox_copies.py:numbered), a time.struct_time as
+{"z": its nine fields, zone and offset} (timed); a test's mappingproxy of a dict as a read-only
+one of a copy of its dict (sandbox_values.py:dump), which no write reaches; the program's memoryview
 of bytes (whose value cannot change) as {"m": [format, shape, its bytes]}, a read-only view of
 those bytes cast so (viewed), its ChainMap as {"w": its maps}, a ChainMap of them, where each is a
 dict that is the test's own (a mark: chained), so that no copy falls behind (else each stays a
@@ -68,6 +70,8 @@ def stdlib_state(value, kind, anywhere, aliases=None):
         return "J", value.key
     if kind.__name__ == "array" and kind is getattr(sys.modules.get("array"), "array", None):
         return "v", [value.typecode, value.tolist()]
+    if kind is STRUCT_TIME and timed(fields := [*value, value.tm_zone, value.tm_gmtoff]):
+        return "z", fields
     if not issubclass(kind, ENUM) or enum_class(kind.__module__, kind.__qualname__) is not kind or (
             not anywhere and kind.__module__ not in ENUMS and kind.__module__ not in LOADED):
         return None
@@ -78,6 +82,15 @@ def stdlib_state(value, kind, anywhere, aliases=None):
 
 
 CHAIN = unpatched("collections", "ChainMap")
+STRUCT_TIME = unpatched("time", "struct_time")
+
+
+def timed(fields):
+    """Whether fields are a time.struct_time's as time makes them (its nine ints, its zone's name
+    and offset, each maybe None): it crosses as them ("z"), made again with all eleven."""
+    return type(fields) is list and len(fields) == 11 and all(
+        [type(found) is int for found in fields[:9]]) and type(fields[9]) in (str, type(None)) and (
+            type(fields[10]) in (int, type(None)))
 CASTS = frozenset("bBchHiIlLqQnNfd?")  # (the formats a memoryview of bytes is cast to again)
 
 
@@ -181,7 +194,9 @@ def stdlib_made(tag, item, importing, resolve):
             pass
     if tag == "w" and type(item) is list and item and all(type(found) is dict for found in item):
         return CHAIN(*item)
-    if tag in ("l", "L", "J", "Y", "v", "m", "w"):
+    if tag == "z" and timed(item):
+        return STRUCT_TIME(item)
+    if tag in ("l", "L", "J", "Y", "v", "m", "w", "z"):
         raise ValueError("malformed value")
     return resolve(tag, item)
 

@@ -33,13 +33,13 @@ read by each side's resolve: {"r": [n, kind, traits, names]} a program object (s
 Valued's with its base after them: sandbox_bases.py:valued), {"r": n} one sent back, {"x": n} a
 test object sent back, {"X": [n, class name, own == or hash, how its class looks:
 sandbox_proxies.py:looks]} one sent to the program, {"M": [module, name]} a module or a
-function of one (test_refer's), a builtin class or function (the program's:
+function of one (test_refer's), a builtin class or function or math's (the program's:
 sandbox_patches.py:by_name), {"Z": [...]} a test's frozen clock (sandbox_verdicts.py:frozen_class),
 {"k": handle} a kept container, {"a": k} the k-th argument container of the call answered, {"g": k}
-its k-th tuple (sandbox_proxies.py:given), {"A": k} and {"N": [handle, value]} a test object's
-container lent, or, its handle from 0 up, a program's own (sandbox_lending.py), "P" "B" "U" "p"
-"H" "j" "u" a copy (sandbox_copies.py:copied), "o" "S" "W" an instance of a class the context
-declares (sandbox_verdicts.py:rebuilt), {"G": ...} a member of an Enum it declares, {"e":
+its k-th leaf argument or tuple (sandbox_proxies.py:given), {"A": k} and {"N": [handle, value]} a
+test object's container lent, or, its handle from 0 up, a program's own (sandbox_lending.py), "P"
+"B" "U" "p" "H" "j" "u" a copy (sandbox_copies.py:copied), "o" "S" "W" an instance of a class the
+context declares (sandbox_verdicts.py:rebuilt), {"G": ...} a member of an Enum it declares, {"e":
 payload} an exception (one side's argument or value), {"h": [...]} an exception class of one
 side's own (sandbox_errors.py:crossing). The keys of a message's extra:
 with a request of the test process, what the program's process takes on
@@ -54,8 +54,8 @@ decimal context where it changed (sandbox_link.py:state_told), "k" the kept cont
 "d" and "z" (the program's) those forgotten and at rest, "D" the test's,
 "n" (its answer) the argument containers kept from now on, "w" (an answer) the argument containers
 changed, "#" (a request) how many containers its arguments hold, "m" those passed twice and "t"
-how many tuples (sandbox_link.py:told, taken, ask); in an answer to a test's callback, "b" and
-"p" the patches in force (sandbox_verdicts.py:served)."""
+how many leaves and tuples (sandbox_link.py:told, taken, ask); in an answer to a test's callback,
+"b" and "p" the patches in force (sandbox_verdicts.py:served)."""
 import _json, builtins, sys
 from gc import get_referents
 
@@ -67,7 +67,6 @@ from sandbox_stdlib import (UNKEPT_VIEW, WALK, datetime_made, datetime_state, he
 
 
 BIG = 1 << 8000  # ints from here on travel as hex (decimal text of over 4300 digits is refused)
-IMMUTABLE = {str, int, float, bool, type(None), tuple, frozenset, bytes, complex}
 COLLECTIONS = ("Counter", "OrderedDict", "defaultdict", "deque")
 VIEWS = {"dict_keys": "K", "dict_values": "V", "dict_items": "I", "mappingproxy": "q"}
 VIEWED = {"K": dict.keys, "V": dict.values, "I": dict.items, "q": type(type.__dict__)}
@@ -90,20 +89,22 @@ def dump(value, refer, aliases=None):
     ints and lists as JSON; tuples "t", sets "s", frozensets "f", dicts "d" (a list of pairs),
     big ints "i" (hex), bytes "b", bytearrays "y" (hex), complex "c", Counter "C", OrderedDict
     "O", defaultdict "D", deque "Q", NamedTuple "n" (marked true where hook made its class),
-    Fraction "F", Decimal "E", range "R", dict views "K" "V" "I" and the program's mappingproxy of
-    a dict "q" (their items, its dict; the program's of a dict something else holds: that dict's
-    mark, a view of the test's argument or of a kept dict there; refused in an answer's value
+    Fraction "F", Decimal "E", range "R", dict views "K" "V" "I" and a mappingproxy of a dict "q"
+    (their items, its dict: the test's a copy; the program's of a dict something else holds: that
+    dict's mark, a view of the test's argument or of a kept dict there; refused in an answer's value
     where the walk of that value never met it: sandbox_stdlib.py:held_elsewhere), datetime's
     date, datetime, time, timedelta and timezone "T" (a subclass's as its base's, a test's marked
     with its class, the program's own with names of its own a reference: own_dated;
     sandbox_stdlib.py:datetime_state), the standard library's pathlib paths "L", slice "l",
-    ZoneInfo "J", Enum members "Y", array.array "v", the program's memoryview of bytes "m" and
-    ChainMap "w" (sandbox_stdlib.py:stdlib_state); anything else is refer(value) (a reference,
-    or Abort).
+    ZoneInfo "J", Enum members "Y", array.array "v", time.struct_time "z", the program's
+    memoryview of bytes "m" and ChainMap "w" (sandbox_stdlib.py:stdlib_state); anything else is
+    refer(value) (a reference, or Abort).
     aliases {id: JSON text}: the objects sent as a mark the other side reads as its own (a call's
-    k-th argument container {"a": k}, its k-th tuple {"g": k}, a kept one {"k": handle}), each
-    alive meanwhile."""
+    k-th argument container {"a": k}, its k-th leaf argument or tuple {"g": k}, a kept one {"k":
+    handle}), each alive meanwhile."""
     kind = type(value)
+    if aliases and id(value) in aliases:  # (a mark: a leaf too, a call's argument: given)
+        return aliases[id(value)]
     if kind is str:
         return _json.encode_basestring_ascii(value)
     if kind is int:
@@ -113,8 +114,6 @@ def dump(value, refer, aliases=None):
     if kind is float:  # (a NaN with its sign and payload, each one its own object: nan_text)
         return nan_text(value) if value != value else {"inf": "Infinity", "-inf": "-Infinity"}.get(
             text := repr(value), text)
-    if aliases and (kind not in IMMUTABLE or kind is tuple) and id(value) in aliases:
-        return aliases[id(value)]
     if kind is list:
         return "[" + ",".join([dump(v, refer, aliases) for v in value]) + "]"
     if kind is tuple or kind is set or kind is frozenset:
@@ -135,8 +134,8 @@ def dump(value, refer, aliases=None):
     if (found := stdlib_state(value, kind, REFUSE[0] is not None, aliases)) is not None:
         return '{"%s":%s}' % (found[0], dump(found[1], refer, aliases))
     module, name = kind.__module__, kind.__name__
-    if module == "builtins" and name in VIEWS and (name != "mappingproxy" or REFUSE[
-            0] is None and type(get_referents(value)[0]) is dict):  # (the program's, of a dict)
+    if module == "builtins" and name in VIEWS and (name != "mappingproxy" or type(
+            get_referents(value)[0]) is dict):  # (a mappingproxy of a dict: the test's a copy)
         owner, proxy = id(get_referents(value)[0]), name == "mappingproxy"  # (no reference kept)
         mark = aliases.get(owner) if REFUSE[0] is None and aliases else None
         if mark is None and aliases is not None and aliases is WALK["aliases"] and owner not in (

@@ -222,8 +222,8 @@ def test_resolve(tag, item):
         return LINK["kept"][item]["object"]
     if tag == "N" and (found := received(item, LINK)) is not None:  # (a program's, kept now)
         return found
-    if tag == "M" and type(item) is list and len(item) == 2 and item[0] == "builtins":
-        return builtin_named(item[1])  # (a builtin class or PURE function; else ValueError)
+    if tag == "M" and type(item) is list and len(item) == 2 and item[0] in ("builtins", "math"):
+        return builtin_named(item[1], item[0])  # (a builtin class, PURE or math function)
     if tag == "G" and type(item) is list and len(item) == 2 and all(type(p) is str for p in item):
         found = member_named(DECLARED.get(item[0]), item[1])
         if enum_member(found):  # a declared Enum's member, by its name (a Flag's: its members')

@@ -438,15 +438,19 @@ GIVEN = """\
     from sandbox_proxies import given
     outer, mixed = ((3,), "a"), ([1], 2)
     tuples = [outer, outer[0], mixed]  # (as the walk meets them: an outer tuple, then its own)
-    print(given(tuples, {"t": 3}) == {id(outer): '{"g":0}', id(outer[0]): '{"g":1}'})
-    print(given(tuples, {"t": 4}), given(tuples, {"t": 2}), given(tuples, {}), given([], {}))
+    print(given(tuples, {"t": [0, 3]}) == {id(outer): '{"g":0}', id(outer[0]): '{"g":1}'})
+    print(given(tuples, {"t": [0, 4]}), given(tuples, {"t": 3}), given(tuples, {}), given([], {}))
+    text = "".join(["a", "b"])  # (a leaf argument, numbered first: sandbox_copies.py:leaves)
+    print(given([text, outer[0]], {"t": [1, 2]}) == {id(text): '{"g":0}', id(outer[0]): '{"g":1}'})
+    print(given([text, outer[0]], {"t": [0, 2]}), given([text, outer[0]], {"t": [2, 2]}))
     """
 
 
 def test_a_calls_tuples_are_marked_only_where_both_sides_counted_as_many():
-    """given marks a call's tuples of leaves ({"g": k}; none for a tuple that holds a list) where
-    the test process counted as many tuples as the program's process met (its "t"), and none
-    where the counts differ or the test told none (a check: both walks meet the same tuples)."""
+    """given marks a call's leaf arguments and tuples of leaves ({"g": k}; none for a tuple that
+    holds a list) where the test process counted as many leaves and as many in all as the
+    program's process met (its "t"), and none where the counts differ or the test told none (a
+    check: both walks meet the same leaves and tuples)."""
     found = subprocess.run([sys.executable, "-c", textwrap.dedent(GIVEN), NANOMARL],
                            capture_output=True, text=True, timeout=60)
-    assert found.stdout.split("\n") == ["True", "{} {} {} {}", ""], found
+    assert found.stdout.split("\n") == ["True", "{} {} {} {}", "True", "{} {}", ""], found

@@ -4,9 +4,9 @@ object whose class derives from a class the context declares is an instance of i
 issubclass of program classes (never through a metaclass's __bases__) and inspect.signature of a
 program's callable are plain Python's, a NamedTuple of the program's with methods of its own keeps
 them and its value follows the lists it holds, a test's weak reference to a program object keeps
-it alive for the rest of the run, and a tuple of leaves the test passes comes back from that call
-as the test's own object (nanomarl/sandbox_remote.py, nanomarl/sandbox_bases.py,
-nanomarl/sandbox_proxies.py:given).
+it alive for the rest of the run, and a tuple of leaves, or a str, int, float or bytes, the test
+passes comes back from that call as the test's own object (nanomarl/sandbox_remote.py,
+nanomarl/sandbox_bases.py, nanomarl/sandbox_proxies.py:given).
 Each case is compared with plain Python; beside each, a wrong program shows the allowance credits
 no object whose own code could answer for it."""
 from textwrap import dedent
@@ -493,3 +493,82 @@ def test_gap_a_tuple_comes_back_as_the_tests_object_only_from_its_own_call_holdi
     result = run(KEPT_TUPLES, tests, context=context)
     expected = [False, True, False, False, True, False, True, True, False, True]
     assert result["passed"] == expected, result["errors"]
+
+
+LEAVES = dedent("""\
+    def same(x):
+        return x
+    def second(a, b):
+        return b
+    def first(rows):
+        return rows[0]
+    def pair(s):
+        return s, [s]
+    def keyed(*, key):
+        return key
+    def push(rows, s):
+        rows.append(s)
+    def joined(s):
+        return ''.join(list(s))
+    def reparsed(n):
+        return int(str(n))
+    def hold(s):
+        global HELD
+        HELD = s
+    def held():
+        return HELD
+    """)
+
+
+def test_a_str_or_int_the_test_passes_comes_back_as_the_tests_object():
+    """A str, int, float or bytes among a call's arguments (not inside a container) that the call
+    returns, returns inside a new tuple or list, or puts into an argument container is the test's
+    own object, as in one process (`f(s) is s`, a NaN's too). A wrong program is credited with no
+    identity plain Python denies it: one that returns an equal copy (''.join(list(s)),
+    int(str(n))), another argument equal to the one asked for, an item of an argument container
+    or an argument of an earlier call gives an object that is not the test's (the last two also
+    where plain Python would hold: a gap, as for a tuple the program holds past its call)."""
+    tests = ["s = ''.join(['hello', ' world'])\nassert same(s) is s",
+             "n = 10 ** 30 + 7\nassert same(n) is n and same(-n) == -n",
+             "x, b = 1.5 + 0.25, bytes([1, 2]) * 3\nassert same(x) is x and same(b) is b",
+             "x = float('nan')\nassert same(x) is x",
+             "a, b = ''.join(['a', 'b']), ''.join(['a', 'b'])\nassert second(a, b) is b",
+             "s = ''.join(['x', 'y'])\nr = pair(s)\nassert r[0] is s and r[1][0] is s",
+             "s = ''.join(['x', 'y'])\nassert keyed(key=s) is s",
+             "rows, s = [], ''.join(['x', 'y'])\npush(rows, s)\nassert rows[0] is s",
+             "s = ''.join(['x', 'y'])\nassert joined(s) == s and joined(s) is not s",
+             "n = 10 ** 30 + 7\nassert reparsed(n) == n and reparsed(n) is not n",
+             "a, b = ''.join(['a', 'b']), ''.join(['a', 'b'])\nassert second(b, a) is b",
+             "n = 10 ** 30 + 7\nassert reparsed(n) is n",
+             "s = ''.join(['x', 'y'])\nassert first([s]) == s and first([s]) is s",
+             "s = ''.join(['x', 'y'])\nhold(s)\nassert held() == s and held() is s"]
+    expected = [True] * 10 + [False, False, True, True]
+    assert plain(LEAVES, tests) == expected
+    result = run(LEAVES, tests)
+    assert result["passed"] == expected[:12] + [False, False], result["errors"]
+
+
+def test_a_forged_argument_mark_names_no_object_but_that_calls_argument():
+    """The mark a program's process sends for an argument it hands back ({"g": k}) names only the
+    k-th argument of the call it answers: one forged past them, or in a call that has none, fails
+    the test (the harness's refusal), never naming another object of the test's; one naming an
+    argument is what plain Python gives a program that returns it."""
+    program = dedent("""\
+        import gc
+        for found in gc.get_objects():
+            if type(found) is dict and "Dumped" in found and "hook" in found:
+                Dumped = found["Dumped"]
+        def forged(k, *args):
+            return Dumped('{"g":%d}' % k, None)
+        def unasked():
+            return Dumped('{"g":0}', None)
+        def same(s):
+            return s
+        """)
+    tests = ["s = ''.join(['x', 'y'])\nassert forged(1, s) is s",
+             "s = ''.join(['x', 'y'])\nassert same(s) is s and forged(5, s) is s",
+             "s = ''.join(['x', 'y'])\nassert same(s) is s\nunasked()",
+             "s = ''.join(['x', 'y'])\nassert forged(3, s) == s"]
+    assert plain(program.replace('"Dumped" in found', "False"), ["assert same(1) == 1"]) == [True]
+    result = run(program, tests, max_timeouts=5)
+    assert result["passed"] == [True, False, False, False], result["errors"]

@@ -2858,6 +2858,38 @@ def test_a_builtin_class_or_pure_function_the_program_returns_is_the_tests_own()
     assert run(program, ["assert evaluator() is not eval"])["passed"] == [True]
 
 
+def test_a_math_function_the_program_returns_or_is_given_is_the_tests_own():
+    """A function of math's (each computes numbers from numbers) crosses by name as a builtin
+    does: the program's math.sqrt is the test's (`f() is math.sqrt`, called in the test process),
+    and the test's comes back as itself; the program's own function named sqrt, or a name math
+    has not, stays the program's object or fails the test (a forged name is no function)."""
+    program = """\
+        import gc, math
+        for found in gc.get_objects():
+            if type(found) is dict and "Dumped" in found and "hook" in found:
+                Dumped = found["Dumped"]
+        def op():
+            return math.sqrt
+        def same(f):
+            return f
+        def sqrt(x):
+            return x ** 0.5
+        def own():
+            return sqrt
+        def forged(name):
+            return Dumped('{"M":["math",%s]}' % repr(name).replace("'", '"'), None)
+        """
+    tests = ["import math\nassert op() is math.sqrt and op()(16) == 4.0",
+             "import math\nassert same(math.floor) is math.floor and same(math.pi) == math.pi",
+             "assert op()(2.25) == 1.5",
+             "import math\nassert own() is not math.sqrt and own()(4) == 2.0",
+             "forged('__loader__')",
+             "forged('system')"]
+    assert plain(program.replace('"Dumped" in found', "False"), tests[:4]) == [True] * 4
+    result = run(program, tests, max_timeouts=5)
+    assert result["passed"] == [True] * 4 + [False, False], result["errors"]
+
+
 def test_a_tests_exception_the_program_re_raises_is_the_tests_own():
     """An exception a test's callback raises and the program re-raises (a retry helper) is the
     test's own object: `except Boom` catches it; a program's own class of that name is its own,

@@ -1,8 +1,9 @@
 """The standard library's values that cross between the sandbox's two processes as themselves
 (nanomarl/sandbox_stdlib.py): a member of a standard library Enum (re.RegexFlag, http.HTTPStatus,
 signal.Signals), a slice, a datetime or time with its fold and its tzinfo's name (a named
-timezone) or rules (a ZoneInfo). Each case is compared with plain Python, and a program that forges
-such a value gets no credit plain Python would not give it."""
+timezone) or rules (a ZoneInfo), a time.struct_time, a mappingproxy. Each case is compared with
+plain Python, and a program that forges such a value gets no credit plain Python would not give
+it."""
 from pathlib import Path
 
 import pytest
@@ -256,3 +257,54 @@ def test_a_programs_memoryview_mappingproxy_and_chainmap_cross_as_values():
     assert plain(program.replace('"Dumped" in found', "False"), tests[:8]) == expected
     result = run(program, tests, max_timeouts=5)
     assert result["passed"] == [True] * 5 + [False] * 5, result["errors"]
+
+
+def test_a_tests_mappingproxy_and_struct_time_cross_as_values():
+    """A test's mappingproxy of a dict is a read-only mappingproxy of a copy of that dict in the
+    program (read, iterated; a write through it raises TypeError there as in plain Python, and
+    none reaches the test's dict, not even one through gc: the program's copy is written, as
+    a program's ctypes write stays in its process); a time.struct_time crosses either way as
+    a struct_time equal to it, with its zone and offset. A program's forged struct_time of
+    anything but time's fields fails the test."""
+    program = """\
+        import gc, time
+        for found in gc.get_objects():
+            if type(found) is dict and "Dumped" in found and "hook" in found:
+                Dumped = found["Dumped"]
+        def get(m, k):
+            return m[k]
+        def keys(m):
+            return sorted(m), type(m).__name__
+        def write(m):
+            try:
+                m['b'] = 2
+            except TypeError:
+                return 'refused'
+        def under(m):
+            gc.get_referents(m)[0]['b'] = 2
+            return m['b']
+        def year(t):
+            return t.tm_year, t.tm_zone, type(t).__name__
+        def same(t):
+            return t
+        def epoch():
+            return time.gmtime(0)
+        def forged():
+            return Dumped('{"z":[1970,1,1,0,0,0,3,1,0,[],0]}', None)
+        """
+    tests = ["import types\nassert get(types.MappingProxyType({'a': 1}), 'a') == 1",
+             "import types\nassert keys(types.MappingProxyType({'b': 1, 'a': 2})) == "
+             "(['a', 'b'], 'mappingproxy')",
+             "import types\nd = {'a': 1}\nassert write(types.MappingProxyType(d)) == 'refused' "
+             "and d == {'a': 1}",
+             "import time\nassert year(time.gmtime(0)) == (1970, 'GMT', 'struct_time')",
+             "import time\nt = time.localtime(86400)\nu = same(t)\nassert u == t and "
+             "type(u) is time.struct_time and (u.tm_zone, u.tm_gmtoff) == (t.tm_zone, t.tm_gmtoff)",
+             "import time\nassert epoch() == time.gmtime(0) and epoch().tm_gmtoff == 0",
+             "forged()"]
+    assert plain(program.replace('"Dumped" in found', "False"), tests[:6]) == [True] * 6
+    result = run(program, tests, max_timeouts=5)
+    assert result["passed"] == [True] * 6 + [False], result["errors"]
+    under_gc = ("import types\nd = {'a': 1}\n"
+                "assert under(types.MappingProxyType(d)) == 2 and d == {'a': 1}")
+    assert run(program, [under_gc])["passed"] == [True]  # (the program's copy, not the test's)
