@@ -298,6 +298,39 @@ def test_mutation_in_place_is_visible_and_a_returned_argument_is_the_tests_own()
     assert run(program, tests)["passed"] == [False, False, True, True, True, False]
 
 
+def test_a_defaultdicts_factory_is_written_back_with_its_items():
+    """A defaultdict's default_factory is part of what a call changes: the program's new factory
+    (None, another) reaches the test's defaultdict, of an argument and of a kept one, and the
+    test's reaches the program's kept copy; so a program that counts into the test's defaultdict
+    and then sets its factory to None fails `d['b'] == 0` (KeyError), as in plain Python."""
+    program = """\
+        def freeze(d):
+            d.default_factory = None
+        def count_into(d, words):
+            for w in words:
+                d[w] += 1
+            d.default_factory = None
+        KEPT = []
+        def keep(d):
+            KEPT.append(d)
+        def thaw():
+            KEPT[0].default_factory = list
+        def get(k):
+            return KEPT[-1][k]
+        """
+    tests = ["from collections import defaultdict\nd = defaultdict(list)\nfreeze(d)\n"
+             "try:\n    d['x']\n    ok = False\nexcept KeyError:\n    ok = True\nassert ok",
+             "from collections import defaultdict\nd = defaultdict(int)\n"
+             "count_into(d, ['a'])\nassert d['b'] == 0",
+             "from collections import defaultdict\nd = defaultdict(None)\nkeep(d)\nthaw()\n"
+             "assert d['x'] == [] and d.default_factory is list",
+             "from collections import defaultdict\nd = defaultdict(int)\nkeep(d)\n"
+             "d.default_factory = list\nassert get('y') == [] and d == {'y': []}"]
+    assert plain(program, tests) == [True, False, True, True]
+    result = run(program, tests)
+    assert result["passed"] == [True, False, True, True], result["errors"]
+
+
 def test_one_container_passed_twice_is_one_object_in_the_program():
     """Aliasing between arguments is kept (f(a, a), a tuple or list holding one list twice,
     keywords): a mutation through one name is seen through the other, as in plain Python, so the
