@@ -63,9 +63,9 @@ is one whose comparisons, hash, length, truth, iteration, `in`, arithmetic and c
 base type's, on the one value its base's C methods take between two runs of its code (isinstance
 with that type holds: sandbox_remote.py:Valued; one of str, float or complex is an instance of that
 type holding its value, which C functions take: held). A test object (a callback, an instance or
-class of a test's, an iterator, a bare object()) is called, read, set (an instance's data, never its
-class's methods) and drawn by the test process, and its protocol (truth, length, items and
-item assignment, iteration, text, comparisons, arithmetic and conversions: the test's own method,
+class of a test's, an iterator, a bare object()) is called, read, set (an instance's or a class's
+data, type(x).count too, never its class's methods) and drawn by the test process, and its protocol
+(truth, length, items and item assignment, iteration, text, comparisons, arithmetic and conversions: the test's own method,
 whose NotImplemented Python reflects as in one process, hash, isinstance with it) is answered there
 by the test's own methods, as are the texts functools.wraps copies (the harness's own frames between
 the two processes' calls do not count against the recursion limit); an instance of a class the

@@ -9,13 +9,15 @@ the subclass a __call__: callable(x) is as in one process), its dataclass fields
 (dataclasses.fields, asdict, astuple and replace work; vars(x) is a copy of their values), its
 __slots__ and the builtin value type it derives from: an instance of a test's Row(list) is a list
 for isinstance (its __class__ a stand-in), one of a W(str) or an IntEnum's member a real str or
-int there too, holding its value (reference; str.join and json read it). Where
-the test process tells nothing of the class ({"x": n}), the subclass is named TestObject and
+int there too, holding its value (reference; str.join and json read it); the proxy class of a
+test's own class is a TestClass, whose public names it lacks are that class's (type(x).count).
+Where the test process tells nothing of the class ({"x": n}), the subclass is named TestObject and
 callable, or made from the program's class of the name the context declares. A proxy holds no
 code of the test's, and the test process serves only the handles it gave; its answers to the
 program's requests come back through program_answered. A test's object that crosses as a copy
 (sandbox_copies.py:copied) is rebuilt there (rebuilt_copy). A tuple of a call's arguments that
-the call sends back is the test's own (given)."""
+the call sends back is the test's own (given). What the program may read and set of a test
+object at all (sandbox_verdicts.py:test_ops does it) is readable and settable."""
 import sys
 
 from _collections_abc import Mapping, MutableMapping, Sequence
@@ -127,7 +129,7 @@ def call(self, *args, **kwargs):  # (the __call__ of a callable test object's pr
     return ask("call", self.handle, list(args), kwargs, [*args, *kwargs.values()])
 
 
-TEXTS = ("__name__", "__qualname__", "__doc__", "__module__")  # (sandbox_lending.py:readable)
+TEXTS = ("__name__", "__qualname__", "__doc__", "__module__")  # (readable)
 
 
 def texts(self, name):  # (the __getattribute__ of a callable test object's proxy class)
@@ -144,6 +146,35 @@ def texts(self, name):  # (the __getattribute__ of a callable test object's prox
 
 def field_values(self):  # (the __dict__ of a test's dataclass's proxy class: a copy)
     return {f.name: getattr(self, f.name) for f in IMPORT("dataclasses").fields(self)}
+
+
+class TestClass(type):
+    """The metaclass of the proxy class of a test's class (its module __main__): a public name it
+    lacks is the test's class's, read, set and deleted there (that class: its instance's
+    __class__, asked once; the test process's rules, readable and settable), so
+    `type(x).count += 1` counts in the test's class; its other names are its own."""
+
+    def __getattr__(cls, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(tested(cls), name)
+
+    def __setattr__(cls, name, value):
+        if name.startswith("_") or "__handle__" not in vars(cls):  # (a subclass's: its own)
+            return type.__setattr__(cls, name, value)
+        setattr(tested(cls), name, value)
+
+    def __delattr__(cls, name):
+        if name.startswith("_") or "__handle__" not in vars(cls):
+            return type.__delattr__(cls, name)
+        delattr(tested(cls), name)
+
+
+def tested(cls):
+    """The test's class (a TestObject) a TestClass stands for, asked of its first instance."""
+    if "__tested__" not in vars(cls):
+        type.__setattr__(cls, "__tested__", request("attr", cls.__handle__, "__class__"))
+    return vars(cls)["__tested__"]
 
 
 PROXIES = {}  # the program's process's proxy classes, by (declared name, the class's number)
@@ -214,6 +245,47 @@ def vars_of(value):
             if type(name) is str and not name[:2] == name[-2:] == "__"}
 
 
+def settable(value, name, deleting=False):
+    """Whether the program may set this attribute of a test object: an attribute (no dunder) of
+    an instance of a test's class which its class does not define, or defines as a slot, a
+    property with a setter (which runs), or plain data (a default the instance's own shadows: no
+    callable, no descriptor); of a test's class, a name its metaclass lacks, that its ancestry
+    defines as plain data or not at all; never a method or other object a test's later call
+    would find there. Deleting, any such attribute of an instance (a method of its class stays:
+    AttributeError), a class's own plain data."""
+    if type(name) is not str or name[:2] == name[-2:] == "__" or not test_made(value):
+        return False
+    kind = value if isinstance(value, type) else type(value)
+    if kind is value and (hasattr(type(value), name) or deleting and name not in vars(value)):
+        return False
+    for owner in () if deleting and kind is not value else kind.__mro__:
+        if name in vars(owner):
+            found = vars(owner)[name]
+            return (kind is not value and (type(found).__name__ == "member_descriptor" or type(
+                found) is property and found.fset is not None)
+                or not callable(found) and not hasattr(type(found), "__get__"))
+    return True
+
+
+def readable(value, name):
+    """Whether the program may read this attribute of a test object: one (no dunder) of a test's
+    class or instance, or of a unittest.mock object one its mock class does not define (what the
+    mock stands for, a mock_open's read, never the mock's records, resets or configuration); a
+    test's function's, method's or class's __name__, __qualname__, __doc__ or __module__ where it
+    is a str or None (texts); a test's instance's __class__ (TestClass)."""
+    if name in ("__name__", "__qualname__", "__doc__", "__module__"):
+        return (type(value).__module__ == "builtins" and type(value).__name__ in (
+            "function", "method") or isinstance(value, type) and test_made(value)) and type(
+            getattr(value, name, None)) in (str, type(None))
+    if name == "__class__":
+        return test_made(value) and not isinstance(value, type)
+    if type(name) is not str or name[:2] == name[-2:] == "__":
+        return False
+    if type(value).__module__ == "unittest.mock":
+        return not name.startswith("_") and not hasattr(type(value), name)
+    return test_made(value)
+
+
 def test_object(item, made, declared):
     """The program's proxy of a test object, {"X": [its handle, the name of its class where the
     context declares it (declared: those names), whether its class has its own == or hash, what
@@ -232,7 +304,7 @@ def test_object(item, made, declared):
         key = (item[1], None if told is None else told[0], len(item) == 5)
         if key not in PROXIES:
             try:
-                PROXIES[key] = proxy_class(item[1], told, len(item) == 5)
+                PROXIES[key] = proxy_class(item[1], told, len(item) == 5, item[0])
             except Exception:  # (a name type() refuses: a proxy class of no name of the test's)
                 PROXIES[key] = proxy_class(None, None)
         if len(item) == 5 and issubclass(PROXIES[key], base):  # (by its base's constructor)
@@ -251,14 +323,15 @@ def held_attribute(self, name):  # (the __getattribute__ of a proxy class that h
     return request("attr", object.__getattribute__(self, "handle"), name)
 
 
-def proxy_class(kind, told, holds=False):
+def proxy_class(kind, told, holds=False, handle=None):
     """A test object's proxy class, a subclass of TestObject: as the test process tells of its
     class (looks); where it tells nothing, of the program's class of a name the context declares
     (kind: its name, a __call__ where that class has one, its dataclass fields), else TestObject
     by name, callable (a callback's). Of a test's subclass of a value type of BASES', it is a
     subclass of that type too where it holds the value (holds: one of HOLDS'), else its stand-in
     is (its __class__: isinstance with that type holds; `match` takes it as a sequence or a
-    mapping as its type's, asking it for its items). Its __slots__ are the test's class's."""
+    mapping as its type's, asking it for its items). Its __slots__ are the test's class's; of a
+    test's own class (its module __main__), it is a TestClass, handle its first instance's."""
     declared, fields, slots, base = declared_class(kind), None, None, None
     if told is not None:
         _, name, qualname, module, calls, fields, slots, base = told
@@ -287,7 +360,10 @@ def proxy_class(kind, told, holds=False):
             field_values), __dataclass_params__=made.__dataclass_params__)
     if not holds:
         namespace["__slots__"] = ()  # (no instance dict: its handle in Handled's slots)
-    found = type(name, (TestObject, base) if holds else (Handled,), namespace)
+    if module == "__main__" and told is not None and type(handle) is int:
+        namespace["__handle__"] = handle
+    found = (TestClass if "__handle__" in namespace else type)(
+        name, (TestObject, base) if holds else (Handled,), namespace)
     if base is not None and not holds:
         STANDS[found] = type(name, (base,), {"__module__": module, "__qualname__": qualname})
         if base in (list, tuple, dict):  # (its type's flag, which `match` reads)

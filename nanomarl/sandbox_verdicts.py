@@ -13,11 +13,11 @@ from sandbox_link import (LINK, OPS, TestTimeout, abort, answer, arrived, ask, a
                           settle, taken, talk, unnumbered)
 from sandbox_bases import COPY, lasting
 from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, copied, kept_entry, rooms
-from sandbox_lending import lending, let_go, readable, received, settable, test_made
+from sandbox_lending import lending, let_go, received
 from sandbox_patches import (PATCHED, SETS, builtin_named, fingerprint, module, quiet_null,
-                             watch_modules)
+                             test_made, watch_modules)
 from sandbox_errors import MADE, SOURCES, crossed, crossing, direct
-from sandbox_proxies import TEXTS, compared, looks, reference, vars_of
+from sandbox_proxies import TEXTS, compared, looks, readable, reference, settable, vars_of
 from sandbox_remote import Remote, harness_class, remote
 from sandbox_stdlib import member_named
 from sandbox_values import (DECLARED, RAISES, REFUSE, Abort, Decoder, Dumped, ProgramError,
@@ -357,7 +357,7 @@ def test_code(function):
 
 def test_ops(op, target, a, b, extra):
     """The program's requests of a test object (sandbox_proxies.py:TestObject's), done by the
-    test's own methods; one sandbox_lending.py:readable or settable refuses fails the test."""
+    test's own methods; one sandbox_proxies.py:readable or settable refuses fails the test."""
     value = LINK["mine"].get(target) if type(target) is int else None
     if value is None:
         raise TypeError("no such test object")

@@ -829,6 +829,49 @@ def test_the_program_cannot_replace_a_test_classs_methods():
     assert result["passed"] == [False, True], result["errors"]
 
 
+def test_a_test_classs_data_is_read_and_set_by_the_program_as_in_one_process():
+    """A test's class's plain data is read, set and deleted by the program through `type(x)` of
+    its instance or the class itself, in the test's class (sandbox_proxies.py:TestClass,
+    settable): `type(obj).count += 1` counts there, a subclass's instance sets the subclass's
+    own; a program that counts twice fails `== 1`. A method of the class stays the test's (its
+    replacement is refused, the test fails), and a program object set there is no value: the
+    test that compares it fails where plain Python's always-equal object passes."""
+    program = """\
+        def bump(obj):
+            type(obj).count += 1
+        def bump_twice(obj):
+            type(obj).count += 2
+        def bump_class(cls):
+            cls.count += 1
+        def read(obj):
+            return type(obj).count, type(obj).limit, type(obj).__name__
+        def forget(obj):
+            del type(obj).count
+        def swap(obj):
+            type(obj).ok = lambda self: True
+        class Yes:
+            def __eq__(self, other):
+                return True
+        def plant(obj):
+            type(obj).count = Yes()
+        """
+    counter = "class Counter:\n    count = 0\n    limit = [1]\n"
+    tests = [counter + "bump(Counter())\nbump(Counter())\nassert Counter.count == 2",
+             counter + "bump_twice(Counter())\nassert Counter.count == 1",
+             counter + "bump_class(Counter)\nassert Counter.count == 1",
+             counter + "Counter.count = 3\nassert read(Counter()) == (3, [1], 'Counter')",
+             counter + "forget(Counter())\nassert not hasattr(Counter, 'count')",
+             counter + "class Sub(Counter):\n    pass\nbump(Sub())\n"
+             "assert Sub.count == 1 and Counter.count == 0",
+             "class C:\n    def ok(self):\n        return False\n"
+             "try:\n    swap(C())\nexcept Exception:\n    pass\nassert C().ok()",
+             counter + "plant(Counter())\nassert Counter.count == 1"]
+    assert plain(program, tests) == [True, False, True, True, True, True, True, True]
+    result = run(program, tests)
+    assert result["passed"] == [True, False, True, True, True, True, False, False], result[
+        "errors"]
+
+
 def test_a_refused_change_of_a_test_object_fails_the_test_whatever_it_catches():
     """The program's process may not replace a method of a test object's class (above). Its
     refusal reaches the program as a TypeError, and the test fails whatever it catches: a test
@@ -3222,7 +3265,7 @@ def test_a_pathlib_path_crosses_as_a_value():
 def test_functools_wraps_of_a_tests_function_copies_its_name():
     """A program's decorator applied to a test's function (functools.wraps) gives the wrapper the
     test function's __name__, __qualname__, __doc__ and __module__ (strings read from the test
-    process: sandbox_lending.py:readable), and its __wrapped__ is the test's function."""
+    process: sandbox_proxies.py:readable), and its __wrapped__ is the test's function."""
     program = """\
         import functools
         def memoize(f):
