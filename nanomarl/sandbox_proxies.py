@@ -28,6 +28,7 @@ from sandbox_copies import (LEAVES, NAMESPACE, PATTERN_METHODS, USER, borrowed,
 from sandbox_link import (BUILTINS, COMPARISONS, LINK, OPERATORS, TestTimeout, ask, request,
                           taken)
 from sandbox_patches import IMPORT, test_made, unpatched
+from sandbox_remote import CLASSES, THEIRS, Remote
 from sandbox_stdlib import FINDS, user_copy
 from sandbox_values import dump, raised
 
@@ -230,6 +231,13 @@ def compared(kind):
     the program's process: TestObject's), as JSON."""
     return "true" if (kind.__eq__ is not object.__eq__ or kind.__ne__ is not object.__ne__
                       or kind.__hash__ is not object.__hash__) else "false"
+
+
+def harness_class(value):
+    """Whether value is a class the test process made for a program object's type or __class__
+    (sandbox_remote.py:remote_class): no test object, never sent to the program."""
+    return issubclass(value, Remote) or any(vars(kind).get("_Remote__class") is value
+                                            for kind in (*THEIRS.values(), *CLASSES.values()))
 
 
 def vars_of(value):

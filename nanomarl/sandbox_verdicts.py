@@ -17,8 +17,9 @@ from sandbox_lending import lending, let_go, received
 from sandbox_patches import (PATCHED, SETS, builtin_named, fingerprint, module, quiet_null,
                              test_made, watch_modules)
 from sandbox_errors import MADE, SOURCES, crossed, crossing, direct
-from sandbox_proxies import TEXTS, compared, looks, readable, reference, settable, vars_of
-from sandbox_remote import Remote, harness_class, remote
+from sandbox_proxies import (TEXTS, compared, harness_class, looks, readable, reference,
+                             settable, vars_of)
+from sandbox_remote import Remote, remote
 from sandbox_stdlib import member_named
 from sandbox_values import (DECLARED, RAISES, REFUSE, Abort, Decoder, Dumped, ProgramError,
                             datetime_base, describe, dump, error_payload, raised)
@@ -240,7 +241,7 @@ def test_refer(value, aliases):
     itemgetter, attrgetter, methodcaller, mock, iterator or bare object(): "X" with what looks
     tells of its class and a value it holds, sandbox_proxies.py:reference; "G" a declared Enum's
     member); else the test fails (Abort), as for a program object's type
-    (sandbox_remote.py:harness_class: the program's class is none here)."""
+    (sandbox_proxies.py:harness_class: the program's class is none here)."""
     kind = type(value)
     if issubclass(kind, Remote):
         return '{"r":%d}' % value._Remote__handle

@@ -1078,6 +1078,45 @@ def test_a_program_objects_length_truth_iteration_and_comparisons_are_never_aske
     assert all("program object" in e for e in result["errors"][:7]), result["errors"]
 
 
+def test_a_programs_own_iterator_is_drawn_at_each_next_as_in_one_process():
+    """A program object whose class has __next__ (its own iterator) is drawn item by item, its
+    __next__ asked at each next() the test makes (no item ahead: a log it writes is as in one
+    process), iter() of it is itself where its own __iter__ gives it back: `list(Countdown(3))`
+    passes, one that counts from the wrong end fails as in plain Python. An iterator whose
+    __iter__ gives another object is an iterable that could answer anew: refused as Liar's."""
+    program = """\
+        class Countdown:
+            def __init__(self, n, log=None):
+                self.n, self.log = n, log
+            def __iter__(self):
+                return self
+            def __next__(self):
+                if self.n <= 0:
+                    raise StopIteration
+                self.n -= 1
+                if self.log is not None:
+                    self.log.append(self.n + 1)
+                return self.n + 1
+        class Upward(Countdown):
+            def __next__(self):
+                return 4 - Countdown.__next__(self)
+        class Fresh(Countdown):
+            def __iter__(self):
+                return iter([1])
+        """
+    tests = ["assert list(Countdown(3)) == [3, 2, 1]",
+             "it = Countdown(2)\nassert next(it) == 2 and iter(it) is it\n"
+             "assert list(it) == [1] and list(it) == []",
+             "log = []\nit = Countdown(3, log)\nassert next(it) == 3 and log == [3]\n"
+             "assert [x for x in it if x > 1] == [2] and log == [3, 2, 1]",
+             "assert list(Upward(3)) == [3, 2, 1]",
+             "assert list(Fresh(3)) == [1]"]
+    assert plain(program, tests) == [True, True, True, False, True]
+    result = run(program, tests)
+    assert result["passed"] == [True, True, True, False, False], result["errors"]
+    assert "program object" in result["errors"][4], result["errors"]
+
+
 NODE = """\
     class ListNode:
         def __init__(self, val=0, next=None):
