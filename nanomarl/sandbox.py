@@ -113,10 +113,11 @@ test's, called in the test process (the program's datetime.datetime.now() is the
 constructor and isinstance are datetime's own; its instances are values); the sys.stdin it set (a
 StringIO: a copy, written back), the sys.argv it assigned or patched, and, while the test catches,
 records or filters warnings, the program's warnings are caught there and shown in the test process
-under the test's filters (recorded, printed, ignored, or raised as an error where the call returns),
-and, while one of the test's loggers has a handler (assertLogs), the program's log records, at the
-test's levels, are new records of the test's nearest logger of their name (their level and text:
-sandbox_caught.py). What the harness refuses (an argument it cannot send, a program's result or
+under the test's filters (recorded, printed, ignored; one its filters make an error is that error
+where the program warns, for the program to catch), and, while one of the test's loggers has a
+handler (assertLogs), the program's log records, at the test's levels, are new records of the test's
+nearest logger of their name (their level and text: sandbox_caught.py). What the harness refuses (an
+argument it cannot send, a program's result or
 change it cannot send: cyclic, too deep, over the answer's size; a program object asked what only a
 value answers, the program's process gone, its timeout, a malformed answer) fails the test whatever
 the test catches. So the expected values, the test source, the report and its nonce

@@ -2062,7 +2062,7 @@ def test_a_tests_patched_builtins_stdin_and_warnings_reach_across():
     program's during the test's calls, as the test's object; a sys.stdin the test sets to a
     StringIO is the program's stdin (its reads move the test's); the program's warnings during a
     call the test makes with warnings caught, recorded or filtered are shown in the test process,
-    under the test's filters (recorded, ignored, or raised as errors at the call)."""
+    under the test's filters (recorded, ignored, or raised as errors where the program warns)."""
     program = """\
         import sys, warnings
         def ask():
@@ -2104,6 +2104,52 @@ def test_a_tests_patched_builtins_stdin_and_warnings_reach_across():
              "    warnings.simplefilter('ignore')\n    old(3)\nassert w == []"]
     result = run(program, tests)
     assert result["passed"] == [True] * len(tests), result["errors"]
+
+
+def test_a_warning_the_tests_filters_make_an_error_is_raised_where_the_program_warns():
+    """Under a test's filter that makes a warning an error (simplefilter('error'), one of a
+    message or of a test's own category), the program's warning is that error in its process,
+    where it warns (sandbox_caught.py:erring): the program may catch it, and one it does not
+    catch stops its call there, so a program that warns before its append leaves the test's list
+    empty and fails `xs == [1]`, as in plain Python; the test's other filters still show the rest
+    (a warning recorded beside the error)."""
+    program = """\
+        import warnings
+        def careful(category=UserWarning):
+            try:
+                warnings.warn("lossy", category)
+            except category:
+                return "caught"
+            return "ignored"
+        def add_item(xs):
+            warnings.warn("deprecated")
+            xs.append(1)
+        def mixed():
+            warnings.warn("noise")
+            try:
+                warnings.warn("lossy conversion")
+            except UserWarning as e:
+                return str(e)
+            return "none"
+        """
+    caught = "import warnings\nwith warnings.catch_warnings(record=True) as w:\n"
+    tests = ["import warnings\nwith warnings.catch_warnings():\n"
+             "    warnings.simplefilter('error')\n    assert careful() == 'caught'",
+             "import warnings\nxs = []\nwith warnings.catch_warnings():\n"
+             "    warnings.simplefilter('error')\n    try:\n        add_item(xs)\n"
+             "    except UserWarning:\n        pass\nassert xs == [1], xs",
+             caught + "    warnings.simplefilter('always')\n"
+             "    warnings.filterwarnings('error', 'lossy')\n"
+             "    assert mixed() == 'lossy conversion'\n"
+             "assert [str(x.message) for x in w] == ['noise']",
+             "class Mine(UserWarning):\n    pass\n" + caught
+             + "    warnings.filterwarnings('error', category=Mine)\n"
+             "    assert careful(Mine) == 'caught' and careful() == 'ignored'",
+             caught + "    warnings.simplefilter('always')\n    assert careful() == 'ignored'\n"
+             "assert len(w) == 1"]
+    assert plain(program, tests) == [True, False, True, True, True]
+    result = run(program, tests)
+    assert result["passed"] == [True, False, True, True, True], result["errors"]
 
 
 def test_a_tests_patch_of_a_module_attribute_reaches_the_program():
