@@ -2777,23 +2777,17 @@ def test_gap_what_of_the_tests_state_and_types_does_not_reach_the_program():
     sets is: test_a_tests_patch_of_a_module_attribute_reaches_the_program): mock.patch.dict of
     os.environ changes the test process's environment only (each process has its own, as it has
     its own random state); a test object's type in the program is the harness's proxy
-    (isinstance works, type(x) is not the test's class); a warning the test's filters turn into
-    an error is raised when the call returns, after the rest of the call has run; of a frozen
-    clock's class only its public methods are the test's in the program's process, its dunders
-    are its base's (its own __str__ is not asked there: that process runs no test code); a
-    patched container that holds an argument container (rather than being one) is a copy of its
-    own there, so the program's change through it does not reach the argument."""
+    (isinstance works, type(x) is not the test's class); of a frozen clock's class only its
+    public methods are the test's in the program's process, its dunders are its base's (its own
+    __str__ is not asked there: that process runs no test code); a patched container that holds
+    an argument container (rather than being one) is a copy of its own there, so the program's
+    change through it does not reach the argument."""
     program = """\
-        import datetime, os, warnings
-        DONE = []
+        import datetime, os
         def env():
             return os.environ.get("NANOMARL_FLAG")
         def kind(x, cls):
             return type(x) is cls, isinstance(x, cls)
-        def warn_then_work():
-            warnings.warn("careful")
-            DONE.append(1)
-            return len(DONE)
         def text():
             return str(datetime.datetime(2020, 1, 2))
         def grow(items):
@@ -2805,21 +2799,16 @@ def test_gap_what_of_the_tests_state_and_types_does_not_reach_the_program():
              "with mock.patch.dict('os.environ', {'NANOMARL_FLAG': '1'}):\n"
              "    assert env() == '1'",
              "class Box:\n    pass\nassert kind(Box(), Box) == (True, True)",
-             "import warnings\nwith warnings.catch_warnings():\n"
-             "    warnings.simplefilter('error')\n    try:\n        warn_then_work()\n"
-             "    except UserWarning:\n        pass\n"
-             "assert warn_then_work() == 1",
              "import datetime\nfrom unittest import mock\nclass Shown(datetime.datetime):\n"
              "    def __str__(self):\n        return 'shown'\n"
              "with mock.patch('datetime.datetime', Shown):\n    assert text() == 'shown'",
              "import string\nfrom unittest import mock\nitems = [0]\n"
              "with mock.patch.object(string, 'BOX', [items], create=True):\n"
              "    assert grow(items) == 2 and items == [0, 1]"]
-    # (the third's warning: a pytest one here)
-    assert [plain(program, [test]) for test in tests[:2] + tests[3:]] == [[True]] * 4
+    assert [plain(program, [test]) for test in tests] == [[True]] * 4
     result = run(program, tests)
-    assert result["passed"] == [False] * 5, result["errors"]
-    assert result["errors"] == ["AssertionError: "] * 5, result["errors"]
+    assert result["passed"] == [False] * 4, result["errors"]
+    assert result["errors"] == ["AssertionError: "] * 4, result["errors"]
 
 
 def test_a_tests_module_passed_to_the_program_is_the_programs_module_of_that_name():
