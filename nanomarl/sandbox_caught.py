@@ -158,8 +158,12 @@ def caught(saved, reply):
 
 
 def displayed(extra):
-    """An answer's warnings ("c") and log records ("g"), shown in the test process while it
-    still catches them (while one of its loggers has a handler)."""
+    """An answer's output ("o", "e": only into a test's redirection), warnings ("c") and log
+    records ("g"), shown in the test process while it still catches them (while one of its
+    loggers has a handler)."""
+    for key, stream in (("o", "stdout"), ("e", "stderr")):
+        if type(extra.get(key)) is str and getattr(sys, stream) is not LINK[stream]:
+            getattr(sys, stream).write(extra[key])
     for warning in extra["c"] if type(extra.get("c")) is list and catching() else ():
         shown(warning)
     if type(extra.get("g")) is list and extra["g"] and handled() is not None:

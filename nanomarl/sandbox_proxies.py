@@ -17,12 +17,14 @@ code of the test's, and the test process serves only the handles it gave; its an
 program's requests come back through program_answered. A test's object that crosses as a copy
 (sandbox_copies.py:copied) is rebuilt there (rebuilt_copy). A tuple of a call's arguments that
 the call sends back is the test's own (given). What the program may read and set of a test
-object at all (sandbox_verdicts.py:test_ops does it) is readable and settable."""
+object at all (sandbox_verdicts.py:test_ops does it) is readable and settable. Of the program's
+own objects: the attributes of one rebuilt in the test process (state) and those a request
+reached whose release may run code now (urgent)."""
 import sys
 
 from _collections_abc import Mapping, MutableMapping, Sequence
 
-from sandbox_bases import TAKE, lasting, value_base  # sandbox.py's BOOT
+from sandbox_bases import TAKE, finalizing, lasting, value_base  # sandbox.py's BOOT
 from sandbox_copies import (LEAVES, NAMESPACE, PATTERN_METHODS, USER, borrowed,
                             refill)
 from sandbox_link import (BUILTINS, COMPARISONS, LINK, OPERATORS, TestTimeout, ask, request,
@@ -238,6 +240,35 @@ def harness_class(value):
     (sandbox_remote.py:remote_class): no test object, never sent to the program."""
     return issubclass(value, Remote) or any(vars(kind).get("_Remote__class") is value
                                             for kind in (*THEIRS.values(), *CLASSES.values()))
+
+
+def state(value):
+    """An object's attributes: its __dict__ and the slots set."""
+    found = dict(getattr(value, "__dict__", None) or {})
+    for kind in type(value).__mro__:
+        slots = vars(kind).get("__slots__", ())
+        for name in [slots] if type(slots) is str else slots:
+            if type(name) is str and name not in found and hasattr(value, name) and (
+                    name not in ("__dict__", "__weakref__")):
+                found[name] = getattr(value, name)
+    return found
+
+
+def urgent(reached, refs, ids):
+    """The handles of the program objects a request reached (its target, those it passed back,
+    a bound method's instance) whose release may run code now (sandbox_bases.py:finalizing: a
+    finalizer attached after they crossed), for the test process to release at once (the
+    answer's "u": sandbox_remote.py:URGENT)."""
+    found = set()
+    for handle in set(reached):
+        value = refs.get(handle)
+        owner = ids.get(id(value.__self__)) if type(value) is METHOD else None
+        found.update(h for h in (handle, owner) if h in refs and finalizing(refs[h]))
+    reached.clear()
+    return sorted(found)
+
+
+METHOD = type((lambda: None).__get__(0))  # types.MethodType: a bound method
 
 
 def vars_of(value):

@@ -19,7 +19,7 @@ from sandbox_patches import (PATCHED, SETS, builtin_named, fingerprint, module, 
 from sandbox_errors import MADE, SOURCES, crossed, crossing, direct
 from sandbox_proxies import (TEXTS, compared, harness_class, looks, readable, reference,
                              settable, vars_of)
-from sandbox_remote import Remote, remote
+from sandbox_remote import URGENT, Remote, remote
 from sandbox_stdlib import member_named
 from sandbox_values import (DECLARED, RAISES, REFUSE, Abort, Decoder, Dumped, ProgramError,
                             datetime_base, describe, dump, error_payload, raised)
@@ -52,12 +52,11 @@ def test_answered(message):
     output printed where the test's is going; its value, or its exception raised."""
     seq, _, status, payload, extra = message
     kept_up(extra, LINK["args"][-1] if LINK["args"] else [])
-    for key, stream in (("o", "stdout"), ("e", "stderr")):  # only into a test's redirection
-        if type(extra.get(key)) is str and getattr(sys, stream) is not LINK[stream]:
-            getattr(sys, stream).write(extra[key])
+    if type(extra.get("u")) is list:  # (released at once from now on: a finalizer attached since)
+        URGENT.update(handle for handle in extra["u"] if type(handle) is int)
     if "i" in extra and type(sys.stdin).__name__ in BUFFERS and sys.stdin is not LINK["stdin"]:
         refilled(sys.stdin, extra["i"])
-    displayed(extra)  # (its warnings and log records)
+    displayed(extra)  # (its output, warnings and log records)
     if status == "v":
         return payload
     if status == "h":  # (its harness refused: sandbox_link.py:refuse; forged, it fails its own)

@@ -4161,6 +4161,40 @@ def test_an_object_holding_one_with_a_finalizer_is_released_where_the_test_drops
     assert result["passed"] == [True] * 5, result["errors"]
 
 
+def test_a_finalizer_attached_after_the_object_crossed_runs_where_the_test_drops_it():
+    """An object that crossed with nothing to finalize and gains a finalizer later (a method of
+    its own, or a call it is passed to, attaches one) is released at once where the test drops
+    it, as in one process: the program's process tells it with the answer of the request that
+    reached it (sandbox_proxies.py:urgent). So a program whose later finalizer empties the
+    caller's list fails `xs == [1]`, as in plain Python, where its release at the next request
+    passed it."""
+    program = """\
+        import weakref
+        LOG = []
+        def log():
+            return LOG
+        class Res:
+            def __del__(self):
+                LOG.append("freed")
+        class Conn:
+            def open(self):
+                self.res = Res()
+        def connect():
+            return Conn()
+        def attach(conn):
+            conn.res = Res()
+        def watch(conn, xs):
+            weakref.finalize(conn, xs.clear)
+        """
+    tests = ["l = log(); l.clear(); c = connect(); c.open(); del c; assert l == ['freed'], l",
+             "l = log(); l.clear(); c = connect(); attach(c); del c; assert l == ['freed'], l",
+             "l = log(); l.clear(); c = connect(); c.open(); assert l == [], l",
+             "xs = [1]; c = connect(); watch(c, xs); del c; assert xs == [1], xs"]
+    assert plain(program, tests) == [True, True, True, False]
+    result = run(program, tests)
+    assert result["passed"] == [True, True, True, False], result["errors"]
+
+
 FINALIZING = """\
     import functools, sys, types, weakref
     sys.path.insert(0, sys.argv[1])
