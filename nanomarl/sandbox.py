@@ -60,17 +60,19 @@ value or another program object) fail the test, never asking the program (its me
 anew at each question; a re.Match is true, as each one is; its __name__, __qualname__, __doc__,
 __module__, __defaults__, __kwdefaults__ and __wrapped__, and read-only snapshots of its __dict__
 and __annotations__, are read as attributes); a generator or builtin iterator is a stream, drawn
-lazily, each item asked once. The program's own subclass of a value type (a Stack(list), an IntEnum)
-is one whose comparisons, hash, length, truth, iteration, `in`, arithmetic and conversions are its
-base type's, on the one value its base's C methods take between two runs of its code (isinstance
-with that type holds: sandbox_remote.py:Valued; one of str, float or complex is an instance of that
-type holding its value, which C functions take: held). A test object (a callback, an instance or
-class of a test's, an iterator, a bare object()) is called, read, set (an instance's data, never its
-class's methods) and drawn by the test process, and its protocol (truth, length, items and
-item assignment, iteration, text, comparisons, arithmetic and conversions: the test's own method,
-whose NotImplemented Python reflects as in one process, hash, isinstance with it) is answered there
-by the test's own methods, as are the texts functools.wraps copies (the harness's own frames between
-the two processes' calls do not count against the recursion limit); an instance of a class the
+lazily, each item asked once, and so is the program's own iterator (its class has __next__: asked at
+each next(), iter() of it itself where its __iter__ gives it back). The program's own subclass of a
+value type (a Stack(list), an IntEnum) is one whose comparisons, hash, length, truth, iteration,
+`in`, arithmetic and conversions are its base type's, on the one value its base's C methods take
+between two runs of its code (isinstance with that type holds: sandbox_remote.py:Valued; one of str,
+float or complex is an instance of that type holding its value, which C functions take: held). A
+test object (a callback, an instance or class of a test's, an iterator, a bare object()) is called,
+read, set (an instance's or a class's data, type(x).count too, never its class's methods) and drawn
+by the test process, and its protocol (truth, length, items and item assignment, iteration, text,
+comparisons, arithmetic and conversions: the test's own method, whose NotImplemented Python reflects
+as in one process, hash, isinstance with it) is answered there by the test's own methods, as are the
+texts functools.wraps copies (the harness's own frames between the two processes' calls do not count
+against the recursion limit); an instance of a class the
 context declares is an instance of the program's class of that name for isinstance, one of a
 test's subclass of a value type an instance of that type for isinstance (holding its value where it
 cannot change: a W(str), an IntEnum's member), and copy, deepcopy and vars() of a test's instance
@@ -114,10 +116,11 @@ test's, called in the test process (the program's datetime.datetime.now() is the
 constructor and isinstance are datetime's own; its instances are values); the sys.stdin it set (a
 StringIO: a copy, written back), the sys.argv it assigned or patched, and, while the test catches,
 records or filters warnings, the program's warnings are caught there and shown in the test process
-under the test's filters (recorded, printed, ignored, or raised as an error where the call returns),
-and, while one of the test's loggers has a handler (assertLogs), the program's log records, at the
-test's levels, are new records of the test's nearest logger of their name (their level and text:
-sandbox_caught.py). What the harness refuses (an argument it cannot send, a program's result or
+under the test's filters (recorded, printed, ignored; one its filters make an error is that error
+where the program warns, for the program to catch), and, while one of the test's loggers has a
+handler (assertLogs), the program's log records, at the test's levels, are new records of the test's
+nearest logger of their name (their level and text: sandbox_caught.py). What the harness refuses (an
+argument it cannot send, a program's result or
 change it cannot send: cyclic, too deep, over the answer's size; a program object asked what only a
 value answers, the program's process gone, its timeout, a malformed answer) fails the test whatever
 the test catches. So the expected values, the test source, the report and its nonce
@@ -191,14 +194,15 @@ What remains. (a) The program sees its calls' arguments (the test inputs) and ma
 with any value it likes: it can memorise answers for inputs it has seen, but to pass it must return
 the right values. (b) Its process is shared by all tests, so it may keep state between calls. (c)
 Python's semantics where two processes differ from one, each listed in docs/sandbox.md and shown by
-a test: chiefly, a program object measured, iterated, compared (but by identity, where its class
-keeps object's ==) or combined, or converted to a number, fails the test (its own __eq__, __len__ or
-__float__ would let it match any expected value, or answer each question anew), unless the prompt
-declares its class (then its instances are values); the program's random is its own; each call
-costs a round trip between the processes; a program whose bug is aliasing (it returns its cache for
-the test to change) may pass. (d) The test process trusts the tests and `context`; a program can
-still cost the test process some CPU (e.g. a list of colliding hashes the test turns into a set), up
-to the test's CPU watchdog. (e) Where a layer is unavailable (no namespaces in a container that
+a test: chiefly, a program object measured, iterated (but its own iterator, drawn item by item),
+compared (but by identity, where its class keeps object's ==) or combined, or converted to a
+number, fails the test (its own __eq__, __len__ or __float__ would let it match any expected value,
+or answer each question anew), unless the prompt declares its class (then its instances are
+values); the program's random is its own; each call costs a round trip between the processes; a
+program whose bug is aliasing (it returns its cache for the test to change) may pass. (d) The test
+process trusts the tests and `context`; a program can still cost the test process some CPU (e.g. a
+list of colliding hashes the test turns into a set), up to the test's CPU watchdog. (e) Where a
+layer is unavailable (no namespaces in a container that
 forbids them, no seccomp off Linux x86_64, a root trainer whose standard library other users cannot
 read) it is skipped with a warning and what it guarded is open (without seccomp no thread starts,
 the test's or the program's; without seccomp and namespaces the program's process could signal or

@@ -63,11 +63,33 @@ def handled():
     return loggers if any([logger.handlers for logger in loggers]) else None
 
 
+def erring():
+    """The test's warnings filters, where one of them makes a warning an error, for the program's
+    process to filter with (catch): [[whether it is "error", its message and module (a pattern's
+    text: filterwarnings compiles it again), its category, its line], ...]; else None (none is an
+    error, or one is malformed or of a category of no builtin's or test's)."""
+    filters = list(sys.modules["warnings"].filters)
+    if not any(type(found) is tuple and found[:1] == ("error",) for found in filters):
+        return None
+    found = []
+    for item in filters:
+        if type(item) is not tuple or len(item) != 5:
+            return None
+        action, message, category, module, lineno = item
+        message, module = getattr(message, "pattern", message), getattr(module, "pattern", module)
+        if not (type(message) in (str, type(None)) and type(module) in (str, type(None)) and type(
+                lineno) is int and lineno >= 0 and isinstance(category, type) and issubclass(
+                category, Warning) and category.__module__ in ("builtins", "__main__")):
+            return None
+        found.append([action == "error", message, category, module, lineno])
+    return found
+
+
 def watched():
     """What the program's process catches for a request: {"c": 1} while the test catches
-    warnings; {"g": the levels of its loggers that are not as at the fork} while one of its loggers
-    has a handler."""
-    extra = {"c": 1} if catching() else {}
+    warnings (the test's filters where one is an error: erring); {"g": the levels of its loggers
+    that are not as at the fork} while one of its loggers has a handler."""
+    extra = {"c": erring() or 1} if catching() else {}
     if (loggers := handled()) is not None:
         start, root = LINK["logs"], loggers[0]
         extra["g"] = {logger.name: logger.level for logger in loggers
@@ -76,13 +98,23 @@ def watched():
 
 
 def catch(extra, saved):
-    """In the program's process, for a request: its warnings caught ("c"), its loggers at the
-    test's levels and its records noted by a handler on its root logger ("g"); until caught."""
+    """In the program's process, for a request: its warnings caught ("c": those the test's filters
+    make errors raised here, where the program may catch them, as in one process; the others
+    recorded, for the test's filters to show), its loggers at the test's levels and its records
+    noted by a handler on its root logger ("g"); until caught."""
     if extra.get("c"):
         warnings = IMPORT("warnings")
         catcher = warnings.catch_warnings(record=True)
         saved["c"] = catcher, catcher.__enter__()
-        warnings.simplefilter("always")
+        warnings.resetwarnings()
+        try:
+            for error, message, category, module, lineno in extra["c"] if type(
+                    extra["c"]) is list else ():
+                warnings.filterwarnings("error" if error is True else "always", message or "",
+                                        category, module or "", lineno, append=True)
+        except Exception:  # (a malformed filter: each warning recorded)
+            warnings.resetwarnings()
+        warnings.simplefilter("always", append=True)
     if type(extra.get("g")) is dict:
         logging, records = IMPORT("logging"), []
         handler, old = logging.Handler(), []
@@ -126,8 +158,12 @@ def caught(saved, reply):
 
 
 def displayed(extra):
-    """An answer's warnings ("c") and log records ("g"), shown in the test process while it
-    still catches them (while one of its loggers has a handler)."""
+    """An answer's output ("o", "e": only into a test's redirection), warnings ("c") and log
+    records ("g"), shown in the test process while it still catches them (while one of its
+    loggers has a handler)."""
+    for key, stream in (("o", "stdout"), ("e", "stderr")):
+        if type(extra.get(key)) is str and getattr(sys, stream) is not LINK[stream]:
+            getattr(sys, stream).write(extra[key])
     for warning in extra["c"] if type(extra.get("c")) is list and catching() else ():
         shown(warning)
     if type(extra.get("g")) is list and extra["g"] and handled() is not None:

@@ -21,25 +21,14 @@ from sandbox_link import (EXIT, LINK, OPS, BINARY, TestTimeout, abort, answer, a
                           called, refuse, compiled, deep, overdue, read_line, run, serve,
                           state_out, state_told, taken, tidings, with_pairs, write_all)
 from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, quiet_null, stand_in, took_on
-from sandbox_proxies import TestObject, given, program_answered, rebuilt_copy, test_object
+from sandbox_proxies import (TestObject, given, program_answered, rebuilt_copy, state,
+                             test_object, urgent)
 from sandbox_bases import (TAKE, applied, finalizing, kind_of, named, programs, traits,
                            value_base, valued)
 from sandbox_remote import COPIES
 from sandbox_stdlib import UNKEPT_VIEW, member_named
 from sandbox_values import CONTEXT, DATETIMES, PRINTS, Decoder, dump, error_payload, raised, same
 from sandbox_verdicts import test_side
-
-
-def state(value):
-    """An object's attributes: its __dict__ and the slots set."""
-    found = dict(getattr(value, "__dict__", None) or {})
-    for kind in type(value).__mro__:
-        slots = vars(kind).get("__slots__", ())
-        for name in [slots] if type(slots) is str else slots:
-            if type(name) is str and name not in found and hasattr(value, name) and (
-                    name not in ("__dict__", "__weakref__")):
-                found[name] = getattr(value, name)
-    return found
 
 
 def program_side(job, requests, answers):
@@ -60,6 +49,7 @@ def program_side(job, requests, answers):
 
     def resolve(tag, item):
         if tag == "r" and type(item) is int and item in refs:
+            LINK["reached"].append(item)  # (its release may run code once the call is over)
             return refs[item]
         if tag == "a" and type(item) is int and 0 <= item < len(numbered := called()):
             return numbered[item]  # (the k-th container of its call to a test's callback)
@@ -193,6 +183,8 @@ def program_side(job, requests, answers):
         saved = patches.pop()[1] if patches and patches[-1][0] is extra else {}
         give_back(saved)
         caught(saved, reply)
+        if not patches and (found := urgent(LINK["reached"], refs, ids)):  # (the outermost's)
+            reply["u"] = found
         if "i" in saved:
             sys.stdin, stdin, state = saved["i"]
             if type(stdin).__module__ == "_io" and not unchanged(state, snapshot(stdin)):
@@ -352,6 +344,7 @@ def program_side(job, requests, answers):
             del ids[id(refs.pop(target))]
             return "null", ""
         value = refs[target]
+        LINK["reached"].append(target)
         if op == "attr" and type(a) is str:
             return sent([getattr(value, a)], a in COPIES), ""  # (their snapshots are never kept)
         if op == "setattr" and type(a) is str:
@@ -444,7 +437,7 @@ def program_side(job, requests, answers):
                 gone="", handles=0, made=0, limit=job["answer_bytes"], decode=Decoder(resolve),
                 answer=answer_with, kept=kept, kept_ids=kept_ids, kept_tags=kept_tags,
                 dormant=dormant, drop=lambda: unheld(kept, kept_ids, kept_tags, dormant),
-                lending=[])
+                lending=[], reached=[])
     code = compiled(job["program"], "<program>")
     status, payload = attempt(lambda: run(code, scope), job["timeout"])
     answer(0, status, None if status == "v" else payload, after({}))

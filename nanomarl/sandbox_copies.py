@@ -77,6 +77,11 @@ def keyed(value):
     return value.data if kind.__module__ == "collections" and kind.__name__ == USER[1] else None
 
 
+def factored(kind):
+    """Whether kind is collections.defaultdict: its default_factory is part of its contents."""
+    return kind.__module__ == "collections" and kind.__name__ == "defaultdict"
+
+
 def numbered(kind):
     """Whether a call's argument of this type is numbered for write-back: a mutable container (an
     array.array too), an io buffer, a random.Random, a SimpleNamespace, a UserList or UserDict."""
@@ -193,8 +198,9 @@ def snapshot(value):
     kind = type(value)
     if not intact(value):
         return [object()]  # (changed: contents refuses it)
-    if keyed(value) is not None:
-        return [x for pair in keyed(value).items() for x in pair]
+    if keyed(value) is not None:  # (its pairs, flat; a defaultdict's factory last)
+        return [x for pair in keyed(value).items() for x in pair] + (
+            [value.default_factory] if factored(kind) else [])
     if kind is bytearray or kind.__module__ == "array":
         return bytes(value)  # (an array's machine values)
     if kind.__module__ == "_io":
@@ -273,10 +279,11 @@ def kept_entry(value, ids, before=None, state=None):
 
 def growable(value):
     """Whether a kept object's news may be its new items alone: a list, a deque of no maxlen (one
-    with a maxlen drops its first items as it grows), a dict, Counter, OrderedDict or defaultdict
-    (new keys come after the others: its snapshot's pairs, flat, grow at their end)."""
+    with a maxlen drops its first items as it grows), a dict, Counter or OrderedDict (new keys
+    come after the others: its snapshot's pairs, flat, grow at their end; a defaultdict's end in
+    its factory)."""
     kind = type(value)
-    return kind is list or keyed(value) is value or (
+    return kind is list or keyed(value) is value and not factored(kind) or (
         kind.__module__ == "collections" and kind.__name__ == "deque" and value.maxlen is None)
 
 
@@ -380,6 +387,8 @@ def contents(value):
     kind = type(value)
     if not intact(value):
         raise ValueError("a UserList or UserDict whose data or attributes the program changed")
+    if factored(kind):  # (its factory too, which the program may change)
+        return kind(value.default_factory, value)
     if keyed(value) is not None:
         return dict(keyed(value))
     if kind is set or kind is bytearray:
@@ -412,8 +421,10 @@ def refill(target, content):
     if kind is NAMESPACE and not (type(content) is dict and all(type(k) is str for k in content)):
         raise ValueError("malformed contents")  # (its attributes: names)
     if (isinstance(target, set) or keyed(target) is not None) and type(content) is not (
-            set if isinstance(target, set) else dict):  # (one sandbox_values.py:filled built)
-        raise ValueError("malformed contents")
+            set if isinstance(target, set) else kind if factored(kind) else dict):
+        raise ValueError("malformed contents")  # (one sandbox_values.py:hook built)
+    if factored(kind):
+        target.default_factory = content.default_factory
     if kind.__module__ == "array":  # (an array of its items, or TypeError before any change)
         content = kind(target.typecode, content if type(content) is list else None)
     if isinstance(target, set) or keyed(target) is not None or kind.__name__ == "deque":

@@ -36,16 +36,11 @@ value]}, which the test process keeps as that handle's object (received): the te
 reach the program's own object and the program's later changes the test's copy, and the next
 time it crosses it is the test's same object (lent_back, unlent; outermost first, within a room
 of their own: sandbox_copies.py:rooms; beyond it, or inside a kept one, a copy; a view of such a
-dict, keys(), values() or items(), is a view of that dict there, else its snapshot: walked).
-
-What the program's process may read and set of a test object at all (sandbox_verdicts.py:test_ops
-does it) is readable and settable: a test's instance's data (no dunder), never the harness's or
-a mock's own."""
+dict, keys(), values() or items(), is a view of that dict there, else its snapshot: walked)."""
 from sandbox_copies import (BASE, KEPT_ITEMS, KEPT_OBJECTS, LEAVES, OWN_ITEMS, OWN_OBJECTS,
                             containers, contents, copy_type, inner_unchanged, kept_entry, nested,
                             numbered, parts, references, rooms, share, snapshot, unchanged,
                             weight)  # sandbox.py's BOOT
-from sandbox_patches import test_made
 from sandbox_stdlib import WALK, held_elsewhere
 from sandbox_values import VIEWS, dump
 from gc import get_referents
@@ -463,37 +458,3 @@ def unrest(handles, kept, ids, tags, dormant):
                 del ids[key]
                 tags.pop(key, None)
 
-
-def settable(value, name, deleting=False):
-    """Whether the program may set this attribute of a test object: an attribute (no dunder) of
-    an instance of a test's class (never of a class) which its class does not define, or defines
-    as a slot, a property with a setter (which runs), or plain data (a default the instance's own
-    shadows: no callable, no descriptor); never a method or other object a test's later call
-    would find there. Deleting, any such attribute (a method of its class stays: AttributeError)."""
-    if type(name) is not str or name[:2] == name[-2:] == "__" or not test_made(value) or (
-            isinstance(value, type)):
-        return False
-    for owner in () if deleting else type(value).__mro__:
-        if name in vars(owner):
-            found = vars(owner)[name]
-            return (type(found).__name__ == "member_descriptor"
-                    or type(found) is property and found.fset is not None
-                    or not callable(found) and not hasattr(type(found), "__get__"))
-    return True
-
-
-def readable(value, name):
-    """Whether the program may read this attribute of a test object: one (no dunder) of a test's
-    class or instance, or of a unittest.mock object one its mock class does not define (what the
-    mock stands for, a mock_open's read, never the mock's records, resets or configuration); a
-    test's function's, method's or class's __name__, __qualname__, __doc__ or __module__ where it
-    is a str or None (sandbox_proxies.py:texts)."""
-    if name in ("__name__", "__qualname__", "__doc__", "__module__"):
-        return (type(value).__module__ == "builtins" and type(value).__name__ in (
-            "function", "method") or isinstance(value, type) and test_made(value)) and type(
-            getattr(value, name, None)) in (str, type(None))
-    if type(name) is not str or name[:2] == name[-2:] == "__":
-        return False
-    if type(value).__module__ == "unittest.mock":
-        return not name.startswith("_") and not hasattr(type(value), name)
-    return test_made(value)

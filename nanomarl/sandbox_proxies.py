@@ -9,24 +9,28 @@ the subclass a __call__: callable(x) is as in one process), its dataclass fields
 (dataclasses.fields, asdict, astuple and replace work; vars(x) is a copy of their values), its
 __slots__ and the builtin value type it derives from: an instance of a test's Row(list) is a list
 for isinstance (its __class__ a stand-in), one of a W(str) or an IntEnum's member a real str or
-int there too, holding its value (reference; str.join and json read it). Where
-the test process tells nothing of the class ({"x": n}), the subclass is named TestObject and
+int there too, holding its value (reference; str.join and json read it); the proxy class of a
+test's own class is a TestClass, whose public names it lacks are that class's (type(x).count).
+Where the test process tells nothing of the class ({"x": n}), the subclass is named TestObject and
 callable, or made from the program's class of the name the context declares. A proxy holds no
 code of the test's, and the test process serves only the handles it gave; its answers to the
 program's requests come back through program_answered. A test's object that crosses as a copy
 (sandbox_copies.py:copied) is rebuilt there (rebuilt_copy). A tuple of a call's arguments, or an
 argument that is a str, int, float, bytes or complex, that the call sends back is the test's own
-(given)."""
+(given). What the program may read and set of a test object at all (sandbox_verdicts.py:test_ops
+does it) is readable and settable. Of the program's own objects: the attributes of one rebuilt in
+the test process (state) and those a request reached whose release may run code now (urgent)."""
 import sys
 
 from _collections_abc import Mapping, MutableMapping, Sequence
 
-from sandbox_bases import TAKE, lasting, value_base  # sandbox.py's BOOT
+from sandbox_bases import TAKE, finalizing, lasting, value_base  # sandbox.py's BOOT
 from sandbox_copies import (LEAVES, NAMESPACE, PATTERN_METHODS, USER, borrowed,
                             refill)
 from sandbox_link import (BUILTINS, COMPARISONS, LINK, OPERATORS, TestTimeout, ask, request,
                           taken)
 from sandbox_patches import IMPORT, test_made, unpatched
+from sandbox_remote import CLASSES, THEIRS, Remote
 from sandbox_stdlib import FINDS, user_copy
 from sandbox_values import dump, raised
 
@@ -128,7 +132,7 @@ def call(self, *args, **kwargs):  # (the __call__ of a callable test object's pr
     return ask("call", self.handle, list(args), kwargs, [*args, *kwargs.values()])
 
 
-TEXTS = ("__name__", "__qualname__", "__doc__", "__module__")  # (sandbox_lending.py:readable)
+TEXTS = ("__name__", "__qualname__", "__doc__", "__module__")  # (readable)
 
 
 def texts(self, name):  # (the __getattribute__ of a callable test object's proxy class)
@@ -145,6 +149,35 @@ def texts(self, name):  # (the __getattribute__ of a callable test object's prox
 
 def field_values(self):  # (the __dict__ of a test's dataclass's proxy class: a copy)
     return {f.name: getattr(self, f.name) for f in IMPORT("dataclasses").fields(self)}
+
+
+class TestClass(type):
+    """The metaclass of the proxy class of a test's class (its module __main__): a public name it
+    lacks is the test's class's, read, set and deleted there (that class: its instance's
+    __class__, asked once; the test process's rules, readable and settable), so
+    `type(x).count += 1` counts in the test's class; its other names are its own."""
+
+    def __getattr__(cls, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(tested(cls), name)
+
+    def __setattr__(cls, name, value):
+        if name.startswith("_") or "__handle__" not in vars(cls):  # (a subclass's: its own)
+            return type.__setattr__(cls, name, value)
+        setattr(tested(cls), name, value)
+
+    def __delattr__(cls, name):
+        if name.startswith("_") or "__handle__" not in vars(cls):
+            return type.__delattr__(cls, name)
+        delattr(tested(cls), name)
+
+
+def tested(cls):
+    """The test's class (a TestObject) a TestClass stands for, asked of its first instance."""
+    if "__tested__" not in vars(cls):
+        type.__setattr__(cls, "__tested__", request("attr", cls.__handle__, "__class__"))
+    return vars(cls)["__tested__"]
 
 
 PROXIES = {}  # the program's process's proxy classes, by (declared name, the class's number)
@@ -202,6 +235,42 @@ def compared(kind):
                       or kind.__hash__ is not object.__hash__) else "false"
 
 
+def harness_class(value):
+    """Whether value is a class the test process made for a program object's type or __class__
+    (sandbox_remote.py:remote_class): no test object, never sent to the program."""
+    return issubclass(value, Remote) or any(vars(kind).get("_Remote__class") is value
+                                            for kind in (*THEIRS.values(), *CLASSES.values()))
+
+
+def state(value):
+    """An object's attributes: its __dict__ and the slots set."""
+    found = dict(getattr(value, "__dict__", None) or {})
+    for kind in type(value).__mro__:
+        slots = vars(kind).get("__slots__", ())
+        for name in [slots] if type(slots) is str else slots:
+            if type(name) is str and name not in found and hasattr(value, name) and (
+                    name not in ("__dict__", "__weakref__")):
+                found[name] = getattr(value, name)
+    return found
+
+
+def urgent(reached, refs, ids):
+    """The handles of the program objects a request reached (its target, those it passed back,
+    a bound method's instance) whose release may run code now (sandbox_bases.py:finalizing: a
+    finalizer attached after they crossed), for the test process to release at once (the
+    answer's "u": sandbox_remote.py:URGENT)."""
+    found = set()
+    for handle in set(reached):
+        value = refs.get(handle)
+        owner = ids.get(id(value.__self__)) if type(value) is METHOD else None
+        found.update(h for h in (handle, owner) if h in refs and finalizing(refs[h]))
+    reached.clear()
+    return sorted(found)
+
+
+METHOD = type((lambda: None).__get__(0))  # types.MethodType: a bound method
+
+
 def vars_of(value):
     """vars() of a test object, in the test process (its op "vars"): a copy of a test's instance's
     own attributes (no dunder; its containers the test's own, lent), where the classes of its
@@ -213,6 +282,47 @@ def vars_of(value):
         raise AttributeError("__dict__")
     return {name: found for name, found in vars(value).items()
             if type(name) is str and not name[:2] == name[-2:] == "__"}
+
+
+def settable(value, name, deleting=False):
+    """Whether the program may set this attribute of a test object: an attribute (no dunder) of
+    an instance of a test's class which its class does not define, or defines as a slot, a
+    property with a setter (which runs), or plain data (a default the instance's own shadows: no
+    callable, no descriptor); of a test's class, a name its metaclass lacks, that its ancestry
+    defines as plain data or not at all; never a method or other object a test's later call
+    would find there. Deleting, any such attribute of an instance (a method of its class stays:
+    AttributeError), a class's own plain data."""
+    if type(name) is not str or name[:2] == name[-2:] == "__" or not test_made(value):
+        return False
+    kind = value if isinstance(value, type) else type(value)
+    if kind is value and (hasattr(type(value), name) or deleting and name not in vars(value)):
+        return False
+    for owner in () if deleting and kind is not value else kind.__mro__:
+        if name in vars(owner):
+            found = vars(owner)[name]
+            return (kind is not value and (type(found).__name__ == "member_descriptor" or type(
+                found) is property and found.fset is not None)
+                or not callable(found) and not hasattr(type(found), "__get__"))
+    return True
+
+
+def readable(value, name):
+    """Whether the program may read this attribute of a test object: one (no dunder) of a test's
+    class or instance, or of a unittest.mock object one its mock class does not define (what the
+    mock stands for, a mock_open's read, never the mock's records, resets or configuration); a
+    test's function's, method's or class's __name__, __qualname__, __doc__ or __module__ where it
+    is a str or None (texts); a test's instance's __class__ (TestClass)."""
+    if name in ("__name__", "__qualname__", "__doc__", "__module__"):
+        return (type(value).__module__ == "builtins" and type(value).__name__ in (
+            "function", "method") or isinstance(value, type) and test_made(value)) and type(
+            getattr(value, name, None)) in (str, type(None))
+    if name == "__class__":
+        return test_made(value) and not isinstance(value, type)
+    if type(name) is not str or name[:2] == name[-2:] == "__":
+        return False
+    if type(value).__module__ == "unittest.mock":
+        return not name.startswith("_") and not hasattr(type(value), name)
+    return test_made(value)
 
 
 def test_object(item, made, declared):
@@ -233,7 +343,7 @@ def test_object(item, made, declared):
         key = (item[1], None if told is None else told[0], len(item) == 5)
         if key not in PROXIES:
             try:
-                PROXIES[key] = proxy_class(item[1], told, len(item) == 5)
+                PROXIES[key] = proxy_class(item[1], told, len(item) == 5, item[0])
             except Exception:  # (a name type() refuses: a proxy class of no name of the test's)
                 PROXIES[key] = proxy_class(None, None)
         if len(item) == 5 and issubclass(PROXIES[key], base):  # (by its base's constructor)
@@ -252,14 +362,15 @@ def held_attribute(self, name):  # (the __getattribute__ of a proxy class that h
     return request("attr", object.__getattribute__(self, "handle"), name)
 
 
-def proxy_class(kind, told, holds=False):
+def proxy_class(kind, told, holds=False, handle=None):
     """A test object's proxy class, a subclass of TestObject: as the test process tells of its
     class (looks); where it tells nothing, of the program's class of a name the context declares
     (kind: its name, a __call__ where that class has one, its dataclass fields), else TestObject
     by name, callable (a callback's). Of a test's subclass of a value type of BASES', it is a
     subclass of that type too where it holds the value (holds: one of HOLDS'), else its stand-in
     is (its __class__: isinstance with that type holds; `match` takes it as a sequence or a
-    mapping as its type's, asking it for its items). Its __slots__ are the test's class's."""
+    mapping as its type's, asking it for its items). Its __slots__ are the test's class's; of a
+    test's own class (its module __main__), it is a TestClass, handle its first instance's."""
     declared, fields, slots, base = declared_class(kind), None, None, None
     if told is not None:
         _, name, qualname, module, calls, fields, slots, base = told
@@ -288,7 +399,10 @@ def proxy_class(kind, told, holds=False):
             field_values), __dataclass_params__=made.__dataclass_params__)
     if not holds:
         namespace["__slots__"] = ()  # (no instance dict: its handle in Handled's slots)
-    found = type(name, (TestObject, base) if holds else (Handled,), namespace)
+    if module == "__main__" and told is not None and type(handle) is int:
+        namespace["__handle__"] = handle
+    found = (TestClass if "__handle__" in namespace else type)(
+        name, (TestObject, base) if holds else (Handled,), namespace)
     if base is not None and not holds:
         STANDS[found] = type(name, (base,), {"__module__": module, "__qualname__": qualname})
         if base in (list, tuple, dict):  # (its type's flag, which `match` reads)

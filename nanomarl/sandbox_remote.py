@@ -42,13 +42,14 @@ class Remote:
     there, the exception crossing as one of the test's callbacks does), ask isinstance of it (a
     class); a stream (a generator or builtin iterator) is drawn lazily, each item asked once (one
     at a time, then up to 256 ahead; iter() of it is itself, its equality and hash are its
-    identity); copy.copy and copy.deepcopy of it copy it in the program's process (a new object;
-    a deepcopy copies each program object it reaches on its own: two that hold one share no copy).
-    Its other methods fail the test (refused), pickling too; a test's weak reference to it keeps
-    it alive for the rest of the run (__del__); `== None` is decided here (it is not None).
-    issubclass with it is the program's answer, its __bases__ type's slots
-    (sandbox_bases.py:bases). A result crosses as a value, a declared class's instance rebuilt
-    from its state (sandbox_verdicts.py:rebuilt)."""
+    identity), the program's own iterator (its class has __next__) at each next(), iter() of it
+    itself where its own __iter__ gives it back (asked); copy.copy and copy.deepcopy of it copy it
+    in the program's process (a new object; a deepcopy copies each program object it reaches on
+    its own: two that hold one share no copy). Its other methods fail the test (refused),
+    pickling too; a test's weak reference to it keeps it alive for the rest of the run (__del__);
+    `== None` is decided here (it is not None). issubclass with it is the program's answer, its
+    __bases__ type's slots (sandbox_bases.py:bases). A result crosses as a value, a declared
+    class's instance rebuilt from its state (sandbox_verdicts.py:rebuilt)."""
     __slots__ = ()  # (its state: STATE, the slots of each class made of it, a Held's too)
     __str__ = lambda self: ask("op", self.__handle, "str", [])  # its text: asked
     __repr__ = lambda self: ask("op", self.__handle, "repr", [])
@@ -105,7 +106,6 @@ class Remote:
 
     __call = lambda self, *args, **kwargs: ask("call", self.__handle, list(args), kwargs,
                                                 [*args, *kwargs.values()])
-    __iter = lambda self: self if self.__stream else refused(self)  # (a stream's: itself)
     __hash = lambda self: object.__hash__(self) if self.__stream else refused(self)
     __enter = lambda self: ask("enter", self.__handle)
 
@@ -129,15 +129,19 @@ class Remote:
     def __subclasscheck(self, derived):  # (the program's answer: sandbox_bases.py:subclassed)
         return ask("apply", self.__handle, ["issubclass", derived], {}, [derived])
 
+    def __iter(self):  # (a stream's: itself; an own iterator's: itself, if its __iter__ says)
+        if self.__stream or hasattr(type(self), "__next__") and ask(
+                "op", self.__handle, "iter", []) is self:
+            return self
+        refused(self)
+
     def __next(self):
-        if not self.__stream:
-            refused(self)
-        if not self.__buffer and self.__end is None:
+        if not self.__buffer and (self.__end is None or not self.__stream):
             got = ask("next", self.__handle, 1 if self.__drawn < 8 else min(self.__drawn, 256))
             if type(got) is not list or len(got) != 2 or type(got[0]) is not list:
                 raise abort(ProgramError("a malformed answer"))
             self.__buffer, self.__end = got[0][::-1], got[1]
-            self.__drawn += len(got[0])
+            self.__drawn += len(got[0]) if self.__stream else 0  # (an own iterator's: by one)
         if self.__buffer:
             return self.__buffer.pop()
         if (error := raised(self.__end)) is not None:
@@ -191,7 +195,7 @@ def identical(self, other):
     here, with None, a value or another such program object (one proxy per handle: remote); another
     program object's own == answers next (NotImplemented), as in one process; anything else fails
     the test (in one process it could be this very object: a class made here for a program
-    class, harness_class; the context's class, whose copy the program has)."""
+    class, sandbox_proxies.py:harness_class; the context's class, whose copy the program has)."""
     if self is other:
         return True
     if issubclass(type(other), Remote) and type(other).__eq__ is not identical:
@@ -285,12 +289,6 @@ class Fields:
                 *self.fields]:
             raise abort(TypeError("a program dataclass's object tells other fields"))
         return self.fields
-
-
-def harness_class(value):
-    """Whether value is a class made here for a program object's type or __class__."""
-    return issubclass(value, Remote) or any(vars(kind).get("_Remote__class") is value
-                                            for kind in (*THEIRS.values(), *CLASSES.values()))
 
 
 def remote(item):

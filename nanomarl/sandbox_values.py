@@ -48,14 +48,15 @@ limit, "o" and "e" output redirected, "b" builtins, "p" module attributes (one t
 argument container: [module, attribute, null, k]), "i" sys.stdin, "c" warnings caught, "g" log
 records noted (the test's logger levels: sandbox_caught.py:watched), "F" (the first) the
 fingerprints of the classes the context declares (same); in the program's answer, "o" and "e" the
-output, "i" sys.stdin's contents, "c" the warnings, "g" the log records; either way "C" this side's
-decimal context where it changed (sandbox_link.py:state_told), "k" the kept containers' news
-([handle, contents] or [handle, start, new items, a dict's pairs flat]: sandbox_copies.py:news),
-"d" and "z" (the program's) those forgotten and at rest, "D" the test's,
-"n" (its answer) the argument containers kept from now on, "w" (an answer) the argument containers
-changed, "#" (a request) how many containers its arguments hold, "m" those passed twice and "t"
-how many leaves and tuples (sandbox_link.py:told, taken, ask); in an answer to a test's callback,
-"b" and "p" the patches in force (sandbox_verdicts.py:served)."""
+output, "i" sys.stdin's contents, "c" the warnings, "g" the log records, "u" the handles whose
+release may now run code (sandbox_proxies.py:urgent); either way "C" this side's decimal context
+where it changed (sandbox_link.py:state_told), "k" the kept containers' news ([handle, contents] or
+[handle, start, new items, a dict's pairs flat]: sandbox_copies.py:news), "d" and "z" (the
+program's) those forgotten and at rest, "D" the test's, "n" (its answer) the argument containers
+kept from now on, "w" (an answer) the argument containers changed, "#" (a request) how many
+containers its arguments hold, "m" those passed twice and "t" how many leaves and tuples
+(sandbox_link.py:told, taken, ask); in an answer to a test's callback, "b" and "p" the patches in
+force (sandbox_verdicts.py:served)."""
 import _json, builtins, sys
 from gc import get_referents
 

@@ -13,12 +13,13 @@ from sandbox_link import (LINK, OPS, TestTimeout, abort, answer, arrived, ask, a
                           settle, taken, talk, unnumbered)
 from sandbox_bases import COPY, lasting
 from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, copied, kept_entry, rooms
-from sandbox_lending import lending, let_go, readable, received, settable, test_made
+from sandbox_lending import lending, let_go, received
 from sandbox_patches import (PATCHED, SETS, builtin_named, fingerprint, module, quiet_null,
-                             watch_modules)
+                             test_made, watch_modules)
 from sandbox_errors import MADE, SOURCES, crossed, crossing, direct
-from sandbox_proxies import TEXTS, compared, looks, reference, vars_of
-from sandbox_remote import Remote, harness_class, remote
+from sandbox_proxies import (TEXTS, compared, harness_class, looks, readable, reference,
+                             settable, vars_of)
+from sandbox_remote import URGENT, Remote, remote
 from sandbox_stdlib import member_named
 from sandbox_values import (DECLARED, RAISES, REFUSE, Abort, Decoder, Dumped, ProgramError,
                             datetime_base, describe, dump, error_payload, raised)
@@ -51,12 +52,11 @@ def test_answered(message):
     output printed where the test's is going; its value, or its exception raised."""
     seq, _, status, payload, extra = message
     kept_up(extra, LINK["args"][-1] if LINK["args"] else [])
-    for key, stream in (("o", "stdout"), ("e", "stderr")):  # only into a test's redirection
-        if type(extra.get(key)) is str and getattr(sys, stream) is not LINK[stream]:
-            getattr(sys, stream).write(extra[key])
+    if type(extra.get("u")) is list:  # (released at once from now on: a finalizer attached since)
+        URGENT.update(handle for handle in extra["u"] if type(handle) is int)
     if "i" in extra and type(sys.stdin).__name__ in BUFFERS and sys.stdin is not LINK["stdin"]:
         refilled(sys.stdin, extra["i"])
-    displayed(extra)  # (its warnings and log records)
+    displayed(extra)  # (its output, warnings and log records)
     if status == "v":
         return payload
     if status == "h":  # (its harness refused: sandbox_link.py:refuse; forged, it fails its own)
@@ -240,7 +240,7 @@ def test_refer(value, aliases):
     itemgetter, attrgetter, methodcaller, mock, iterator or bare object(): "X" with what looks
     tells of its class and a value it holds, sandbox_proxies.py:reference; "G" a declared Enum's
     member); else the test fails (Abort), as for a program object's type
-    (sandbox_remote.py:harness_class: the program's class is none here)."""
+    (sandbox_proxies.py:harness_class: the program's class is none here)."""
     kind = type(value)
     if issubclass(kind, Remote):
         return '{"r":%d}' % value._Remote__handle
@@ -357,7 +357,7 @@ def test_code(function):
 
 def test_ops(op, target, a, b, extra):
     """The program's requests of a test object (sandbox_proxies.py:TestObject's), done by the
-    test's own methods; one sandbox_lending.py:readable or settable refuses fails the test."""
+    test's own methods; one sandbox_proxies.py:readable or settable refuses fails the test."""
     value = LINK["mine"].get(target) if type(target) is int else None
     if value is None:
         raise TypeError("no such test object")
