@@ -211,10 +211,18 @@ def nearest(logging, name):
 def overrides(kind, name):
     """Whether kind, the program's own subclass of a value type (sandbox_bases.py:value_base),
     or a class between it and that base, defines name, a public attribute of the base (count,
-    issubset): plain Python's answer is the program's own, no value (read by type's slots)."""
+    issubset): plain Python's answer is the program's own, no value (read by type's slots); but
+    a NamedTuple's field (its item, read by C) and keys() (decided by sandbox_remote.py:Valued:
+    dict(x) and d.update(x) ask it where its class overrides __iter__, as plain Python does)."""
     base = value_base(kind)
-    if base is None or name.startswith("_") or name not in vars(base) or not programs(kind):
+    if base is None or name.startswith("_") or name not in vars(base) or name == "keys" or (
+            not programs(kind)):
         return False
     ancestors = MRO.__get__(kind)
     below = next(i for i, owner in enumerate(ancestors) if owner is base)
-    return any(name in SPACE.__get__(owner) for owner in ancestors[:below])
+    return any(type(SPACE.__get__(owner).get(name, FIELD)) is not FIELD_TYPE
+               for owner in ancestors[:below])
+
+
+FIELD = __import__("collections").namedtuple("Field", "x").x  # (a NamedTuple's field)
+FIELD_TYPE = type(FIELD)

@@ -502,11 +502,10 @@ def test_a_valued_object_whose_class_changes_after_it_crossed_is_refused():
     assert result["passed"] == expected, result["errors"]
 
 
-def test_a_base_method_the_programs_subclass_overrides_is_its_bases_or_refused():
-    """A public method of its base that the program's subclass overrides (startswith, count)
-    never answers a check: a str's, float's or complex's is its base's own on its value (as its
-    == is), a list's or set's, whose value may change, fails the test; a method its class adds,
-    or one it keeps, is as in plain Python."""
+def test_a_base_method_the_programs_subclass_overrides_fails_the_test():
+    """A public method of its base that the program's subclass overrides (startswith, count,
+    issubset, is_integer) never answers a check: it fails the test, whatever plain Python says;
+    a method its class adds, or one it keeps, is as in plain Python."""
     program = """\
         class S(str):
             def startswith(self, *a):
@@ -540,7 +539,7 @@ def test_a_base_method_the_programs_subclass_overrides_is_its_bases_or_refused()
     tests = ["assert greet('Bob').startswith('Hi')", "assert digits().isdigit()",
              "assert cube_root(27).is_integer()", "assert dedupe([1, 1]).count(1) == 1",
              "assert divisors(12).issubset({1, 2})",
-             "assert greet('Bob').startswith('Hello') and greet('B').shout() == 'HELLO B!'",
+             "assert greet('Bob').endswith('Bob') and greet('B').shout() == 'HELLO B!'",
              "assert greet('Bob').upper() == 'HELLO BOB'\n"
              "assert cube_root(1).as_integer_ratio() == (1, 2)",
              "assert dedupe([1, 2]).total() == 3 and dedupe([2, 2]).index(2) == 0"]
