@@ -55,19 +55,23 @@ dataclasses.fields, asdict and astuple: sandbox_bases.py:fields_of), and a built
 function's, a generator's) only where its type is that type (sandbox_remote.py): it may be
 called, used in `with` (its own
 __enter__ and __exit__), its attributes read and set, its text asked (a class as the entry point:
-its methods), but its length, truth, items, iteration, hash, conversions and comparisons (with a
-value or another program object) fail the test, never asking the program (its methods could answer
-anew at each question; a re.Match is true, as each one is; its __name__, __qualname__, __doc__,
-__module__, __defaults__, __kwdefaults__ and __wrapped__, and read-only snapshots of its __dict__
-and __annotations__, are read as attributes); a generator or builtin iterator is a stream, drawn
-lazily, each item asked once, and so is the program's own iterator (its class has __next__: asked at
-each next(), iter() of it itself where its __iter__ gives it back). The program's own subclass of a
+its methods), but its length, truth (but where its class, read by type's slots, has neither
+__bool__ nor __len__: true, as in one process), items, iteration, hash, conversions and
+comparisons (with a value or another program object) fail the test, never asking the program
+(its methods could answer anew at each question; a re.Match is true, as each one is; its
+__name__, __qualname__, __doc__, __module__, __defaults__, __kwdefaults__ and __wrapped__, and
+read-only snapshots of its __dict__ and __annotations__, are read as attributes); a generator or
+builtin iterator is a stream, drawn lazily, each item asked once, and so is the program's own
+iterator (its class has __next__: asked at each next(), iter() of it itself where its __iter__
+gives it back). The program's own subclass of a
 value type (a Stack(list), an IntEnum) is one whose comparisons, hash, length, truth, iteration,
-`in`, arithmetic and conversions are its base type's, on the one value its base's C methods take
-between two runs of its code (isinstance with that type holds: sandbox_remote.py:Valued; one of str,
-float or complex is an instance of that type holding its value, which C functions take: held). A
-test object (a callback, an instance or class of a test's, an iterator, a bare object()) is called,
-read, set (an instance's or a class's data, type(x).count too, never its class's methods) and drawn
+`in`, arithmetic and conversions are its base type's (a public method of its base it redefines,
+a startswith or count, fails the test: sandbox_caught.py:overrides), on the one value its
+base's C methods take between two runs of its code (isinstance with that type holds:
+sandbox_remote.py:Valued; one of str, float or complex is an instance of that type holding
+its value, which C functions take: held). A test object (a callback, an instance or class of a
+test's, an iterator, a bare object()) is called, read, set (an instance's or a class's data,
+type(x).count too, never its class's methods) and drawn
 by the test process, and its protocol (truth, length, items and item assignment, iteration, text,
 comparisons, arithmetic and conversions: the test's own method, whose NotImplemented Python reflects
 as in one process, hash, isinstance with it) is answered there by the test's own methods, as are the

@@ -10,7 +10,7 @@ program's code, writes the report). The sandbox's modules import only modules th
 cheap to load (no json, signal or site: their imports would cost each run more than the fork)."""
 import _sitebuiltins, builtins, io, marshal, os, select, sys
 
-from sandbox_caught import catch, caught  # sandbox.py's BOOT
+from sandbox_caught import catch, caught, overrides  # sandbox.py's BOOT
 from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, OWN_ITEMS, containers, contents, kept_entry,
                             leaves, referenced, rooms, share, snapshot, unchanged)
 from sandbox_errors import crossed, crossing
@@ -23,8 +23,8 @@ from sandbox_link import (EXIT, LINK, OPS, BINARY, TestTimeout, abort, answer, a
 from sandbox_patches import IMPORT, by_name, gave_back, on_arguments, quiet_null, stand_in, took_on
 from sandbox_proxies import (TestObject, given, program_answered, rebuilt_copy, state,
                              test_object, urgent)
-from sandbox_bases import (TAKE, applied, finalizing, kind_of, named, programs, traits,
-                           value_base, valued)
+from sandbox_bases import (IDENTITY, TAKE, ancestry, applied, finalizing, kind_of, named,
+                           programs, traits, value_base, valued)
 from sandbox_remote import COPIES
 from sandbox_stdlib import UNKEPT_VIEW, member_named
 from sandbox_values import CONTEXT, DATETIMES, PRINTS, Decoder, dump, error_payload, raised, same
@@ -114,6 +114,8 @@ def program_side(job, requests, answers):
             refs[LINK["handles"]], ids[id(value)] = value, LINK["handles"]
             LINK["handles"] += 1
         bits = traits(kind) | finalizing(value)  # (and whether its release may run code)
+        own = ancestry(kind)  # (neither __bool__ nor __len__: always true, as in one process)
+        bits |= (own is not None and "__bool__" not in own and "__len__" not in own) << IDENTITY + 2
         text = '{"r":[%d,%s,%d,%s%s]}' % (ids[id(value)], dump(kind_of(kind), None), bits,
                                             named(kind), valued(value, base, refer, aliases))
         return crossing(value, lambda: text, refer)  # (an exception class: sandbox_errors.py)
@@ -346,6 +348,9 @@ def program_side(job, requests, answers):
         value = refs[target]
         LINK["reached"].append(target)
         if op == "attr" and type(a) is str:
+            if overrides(type(value), a):  # (its answer could be anything: the test fails)
+                refuse(f"a program's subclass of a value type overrides its base's {a}")
+                return "null", ""
             return sent([getattr(value, a)], a in COPIES), ""  # (their snapshots are never kept)
         if op == "setattr" and type(a) is str:
             numbering(extra, deep(containers, [b], []), None)  # (kept if the program holds it)

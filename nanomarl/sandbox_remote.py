@@ -323,7 +323,8 @@ def remote(item):
             bits |= (1 << TRAITS.index("radd")) if spec[0] in SEQUENCES else 0
             found = remote_class(bits, spec[0], names, spec[1])(TOKEN, handle, *spec)
         else:
-            if name != "re.Match" and id(kind) not in STREAM_IDS:
+            if name != "re.Match" and id(kind) not in STREAM_IDS and (
+                    kind is not None or not item[2] >> IDENTITY + 2 & 1):  # (always true: true)
                 bits |= 1 << TRAITS.index("bool")
             found = remote_class(bits, None, names)(TOKEN, handle, kind)
         LINK["remotes"][handle] = _weakref.ref(found, noted)  # (no test's: noted)

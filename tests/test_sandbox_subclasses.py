@@ -500,3 +500,49 @@ def test_a_valued_object_whose_class_changes_after_it_crossed_is_refused():
     assert plain(program, tests) == expected
     result = run(program, tests)
     assert result["passed"] == expected, result["errors"]
+
+
+def test_a_base_method_the_programs_subclass_overrides_fails_the_test():
+    """A public method of its base that the program's subclass overrides (startswith, count,
+    issubset, is_integer) never answers a check: it fails the test, whatever plain Python says;
+    a method its class adds, or one it keeps, is as in plain Python."""
+    program = """\
+        class S(str):
+            def startswith(self, *a):
+                return True
+            def isdigit(self):
+                return True
+            def shout(self):
+                return self.upper() + "!"
+        class F(float):
+            def is_integer(self):
+                return True
+        class L(list):
+            def count(self, x):
+                return 1
+            def total(self):
+                return sum(self)
+        class St(set):
+            def issubset(self, other):
+                return True
+        def greet(name):
+            return S("Hello " + name)
+        def digits():
+            return S("x")
+        def cube_root(n):
+            return F(0.5)
+        def dedupe(xs):
+            return L(xs)
+        def divisors(n):
+            return St({99})
+        """
+    tests = ["assert greet('Bob').startswith('Hi')", "assert digits().isdigit()",
+             "assert cube_root(27).is_integer()", "assert dedupe([1, 1]).count(1) == 1",
+             "assert divisors(12).issubset({1, 2})",
+             "assert greet('Bob').endswith('Bob') and greet('B').shout() == 'HELLO B!'",
+             "assert greet('Bob').upper() == 'HELLO BOB'\n"
+             "assert cube_root(1).as_integer_ratio() == (1, 2)",
+             "assert dedupe([1, 2]).total() == 3 and dedupe([2, 2]).index(2) == 0"]
+    assert plain(program, tests) == [True] * 8
+    result = run(program, tests, max_timeouts=8)
+    assert result["passed"] == [False] * 5 + [True] * 3, result["errors"]
