@@ -100,7 +100,7 @@ WIDE_NUMBERS = range(13, 100)  # arith:split-wide's: two digits, never trained o
 SPLIT_DATASETS = {"arith:split": ((0,), SPLIT_NUMBERS), "arith:split-w1": ((1,), SPLIT_NUMBERS),
                   "arith:split-w2": ((2,), SPLIT_NUMBERS), "arith:split-wide": ((0,), WIDE_NUMBERS),
                   "arith:split-mix": ((0, 3, 4), SPLIT_NUMBERS),
-                  "arith:split-many": ((0, 3, 4, *range(5, 32)), SPLIT_NUMBERS)}
+                  "arith:split-many": ((0, 3, 4, *range(5, len(SPLIT_WORDINGS))), SPLIT_NUMBERS)}
 
 
 def split_of_problem(kind: str, parts: tuple[int, ...]) -> str:
