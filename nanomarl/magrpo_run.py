@@ -23,9 +23,9 @@ from nanomarl.tasks.kinds import SOLVABLE_KINDS, TWO_TURN_TASKS
 from nanomarl.tasks.problems import load_problems
 from nanomarl.trackers import finish_tracker, plot_run
 
-# the settings that fix the checkpoint's shapes: --resume refuses to change them
-RESUME_MUST_MATCH = ("model", "dataset", "num_agents", "turns", "full_finetune", "lora_r",
-                     "lora_alpha")
+# the settings that fix the checkpoint's shapes: --resume refuses to change them. --dataset may
+# change (a curriculum: the next stage trains the same agents on other problems or wordings)
+RESUME_MUST_MATCH = ("model", "num_agents", "turns", "full_finetune", "lora_r", "lora_alpha")
 
 
 def check_args(args):

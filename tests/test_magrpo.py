@@ -406,6 +406,30 @@ def test_cli_two_turns_with_full_finetuning_and_kl(tmp_path):
     assert "--- step 1: problem toy/add" in out.stdout
 
 
+def test_cli_resume_may_change_the_dataset_as_a_curriculum_stage(tmp_path):
+    """--resume RUN --dataset D: the same agents go on from the checkpoint on D's problems (the
+    problems are drawn by step and seed); a flag that fixes the checkpoint's shapes is refused."""
+    first, second = tmp_path / "apples.jsonl", tmp_path / "pears.jsonl"
+    first.write_text("".join(json.dumps({"prompt": f"apple {i}"}) + "\n" for i in range(3)))
+    second.write_text("".join(json.dumps({"prompt": f"pear {i}"}) + "\n" for i in range(3)))
+    run = tmp_path / "run"
+    run_script(["magrpo.py", *CLI, "--dataset", f"jsonl:{first}", "--max-steps", "1",
+                "--sample-every", "1", "--output-dir", str(run)], timeout=600)
+    before = torch.load(run / "checkpoint.pt", weights_only=False)["agents"]
+    out = run_script(["magrpo.py", "--resume", str(run), "--dataset", f"jsonl:{second}",
+                      "--max-steps", "2"], timeout=600)
+    assert f"resumed {run} at step 1" in out.stdout and f"MAGRPO on jsonl:{second}" in out.stdout
+    rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    prompts = {step: {p for r in rows if r["step"] == step for p in r["prompts"]} for step in (1, 2)}
+    assert prompts[1] and all("apple" in p and "pear" not in p for p in prompts[1])
+    assert prompts[2] and all("pear" in p and "apple" not in p for p in prompts[2])
+    assert [m["step"] for m in read_metrics(run)] == [1, 2]
+    after = torch.load(run / "checkpoint.pt", weights_only=False)["agents"]
+    assert any(not torch.equal(before[0][k], after[0][k]) for k in before[0])  # it trained on
+    with pytest.raises(AssertionError, match="error: --lora-r: "):  # exit code 2, one line
+        run_script(["magrpo.py", "--resume", str(run), "--lora-r", "4"], timeout=120)
+
+
 def test_cli_resume_continues_exactly(tmp_path):
     data = tmp_path / "tldr.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"post {i}"}) + "\n" for i in range(3)))
