@@ -16,8 +16,9 @@ test set is fixed; its interval over problems is given beside it for the differe
 
     python docs/results/split_intervals.py --base runs/eval-split-base runs/eval-split-s0 ...
     python docs/results/split_intervals.py --method magrpo --base RUN0 RUN0 RUN1 ...
-    (--ids FILE: only the problems whose ids the JSON list in FILE holds; --against F0 F1 ...:
-    another recipe's seeds, in the same order, for the paired difference "trained - against")
+    (--dataset arith:split-w1: the problems in another wording; --ids FILE: only the problems
+    whose ids the JSON list in FILE holds; --against F0 F1 ...: another recipe's seeds, in the
+    same order, for the paired difference "trained - against")
 """
 import argparse
 import json
@@ -91,11 +92,13 @@ def main():
     parser.add_argument("--method", default="maporl", choices=["maporl", "magrpo"],
                         help="magrpo: the folders are magrpo.py runs")
     parser.add_argument("--split", default="test", help="the arith:split split evaluated")
+    parser.add_argument("--dataset", default="arith:split",
+                        help="its wording: arith:split, arith:split-w1, arith:split-w2")
     parser.add_argument("--ids", default="", help="a JSON list of problem ids: only these")
     parser.add_argument("--against", nargs="*", default=[],
                         help="another recipe's folders, seed for seed: their paired difference")
     args = parser.parse_args()
-    records = {r["id"]: r for r in load_task("arith:split", args.split, limit=None)}
+    records = {r["id"]: r for r in load_task(args.dataset, args.split, limit=None)}
     method = args.method
     base = problem_scores(Path(args.base), "offtheshelf" if method == "maporl" else method,
                           first=True)
@@ -104,7 +107,7 @@ def main():
         ids = sorted(set(ids) & set(json.loads(Path(args.ids).read_text())))
     missing = set(ids) - set(records)
     if missing:
-        sys.exit(f"--base {args.base}: {len(missing)} problems are not arith:split {args.split}")
+        sys.exit(f"--base {args.base}: {len(missing)} problems are not {args.dataset} {args.split}")
     folders = [Path(f) for f in args.seeds]
 
     if args.against and len(args.against) != len(folders):
@@ -120,7 +123,7 @@ def main():
     trained = table(folders, method)
     untrained = np.array([[base[q] for q in ids]])
     bound = np.array([[no_information_bound([records[q]]) for q in ids]])
-    print(f"arith:split {args.split}: {len(ids)} problems, {len(folders)} seeds; turn-2 agent "
+    print(f"{args.dataset} {args.split}: {len(ids)} problems, {len(folders)} seeds; turn-2 agent "
           f"accuracy, % (mean; 95 % over problems; over seeds and problems; each seed)\n")
     print("| | mean | problems | seeds and problems | seeds |\n|---|---|---|---|---|")
     print(row("trained, as played", trained))
