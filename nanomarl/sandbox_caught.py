@@ -13,10 +13,9 @@ name, level and text, to the nearest existing logger of its name, none created: 
 crosses is values checked on arrival: no program object reaches a filter, formatter or handler."""
 import sys
 
-from sandbox_bases import MRO, SPACE, programs, value_base  # sandbox.py's BOOT
 from sandbox_link import LINK
 from sandbox_patches import IMPORT
-from sandbox_values import error_payload, raised
+from sandbox_values import error_payload, raised  # sandbox.py's BOOT
 
 
 RECORDS = 256  # the most log records one answer carries
@@ -206,23 +205,3 @@ def nearest(logging, name):
             return found
         name = name.rpartition(".")[0]
     return logging.root
-
-
-def overrides(kind, name):
-    """Whether kind, the program's own subclass of a value type (sandbox_bases.py:value_base),
-    or a class between it and that base, defines name, a public attribute of the base (count,
-    issubset): plain Python's answer is the program's own, no value (read by type's slots); but
-    a NamedTuple's field (its item, read by C) and keys() (decided by sandbox_remote.py:Valued:
-    dict(x) and d.update(x) ask it where its class overrides __iter__, as plain Python does)."""
-    base = value_base(kind)
-    if base is None or name.startswith("_") or name not in vars(base) or name == "keys" or (
-            not programs(kind)):
-        return False
-    ancestors = MRO.__get__(kind)
-    below = next(i for i, owner in enumerate(ancestors) if owner is base)
-    return any(type(SPACE.__get__(owner).get(name, FIELD)) is not FIELD_TYPE
-               for owner in ancestors[:below])
-
-
-FIELD = __import__("collections").namedtuple("Field", "x").x  # (a NamedTuple's field)
-FIELD_TYPE = type(FIELD)

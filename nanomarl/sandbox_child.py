@@ -10,7 +10,7 @@ program's code, writes the report). The sandbox's modules import only modules th
 cheap to load (no json, signal or site: their imports would cost each run more than the fork)."""
 import _sitebuiltins, builtins, io, marshal, os, select, sys
 
-from sandbox_caught import catch, caught, overrides  # sandbox.py's BOOT
+from sandbox_caught import catch, caught  # sandbox.py's BOOT
 from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, OWN_ITEMS, containers, contents, kept_entry,
                             leaves, referenced, rooms, share, snapshot, unchanged)
 from sandbox_errors import crossed, crossing
@@ -25,6 +25,7 @@ from sandbox_proxies import (TestObject, given, program_answered, rebuilt_copy, 
                              test_object, urgent)
 from sandbox_bases import (IDENTITY, TAKE, ancestry, applied, finalizing, kind_of, named,
                            programs, traits, value_base, valued)
+from sandbox_overrides import enumerated, listed, overrides
 from sandbox_remote import COPIES
 from sandbox_stdlib import UNKEPT_VIEW, member_named
 from sandbox_values import CONTEXT, DATETIMES, PRINTS, Decoder, dump, error_payload, raised, same
@@ -113,7 +114,7 @@ def program_side(job, requests, answers):
         if id(value) not in ids:
             refs[LINK["handles"]], ids[id(value)] = value, LINK["handles"]
             LINK["handles"] += 1
-        bits = traits(kind) | finalizing(value)  # (and whether its release may run code)
+        bits = traits(kind) | finalizing(value) | listed(kind)  # (its release may run code?)
         own = ancestry(kind)  # (neither __bool__ nor __len__: always true, as in one process)
         bits |= (own is not None and "__bool__" not in own and "__len__" not in own) << IDENTITY + 2
         text = '{"r":[%d,%s,%d,%s%s]}' % (ids[id(value)], dump(kind_of(kind), None), bits,
@@ -376,7 +377,9 @@ def program_side(job, requests, answers):
             return sent([type(value).__exit__(value, *exited)]), ""
         if op in ("call", "apply") and type(a) is list and type(b) is dict:
             if op == "apply":  # a copy, a Valued's operation (sandbox_bases.py:applied): a call's
-                value = applied(value, a.pop(0) if a else None)
+                how = a.pop(0) if a else None  # (an Enum class's protocol: enumerated)
+                value = applied(value, how) if how != "enum" else (
+                    lambda *key, found=value: enumerated(found, *key))
             values, count, keys = a + list(b.values()), len(a), [str(k) for k in b]
             tuples = leaves(values)  # (and those outside kept containers: the test's own back)
             if type(extra.get("m")) is list:  # the test passed one container twice

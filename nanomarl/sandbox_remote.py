@@ -3,24 +3,24 @@ threat model), executed inside the sandbox as the module `sandbox_remote` (sandb
 mirror of sandbox_proxies.py. The program's process sends an object that is no value as a reference
 {"r": [its handle, its kind, its traits, its class's names]} (sandbox_child.py:program_side's
 refer), the first two decided by the harness from its type, never from a name the program can set:
-its kind, the name of the builtin type it is an instance of (a function, a generator, a bound
-method, a module: KINDS, found by that type's identity, taken before the program runs) or re.Match,
-else null; its traits, which of the protocol's methods (TRAITS: __call__, __iter__, __len__, ...)
-its type has; its class's names (named: program text, never looked up; a dataclass's fields' names
-too). In the test process it is a Remote of the subclass made once for those traits and names
-(remote_class), which defines those methods only: callable(x), hasattr(x, "__iter__") and the ABCs
-say what plain Python says. One of a builtin kind has that type's traits and names (whatever the
-claim) and that type as its __class__ (isinstance(g, types.GeneratorType)): a forged claim makes it
-no more than a real object of that kind, or of a class the program could define, would be. The
-program's instance of its own subclass of a value type keeps its base's value (its reference says
-which base, which of its methods its class overrides and, where it cannot change, the value): of
-str, float or complex it is a Held, an instance of that type here holding the value (held: C
-functions take it), of another (a Stack(list), an IntEnum's member) a Valued."""
+its kind, the name of its builtin type (a function, a generator, a bound method, a module: KINDS,
+found by that type's identity, taken before the program runs) or re.Match, else null; its traits,
+which of the protocol's methods (TRAITS: __call__, __iter__, __len__, ...) its type has; its class's
+names (named: program text, never looked up; a dataclass's fields' names too). In the test process
+it is a Remote of the subclass made once for those traits and names (remote_class), which defines
+those methods only: callable(x), hasattr(x, "__iter__") and the ABCs say what plain Python says (an
+Enum class's protocol: sandbox_overrides.py). One of a builtin kind has that type's traits, names
+and __class__ (isinstance(g, types.GeneratorType)), whatever the claim: a forged one makes it no
+more than a real one. The program's instance of its own subclass of a value type keeps its base's
+value (its reference says which base, which of its methods its class overrides and, where it cannot
+change, the value): of str, float or complex it is a Held, an instance of that type here holding the
+value (held: C functions take it), of another (a Stack(list), an IntEnum's member) a Valued."""
 import _operator, _weakref, builtins
 
 from sandbox_bases import (CLASS_CAP, FLAG, FLAGGED, IDENTITY, KEYS, LASTING, NAMED, NAMES, OWN,
                            STREAM_IDS, SUBCLASSED, TAKE, TRAITS, TYPE, dataclass_fields, lasting,
                            signed, standing, told, traits)
+from sandbox_overrides import ENUMERATING, LISTED
 from sandbox_alarm import armed
 from sandbox_link import (ARITHMETIC, BUILTINS, COMPARISONS, LINK, OPERATORS, TALKING, TestTimeout,
                           abort, ask)
@@ -210,11 +210,11 @@ for name in COMPARISONS[2:]:  # (every object has them: refused)
 METHODS = {name: vars(Remote)["_Remote__" + name] for name in (
     "call", "iter", "next", "hash", "enter", "exit", "instancecheck", "subclasscheck")}
 CLASSES = {}  # the subclasses of Remote made: by traits, base and a builtin kind's names
-# a program object's data whose values are values (its __wrapped__: a program object; its
-# __dict__ and __annotations__: read-only snapshots, as a change to a copy never reaches the object)
-COPIES = ("__dict__", "__annotations__")
+# a program object's data read as values (its __wrapped__, __code__: program objects; __dict__,
+# __annotations__, an Enum class's __members__: read-only snapshots, whose change is no change)
+COPIES = ("__dict__", "__annotations__", "__members__")
 TOLD = {"__name__", "__qualname__", "__doc__", "__module__", "__defaults__", "__kwdefaults__",
-        "__wrapped__", "__func__", "__self__", *COPIES}
+        "__wrapped__", "__func__", "__self__", "__code__", *COPIES}
 MAPPING = type(type.__dict__)  # types.MappingProxyType
 THEIRS = {}  # the test process's classes for the program's classes: by traits, base and names
 
@@ -239,6 +239,7 @@ def remote_class(bits, base=None, names=None, changed=0):
                 TRAITS) if bits >> i & 1))
         if bits >> IDENTITY & 1:  # (its type keeps object's == and hash: sandbox_bases.py:traits)
             space.update(__eq__=identical, __hash__=vars(object)["__hash__"])
+        space.update(ENUMERATING if base is None and bits & LISTED else ())  # (an Enum class's)
         if base is None and names and len(names) > 4:  # (the context's classes among its bases)
             space["_Remote__class"] = standing(name, qualname, module, names[4])
         fields = dataclass_fields(names[5]) if base is None and len(names or "") > 5 and names[
@@ -317,7 +318,7 @@ def remote(item):
             *item[3][:4], *[tuple(item[3][k] if len(item[3]) > k else ()) for k in (4, 5)])
         if kind is not None:  # (its type's, whatever the claim)
             names = (None, *[TYPE[slot].__get__(kind) for slot in NAMES])
-        bits = traits(kind) if kind is not None else item[2] & ((1 << IDENTITY + 1) - 1)
+        bits = traits(kind) if kind is not None else item[2] & ((1 << IDENTITY + 1) - 1 | LISTED)
         if spec is not None:  # (`[0] + s`: a sequence's own concatenation, reflected)
             bits &= ~(1 << IDENTITY)  # (its comparisons are its value's)
             bits |= (1 << TRAITS.index("radd")) if spec[0] in SEQUENCES else 0

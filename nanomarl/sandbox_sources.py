@@ -1,8 +1,9 @@
 """sandbox_sources.py: what sandbox.py:run_tests_in_sandbox reads of a program's and a context's
 source before a run, in the trainer (not in the sandbox: no module of sandbox.py's MODULES): the
-names the tests may ask the program for (its top-level defs and classes, where the caller names
-none), the modules the context imports (imported before the fork) and the classes it declares
-(a program's instance of one is a value: sandbox.py's docstring)."""
+names the tests may ask the program for (its top-level defs, classes and assigned names, where the
+caller names none: plain Python's test sees them all), the modules the context imports (imported
+before the fork) and the classes it declares (a program's instance of one is a value: sandbox.py's
+docstring)."""
 from __future__ import annotations
 
 import ast
@@ -18,24 +19,43 @@ def parse_body(source: str) -> list:
         return ast.parse(source).body if source.strip() else []
 
 
-def top_level(source: str) -> tuple[list[str], list[str], list[str]]:
+def top_level(source: str) -> tuple[list[str], list[str], list[str], list[str]]:
     """(the names a module's top-level defs and classes define, the modules its top-level import
     statements import, the classes it declares: a context's (the task's prompt's) class statements
     and `X = namedtuple("X", ...)` (or NamedTuple), whose instances the program makes are values,
-    rebuilt or made as that class in the test process); ([], [], []) if it does not parse."""
+    rebuilt or made as that class in the test process, the names its top-level assignments bind:
+    bound); ([], [], [], []) if it does not parse."""
     try:
         body = parse_body(source)
     except (SyntaxError, ValueError):
-        return [], [], []
+        return [], [], [], []
     defined = [node.name for node in body if isinstance(
         node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    assigned = [name for node in body for name in bound(
+        node.targets if isinstance(node, ast.Assign) else [node.target]
+        if isinstance(node, ast.AnnAssign) and node.value else [])]
     aliases = tuple(alias.asname for node in body if isinstance(node, ast.ImportFrom)
                     and node.module in ("collections", "typing")
                     for alias in node.names if alias.name in TUPLES and alias.asname)
     return defined, [name for node in body for name in (
         [alias.name for alias in node.names] if isinstance(node, ast.Import)
         else [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level
-        else [])], [name for node in body if (name := declared(node, aliases))]
+        else [])], [name for node in body if (name := declared(node, aliases))], assigned
+
+
+def bound(targets: list) -> list[str]:
+    """The names a top-level assignment binds (`MOD = 10 ** 9 + 7`, `a, *b = ...`): a plain name's,
+    a tuple's or list's names all the way down; none of a dunder (`__all__`), an attribute's or
+    an item's."""
+    found = []
+    for target in targets:
+        if isinstance(target, ast.Starred):
+            target = target.value
+        if isinstance(target, ast.Name) and not target.id.startswith("__"):
+            found.append(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            found += bound(target.elts)
+    return found
 
 
 def declared(node: ast.stmt, aliases: tuple[str, ...] = ()) -> str | None:

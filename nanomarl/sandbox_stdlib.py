@@ -18,7 +18,9 @@ object); a datetime or time as its ISO text, or, where that would lose its fold 
 name or rules, as [its ISO text, fold, tzinfo] (datetime_state, datetime_made). pathlib's pure and
 posix paths cross as {"L": [class name, text]}, an array.array as {"v": [typecode, items]}
 (numbered for write-back as a bytearray is: sandbox_copies.py:numbered), a time.struct_time as
-{"z": its nine fields, zone and offset} (timed); a test's mappingproxy of a dict as a read-only
+{"z": its nine fields, zone and offset} (timed), a type hint made of builtin classes (List[int],
+Optional[int], list[int], int | None) as {"hint": [its head, its arguments]} (hint_state,
+hint_made); a test's mappingproxy of a dict as a read-only
 one of a copy of its dict (sandbox_values.py:dump), which no write reaches; the program's memoryview
 of bytes (whose value cannot change) as {"m": [format, shape, its bytes]}, a read-only view of
 those bytes cast so (viewed), its ChainMap as {"w": its maps}, a ChainMap of them, where each is a
@@ -37,7 +39,7 @@ from _weakref import ref
 from itertools import count
 from gc import get_referents
 
-from sandbox_patches import IMPORT, unpatched  # sandbox.py's BOOT
+from sandbox_patches import IMPORT, by_name, unpatched  # sandbox.py's BOOT
 
 ENUM, FLAG = unpatched("enum", "Enum"), unpatched("enum", "Flag")
 TIMEZONE = unpatched("datetime", "timezone")
@@ -72,6 +74,8 @@ def stdlib_state(value, kind, anywhere, aliases=None):
         return "v", [value.typecode, value.tolist()]
     if kind is STRUCT_TIME and timed(fields := [*value, value.tm_zone, value.tm_gmtoff]):
         return "z", fields
+    if (found := hint_state(value, kind)) is not None:
+        return "hint", found
     if not issubclass(kind, ENUM) or enum_class(kind.__module__, kind.__qualname__) is not kind or (
             not anywhere and kind.__module__ not in ENUMS and kind.__module__ not in LOADED):
         return None
@@ -196,9 +200,88 @@ def stdlib_made(tag, item, importing, resolve):
         return CHAIN(*item)
     if tag == "z" and timed(item):
         return STRUCT_TIME(item)
-    if tag in ("l", "L", "J", "Y", "v", "m", "w", "z"):
+    if tag == "hint" and type(item) is list and len(item) == 2 and type(item[1]) is list:
+        return hint_made(*item)
+    if tag in ("l", "L", "J", "Y", "v", "m", "w", "z", "hint"):
         raise ValueError("malformed value")
     return resolve(tag, item)
+
+
+GENERIC, UNION = type(list[int]), type(int | None)  # types.GenericAlias, types.UnionType
+# typing's kinds of hints made of arguments: by name, one of typing's own generics (List[int])
+ALIASES = ("_GenericAlias", "_CallableGenericAlias", "_UnionGenericAlias", "_LiteralGenericAlias")
+LITERALS = (str, int, bytes, bool, type(None))  # (a Literal's arguments that cross as its)
+OWN_HINTS = ("_SpecialForm", "_AnyMeta", "_SpecialGenericAlias", "_CallableType", "_TupleType")
+
+
+def hint_state(value, kind, depth=0):
+    """[head, arguments] of a type hint that crosses as a value, "hint" (a function's annotations:
+    plain Python's are typing's objects), else None (a program object): list[int] ("[": its origin
+    first), int | None ("|"), a ForwardRef (its text), typing's List[int], Dict[str, int],
+    Tuple[int, ...] or Callable[[int], str] (its generic's name, as typing holds it), Union and
+    Optional ("Union"), Literal, and typing's own List, Any, Union (["=", its name]); where each
+    argument is a builtin class, None, Ellipsis or such a hint (a Literal's: a str, int, bytes,
+    bool or None), found by their types' identity, read in their own dicts (no program code)."""
+    typing = sys.modules.get("typing")
+    if kind is not GENERIC and kind is not UNION and (
+            typing is None or TYPE["__module__"].__get__(kind) != "typing" or depth > 16):
+        return None
+    space = vars(typing) if typing is not None else {}
+    if kind is space.get("ForwardRef"):
+        text, module = value.__forward_arg__, value.__forward_module__  # (its slots)
+        return ["ForwardRef", [text]] if type(text) is str and module is None else None
+    name = TYPE["__name__"].__get__(kind)
+    if any(kind is space.get(own) for own in OWN_HINTS):  # (typing's own: Union, Any, List)
+        own = value._name if kind is not space.get("_AnyMeta") else TYPE["__name__"].__get__(value)
+        return ["=", [own]] if type(own) is str and space.get(own) is value else None
+    if kind is GENERIC:
+        head, args = "[", [value.__origin__, *value.__args__]
+    elif kind is UNION:
+        head, args = "|", list(value.__args__)
+    elif name in ALIASES and kind is space.get(name):
+        head, args = vars(value).get("_name"), vars(value).get("__args__")
+        head = "Union" if name == ALIASES[2] else "Literal" if name == ALIASES[3] else head
+        if type(args) is not tuple or type(head) is not str or not isinstance(
+                space.get(head), (space["_SpecialGenericAlias"], space["_SpecialForm"])):
+            return None
+        args = list(args)
+    else:
+        return None
+    literal = head == "Literal"
+    if all(type(arg) is type and by_name(arg) or arg is ... or literal and type(arg) in LITERALS
+           or hint_state(arg, type(arg), depth + 1) is not None for arg in args):
+        return [head, args]
+    return None
+
+
+def hint_made(head, args):
+    """The type hint hint_state describes, made by typing's and types' own constructors, of
+    arguments each None, Ellipsis, a class, a str, int, bytes or bool, or a hint already made;
+    ValueError where it is malformed."""
+    typing = IMPORT("typing")
+    space, special = vars(typing), (typing._SpecialGenericAlias, typing._SpecialForm)
+    if type(head) is not str or not all(arg is None or arg is ... or type(arg) in (
+            type, str, int, bytes, bool, GENERIC, UNION) or TYPE["__module__"].__get__(
+                type(arg)) == "typing" for arg in args):
+        raise ValueError("malformed value")
+    try:
+        if head == "=" and len(args) == 1 and (isinstance(found := space.get(
+                args[0]), special) or found is typing.Any):
+            return found
+        if head == "[" and args and type(args[0]) is type:
+            return GENERIC(args[0], tuple(args[1:]))
+        if head == "|" and len(args) > 1:
+            return __import__("functools").reduce(__import__("operator").or_, args)
+        if head == "ForwardRef" and len(args) == 1 and type(args[0]) is str:
+            return typing.ForwardRef(args[0])
+        found = space.get(head) if head != "=" else None
+        if type(found) is typing._CallableType and args:  # (Callable[[int], str]: its arguments)
+            return found[... if args[:-1] == [...] else args[:-1], args[-1]]
+        if isinstance(found, special) and args:
+            return found[tuple(args)]
+    except Exception:
+        pass
+    raise ValueError("malformed value")
 
 
 def enum_class(module, qualname, importing=False):

@@ -2577,12 +2577,28 @@ def test_gap_each_call_is_a_round_trip():
     assert result["errors"] == ["Timeout: test timed out"]
 
 
-def test_gap_the_program_is_asked_only_for_declared_names():
-    """Without `names`, only the program's top-level functions and classes are its names (as for
-    a program that brings its own check()); its other globals are not the tests'."""
-    result = run("LIMIT = 3\ndef f():\n    return LIMIT\n",
-                 ["assert f() == 3", "assert LIMIT == 3"])
-    assert result["passed"] == [True, False]
+def test_without_names_every_top_level_name_of_the_program_is_the_tests():
+    """Without `names` (a program that brings its own check()), the program's top-level defs,
+    classes and assigned names are its names, as plain Python's test sees them all: a constant,
+    each name of an unpacking, and a global the program rebinds (read anew at each use: its
+    value now). With `names` (the reward's: the entry point, aux), any other global of the
+    program is the tests' NameError, though plain Python would read it."""
+    program = """\
+        calls = 0
+        LIMIT = 3
+        a, (b, *c) = 1, (2, 3, 4)
+        def tick():
+            global calls
+            calls += 1
+            return LIMIT + calls
+        """
+    tests = ["assert tick() == 4 and calls == 1 and tick() == 5 and calls == 2",
+             "assert LIMIT == 3 and (a, b, c) == (1, 2, [3, 4])"]
+    assert plain(program, tests) == [True, True]
+    result = run(program, tests)
+    assert result["passed"] == [True, True], result["errors"]
+    result = run(program, tests, names=["tick"])
+    assert result["passed"] == [False, False]
     assert result["errors"][1] == "NameError: name 'LIMIT' is not defined"
 
 
@@ -3415,6 +3431,123 @@ def test_vars_and_annotations_of_a_program_object_are_values():
     assert plain(program, tests) == [True] * 3 + [False] * 2
     result = run(program, tests)
     assert result["passed"] == [True] * 3 + [False] * 2, result["errors"]
+
+
+def test_a_program_functions_code_answers_inspects_questions_as_in_plain_python():
+    """A program function's __code__ is a program object whose co_ attributes are values (its
+    process reads them off a real code object), so inspect.isgeneratorfunction,
+    iscoroutinefunction and a test's co_argcount are plain Python's. A program object that only
+    claims a generator's code (a __code__ attribute, no function) is no function in the test
+    process: plain Python's inspect is fooled by it, the sandbox's is not."""
+    program = """\
+        def gen():
+            yield 1
+        def f(a, b=2):
+            return a + b
+        async def co():
+            return 1
+        class Fake:
+            __code__, __name__, __defaults__, __kwdefaults__ = gen.__code__, "g", None, None
+            __annotations__ = {}
+            def __call__(self):
+                return [1]
+        fake = Fake()
+        """
+    tests = ["import inspect\nassert inspect.isgeneratorfunction(gen)\n"
+             "assert not inspect.isgeneratorfunction(f)",
+             "import inspect\nassert inspect.iscoroutinefunction(co)\n"
+             "assert not inspect.iscoroutinefunction(f)",
+             "assert f.__code__.co_argcount == 2 and f.__code__.co_varnames == ('a', 'b')\n"
+             "assert f.__code__.co_name == 'f' and gen.__code__.co_flags & 0x20",
+             "import inspect\nassert inspect.isgeneratorfunction(fake)"]
+    assert plain(program, tests) == [True] * 4
+    result = run(program, tests)
+    assert result["passed"] == [True] * 3 + [False], result["errors"]
+
+
+def test_a_program_functions_typing_annotations_cross_as_typing_objects():
+    """Annotations of typing's generics (List[int], Optional[int], Dict[str, List[int]],
+    Callable[[int], str], Tuple[int, ...], Literal, Any, a ForwardRef) and of builtins' (list[int],
+    int | None) cross as values, made again by typing in the test process: equal to the test's
+    own, typing.get_type_hints and inspect.signature read them as plain Python does. An
+    annotation holding a program object (its class, an object whose __eq__ is always True)
+    stays a program object: compared, it fails the test, where plain Python credits the liar."""
+    program = """\
+        from typing import Any, Callable, Dict, List, Literal, Optional, Tuple
+        class Node:
+            pass
+        class Yes:
+            def __eq__(self, other):
+                return True
+        def f(xs: List[int], k: Optional[int] = None) -> list[int]:
+            return xs[:k]
+        def g(a: Dict[str, List[int]], b: Tuple[int, ...], c: Callable[[int], str], d: Any,
+              e: Literal[1, 'a'], h: int | None, n: Optional['Node']) -> None:
+            pass
+        def liar(x: Yes(), y: List[Node]):
+            pass
+        """
+    tests = ["import typing\nhints = f.__annotations__\n"
+             "assert hints['xs'] == typing.List[int] and hints['return'] == list[int]\n"
+             "assert typing.get_type_hints(f)['k'] == typing.Optional[int]",
+             "from typing import *\na = g.__annotations__\n"
+             "assert a['a'] == Dict[str, List[int]] and a['b'] == Tuple[int, ...]\n"
+             "assert a['c'] == Callable[[int], str] and a['d'] is Any and a['h'] == int | None\n"
+             "assert a['e'] == Literal[1, 'a'] and a['n'] == Optional['Node']\n"
+             "assert repr(a['c']) == 'typing.Callable[[int], str]' and a['return'] is None",
+             "import inspect, typing\n"
+             "assert inspect.signature(f).parameters['xs'].annotation == typing.List[int]",
+             "import typing\nassert liar.__annotations__['x'] == typing.List[int]"]
+    assert plain(program, tests) == [True] * 4
+    result = run(program, tests)
+    assert result["passed"] == [True] * 3 + [False], result["errors"]
+    assert "program object" in result["errors"][3], result["errors"]
+
+
+def test_a_program_enum_classs_protocol_is_the_enum_modules_own():
+    """A program's Enum class answers `Color['RED']`, iteration, len(), reversed(), `in` and
+    __members__ as the enum module's own code does on the members its class holds (in the
+    program's process; sandbox_overrides.py:enumerated): its members, program objects, compare by
+    identity. A class whose metaclass redefines that protocol, or whose members' == is their
+    own, fails the test where plain Python would take the program's answer."""
+    program = """\
+        from enum import Enum, EnumType, auto
+        class Color(Enum):
+            RED = auto()
+            GREEN = auto()
+        def favourite():
+            return Color.GREEN
+        class Loose(EnumType):
+            def __getitem__(cls, name):
+                return cls.ONE
+            def __contains__(cls, item):
+                return True
+        class Shade(Enum, metaclass=Loose):
+            ONE = 1
+            TWO = 2
+        class Yes(Enum):
+            ONE = 1
+            TWO = 2
+            def __eq__(self, other):
+                return True
+            __hash__ = Enum.__hash__
+        def two():
+            return Yes.TWO
+        """
+    tests = ["c = favourite()\nassert c is Color.GREEN and c != Color.RED and Color(2) is c\n"
+             "assert Color['RED'] is Color.RED and c.name == 'GREEN' and c.value == 2",
+             "assert list(Color) == [Color.RED, Color.GREEN] and len(Color) == 2\n"
+             "assert list(reversed(Color)) == [Color.GREEN, Color.RED]\n"
+             "assert Color.RED in Color and Shade.ONE not in Color\n"
+             "assert [m.name for m in Color] == ['RED', 'GREEN']",
+             "assert list(Color.__members__) == ['RED', 'GREEN']\n"
+             "assert Color.__members__['GREEN'] is favourite()",
+             "assert Shade['TWO'] is Shade.ONE",
+             "assert Shade.TWO in Shade",
+             "assert two() == Yes.ONE"]
+    assert plain(program, tests) == [True] * 6
+    result = run(program, tests)
+    assert result["passed"] == [True] * 3 + [False] * 3, result["errors"]
 
 
 def test_a_deep_argument_crosses_to_a_program_that_raised_its_limit():
