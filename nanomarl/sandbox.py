@@ -249,8 +249,8 @@ def frame(data: bytes) -> bytes:
 # each module after the ones it imports; the last one's main() runs the sandbox
 MODULES = ("sandbox_layers", "sandbox_patches", "sandbox_stdlib", "sandbox_values",
            "sandbox_copies", "sandbox_lending", "sandbox_alarm", "sandbox_link", "sandbox_bases",
-           "sandbox_overrides", "sandbox_remote", "sandbox_proxies", "sandbox_errors",
-           "sandbox_caught", "sandbox_verdicts", "sandbox_child")
+           "sandbox_overrides", "sandbox_ahead", "sandbox_remote", "sandbox_proxies",
+           "sandbox_errors", "sandbox_caught", "sandbox_verdicts", "sandbox_child")
 CHILD_CODE = b"".join(frame(marshal.dumps(compile(path.read_text(), str(path), "exec",
                                                   dont_inherit=True, optimize=0)))
                       for path in (Path(__file__).with_name(name + ".py") for name in MODULES))

@@ -13,7 +13,8 @@ from sandbox_values import Abort  # sandbox.py's BOOT
 # (mirrored, sent: the test process's hooks, sandbox_verdicts.py; none in the program's process)
 LINK = dict(seq=0, gone="has not started", buffer=bytearray(), failed="", args=[], released=[],
             kept={}, kept_ids={}, kept_tags={}, dormant={}, own=set(), mirrored=lambda numbered: {},
-            sent=lambda extra: None, drop=dict, waiting={}, tuples=[])
+            sent=lambda extra: None, drop=dict, waiting={}, tuples=[],
+            ahead=lambda frame: False)  # (a stream's item read ahead: sandbox_ahead.py)
 
 
 class TestTimeout(BaseException):  # not an Exception: `except Exception` does not swallow it
@@ -32,7 +33,7 @@ def on_alarm(signum, frame):
     A ring while held is owed (due raises it)."""
     if OWED[0]:
         OWED[1] = True
-    elif ALARM[0]:
+    elif ALARM[0] and not LINK["ahead"](frame):  # (one read ahead suspends its item instead)
         rang()
 
 

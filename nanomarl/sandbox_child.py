@@ -10,7 +10,8 @@ program's code, writes the report). The sandbox's modules import only modules th
 cheap to load (no json, signal or site: their imports would cost each run more than the fork)."""
 import _sitebuiltins, builtins, io, marshal, os, select, sys
 
-from sandbox_caught import catch, caught  # sandbox.py's BOOT
+from sandbox_ahead import drawn  # sandbox.py's BOOT
+from sandbox_caught import catch, caught
 from sandbox_copies import (KEPT_ITEMS, KEPT_OBJECTS, OWN_ITEMS, containers, contents, kept_entry,
                             leaves, referenced, rooms, share, snapshot, unchanged)
 from sandbox_errors import crossed, crossing
@@ -131,6 +132,7 @@ def program_side(job, requests, answers):
             except Exception:
                 continue
             if type(message) is list and len(message) in (5, 7) and type(message[-1]) is dict:
+                LINK["asked"] = message  # (the request served next: sandbox_ahead.py's)
                 return message
 
     def before(extra):
@@ -356,16 +358,10 @@ def program_side(job, requests, answers):
         if op == "setattr" and type(a) is str:
             numbering(extra, deep(containers, [b], []), None)  # (kept if the program holds it)
             return dump(setattr(value, a, b), refer), ""
-        if op == "next" and type(a) is int:
-            items, end = [], None
-            try:
-                for _ in range(max(1, min(a, 256))):
-                    items.append(next(value))
-            except StopIteration:
-                end = "stop"
-            except Exception as e:
-                end = error_payload(e)
-            return refusing(lambda: deep(dump, [items, end], refer, deep(marked, items))), ""
+        if op == "next" and type(a) is int:  # (its first item, and those read ahead)
+            text = lambda items, end=None: refusing(lambda: deep(dump, [items, end], refer,
+                                                                 deep(marked, items)))
+            return text(*drawn(value, max(1, min(a, 256)), extra, text)), ""
         if op == "op" and a in OPS:
             args = [b] if a in BINARY or a == "getitem" else b if type(b) is list else []
             box = [OPS[a](value, *args)]
@@ -424,6 +420,7 @@ def program_side(job, requests, answers):
             raise
 
     def answer_with(seq, status, payload, extra):
+        seq = LINK["resumed"].pop(seq, seq)  # (a suspended item's: the request it resumed for)
         pairs = synced.pop() if synced else []
         if status != "v" or LINK.get("refused"):
             unlent(LINK, False)  # (the containers its value would have lent)
@@ -445,7 +442,7 @@ def program_side(job, requests, answers):
                 gone="", handles=0, made=0, limit=job["answer_bytes"], decode=Decoder(resolve),
                 answer=answer_with, kept=kept, kept_ids=kept_ids, kept_tags=kept_tags,
                 dormant=dormant, drop=lambda: unheld(kept, kept_ids, kept_tags, dormant),
-                lending=[], reached=[])
+                lending=[], reached=[], resumed={})
     code = compiled(job["program"], "<program>")
     status, payload = attempt(lambda: run(code, scope), job["timeout"])
     answer(0, status, None if status == "v" else payload, after({}))

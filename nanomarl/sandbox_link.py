@@ -138,6 +138,7 @@ TALKING = _thread.RLock()
 def request(op, target, a=None, b=None, extra=None):
     """Sends a request and returns the answer (a value, or the exception the other side reported
     raised here), serving its requests meanwhile; kept containers cross as marks, news first."""
+    LINK["ahead"](None)  # (a stream's item read ahead is suspended first: sandbox_ahead.py)
     with TALKING:
         caller = room(LIMIT[1] + ROOM)
         try:
@@ -417,12 +418,11 @@ def answer(seq, status, payload, extra, pairs=None, state=None):
         if program:
             refuse("the program's answer cannot be sent: " + type(e).__name__)
         data = '[%d,"a","e",%s,%s]' % (seq, dump(error_payload(e), None), empty)
-    size = len(data)
-    if program and size > LINK["limit"]:
-        refuse(f"an answer of {size} bytes, over the limit of {LINK['limit']} bytes")
+    over = f"an answer of {len(data)} bytes, over the limit of {LINK['limit']} bytes"
+    if program and len(data) > LINK["limit"]:
+        refuse(over)
     if program and LINK.get("refused"):  # the harness's failure, no program's exception
         data = '[%d,"a","h",%s,%s]' % (seq, dump(LINK.pop("refused")[:200], None), empty)
-    over = f"an answer of {len(data)} bytes, over the limit of {LINK['limit']} bytes"
     failure = '"e",' + dump(["ValueError", over, "ValueError"], None)
     if program:  # (the program's process: the harness refuses)
         failure = '"h",' + dump(over, None)

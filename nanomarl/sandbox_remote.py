@@ -41,7 +41,7 @@ class Remote:
     them (its subclass's traits), call it, use it in `with` (its own __enter__ and __exit__ run
     there, the exception crossing as one of the test's callbacks does), ask isinstance of it (a
     class); a stream (a generator or builtin iterator) is drawn lazily, each item asked once (one
-    at a time, then up to 256 ahead; iter() of it is itself, its equality and hash are its
+    at a time, then some read ahead: sandbox_ahead.py; iter() of it itself, equality and hash its
     identity), the program's own iterator (its class has __next__) at each next(), iter() of it
     itself where its own __iter__ gives it back (asked); copy.copy and copy.deepcopy of it copy it
     in the program's process (a new object; a deepcopy copies each program object it reaches on

@@ -1117,6 +1117,141 @@ def test_a_programs_own_iterator_is_drawn_at_each_next_as_in_one_process():
     assert "program object" in result["errors"][4], result["errors"]
 
 
+def test_a_generators_item_that_is_no_value_is_drawn_only_as_the_test_asks():
+    """Items are read ahead (after the 8th) only while each is a lasting value: one the program
+    changes later (a backtracking search yielding its one `path`) or an iterator (a groupby's
+    group, which the next draw empties) ends the batch, so the test sees it as plain Python shows
+    it when drawn. A search that forgets to pop, or groups that are not runs, still fail."""
+    program = """\
+        import itertools
+        def subsets(xs):
+            path = []
+            def rec(i):
+                if i == len(xs):
+                    yield path
+                    return
+                yield from rec(i + 1)
+                path.append(xs[i])
+                yield from rec(i + 1)
+                path.pop()
+            yield from rec(0)
+        def leaky(xs):
+            path = []
+            def rec(i):
+                if i == len(xs):
+                    yield path
+                    return
+                yield from rec(i + 1)
+                path.append(xs[i])
+                yield from rec(i + 1)
+            yield from rec(0)
+        def runs(s):
+            return itertools.groupby(s)
+        def sorted_runs(s):
+            return itertools.groupby(sorted(s))
+        """
+    search = ("import itertools\nr = sorted(map(tuple, {}([1, 2, 3, 4])))\n"
+              "assert r == sorted(c for k in range(5) for c in itertools.combinations("
+              "[1, 2, 3, 4], k)), r")
+    tests = [search.format("subsets"), search.format("leaky"),
+             "assert [(k, len(list(g))) for k, g in runs('aabbbcddddeffghhiijjkk')] == "
+             "[('a', 2), ('b', 3), ('c', 1), ('d', 4), ('e', 1), ('f', 2), ('g', 1), ('h', 2), "
+             "('i', 2), ('j', 2), ('k', 2)]",
+             "assert [(k, len(list(g))) for k, g in sorted_runs('abcdefghijkba')] == "
+             "[(c, 1) for c in 'abcdefghijkba']"]
+    assert plain(program, tests) == [True, False, True, False]
+    result = run(program, tests)
+    assert result["passed"] == [True, False, True, False], result["errors"]
+
+
+def test_a_generators_call_of_a_test_callback_is_made_as_the_test_draws():
+    """An item read ahead is suspended at its first request of the test process (a call of a
+    test's function or mock): the test has the items before it and goes on (another call of the
+    program meanwhile), and the item resumes when the test draws it, so a laziness check by call
+    count holds as in plain Python, also where the test's own callback draws the generator. An
+    eager map (a list's iterator, its calls all made) still fails."""
+    program = """\
+        def lazy_map(f, xs):
+            for x in xs:
+                yield f(x)
+        def eager_map(f, xs):
+            return iter([f(x) for x in xs])
+        def double(x):
+            return 2 * x
+        def apply(cb):
+            return cb()
+        """
+    check = ("calls = []\ndef f(x):\n    calls.append(x)\n    return x * 2\n"
+             "it = {}(f, range(100))\nfirst = [next(it) for _ in range(10)]\n"
+             "assert len(calls) == 10, len(calls)\n"
+             "assert double(4) == 8 and len(calls) == 10\nrest = list(it)\n"
+             "assert first + rest == [2 * x for x in range(100)] and calls == list(range(100))")
+    tests = [check.format("lazy_map"),
+             "from unittest import mock\nm = mock.Mock(side_effect=lambda x: x * 2)\n"
+             "it = lazy_map(m, range(100))\nfor _ in range(12):\n    next(it)\n"
+             "assert m.call_count == 12, m.call_count",
+             "calls = []\ndef f(x):\n    calls.append(x)\n    return x\n"
+             "def cb():\n    it = lazy_map(f, range(100))\n"
+             "    return [next(it) for _ in range(10)]\n"
+             "assert apply(cb) == list(range(10)) and len(calls) == 10, len(calls)",
+             check.format("eager_map")]
+    assert plain(program, tests) == [True, True, True, False]
+    result = run(program, tests)
+    assert result["passed"] == [True, True, True, False], result["errors"]
+
+
+def test_a_generators_slow_item_is_drawn_only_as_the_test_asks():
+    """An item read ahead past its time (a slow one, an endless one) is suspended: a test that
+    takes the fast items only passes at once, and one that draws the slow ones gets them, in order
+    (each resumed as the test asks for it). A generator whose first items are wrong still
+    fails."""
+    program = """\
+        import time
+        def g():
+            yield from range(9)
+            while True:
+                pass
+        def slow(n):
+            for i in range(n):
+                if i >= 9:
+                    time.sleep(0.03)
+                yield i
+        def wrong():
+            yield from range(1, 10)
+            while True:
+                pass
+        """
+    tests = ["it = g()\nassert [next(it) for _ in range(9)] == list(range(9))",
+             "import itertools\nassert list(itertools.islice(slow(20), 14)) == list(range(14))\n"
+             "assert sum(slow(12)) == 66",
+             "it = wrong()\nassert [next(it) for _ in range(9)] == list(range(9))"]
+    assert plain(program, tests) == [True, True, False]
+    result = run(program, tests, timeout=2.0)
+    assert result["passed"] == [True, True, False], result["errors"]
+    assert result["errors"][2].startswith("AssertionError"), result["errors"]
+
+
+def test_a_generators_output_the_test_captures_is_written_as_the_test_draws():
+    """No item is read ahead while the test captures the program's output (redirect_stdout,
+    capsys): each item's print lands in the capture of the draw that asks for it. A generator
+    that prints twice an item still fails."""
+    program = """\
+        def noisy(n, times=1):
+            for i in range(n):
+                for _ in range(times):
+                    print(i)
+                yield i
+        """
+    test = ("import contextlib, io\nbuf = io.StringIO()\nit = noisy(100{})\n"
+            "with contextlib.redirect_stdout(buf):\n    got = [next(it) for _ in range(10)]\n"
+            "assert got == list(range(10)) and buf.getvalue().split() == [str(i) for i in "
+            "range(10)], buf.getvalue()")
+    tests = [test.format(""), test.format(", 2")]
+    assert plain(program, tests) == [True, False]
+    result = run(program, tests)
+    assert result["passed"] == [True, False], result["errors"]
+
+
 NODE = """\
     class ListNode:
         def __init__(self, val=0, next=None):
@@ -2561,7 +2696,9 @@ def test_gap_a_program_object_is_not_compared_with_a_test_value():
 
 def test_gap_a_generator_is_drawn_ahead_after_its_eighth_item():
     """One item per request for the first 8, then up to as many as drawn so far (at most 256)
-    per request: a generator's side effects (a print, a counter) run ahead of the test."""
+    per request, of items that are lasting values (an int, a str, a tuple of them) drawn within a
+    moment each, with no request of the test process and no output the test captures: a
+    generator's side effects on the program's own state (a counter) run ahead of the test."""
     program = "COUNT = [0]\ndef gen():\n    while True:\n        COUNT[0] += 1\n        yield 0\n" \
               "def drawn():\n    return COUNT[0]\n"
     result = run(program, ["g = gen()\nfor _ in range(8):\n    next(g)\nassert drawn() == 8",
