@@ -31,7 +31,7 @@ same samples, and the update forwards each distinct prompt once
   python magrpo.py --model tiny --max-steps 4 --max-new-tokens 32  # smoke run
   python magrpo.py --turns 2 --joint-mode cross --max-steps 5  # level feedback
   python magrpo.py --dataset pipeline --num-agents 3 --max-steps 5  # 3 roles
-  python magrpo.py --resume RUN --dataset D --max-steps 40  # a curriculum's next stage
+  python magrpo.py --resume RUN --dataset D --max-steps 40  # curriculum stage 2
   torchrun --standalone --nproc_per_node 2 \\
       magrpo.py --model tiny --problems-per-step 2
 """
