@@ -271,7 +271,10 @@ def hint_made(head, args):
         if head == "[" and args and type(args[0]) is type:
             return GENERIC(args[0], tuple(args[1:]))
         if head == "|" and len(args) > 1:
-            return __import__("functools").reduce(__import__("operator").or_, args)
+            made = args[0]
+            for arg in args[1:]:
+                made = made | arg  # (int | None: types.UnionType's own operator)
+            return made
         if head == "ForwardRef" and len(args) == 1 and type(args[0]) is str:
             return typing.ForwardRef(args[0])
         found = space.get(head) if head != "=" else None
