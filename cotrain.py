@@ -12,6 +12,7 @@ advantages, 6 PPO, 7 evaluate on held-out questions.
     python cotrain.py                               # SmolLM2-135M on CPU
     python cotrain.py --model tiny --max-steps 2    # each stage once, tiny model
     python cotrain.py --config recipes/maporl-gsm8k-phi3.yaml  # paper scale, GPU
+    python cotrain.py --resume RUN --dataset D --max-steps 40  # next stage
     torchrun --standalone --nproc_per_node 2 cotrain.py --model tiny
 
 --fast (the default): the same numbers, faster: stage 1's generate() routes rows on several adapters

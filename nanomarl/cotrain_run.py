@@ -328,8 +328,11 @@ def ppo_metrics(exp: dict, stats: dict, num_agents: int) -> dict:
     return metrics
 
 
+# the settings that fix the checkpoint's shapes: --resume refuses to change them. --dataset may
+# change (a curriculum: the next stage trains the same agents on other questions or wordings, from
+# the next update, and the held-out evaluations after it debate its --eval-split)
 RESUME_MUST_MATCH = ("model", "models", "num_agents", "num_turns", "train_turns", "policy_sharing",
-                     "value_model", "lora_r", "lora_alpha", "dataset")
+                     "value_model", "lora_r", "lora_alpha")
 
 
 def user_scorer(args, score_fn=None):

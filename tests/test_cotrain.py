@@ -466,3 +466,39 @@ def test_cli_smoke_and_resume(tmp_path):
     expected = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()][3]
     for key in ("objective/scores", "objective/kl", "loss/value", "loss/policy", "completions/mean_length"):
         assert rows[3][key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
+
+
+def test_a_resume_may_change_the_dataset_as_a_curriculum_stage(tmp_path, monkeypatch):
+    """--resume RUN --dataset D (a curriculum's next stage): 1 update on arith:split-mix (3 training wordings), then
+    --dataset arith:split-many (30) for a 2nd. The run records D; the same agents go on from the checkpoint; the
+    2nd update debates D's training questions (the same step_indices, D's records) and the evaluation after it D's
+    held-out split."""
+    from nanomarl.tasks.debate import step_indices
+
+    evaluated = []  # the ids of the questions each held-out evaluation debates
+    evaluate_team = cotrain.evaluate_team
+    monkeypatch.setattr(cotrain, "evaluate_team", lambda team, args, records, scorer: (
+        evaluated.append([r["id"] for r in records]) or evaluate_team(team, args, records, scorer)))
+    run = tmp_path / "run"
+    cotrain.main(tiny_args("--dataset", "arith:split-mix", "--max-steps", "1", "--eval-questions", "2",
+                           "--eval-split", "validation", "--no-eval-self-consistency", "--sample-every", "1",
+                           "--output-dir", str(run)))
+    before = torch.load(run / "checkpoint.pt", weights_only=False)["adapters"][0]["agent0"]
+    assert evaluated == [["arith:split-mix/validation/0", "arith:split-mix/validation/1"]] * 2  # steps 0 and 1
+    cotrain.main(parse_args(cotrain.Args, ["--resume", str(run), "--dataset", "arith:split-many",
+                                           "--max-steps", "2"]))
+    assert evaluated[2:] == [["arith:split-many/validation/0", "arith:split-many/validation/1"]]  # step 2: D's
+    assert json.loads((run / "args.json").read_text())["dataset"] == "arith:split-mix"  # the first stage's
+    assert json.loads((run / "args_resume.json").read_text())["dataset"] == "arith:split-many"
+    resumes = [json.loads(line) for line in (run / "resumes.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["given"]["dataset"]) for r in resumes] == [(1, "arith:split-many")]
+    assert json.loads((run / "debate.json").read_text())["dataset"] == "arith:split-many"  # what evaluate.py reads
+    rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    asked = {step: list(dict.fromkeys(r["question"] for r in rows if r["step"] == step)) for step in (1, 2)}
+    mix, many = (load_task(name, "train", seed=0, num_agents=2) for name in ("arith:split-mix", "arith:split-many"))
+    assert asked[1] == [mix[i]["question"] for i in step_indices(1000, 2, 0, "cotrain-0", drop_last=True)]
+    assert asked[2] == [many[i]["question"] for i in step_indices(1000, 2, 1, "cotrain-0", drop_last=True)]
+    assert not set(asked[2]) & {r["question"] for r in mix}  # words arith:split-mix never uses
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+    after = torch.load(run / "checkpoint.pt", weights_only=False)
+    assert after["step"] == 2 and any(not torch.equal(before[k], after["adapters"][0]["agent0"][k]) for k in before)
