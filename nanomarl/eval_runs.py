@@ -18,11 +18,14 @@ DEFAULT_DATASET = dict(debate="arith:digits", magrpo="minicode")
 
 
 def read_run(run_dir: str, flag: str, need: tuple[str, ...] = ()) -> dict:
-    """A training run's args.json; refused with one line naming the flag when it is missing or
-    lacks a setting in `need` (a run saved by another version of the script)."""
+    """A training run's settings as it last trained: args.json, or args_resume.json after a resume
+    (which may have changed its dataset); refused with one line naming the flag when args.json is
+    missing or a setting in `need` is (a run saved by another version of the script)."""
     path = Path(run_dir) / "args.json"
     if not path.exists():
         arg_error(flag, f"{run_dir} has no args.json: not a run folder of cotrain.py or magrpo.py")
+    if (Path(run_dir) / "args_resume.json").exists():
+        path = Path(run_dir) / "args_resume.json"
     run = json.loads(path.read_text())
     missing = [key for key in need if key not in run]
     if missing:
@@ -106,23 +109,27 @@ def load_run_adapters(model, run_dir: str, flag: str, args, prefix: str):
 
 def train_overlap(records: list[dict], run_dir: str) -> int | None:
     """How many of the evaluation records are questions the cotrain.py run in run_dir loaded for
-    training (its dataset's split 'train', read again with the seed of its args.json); None when
-    they cannot be read."""
-    path = Path(run_dir) / "args.json"
+    training (the split 'train' of its dataset and of each dataset a resume gave it, read again
+    with the seed of its args.json); None when they cannot be read."""
+    path, resumes = Path(run_dir) / "args.json", Path(run_dir) / "resumes.jsonl"
     if not path.exists():
         return None
     run = json.loads(path.read_text())
+    given = [json.loads(line)["given"] for line in
+             (resumes.read_text().splitlines() if resumes.exists() else []) if line.strip()]
     options = (("question_field", "question_field"), ("answer_field", "answer_field"),
                ("config", "dataset_config"), ("task", "dataset_task"))
     fields = {k: run[v] for k, v in options if v in run}
-    try:
-        trained = load_task(run["dataset"], "train", None, run["seed"], skip_bad_rows=True,
-                            **fields)
-    except (SystemExit, Exception) as e:  # e.g. a hub dataset that is not cached
-        print(f"note: could not read the training questions of {run_dir} to check the overlap "
-              f"({e})")
-        return None
-    questions = {r["question"] for r in trained}
+    questions = set()
+    datasets = [run["dataset"]] + [g["dataset"] for g in given if "dataset" in g]
+    for dataset in dict.fromkeys(datasets):
+        try:
+            trained = load_task(dataset, "train", None, run["seed"], skip_bad_rows=True, **fields)
+        except (SystemExit, Exception) as e:  # e.g. a hub dataset that is not cached
+            print(f"note: could not read the training questions of {run_dir} to check the "
+                  f"overlap ({e})")
+            return None
+        questions |= {r["question"] for r in trained}
     return sum(r["question"] in questions for r in records)
 
 

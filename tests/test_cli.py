@@ -390,6 +390,40 @@ def test_evaluate_dataset_defaults_by_mode_and_reads_the_runs_own(tmp_path, caps
     assert dataset("--mode", "magrpo", "--run", str(run), "--dataset", "arxiv") == "arxiv"
 
 
+def test_evaluate_reads_a_curriculum_runs_last_dataset_and_every_stages_training_questions(
+        tmp_path, capsys):
+    """A run resumed with another --dataset (a curriculum's next stage): evaluate.py's default
+    --dataset is the one it trained on last (args_resume.json), and the overlap check counts the
+    training questions of both stages."""
+    import evaluate
+    from nanomarl.eval_runs import train_overlap, use_run_data
+    from nanomarl.tasks.debate import load_task
+
+    paths = {}
+    for name, offset in (("first", 0), ("second", 100)):
+        paths[name] = tmp_path / f"{name}.jsonl"
+        paths[name].write_text("".join(json.dumps(dict(question=f"What is {i} + 1?",
+                                                        answer=str(i + 1))) + "\n"
+                                       for i in range(offset, offset + 40)))
+    run = tmp_path / "run"
+    run.mkdir()
+    first, second = (f"jsonl:{paths[n]}" for n in ("first", "second"))
+    settings = {"script": "cotrain", "model": "tiny", "dataset": first, "seed": 0}
+    (run / "args.json").write_text(json.dumps(settings))
+    args = parse_args(evaluate.Args, ["--run", str(run)])
+    use_run_data(args)
+    assert args.dataset == first
+    one_train = load_task(first, "train")[:3] + load_task(second, "train")[:2]
+    assert train_overlap(one_train, str(run)) == 3
+    (run / "resumes.jsonl").write_text(json.dumps({"step": 1, "given": {"dataset": second}}) + "\n")
+    (run / "args_resume.json").write_text(json.dumps(dict(settings, dataset=second)))
+    args = parse_args(evaluate.Args, ["--run", str(run)])
+    use_run_data(args)
+    assert args.dataset == second and f"--dataset {second}: the one" in capsys.readouterr().out
+    assert train_overlap(one_train, str(run)) == 5
+    assert train_overlap(load_task(second, "test"), str(run)) == 0
+
+
 def another_version(tmp_path, run, name, change):
     """A copy of `run` as another version of the script saved it: change(args.json's dict) edits the
     settings in place, and may return a list of resumes.jsonl rows."""
