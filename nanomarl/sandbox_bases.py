@@ -14,11 +14,11 @@ import _operator, _weakref, builtins, gc, sys
 from collections import Counter, OrderedDict, defaultdict, deque
 
 from sandbox_link import ARITHMETIC, BUILTINS, COMPARISONS, OPERATORS, abort, refuse
-from sandbox_patches import same, unpatched
+from sandbox_patches import IMPORT, same, unpatched
 from sandbox_stdlib import defined
 from sandbox_values import DECLARED, VALUE_TYPES, ProgramError, dump  # sandbox.py's BOOT
 
-ENUM, COPY, DATETIME = __import__("enum"), __import__("copy"), __import__("datetime")
+ENUM, DATETIME = __import__("enum"), __import__("_datetime")  # (datetime's types: its C module's)
 # a class's ancestry, namespaces, names and bases, read by type's own slots (no metaclass's code)
 MRO, SPACE, MODULE, QUALNAME, BASES = (vars(type)[name] for name in (
     "__mro__", "__dict__", "__module__", "__qualname__", "__bases__"))
@@ -208,7 +208,7 @@ def applied(value, name):
     base's value (TAKE's; refused where its class overrides other methods than as it crossed, the
     test's `changed`: its __class__ set, its class patched), else the operation of APPLIED's."""
     if type(name) is str and name in ("copy", "deepcopy"):
-        return lambda: getattr(COPY, name)(value)
+        return lambda: getattr(IMPORT("copy"), name)(value)
     if name in ("signature", "bases"):
         return lambda: (described if name == "signature" else bases)(value)
     if name == "issubclass":

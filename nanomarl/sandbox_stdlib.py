@@ -42,7 +42,7 @@ from gc import get_referents
 from sandbox_patches import IMPORT, by_name, unpatched  # sandbox.py's BOOT
 
 ENUM, FLAG = unpatched("enum", "Enum"), unpatched("enum", "Flag")
-TIMEZONE = unpatched("datetime", "timezone")
+TIMEZONE = unpatched("_datetime", "timezone")  # (datetime's own: the C module's)
 STDLIB_NAMES = sys.stdlib_module_names
 # the modules of the standard library whose Enums a program's value may name in the test process
 # where the tests have not imported them
