@@ -116,8 +116,6 @@ LEANS = {dict: [(("or", "ror"), MERGED)], OrderedDict: [(("or", "ror"), BUILT)],
          deque: [(COMPARISONS, ("__iter__",)), (("add", "mul", "rmul"), (
              "__iter__", "__new__", "__init__"))]}
 KEYED = [dict, defaultdict]  # (dict(x) copies their storage where __iter__ is theirs; a Counter's)
-# an int Flag's |, & and ^ (and reflected), the enum module's own (FLAGGED, enum_ways): its member
-# of the base int's result (a negative one aside) where its class keeps these of the module's
 
 
 def counted(importing=False):
@@ -132,6 +130,8 @@ def counted(importing=False):
         KEYED.append(counter)
         BY_ID[id(counter)] = counter
     return counter
+
+
 # what the test process may ask of a program's Valued object: an item read, set or deleted, an
 # in-place operator (as Python runs them there: its class's own method where it has one), a
 # date's + or - that gives an instance of its class (SUBCLASSED)
@@ -143,8 +143,8 @@ APPLIED["radd"] = lambda value, other: other + value
 def value_base(kind):
     """The nearest value type of TAKE's in kind's ancestry (an LRUCache(OrderedDict)'s is
     OrderedDict), else None."""
-    counted()
     try:
+        counted()
         return next((BY_ID[id(found)] for found in MRO.__get__(kind) if id(found) in BY_ID), None)
     except Exception:
         return None

@@ -52,7 +52,9 @@ PATHS = ("PurePosixPath", "PureWindowsPath", "PosixPath")  # pathlib's (no Windo
 DICTS = (vars(type)["__dict__"], vars(type(sys))["__dict__"])
 TYPE = vars(type)  # (a class's name and module as its type holds them)
 LATER = {}  # enum's and collections' classes the harness reads, found once imported (later)
-FLAGGED = ("and", "or", "xor", "rand", "ror", "rxor")  # (an int Flag's operators: enum_ways)
+# an int Flag's |, & and ^ (and reflected), the enum module's own (enum_ways): its member of the
+# base int's result (a negative one aside) where its class keeps these of the module's
+FLAGGED = ("and", "or", "xor", "rand", "ror", "rxor")
 
 
 def later(module, name, importing=False):
