@@ -341,8 +341,8 @@ def noted(reference):
     own: the test's weakref.ref(x) is then another, which Remote.__del__ finds."""
 
 
-# (the value types whose subclasses' instances keep their base's value: sandbox_bases.py:TAKE;
-VALUE_BASES = {kind.__name__: kind for kind in TAKE}  # Counter: counted, collections imported)
+# (the value types whose subclasses' instances keep their base's value: sandbox_bases.py:TAKE)
+VALUE_BASES = {kind.__name__: kind for kind in TAKE}  # (and Counter: valued_spec, counted)
 SEQUENCES = (bytes, bytearray, list, tuple)  # (`[0] + s`: their __radd__, which they lack)
 # each request of the test process's that only took a Valued's value (it runs no program code)
 FETCHED = [0]
