@@ -369,7 +369,7 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
         defined, _, _, later = top_level(program)
         names = defined + later
     _, preload, classes, _ = top_level(context)
-    job = CHILD_CODE + frame(marshal.dumps(dict(
+    job = frame(marshal.dumps(dict(
         program=program, context=context, timeout=timeout, cpu_seconds=math.ceil(wall) + 1,
         memory_bytes=memory_mb << 20, file_bytes=max_output_bytes, answer_bytes=ANSWER_BYTES,
         names=[str(name) for name in names], later=later, classes=classes, preload=preload)))
@@ -402,9 +402,9 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
     report, timed_out = bytearray(), False
     try:
         try:
-            view = memoryview(job)
-            while view:
-                view = view[os.write(job_write, view):]
+            for view in (memoryview(CHILD_CODE), memoryview(job)):  # (the harness: never copied)
+                while view:
+                    view = view[os.write(job_write, view):]
         except BrokenPipeError:  # it died before reading its job: not completed, below
             pass
         finally:

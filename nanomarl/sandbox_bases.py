@@ -11,14 +11,14 @@ inspect.signature tells of it (described, signed); what issubclass asks of it (s
 A class is read through type's own descriptors (ancestry): a metaclass whose __mro__, __dict__,
 __module__ or __bases__ lies answers nothing here."""
 import _operator, _weakref, builtins, gc, sys
-from collections import Counter, OrderedDict, defaultdict, deque
+from _collections import OrderedDict, defaultdict, deque  # (collections': Counter, counted)
 
 from sandbox_link import ARITHMETIC, BUILTINS, COMPARISONS, OPERATORS, abort, refuse
-from sandbox_patches import same, unpatched
-from sandbox_stdlib import defined
+from sandbox_patches import IMPORT, same, unpatched
+from sandbox_stdlib import FLAGGED, dated, defined, enum_ways, later
 from sandbox_values import DECLARED, VALUE_TYPES, ProgramError, dump  # sandbox.py's BOOT
 
-ENUM, COPY, DATETIME = __import__("enum"), __import__("copy"), __import__("datetime")
+DATETIME = __import__("_datetime")  # (datetime's types: its C module's; copy: imported where asked)
 # a class's ancestry, namespaces, names and bases, read by type's own slots (no metaclass's code)
 MRO, SPACE, MODULE, QUALNAME, BASES = (vars(type)[name] for name in (
     "__mro__", "__dict__", "__module__", "__qualname__", "__bases__"))
@@ -27,9 +27,9 @@ TRAITS = ("call", "iter", "next", "hash", "enter", "exit", "instancecheck", "sub
           "bool", "contains", "getitem", "reversed", *sorted(OPERATORS), *sorted(BUILTINS))
 
 # identity's methods: object's ==, != and hash, or an Enum member's hash (two members are never
-# equal); where a class's ancestry keeps them, traits' IDENTITY (compared by identity in the test)
+# equal: enum_ways); where a class's ancestry keeps them, traits' IDENTITY (compared by identity)
 SAME = {"__eq__": (vars(object)["__eq__"],), "__ne__": (vars(object)["__ne__"],),
-        "__hash__": (vars(object)["__hash__"], vars(ENUM.Enum)["__hash__"])}
+        "__hash__": (vars(object)["__hash__"],)}
 IDENTITY = len(TRAITS)
 
 
@@ -51,7 +51,9 @@ def traits(kind):
     own = ancestry(kind)
     if own is None:
         return 0
-    identity = all(any(own.get(name) is found for found in kept) for name, kept in SAME.items())
+    ways = enum_ways()
+    same = SAME if ways is None else dict(SAME, __hash__=(*SAME["__hash__"], ways["hash"]))
+    identity = all(any(own.get(name) is found for found in kept) for name, kept in same.items())
     return sum(1 << i for i, name in enumerate(TRAITS) if own.get(f"__{name}__") is not None) | (
         identity << IDENTITY)
 
@@ -81,15 +83,6 @@ def ordered(value, items=dict.items, order=OrderedDict.__iter__):
     return OrderedDict([(key, stored[id(key)]) for key in order(value)])
 
 
-def dated(kind):
-    """What takes the value of an instance of a subclass of datetime's type kind: kind's own C
-    reduction (its fold and tzinfo too), made again as kind."""
-    own = vars(kind)
-    if "__reduce_ex__" in own:
-        return lambda value: kind(*own["__reduce_ex__"](value, 4)[1])
-    return lambda value: kind(*own["__reduce__"](value)[1])
-
-
 DATED = [DATETIME.date, DATETIME.datetime, DATETIME.time, DATETIME.timedelta]
 SUBCLASSED = tuple(DATED[:2])  # (whose + and - give an instance of the subclass in plain Python)
 # the value types whose subclasses' instances keep their base's value, each with what takes that
@@ -100,8 +93,7 @@ TAKE = {str: str.__str__, int: int.__int__, float: float.__float__, complex: com
         list: list.copy, set: set.copy,
         tuple: lambda value, items=tuple.__getitem__, every=slice(None): items(value, every),
         dict: lambda value, made=dict, items=dict.items: made(items(value)),
-        OrderedDict: ordered,
-        Counter: lambda value, made=dict, items=dict.items: Counter(made(items(value))),
+        OrderedDict: ordered,  # (Counter's: counted)
         defaultdict: lambda value, items=dict.items, factory=vars(defaultdict)[
             "default_factory"]: defaultdict(factory.__get__(value), items(value)),
         deque: lambda value, items=deque.__iter__, most=vars(deque)["maxlen"]: deque(
@@ -121,20 +113,25 @@ MERGED = ("keys", "__getitem__", "__iter__")  # (what dict(x) or {} | x asks of 
 BUILT = (*MERGED, "__new__", "__init__", "__setitem__", "update", "__ior__")  # (type(x)(x) |= y)
 LEANS = {dict: [(("or", "ror"), MERGED)], OrderedDict: [(("or", "ror"), BUILT)],
          defaultdict: [(("or", "ror"), BUILT)],
-         Counter: [((*COMPARISONS, "add", "sub", "or", "ror", "and", "pos", "neg"), (
-             *MERGED, "__missing__", "__contains__", "items",
-             *["__%s__" % name for name in COMPARISONS]))],
          deque: [(COMPARISONS, ("__iter__",)), (("add", "mul", "rmul"), (
              "__iter__", "__new__", "__init__"))]}
-KEYED = (dict, Counter, defaultdict)  # (dict(x) copies their storage where __iter__ is theirs)
-# an int Flag's |, & and ^ (and reflected), the enum module's own: its member of the base int's
-# result (a negative one aside) where its class keeps these of the module's (and its _value_)
-FLAGGED = ("and", "or", "xor", "rand", "ror", "rxor")
-FLAGS = {"__%s__" % name: vars(ENUM.Flag).get("__%s__" % name)
-         for name in (*FLAGGED, "contains")}
-STANDARD = {"_missing_": vars(ENUM.Flag)["_missing_"], "__new__": ENUM.Enum.__new__,
-            "_new_member_": vars(int)["__new__"], "_member_type_": int, "_value_": None}
-BOUNDARIES = (ENUM.FlagBoundary.KEEP, ENUM.FlagBoundary.EJECT)
+KEYED = [dict, defaultdict]  # (dict(x) copies their storage where __iter__ is theirs; a Counter's)
+
+
+def counted(importing=False):
+    """collections' Counter, with its entries of TAKE, BY_ID, LEANS and KEYED, once collections
+    is imported (later; `importing`: now, where it is not); else None."""
+    counter = later("collections", "Counter", importing)
+    if counter is not None and id(counter) not in BY_ID:
+        TAKE[counter] = lambda value, made=dict, items=dict.items: counter(made(items(value)))
+        LEANS[counter] = [((*COMPARISONS, "add", "sub", "or", "ror", "and", "pos", "neg"), (
+            *MERGED, "__missing__", "__contains__", "items",
+            *["__%s__" % name for name in COMPARISONS]))]
+        KEYED.append(counter)
+        BY_ID[id(counter)] = counter
+    return counter
+
+
 # what the test process may ask of a program's Valued object: an item read, set or deleted, an
 # in-place operator (as Python runs them there: its class's own method where it has one), a
 # date's + or - that gives an instance of its class (SUBCLASSED)
@@ -147,6 +144,7 @@ def value_base(kind):
     """The nearest value type of TAKE's in kind's ancestry (an LRUCache(OrderedDict)'s is
     OrderedDict), else None."""
     try:
+        counted()
         return next((BY_ID[id(found)] for found in MRO.__get__(kind) if id(found) in BY_ID), None)
     except Exception:
         return None
@@ -167,8 +165,10 @@ def flagged(own, base, value):
     answer (but for a negative one: FLAG), or whether its bits hold another member's: its class
     keeps the module's _missing_ and __new__ and a KEEP or EJECT boundary, and value's _value_ is
     its int; else none."""
-    if base is not int or any(own.get(name) is not found for name, found in STANDARD.items()) or (
-            not any(own.get("_boundary_") is found for found in BOUNDARIES)):
+    ways = enum_ways()
+    if base is not int or ways is None or any(own.get(name) is not found for name, found in ways[
+            "standard"].items()) or not any(own.get("_boundary_") is found for found in ways[
+                "boundaries"]):
         return ()
     try:
         found = object.__getattribute__(value, "_value_")
@@ -176,7 +176,7 @@ def flagged(own, base, value):
         return ()
     if type(found) is not int or found != int.__int__(value):
         return ()
-    return [name for name, method in FLAGS.items() if own.get(name) is method]
+    return [name for name, method in ways["flags"].items() if own.get(name) is method]
 
 
 def overridden(kind, base, value):
@@ -208,7 +208,7 @@ def applied(value, name):
     base's value (TAKE's; refused where its class overrides other methods than as it crossed, the
     test's `changed`: its __class__ set, its class patched), else the operation of APPLIED's."""
     if type(name) is str and name in ("copy", "deepcopy"):
-        return lambda: getattr(COPY, name)(value)
+        return lambda: getattr(IMPORT("copy"), name)(value)
     if name in ("signature", "bases"):
         return lambda: (described if name == "signature" else bases)(value)
     if name == "issubclass":

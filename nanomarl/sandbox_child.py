@@ -471,6 +471,7 @@ def main():
     # (a random.Random() of a helper) exists in the program's process
     for module in job["preload"]:
         attempt(lambda: __import__(module), job["timeout"])
+    compiled("", "<boot>")  # (the compiler's first call makes its AST types: once for both)
     requests, answers = os.pipe(), os.pipe()
     refused = fork_program(isolated == b"1")  # (before the privileges go: it unshares)
     if refused is None:  # the program's process: pid 1 of its own PID namespace

@@ -10,9 +10,10 @@ protocol (listed: the bit LISTED of its reference) has that protocol answered in
 process by the enum module's own code on the data its class holds (enumerated: `Color['RED']`,
 list(Color), len(Color), `Color.RED in Color`), never by a method of the program's; its members
 cross as program objects, compared by identity (sandbox_remote.py:identical)."""
-from sandbox_bases import (ENUM, IDENTITY, MRO, SPACE, ancestry, lasting, programs,
+from sandbox_bases import (IDENTITY, MRO, SPACE, ancestry, lasting, programs,
                            value_base)  # sandbox.py's BOOT
 from sandbox_link import ask, refuse
+from sandbox_stdlib import later
 
 
 def overrides(kind, name):
@@ -30,19 +31,27 @@ def overrides(kind, name):
     return found is not vars(base)[name] and type(found) is not FIELD
 
 
-FIELD = type(vars(__import__("collections").namedtuple("Field", "x"))["x"])  # (a field's type)
+FIELD = __import__("_collections")._tuplegetter  # (a namedtuple's field's type: collections')
 # an Enum class's protocol, the enum module's own, and what it reads through (type's): where a
-# metaclass keeps them all, its class's reference has the bit LISTED (listed)
-LISTING = {name: vars(ENUM.EnumType).get(name, vars(type).get(name)) for name in (
-    "__getitem__", "__iter__", "__len__", "__reversed__", "__contains__", "__getattribute__",
-    "__instancecheck__")}
+# metaclass keeps them all, its class's reference has the bit LISTED (listed); once enum is
+# imported (sandbox_stdlib.py:later: no Enum class exists before)
+LISTING = {}
 LISTED = 1 << IDENTITY + 3  # (past IDENTITY: its release may run code; always true)
 PROTOCOL = ("getitem", "iter", "len", "reversed", "contains")  # (what the test process may ask)
 
 
+def listing():
+    """LISTING, made once enum is imported; empty before."""
+    if not LISTING and (found := later("enum", "EnumType")) is not None:
+        LISTING.update({name: vars(found).get(name, vars(type).get(name)) for name in (
+            "__getitem__", "__iter__", "__len__", "__reversed__", "__contains__",
+            "__getattribute__", "__instancecheck__")})
+    return LISTING
+
+
 def listed(kind):
     """The bit LISTED where kind (a metaclass) keeps LISTING's methods: an Enum class's."""
-    own = ancestry(kind)
+    own = ancestry(kind) if listing() else None
     return LISTED if own is not None and all(
         own.get(name) is found for name, found in LISTING.items()) else 0
 
@@ -57,10 +66,10 @@ def enumerated(value, how, *key):
     question. An iteration is the module's generator, drawn as any stream is."""
     try:
         space, member = SPACE.__get__(value), key[0] if how == "contains" else None
-        own = ancestry(type(member)) if how == "contains" else {}
+        own, enum = ancestry(type(member)) if how == "contains" else {}, later("enum", "Enum")
         kept = how in PROTOCOL and listed(type(value)) and type(space.get("_member_map_")) is dict
         kept = kept and type(space.get("_member_names_")) is list and (
-            how != "contains" or lasting(member) or ENUM.Enum in MRO.__get__(type(member))
+            how != "contains" or lasting(member) or enum in MRO.__get__(type(member))
             and "_name_" not in own and all(own.get(name) is vars(object)[name] for name in (
                 "__getattribute__", "__class__"))
             and type(object.__getattribute__(member, "_name_")) is str)

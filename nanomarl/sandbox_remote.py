@@ -18,8 +18,8 @@ value (held: C functions take it), of another (a Stack(list), an IntEnum's membe
 import _operator, _weakref, builtins
 
 from sandbox_bases import (CLASS_CAP, FLAG, FLAGGED, IDENTITY, KEYS, LASTING, NAMED, NAMES, OWN,
-                           STREAM_IDS, SUBCLASSED, TAKE, TRAITS, TYPE, dataclass_fields, lasting,
-                           signed, standing, told, traits)
+                           STREAM_IDS, SUBCLASSED, TAKE, TRAITS, TYPE, counted, dataclass_fields,
+                           lasting, signed, standing, told, traits)
 from sandbox_overrides import ENUMERATING, LISTED
 from sandbox_alarm import armed
 from sandbox_link import (ARITHMETIC, BUILTINS, COMPARISONS, LINK, OPERATORS, TALKING, TestTimeout,
@@ -342,7 +342,7 @@ def noted(reference):
 
 
 # (the value types whose subclasses' instances keep their base's value: sandbox_bases.py:TAKE)
-VALUE_BASES = {kind.__name__: kind for kind in TAKE}
+VALUE_BASES = {kind.__name__: kind for kind in TAKE}  # (and Counter: valued_spec, counted)
 SEQUENCES = (bytes, bytearray, list, tuple)  # (`[0] + s`: their __radd__, which they lack)
 # each request of the test process's that only took a Valued's value (it runs no program code)
 FETCHED = [0]
@@ -354,7 +354,7 @@ def valued_spec(spec):
     if not (type(spec) is list and len(spec) == 3 and type(spec[0]) is str
             and type(spec[1]) is int and spec[1] >= 0):
         return None
-    base = VALUE_BASES.get(spec[0])
+    base = VALUE_BASES.get(spec[0]) or (counted(True) if spec[0] == "Counter" else None)
     if base is not None and (spec[2] is None and base not in HELD or base in LASTING and type(
             spec[2]) is base):  # (a Held's: its value)
         return base, spec[1], spec[2] if lasting(spec[2]) else None

@@ -41,8 +41,7 @@ from gc import get_referents
 
 from sandbox_patches import IMPORT, by_name, unpatched  # sandbox.py's BOOT
 
-ENUM, FLAG = unpatched("enum", "Enum"), unpatched("enum", "Flag")
-TIMEZONE = unpatched("datetime", "timezone")
+TIMEZONE = unpatched("_datetime", "timezone")  # (datetime's own: the C module's)
 STDLIB_NAMES = sys.stdlib_module_names
 # the modules of the standard library whose Enums a program's value may name in the test process
 # where the tests have not imported them
@@ -52,6 +51,58 @@ PATHS = ("PurePosixPath", "PureWindowsPath", "PosixPath")  # pathlib's (no Windo
 # a class's and a module's own dicts, read by their descriptors (no metaclass's or module's code)
 DICTS = (vars(type)["__dict__"], vars(type(sys))["__dict__"])
 TYPE = vars(type)  # (a class's name and module as its type holds them)
+LATER = {}  # enum's and collections' classes the harness reads, found once imported (later)
+# an int Flag's |, & and ^ (and reflected), the enum module's own (enum_ways): its member of the
+# base int's result (a negative one aside) where its class keeps these of the module's
+FLAGGED = ("and", "or", "xor", "rand", "ror", "rxor")
+
+
+def later(module, name, importing=False):
+    """enum's or collections' class of that name (Enum, Flag, EnumType, FlagBoundary; Counter,
+    ChainMap, namedtuple) as the module held it when the harness first found it imported
+    (unpatched), else None: the harness imports neither (each run would pay for them; re and
+    typing bring both), and before either is imported no instance of its classes exists;
+    `importing`: imported now where it is not (a Counter or ChainMap to make)."""
+    found = LATER.get((module, name))
+    if found is None and (importing or sys.modules.get(module) is not None):
+        found = LATER[module, name] = unpatched(module, name)
+    return found
+
+
+def dated(kind):
+    """What takes the value of an instance of a subclass of datetime's type kind (sandbox_bases.py:
+    TAKE): kind's own C reduction (its fold and tzinfo too), made again as kind."""
+    own = vars(kind)
+    if "__reduce_ex__" in own:
+        return lambda value: kind(*own["__reduce_ex__"](value, 4)[1])
+    return lambda value: kind(*own["__reduce__"](value)[1])
+
+
+def named_stock():
+    """(what collections.namedtuple and typing.NamedTuple put in a class (its fields aside), or
+    Python in a subclass of one; the methods among them whose code is the same in every such
+    class: {name: code}), made once, collections imported (later: sandbox_values.py:own_ways)."""
+    if "stock" not in LATER:
+        stock = later("collections", "namedtuple", True)("Stock", "a")
+        LATER["stock"] = ({*vars(stock), "__annotations__", "__orig_bases__", "__dict__",
+                           "__weakref__", "__parameters__", "__firstlineno__",
+                           "__static_attributes__", "__annotate__"}, {
+            name: vars(stock)[name].__code__ for name in ("__repr__", "_asdict", "_replace")})
+    return LATER["stock"]
+
+
+def enum_ways():
+    """The enum module's own methods that the harness compares a class's with (Enum's hash: an
+    Enum member's identity, sandbox_bases.py:traits; an int Flag's, sandbox_bases.py:flagged),
+    once enum is imported (later); None before."""
+    if "ways" not in LATER and (enum := later("enum", "Enum")) is not None:
+        flag, boundary = later("enum", "Flag"), later("enum", "FlagBoundary")
+        LATER["ways"] = dict(hash=vars(enum)["__hash__"], flags={
+            "__%s__" % name: vars(flag).get("__%s__" % name) for name in (*FLAGGED, "contains")},
+            standard={"_missing_": vars(flag)["_missing_"], "__new__": enum.__new__,
+                      "_new_member_": vars(int)["__new__"], "_member_type_": int, "_value_": None},
+            boundaries=(boundary.KEEP, boundary.EJECT))
+    return LATER.get("ways")
 
 
 def stdlib_state(value, kind, anywhere, aliases=None):
@@ -62,7 +113,8 @@ def stdlib_state(value, kind, anywhere, aliases=None):
     or ChainMap (viewed, chained; aliases: dump's)."""
     if not anywhere and kind is memoryview and viewed(value):
         return "m", [value.format, list(value.shape), value.tobytes()]
-    if not anywhere and kind is CHAIN and chained(value.maps, aliases or {}):
+    if not anywhere and kind is later("collections", "ChainMap") and chained(
+            value.maps, aliases or {}):
         return "w", list(value.maps)
     if kind is slice:
         return "l", [value.start, value.stop, value.step]
@@ -76,16 +128,17 @@ def stdlib_state(value, kind, anywhere, aliases=None):
         return "z", fields
     if (found := hint_state(value, kind)) is not None:
         return "hint", found
-    if not issubclass(kind, ENUM) or enum_class(kind.__module__, kind.__qualname__) is not kind or (
-            not anywhere and kind.__module__ not in ENUMS and kind.__module__ not in LOADED):
+    enum = later("enum", "Enum")
+    if enum is None or not issubclass(kind, enum) or enum_class(
+            kind.__module__, kind.__qualname__) is not kind or (
+                not anywhere and kind.__module__ not in ENUMS and kind.__module__ not in LOADED):
         return None
-    key = value._value_ if issubclass(kind, FLAG) else value._name_
+    key = value._value_ if issubclass(kind, later("enum", "Flag")) else value._name_
     if flag_value(kind, key) or type(key) is str and kind.__members__.get(key) is value:
         return "Y", [kind.__module__, kind.__qualname__, key]
     return None
 
 
-CHAIN = unpatched("collections", "ChainMap")
 STRUCT_TIME = unpatched("time", "struct_time")
 
 
@@ -120,7 +173,9 @@ def chained(maps, aliases):
 def flag_value(kind, key):
     """Whether key is a value of the Flag class kind within its members' bits (its mask): enum
     caches each value made for good, and so at most 2**bits of them (re.RegexFlag's 512)."""
-    return issubclass(kind, FLAG) and type(key) is int and key >= 0 and not key & ~kind._flag_mask_
+    flag = later("enum", "Flag")
+    return flag is not None and issubclass(kind, flag) and type(key) is int and key >= 0 and (
+        not key & ~kind._flag_mask_)
 
 
 def member_named(kind, name):
@@ -197,7 +252,7 @@ def stdlib_made(tag, item, importing, resolve):
         except (TypeError, ValueError):
             pass
     if tag == "w" and type(item) is list and item and all(type(found) is dict for found in item):
-        return CHAIN(*item)
+        return later("collections", "ChainMap", True)(*item)
     if tag == "z" and timed(item):
         return STRUCT_TIME(item)
     if tag == "hint" and type(item) is list and len(item) == 2 and type(item[1]) is list:
@@ -299,7 +354,8 @@ def enum_class(module, qualname, importing=False):
         except Exception:
             return None
     found = defined(module, qualname)
-    if isinstance(found, type) and issubclass(found, ENUM) and (
+    enum = later("enum", "Enum")
+    if isinstance(found, type) and enum is not None and issubclass(found, enum) and (
             found.__module__ == module and found.__qualname__ == qualname):
         return found
     return None

@@ -64,7 +64,7 @@ from sandbox_layers import crowded  # sandbox.py's BOOT
 from sandbox_patches import (DATETIMES, PRINTS, datetime_base, of_class, own_dated, same,
                              stdlib_error, unpatched)  # sandbox.py's BOOT
 from sandbox_stdlib import (UNKEPT_VIEW, WALK, datetime_made, datetime_state, held_elsewhere,
-                            nan_made, nan_text, own_module, stdlib_made, stdlib_state)
+                            named_stock, nan_made, nan_text, own_module, stdlib_made, stdlib_state)
 
 
 BIG = 1 << 8000  # ints from here on travel as hex (decimal text of over 4300 digits is refused)
@@ -176,24 +176,17 @@ def dump(value, refer, aliases=None):
     return refer(value, aliases)
 
 
-# what collections.namedtuple and typing.NamedTuple put in a class (its fields aside), or Python
-# in a subclass of one, and the methods among them whose code is the same in every such class
-STOCK = __import__("collections").namedtuple("Stock", "a")
-MADE = {*vars(STOCK), "__annotations__", "__orig_bases__", "__dict__", "__weakref__",
-        "__parameters__", "__firstlineno__", "__static_attributes__", "__annotate__"}
-STOCK_CODE = {name: vars(STOCK)[name].__code__ for name in ("__repr__", "_asdict", "_replace")}
-
-
 def own_ways(kind):
     """Whether a NamedTuple class of the program's has what a namedtuple of its fields lacks (a
     method, a property, a constant, its own __repr__): its instances then cross as program
     objects that keep their tuple's value, not as a namedtuple of that name and fields."""
     try:
+        made, stock_code = named_stock()
         fields = set(kind._fields)
         for owner in kind.__mro__[:kind.__mro__.index(tuple)]:
             for name, found in vars(owner).items():
-                if name not in MADE and name not in fields or name in STOCK_CODE and getattr(
-                        found, "__code__", None) is not STOCK_CODE[name]:
+                if name not in made and name not in fields or name in stock_code and getattr(
+                        found, "__code__", None) is not stock_code[name]:
                     return True
     except Exception:
         return False

@@ -11,11 +11,11 @@ from sandbox_layers import confine, read_exactly, reap, watchdog
 from sandbox_link import (LINK, OPS, TestTimeout, abort, answer, arrived, ask, attempt, called,
                           compiled, gone, read_line, refilled, request, run,
                           settle, taken, talk, unnumbered)
-from sandbox_bases import COPY, lasting
+from sandbox_bases import lasting
 from sandbox_copies import BUFFERS, KEPT_ITEMS, KEPT_OBJECTS, copied, kept_entry, rooms
 from sandbox_lending import lending, let_go, received
-from sandbox_patches import (PATCHED, SETS, builtin_named, fingerprint, module, quiet_null,
-                             test_made, watch_modules)
+from sandbox_patches import (IMPORT, PATCHED, SETS, builtin_named, fingerprint, module,
+                             quiet_null, test_made, watch_modules)
 from sandbox_errors import MADE, SOURCES, crossed, crossing, direct
 from sandbox_proxies import (TEXTS, compared, harness_class, looks, readable, reference,
                              settable, vars_of)
@@ -376,7 +376,7 @@ def test_ops(op, target, a, b, extra):
     if op == "hash":
         return hash(value)
     if op in ("copy", "deepcopy", "vars"):  # (a test's instance's vars(): a copy, vars_of)
-        return vars_of(value) if op == "vars" else getattr(COPY, op)(value)
+        return vars_of(value) if op == "vars" else getattr(IMPORT("copy"), op)(value)
     if op == "enter":  # a `with` in the program (a test's context manager, a mock_open's file)
         return type(value).__enter__(value)
     if op == "exit" and type(a) is list and len(a) == 3:
