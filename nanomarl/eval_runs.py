@@ -11,6 +11,7 @@ from pathlib import Path
 
 from nanomarl.cli import arg_error, check_numbers, given_fields
 from nanomarl.models import check_device, check_model_name
+from nanomarl.runs import resumes_given
 from nanomarl.tasks.debate import load_task, reasoning_gym_config
 
 # --dataset '': cotrain.py's and magrpo.py's CPU defaults
@@ -111,12 +112,10 @@ def train_overlap(records: list[dict], run_dir: str) -> int | None:
     """How many of the evaluation records are questions the cotrain.py run in run_dir loaded for
     training (the split 'train' of its dataset and of each dataset a resume gave it, read again
     with the seed of its args.json); None when they cannot be read."""
-    path, resumes = Path(run_dir) / "args.json", Path(run_dir) / "resumes.jsonl"
+    path = Path(run_dir) / "args.json"
     if not path.exists():
         return None
-    run = json.loads(path.read_text())
-    given = [json.loads(line)["given"] for line in
-             (resumes.read_text().splitlines() if resumes.exists() else []) if line.strip()]
+    run, given = json.loads(path.read_text()), resumes_given(Path(run_dir))
     options = (("question_field", "question_field"), ("answer_field", "answer_field"),
                ("config", "dataset_config"), ("task", "dataset_task"))
     fields = {k: run[v] for k, v in options if v in run}

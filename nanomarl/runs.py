@@ -198,6 +198,13 @@ def set_restart_note(note: str):
     _RUN["restart"] = note
 
 
+def resumes_given(run_dir: Path) -> list[dict]:
+    """The flags given at each resume of the run, in order (RUN/resumes.jsonl; [] before any)."""
+    resumes = Path(run_dir) / "resumes.jsonl"
+    lines = resumes.read_text().splitlines() if resumes.exists() else []
+    return [json.loads(line)["given"] for line in lines if line.strip()]
+
+
 def resumed_args(args, script: str, must_match: tuple[str, ...] = (),
                  same_eval: tuple[str, ...] = (), checkpoint: bool = True):
     """--resume RUN: the settings of the run, layered in the order they were given: the first run's
@@ -221,9 +228,7 @@ def resumed_args(args, script: str, must_match: tuple[str, ...] = (),
     if owner is not None and owner != script:
         arg_error("--resume", f"{run_dir} is a {owner}.py run, not a {script}.py one; continue it "
                               f"with python {owner}.py --resume {run_dir}")
-    resumes = run_dir / "resumes.jsonl"
-    layers = [saved] + ([json.loads(line)["given"] for line in resumes.read_text().splitlines()
-                         if line.strip()] if resumes.exists() else [])
+    layers = [saved] + resumes_given(run_dir)
     names = {f.name for f in dataclasses.fields(cls)}
     # another version: args.json without the script's name, or with other fields than this Args
     unknown = {k for layer in layers[1:] for k in layer if k not in names}
