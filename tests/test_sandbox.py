@@ -171,7 +171,8 @@ RESET_PDEATHSIG = textwrap.dedent("""\
                          ids=["sleeps", "resets pdeathsig"])
 def test_sandbox_dies_with_its_trainer(program, tmp_path):
     """PR_SET_PDEATHSIG, which the program cannot undo (prctl is not on the allow-list): if the training process
-    is killed, its sandboxed programs do not linger, and nothing is left in the temporary folder."""
+    is killed, its zygote ends (it watches the trainer's pidfd) and its sandboxed programs do not linger, and
+    nothing is left in the temporary folder."""
     # the killed trainer gets a temporary folder of its own (TMPDIR; tempfile.gettempdir() in it), so the listing
     # before and after is not disturbed by other processes writing to the shared /tmp
     trainer_tmp = tmp_path / "trainer-tmp"
@@ -185,24 +186,25 @@ def test_sandbox_dies_with_its_trainer(program, tmp_path):
         run_tests_in_sandbox(sys.argv[2], [], timeout=60.0)
         """), str(ROOT), program], stdout=subprocess.PIPE, text=True,
         env={**os.environ, "TMPDIR": str(trainer_tmp)})
-    children = []
+    groups = []
     try:
         assert helper.stdout.readline().strip() == "ready"
-        for _ in range(200):  # the sandboxed process is the helper's child
-            children = live_processes(lambda st: st[1] == helper.pid)
-            if children:
+        for _ in range(200):  # the test process: forked by the helper's child, the zygote
+            zygotes = live_processes(lambda st: st[1] == helper.pid)
+            groups = zygotes + live_processes(lambda st: st[1] in zygotes)
+            if len(groups) == 2:
                 break
             time.sleep(0.05)
-        assert len(children) == 1, "the sandboxed process never started"
+        assert len(groups) == 2, "the sandboxed process never started"
         time.sleep(0.3)  # long enough for the program to run its prctl
     finally:
         helper.kill()
         helper.wait()
-    for _ in range(200):
-        if not live_processes(lambda st: st[2] == children[0]):
+    for _ in range(200):  # the zygote, the test process and the program's process (its group)
+        if not live_processes(lambda st: st[2] in groups):
             break
         time.sleep(0.05)
-    left = live_processes(lambda st: st[2] == children[0])
+    left = live_processes(lambda st: st[2] in groups)
     for pid in left:  # keep the machine clean even when the test fails
         os.kill(pid, signal.SIGKILL)
     assert left == [] and sorted(p.name for p in trainer_tmp.iterdir()) == listed_before == []
