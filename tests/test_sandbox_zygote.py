@@ -200,3 +200,25 @@ def test_stdin_is_each_runs_own(zygote):
     result = run_tests_in_sandbox("import os\ndef flags():\n    return os.get_blocking(0)\n",
                                   ["assert flags() is True"], **LIMITS, zygote=zygote)
     assert result["passed"] == [True], result
+
+
+def test_a_zygote_that_ends_twice_before_forking_leaves_the_run_to_the_plain_path(monkeypatch,
+                                                                                   capsys):
+    """Where the zygote dies before each of a run's two requests, the run takes the plain path
+    (a fresh interpreter), gives its right results, and so do the runs after it, with one
+    warning."""
+    monkeypatch.setattr(sandbox_zygote, "PLAIN", [])  # (this process's zygote: usable so far)
+    sends = []
+
+    def dead(*args):
+        sends.append(args)
+        raise BrokenPipeError("the zygote has died")
+
+    monkeypatch.setattr(sandbox_zygote.socket, "send_fds", dead)
+    program, tests = PROGRAMS["right and wrong"]
+    for _ in range(2):
+        result = run_tests_in_sandbox(program, tests, **LIMITS)
+        assert result["passed"] == [True, False, False] and result["completed"]
+    assert len(sends) == 2  # two tries in the first run, none in the second
+    assert sandbox_zygote.PLAIN == ["the zygote ended twice before it forked"]
+    assert capsys.readouterr().err.count("no zygote, the zygote ended twice") == 1
