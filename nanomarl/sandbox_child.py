@@ -1,8 +1,9 @@
 """sandbox_child.py: the two processes of a sandboxed run (sandbox.py's docstring has the threat
 model), and the program's side.
 
-Executed by sandbox.py's BOOT in a fresh `python -I -S -B`, after the modules it imports: main()
-reads the program's part of the job, puts up the isolation layers (sandbox_layers.py), imports the
+Executed by sandbox.py's BOOT in a fresh `python -I -S -B` (or in a fork of the trainer's zygote,
+which ran BOOT up to main(): sandbox_zygote.py), after the modules it imports: main() reads the
+program's part of the job, puts up the isolation layers (sandbox_layers.py), imports the
 context's modules and forks the program's process (by way of a middle process: fork_program;
 program_side: runs the program, answers requests), then the test process reads the tests, runs
 the context and the tests (sandbox_verdicts.py:test_side: decides every verdict, never runs the

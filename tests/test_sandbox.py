@@ -167,11 +167,13 @@ RESET_PDEATHSIG = textwrap.dedent("""\
     """)
 
 
+@pytest.mark.parametrize("zygote", [True, False], ids=["zygote", "plain"])
 @pytest.mark.parametrize("program", ["import time\ntime.sleep(60)", RESET_PDEATHSIG],
                          ids=["sleeps", "resets pdeathsig"])
-def test_sandbox_dies_with_its_trainer(program, tmp_path):
+def test_sandbox_dies_with_its_trainer(program, zygote, tmp_path):
     """PR_SET_PDEATHSIG, which the program cannot undo (prctl is not on the allow-list): if the training process
-    is killed, its sandboxed programs do not linger, and nothing is left in the temporary folder."""
+    is killed, its zygote ends (it watches the trainer's pidfd) and its sandboxed programs do not linger, and
+    nothing is left in the temporary folder; on the plain path the test process is the trainer's own child."""
     # the killed trainer gets a temporary folder of its own (TMPDIR; tempfile.gettempdir() in it), so the listing
     # before and after is not disturbed by other processes writing to the shared /tmp
     trainer_tmp = tmp_path / "trainer-tmp"
@@ -182,27 +184,28 @@ def test_sandbox_dies_with_its_trainer(program, tmp_path):
         sys.path.insert(0, sys.argv[1])
         from nanomarl.sandbox import run_tests_in_sandbox
         print("ready", flush=True)
-        run_tests_in_sandbox(sys.argv[2], [], timeout=60.0)
-        """), str(ROOT), program], stdout=subprocess.PIPE, text=True,
+        run_tests_in_sandbox(sys.argv[2], [], timeout=60.0, zygote=sys.argv[3] == "True")
+        """), str(ROOT), program, str(zygote)], stdout=subprocess.PIPE, text=True,
         env={**os.environ, "TMPDIR": str(trainer_tmp)})
-    children = []
+    groups = []
     try:
         assert helper.stdout.readline().strip() == "ready"
-        for _ in range(200):  # the sandboxed process is the helper's child
+        for _ in range(200):  # the test process: forked by the helper's child, the zygote
             children = live_processes(lambda st: st[1] == helper.pid)
-            if children:
+            groups = children + (live_processes(lambda st: st[1] in children) if zygote else [])
+            if len(groups) == 1 + zygote:
                 break
             time.sleep(0.05)
-        assert len(children) == 1, "the sandboxed process never started"
+        assert len(groups) == 1 + zygote, "the sandboxed process never started"
         time.sleep(0.3)  # long enough for the program to run its prctl
     finally:
         helper.kill()
         helper.wait()
-    for _ in range(200):
-        if not live_processes(lambda st: st[2] == children[0]):
+    for _ in range(200):  # the zygote, the test process and the program's process (its group)
+        if not live_processes(lambda st: st[2] in groups):
             break
         time.sleep(0.05)
-    left = live_processes(lambda st: st[2] == children[0])
+    left = live_processes(lambda st: st[2] in groups)
     for pid in left:  # keep the machine clean even when the test fails
         os.kill(pid, signal.SIGKILL)
     assert left == [] and sorted(p.name for p in trainer_tmp.iterdir()) == listed_before == []
