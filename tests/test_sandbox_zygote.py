@@ -14,6 +14,7 @@ import pytest
 
 from nanomarl import sandbox, sandbox_zygote
 from nanomarl.sandbox import parallel_map, run_tests_in_sandbox
+from tests.test_sandbox import live_processes, proc_stat
 from tests.test_sandbox_hostile import ATTACKS, TESTS, program as attacked
 
 LIMITS = dict(timeout=1.0, memory_mb=256)
@@ -64,28 +65,13 @@ PROGRAMS = {
 
 def children(parent: int) -> list[tuple[int, str]]:
     """(pid, state) of each process whose parent is `parent`, zombies included."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == parent:
-            found.append((int(stat.parent.name), fields[0]))
-    return found
+    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+    return [(pid, st[0]) for pid in pids if (st := proc_stat(pid)) is not None and st[1] == parent]
 
 
 def group_alive(group: int) -> list[int]:
     """The live (not zombie) processes of a process group."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[2]) == group:
-            found.append(int(stat.parent.name))
-    return found
+    return live_processes(lambda st: st[2] == group)
 
 
 def settled(check, seconds: float = 5.0):
