@@ -68,6 +68,7 @@ ZYGOTES = {}  # the harness's code -> (the trainer's pid, the zygote's Popen, th
 LOCK = threading.Lock()  # (one thread starts a zygote, and ends a dead one, at a time)
 os.register_at_fork(after_in_child=LOCK._at_fork_reinit)  # (a fork of the trainer: free in it)
 PLAIN = []  # why no zygote can run here (then every run takes the plain path), once found
+REAPED_SECONDS = 5.0  # the longest a run waits for the zygote to reap its killed test process
 
 
 def serve():
@@ -317,7 +318,8 @@ class Forked:
     def wait(self, timeout=None):
         """Its exit status (as Popen's returncode; -SIGKILL where the zygote died first: its
         PR_SET_PDEATHSIG killed it); timeout None: the trainer is done with it (its killpg is
-        past), the zygote may reap it."""
+        past), the zygote reaps it, and this returns once it has (the zygote then closes the
+        channel), as Popen.wait returns with its child reaped: no process of the run is left."""
         if timeout is None:
             try:
                 self.channel.send(b"k")
@@ -327,5 +329,13 @@ class Forked:
             found = self.number(timeout)
             self.returncode = -signal.SIGKILL if found is None else found
         if timeout is None:
+            deadline = time.monotonic() + REAPED_SECONDS
+            try:  # (its end, or a reset: the zygote closes it with the byte above unread)
+                while select.select([self.channel], [], [],
+                                    max(0.0, deadline - time.monotonic()))[0]:
+                    if not self.channel.recv(64):
+                        break
+            except OSError:
+                pass
             self.channel.close()
         return self.returncode
