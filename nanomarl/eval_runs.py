@@ -25,8 +25,8 @@ def read_run(run_dir: str, flag: str, need: tuple[str, ...] = ()) -> dict:
     path = Path(run_dir) / "args.json"
     if not path.exists():
         arg_error(flag, f"{run_dir} has no args.json: not a run folder of cotrain.py or magrpo.py")
-    if (Path(run_dir) / "args_resume.json").exists():
-        path = Path(run_dir) / "args_resume.json"
+    if path.with_name("args_resume.json").exists():
+        path = path.with_name("args_resume.json")
     run = json.loads(path.read_text())
     missing = [key for key in need if key not in run]
     if missing:

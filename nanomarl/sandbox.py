@@ -397,9 +397,10 @@ def run_tests_in_sandbox(program: str, tests: list[str], timeout: float = 3.0, m
     try:  # the zygote forks the test process (it holds the harness loaded: sandbox_zygote.py)
         proc = forked((stdin, stdout, stderr, job_read, report_write, program_out, program_err),
                       CHILD_CODE, BOOT, ENV) if zygote else None
-        harness = CHILD_CODE if proc is None else b""
-        start = start if proc is None else time.monotonic()  # (from the fork: not a zygote's start)
-        if proc is None:  # the plain path: a fresh interpreter, which reads the harness first
+        if proc is not None:  # (the deadline counts from the fork, not from a zygote's start)
+            harness, start = b"", time.monotonic()
+        else:  # the plain path: a fresh interpreter, which reads the harness first
+            harness = CHILD_CODE
             proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", "-c", BOOT, str(job_read),
                                      str(report_write), str(os.getpid()), str(program_out),
                                      str(program_err)], stdin=stdin, stdout=stdout,

@@ -89,8 +89,8 @@ def serve():
     if os.getppid() != parent:  # (it ended before its pidfd opened)
         os._exit(0)
     compile("", "<boot>", "exec", dont_inherit=True, optimize=0)  # (main's warm-up: once for all)
-    poller, runs = select.poll(), {}  # runs: a pidfd or a channel -> [pid, pidfd, channel,
-    poller.register(requests.fileno(), select.POLLIN)  # its exit status, the trainer is done]
+    poller, runs = select.poll(), {}  # runs: a run's pidfd or channel -> the run (a dict)
+    poller.register(requests.fileno(), select.POLLIN)
     poller.register(trainer, select.POLLIN)
 
     def received():
@@ -124,7 +124,7 @@ def serve():
 
     def tell(run, number):
         try:
-            os.write(run[2], b"%d\n" % number)
+            os.write(run["channel"], b"%d\n" % number)
         except OSError:  # (the trainer's end is closed: the channel's event says it is done)
             pass
 
@@ -144,24 +144,25 @@ def serve():
                     return
                 for k in fds[:seven]:
                     os.close(k)
-                run = [pid, os.pidfd_open(pid), fds[seven], None, False]
-                runs[run[1]] = runs[run[2]] = run
-                poller.register(run[1], select.POLLIN)
-                poller.register(run[2], select.POLLIN)
+                run = dict(pid=pid, pidfd=os.pidfd_open(pid), channel=fds[seven], status=None,
+                           done=False)  # (done: the trainer is done with it)
+                for k in (run["pidfd"], run["channel"]):
+                    runs[k] = run
+                    poller.register(k, select.POLLIN)
                 tell(run, pid)
                 continue
             run = runs[fd]
-            if fd == run[1]:  # it has ended: its status told, it left unreaped
-                found = os.waitid(os.P_PID, run[0], os.WEXITED | os.WNOHANG | os.WNOWAIT)
-                run[3] = found.si_status if found.si_code == os.CLD_EXITED else (
+            if fd == run["pidfd"]:  # it has ended: its status told, it left unreaped
+                found = os.waitid(os.P_PID, run["pid"], os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                run["status"] = found.si_status if found.si_code == os.CLD_EXITED else (
                     -found.si_status)
-                tell(run, run[3])
+                tell(run, run["status"])
             else:  # the trainer is done with it: a byte, or the channel's end
-                run[4] = True
+                run["done"] = True
             poller.unregister(fd)
-            if run[3] is not None and run[4]:  # (the trainer's killpg is past: its pid may go)
-                os.waitpid(run[0], 0)
-                for k in run[1:3]:  # (both unwatched by now)
+            if run["status"] is not None and run["done"]:  # (the trainer's killpg is past)
+                os.waitpid(run["pid"], 0)
+                for k in (run["pidfd"], run["channel"]):  # (both unwatched by now)
                     del runs[k]
                     os.close(k)
     except BaseException as e:
