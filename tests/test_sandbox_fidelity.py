@@ -93,3 +93,17 @@ def test_each_completion_comes_from_its_own_prompt_at_any_batch_size():
         out = fidelity.sample_completions(model, tokenizer, prompts, _sampling(batch=batch))
         assert [query for query, _ in out] == ids  # each row read its own prompt, in order
         assert all(len(text) <= 8 for _, text in out)
+
+
+def test_a_run_with_nothing_to_judge_stops_before_writing_its_report(tmp_path, monkeypatch):
+    """No committed code program and no --sample: one line naming --sample, and --output (a
+    committed report by default) is not overwritten with an empty table."""
+    report = tmp_path / "report.md"
+    report.write_text("the committed report\n")
+    monkeypatch.setattr(fidelity, "committed_programs", lambda problems: ([], ["a/samples.jsonl"]))
+    monkeypatch.setattr("sys.argv", ["sandbox_fidelity.py", "--output", str(report)])
+    with pytest.raises(SystemExit) as stop:
+        fidelity.main()
+    assert "--sample N" in str(stop.value) and "code program" in str(stop.value)
+    assert report.read_text() == "the committed report\n"
+    assert not report.with_suffix(".json").exists()

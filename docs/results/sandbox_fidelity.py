@@ -13,7 +13,8 @@ differing test timed out on either side), `sandbox-only` (the sandbox passes a t
 fails), `plain-only` (the reverse) or `mixed`.
 
 The programs: each distinct code joint action (aux, main) on a minicode or HumanEval problem in the
-committed samples.jsonl files under docs/results/, and with --sample N, N more sampled from --model
+committed samples.jsonl files under docs/results/ (none: the code runs commit their metrics
+only, so a run without --sample stops with one line), and with --sample N, N sampled from --model
 (the task's prompts in the chat template, magrpo.py's sampling defaults), alternately on a
 HumanEval and a minicode problem. The sampling is batched: --batch completions (aux and main
 prompts alike) per generate call, taken in order of prompt length so that a call pads little; the
@@ -21,7 +22,6 @@ same --seed and --batch sample the same programs. --dtype bfloat16 samples from 
 logits in fp32, as magrpo.py --dtype bfloat16 does): faster where the CPU has bf16 matrix units.
 Writes --output (the table and every disagreement) and a .json.
 
-  python docs/results/sandbox_fidelity.py                 # the committed samples
   HF_HUB_OFFLINE=1 python docs/results/sandbox_fidelity.py --sample 1000 --batch 32
 
 Generated code runs only in the sandbox or in the throwaway subprocess, never in this process.
@@ -291,6 +291,9 @@ def main():
     problems = code_problems()
     programs, files = committed_programs(problems)
     print(f"{len(programs)} committed code programs in {len(files)} samples files")
+    if not programs and not args.sample:  # an empty report would overwrite --output
+        sys.exit(f"error: no committed samples.jsonl file under docs/results holds a code "
+                 f"program; give --sample N to judge N programs sampled from --model")
     if args.sample:
         start = time.monotonic()
         programs += sampled_programs(problems, args)
