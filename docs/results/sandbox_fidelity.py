@@ -292,8 +292,8 @@ def main():
     programs, files = committed_programs(problems)
     print(f"{len(programs)} committed code programs in {len(files)} samples files")
     if not programs and not args.sample:  # an empty report would overwrite --output
-        sys.exit(f"error: no committed samples.jsonl file under docs/results holds a code "
-                 f"program; give --sample N to judge N programs sampled from --model")
+        sys.exit("error: no committed samples.jsonl file under docs/results holds a code "
+                 "program; give --sample N to judge N programs sampled from --model")
     if args.sample:
         start = time.monotonic()
         programs += sampled_programs(problems, args)
